@@ -1,0 +1,1 @@
+"""Built-in hardware catalog (YAML files), installed as planner.hardware_profiles."""

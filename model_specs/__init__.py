@@ -1,0 +1,1 @@
+"""Built-in model catalog (YAML files), installed as planner.model_specs."""

@@ -1,0 +1,78 @@
+"""The `planner` command line: thin click commands that parse, call the library, and render.
+
+Every command module registers itself on `cli` when imported (see COMMAND_MODULES).
+Library errors (`PlannerError`) and usage errors become one line, `error: ...`, on
+stderr with exit code 2 — also under click's CliRunner, since `PlannerGroup.main`
+does the translation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from planner import __version__
+from planner.errors import PlannerError
+
+
+def _usage_hint(err: click.UsageError) -> str:
+    if err.ctx is not None and " " in err.ctx.command_path:
+        return f" (see '{err.ctx.command_path} --help')"
+    return " (see 'planner --help')"
+
+
+class PlannerGroup(click.Group):
+    """Commands listed in the order they were added; errors rendered as one line."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "planner", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except PlannerError as err:
+            click.echo(f"error: {err.render()}", err=True)
+            sys.exit(2)
+        except click.UsageError as err:
+            click.echo(f"error: {err.format_message()}{_usage_hint(err)}", err=True)
+            sys.exit(2)
+        except click.exceptions.Exit as err:
+            sys.exit(err.exit_code)
+        except click.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(130)
+        except click.ClickException as err:
+            click.echo(f"error: {err.format_message()}", err=True)
+            sys.exit(err.exit_code)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=PlannerGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="planner")
+def cli() -> None:
+    """Plan distributed LLM training and serving before booking a GPU.
+
+    Which split of a model across a cluster fits in memory, and which runs fastest.
+
+    \b
+    Example:
+      planner search --model llama-3.1-70b --hardware h100-sxm --gpus 256 \\
+          --global-batch 512 --seq-len 8192
+    """
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli.main()
+
+
+# Each module adds its commands to `cli` when imported; this order is the order of `planner --help`.
+COMMAND_MODULES: list[str] = []
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(f"planner.cli.{_module}")

@@ -1,0 +1,1 @@
+"""The cost model: pure functions over specs, numpy-friendly (scalars or arrays)."""

@@ -1,0 +1,147 @@
+"""Exact parameter counts and KV-cache sizes from a model spec.
+
+Counts follow the modules as the reference implementations allocate them
+(HuggingFace transformers / Megatron-LM): every weight matrix, bias and norm
+vector. Nothing is divided by 1024 and nothing is rounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.specs.dtypes import bytes_per_element
+from planner.specs.model import ModelSpec
+
+
+def norm_params(model: ModelSpec, width: int) -> int:
+    """RMSNorm has a weight vector; LayerNorm a weight and a bias."""
+    return width * (2 if model.norm_kind == "layernorm" else 1)
+
+
+def attention_params(model: ModelSpec) -> int:
+    """Parameters of one attention block (projections, biases, q/k norms)."""
+    h, a, kv, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
+    if model.mla is not None:
+        m = model.mla
+        qk_dim = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank is None:
+            q = h * a * qk_dim
+        else:  # down-projection, its RMSNorm, up-projection (DeepSeek-V2 eq. 12-13)
+            q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk_dim
+        # joint K/V down-projection plus the shared rotary key, its RMSNorm, up-projection to K_nope and V
+        kv_proj = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+        kv_proj += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+        out = a * m.v_head_dim * h
+        return q + kv_proj + out
+    q = h * a * d
+    k_and_v = 2 * h * kv * d
+    out = a * d * h
+    bias = 0
+    if model.qkv_bias:
+        bias += a * d + 2 * kv * d
+    if model.attention_output_bias:
+        bias += h
+    qk_norm = 2 * d if model.qk_norm else 0  # RMSNorm weights over head_dim, shared across heads
+    return q + k_and_v + out + bias + qk_norm
+
+
+def mlp_params(model: ModelSpec, ffn: int) -> int:
+    """One feed-forward block of intermediate size `ffn`: 3 matrices if gated, 2 otherwise."""
+    h = model.hidden_size
+    if model.mlp_kind == "gated":
+        weights = 3 * h * ffn
+        bias = 2 * ffn + h if model.mlp_bias else 0
+    else:
+        weights = 2 * h * ffn
+        bias = ffn + h if model.mlp_bias else 0
+    return weights + bias
+
+
+def moe_params(model: ModelSpec, *, active: bool) -> int:
+    """One MoE feed-forward block: router, routed experts (all, or top-k when `active`), shared experts."""
+    assert model.moe is not None
+    moe = model.moe
+    routed = moe.experts_per_token if active else moe.num_experts
+    router = model.hidden_size * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
+    experts = (routed + moe.num_shared_experts) * mlp_params(model, moe.moe_ffn_hidden_size)
+    return router + experts
+
+
+def layer_params(model: ModelSpec, *, moe_layer: bool, active: bool = False) -> int:
+    """One transformer layer: attention, feed-forward and the layer's norms."""
+    ffn = moe_params(model, active=active) if moe_layer else mlp_params(model, model.ffn_hidden_size)
+    return attention_params(model) + ffn + model.norms_per_layer * norm_params(model, model.hidden_size)
+
+
+def embedding_params(model: ModelSpec) -> int:
+    """Input embedding (+ learned positions, + BLOOM's embedding norm)."""
+    h = model.hidden_size
+    total = model.vocab_size * h
+    if model.position_embedding == "learned":
+        total += model.max_seq_len * h
+    if model.embedding_norm:
+        total += norm_params(model, h)
+    return total
+
+
+def head_params(model: ModelSpec) -> int:
+    """Final norm and, when untied, the output projection."""
+    lm_head = 0 if model.tied_embeddings else model.vocab_size * model.hidden_size
+    return norm_params(model, model.hidden_size) + lm_head
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters by place, all exact integers."""
+
+    embedding: int
+    dense_layer: int
+    moe_layer: int
+    moe_layer_active: int
+    head: int
+    num_dense_layers: int
+    num_moe_layers: int
+
+    @property
+    def layers(self) -> int:
+        return self.num_dense_layers * self.dense_layer + self.num_moe_layers * self.moe_layer
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.layers + self.head
+
+    @property
+    def active(self) -> int:
+        """Parameters one token passes through (MoE: top-k routed plus shared experts)."""
+        return (
+            self.embedding
+            + self.num_dense_layers * self.dense_layer
+            + self.num_moe_layers * self.moe_layer_active
+            + self.head
+        )
+
+
+def count_params(model: ModelSpec) -> ParamCount:
+    has_moe = model.moe is not None
+    return ParamCount(
+        embedding=embedding_params(model),
+        dense_layer=layer_params(model, moe_layer=False),
+        moe_layer=layer_params(model, moe_layer=True) if has_moe else 0,
+        moe_layer_active=layer_params(model, moe_layer=True, active=True) if has_moe else 0,
+        head=head_params(model),
+        num_dense_layers=model.num_dense_layers,
+        num_moe_layers=model.num_moe_layers,
+    )
+
+
+def kv_cache_elements_per_token_per_layer(model: ModelSpec) -> int:
+    """Elements cached per token per layer: 2 x kv_heads x head_dim, or MLA's latent + rotary key."""
+    if model.mla is not None:
+        # DeepSeek-V2 Sec. 2.1.3: the cache holds the compressed latent c_KV and the shared rotary key k_R.
+        return model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
+    return 2 * model.kv_heads * model.head_size
+
+
+def kv_cache_bytes_per_token(model: ModelSpec, dtype: str = "bf16") -> float:
+    """KV-cache bytes per token for the whole model: 2 . L . kv_heads . head_dim . bytes (or MLA latent)."""
+    return model.num_layers * kv_cache_elements_per_token_per_layer(model) * bytes_per_element(dtype)

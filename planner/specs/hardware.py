@@ -1,0 +1,161 @@
+"""The hardware profile: accelerator, node, network, and achievable efficiencies.
+
+Bandwidths are bytes per second in ONE direction per GPU (datasheets quote
+NVLink as a bidirectional total; a profile stores half of it). Peak FLOP/s are
+dense (no structured sparsity).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+
+def _non_empty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty; say where the figure comes from")
+    return value
+
+
+class AcceleratorSpec(BaseModel):
+    """One accelerator (GPU) as its datasheet describes it."""
+
+    model_config = _STRICT
+
+    name: str = Field(description="Marketing name, e.g. 'NVIDIA H100 SXM5 80GB'.")
+    memory_bytes: PositiveInt = Field(description="Device memory in bytes (GB = 1e9 on datasheets).")
+    memory_bandwidth_bytes_per_s: PositiveFloat = Field(description="Peak device-memory bandwidth, bytes/s.")
+    peak_flops_per_s: dict[PeakDtype, PositiveFloat] = Field(
+        description="Dense peak FLOP/s (or OP/s for int) per dtype; no sparsity."
+    )
+    source: str = Field(description="Datasheet or paper the figures come from.")
+
+    _check_source = field_validator("source")(_non_empty)
+
+    @field_validator("peak_flops_per_s")
+    @classmethod
+    def _needs_bf16_or_fp16(cls, value: dict[str, float]) -> dict[str, float]:
+        if "bf16" not in value and "fp16" not in value:
+            raise ValueError("give at least a bf16 or fp16 peak (dense FLOP/s)")
+        return value
+
+
+class NodeSpec(BaseModel):
+    """A node: the GPUs joined by the fast intra-node fabric (one NVLink domain)."""
+
+    model_config = _STRICT
+
+    gpus_per_node: PositiveInt = Field(description="GPUs sharing the intra-node fabric (the NVLink/xGMI domain).")
+    link_kind: Literal["nvlink", "xgmi", "pcie"] = Field(description="Intra-node interconnect.")
+    bandwidth_bytes_per_s: PositiveFloat = Field(
+        description="Per-GPU intra-node bandwidth, ONE direction (half the datasheet's bidirectional total)."
+    )
+    latency_s: PositiveFloat = Field(description="Per-message latency (alpha) of an intra-node collective step, seconds.")
+    source: str = Field(description="Where the bandwidth and latency figures come from.")
+
+    _check_source = field_validator("source")(_non_empty)
+
+
+class NetworkSpec(BaseModel):
+    """The inter-node network (scale-out fabric)."""
+
+    model_config = _STRICT
+
+    kind: Literal["infiniband", "roce", "ethernet"] = Field(description="Scale-out network technology.")
+    bandwidth_bytes_per_s: PositiveFloat = Field(
+        description="Per-GPU inter-node bandwidth, one direction: NICs x link speed / GPUs per node."
+    )
+    nics_per_node: PositiveInt | None = Field(default=None, description="Compute NICs per node (documentation, checked).")
+    nic_bits_per_s: PositiveFloat | None = Field(default=None, description="Line rate of one NIC in bits/s (checked).")
+    latency_s: PositiveFloat = Field(description="Per-message latency (alpha) across the network, seconds.")
+    source: str = Field(description="Where the figures come from.")
+
+    _check_source = field_validator("source")(_non_empty)
+
+
+class MatmulEfficiency(BaseModel):
+    """Achievable fraction of dense peak for matrix multiplies, as a saturating curve over GEMM size.
+
+    efficiency(x) = peak_fraction * x / (x + half_saturation_flop), x = FLOP of one GEMM on one GPU.
+    Large training GEMMs sit on the plateau; thin TP shards and small micro-batches fall below it.
+    """
+
+    model_config = _STRICT
+
+    peak_fraction: float = Field(gt=0, le=1, description="Plateau fraction of dense peak for large GEMMs.")
+    half_saturation_flop: float = Field(ge=0, description="GEMM size (FLOP) at which half the plateau is reached.")
+    note: str = Field(description="How the values were chosen.")
+
+    _check_note = field_validator("note")(_non_empty)
+
+
+class Fraction(BaseModel):
+    """An achievable fraction of a datasheet peak, with how it was chosen."""
+
+    model_config = _STRICT
+
+    fraction: float = Field(gt=0, le=1, description="Achievable fraction of the datasheet figure.")
+    note: str = Field(description="How the value was chosen.")
+
+    _check_note = field_validator("note")(_non_empty)
+
+
+class EfficiencySpec(BaseModel):
+    """What real kernels and collectives reach, as fractions of datasheet peaks."""
+
+    model_config = _STRICT
+
+    matmul: MatmulEfficiency = Field(description="GEMM efficiency curve.")
+    attention: Fraction = Field(description="Fused (flash) attention kernels, fraction of dense peak.")
+    memory_bandwidth: Fraction = Field(description="Streaming (memory-bound) kernels, fraction of HBM bandwidth.")
+    intra_node_link: Fraction = Field(description="Collective bus bandwidth reached inside a node (NCCL busbw / link).")
+    inter_node_link: Fraction = Field(description="Collective bus bandwidth reached across nodes (NCCL busbw / NIC).")
+
+
+class HardwareProfile(BaseModel):
+    """An accelerator, how many share a node, how nodes connect, and what is achievable."""
+
+    model_config = _STRICT
+
+    name: str = Field(description="Profile name (e.g. 'DGX H100').")
+    description: str | None = Field(default=None, description="One line about the system.")
+    accelerator: AcceleratorSpec
+    node: NodeSpec
+    network: NetworkSpec | None = Field(default=None, description="Scale-out network; null for a single-node system.")
+    efficiency: EfficiencySpec
+    price_per_gpu_hour_usd: PositiveFloat | None = Field(
+        default=None, description="Typical on-demand cloud price per GPU-hour (USD), for the cost objective."
+    )
+    price_source: str | None = Field(default=None, description="Where the price comes from.")
+
+    @model_validator(mode="after")
+    def _check_network(self) -> "HardwareProfile":
+        net = self.network
+        if net is not None and net.nics_per_node and net.nic_bits_per_s:
+            implied = net.nics_per_node * net.nic_bits_per_s / 8 / self.node.gpus_per_node
+            if abs(implied - net.bandwidth_bytes_per_s) > 0.01 * implied:
+                raise ValueError(
+                    f"network.bandwidth_bytes_per_s ({net.bandwidth_bytes_per_s:.4g}) disagrees with "
+                    f"nics_per_node x nic_bits_per_s / 8 / gpus_per_node ({implied:.4g}); make them agree"
+                )
+        if self.price_per_gpu_hour_usd is not None and not self.price_source:
+            raise ValueError("price_per_gpu_hour_usd needs a price_source")
+        return self
+
+    # Convenience accessors ---------------------------------------------------
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a compute dtype; KeyError when the chip has no such units."""
+        return self.accelerator.peak_flops_per_s[dtype]  # type: ignore[index]
+
+    @property
+    def inter_node_bandwidth_bytes_per_s(self) -> float:
+        return self.network.bandwidth_bytes_per_s if self.network else self.node.bandwidth_bytes_per_s
+
+    @property
+    def inter_node_latency_s(self) -> float:
+        return self.network.latency_s if self.network else self.node.latency_s

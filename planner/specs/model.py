@@ -1,0 +1,144 @@
+"""The model spec: architecture only (no layout, no hardware).
+
+A decoder-only transformer, optionally with mixture-of-experts feed-forward
+layers and multi-head latent attention (DeepSeek-V2/V3). Every size is a count
+of elements; bytes appear only where a dtype is named.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+MlpKind = Literal["gated", "standard"]
+PositionEmbedding = Literal["rotary", "alibi", "learned", "none"]
+NormKind = Literal["rmsnorm", "layernorm"]
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class MoESpec(BaseModel):
+    """Mixture-of-experts feed-forward layers (Mixtral, DeepSeek-V3, Qwen-MoE)."""
+
+    model_config = _STRICT
+
+    num_experts: PositiveInt = Field(description="Routed experts per MoE layer.")
+    experts_per_token: PositiveInt = Field(description="Routed experts each token is sent to (top-k).")
+    moe_ffn_hidden_size: PositiveInt = Field(description="Intermediate size of one routed expert.")
+    num_shared_experts: int = Field(
+        default=0, ge=0, description="Always-active shared experts per MoE layer (DeepSeek), each of moe_ffn_hidden_size."
+    )
+    num_dense_layers: int = Field(
+        default=0, ge=0, description="Leading layers with a dense FFN (ffn_hidden_size) before the first MoE layer."
+    )
+    router_bias: bool = Field(
+        default=False, description="Router carries a per-expert bias term (DeepSeek-V3 e_score_correction_bias)."
+    )
+
+    @model_validator(mode="after")
+    def _topk_within_experts(self) -> "MoESpec":
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(
+                f"experts_per_token ({self.experts_per_token}) exceeds num_experts ({self.num_experts}); lower experts_per_token"
+            )
+        return self
+
+
+class MLASpec(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed K/V with a shared rotary key."""
+
+    model_config = _STRICT
+
+    q_lora_rank: PositiveInt | None = Field(
+        default=None, description="Rank of the query compression; null means queries are projected directly."
+    )
+    kv_lora_rank: PositiveInt = Field(description="Rank of the joint K/V latent (what the KV cache stores).")
+    qk_nope_head_dim: PositiveInt = Field(description="Per-head query/key dimension without rotary embedding.")
+    qk_rope_head_dim: PositiveInt = Field(description="Per-head query/key dimension carrying rotary embedding (shared key).")
+    v_head_dim: PositiveInt = Field(description="Per-head value dimension.")
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer's architecture."""
+
+    model_config = _STRICT
+
+    name: str = Field(description="Human-readable model name.")
+    source: str | None = Field(default=None, description="Where the figures come from (paper, HF config, ...).")
+    num_layers: PositiveInt = Field(description="Transformer layers (L).")
+    hidden_size: PositiveInt = Field(description="Model width (h).")
+    num_attention_heads: PositiveInt = Field(description="Query heads (a).")
+    num_kv_heads: PositiveInt | None = Field(
+        default=None, description="Key/value heads (GQA/MQA); defaults to num_attention_heads (MHA)."
+    )
+    head_dim: PositiveInt | None = Field(default=None, description="Per-head dimension; defaults to hidden_size / heads.")
+    ffn_hidden_size: PositiveInt = Field(description="Intermediate size of the dense feed-forward block.")
+    mlp_kind: MlpKind = Field(
+        default="gated", description="'gated' (SwiGLU/GeGLU, three matrices) or 'standard' (GeLU, two matrices)."
+    )
+    vocab_size: PositiveInt = Field(description="Vocabulary size (padded, as the embedding table is allocated).")
+    tied_embeddings: bool = Field(default=False, description="Output projection shares the input embedding matrix.")
+    position_embedding: PositionEmbedding = Field(
+        default="rotary", description="'learned' adds max_seq_len x hidden parameters; rotary/alibi/none add none."
+    )
+    norm_kind: NormKind = Field(default="rmsnorm", description="RMSNorm (weight only) or LayerNorm (weight and bias).")
+    norms_per_layer: PositiveInt = Field(
+        default=2, description="Norm layers per transformer layer (2 pre-norm; Gemma 2 uses 4: pre and post)."
+    )
+    embedding_norm: bool = Field(default=False, description="A norm right after the embedding (BLOOM).")
+    qk_norm: bool = Field(default=False, description="RMSNorm on each query and key head (Qwen3), head_dim weights each.")
+    qkv_bias: bool = Field(default=False, description="Bias on the query/key/value projections.")
+    attention_output_bias: bool = Field(default=False, description="Bias on the attention output projection.")
+    mlp_bias: bool = Field(default=False, description="Bias on the feed-forward projections.")
+    max_seq_len: PositiveInt = Field(description="Longest context the model supports (tokens).")
+    sliding_window_tokens: PositiveInt | None = Field(
+        default=None, description="Attention window of the sliding-window layers; null when every layer attends globally."
+    )
+    sliding_window_layers: int = Field(
+        default=0, ge=0, description="How many layers use the sliding window (Gemma 2: half; Mistral v0.1: all)."
+    )
+    moe: MoESpec | None = Field(default=None, description="Mixture-of-experts settings; null for a dense model.")
+    mla: MLASpec | None = Field(default=None, description="Multi-head latent attention settings; null for standard attention.")
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> "ModelSpec":
+        kv = self.kv_heads
+        if self.num_attention_heads % kv != 0:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) is not divisible by num_kv_heads ({kv}); "
+                "set num_kv_heads to a divisor of the head count"
+            )
+        if self.head_dim is None and self.mla is None and self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) is not divisible by num_attention_heads ({self.num_attention_heads}); "
+                "give head_dim explicitly"
+            )
+        if self.moe is not None and self.moe.num_dense_layers > self.num_layers:
+            raise ValueError(
+                f"moe.num_dense_layers ({self.moe.num_dense_layers}) exceeds num_layers ({self.num_layers})"
+            )
+        if self.sliding_window_layers > self.num_layers:
+            raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) exceeds num_layers ({self.num_layers})")
+        if self.sliding_window_layers and self.sliding_window_tokens is None:
+            raise ValueError("sliding_window_layers is set but sliding_window_tokens is not; give the window size")
+        return self
+
+    # Derived shapes -------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads if self.num_kv_heads is not None else self.num_attention_heads
+
+    @property
+    def head_size(self) -> int:
+        if self.head_dim is not None:
+            return self.head_dim
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_moe_layers(self) -> int:
+        return 0 if self.moe is None else self.num_layers - self.moe.num_dense_layers
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
