@@ -7,13 +7,48 @@ dense (no structured sparsity).
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+
+def _number(value: Any) -> Any:
+    """A YAML scalar as a number: no true/false, no inf/nan; reads the '80e9' that YAML 1.1 leaves a string."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()}")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip().replace("_", ""))
+        except ValueError:
+            raise ValueError(f"expected a number, got '{value}'") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value}")
+    return value
+
+
+def _optional_number(value: Any) -> Any:
+    return None if value is None else _number(value)
+
+
+PosInt = Annotated[PositiveInt, BeforeValidator(_number)]
+PosFloat = Annotated[PositiveFloat, BeforeValidator(_number)]
+Number = Annotated[float, BeforeValidator(_number)]
+OptPosInt = Annotated[PositiveInt | None, BeforeValidator(_optional_number)]
+OptPosFloat = Annotated[PositiveFloat | None, BeforeValidator(_optional_number)]
 
 
 def _non_empty(value: str) -> str:
@@ -28,9 +63,9 @@ class AcceleratorSpec(BaseModel):
     model_config = _STRICT
 
     name: str = Field(description="Marketing name, e.g. 'NVIDIA H100 SXM5 80GB'.")
-    memory_bytes: PositiveInt = Field(description="Device memory in bytes (GB = 1e9 on datasheets).")
-    memory_bandwidth_bytes_per_s: PositiveFloat = Field(description="Peak device-memory bandwidth, bytes/s.")
-    peak_flops_per_s: dict[PeakDtype, PositiveFloat] = Field(
+    memory_bytes: PosInt = Field(description="Device memory in bytes (GB = 1e9 on datasheets).")
+    memory_bandwidth_bytes_per_s: PosFloat = Field(description="Peak device-memory bandwidth, bytes/s.")
+    peak_flops_per_s: dict[PeakDtype, PosFloat] = Field(
         description="Dense peak FLOP/s (or OP/s for int) per dtype; no sparsity."
     )
     source: str = Field(description="Datasheet or paper the figures come from.")
@@ -50,12 +85,12 @@ class NodeSpec(BaseModel):
 
     model_config = _STRICT
 
-    gpus_per_node: PositiveInt = Field(description="GPUs sharing the intra-node fabric (the NVLink/xGMI domain).")
+    gpus_per_node: PosInt = Field(description="GPUs sharing the intra-node fabric (the NVLink/xGMI domain).")
     link_kind: Literal["nvlink", "xgmi", "pcie"] = Field(description="Intra-node interconnect.")
-    bandwidth_bytes_per_s: PositiveFloat = Field(
+    bandwidth_bytes_per_s: PosFloat = Field(
         description="Per-GPU intra-node bandwidth, ONE direction (half the datasheet's bidirectional total)."
     )
-    latency_s: PositiveFloat = Field(description="Per-message latency (alpha) of an intra-node collective step, seconds.")
+    latency_s: PosFloat = Field(description="Per-message latency (alpha) of an intra-node collective step, seconds.")
     source: str = Field(description="Where the bandwidth and latency figures come from.")
 
     _check_source = field_validator("source")(_non_empty)
@@ -67,15 +102,21 @@ class NetworkSpec(BaseModel):
     model_config = _STRICT
 
     kind: Literal["infiniband", "roce", "ethernet"] = Field(description="Scale-out network technology.")
-    bandwidth_bytes_per_s: PositiveFloat = Field(
+    bandwidth_bytes_per_s: PosFloat = Field(
         description="Per-GPU inter-node bandwidth, one direction: NICs x link speed / GPUs per node."
     )
-    nics_per_node: PositiveInt | None = Field(default=None, description="Compute NICs per node (documentation, checked).")
-    nic_bits_per_s: PositiveFloat | None = Field(default=None, description="Line rate of one NIC in bits/s (checked).")
-    latency_s: PositiveFloat = Field(description="Per-message latency (alpha) across the network, seconds.")
+    nics_per_node: OptPosInt = Field(default=None, description="Compute NICs per node (documentation, checked).")
+    nic_bits_per_s: OptPosFloat = Field(default=None, description="Line rate of one NIC in bits/s (checked).")
+    latency_s: PosFloat = Field(description="Per-message latency (alpha) across the network, seconds.")
     source: str = Field(description="Where the figures come from.")
 
     _check_source = field_validator("source")(_non_empty)
+
+    @model_validator(mode="after")
+    def _nic_figures_together(self) -> "NetworkSpec":
+        if (self.nics_per_node is None) != (self.nic_bits_per_s is None):
+            raise ValueError("give both nics_per_node and nic_bits_per_s, or neither")
+        return self
 
 
 class MatmulEfficiency(BaseModel):
@@ -87,8 +128,8 @@ class MatmulEfficiency(BaseModel):
 
     model_config = _STRICT
 
-    peak_fraction: float = Field(gt=0, le=1, description="Plateau fraction of dense peak for large GEMMs.")
-    half_saturation_flop: float = Field(ge=0, description="GEMM size (FLOP) at which half the plateau is reached.")
+    peak_fraction: Number = Field(gt=0, le=1, description="Plateau fraction of dense peak for large GEMMs.")
+    half_saturation_flop: Number = Field(ge=0, description="GEMM size (FLOP) at which half the plateau is reached.")
     note: str = Field(description="How the values were chosen.")
 
     _check_note = field_validator("note")(_non_empty)
@@ -99,7 +140,7 @@ class Fraction(BaseModel):
 
     model_config = _STRICT
 
-    fraction: float = Field(gt=0, le=1, description="Achievable fraction of the datasheet figure.")
+    fraction: Number = Field(gt=0, le=1, description="Achievable fraction of the datasheet figure.")
     note: str = Field(description="How the value was chosen.")
 
     _check_note = field_validator("note")(_non_empty)
@@ -128,7 +169,7 @@ class HardwareProfile(BaseModel):
     node: NodeSpec
     network: NetworkSpec | None = Field(default=None, description="Scale-out network; null for a single-node system.")
     efficiency: EfficiencySpec
-    price_per_gpu_hour_usd: PositiveFloat | None = Field(
+    price_per_gpu_hour_usd: OptPosFloat = Field(
         default=None, description="Typical on-demand cloud price per GPU-hour (USD), for the cost objective."
     )
     price_source: str | None = Field(default=None, description="Where the price comes from.")

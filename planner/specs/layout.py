@@ -55,6 +55,15 @@ class Layout(BaseModel):
     grad_dtype: GradDtype = Field(default="bf16", description="Gradient precision (fp32 = Megatron's main grads).")
     optimizer: Optimizer = Field(default="adam", description="Optimizer (sets the optimizer-state bytes per parameter).")
     flash_attention: bool = Field(default=True, description="Fused attention: no s x s score matrix is stored.")
+    overlap_grad_reduce: bool = Field(
+        default=True,
+        description="Data-parallel gradient reduction overlaps the backward pass (PyTorch DDP/FSDP, "
+        "Megatron --overlap-grad-reduce); false for a reduction after backward (Megatron 2021 'local' DDP).",
+    )
+    overlap_tp_comm: bool = Field(
+        default=False,
+        description="Tensor-parallel collectives overlap the GEMMs (Megatron --tp-comm-overlap, async TP).",
+    )
 
     @model_validator(mode="after")
     def _check_flags(self) -> "Layout":
@@ -100,6 +109,8 @@ class LayoutArrays:
     grad_bytes: np.ndarray
     optimizer_bytes: np.ndarray
     fp8: np.ndarray
+    overlap_grad_reduce: np.ndarray
+    overlap_tp_comm: np.ndarray
 
     @property
     def size(self) -> int:
@@ -132,6 +143,8 @@ class LayoutArrays:
             [OPTIMIZER_STATE_BYTES_PER_PARAM[lay.optimizer] for lay in layouts], dtype=np.int64
         )
         cols["fp8"] = np.array([lay.dtype == "fp8" for lay in layouts], dtype=bool)
+        for flag in ("overlap_grad_reduce", "overlap_tp_comm"):
+            cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
         return cls(**cols)
 
     def take(self, index: np.ndarray | int) -> "LayoutArrays":
@@ -151,6 +164,8 @@ class LayoutArrays:
             recompute_layers_per_stage=None if rl < 0 else rl,
             schedule="gpipe" if bool(self.gpipe[i]) else "1f1b",
             flash_attention=bool(self.flash_attention[i]),
+            overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
+            overlap_tp_comm=bool(self.overlap_tp_comm[i]),
             grad_dtype=grad,  # type: ignore[arg-type]
             optimizer=opt,  # type: ignore[arg-type]
             dtype="fp8" if bool(self.fp8[i]) else dtype,  # type: ignore[arg-type]

@@ -92,6 +92,11 @@ class ModelSpec(BaseModel):
     attention_output_bias: bool = Field(default=False, description="Bias on the attention output projection.")
     mlp_bias: bool = Field(default=False, description="Bias on the feed-forward projections.")
     max_seq_len: PositiveInt = Field(description="Longest context the model supports (tokens).")
+    dropout: bool = Field(
+        default=False,
+        description="Trained with hidden and attention dropout (GPT-3, BLOOM); adds 1-byte masks to activations "
+        "(Korthikanti et al. 2022, Sec. 4.1). Modern recipes (Llama, Mistral, Qwen) use none.",
+    )
     sliding_window_tokens: PositiveInt | None = Field(
         default=None, description="Attention window of the sliding-window layers; null when every layer attends globally."
     )

@@ -1,0 +1,71 @@
+"""Pipeline geometry: layers per stage, micro-batches in flight, the bubble.
+
+All functions broadcast over numpy arrays: `stage` may be an array of stage
+indices (every stage of one layout) or one index per candidate (a grid).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.specs.layout import LayoutArrays
+
+
+def layers_on_stage(num_layers: int, pp: np.ndarray, stage: np.ndarray) -> np.ndarray:
+    """Transformer layers on pipeline stage `stage` of `pp`.
+
+    The split need not be even. Layers are spread as evenly as possible and the
+    remainder goes to the middle stages first, since the first and last stages
+    also carry the embedding and the LM head (Llama 3 405B ran 126 layers on 16
+    stages, one layer fewer on the first and the last: Dubey et al. 2024, Sec. 3.3.2).
+    """
+    pp = np.asarray(pp)
+    stage = np.asarray(stage)
+    base = num_layers // pp
+    extra = num_layers % pp
+    middle = (stage >= 1) & (stage <= pp - 2)
+    last = (stage == pp - 1) & (pp > 1)
+    plus_one = np.where(middle, stage <= extra, np.where(last, extra >= pp - 1, False))
+    return np.where(pp == 1, num_layers, base + plus_one.astype(np.int64))
+
+
+def first_layer_of_stage(num_layers: int, pp: np.ndarray, stage: np.ndarray) -> np.ndarray:
+    """Index of the first layer on `stage` (layers before it), for the split of `layers_on_stage`."""
+    pp = np.asarray(pp)
+    stage = np.asarray(stage)
+    base = num_layers // pp
+    extra = num_layers % pp
+    extras_before = np.clip(np.minimum(stage - 1, extra), 0, None)
+    return stage * base + extras_before
+
+
+def max_layers_per_stage(num_layers: int, pp: np.ndarray) -> np.ndarray:
+    return -(-num_layers // np.asarray(pp))
+
+
+def microbatches_in_flight(lay: LayoutArrays, stage: np.ndarray) -> np.ndarray:
+    """Micro-batches whose activations stage `stage` holds at its peak (in units of the stage's layers).
+
+    1F1B (PipeDream-Flush; Narayanan et al. 2021, Sec. 2.2.1): stage i of p holds min(p - i, m).
+    Interleaved 1F1B with v chunks per rank: Megatron-LM's schedule warms up
+    2(p - i - 1) + (v - 1)p chunk-micro-batches before its first backward, so at the
+    peak it holds that plus one, each chunk being 1/v of the stage's layers:
+    (2(p - i - 1) + (v - 1)p + 1) / v = p + (p - 1 - 2i) / v; at i = 0 this is
+    p (1 + (p - 1)/(p v)), Korthikanti et al. 2022 Sec. 4.2.3. GPipe holds all m.
+    With pp = 1 gradient accumulation runs one micro-batch at a time.
+    """
+    p = lay.pp.astype(float)
+    v = lay.interleave.astype(float)
+    m = lay.num_micro_batches.astype(float)
+    stage = np.asarray(stage, dtype=float)
+    plain = p - stage
+    interleaved = p + (p - 1 - 2 * stage) / v
+    held = np.where(lay.interleave > 1, interleaved, plain)
+    held = np.where(lay.gpipe, m, np.minimum(held, m))
+    return np.where(lay.pp == 1, 1.0, held)
+
+
+def bubble_fraction(lay: LayoutArrays) -> np.ndarray:
+    """Idle fraction relative to the ideal time: (p - 1) / (v m) (Narayanan et al. 2021, Sec. 2.2)."""
+    p = lay.pp.astype(float)
+    return (p - 1) / (lay.interleave * lay.num_micro_batches)

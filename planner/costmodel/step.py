@@ -1,0 +1,291 @@
+"""Time of one training step: compute, exposed communication, pipeline bubble, optimizer.
+
+Per micro-batch and pipeline stage (all arrays broadcast over candidates):
+- GEMMs at peak x matmul efficiency(GEMM size) (the hardware profile's curve);
+- the attention core: flash kernels at the profile's attention fraction of peak,
+  skipping the masked half; without flash, batched GEMMs plus the memory-bound
+  softmax/dropout traffic (what Megatron-LM 2021 ran);
+- memory-bound element-wise kernels (norms, residual adds, activation functions,
+  rotary, dropout) at HBM bandwidth x memory-bandwidth efficiency;
+- TP collectives per layer (Megatron: 2 all-reduces forward, 2 backward, or the
+  equivalent all-gather/reduce-scatter pairs with SP), CP K/V exchange hidden
+  behind attention where it can be, EP all-to-all, PP point-to-point sends.
+The step is (m + (p - 1)/v) times the slowest stage's micro-batch time
+(Narayanan et al. 2021, Sec. 2.2), plus the data-parallel traffic the backward
+pass could not hide, plus the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.costmodel.comm import (
+    all_gather_seconds,
+    all_reduce_seconds,
+    all_to_all_seconds,
+    group_link,
+    p2p_seconds,
+    reduce_scatter_seconds,
+)
+from planner.costmodel.memory import ACTIVATION_BYTES, WEIGHT_BYTES, StageParams, tokens_per_microbatch
+from planner.costmodel.shapes import GemmShapes, attention_dims, kv_shard, layer_gemms
+from planner.specs.hardware import HardwareProfile
+from planner.specs.layout import LayoutArrays
+from planner.specs.model import ModelSpec
+
+# Flash attention with a causal mask skips the blocks above the diagonal: about half the s x s work
+# (Dao 2023, FlashAttention-2, Sec. 3.1.1, "causal masking ... skip ... about 2x speedup").
+CAUSAL_WORK_FRACTION = 0.5
+# FlashAttention-2's backward runs 5 matmuls against the forward's 2 (it recomputes S and P): 2.5x.
+FLASH_BACKWARD_TO_FORWARD = 2.5
+# Backward element-wise kernels read the saved input and the incoming gradient and write the outgoing
+# gradient: about twice the forward's traffic (same counting as the forward, two reads for one).
+BACKWARD_TO_FORWARD_TRAFFIC = 2.0
+# Logits traffic per element over forward and backward: bf16 write (2), fp32 upcast read+write (2+4),
+# softmax-cross-entropy read+write (4+4), gradient write (2) - 18 bytes, rounded to the count below.
+LOGIT_TRAFFIC_BYTES = 18.0
+# Share of the backward compute that can hide data-parallel traffic when overlap is on. Gradient buckets
+# become ready as the backward proceeds, so the last bucket's reduction always trails it; the value was
+# chosen from the calibration on published runs (docs/validation.md), within the 0.7-0.9 range that
+# the DDP paper's overlap measurements suggest (Li et al. 2020, Sec. 5).
+DP_OVERLAP_EFFICIENCY = 0.8
+# With Megatron --tp-comm-overlap (Transformer Engine userbuffers) most TP traffic hides behind the
+# GEMMs; this is the share that stays exposed, chosen from the calibration on published runs.
+TP_OVERLAP_EXPOSED_FRACTION = 0.25
+
+
+def peak_16bit_flops(hw: HardwareProfile) -> float:
+    """Dense bf16 peak (fp16 on chips without bf16, e.g. V100)."""
+    peaks = hw.accelerator.peak_flops_per_s
+    return peaks.get("bf16", peaks.get("fp16", 0.0))
+
+
+def gemm_peak_flops(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
+    """Peak for the GEMMs: fp8 where the layout trains in fp8 (the attention core stays 16-bit)."""
+    return np.where(lay.fp8, hw.accelerator.peak_flops_per_s.get("fp8", np.nan), peak_16bit_flops(hw))
+
+
+def matmul_seconds(hw: HardwareProfile, flop: np.ndarray, peak: np.ndarray | float) -> np.ndarray:
+    """One GEMM of `flop` FLOP at the profile's size-dependent efficiency."""
+    curve = hw.efficiency.matmul
+    flop = np.asarray(flop, dtype=float)
+    efficiency = curve.peak_fraction * flop / (flop + curve.half_saturation_flop)
+    return np.where(flop > 0, flop / (peak * np.maximum(efficiency, 1e-12)), 0.0)
+
+
+def memory_seconds(hw: HardwareProfile, nbytes: np.ndarray) -> np.ndarray:
+    bandwidth = hw.accelerator.memory_bandwidth_bytes_per_s * hw.efficiency.memory_bandwidth.fraction
+    return np.asarray(nbytes, dtype=float) / bandwidth
+
+
+def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
+    """Forward bytes moved per token by one layer's memory-bound kernels (fused as Megatron-LM fuses them).
+
+    Norm: read 2h, write 2h. Residual add (bias-dropout-add): read 2h + 2h, write 2h (+ h mask with
+    dropout); two per layer. Activation: GeLU reads 2f and writes 2f; SwiGLU reads 4f and writes 2f.
+    Rotary: reads and writes Q and K. Replicated terms are split by sequence parallelism.
+    """
+    h = model.hidden_size
+    t = lay.tp.astype(float)
+    rep_div = np.where(lay.sequence_parallel, t, 1.0)
+    dropout = 1.0 if model.dropout else 0.0
+    replicated = model.norms_per_layer * 4 * h + 2 * (6 * h + dropout * h)
+    q_width, k_width, _ = attention_dims(model)
+    rotary = 2 * ACTIVATION_BYTES * (q_width / t + k_width / kv_shard(model, lay.tp)) if model.position_embedding == "rotary" else 0.0
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        f = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size
+        permute = 2 * moe.experts_per_token * 4 * h  # dispatch and combine: read and write each copy
+    else:
+        f = model.ffn_hidden_size
+        permute = 0.0
+    activation = (6 if model.mlp_kind == "gated" else 4) * f / t
+    return replicated / rep_div + rotary + activation + permute
+
+
+def softmax_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """Unfused attention (no flash): scale-mask-softmax reads and writes the scores (2 + 2 bytes), dropout
+    reads and writes them and writes a 1-byte mask (5 bytes), per score element: a/t x s per token."""
+    dropout = 1.0 if model.dropout else 0.0
+    return model.num_attention_heads / lay.tp * lay.seq_len * (4.0 + 5.0 * dropout)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Seconds per micro-batch of one layer on one rank, by part."""
+
+    forward: np.ndarray  # GEMMs + attention core + element-wise, forward
+    backward: np.ndarray
+    recompute: np.ndarray  # extra forward work under recompute
+    tp_comm: np.ndarray  # exposed TP traffic, forward + backward + recomputed forward
+    cp_comm: np.ndarray  # exposed context-parallel K/V traffic
+    ep_comm: np.ndarray  # expert-parallel all-to-all
+
+
+def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool) -> LayerTime:
+    tokens = tokens_per_microbatch(lay)
+    peak_gemm = gemm_peak_flops(hw, lay)
+    g: GemmShapes = layer_gemms(model, lay, moe_layer=moe_layer)
+    gemm = sum(matmul_seconds(hw, 2 * tokens * w, peak_gemm) for w in (g.qkv, g.out, g.fc1, g.fc2))
+    if g.routed_experts_per_token:
+        assert model.moe is not None
+        k = g.routed_experts_per_token
+        tokens_per_expert = tokens * k * lay.ep / model.moe.num_experts
+        local_experts = model.moe.num_experts / lay.ep
+        gemm = gemm + local_experts * sum(
+            matmul_seconds(hw, 2 * tokens_per_expert * w, peak_gemm) for w in (g.expert_fc1, g.expert_fc2)
+        )
+    q_width, k_width, v_width = attention_dims(model)
+    core_flop = 2 * tokens * lay.seq_len * (q_width + v_width) / lay.tp
+    peak16 = peak_16bit_flops(hw)
+    flash_fwd = CAUSAL_WORK_FRACTION * core_flop / (peak16 * hw.efficiency.attention.fraction)
+    # Unfused: batched GEMMs per head (size 2 s^2 d) at the matmul curve, plus the softmax traffic.
+    per_head_flop = 2.0 * lay.micro_batch * lay.seq_len * lay.seq_len / lay.cp * (q_width + v_width) / model.num_attention_heads
+    heads = model.num_attention_heads / lay.tp
+    unfused_gemm = heads * matmul_seconds(hw, per_head_flop, peak16)
+    unfused_fwd = unfused_gemm + memory_seconds(hw, tokens * softmax_bytes_per_token(model, lay))
+    core_fwd = np.where(lay.flash_attention, flash_fwd, unfused_fwd)
+    core_bwd = np.where(
+        lay.flash_attention, FLASH_BACKWARD_TO_FORWARD * flash_fwd, 2 * unfused_gemm + BACKWARD_TO_FORWARD_TRAFFIC * (unfused_fwd - unfused_gemm)
+    )
+    elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
+    forward = gemm + core_fwd + elementwise
+    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise
+    recompute = np.where(
+        lay.recompute == 2, forward, np.where((lay.recompute == 1) & ~lay.flash_attention, unfused_fwd, 0.0)
+    )
+
+    h = model.hidden_size
+    act_bytes = tokens * h * ACTIVATION_BYTES
+    tp_link = group_link(hw, lay.tp, 1)
+    # Two collectives per layer each way (Shoeybi et al. 2019, Fig. 4; with SP an all-gather and a
+    # reduce-scatter replace each all-reduce at the same total volume: Korthikanti et al. 2022, Sec. 4.2.2).
+    one_pass = 2 * all_reduce_seconds(act_bytes, lay.tp, tp_link)
+    passes = 2.0 + (lay.recompute == 2)
+    exposed = np.where(lay.overlap_tp_comm, TP_OVERLAP_EXPOSED_FRACTION, 1.0)
+    tp_comm = passes * one_pass * exposed
+
+    # Ring attention (Liu et al. 2023; Megatron-LM context parallel): K and V of every chunk visit every
+    # rank in the forward; the backward sends K/V again and reduces dK/dV. Overlapped with the core.
+    kv_bytes = lay.micro_batch * lay.seq_len * (k_width + v_width) * ACTIVATION_BYTES / kv_shard(model, lay.tp)
+    cp_link = group_link(hw, lay.cp, lay.tp)
+    cp_fwd = all_gather_seconds(kv_bytes, lay.cp, cp_link)
+    cp_bwd = cp_fwd + reduce_scatter_seconds(kv_bytes, lay.cp, cp_link)
+    cp_comm = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(cp_bwd - core_bwd, 0.0)
+
+    if moe_layer and model.moe is not None:
+        ep_link = group_link(hw, lay.ep, lay.tp * lay.cp)
+        dispatch = all_to_all_seconds(act_bytes * model.moe.experts_per_token, lay.ep, ep_link)
+        ep_comm = 2 * dispatch * passes  # dispatch and combine, each pass
+    else:
+        ep_comm = np.zeros_like(tp_comm)
+    return LayerTime(forward, backward, recompute, tp_comm, cp_comm, ep_comm)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Seconds for one micro-batch (forward + backward) on one stage, by part."""
+
+    compute: np.ndarray  # forward + backward + recompute (+ LM head on the last stage)
+    recompute: np.ndarray
+    backward: np.ndarray
+    tp_comm: np.ndarray  # exposed TP collectives
+    cp_comm: np.ndarray  # exposed context-parallel K/V exchange
+    ep_comm: np.ndarray  # expert-parallel all-to-all
+    pp_comm: np.ndarray  # pipeline point-to-point sends
+    zero3_comm: np.ndarray  # ZeRO-3 parameter gathers and gradient reduce-scatters not hidden
+
+    @property
+    def communication(self) -> np.ndarray:
+        return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero3_comm
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.compute + self.communication
+
+
+def stage_time(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, stage: np.ndarray, sp: StageParams
+) -> StageTime:
+    dense = layer_time(model, hw, lay, moe_layer=False)
+    moe = layer_time(model, hw, lay, moe_layer=True) if model.moe is not None else dense
+    n_moe = sp.num_moe_layers
+    n_dense = sp.num_layers - n_moe
+
+    def total(field: str) -> np.ndarray:
+        return n_dense * getattr(dense, field) + n_moe * getattr(moe, field)
+
+    # Block recompute recomputes only k layers of the stage.
+    k = np.where(lay.recompute_layers < 0, sp.num_layers, np.minimum(lay.recompute_layers, sp.num_layers))
+    recompute = total("recompute") * np.where(sp.num_layers > 0, k / np.maximum(sp.num_layers, 1), 0.0)
+    forward, backward = total("forward"), total("backward")
+
+    tokens = tokens_per_microbatch(lay)
+    is_last = np.asarray(stage) == lay.pp - 1
+    logits = tokens * model.vocab_size / lay.tp
+    head_gemm = matmul_seconds(hw, 2 * logits * model.hidden_size, gemm_peak_flops(hw, lay))
+    head = np.where(is_last, 3 * head_gemm + memory_seconds(hw, logits * LOGIT_TRAFFIC_BYTES), 0.0)
+    compute = forward + backward + recompute + head
+
+    # Pipeline sends: forward activations and backward gradients at each boundary the stage owns, v times
+    # per micro-batch with interleaving; Megatron splits them over TP ranks (scatter/gather optimisation).
+    pp_link = group_link(hw, 2, lay.tp * lay.cp * lay.dp)
+    p2p_bytes = tokens * model.hidden_size * ACTIVATION_BYTES / lay.tp
+    p2p = np.where(lay.pp > 1, 2 * lay.interleave * p2p_seconds(p2p_bytes, pp_link), 0.0)
+
+    # ZeRO-3: each micro-batch gathers the stage's parameters in forward and again in backward and
+    # reduce-scatters its gradients (Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x the all-reduce volume),
+    # prefetched behind the micro-batch's compute.
+    dp_link = group_link(hw, lay.dp * lay.cp, lay.tp)
+    shard = lay.dp * lay.cp
+    params_full = sp.dense + sp.expert
+    zero3 = 2 * all_gather_seconds(params_full * WEIGHT_BYTES, shard, dp_link) + reduce_scatter_seconds(
+        params_full * lay.grad_bytes, shard, dp_link
+    )
+    zero3_exposed = np.where(lay.zero >= 3, np.maximum(zero3 - DP_OVERLAP_EFFICIENCY * compute, 0.0), 0.0)
+    return StageTime(
+        compute=compute,
+        recompute=recompute,
+        backward=backward,
+        tp_comm=total("tp_comm"),
+        cp_comm=total("cp_comm"),
+        ep_comm=total("ep_comm"),
+        pp_comm=p2p,
+        zero3_comm=zero3_exposed,
+    )
+
+
+def data_parallel_seconds(hw: HardwareProfile, lay: LayoutArrays, sp: StageParams, window: np.ndarray) -> np.ndarray:
+    """Exposed gradient synchronisation after the last micro-batch (ZeRO 0-2; ZeRO-3 pays per micro-batch).
+
+    ZeRO-0: all-reduce of the gradients. ZeRO-1/2: reduce-scatter of gradients and all-gather of the
+    updated 16-bit weights (Rajbhandari et al. 2020, Sec. 7.2.1: the same volume as an all-reduce).
+    With overlap on, a share of `window` (the last micro-batch's backward) hides it.
+    """
+    shard = lay.dp * lay.cp
+    dp_link = group_link(hw, shard, lay.tp)
+    expert_group = np.maximum(shard // lay.ep, 1)
+    expert_link = group_link(hw, expert_group, lay.tp * lay.cp * lay.ep)
+    allreduce = all_reduce_seconds(sp.dense * lay.grad_bytes, shard, dp_link) + all_reduce_seconds(
+        sp.expert * lay.grad_bytes, expert_group, expert_link
+    )
+    sharded = (
+        reduce_scatter_seconds(sp.dense * lay.grad_bytes, shard, dp_link)
+        + all_gather_seconds(sp.dense * WEIGHT_BYTES, shard, dp_link)
+        + reduce_scatter_seconds(sp.expert * lay.grad_bytes, expert_group, expert_link)
+        + all_gather_seconds(sp.expert * WEIGHT_BYTES, expert_group, expert_link)
+    )
+    traffic = np.where(lay.zero == 0, allreduce, np.where(lay.zero <= 2, sharded, 0.0))
+    hidden = np.where(lay.overlap_grad_reduce, DP_OVERLAP_EFFICIENCY * window, 0.0)
+    return np.maximum(traffic - hidden, 0.0)
+
+
+def optimizer_seconds(hw: HardwareProfile, lay: LayoutArrays, sp: StageParams) -> np.ndarray:
+    """The optimizer step streams its states once: Adam reads master weights, momentum, variance and the
+    gradient and writes all but the gradient plus the 16-bit weights (memory-bound, fused multi-tensor)."""
+    shard = np.where(lay.zero >= 1, lay.dp * lay.cp, 1)
+    params = sp.dense / shard + sp.expert / np.maximum(np.where(lay.zero >= 1, lay.dp * lay.cp // lay.ep, 1), 1)
+    bytes_per_param = 2 * lay.optimizer_bytes + lay.grad_bytes + WEIGHT_BYTES
+    return memory_seconds(hw, params * bytes_per_param)

@@ -1,0 +1,285 @@
+"""A training layout's memory, time and throughput: `evaluate` on a grid, `estimate` for one layout.
+
+`evaluate` looks at the stages that can be the heaviest: the first (most
+micro-batches in flight, the embedding), the second (the first of the middle
+stages, which get the remainder layers and hold the most in-flight micro-batches
+among them) and the last (the LM head and the logits). Memory in flight and
+layer counts only fall from stage 1 to stage p - 2, so the maximum over these
+three is the maximum over all stages. `estimate` also reports every stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from planner.costmodel.flops import step_flop
+from planner.costmodel.memory import StageMemory, stage_memory, stage_params
+from planner.costmodel.pipeline import layers_on_stage
+from planner.costmodel.rules import check_layout
+from planner.costmodel.step import (
+    StageTime,
+    data_parallel_seconds,
+    gemm_peak_flops,
+    optimizer_seconds,
+    stage_time,
+)
+from planner.errors import PlannerError
+from planner.specs.hardware import HardwareProfile
+from planner.specs.layout import Layout, LayoutArrays
+from planner.specs.model import ModelSpec
+
+# Default share of device memory kept free on top of the explicit reserve (CUDA context, NCCL,
+# fragmentation in memory.py): a margin for what no estimate sees (framework workspaces, memory
+# spikes in the loss, uneven MoE routing). 5% of 80 GB is 4 GB.
+DEFAULT_HEADROOM = 0.05
+
+
+@dataclass(frozen=True)
+class TrainingArrays:
+    """Everything `evaluate` computes, one entry per candidate; every term named, SI units."""
+
+    weights_bytes: np.ndarray
+    gradients_bytes: np.ndarray
+    optimizer_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    other_bytes: np.ndarray
+    peak_bytes: np.ndarray
+    peak_stage: np.ndarray
+    capacity_bytes: float
+    usable_bytes: float
+    fits: np.ndarray
+    step_seconds: np.ndarray
+    compute_seconds: np.ndarray
+    recompute_seconds: np.ndarray
+    communication_seconds: np.ndarray  # exposed, all kinds
+    tp_comm_seconds: np.ndarray
+    cp_comm_seconds: np.ndarray
+    ep_comm_seconds: np.ndarray
+    pp_comm_seconds: np.ndarray
+    dp_comm_seconds: np.ndarray  # gradient sync after the last micro-batch + ZeRO-3 per-micro-batch traffic
+    bubble_seconds: np.ndarray
+    optimizer_seconds: np.ndarray
+    model_flop: np.ndarray
+    hardware_flop: np.ndarray
+    tokens_per_second: np.ndarray
+    model_tflops_per_gpu: np.ndarray
+    hardware_tflops_per_gpu: np.ndarray
+    mfu: np.ndarray
+    hfu: np.ndarray
+
+    def take(self, index: np.ndarray) -> "TrainingArrays":
+        values = {
+            f.name: (getattr(self, f.name)[index] if isinstance(getattr(self, f.name), np.ndarray) else getattr(self, f.name))
+            for f in fields(self)
+        }
+        return TrainingArrays(**values)
+
+
+def _candidate_stages(lay: LayoutArrays) -> list[np.ndarray]:
+    last = lay.pp - 1
+    return [np.zeros_like(lay.pp), np.minimum(1, last), last]
+
+
+def _pick(per_stage: list[np.ndarray], index: np.ndarray) -> np.ndarray:
+    stacked = np.stack(per_stage)
+    return np.take_along_axis(stacked, index[None, :], axis=0)[0]
+
+
+def evaluate(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, headroom: float = DEFAULT_HEADROOM
+) -> TrainingArrays:
+    """Memory and time of every candidate in `lay` (no rule checks: see rules.violations)."""
+    stages = _candidate_stages(lay)
+    mems: list[StageMemory] = [stage_memory(model, lay, s) for s in stages]
+    params = [stage_params(model, lay, s) for s in stages]
+    times: list[StageTime] = [stage_time(model, hw, lay, s, p) for s, p in zip(stages, params)]
+
+    totals = [m.total_bytes for m in mems]
+    heaviest = np.argmax(np.stack(totals), axis=0)
+    pick_mem = {
+        name: _pick([getattr(m, name) for m in mems], heaviest)
+        for name in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
+    }
+    capacity = float(hw.accelerator.memory_bytes)
+    usable = capacity * (1.0 - headroom)
+
+    slowest = np.argmax(np.stack([t.total for t in times]), axis=0)
+    t_stage = _pick([t.total for t in times], slowest)
+    m = lay.num_micro_batches.astype(float)
+    v = lay.interleave.astype(float)
+    bubble = (lay.pp - 1) / v * t_stage  # Narayanan et al. 2021, eq. (1)/(2): (p - 1)/v micro-batch slots idle
+    dp_exposed = np.max(
+        np.stack([data_parallel_seconds(hw, lay, p, t.backward) for p, t in zip(params, times)]), axis=0
+    )
+    optimizer = np.max(np.stack([optimizer_seconds(hw, lay, p) for p in params]), axis=0)
+
+    def slowest_part(name: str) -> np.ndarray:
+        return m * _pick([getattr(t, name) for t in times], slowest)
+
+    compute = slowest_part("compute")
+    comm_parts = {name: slowest_part(name) for name in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero3_comm")}
+    dp_comm = comm_parts.pop("zero3_comm") + dp_exposed
+    communication = sum(comm_parts.values()) + dp_comm
+    step = compute + communication + bubble + optimizer
+
+    flop = step_flop(model, lay)
+    gpus = lay.gpus.astype(float)
+    tokens = lay.global_batch * lay.seq_len
+    peak = gemm_peak_flops(hw, lay)
+    model_tflops = flop.model_flop / step / gpus / 1e12
+    hardware_tflops = flop.hardware_flop / step / gpus / 1e12
+    return TrainingArrays(
+        weights_bytes=pick_mem["weights_bytes"],
+        gradients_bytes=pick_mem["gradients_bytes"],
+        optimizer_bytes=pick_mem["optimizer_bytes"],
+        activations_bytes=pick_mem["activations_bytes"],
+        other_bytes=pick_mem["other_bytes"],
+        peak_bytes=pick_mem["total_bytes"],
+        peak_stage=_pick(stages, heaviest),
+        capacity_bytes=capacity,
+        usable_bytes=usable,
+        fits=pick_mem["total_bytes"] <= usable,
+        step_seconds=step,
+        compute_seconds=compute,
+        recompute_seconds=slowest_part("recompute"),
+        communication_seconds=communication,
+        tp_comm_seconds=comm_parts["tp_comm"],
+        cp_comm_seconds=comm_parts["cp_comm"],
+        ep_comm_seconds=comm_parts["ep_comm"],
+        pp_comm_seconds=comm_parts["pp_comm"],
+        dp_comm_seconds=dp_comm,
+        bubble_seconds=bubble,
+        optimizer_seconds=optimizer,
+        model_flop=flop.model_flop,
+        hardware_flop=flop.hardware_flop,
+        tokens_per_second=tokens / step,
+        model_tflops_per_gpu=model_tflops,
+        hardware_tflops_per_gpu=hardware_tflops,
+        mfu=model_tflops * 1e12 / peak,
+        hfu=hardware_tflops * 1e12 / peak,
+    )
+
+
+MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
+
+
+@dataclass(frozen=True)
+class StageBreakdown:
+    """Memory of one pipeline stage (bytes per GPU)."""
+
+    stage: int
+    layers: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    total_bytes: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: (getattr(self, name)) for name in ("stage", "layers", *MEMORY_KEYS)}
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """One layout's estimate: the grid result for it plus every stage's memory."""
+
+    model: ModelSpec
+    hardware: HardwareProfile
+    layout: Layout
+    headroom: float
+    result: TrainingArrays  # length-1 arrays
+    stages: tuple[StageBreakdown, ...]
+
+    def scalar(self, name: str) -> float:
+        value = getattr(self.result, name)
+        return float(value[0]) if isinstance(value, np.ndarray) else float(value)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.result.fits[0])
+
+    @property
+    def peak_stage(self) -> int:
+        return int(self.result.peak_stage[0])
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.result.capacity_bytes
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.result.usable_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        peak = self.stages[self.peak_stage]
+        config = self.layout.model_dump()
+        config["gpus"] = self.layout.gpus
+        config["num_micro_batches"] = self.layout.global_batch // (self.layout.dp * self.layout.micro_batch)
+        memory = {name: getattr(peak, name) for name in MEMORY_KEYS}
+        memory.update(capacity_bytes=self.capacity_bytes, usable_bytes=self.usable_bytes, peak_stage=self.peak_stage)
+        s = self.scalar
+        return {
+            "config": config,
+            "memory": memory,
+            "stages": [stage.to_json() for stage in self.stages],
+            "fits": self.fits,
+            "time": {
+                "step_seconds": s("step_seconds"),
+                "compute_seconds": s("compute_seconds"),
+                "communication_seconds": s("communication_seconds"),
+                "bubble_seconds": s("bubble_seconds"),
+                "optimizer_seconds": s("optimizer_seconds"),
+                "recompute_seconds": s("recompute_seconds"),
+                "communication": {
+                    "tensor_parallel_seconds": s("tp_comm_seconds"),
+                    "context_parallel_seconds": s("cp_comm_seconds"),
+                    "expert_parallel_seconds": s("ep_comm_seconds"),
+                    "pipeline_p2p_seconds": s("pp_comm_seconds"),
+                    "data_parallel_seconds": s("dp_comm_seconds"),
+                },
+            },
+            "throughput": {
+                "tokens_per_second": s("tokens_per_second"),
+                "model_tflops_per_gpu": s("model_tflops_per_gpu"),
+                "hardware_tflops_per_gpu": s("hardware_tflops_per_gpu"),
+                "mfu": s("mfu"),
+                "hfu": s("hfu"),
+            },
+            "flop": {"model_flop_per_step": s("model_flop"), "hardware_flop_per_step": s("hardware_flop")},
+        }
+
+
+def _check_dtype(hw: HardwareProfile, layout: Layout) -> None:
+    peaks = hw.accelerator.peak_flops_per_s
+    if layout.dtype not in peaks:
+        have = ", ".join(sorted(peaks))
+        raise PlannerError(f"{hw.name} has no {layout.dtype} peak (it has {have}); choose one of those dtypes")
+
+
+def estimate(
+    model: ModelSpec, hw: HardwareProfile, layout: Layout, *, headroom: float = DEFAULT_HEADROOM
+) -> TrainingEstimate:
+    """Validate `layout` and estimate it, reporting every pipeline stage."""
+    if not 0.0 <= headroom < 1.0:
+        raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
+    check_layout(model, layout, layout.gpus)
+    _check_dtype(hw, layout)
+    lay = layout.to_arrays()
+    result = evaluate(model, hw, lay, headroom=headroom)
+    all_stages = np.arange(layout.pp)
+    grid = lay.take(np.zeros(layout.pp, dtype=np.int64))
+    mem = stage_memory(model, grid, all_stages)
+    layers = layers_on_stage(model.num_layers, grid.pp, all_stages)
+    stages = tuple(
+        StageBreakdown(
+            stage=int(i),
+            layers=int(layers[i]),
+            **{name: float(getattr(mem, name)[i]) for name in MEMORY_KEYS},
+        )
+        for i in all_stages
+    )
+    return TrainingEstimate(model=model, hardware=hw, layout=layout, headroom=headroom, result=result, stages=stages)
