@@ -72,7 +72,9 @@ def main() -> None:
 
 
 # Each module adds its commands to `cli` when imported; this order is the order of `planner --help`.
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = [
+    "hardware_cmd",
+]
 
 for _module in COMMAND_MODULES:
     importlib.import_module(f"planner.cli.{_module}")
