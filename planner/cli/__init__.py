@@ -73,6 +73,7 @@ def main() -> None:
 
 # Each module adds its commands to `cli` when imported; this order is the order of `planner --help`.
 COMMAND_MODULES: list[str] = [
+    "models_cmd",
     "hardware_cmd",
 ]
 
