@@ -8,6 +8,7 @@ figures. Defaults for optional keys are those of the matching `transformers` con
 
 from __future__ import annotations
 
+import json
 from pathlib import PurePath
 from typing import Any, Callable
 
@@ -71,9 +72,6 @@ class _Reader:
     def error(self, key: str | None, message: str) -> PlannerError:
         return PlannerError(message, source=self.source, field=key)
 
-    def has(self, key: str) -> bool:
-        return key in self.data and self.data[key] is not None
-
     def raw(self, key: str) -> Any:
         self.used.add(key)
         return self.data.get(key)
@@ -103,7 +101,8 @@ class _Reader:
         """Accept `key` only when absent, null or equal to `allowed`."""
         value = self.raw(key)
         if value is not None and value != allowed:
-            raise self.error(key, f"{value!r} is not supported ({why}); planner models only {allowed!r}")
+            raise self.error(key, f"{json.dumps(value)} cannot be imported ({why}); only {json.dumps(allowed)} "
+                             "is supported")
 
     def put(self, field: str, value: Any, key: str | None = None) -> None:
         self.spec[field] = value
@@ -177,25 +176,40 @@ def _count_layer_types(r: _Reader) -> int | None:
 
 
 def _qwen_window(r: _Reader) -> None:
-    """Qwen2/Qwen3: with use_sliding_window, layers from max_window_layers on use the window."""
+    """Qwen2/Qwen3: with use_sliding_window, layers from index max_window_layers on use the window."""
     use = r.bool_("use_sliding_window", False)
     window = r.int_("sliding_window", required=False)
-    first_sliding = r.int_("max_window_layers", r.spec["num_layers"], required=False)
+    first_sliding = _optional_count(r, "max_window_layers")
     counted = _count_layer_types(r)
-    sliding = counted if counted is not None else (r.spec["num_layers"] - min(first_sliding, r.spec["num_layers"]))
-    if not use or window is None or sliding == 0:
+    if not use:
         return
-    r.put("sliding_window_tokens", window, "sliding_window")
-    r.put("sliding_window_layers", sliding, "max_window_layers")
+    if window is None:
+        raise r.error("sliding_window", "use_sliding_window is true but no window is given; set sliding_window")
+    if counted is None and first_sliding is None:
+        raise r.error("max_window_layers", "use_sliding_window is true; give max_window_layers (or layer_types) "
+                      "to say which layers use the window")
+    layers = r.spec["num_layers"]
+    sliding = counted if counted is not None else layers - min(first_sliding or 0, layers)
+    if sliding:
+        r.put("sliding_window_tokens", window, "sliding_window")
+        r.put("sliding_window_layers", sliding, "max_window_layers")
+
+
+def _optional_count(r: _Reader, key: str) -> int | None:
+    """A non-negative integer, or None when absent or null."""
+    value = r.raw(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise r.error(key, f"expected a non-negative integer, got {value!r}")
+    return value
 
 
 def _count(r: _Reader, key: str) -> int:
     """A required non-negative integer (a count that may be zero)."""
-    if key not in r.data:
+    value = _optional_count(r, key)
+    if value is None:
         raise r.error(key, f"missing; model_type '{r.model_type}' needs it to size the model")
-    value = r.raw(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise r.error(key, f"expected a non-negative integer, got {value!r}")
     return value
 
 
@@ -347,12 +361,11 @@ _LLAMA_IGNORED = {"pretraining_tp": "tensor-parallel split of the original check
                   "hidden_act": _ACT, **{k: _ROPE for k in ROPE_KEYS}}
 _MOE_ROUTING = {"output_router_logits": "training output switch", "router_aux_loss_coef": "load-balancing loss weight",
                 "router_jitter_noise": "training-time router noise", "norm_topk_prob": "routing normalisation"}
-_QWEN_IGNORED = {**_LLAMA_IGNORED, "use_mrope": "multimodal rotary variant; no weights",
-                 "layer_types": "read to count sliding layers"}
+_QWEN_IGNORED = {**_LLAMA_IGNORED, "use_mrope": "multimodal rotary variant; no weights"}
 _GEMMA_IGNORED = {**_LLAMA_IGNORED, "hidden_activation": _ACT,
                   "query_pre_attn_scalar": "attention score scale", "attn_logit_softcapping": "score soft-capping",
                   "final_logit_softcapping": "logit soft-capping", "cache_implementation": "KV-cache class choice",
-                  "sliding_window_size": "legacy duplicate of sliding_window", "layer_types": "read for sliding layers"}
+                  "sliding_window_size": "legacy duplicate of sliding_window"}
 
 IGNORED_KEYS: dict[str, dict[str, str]] = {
     "llama": _LLAMA_IGNORED,

@@ -83,6 +83,14 @@ def test_qwen2_window_applies_from_max_window_layers_on():
     assert (spec.sliding_window_tokens, spec.sliding_window_layers) == (4096, 8)
 
 
+def test_qwen2_window_needs_its_size_and_its_layers():
+    data = {**fixture("qwen2.5-7b.json"), "use_sliding_window": True}
+    del data["max_window_layers"]
+    assert refusal(data).field == "max_window_layers"
+    assert refusal({**fixture("qwen2.5-7b.json"), "use_sliding_window": True, "sliding_window": None}).field == (
+        "sliding_window")
+
+
 def test_layer_types_are_counted():
     types = ["sliding_attention", "full_attention"] * 14
     spec = imported("qwen2.5-7b.json", use_sliding_window=True, sliding_window=4096, layer_types=types)
