@@ -75,6 +75,7 @@ def main() -> None:
 COMMAND_MODULES: list[str] = [
     "models_cmd",
     "hardware_cmd",
+    "search",
 ]
 
 for _module in COMMAND_MODULES:

@@ -1,0 +1,219 @@
+"""`planner search`: every layout of a model on a cluster, costed at once, ranked, explained.
+
+Thin: the space, the cost model and the ranking live in planner.search; the output in planner.report.
+rich and matplotlib are imported only when a table or a plot is drawn.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import click
+
+from planner.cli import cli
+from planner.cli.options import echo_json, hardware_option, model_option
+from planner.costmodel.training import DEFAULT_HEADROOM
+from planner.errors import PlannerError
+
+_SUFFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+class CommaList(click.ParamType):
+    """One value or a comma-separated list: '8' or '4,8'; each item converted by `item`."""
+
+    name = "LIST"
+
+    def __init__(self, item: click.ParamType, metavar: str) -> None:
+        self.item = item
+        self.metavar = metavar
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return self.metavar
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[Any, ...]:
+        if isinstance(value, tuple):
+            return value
+        parts = [p.strip() for p in str(value).split(",")]
+        if not all(parts):
+            self.fail(f"'{value}' has an empty item; give values like 4,8", param, ctx)
+        return tuple(dict.fromkeys(self.item.convert(p, param, ctx) for p in parts))
+
+
+class OnOff(click.ParamType):
+    name = "on|off"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
+        text = str(value).strip().lower()
+        if text in ("on", "true", "yes", "1"):
+            return True
+        if text in ("off", "false", "no", "0"):
+            return False
+        self.fail(f"'{value}' is not on or off", param, ctx)
+
+
+class TokenCount(click.ParamType):
+    """A token count: 15e12, 15T, 300B, 2.5M."""
+
+    name = "TOKENS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        match = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(value))
+        if match:
+            try:
+                number = float(match.group(1)) * _SUFFIXES[match.group(2).lower()]
+            except ValueError:
+                number = -1.0
+            if number > 0:
+                return number
+        self.fail(f"'{value}' is not a token count (e.g. 15T, 300B, 15e12)", param, ctx)
+
+
+POSITIVE = click.IntRange(min=1)
+INT_LIST = CommaList(POSITIVE, "N[,N...]")
+FILTERS = ("tp", "pp", "cp", "dp", "ep", "zero", "recompute", "micro_batch", "interleave", "sequence_parallel")
+
+
+def _filter_options(f: Any) -> Any:
+    specs = [
+        ("--tp", INT_LIST, "Tensor-parallel degrees to try (default: divisors of the head count)."),
+        ("--pp", INT_LIST, "Pipeline stages to try (default: divisors of --gpus up to the layer count)."),
+        ("--cp", INT_LIST, "Context-parallel degrees (default: 1, 2, 4, 8, 16 for seq_len >= 8192, else 1)."),
+        ("--dp", INT_LIST, "Data-parallel degrees (default: whatever --gpus / (tp * pp * cp) gives)."),
+        ("--ep", INT_LIST, "Expert-parallel degrees, MoE models (default: divisors of the expert count)."),
+        ("--zero", CommaList(click.IntRange(0, 3), "0-3[,...]"), "ZeRO stages (default: 0,1,2,3)."),
+        ("--recompute", CommaList(click.Choice(["none", "selective", "full"]), "none|selective|full[,...]"),
+         "Activation recompute settings (default: all three)."),
+        ("--micro-batch", INT_LIST, "Micro-batch sizes (default: divisors of --global-batch up to 16)."),
+        ("--interleave", INT_LIST, "Virtual stages per rank (default: every value the layer split allows)."),
+        ("--sequence-parallel", CommaList(OnOff(), "on|off[,...]"), "Sequence parallelism (default: on,off; on needs tp > 1)."),
+    ]
+    for name, kind, text in reversed(specs):
+        f = click.option(name, type=kind, default=None, help=text)(f)
+    return f
+
+
+@cli.command("search")
+@model_option()
+@hardware_option()
+@click.option("--gpus", type=POSITIVE, required=True, help="GPUs in the job.")
+@click.option("--global-batch", type=POSITIVE, required=True, help="Sequences per optimizer step.")
+@click.option("--seq-len", type=POSITIVE, required=True, help="Tokens per sequence.")
+@_filter_options
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
+              help="Compute precision of the matrix multiplies.")
+@click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True,
+              help="Gradient precision.")
+@click.option("--flash-attention/--no-flash-attention", default=True, show_default=True, help="Fused attention.")
+@click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_HEADROOM, show_default=True,
+              help="Share of GPU memory kept free on top of the modelled reserve.")
+@click.option("--objective", type=click.Choice(["throughput", "memory", "cost"]), default="throughput",
+              show_default=True, help="throughput: shortest step; memory: lowest peak per GPU; cost: hours and "
+              "dollars to train --tokens (the same order as throughput, since the GPU count is fixed).")
+@click.option("--tokens", type=TokenCount(), default=None, help="Tokens to train, for hours and dollars (e.g. 15T).")
+@click.option("--price-per-gpu-hour", "price", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="USD per GPU-hour (default: the hardware profile's price, when it has one).")
+@click.option("--top", type=click.IntRange(min=1), default=None, help="Layouts to show  [default: 10; all of the front with --pareto]")
+@click.option("--pareto", is_flag=True, help="Show only the layouts on the front of step time against peak memory.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="table: the top layouts; json: them with estimate's keys; csv: every feasible layout.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE",
+              help="Also write FILE (.png or .svg): throughput against peak memory, front drawn, best marked. "
+              "Needs matplotlib (pip install 'planner[plot]').")
+def search_cmd(model_ref: str, hardware_ref: str, gpus: int, global_batch: int, seq_len: int, dtype: str,
+               grad_dtype: str, flash_attention: bool, headroom: float, objective: str, tokens: float | None,
+               price: float | None, top: int | None, pareto: bool, fmt: str, plot_path: str | None,
+               **filter_values: Any) -> None:
+    """Search every layout (tp x pp x cp x dp x ZeRO x SP x recompute x micro-batch x interleave, and ep
+    for MoE) for the fastest that fits, with why the others were rejected.
+
+    Every filter takes one value or a comma list (--tp 4,8). Exit 0 whether or not a layout fits (the
+    output says what to change when none does); 2 on bad input.
+
+    \b
+    Example:
+      planner search --model llama-3.1-70b --hardware h100-sxm --gpus 256 \\
+          --global-batch 512 --seq-len 8192 --zero 1,3 --top 5
+    """
+    started = time.perf_counter()
+    from planner.report.search import SearchView, cost_over
+    from planner.search.engine import run_search
+    from planner.search.rank import select
+    from planner.search.space import Filters, Problem
+    from planner.specs.load import load_hardware, load_model
+
+    if plot_path is not None:
+        from planner.report.plots import check_plot_path
+
+        check_plot_path(plot_path)
+    model_entry = load_model(model_ref)
+    hw_entry = load_hardware(hardware_ref)
+    if price is None:
+        price = hw_entry.spec.price_per_gpu_hour_usd
+    if objective == "cost":
+        if tokens is None:
+            raise PlannerError("--objective cost needs --tokens (how many tokens to train, e.g. 15T)")
+        if price is None:
+            raise PlannerError(f"--objective cost needs --price-per-gpu-hour ({hw_entry.id} has no price)")
+    filters = Filters(**{name: filter_values[name] for name in FILTERS})
+    problem = Problem(gpus=gpus, global_batch=global_batch, seq_len=seq_len, dtype=dtype, grad_dtype=grad_dtype,
+                      flash_attention=flash_attention)
+    result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)
+    selection = select(result.layouts, result.results, result.fits, objective, top=top, pareto=pareto)
+    view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,
+                      cost=cost_over(result, tokens, price), seconds=time.perf_counter() - started)
+    misses, more_gpus, shorter = _when_nothing_fits(view, filters) if result.feasible == 0 and fmt != "csv" else ([], None, None)
+    if plot_path is not None and result.feasible:
+        _plot(view, plot_path, model_entry.id, hw_entry.id)
+    _emit(view, fmt, model_entry.id, hw_entry.id, misses, more_gpus, shorter)
+
+
+def _when_nothing_fits(view: Any, filters: Any) -> tuple[list[Any], Any, Any]:
+    from planner.search.engine import fewest_gpus, longest_sequence, near_misses
+
+    r = view.result
+    more_gpus = fewest_gpus(r.model, r.hardware, r.problem, filters, headroom=r.headroom)
+    shorter = longest_sequence(r.model, r.hardware, r.problem, filters, headroom=r.headroom)
+    return near_misses(r), more_gpus, shorter
+
+
+def _plot(view: Any, path: str, model_id: str, hardware_id: str) -> None:
+    import numpy as np
+
+    from planner.report.plots import plot_throughput_vs_memory
+    from planner.search.rank import pareto_front
+
+    r = view.result
+    feasible = r.fits
+    res = r.results
+    front = pareto_front(res.step_seconds[feasible], res.peak_bytes[feasible])
+    winner = int(np.flatnonzero(feasible == view.winner)[0]) if view.winner is not None else None
+    plot_throughput_vs_memory(
+        path, peak_bytes=res.peak_bytes[feasible], tokens_per_second=res.tokens_per_second[feasible], front=front,
+        winner=winner, capacity_bytes=res.capacity_bytes, usable_bytes=res.usable_bytes,
+        title=f"{model_id} on {r.problem.gpus:,} x {hardware_id}, batch {r.problem.global_batch:,} x "
+        f"{r.problem.seq_len:,}: {feasible.size:,} feasible layouts",
+    )
+
+
+def _emit(view: Any, fmt: str, model_id: str, hardware_id: str, misses: list[Any], more_gpus: Any,
+          shorter: Any) -> None:
+    from planner.report import search as out
+
+    if fmt == "json":
+        echo_json(out.to_json(view, misses=misses, more_gpus=more_gpus, shorter_seq=shorter))
+        return
+    if fmt == "csv":
+        from planner.report.csv import to_csv
+
+        rows = view.shown if view.pareto else view.order
+        click.echo(to_csv(out.csv_columns(view, rows)), nl=False)
+        return
+    from planner.report.tables import render
+
+    if view.result.feasible:
+        click.echo(render(out.candidates_table(view, model_id, hardware_id)), nl=False)
+    else:
+        click.echo("\n".join(out.nothing_fits_lines(view, misses, more_gpus, shorter)))
+    click.echo("\n".join(out.summary_lines(view)))

@@ -1,0 +1,77 @@
+"""Plots with matplotlib (the optional `plot` extra), imported only when a plot is asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.errors import PlannerError
+
+PLOT_SUFFIXES = (".png", ".svg")
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlannerError("--plot needs matplotlib; install it with: pip install 'planner[plot]'") from None
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def check_plot_path(path: str | Path) -> Path:
+    """The path, if its suffix is one we can write (checked before any work is done)."""
+    p = Path(path)
+    if p.suffix.lower() not in PLOT_SUFFIXES:
+        raise PlannerError(f"plot file '{p}' must end in {' or '.join(PLOT_SUFFIXES)}")
+    return p
+
+
+def plot_throughput_vs_memory(
+    path: str | Path,
+    *,
+    peak_bytes: np.ndarray,
+    tokens_per_second: np.ndarray,
+    front: np.ndarray,
+    winner: int | None,
+    capacity_bytes: float,
+    usable_bytes: float,
+    title: str,
+) -> Path:
+    """Scatter every layout (peak memory per GPU vs tokens/s), draw the Pareto front, mark the winner.
+
+    `front` and `winner` are positions in the arrays. Returns the path written.
+    """
+    p = check_plot_path(path)
+    plt = _pyplot()
+    gb = np.asarray(peak_bytes, dtype=float) / 1e9
+    rate = np.asarray(tokens_per_second, dtype=float)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    try:
+        ax.scatter(gb, rate, s=6, alpha=0.35, color="tab:blue", linewidths=0, label=f"feasible layouts ({gb.size:,})")
+        if front.size:
+            order = front[np.argsort(gb[front])]
+            ax.step(gb[order], rate[order], where="post", color="tab:orange", linewidth=1.5)
+            ax.scatter(gb[order], rate[order], s=18, color="tab:orange", zorder=3, label=f"Pareto front ({front.size})")
+        if winner is not None:
+            ax.scatter([gb[winner]], [rate[winner]], marker="*", s=220, color="tab:red", edgecolors="black",
+                       zorder=4, label="best")
+        ax.axvline(usable_bytes / 1e9, color="gray", linestyle="--", linewidth=1, label="usable memory")
+        ax.axvline(capacity_bytes / 1e9, color="black", linestyle=":", linewidth=1, label="capacity")
+        ax.set_xlabel("peak memory per GPU (GB)")
+        ax.set_ylabel("throughput (tokens/s)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        try:
+            fig.savefig(p)
+        except OSError as err:
+            raise PlannerError(f"cannot write plot: {err}", source=str(p)) from None
+    finally:
+        plt.close(fig)
+    return p

@@ -1,0 +1,206 @@
+"""The search space: every candidate layout of a problem as one `LayoutArrays`, built with numpy.
+
+The space is a product of per-axis value lists, pruned only where a combination
+cannot be a layout at all or where a default prunes it (documented in docs/search.md):
+
+- tp: divisors of the attention-head count, at most `gpus` (cross-node TP is kept;
+  the communication model prices it);
+- pp: divisors of `gpus` up to min(num_layers, gpus); uneven layer splits are fine;
+- cp: 1 and powers of two up to CP_CAP with seq_len % (2 cp) == 0, and cp > 1 only
+  when seq_len >= CP_MIN_SEQ_LEN;
+- dp = gpus / (tp * pp * cp); combinations where tp * pp * cp does not divide gpus
+  are not layouts and are left out;
+- ep (MoE only): divisors of num_experts that divide dp * cp;
+- interleave: 1, and v > 1 where pp > 1 and num_layers % (pp * v) == 0;
+- zero 0-3, recompute none/selective/full, sequence parallel on/off (on only with tp > 1);
+- micro_batch: divisors of global_batch up to MICRO_BATCH_CAP; those that do not divide
+  global_batch / dp stay in the grid and are rejected as `batch_not_divisible`.
+
+A filter replaces an axis's default list by the values given; values the defaults would
+have pruned are then kept, so the rules can say why they fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.specs.layout import OPTIMIZER_STATE_BYTES_PER_PARAM, RECOMPUTE_CODES, LayoutArrays
+from planner.specs.model import ModelSpec
+
+MICRO_BATCH_CAP = 16  # larger micro-batches rarely help and multiply the space; pass --micro-batch to go higher
+CP_CAP = 16  # context parallelism beyond 16 ranks is for sequences far longer than training recipes use
+CP_MIN_SEQ_LEN = 8192  # below this, context parallelism only adds traffic; pass --cp to try it anyway
+
+GRAD_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is fixed in a search: the cluster size, the batch, the precisions."""
+
+    gpus: int
+    global_batch: int
+    seq_len: int
+    dtype: str = "bf16"
+    grad_dtype: str = "bf16"
+    flash_attention: bool = True
+    optimizer: str = "adam"
+
+    def __post_init__(self) -> None:
+        for name in ("gpus", "global_batch", "seq_len"):
+            if getattr(self, name) < 1:
+                raise PlannerError(f"{name}({getattr(self, name)}) must be positive")
+        if self.grad_dtype not in GRAD_BYTES:
+            raise PlannerError(f"grad_dtype({self.grad_dtype}) must be one of {', '.join(GRAD_BYTES)}")
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Values an axis is restricted to; None keeps the axis's default list."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    zero: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    interleave: tuple[int, ...] | None = None
+    sequence_parallel: tuple[bool, ...] | None = None
+
+    def given(self) -> dict[str, tuple[object, ...]]:
+        """The filters that were set, by axis name."""
+        return {name: value for name, value in self.__dict__.items() if value is not None}
+
+
+def divisors(n: int) -> np.ndarray:
+    """Positive divisors of n, ascending."""
+    small = np.arange(1, int(np.sqrt(n)) + 1)
+    small = small[n % small == 0]
+    return np.unique(np.concatenate([small, n // small]))
+
+
+def _values(given: tuple[int, ...] | None, default: np.ndarray) -> np.ndarray:
+    return np.unique(np.asarray(given, dtype=np.int64)) if given is not None else default.astype(np.int64)
+
+
+def default_cp(seq_len: int) -> np.ndarray:
+    if seq_len < CP_MIN_SEQ_LEN:
+        return np.array([1], dtype=np.int64)
+    powers = 2 ** np.arange(int(np.log2(CP_CAP)) + 1)
+    return powers[seq_len % (2 * powers) == 0] if seq_len % 2 == 0 else np.array([1])
+
+
+def _product(*columns: np.ndarray) -> list[np.ndarray]:
+    """Cartesian product of 1-d arrays, as flat columns (first axis slowest)."""
+    grids = np.meshgrid(*columns, indexing="ij")
+    return [g.ravel() for g in grids]
+
+
+def _cross(outer: dict[str, np.ndarray], inner: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every outer row with every inner row (outer slowest)."""
+    n_out = next(iter(outer.values())).shape[0]
+    n_in = next(iter(inner.values())).shape[0]
+    cols = {k: np.repeat(v, n_in) for k, v in outer.items()}
+    cols.update({k: np.tile(v, n_out) for k, v in inner.items()})
+    return cols
+
+
+def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[mask] for k, v in cols.items()}
+
+
+def _structural(model: ModelSpec, problem: Problem, filters: Filters) -> dict[str, np.ndarray]:
+    """(tp, pp, cp, dp) with tp * pp * cp * dp = gpus, then ep and interleave."""
+    g = problem.gpus
+    heads = divisors(model.num_attention_heads)
+    tp_v = _values(filters.tp, heads[heads <= g])
+    stages = divisors(g)
+    pp_v = _values(filters.pp, stages[stages <= min(model.num_layers, g)])
+    cp_v = _values(filters.cp, default_cp(problem.seq_len))
+    tp, pp, cp = _product(tp_v, pp_v, cp_v)
+    model_parallel = tp * pp * cp
+    divides = g % model_parallel == 0
+    dp = np.where(divides, g // np.maximum(model_parallel, 1), 0)
+    keep = divides.copy()
+    if filters.dp is not None:
+        keep &= np.isin(dp, np.asarray(filters.dp))
+    if not keep.any():
+        raise PlannerError(_no_structure_message(g, tp_v, pp_v, cp_v, filters))
+    cols = _keep({"tp": tp, "pp": pp, "cp": cp, "dp": dp}, keep)
+
+    experts = model.moe.num_experts if model.moe is not None else 1
+    ep_v = _values(filters.ep, divisors(experts))
+    cols = _cross(cols, {"ep": ep_v})
+    if filters.ep is None:
+        cols = _keep(cols, (cols["dp"] * cols["cp"]) % cols["ep"] == 0)
+
+    v_v = _values(filters.interleave, divisors(model.num_layers))
+    cols = _cross(cols, {"interleave": v_v})
+    if filters.interleave is None:
+        v, p = cols["interleave"], cols["pp"]
+        cols = _keep(cols, (v == 1) | ((p > 1) & (model.num_layers % (p * v) == 0)))
+    return cols
+
+
+def _no_structure_message(
+    gpus: int, tp_v: np.ndarray, pp_v: np.ndarray, cp_v: np.ndarray, filters: Filters
+) -> str:
+    def show(values: np.ndarray) -> str:
+        return ",".join(str(int(x)) for x in values)
+
+    dp = f" with dp in {show(np.asarray(filters.dp))}" if filters.dp is not None else ""
+    return (
+        f"no layout: no tp in {show(tp_v)} times pp in {show(pp_v)} times cp in {show(cp_v)} divides "
+        f"gpus({gpus}){dp}; choose degrees whose product divides the GPU count"
+    )
+
+
+def _inner(problem: Problem, filters: Filters) -> dict[str, np.ndarray]:
+    """zero x sequence_parallel x recompute x micro_batch, as flat columns."""
+    zero_v = _values(filters.zero, np.arange(4))
+    sp_v = np.asarray(filters.sequence_parallel if filters.sequence_parallel is not None else (False, True), dtype=bool)
+    names = filters.recompute if filters.recompute is not None else tuple(RECOMPUTE_CODES)
+    recompute_v = np.array(sorted({RECOMPUTE_CODES[n] for n in names}), dtype=np.int64)
+    mb_default = divisors(problem.global_batch)
+    mb_v = _values(filters.micro_batch, mb_default[mb_default <= MICRO_BATCH_CAP])
+    zero, sp, recompute, mb = _product(zero_v, np.unique(sp_v).astype(np.int64), recompute_v, mb_v)
+    return {"zero": zero, "sequence_parallel": sp.astype(bool), "recompute": recompute, "micro_batch": mb}
+
+
+def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()) -> LayoutArrays:
+    """Every candidate layout for `problem` under `filters`, one row each (see the module notes)."""
+    cols = _cross(_structural(model, problem, filters), _inner(problem, filters))
+    if filters.sequence_parallel is None:
+        cols = _keep(cols, ~cols["sequence_parallel"] | (cols["tp"] > 1))
+    n = cols["tp"].shape[0]
+
+    def full(value: int | bool, dtype: type) -> np.ndarray:
+        return np.full(n, value, dtype=dtype)
+
+    return LayoutArrays(
+        tp=cols["tp"],
+        pp=cols["pp"],
+        cp=cols["cp"],
+        dp=cols["dp"],
+        ep=cols["ep"],
+        zero=cols["zero"],
+        sequence_parallel=cols["sequence_parallel"],
+        recompute=cols["recompute"],
+        recompute_layers=full(-1, np.int64),
+        micro_batch=cols["micro_batch"],
+        global_batch=full(problem.global_batch, np.int64),
+        seq_len=full(problem.seq_len, np.int64),
+        interleave=cols["interleave"],
+        gpipe=full(False, bool),
+        flash_attention=full(problem.flash_attention, bool),
+        grad_bytes=full(GRAD_BYTES[problem.grad_dtype], np.int64),
+        optimizer_bytes=full(OPTIMIZER_STATE_BYTES_PER_PARAM[problem.optimizer], np.int64),
+        fp8=full(problem.dtype == "fp8", bool),
+        overlap_grad_reduce=full(True, bool),
+        overlap_tp_comm=full(False, bool),
+    )

@@ -1,0 +1,153 @@
+"""`planner search`: table, JSON and CSV shapes, filters, Pareto, plot, and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from planner.costmodel.training import estimate
+from planner.specs.layout import Layout
+from planner.specs.load import load_hardware, load_model
+
+BASE = ("search", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "16", "--global-batch", "64",
+        "--seq-len", "4096")
+ESTIMATE_KEYS = {"config", "memory", "stages", "fits", "time", "throughput"}
+CONFIG_KEYS = {"tp", "pp", "cp", "dp", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave"}
+
+
+def as_json(result) -> dict:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_table_has_top_layouts_summary_and_reasons(run_cli):
+    result = run_cli(*BASE)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "top 10 by throughput" in out
+    assert "memory per GPU" in out and "GB" in out
+    assert "Evaluated" in out and "fit in" in out and "layouts/s" in out
+    assert "Rejected:" in out and "out_of_memory" in out
+
+
+def test_json_shape_and_candidates_equal_estimate(run_cli):
+    doc = as_json(run_cli(*BASE, "--format", "json", "--top", "3"))
+    assert {"evaluated", "feasible", "rejected", "candidates"} <= set(doc)
+    assert doc["evaluated"] == doc["feasible"] + sum(doc["rejected"].values())
+    assert len(doc["candidates"]) == 3
+    steps = [c["time"]["step_seconds"] for c in doc["candidates"]]
+    assert steps == sorted(steps)
+    model, hw = load_model("llama-3.1-8b").spec, load_hardware("h100-sxm").spec
+    for n, cand in enumerate(doc["candidates"]):
+        assert ESTIMATE_KEYS <= set(cand) and CONFIG_KEYS <= set(cand["config"])
+        assert cand["fits"] is True and cand["rank"] >= n + 1
+        cfg = cand["config"]
+        assert cfg["tp"] * cfg["pp"] * cfg["cp"] * cfg["dp"] == 16
+        assert 64 % (cfg["dp"] * cfg["micro_batch"]) == 0
+        fields = {k: v for k, v in cfg.items() if k not in ("gpus", "num_micro_batches")}
+        again = json.loads(json.dumps(estimate(model, hw, Layout(**fields)).to_json()))
+        assert again == {k: v for k, v in cand.items() if k not in ("rank", "cost")}
+
+
+def test_filters_restrict_the_candidates(run_cli):
+    doc = as_json(run_cli(*BASE, "--format", "json", "--tp", "2,4", "--zero", "1", "--recompute", "full",
+                          "--micro-batch", "1", "--sequence-parallel", "on", "--top", "50"))
+    assert doc["candidates"]
+    for cand in doc["candidates"]:
+        cfg = cand["config"]
+        assert cfg["tp"] in (2, 4) and cfg["zero"] == 1 and cfg["recompute"] == "full"
+        assert cfg["micro_batch"] == 1 and cfg["sequence_parallel"] is True
+
+
+def test_memory_objective_orders_by_peak(run_cli):
+    doc = as_json(run_cli(*BASE, "--format", "json", "--objective", "memory", "--top", "5"))
+    peaks = [c["memory"]["total_bytes"] for c in doc["candidates"]]
+    assert peaks == sorted(peaks)
+
+
+def test_cost_objective_reports_hours_and_dollars(run_cli):
+    doc = as_json(run_cli(*BASE, "--format", "json", "--objective", "cost", "--tokens", "1T",
+                          "--price-per-gpu-hour", "2.5", "--top", "2"))
+    cost = doc["candidates"][0]["cost"]
+    tps = doc["candidates"][0]["throughput"]["tokens_per_second"]
+    assert cost["hours"] == pytest.approx(1e12 / tps / 3600)
+    assert cost["dollars"] == pytest.approx(cost["hours"] * 16 * 2.5)
+    table = run_cli(*BASE, "--objective", "cost", "--tokens", "1T", "--price-per-gpu-hour", "2.5", "--top", "2")
+    assert "hours" in table.stdout and "$" in table.stdout
+
+
+def test_csv_has_every_feasible_layout(run_cli):
+    result = run_cli(*BASE, "--format", "csv")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    doc = as_json(run_cli(*BASE, "--format", "json", "--top", "1"))
+    assert len(rows) == doc["feasible"]
+    first = rows[0]
+    assert {"rank", "tp", "pp", "cp", "dp", "zero", "recompute", "micro_batch", "interleave", "peak_bytes",
+            "step_seconds", "tokens_per_second", "mfu"} <= set(first)
+    assert float(first["step_seconds"]) == pytest.approx(doc["candidates"][0]["time"]["step_seconds"])
+    assert all(int(r["tp"]) * int(r["pp"]) * int(r["cp"]) * int(r["dp"]) == 16 for r in rows)
+    assert [int(r["rank"]) for r in rows] == sorted(int(r["rank"]) for r in rows)
+
+
+def test_pareto_json_is_non_dominated(run_cli):
+    doc = as_json(run_cli(*BASE, "--format", "json", "--pareto"))
+    points = [(c["time"]["step_seconds"], c["memory"]["total_bytes"]) for c in doc["candidates"]]
+    assert points and doc["pareto"] is True
+    for s, m in points:
+        assert not any((s2 <= s and m2 <= m) and (s2 < s or m2 < m) for s2, m2 in points)
+    rows = list(csv.DictReader(io.StringIO(run_cli(*BASE, "--format", "csv", "--pareto").stdout)))
+    assert len(rows) == len(points)
+
+
+def test_nothing_fits_explains_what_to_change(run_cli):
+    args = ("search", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--gpus", "64", "--global-batch", "256",
+            "--seq-len", "8192")
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.output
+    assert "Nothing fits" in result.stdout and "->" in result.stdout and "GPUs:" in result.stdout
+    doc = as_json(run_cli(*args, "--format", "json"))
+    assert doc["feasible"] == 0 and doc["candidates"] == []
+    assert doc["closest"] and "suggestions" in doc["closest"][0] and "diagnosis" in doc["closest"][0]
+    assert doc["fewest_gpus"]["gpus"] > 64 and doc["fewest_gpus"]["best"]["fits"] is True
+
+
+def test_plot_writes_a_file(run_cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    for suffix in ("png", "svg"):
+        path = tmp_path / f"front.{suffix}"
+        result = run_cli(*BASE, "--plot", str(path), "--top", "1")
+        assert result.exit_code == 0, result.output
+        assert path.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--tp", "3"), "divides gpus(16)"),
+        (("--tp", "4,,8"), "empty item"),
+        (("--recompute", "some"), "some"),
+        (("--sequence-parallel", "maybe"), "not on or off"),
+        (("--objective", "cost"), "--tokens"),
+        (("--objective", "cost", "--tokens", "1T"), "--price-per-gpu-hour"),
+        (("--tokens", "lots"), "token count"),
+        (("--plot", "out.jpg"), ".png or .svg"),
+        (("--headroom", "1"), "headroom"),
+        (("--model", "no-such-model"), "unknown model"),
+        (("--dtype", "fp8", "--hardware", "a100-80gb"), "fp8"),
+    ],
+)
+def test_bad_input_is_one_error_line_and_exit_2(run_cli, extra, message):
+    result = run_cli(*BASE, *extra)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.stderr
+
+
+def test_help_ends_with_an_example(run_cli):
+    result = run_cli("search", "--help")
+    assert result.exit_code == 0
+    assert "Example:" in result.stdout and "planner search --model" in result.stdout

@@ -1,0 +1,130 @@
+"""Ranking: objectives, deterministic ties, folding of equivalent layouts, the Pareto front, training cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.errors import PlannerError
+from planner.search.engine import run_search
+from planner.search.rank import (
+    TIE_FIELDS,
+    equivalent_to_previous,
+    pareto_front,
+    rank,
+    select,
+    training_cost,
+)
+from planner.search.space import Problem
+from planner.specs.load import load_hardware, load_model
+
+H100 = load_hardware("h100-sxm").spec
+LLAMA_8B = load_model("llama-3.1-8b").spec
+KEYS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave")
+
+
+@pytest.fixture(scope="module")
+def result():
+    return run_search(LLAMA_8B, H100, Problem(gpus=16, global_batch=64, seq_len=8192))
+
+
+def ranked_rows(r, objective: str) -> list[tuple]:
+    order = rank(r.layouts, r.results, objective, r.fits)
+    return [tuple(getattr(r.layouts, k)[i].item() for k in KEYS) for i in order]
+
+
+def test_throughput_orders_by_step_time_then_memory(result):
+    r = result
+    order = rank(r.layouts, r.results, "throughput", r.fits)
+    step = r.results.step_seconds[order]
+    assert (np.diff(step) >= 0).all()
+    ties = np.diff(step) == 0
+    assert (np.diff(r.results.peak_bytes[order])[ties] >= 0).all()
+
+
+def test_memory_orders_by_peak(result):
+    r = result
+    order = rank(r.layouts, r.results, "memory", r.fits)
+    assert (np.diff(r.results.peak_bytes[order]) >= 0).all()
+
+
+def test_cost_ranks_like_throughput(result):
+    assert ranked_rows(result, "cost") == ranked_rows(result, "throughput")
+
+
+def test_unknown_objective(result):
+    with pytest.raises(PlannerError, match="objective"):
+        rank(result.layouts, result.results, "fame", result.fits)
+
+
+def test_ranking_does_not_depend_on_grid_order(result):
+    r = result
+    perm = np.random.default_rng(7).permutation(r.layouts.size)
+    shuffled = r.layouts.take(perm)
+    results = r.results.take(perm)
+    order = rank(shuffled, results, "throughput", np.flatnonzero(results.fits))
+    again = [tuple(getattr(shuffled, k)[i].item() for k in KEYS) for i in order]
+    assert again == ranked_rows(r, "throughput")
+
+
+def test_exact_ties_follow_the_tie_fields(result):
+    r = result
+    order = rank(r.layouts, r.results, "throughput", r.fits)
+    keys = np.stack([r.results.step_seconds[order], r.results.peak_bytes[order]]
+                    + [getattr(r.layouts, f)[order].astype(float) for f in TIE_FIELDS], axis=1)
+    assert [tuple(k) for k in keys] == sorted(tuple(k) for k in keys)
+
+
+def test_equivalent_layouts_are_folded_not_lost(result):
+    r = result
+    sel = select(r.layouts, r.results, r.fits, "throughput", top=None, pareto=False)
+    same = equivalent_to_previous(r.layouts, r.results, sel.order)
+    assert sel.shown.size == min(10, int((~same).sum()))
+    shown_keys = {(float(r.results.step_seconds[i]), float(r.results.peak_bytes[i]), int(r.layouts.tp[i]),
+                   int(r.layouts.pp[i]), int(r.layouts.cp[i])) for i in sel.shown}
+    assert len(shown_keys) == sel.shown.size
+    assert sel.ranks[sel.order[0]] == 1 and (np.diff(sel.ranks[sel.order]) >= 0).all()
+    assert sel.winner == int(sel.order[0])
+
+
+def test_pareto_selection_is_the_front(result):
+    r = result
+    sel = select(r.layouts, r.results, r.fits, "throughput", top=None, pareto=True)
+    step, peak = r.results.step_seconds, r.results.peak_bytes
+    for i in sel.shown:
+        dominated = (step[r.fits] <= step[i]) & (peak[r.fits] <= peak[i]) & ((step[r.fits] < step[i]) | (peak[r.fits] < peak[i]))
+        assert not dominated.any()
+    assert sel.shown[0] == sel.order[0]  # the fastest layout is always on the front
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30)), min_size=1, max_size=60))
+def test_pareto_front_is_exactly_the_non_dominated_points(points):
+    step = np.array([p[0] for p in points], dtype=float)
+    peak = np.array([p[1] for p in points], dtype=float)
+    front = pareto_front(step, peak)
+    on = set(front.tolist())
+    for i in range(len(points)):
+        dominated = ((step <= step[i]) & (peak <= peak[i]) & ((step < step[i]) | (peak < peak[i]))).any()
+        if i in on:
+            assert not dominated
+        else:  # dominated, or a duplicate of a front point
+            assert dominated or any(step[j] == step[i] and peak[j] == peak[i] for j in on)
+    assert len({(step[i], peak[i]) for i in front}) == front.size
+    assert (np.diff(step[front]) > 0).all() and (np.diff(peak[front]) < 0).all()
+
+
+def test_pareto_front_of_nothing():
+    assert pareto_front(np.array([]), np.array([])).size == 0
+
+
+def test_training_cost():
+    cost = training_cost(3.6e12, np.array([1e6, 2e6]), 1000, 2.0)
+    assert cost.hours.tolist() == pytest.approx([1000.0, 500.0])
+    assert cost.gpu_hours.tolist() == pytest.approx([1e6, 5e5])
+    assert cost.dollars.tolist() == pytest.approx([2e6, 1e6])
+    assert training_cost(1e9, np.array([1e6]), 8, None).dollars is None
+    with pytest.raises(PlannerError):
+        training_cost(0, np.array([1.0]), 1, None)

@@ -1,0 +1,142 @@
+"""The search space: every row is a layout of the problem, the grid equals a plain enumeration, filters restrict it."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.errors import PlannerError
+from planner.search.space import CP_CAP, CP_MIN_SEQ_LEN, MICRO_BATCH_CAP, Filters, Problem, build_space, divisors
+from planner.specs.layout import RECOMPUTE_NAMES
+from planner.specs.load import load_model
+
+LLAMA_1B = load_model("llama-3.2-1b").spec  # 16 layers, 32 heads
+MIXTRAL = load_model("mixtral-8x7b").spec  # 32 layers, 32 heads, 8 experts
+
+KEYS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave")
+
+
+def rows(lay) -> list[tuple]:
+    return list(zip(*(getattr(lay, k).tolist() for k in KEYS)))
+
+
+def brute_force(model, gpus: int, global_batch: int, seq_len: int) -> set[tuple]:
+    """The default space written as nested loops straight from docs/search.md."""
+    experts = model.moe.num_experts if model.moe else 1
+    out = set()
+    cps = [c for c in (1, 2, 4, 8, 16) if seq_len % (2 * c) == 0] if seq_len >= 8192 else []
+    cps = sorted(set([1] + cps))
+    for tp in range(1, min(model.num_attention_heads, gpus) + 1):
+        if model.num_attention_heads % tp:
+            continue
+        for pp in range(1, min(model.num_layers, gpus) + 1):
+            if gpus % pp:
+                continue
+            for cp in cps:
+                if gpus % (tp * pp * cp):
+                    continue
+                dp = gpus // (tp * pp * cp)
+                for ep in range(1, experts + 1):
+                    if experts % ep or (dp * cp) % ep:
+                        continue
+                    for v in range(1, model.num_layers + 1):
+                        if model.num_layers % v or (v > 1 and (pp == 1 or model.num_layers % (pp * v))):
+                            continue
+                        for zero, sp, rc, mb in itertools.product(range(4), (False, True), range(3), range(1, 17)):
+                            if (sp and tp == 1) or global_batch % mb:
+                                continue
+                            out.add((tp, pp, cp, dp, ep, zero, sp, rc, mb, v))
+    return out
+
+
+@pytest.mark.parametrize(
+    "model, gpus, batch, seq",
+    [(LLAMA_1B, 8, 32, 4096), (LLAMA_1B, 24, 48, 8192), (MIXTRAL, 16, 64, 16384)],
+)
+def test_grid_equals_plain_enumeration(model, gpus, batch, seq):
+    lay = build_space(model, Problem(gpus=gpus, global_batch=batch, seq_len=seq))
+    got = rows(lay)
+    assert len(got) == len(set(got)), "no layout appears twice"
+    assert set(got) == brute_force(model, gpus, batch, seq)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    gpus=st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128]),
+    batch=st.integers(1, 256),
+    seq=st.sampled_from([512, 1000, 2048, 8192, 12288, 32768]),
+)
+def test_every_row_is_a_layout_of_the_problem(gpus, batch, seq):
+    lay = build_space(LLAMA_1B, Problem(gpus=gpus, global_batch=batch, seq_len=seq))
+    assert lay.size > 0
+    assert (lay.tp * lay.pp * lay.cp * lay.dp == gpus).all()
+    assert (LLAMA_1B.num_attention_heads % lay.tp == 0).all()
+    assert (lay.pp <= LLAMA_1B.num_layers).all()
+    assert (batch % lay.micro_batch == 0).all() and (lay.micro_batch <= MICRO_BATCH_CAP).all()
+    assert (~lay.sequence_parallel | (lay.tp > 1)).all()
+    v = lay.interleave
+    assert ((v == 1) | ((lay.pp > 1) & (LLAMA_1B.num_layers % (lay.pp * v) == 0))).all()
+    if seq < CP_MIN_SEQ_LEN:
+        assert (lay.cp == 1).all()
+    assert (lay.cp <= CP_CAP).all() and ((lay.cp == 1) | (seq % (2 * lay.cp) == 0)).all()
+    assert (lay.global_batch == batch).all() and (lay.seq_len == seq).all()
+
+
+def test_moe_expert_parallel_divides_experts_and_dp_cp():
+    lay = build_space(MIXTRAL, Problem(gpus=32, global_batch=64, seq_len=4096))
+    assert set(lay.ep.tolist()) == {1, 2, 4, 8}
+    assert ((8 % lay.ep == 0) & ((lay.dp * lay.cp) % lay.ep == 0)).all()
+
+
+def test_dense_model_has_no_expert_parallelism():
+    assert set(build_space(LLAMA_1B, Problem(gpus=8, global_batch=8, seq_len=2048)).ep.tolist()) == {1}
+
+
+def test_filters_restrict_each_axis():
+    f = Filters(tp=(2, 4), pp=(2,), zero=(1, 3), recompute=("full",), micro_batch=(1, 2), interleave=(1,),
+                sequence_parallel=(True,))
+    lay = build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=2048), f)
+    assert set(lay.tp.tolist()) == {2, 4} and set(lay.pp.tolist()) == {2}
+    assert set(lay.zero.tolist()) == {1, 3} and set(lay.recompute.tolist()) == {2}
+    assert set(lay.micro_batch.tolist()) == {1, 2} and set(lay.interleave.tolist()) == {1}
+    assert lay.sequence_parallel.all()
+    assert set(lay.dp.tolist()) == {4, 2}
+
+
+def test_dp_filter_fixes_model_parallel_size():
+    lay = build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=2048), Filters(dp=(4,)))
+    assert (lay.dp == 4).all() and (lay.tp * lay.pp * lay.cp == 4).all()
+
+
+def test_filters_keep_values_the_defaults_prune_so_rules_can_explain_them():
+    # cp 2 below CP_MIN_SEQ_LEN, tp 3 not dividing the heads, sp on with tp 1: all kept for the rules to reject
+    lay = build_space(LLAMA_1B, Problem(gpus=6, global_batch=6, seq_len=2048),
+                      Filters(tp=(3,), cp=(2,), sequence_parallel=(True,)))
+    assert set(lay.tp.tolist()) == {3} and set(lay.cp.tolist()) == {2}
+    lay = build_space(LLAMA_1B, Problem(gpus=4, global_batch=8, seq_len=2048), Filters(sequence_parallel=(True,)))
+    assert (lay.tp == 1).any()
+
+
+def test_no_layout_at_all_is_an_error_with_the_arithmetic():
+    with pytest.raises(PlannerError, match=r"divides gpus\(16\)"):
+        build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=2048), Filters(tp=(3,)))
+
+
+def test_problem_rejects_nonsense():
+    with pytest.raises(PlannerError, match="gpus"):
+        Problem(gpus=0, global_batch=1, seq_len=1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 12, 97, 360, 2048, 16384])
+def test_divisors(n):
+    assert divisors(n).tolist() == [d for d in range(1, n + 1) if n % d == 0]
+
+
+def test_recompute_codes_cover_names():
+    lay = build_space(LLAMA_1B, Problem(gpus=2, global_batch=2, seq_len=1024))
+    assert set(lay.recompute.tolist()) == set(RECOMPUTE_NAMES)
+    assert np.all(lay.flash_attention) and not lay.fp8.any()
