@@ -31,14 +31,25 @@ class Link:
     latency_s: np.ndarray
 
 
-def group_link(hw: HardwareProfile, size: ArrayLike, stride: ArrayLike) -> Link:
-    """The tier a group of `size` ranks spaced `stride` apart uses: intra-node fabric or the network."""
+def group_link(hw: HardwareProfile, size: ArrayLike, stride: ArrayLike, *, spread_over_nics: bool = True) -> Link:
+    """The tier a group of `size` ranks spaced `stride` apart uses: intra-node fabric or the network.
+
+    A group that crosses nodes with k members in each node moves its inter-node share through k NICs
+    at once: a bandwidth-optimal (hierarchical, or NCCL multi-ring) reduction sends only 1/k of the data
+    per GPU across the network, so the effective per-GPU bandwidth is k x the NIC share, never more
+    than the intra-node link. All-to-all and point-to-point traffic go through each GPU's own NIC
+    (`spread_over_nics=False`).
+    """
     size = np.asarray(size)
     stride = np.asarray(stride)
-    intra = size * stride <= hw.node.gpus_per_node
+    per_node = hw.node.gpus_per_node
+    intra = size * stride <= per_node
     eff = hw.efficiency
     intra_bw = hw.node.bandwidth_bytes_per_s * eff.intra_node_link.fraction
     inter_bw = hw.inter_node_bandwidth_bytes_per_s * eff.inter_node_link.fraction
+    if spread_over_nics:
+        members_per_node = np.clip(per_node // np.maximum(stride, 1), 1, np.maximum(size, 1))
+        inter_bw = np.minimum(intra_bw, inter_bw * members_per_node)
     return Link(
         bandwidth_bytes_per_s=np.where(intra, intra_bw, inter_bw),
         latency_s=np.where(intra, hw.node.latency_s, hw.inter_node_latency_s),

@@ -1,13 +1,9 @@
-"""Serving a model: inputs as arrays, the model's per-layer shapes, and memory per GPU.
+"""Inference planning: which serving layouts are valid, and the estimate of one or many of them.
 
-One formula, evaluated two ways: every function here takes an `InferenceArrays`
-whose fields broadcast against each other, so `infer estimate` (0-d arrays) and
-`infer search` (one entry per candidate) run the same code. Times live in
-`inference_time.py`, the grid and ranking in `inference_search.py`; the formulas
-and their sources are written out in docs/inference.md.
-
-Placement: TP innermost (inside a node), PP outward; a replica is tp x pp GPUs.
-Memory is reported for the most loaded pipeline stage.
+The pieces live in small modules: `inference_inputs` (layouts as arrays, model shapes),
+`inference_memory` (bytes per GPU, fits, max concurrency), `inference_time` (TTFT, TPOT,
+throughput), `inference_search` (the grid, ranking, Pareto front). This module checks layouts
+(reasons as data, one boolean mask per reason) and bundles memory and times into one result.
 """
 
 from __future__ import annotations
@@ -16,525 +12,115 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.costmodel.params import (
-    attention_params,
-    count_params,
-    kv_cache_bytes_per_token,
-    kv_cache_elements_per_token_per_layer,
-    mlp_params,
-    norm_params,
-)
+from planner.costmodel.inference_inputs import InferenceArrays, ModelShapes, model_shapes
+from planner.costmodel.inference_memory import DEFAULT_HEADROOM, InferenceMemory, inference_memory
+from planner.costmodel.inference_time import InferenceTimes, ServingTimes, inference_times
 from planner.errors import PlannerError
-from planner.specs.dtypes import bytes_per_element
 from planner.specs.hardware import HardwareProfile
 from planner.specs.model import ModelSpec
 
-WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int8", "int4")
-KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
+__all__ = [
+    "BATCHING",
+    "REASONS",
+    "InferenceArrays",
+    "InferenceEstimate",
+    "check_layout",
+    "estimate_inference",
+    "layout_problems",
+]
 
-# --- Named constants (each one is discussed in docs/inference.md) ---------------------------
+BATCHING: tuple[str, ...] = ("static", "continuous")
 
-ACTIVATION_BYTES_PER_ELEMENT = 2
-"""Activations, all-reduce payloads and logits' inputs are 16-bit, whatever the weight dtype
-(fp8 and weight-only int recipes quantize weights, not the residual stream)."""
-
-EMBEDDING_BYTES_PER_ELEMENT = 2
-"""Input embedding and output head stay 16-bit: TensorRT-LLM's fp8/AWQ recipes and vLLM's
-fp8/GPTQ/AWQ checkpoints quantize the transformer layers' linear layers only."""
-
-NORM_BYTES_PER_ELEMENT = 2
-"""Norm weights and biases stay 16-bit under every weight dtype (the router, a GEMM, follows the
-weight dtype)."""
-
-INT4_GROUP_SIZE = 128
-"""int4 weight-only quantization keeps one 16-bit scale per group of 128 weights (AWQ/GPTQ
-default), i.e. 2/128 extra bytes per weight; int8 (per-channel) and fp8 (per-tensor) scales
-are negligible."""
-
-LOGIT_BYTES_PER_ELEMENT = 4
-"""Logits of the sampled position are materialized in fp32 for sampling."""
-
-PREFILL_CHUNK_TOKENS = 8192
-"""Most tokens one forward pass processes: prompts are packed (no padding) and split into
-passes of at most this many tokens. 8192 is TensorRT-LLM's default max_num_tokens and vLLM's
-default max_num_batched_tokens with chunked prefill. It sizes the activation workspace and the
-number of prefill passes."""
-
-CUDA_CONTEXT_BYTES = 512 * 2**20
-"""CUDA context, kernel images and library handles of one process: 300-700 MiB as nvidia-smi
-shows for an idle PyTorch/TensorRT process on A100/H100; we take 512 MiB."""
-
-COMM_BUFFER_BYTES = 512 * 2**20
-"""NCCL (or custom all-reduce) buffers when a replica spans more than one GPU: NCCL keeps
-4 MiB per channel per peer (NCCL_BUFFSIZE) over 8-32 channels plus IPC staging buffers."""
-
-RUNTIME_WORKSPACE_BYTES = 256 * 2**20
-"""cuBLAS/cuBLASLt workspaces, sampling buffers and CUDA-graph memory pools."""
-
-DEFAULT_HEADROOM = 0.05
-"""Fraction of device memory kept free for allocator fragmentation and paged-KV block rounding
-(vLLM's default gpu_memory_utilization=0.9 leaves 10% for this and for activations, which we
-count separately)."""
-
-ELEMENTWISE_HIDDEN_PASSES = 10
-"""h-wide vectors read or written per token per layer by unfused element-wise kernels: two
-norms (read, write: 2 x 2) and two residual adds (read two, write one: 2 x 3)."""
-
-ELEMENTWISE_FFN_PASSES = 3
-"""ffn-wide vectors per token per layer for the activation function (read gate and up, write
-one); on ffn / tp elements per GPU."""
+REASONS: dict[str, str] = {
+    "lengths": "input/output length or concurrency below 1",
+    "tp_heads": "tp does not divide the attention heads",
+    "tp_kv_heads": "tp and the KV heads do not divide one another",
+    "pp_layers": "more pipeline stages than layers",
+    "context": "input + output longer than the model's max_seq_len",
+    "memory": "does not fit in memory",
+    "ttft": "TTFT above --ttft-max",
+    "tpot": "TPOT above --tpot-max",
+}
+"""Why a serving layout is rejected; `layout_problems` and the search report these codes."""
 
 
-# --- Inputs ----------------------------------------------------------------------------------
+def layout_problems(model: ModelSpec, x: InferenceArrays) -> dict[str, np.ndarray]:
+    """For each structural reason, a boolean array: True where the layout is invalid for it."""
+    heads, kv = model.num_attention_heads, model.kv_heads
+    tp = np.maximum(x.tp, 1)
+    kv_ok = (kv % tp == 0) | (tp % kv == 0) | (model.mla is not None)
+    return {
+        "lengths": (x.input_len < 1) | (x.output_len < 1) | (x.concurrency < 1) | (x.tp < 1) | (x.pp < 1),
+        "tp_heads": heads % tp != 0,
+        "tp_kv_heads": ~kv_ok,
+        "pp_layers": x.pp > model.num_layers,
+        "context": x.input_len + x.output_len > model.max_seq_len,
+    }
 
 
-@dataclass(frozen=True)
-class InferenceArrays:
-    """Serving layouts as numpy arrays that broadcast against each other (0-d for one layout).
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
-    tp, pp: tensor- and pipeline-parallel degrees of one replica.
-    concurrency: sequences in flight per replica (the batch, for static batching).
-    input_len, output_len: prompt and generated tokens per sequence (output includes the first
-        token, which the prefill produces).
-    weight_bytes: bytes per element of the transformer layers' weights (2, 1, 1 or 0.5).
-    fp8_compute: GEMMs run on fp8 tensor cores (fp8 weights); else 16-bit compute.
-    kv_bytes: bytes per element of the KV cache (2 or 1).
-    per_head_decode_attention: the decode-attention kernel streams K/V once per query head
-        (TensorRT-LLM <= 0.6 masked MHA, vLLM's first paged-attention kernel) instead of once
-        per KV head (FlashInfer, FlashAttention decode, TensorRT-LLM XQA).
-    """
 
-    tp: np.ndarray
-    pp: np.ndarray
-    concurrency: np.ndarray
-    input_len: np.ndarray
-    output_len: np.ndarray
-    weight_bytes: np.ndarray
-    fp8_compute: np.ndarray
-    kv_bytes: np.ndarray
-    per_head_decode_attention: np.ndarray
-
-    @classmethod
-    def build(
-        cls,
-        *,
-        tp: object = 1,
-        pp: object = 1,
-        concurrency: object = 1,
-        input_len: object,
-        output_len: object,
-        weight_dtype: object = "bf16",
-        kv_dtype: object = "bf16",
-        per_head_decode_attention: object = False,
-    ) -> "InferenceArrays":
-        """Broadcast scalars or arrays (dtypes as names, or arrays of names) into one shape."""
-        wd = np.asarray(weight_dtype)
-        kd = np.asarray(kv_dtype)
-        for names, allowed, what in ((wd, WEIGHT_DTYPES, "weight dtype"), (kd, KV_DTYPES, "kv dtype")):
-            bad = sorted({str(n) for n in np.ravel(names)} - set(allowed))
-            if bad:
-                raise PlannerError(f"unknown {what} {', '.join(bad)}; use one of {', '.join(allowed)}")
-        weight_bytes = np.vectorize(bytes_per_element, otypes=[float])(wd)
-        kv_bytes = np.vectorize(bytes_per_element, otypes=[float])(kd)
-        arrays = np.broadcast_arrays(
-            np.asarray(tp, dtype=np.int64),
-            np.asarray(pp, dtype=np.int64),
-            np.asarray(concurrency, dtype=np.int64),
-            np.asarray(input_len, dtype=np.int64),
-            np.asarray(output_len, dtype=np.int64),
-            weight_bytes,
-            wd == "fp8",
-            kv_bytes,
-            np.asarray(per_head_decode_attention, dtype=bool),
+def check_layout(model: ModelSpec, x: InferenceArrays, *, gpus: int | None = None) -> None:
+    """Raise PlannerError for the first problem of a single layout, with the arithmetic."""
+    tp, pp = int(x.tp.flat[0]), int(x.pp.flat[0])
+    s, o, c = int(x.input_len.flat[0]), int(x.output_len.flat[0]), int(x.concurrency.flat[0])
+    for name, value in (("input-len", s), ("output-len", o), ("concurrency", c), ("tp", tp), ("pp", pp)):
+        if value < 1:
+            raise PlannerError(f"--{name} must be at least 1, got {value}")
+    heads, kv = model.num_attention_heads, model.kv_heads
+    if heads % tp:
+        raise PlannerError(
+            f"tp ({tp}) does not divide num_attention_heads ({heads}) of {model.name}; use one of {_divisors(heads)}"
         )
-        return cls(*(np.array(a) for a in arrays))
-
-    @property
-    def gpus_per_replica(self) -> np.ndarray:
-        return self.tp * self.pp
-
-    @property
-    def context_len(self) -> np.ndarray:
-        """Tokens cached per sequence when it finishes: prompt plus generated."""
-        return self.input_len + self.output_len
-
-    def with_concurrency(self, concurrency: np.ndarray | int) -> "InferenceArrays":
-        c = np.broadcast_to(np.asarray(concurrency, dtype=np.int64), self.tp.shape)
-        return InferenceArrays(**{**self.__dict__, "concurrency": np.array(c)})
-
-
-# --- Shapes derived from the model once (Python ints) --------------------------------------------
-
-
-@dataclass(frozen=True)
-class Gemm:
-    """One weight GEMM (fused where engines fuse it) of a layer, before any split.
-
-    Weight elements on one GPU = tp_elements / tp + kv_elements_per_head x kv heads on that GPU
-    + replicated_elements. `routed`: a routed-expert GEMM, of which a token uses top-k of E.
-    """
-
-    name: str
-    tp_elements: int = 0
-    kv_elements_per_head: int = 0
-    replicated_elements: int = 0
-    routed: bool = False
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """One kind of transformer layer (dense or MoE): its GEMMs and its 16-bit small parameters."""
-
-    gemms: tuple[Gemm, ...]
-    small_params: int  # norms, biases, q/k norms, router bias: replicated, 16-bit
-    ffn_width: int  # active intermediate width per token (element-wise traffic)
-
-
-@dataclass(frozen=True)
-class ModelShapes:
-    """What the serving formulas need from a ModelSpec, computed once."""
-
-    num_layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    dense: LayerShape
-    moe: LayerShape | None
-    num_dense_layers: int
-    num_moe_layers: int
-    experts: int
-    experts_per_token: int
-    embedding_params: int
-    head_params: int
-    kv_elements_per_token_per_layer: int  # whole layer, before TP
-    mla: bool
-    attn_qk_dim: int  # per head, prefill (MLA: nope + rope)
-    attn_v_dim: int  # per head
-    decode_qk_dim: int  # per head, decode (MLA absorbed: kv_lora + rope)
-    decode_v_dim: int  # per head, decode (MLA absorbed: kv_lora)
-    sliding_window_tokens: int  # 0 when none
-    sliding_window_layers: int
-
-    def kv_heads_per_gpu(self, tp: np.ndarray) -> np.ndarray:
-        """K/V heads each GPU holds: kv_heads / tp, at least one (replicated when kv_heads < tp)."""
-        return np.maximum(self.kv_heads // np.maximum(tp, 1), 1)
-
-    def kv_elements_per_token_per_layer_per_gpu(self, tp: np.ndarray) -> np.ndarray:
-        """Cached elements per token per layer on one GPU.
-
-        MHA/GQA: split over TP by KV head (replicated when kv_heads < tp). MLA: the latent c_KV and
-        the shared rotary key are used by every query head, so each TP rank keeps all of them.
-        """
-        if self.mla:
-            return np.broadcast_to(np.int64(self.kv_elements_per_token_per_layer), np.shape(tp))
-        per_head = self.kv_elements_per_token_per_layer // self.kv_heads
-        return per_head * self.kv_heads_per_gpu(tp)
-
-    def global_layers(self) -> int:
-        return self.num_layers - self.sliding_window_layers
-
-
-def _attention_gemms(model: ModelSpec) -> tuple[tuple[Gemm, ...], int]:
-    """Attention projections as engines fuse them, and the attention's small parameters."""
-    h, a, kv, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
-    total = attention_params(model)
-    if model.mla is not None:
-        m = model.mla
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        gemms: list[Gemm] = []
-        if m.q_lora_rank is None:
-            gemms.append(Gemm("q", tp_elements=h * a * qk))
-        else:
-            gemms.append(Gemm("q_down", replicated_elements=h * m.q_lora_rank))
-            gemms.append(Gemm("q_up", tp_elements=m.q_lora_rank * a * qk))
-        gemms.append(Gemm("kv_down", replicated_elements=h * (m.kv_lora_rank + m.qk_rope_head_dim)))
-        gemms.append(Gemm("kv_up", tp_elements=m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)))
-        gemms.append(Gemm("attn_out", tp_elements=a * m.v_head_dim * h))
-    else:
-        gemms = [Gemm("qkv", tp_elements=h * a * d, kv_elements_per_head=2 * h * d), Gemm("attn_out", tp_elements=a * d * h)]
-    weights = sum(g.tp_elements + g.replicated_elements + g.kv_elements_per_head * kv for g in gemms)
-    return tuple(gemms), total - weights
-
-
-def _mlp_gemms(model: ModelSpec, ffn: int, prefix: str, routed: bool, copies: int) -> tuple[tuple[Gemm, ...], int]:
-    """Feed-forward GEMMs (gate+up fused, down) for `copies` experts of width `ffn`, and their biases."""
-    h = model.hidden_size
-    up = 2 if model.mlp_kind == "gated" else 1
-    gemms = (
-        Gemm(f"{prefix}up", tp_elements=copies * up * h * ffn, routed=routed),
-        Gemm(f"{prefix}down", tp_elements=copies * ffn * h, routed=routed),
-    )
-    bias = copies * (mlp_params(model, ffn) - (up + 1) * h * ffn)
-    return gemms, bias
-
-
-def _layer_shape(model: ModelSpec, *, moe_layer: bool) -> LayerShape:
-    attn, attn_small = _attention_gemms(model)
-    small = attn_small + model.norms_per_layer * norm_params(model, model.hidden_size)
-    if not moe_layer:
-        mlp, bias = _mlp_gemms(model, model.ffn_hidden_size, "mlp_", routed=False, copies=1)
-        return LayerShape(gemms=attn + mlp, small_params=small + bias, ffn_width=model.ffn_hidden_size)
-    moe = model.moe
-    assert moe is not None
-    routed, routed_bias = _mlp_gemms(model, moe.moe_ffn_hidden_size, "expert_", routed=True, copies=moe.num_experts)
-    gemms = attn + (Gemm("router", replicated_elements=model.hidden_size * moe.num_experts),) + routed
-    small += routed_bias + (moe.num_experts if moe.router_bias else 0)
-    if moe.num_shared_experts:
-        shared, shared_bias = _mlp_gemms(
-            model, moe.moe_ffn_hidden_size, "shared_", routed=False, copies=moe.num_shared_experts
+    if model.mla is None and kv % tp and tp % kv:
+        raise PlannerError(
+            f"tp ({tp}) and num_kv_heads ({kv}) do not divide one another; K/V heads can be split or replicated "
+            "only then"
         )
-        gemms += shared
-        small += shared_bias
-    width = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size
-    return LayerShape(gemms=gemms, small_params=small, ffn_width=width)
-
-
-def model_shapes(model: ModelSpec) -> ModelShapes:
-    counts = count_params(model)
-    mla = model.mla
-    return ModelShapes(
-        num_layers=model.num_layers,
-        hidden=model.hidden_size,
-        heads=model.num_attention_heads,
-        kv_heads=model.kv_heads,
-        vocab=model.vocab_size,
-        dense=_layer_shape(model, moe_layer=False),
-        moe=_layer_shape(model, moe_layer=True) if model.moe is not None else None,
-        num_dense_layers=model.num_dense_layers,
-        num_moe_layers=model.num_moe_layers,
-        experts=model.moe.num_experts if model.moe else 1,
-        experts_per_token=model.moe.experts_per_token if model.moe else 1,
-        embedding_params=counts.embedding,
-        head_params=counts.head,
-        kv_elements_per_token_per_layer=kv_cache_elements_per_token_per_layer(model),
-        mla=mla is not None,
-        attn_qk_dim=(mla.qk_nope_head_dim + mla.qk_rope_head_dim) if mla else model.head_size,
-        attn_v_dim=mla.v_head_dim if mla else model.head_size,
-        decode_qk_dim=(mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else model.head_size,
-        decode_v_dim=mla.kv_lora_rank if mla else model.head_size,
-        sliding_window_tokens=model.sliding_window_tokens or 0,
-        sliding_window_layers=model.sliding_window_layers,
-    )
-
-
-# --- Weights ------------------------------------------------------------------------------------
-
-
-def quantized_bytes_per_element(weight_bytes: np.ndarray) -> np.ndarray:
-    """Bytes per layer weight, with int4's group scales (one 16-bit scale per INT4_GROUP_SIZE)."""
-    return np.where(weight_bytes < 1, weight_bytes + 2.0 / INT4_GROUP_SIZE, weight_bytes)
-
-
-def gemm_elements_per_gpu(shapes: ModelShapes, gemm: Gemm, tp: np.ndarray) -> np.ndarray:
-    """Weight elements of one GEMM held by one GPU of a TP group."""
-    return gemm.tp_elements / tp + gemm.kv_elements_per_head * shapes.kv_heads_per_gpu(tp) + gemm.replicated_elements
-
-
-def layer_weight_bytes_per_gpu(shapes: ModelShapes, layer: LayerShape, x: InferenceArrays) -> np.ndarray:
-    """Bytes of one layer's weights on one GPU: matrices at the weight dtype, small params at 16 bits."""
-    elements = sum(gemm_elements_per_gpu(shapes, g, x.tp) for g in layer.gemms)
-    return elements * quantized_bytes_per_element(x.weight_bytes) + layer.small_params * NORM_BYTES_PER_ELEMENT
-
-
-def stage_layers(shapes: ModelShapes, pp: np.ndarray) -> np.ndarray:
-    """Layers on the most loaded pipeline stage: ceil(L / pp)."""
-    return -(-shapes.num_layers // pp)
+    if pp > model.num_layers:
+        raise PlannerError(f"pp ({pp}) exceeds num_layers ({model.num_layers}); use at most {model.num_layers} stages")
+    if s + o > model.max_seq_len:
+        raise PlannerError(
+            f"input-len ({s}) + output-len ({o}) = {s + o} exceeds the max_seq_len ({model.max_seq_len}) of "
+            f"{model.name}; shorten the prompt or the output"
+        )
+    if gpus is not None:
+        if gpus < 1:
+            raise PlannerError(f"--gpus must be at least 1, got {gpus}")
+        if gpus % (tp * pp):
+            raise PlannerError(
+                f"gpus ({gpus}) is not a multiple of tp ({tp}) x pp ({pp}) = {tp * pp}; replicas must be whole"
+            )
 
 
 @dataclass(frozen=True)
-class StageWeights:
-    """Weight bytes per GPU on the first, a middle, and the last pipeline stage (pp = 1: all one)."""
+class InferenceEstimate:
+    """Memory and times of each serving layout (arrays shaped like the inputs)."""
 
-    first_bytes: np.ndarray
-    middle_bytes: np.ndarray
-    last_bytes: np.ndarray
+    memory: InferenceMemory
+    times: InferenceTimes
 
-    @property
-    def max_bytes(self) -> np.ndarray:
-        return np.maximum(np.maximum(self.first_bytes, self.middle_bytes), self.last_bytes)
-
-
-def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
-    """Stages hold ceil(L/pp) consecutive layers (dense layers first, as DeepSeek places them);
-    the embedding sits on the first stage and the final norm + output head on the last, both
-    split over TP by vocabulary."""
-    n = stage_layers(shapes, x.pp)
-    dense_b = layer_weight_bytes_per_gpu(shapes, shapes.dense, x)
-    moe_b = layer_weight_bytes_per_gpu(shapes, shapes.moe, x) if shapes.moe else dense_b
-    emb = shapes.embedding_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
-    head = shapes.head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
-    single = x.pp == 1
-    whole = emb + head + shapes.num_dense_layers * dense_b + shapes.num_moe_layers * moe_b
-    first_dense = np.minimum(n, shapes.num_dense_layers)
-    first = emb + first_dense * dense_b + (n - first_dense) * moe_b
-    # the last and middle stages hold MoE layers whenever the model has enough of them
-    last_moe = np.minimum(n, shapes.num_moe_layers)
-    last = head + last_moe * moe_b + (n - last_moe) * dense_b
-    middle = np.where(x.pp > 2, last - head, 0.0)
-    return StageWeights(
-        first_bytes=np.where(single, whole, first),
-        middle_bytes=np.where(single, whole, middle),
-        last_bytes=np.where(single, whole, last),
-    )
+    def serving(self, batching: str) -> ServingTimes:
+        """The latency/throughput figures of one batching discipline ('static' or 'continuous')."""
+        if batching not in BATCHING:
+            raise PlannerError(f"unknown batching '{batching}'; use one of {', '.join(BATCHING)}")
+        return self.times.static if batching == "static" else self.times.continuous
 
 
-# --- KV cache -------------------------------------------------------------------------------
-
-
-def cached_tokens(shapes: ModelShapes, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens a global and a sliding-window layer keep for a sequence of `context` tokens."""
-    window = shapes.sliding_window_tokens
-    capped = np.minimum(context, window) if window else context
-    return np.asarray(context), np.asarray(capped)
-
-
-def stage_layer_mix(shapes: ModelShapes, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Global and sliding-window layers on the most loaded stage.
-
-    Sliding-window layers are taken as spread evenly (Gemma 2 alternates, Mistral v0.1 is all
-    sliding); the global share is rounded up, so the stage's KV is not under-counted.
-    """
-    n = stage_layers(shapes, pp)
-    global_layers = -(-(n * shapes.global_layers()) // shapes.num_layers)
-    return global_layers, n - global_layers
-
-
-def kv_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
-    """KV-cache bytes one sequence of `context` tokens occupies on a GPU of the most loaded stage."""
-    g_layers, s_layers = stage_layer_mix(shapes, x.pp)
-    full, capped = cached_tokens(shapes, context)
-    per_token_layer = shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes
-    return per_token_layer * (g_layers * full + s_layers * capped)
-
-
-def kv_bytes_per_sequence_replica(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
-    """KV-cache bytes of one sequence in the whole model (one replica, before any split)."""
-    full, capped = cached_tokens(shapes, context)
-    per_token_layer = shapes.kv_elements_per_token_per_layer * x.kv_bytes
-    return per_token_layer * (shapes.global_layers() * full + shapes.sliding_window_layers * capped)
-
-
-# --- Activations and the reserve -----------------------------------------------------------------
-
-
-def prefill_pass_tokens(x: InferenceArrays, concurrency: np.ndarray | None = None) -> np.ndarray:
-    """Tokens in one prefill forward pass: all prompts packed, at most PREFILL_CHUNK_TOKENS."""
-    c = x.concurrency if concurrency is None else concurrency
-    return np.minimum(c * x.input_len, PREFILL_CHUNK_TOKENS)
-
-
-def activation_bytes_per_token(shapes: ModelShapes, tp: np.ndarray) -> np.ndarray:
-    """Peak live activation bytes per token of a forward pass (inference keeps no layer's output).
-
-    Inside the largest layer: the residual stream and its normalized copy (2h) plus the wider of
-    the attention block (fused QKV output and attention output: (a + 2 kv) d / tp + a d / tp) and
-    the MLP block (gate and up outputs and the activated product: 3 ffn / tp).
-    """
-    d_qk = shapes.attn_qk_dim
-    kv_per_gpu = shapes.kv_heads_per_gpu(tp)
-    attn = shapes.heads * (d_qk + shapes.attn_v_dim) / tp + 2 * kv_per_gpu * d_qk
-    widths = [shapes.dense.ffn_width] + ([shapes.moe.ffn_width] if shapes.moe else [])
-    mlp = 3 * max(widths) / tp
-    return (2 * shapes.hidden + np.maximum(attn, mlp)) * ACTIVATION_BYTES_PER_ELEMENT
-
-
-def activation_workspace_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.ndarray) -> np.ndarray:
-    """One prefill pass's live activations plus the fp32 logits of every sequence's next token."""
-    per_token = activation_bytes_per_token(shapes, x.tp)
-    logits = concurrency * shapes.vocab / x.tp * LOGIT_BYTES_PER_ELEMENT
-    return prefill_pass_tokens(x, concurrency) * per_token + logits
-
-
-def reserve_bytes(x: InferenceArrays) -> np.ndarray:
-    """CUDA context + runtime workspaces, plus communication buffers when a replica spans GPUs."""
-    comm = np.where(x.gpus_per_replica > 1, COMM_BUFFER_BYTES, 0)
-    return CUDA_CONTEXT_BYTES + RUNTIME_WORKSPACE_BYTES + comm
-
-
-# --- Memory result ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InferenceMemory:
-    """Bytes per GPU on the most loaded pipeline stage (arrays shaped like the inputs).
-
-    kv_cache_bytes_per_token is for the whole model and one replica (not per GPU), at the KV dtype,
-    without sliding-window caps. total = weights + kv_cache + activations + other.
-    fits: total <= capacity x (1 - headroom). max_concurrency: the largest concurrency that fits
-    at this context length (0 when not even one sequence does).
-    """
-
-    weights_bytes: np.ndarray
-    kv_cache_bytes: np.ndarray
-    kv_cache_bytes_per_token: np.ndarray
-    kv_cache_bytes_per_sequence: np.ndarray
-    activations_bytes: np.ndarray
-    other_bytes: np.ndarray
-    total_bytes: np.ndarray
-    capacity_bytes: np.ndarray
-    usable_bytes: np.ndarray
-    fits: np.ndarray
-    max_concurrency: np.ndarray
-    stage_weights: StageWeights
-
-
-def memory_total_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.ndarray) -> np.ndarray:
-    """Total bytes per GPU at `concurrency` (the one formula `fits` and `max_concurrency` share)."""
-    weights = stage_weight_bytes(shapes, x).max_bytes
-    kv = concurrency * kv_bytes_per_sequence_per_gpu(shapes, x, x.context_len)
-    return weights + kv + activation_workspace_bytes(shapes, x, concurrency) + reserve_bytes(x)
-
-
-def max_concurrency(shapes: ModelShapes, x: InferenceArrays, usable_bytes: float) -> np.ndarray:
-    """Largest c with memory_total_bytes(c) <= usable, in closed form.
-
-    memory(c) = base + c u + a min(c s, K) is the smaller of two lines in c, so it is within
-    budget exactly when one of the lines is: c = max(floor((B - base)/(u + a s)),
-    floor((B - base - a K)/u)). A final check steps back one where float rounding overshoots.
-    """
-    zero = np.zeros_like(x.concurrency)
-    base = memory_total_bytes(shapes, x, zero)
-    a = activation_bytes_per_token(shapes, x.tp)
-    u = kv_bytes_per_sequence_per_gpu(shapes, x, x.context_len) + shapes.vocab / x.tp * LOGIT_BYTES_PER_ELEMENT
-    room = usable_bytes - base
-    c1 = np.floor(room / (u + a * x.input_len))
-    c2 = np.floor((room - a * PREFILL_CHUNK_TOKENS) / u)
-    c = np.maximum(np.maximum(c1, c2), 0).astype(np.int64)
-    over = memory_total_bytes(shapes, x, c) > usable_bytes
-    return np.maximum(np.where(over, c - 1, c), 0)
-
-
-def inference_memory(
-    model: ModelSpec, hw: HardwareProfile, x: InferenceArrays, *, headroom: float = DEFAULT_HEADROOM,
+def estimate_inference(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    x: InferenceArrays,
+    *,
+    headroom: float = DEFAULT_HEADROOM,
     shapes: ModelShapes | None = None,
-) -> InferenceMemory:
-    """Memory per GPU of each serving layout in `x`."""
-    if not 0 <= headroom < 1:
-        raise PlannerError(f"headroom must be a fraction in [0, 1), got {headroom}")
+) -> InferenceEstimate:
+    """Memory and times for every layout in `x` (pure; invalid layouts give meaningless numbers,
+    so mask them with `layout_problems` first)."""
     s = shapes or model_shapes(model)
-    stages = stage_weight_bytes(s, x)
-    per_seq = kv_bytes_per_sequence_per_gpu(s, x, x.context_len)
-    kv = x.concurrency * per_seq
-    act = activation_workspace_bytes(s, x, x.concurrency)
-    other = reserve_bytes(x) + np.zeros(x.tp.shape)
-    total = stages.max_bytes + kv + act + other
-    capacity = float(hw.accelerator.memory_bytes)
-    usable = capacity * (1 - headroom)
-    per_token = np.where(
-        x.kv_bytes == 1, kv_cache_bytes_per_token(model, "fp8"), kv_cache_bytes_per_token(model, "bf16")
-    )
-    return InferenceMemory(
-        weights_bytes=stages.max_bytes,
-        kv_cache_bytes=kv,
-        kv_cache_bytes_per_token=per_token,
-        kv_cache_bytes_per_sequence=kv_bytes_per_sequence_replica(s, x, x.context_len),
-        activations_bytes=act,
-        other_bytes=other,
-        total_bytes=total,
-        capacity_bytes=np.full(x.tp.shape, capacity),
-        usable_bytes=np.full(x.tp.shape, usable),
-        fits=total <= usable,
-        max_concurrency=max_concurrency(s, x, usable),
-        stage_weights=stages,
+    return InferenceEstimate(
+        memory=inference_memory(model, hw, x, headroom=headroom, shapes=s),
+        times=inference_times(s, hw, x),
     )

@@ -20,6 +20,7 @@ from planner.costmodel.memory import StageMemory, stage_memory, stage_params
 from planner.costmodel.pipeline import layers_on_stage
 from planner.costmodel.rules import check_layout
 from planner.costmodel.step import (
+    STEP_OVERHEAD_SECONDS,
     StageTime,
     data_parallel_seconds,
     gemm_peak_flops,
@@ -112,7 +113,7 @@ def evaluate(
     v = lay.interleave.astype(float)
     bubble = (lay.pp - 1) / v * t_stage  # Narayanan et al. 2021, eq. (1)/(2): (p - 1)/v micro-batch slots idle
     dp_exposed = np.max(
-        np.stack([data_parallel_seconds(hw, lay, p, t.backward) for p, t in zip(params, times)]), axis=0
+        np.stack([data_parallel_seconds(hw, lay, p, t.backward, t.forward) for p, t in zip(params, times)]), axis=0
     )
     optimizer = np.max(np.stack([optimizer_seconds(hw, lay, p) for p in params]), axis=0)
 
@@ -123,6 +124,7 @@ def evaluate(
     comm_parts = {name: slowest_part(name) for name in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero3_comm")}
     dp_comm = comm_parts.pop("zero3_comm") + dp_exposed
     communication = sum(comm_parts.values()) + dp_comm
+    optimizer = optimizer + STEP_OVERHEAD_SECONDS
     step = compute + communication + bubble + optimizer
 
     flop = step_flop(model, lay)

@@ -72,9 +72,13 @@ def read_text(path: Path) -> str:
         raise PlannerError(f"cannot read: {err}", source=str(path)) from None
 
 
+# libyaml's C parser when PyYAML was built with it (several times faster; `planner check` reads many files).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def parse_yaml(text: str, source: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -107,7 +111,19 @@ def _catalog_files(package: str) -> dict[str, Any]:
     }
 
 
+# Catalog entries parsed once per process (specs are frozen, so sharing them is safe): `planner check`
+# on many jobs names the same model and hardware again and again.
+_CATALOG_CACHE: dict[tuple[str, str], Loaded] = {}
+
+
 def _load_catalog_entry(package: str, cls: type[T], entry_id: str, entry: Any) -> Loaded:
+    key = (package, str(entry))
+    if key not in _CATALOG_CACHE:
+        _CATALOG_CACHE[key] = _read_catalog_entry(package, cls, entry_id, entry)
+    return _CATALOG_CACHE[key]
+
+
+def _read_catalog_entry(package: str, cls: type[T], entry_id: str, entry: Any) -> Loaded:
     source = f"{package.split('.')[-1]}/{entry.name}"
     data = parse_yaml(entry.read_text(encoding="utf-8"), source)
     if not isinstance(data, dict):
@@ -174,3 +190,54 @@ def model_catalog() -> list[Loaded]:
 
 def hardware_catalog() -> list[Loaded]:
     return load_catalog(HARDWARE_CATALOG, HardwareProfile)
+
+
+def read_package_yaml(package: str, name: str) -> Any:
+    """A YAML data file shipped inside the package (validation cases)."""
+    entry = resources.files(package).joinpath(name)
+    return parse_yaml(entry.read_text(encoding="utf-8"), f"{package}/{name}")
+
+
+# Job files and engine configs (planner check / export) ---------------------------------------------
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """TOML via the standard library's tomllib (Python 3.11+), or tomli where installed on 3.10."""
+    try:
+        import tomllib  # type: ignore[import-not-found]
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[import-not-found,no-redef]
+        except ModuleNotFoundError:
+            raise PlannerError("reading TOML needs Python 3.11+ or the 'tomli' package; pip install tomli",
+                               source=source) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise PlannerError(f"malformed TOML: {err}", source=source) from None
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    return parse_toml(read_text(path), str(path))
+
+
+def relative_ref(ref: str, base: Path) -> str:
+    """A catalog id as it is; a path relative to `base` (the job file's folder) when it is not absolute."""
+    if not _looks_like_path(ref) or Path(ref).is_absolute():
+        return ref
+    return str(base / ref)
+
+
+def load_job_file(path: Path) -> Any:
+    """A job file (YAML) validated as `planner.specs.job.Job`."""
+    from planner.specs.job import Job
+
+    return validate_spec(Job, read_structured(path), str(path))
+
+
+def read_engine_file(fmt: str, path: Path) -> Any:
+    """An engine config as its engine parses it: DeepSpeed JSON -> dict, torchtitan TOML -> dict,
+    Megatron-LM arguments or launch script -> text."""
+    if fmt == "deepspeed":
+        return parse_json(read_text(path), str(path))
+    if fmt == "torchtitan":
+        return read_toml(path)
+    return read_text(path)

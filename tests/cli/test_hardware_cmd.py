@@ -133,7 +133,7 @@ def test_show_table_has_efficiencies_notes_and_sources(run_cli) -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     for text in ("Hardware profile mi300x", "AMD Instinct MI300X", "xgmi", "448 GB/s one direction",
-                 "896 GB/s bidirectional", "Efficiency", "pending calibration", "Sources", "accelerator", "network"):
+                 "896 GB/s bidirectional", "Efficiency", "not calibrated", "Sources", "accelerator", "network"):
         assert text in out, text
 
 

@@ -1,0 +1,102 @@
+"""Serving validation: published TensorRT-LLM throughput and first-token latency against our predictions.
+
+The cases live in inference_cases.yaml (planner's own inputs, with their sources and how each
+publication's wording was read). Predictions come from the same `estimate_inference` the CLI uses.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from planner.costmodel.inference import InferenceArrays, check_layout, estimate_inference
+from planner.costmodel.params import kv_cache_bytes_per_token
+from planner.specs.hardware import HardwareProfile
+from planner.specs.load import load_hardware, load_model, parse_yaml
+from planner.validate import ValidationRow
+
+PACKAGE = "planner.validate"
+CASES_FILE = "inference_cases.yaml"
+
+_QUANTITY_LABELS = {
+    "output_tokens_per_second_per_gpu": "output tokens/s per GPU",
+    "ttft_seconds": "TTFT",
+    "tpot_seconds": "TPOT",
+}
+_UNIT_SCALE = {"ms": 1e-3, "s": 1.0, "tokens/s/GPU": 1.0}
+
+
+@lru_cache(maxsize=1)
+def inference_cases() -> dict[str, Any]:
+    """The parsed case file: {'cases': [...], 'kv_cache_cases': [...]}."""
+    text = resources.files(PACKAGE).joinpath(CASES_FILE).read_text(encoding="utf-8")
+    return dict(parse_yaml(text, f"{PACKAGE}/{CASES_FILE}"))
+
+
+def case_arrays(case: dict[str, Any]) -> InferenceArrays:
+    return InferenceArrays.build(
+        tp=case["tp"], pp=case["pp"], concurrency=case["batch"], input_len=case["input_len"],
+        output_len=case["output_len"], weight_dtype=case["weight_dtype"], kv_dtype=case["kv_dtype"],
+        per_head_decode_attention=case["decode_attention"] == "per-head",
+    )
+
+
+def predict_case(case: dict[str, Any], hardware: dict[str, HardwareProfile] | None = None) -> float:
+    """Our prediction of the case's measured quantity, in SI units (seconds, tokens/s per GPU).
+
+    `hardware` overrides catalog profiles by id (how alternative efficiency values are tried).
+    """
+    model = load_model(case["model"]).spec
+    hw = (hardware or {}).get(case["hardware"]) or load_hardware(case["hardware"]).spec
+    x = case_arrays(case)
+    check_layout(model, x)
+    serving = estimate_inference(model, hw, x).serving(case["batching"])
+    return float(getattr(serving, case["measured"]["name"]))
+
+
+def measured_si(case: dict[str, Any]) -> float:
+    measured = case["measured"]
+    return float(measured["value"]) * _UNIT_SCALE[measured["unit"]]
+
+
+def serving_rows(hardware: dict[str, HardwareProfile] | None = None) -> list[ValidationRow]:
+    rows = []
+    for case in inference_cases()["cases"]:
+        measured = case["measured"]
+        scale = _UNIT_SCALE[measured["unit"]]
+        rows.append(
+            ValidationRow(
+                case_id=case["id"],
+                group=case["group"],
+                quantity=_QUANTITY_LABELS[measured["name"]],
+                unit=measured["unit"],
+                predicted=predict_case(case, hardware) / scale,
+                published=float(measured["value"]),
+                tolerance=float(case["tolerance"]),
+                source=case["source"],
+            )
+        )
+    return rows
+
+
+def kv_cache_rows() -> list[ValidationRow]:
+    return [
+        ValidationRow(
+            case_id=case["id"],
+            group="KV cache bytes per token (derived)",
+            quantity="KV-cache bytes per token",
+            unit="bytes",
+            predicted=float(kv_cache_bytes_per_token(load_model(case["model"]).spec, case["kv_dtype"])),
+            published=float(case["bytes_per_token"]),
+            tolerance=0.0,
+            source="derived: 2 x layers x kv_heads x head_dim x bytes (published_runs.yaml "
+            f"{case['reference_id']})",
+        )
+        for case in inference_cases()["kv_cache_cases"]
+    ]
+
+
+def rows() -> list[ValidationRow]:
+    """Every inference validation row: serving measurements, then the exact KV-cache sizes."""
+    return serving_rows() + kv_cache_rows()
