@@ -73,9 +73,13 @@ def main() -> None:
 
 # Each module adds its commands to `cli` when imported; this order is the order of `planner --help`.
 COMMAND_MODULES: list[str] = [
+    "search",
+    "estimate",
+    "check",
+    "infer",
     "models_cmd",
     "hardware_cmd",
-    "search",
+    "validate",
 ]
 
 for _module in COMMAND_MODULES:

@@ -33,3 +33,27 @@ def hardware_option(required: bool = True) -> Callable[..., Any]:
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+POSITIVE = click.IntRange(min=1)
+
+
+def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Layout-independent training options shared by estimate and search (precision, kernels, overlap)."""
+    options = [
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
+                     help="Compute precision of the matrix multiplies."),
+        click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True,
+                     help="Gradient precision (fp32 = Megatron's main grads)."),
+        click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True,
+                     help="Optimizer (sets the optimizer-state bytes per parameter)."),
+        click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
+                     help="Fused attention (no s x s score matrix stored)."),
+        click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True, show_default=True,
+                     help="Data-parallel gradient reduction overlaps the backward pass."),
+        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=False, show_default=True,
+                     help="Tensor-parallel collectives overlap the GEMMs (Megatron --tp-comm-overlap)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f

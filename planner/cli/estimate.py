@@ -1,0 +1,77 @@
+"""`planner estimate`: one training layout's memory per stage, time breakdown and throughput."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from planner.cli import cli
+from planner.cli.options import (
+    POSITIVE,
+    echo_json,
+    format_option,
+    hardware_option,
+    model_option,
+    training_precision_options,
+)
+from planner.costmodel.rules import resolve_layout
+from planner.costmodel.training import DEFAULT_HEADROOM, estimate
+from planner.specs.load import load_hardware, load_model
+
+
+@cli.command("estimate")
+@model_option()
+@hardware_option()
+@click.option("--gpus", type=POSITIVE, required=True, help="GPUs in the job (= dp x tp x pp x cp).")
+@click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--pp", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel degree.")
+@click.option("--cp", type=POSITIVE, default=1, show_default=True, help="Context-parallel degree.")
+@click.option("--dp", type=POSITIVE, default=None, help="Data-parallel degree  [default: gpus / (tp pp cp)]")
+@click.option("--ep", type=POSITIVE, default=1, show_default=True, help="Expert-parallel degree (MoE).")
+@click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+              help="ZeRO stage: 1 optimizer, 2 +gradients, 3 +parameters (FSDP).")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+              help="Megatron sequence parallelism  [default: on when tp > 1]")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True,
+              help="Activation recomputation.")
+@click.option("--recompute-layers", type=POSITIVE, default=None,
+              help="With --recompute full: layers per stage recomputed (Megatron 'block').")
+@click.option("--micro-batch", type=POSITIVE, default=1, show_default=True, help="Sequences per micro-batch.")
+@click.option("--global-batch", type=POSITIVE, required=True, help="Sequences per optimizer step.")
+@click.option("--seq-len", type=POSITIVE, required=True, help="Tokens per sequence.")
+@click.option("--interleave", type=POSITIVE, default=1, show_default=True,
+              help="Virtual pipeline stages per rank (interleaved 1F1B).")
+@click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b", show_default=True,
+              help="Pipeline schedule.")
+@training_precision_options
+@click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_HEADROOM, show_default=True,
+              help="Share of device memory kept free (fits = peak <= capacity x (1 - headroom)).")
+@format_option()
+def estimate_command(model_ref: str, hardware_ref: str, gpus: int, headroom: float, fmt: str,
+                     sequence_parallel: bool | None, recompute_layers: int | None, **fields: Any) -> None:
+    """Estimate one training layout: memory per GPU for every pipeline stage, step time, MFU.
+
+    Exit code 0 whether or not it fits (use 'planner check' to gate CI); 2 on bad input.
+
+    \b
+    Example:
+      planner estimate --model llama-3.1-70b --hardware h100-sxm --gpus 64 \\
+          --tp 8 --pp 4 --zero 1 --micro-batch 1 --global-batch 256 --seq-len 8192
+    """
+    model = load_model(model_ref)
+    hardware = load_hardware(hardware_ref)
+    fields["flash_attention"] = fields.pop("flash_attention")
+    fields["overlap_tp_comm"] = fields.pop("tp_comm_overlap")
+    if sequence_parallel is None:
+        sequence_parallel = fields["tp"] > 1
+    layout = resolve_layout(model.spec, gpus, sequence_parallel=sequence_parallel,
+                            recompute_layers_per_stage=recompute_layers, **fields)
+    result = estimate(model.spec, hardware.spec, layout, headroom=headroom)
+    if fmt == "json":
+        data = result.to_json()
+        echo_json({"model": model.id, "hardware": hardware.id, **data})
+        return
+    from planner.report.estimate import render_estimate
+
+    click.echo(render_estimate(result, model.id, hardware.id), nl=False)

@@ -1,0 +1,85 @@
+"""Rendering of one training estimate: memory per stage as bars against capacity, time breakdown."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from planner.costmodel.training import TrainingEstimate
+from planner.report.tables import human_bytes, human_count, human_seconds, memory_bar, percent, render, simple_table
+
+MEMORY_PARTS = (
+    ("weights", "weights_bytes"),
+    ("gradients", "gradients_bytes"),
+    ("optimizer", "optimizer_bytes"),
+    ("activations", "activations_bytes"),
+    ("other", "other_bytes"),
+)
+
+
+def _layout_line(est: TrainingEstimate) -> str:
+    lay = est.layout
+    parts = [f"tp {lay.tp}", f"pp {lay.pp}", f"cp {lay.cp}", f"dp {lay.dp}"]
+    if lay.ep > 1:
+        parts.append(f"ep {lay.ep}")
+    parts += [f"zero {lay.zero}", f"sp {'on' if lay.sequence_parallel else 'off'}", f"recompute {lay.recompute}",
+              f"micro-batch {lay.micro_batch}", f"global batch {lay.global_batch}", f"seq {lay.seq_len}"]
+    if lay.interleave > 1:
+        parts.append(f"interleave {lay.interleave}")
+    parts.append(lay.dtype)
+    return ", ".join(parts)
+
+
+def _stages_table(est: TrainingEstimate) -> Table:
+    distinct = {tuple(round(getattr(s, key)) for _, key in MEMORY_PARTS) for s in est.stages}
+    shown = est.stages if len(distinct) > 1 else est.stages[:1]
+    headers = ["stage", "layers", *(name for name, _ in MEMORY_PARTS), "total vs capacity"]
+    rows = []
+    for stage in shown:
+        label = str(stage.stage) if len(shown) > 1 else ("all" if est.layout.pp > 1 else "0")
+        if stage.stage == est.peak_stage and len(shown) > 1:
+            label += " *"
+        rows.append([
+            label,
+            str(stage.layers),
+            *(human_bytes(getattr(stage, key)) for _, key in MEMORY_PARTS),
+            memory_bar(stage.total_bytes, est.capacity_bytes, est.usable_bytes, width=20),
+        ])
+    caption = "* the most loaded stage decides whether the layout fits" if len(shown) > 1 else None
+    return simple_table("Memory per GPU", headers, rows, right=headers[1:-1], caption=caption)
+
+
+def _time_table(est: TrainingEstimate) -> Table:
+    step = est.scalar("step_seconds")
+    parts = [
+        ("compute (incl. recompute)", est.scalar("compute_seconds")),
+        ("  of which recompute", est.scalar("recompute_seconds")),
+        ("tensor-parallel comm (exposed)", est.scalar("tp_comm_seconds")),
+        ("context-parallel comm (exposed)", est.scalar("cp_comm_seconds")),
+        ("expert-parallel all-to-all", est.scalar("ep_comm_seconds")),
+        ("pipeline point-to-point", est.scalar("pp_comm_seconds")),
+        ("data-parallel / ZeRO comm (exposed)", est.scalar("dp_comm_seconds")),
+        ("pipeline bubble", est.scalar("bubble_seconds")),
+        ("optimizer + fixed step overhead", est.scalar("optimizer_seconds")),
+    ]
+    rows = [[name, human_seconds(value), percent(value / step)] for name, value in parts if value > 0 or name.startswith("compute")]
+    rows.append(["step", human_seconds(step), "100.0%"])
+    return simple_table("Time per step", ["part", "seconds", "share"], rows, right=["seconds", "share"])
+
+
+def render_estimate(est: TrainingEstimate, model_id: str, hardware_id: str) -> str:
+    verdict = Text("fits", style="bold green") if est.fits else Text("does not fit", style="bold red")
+    peak = est.stages[est.peak_stage]
+    head = Text(f"{model_id} on {est.layout.gpus} x {hardware_id}: {_layout_line(est)}\n")
+    head.append("verdict: ")
+    head.append(verdict)
+    head.append(
+        f" (peak {human_bytes(peak.total_bytes)} on stage {est.peak_stage}, usable {human_bytes(est.usable_bytes)} of "
+        f"{human_bytes(est.capacity_bytes)} with {percent(est.headroom)} headroom)"
+    )
+    s = est.scalar
+    throughput = Text(
+        f"throughput: {human_count(s('tokens_per_second'))} tokens/s, {s('model_tflops_per_gpu'):.0f} model TFLOP/s per GPU "
+        f"(MFU {percent(s('mfu'))}), {s('hardware_tflops_per_gpu'):.0f} hardware TFLOP/s (HFU {percent(s('hfu'))})"
+    )
+    return render(head, _stages_table(est), _time_table(est), throughput)
