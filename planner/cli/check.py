@@ -1,0 +1,304 @@
+"""`planner check` (the CI gate), `planner export` (launch configs) and `planner schema` (JSON Schemas).
+
+Thin: jobs are resolved by `planner.importers.job`, estimated by the cost model, diagnosed
+and fixed by `planner.search.suggest`, exported by `planner.exporters`; this module parses
+options and renders. Exit codes of `check`: 0 every job fits, 1 some job does not, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from planner.cli import cli
+from planner.cli.options import echo_json
+from planner.errors import PlannerError
+
+GIB = float(1 << 30)
+ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torchtitan": "torchtitan"}
+# Layout flags, named as `planner estimate` names them; for direct engine checks they give what the file lacks.
+PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave",
+                  "flash_attention")
+TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "grad_dtype")
+
+
+def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--model/--hardware/--gpus and the layout flags of `planner estimate`."""
+    options = [
+        click.option("--model", "-m", "model_ref", metavar="MODEL", help="Catalog id, our YAML spec or an HF config.json."),
+        click.option("--hardware", "-w", "hardware_ref", metavar="HW", help="Hardware catalog id or YAML profile."),
+        click.option("--gpus", type=click.IntRange(min=1), help="Total GPUs."),
+        click.option("--tp", type=click.IntRange(min=1), help="Tensor-parallel degree."),
+        click.option("--pp", type=click.IntRange(min=1), help="Pipeline-parallel degree."),
+        click.option("--cp", type=click.IntRange(min=1), help="Context-parallel degree."),
+        click.option("--dp", type=click.IntRange(min=1), help="Data-parallel degree (derived when omitted)."),
+        click.option("--ep", type=click.IntRange(min=1), help="Expert-parallel degree."),
+        click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage 0-3."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Megatron sequence parallelism."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Activation recomputation."),
+        click.option("--micro-batch", type=click.IntRange(min=1), help="Sequences per micro-batch."),
+        click.option("--global-batch", type=click.IntRange(min=1), help="Sequences per optimizer step."),
+        click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence."),
+        click.option("--interleave", type=click.IntRange(min=1), help="Virtual pipeline stages per rank."),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), help="Compute precision."),
+        click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Gradient precision."),
+        click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention."),
+        click.option("--headroom", type=click.FloatRange(0.0, 1.0, max_open=True),
+                     help="Share of device memory kept free (default: the cost model's)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _job_from_flags(kw: dict[str, Any], engine: dict[str, Any] | None, what: str):  # -> Job
+    from planner.specs.job import Job
+    from planner.specs.load import validate_spec
+
+    for name in ("hardware_ref", "gpus"):
+        if kw.get(name) is None:
+            raise click.UsageError(f"{what} needs --{name.removesuffix('_ref')}")
+    data: dict[str, Any] = {
+        "model": kw.get("model_ref"), "hardware": kw["hardware_ref"], "gpus": kw["gpus"],
+        "parallel": {k: kw[k] for k in PARALLEL_FLAGS if kw.get(k) is not None},
+        "training": {k: kw[k] for k in TRAINING_FLAGS if kw.get(k) is not None},
+        "headroom": kw.get("headroom"),
+    }
+    if engine:
+        data["engine"] = engine
+    return validate_spec(Job, {k: v for k, v in data.items() if v is not None}, "command line")
+
+
+def _flags_given(kw: dict[str, Any]) -> list[str]:
+    names = ("model_ref", "hardware_ref", "gpus", *PARALLEL_FLAGS, *TRAINING_FLAGS, "headroom")
+    return ["--" + n.removesuffix("_ref").replace("_", "-") for n in names if kw.get(n) is not None]
+
+
+# check --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Checked:
+    job: Any  # ResolvedJob
+    estimate: Any  # TrainingEstimate
+    diagnosis: Any | None
+    suggestions: tuple[Any, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"job": self.job.source, "model": self.job.model_id, "hardware": self.job.hardware_id}
+        data.update(self.estimate.to_json())
+        data["warnings"] = list(self.job.warnings)
+        if not self.estimate.fits:
+            data["diagnosis"] = self.diagnosis.to_json()
+            data["suggestions"] = [s.to_json() for s in self.suggestions]
+        return data
+
+
+def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
+    """Estimate every job; diagnose and fix those that do not fit."""
+    from planner.costmodel.training import estimate
+    from planner.search.suggest import diagnose
+    from planner.search.suggest import suggest as find_fixes
+
+    out: list[Checked] = []
+    for job in resolved:
+        try:
+            est = estimate(job.model, job.hardware, job.layout, headroom=job.headroom)
+        except PlannerError as err:
+            raise PlannerError(err.message, source=err.source or job.source, field=err.field) from None
+        if est.fits:
+            out.append(Checked(job, est, None, ()))
+        else:
+            fixes = tuple(find_fixes(job.model, job.hardware, est)) if suggest else ()
+            out.append(Checked(job, est, diagnose(est), fixes))
+    return out
+
+
+def _headline(c: Checked) -> str:
+    j, est = c.job, c.estimate
+    who = f"{j.model_id} on {j.gpus} x {j.hardware_id}"
+    if est.fits:
+        peak = est.stages[est.peak_stage].total_bytes
+        return (f"{who}: fits, peak {peak / GIB:.1f} GiB of {est.usable_bytes / GIB:.1f} GiB usable (stage "
+                f"{est.peak_stage}); step {est.scalar('step_seconds'):.3g} s, MFU {est.scalar('mfu'):.1%}")
+    d = c.diagnosis
+    return (f"{who}: does not fit: stage {d.stage} needs {d.peak_bytes / GIB:.1f} GiB, {d.over_bytes / GIB:.1f} GiB "
+            f"({d.over_bytes:,.0f} bytes) over the {d.usable_bytes / GIB:.1f} GiB usable; {d.dominant} dominate "
+            f"({d.dominant_bytes / GIB:.1f} GiB)")
+
+
+def _fix_lines(c: Checked) -> list[str]:
+    if c.estimate.fits:
+        return []
+    if not c.suggestions:
+        return ["no single or paired change fits; try 'planner search' for a new layout"]
+    return [s.summary() for s in c.suggestions]
+
+
+def _render_table(checked: list[Checked]) -> None:
+    for c in checked:
+        click.echo(f"{'PASS' if c.estimate.fits else 'FAIL'}  {c.job.source}  {_headline(c)}")
+        fixes = _fix_lines(c)
+        if fixes and c.suggestions:
+            click.echo("      changes that fit (each re-estimated):")
+        for line in fixes:
+            click.echo(f"        {line}")
+    fit = sum(c.estimate.fits for c in checked)
+    click.echo(f"{fit} of {len(checked)} job{'s' if len(checked) != 1 else ''} fit.")
+
+
+def _gh_escape(text: str, *, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def _render_github(checked: list[Checked]) -> None:
+    for c in checked:
+        file = _gh_escape(c.job.source, prop=True)
+        for warning in c.job.warnings:
+            click.echo(f"::warning file={file},title=planner check::{_gh_escape(warning)}")
+        if c.estimate.fits:
+            click.echo(f"::notice file={file},title=planner check::{_gh_escape(_headline(c))}")
+        else:
+            body = "\n".join([_headline(c), *(f"- {line}" for line in _fix_lines(c))])
+            title = _gh_escape("planner check: out of memory", prop=True)
+            click.echo(f"::error file={file},title={title}::{_gh_escape(body)}")
+
+
+@cli.command("check")
+@click.argument("jobs", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--deepspeed", "deepspeed", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check a DeepSpeed JSON config (with --model, --hardware, --gpus, --seq-len).")
+@click.option("--megatron-args", "megatron_args", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check Megatron-LM arguments or a launch script (with --hardware, --gpus).")
+@click.option("--torchtitan", "torchtitan", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check a torchtitan TOML job config (with --hardware, --gpus).")
+@click.option("--engine-args", metavar="FLAGS",
+              help="More engine flags as one string: Megatron-LM arguments, or torchtitan --section.option overrides.")
+@layout_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True,
+              help="table for people, json for tools, github for GitHub Actions annotations.")
+@click.option("--no-suggest", is_flag=True, help="Skip searching for changes that make a failing job fit.")
+@click.pass_context
+def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None, megatron_args: Path | None,
+              torchtitan: Path | None, engine_args: str | None, fmt: str, no_suggest: bool, **kw: Any) -> None:
+    """Check that training jobs fit in GPU memory: exit 0 if all fit, 1 if any does not, 2 on bad input.
+
+    JOBS are job files (YAML; see 'planner schema job' and docs/check.md). Or check an engine config
+    directly with --deepspeed, --megatron-args or --torchtitan; then --model, --hardware, --gpus and the
+    layout flags give what the file lacks. For a job that does not fit, the stage, the bytes over, the
+    dominant memory term and the smallest changes that fit (each re-estimated) are printed.
+
+    \b
+    Examples:
+      planner check jobs/*.yaml --format github
+      planner check --deepspeed ds_config.json --model llama-3.1-8b --hardware h100-sxm --gpus 64 --seq-len 4096
+      planner check --megatron-args train_llama.sh --hardware h100-sxm --gpus 512
+      planner check --torchtitan llama3_8b.toml --hardware h100-sxm --gpus 64
+    """
+    from planner.importers.job import load_job, resolve_job
+
+    engines = {ENGINE_OPTIONS[k]: v for k, v in (("deepspeed", deepspeed), ("megatron_args", megatron_args),
+                                                  ("torchtitan", torchtitan)) if v is not None}
+    if len(engines) > 1:
+        raise click.UsageError("give one of --deepspeed, --megatron-args, --torchtitan")
+    if engines and jobs:
+        raise click.UsageError("give job files or an engine config (--deepspeed/--megatron-args/--torchtitan), not both")
+    if not engines and not jobs:
+        raise click.UsageError("give job files, or an engine config with --deepspeed, --megatron-args or --torchtitan")
+    if jobs:
+        if _flags_given(kw) or engine_args:
+            raise click.UsageError(f"{', '.join(_flags_given(kw) or ['--engine-args'])} apply to direct engine checks; "
+                                   "put them in the job file")
+        resolved = [load_job(path) for path in jobs]
+    else:
+        fmt_name, path = next(iter(engines.items()))
+        engine: dict[str, Any] = {"format": fmt_name, "path": str(path)}
+        if engine_args:
+            engine["args"] = engine_args
+        job = _job_from_flags(kw, engine, f"--{fmt_name}")
+        resolved = [resolve_job(job, base=Path("."), source=str(path))]
+    checked = run_checks(resolved, suggest=not no_suggest)
+    for c in checked:
+        for warning in c.job.warnings:
+            click.echo(f"warning: {warning}", err=True)
+    if fmt == "json":
+        echo_json([c.to_json() for c in checked])
+    elif fmt == "github":
+        _render_github(checked)
+    else:
+        _render_table(checked)
+    ctx.exit(0 if all(c.estimate.fits for c in checked) else 1)
+
+
+# export -------------------------------------------------------------------------------------------
+@cli.command("export")
+@click.argument("job_file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[JOB]")
+@click.option("--to", "to", required=True, type=click.Choice(["megatron", "deepspeed", "torchtitan"]),
+              help="Engine format to write.")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
+              help="File to write (default: print to stdout).")
+@layout_options
+def export_cmd(job_file: Path | None, to: str, out: Path | None, **kw: Any) -> None:
+    """Write the launch configuration of a layout for Megatron-LM, DeepSpeed or torchtitan.
+
+    The layout comes from a job file, or from the flags of 'planner estimate'. The file starts with what
+    planner predicts for it (peak memory, step time, MFU); for DeepSpeed, whose JSON has no comments, the
+    prediction is in a "_planner" key that DeepSpeed ignores. Settings the engine fixes itself (torchtitan's
+    fp32 gradients, for instance) are mapped and noted on stderr. 'planner check' reads the file back to the
+    same layout.
+
+    \b
+    Examples:
+      planner export job.yaml --to megatron --out megatron_args.sh
+      planner export --to torchtitan --model llama-3.1-8b --hardware h100-sxm --gpus 64 --global-batch 256 \\
+          --seq-len 8192 --zero 3 --recompute selective
+    """
+    from planner.costmodel.training import estimate
+    from planner.exporters.common import render_export, write_export
+    from planner.importers.job import load_job, resolve_job
+
+    if job_file is not None:
+        if _flags_given(kw):
+            raise click.UsageError(f"{', '.join(_flags_given(kw))} cannot be combined with a job file")
+        job = load_job(job_file)
+    else:
+        if kw.get("model_ref") is None:
+            raise click.UsageError("give a job file, or --model, --hardware, --gpus and the layout flags")
+        job = resolve_job(_job_from_flags(kw, None, "planner export"), base=Path("."), source="command line")
+    est = estimate(job.model, job.hardware, job.layout, headroom=job.headroom)
+    exported = render_export(to, job.model_id, job.model, job.hardware, job.layout, est, hardware_id=job.hardware_id)
+    for note in exported.notes:
+        click.echo(f"note: {note}", err=True)
+    if out is None:
+        click.echo(exported.text, nl=False)
+        return
+    path = write_export(to, job.model_id, job.model, job.hardware, job.layout, est, out.parent,
+                        hardware_id=job.hardware_id, name=out.name)
+    click.echo(f"wrote {path}", err=True)
+
+
+# schema -------------------------------------------------------------------------------------------
+@cli.command("schema")
+@click.argument("kind", type=click.Choice(["job", "model", "hardware", "layout"]))
+def schema_cmd(kind: str) -> None:
+    """Print the JSON Schema of a file kind, for editors (yaml-language-server, VS Code).
+
+    \b
+    Example:
+      planner schema job > planner-job.schema.json
+      # then, first line of a job file:  # yaml-language-server: $schema=planner-job.schema.json
+    """
+    from planner.specs.job import job_json_schema
+
+    if kind == "job":
+        schema = job_json_schema()
+    else:
+        from planner.specs.hardware import HardwareProfile
+        from planner.specs.layout import Layout
+        from planner.specs.model import ModelSpec
+
+        schema = {"model": ModelSpec, "hardware": HardwareProfile, "layout": Layout}[kind].model_json_schema()
+    click.echo(json.dumps(schema, indent=2))

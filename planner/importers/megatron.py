@@ -1,0 +1,610 @@
+"""Megatron-LM arguments -> Layout fields and, when no model is given, the ModelSpec they describe.
+
+Input is the text of an arguments file or a launch script (`split_launch_text`) or a list of
+flags. Flags are read with Megatron-LM's defaults and derivations (megatron/training/arguments.py
+and TransformerConfig): ffn 4h (or the SwiGLU 8h/3 rounded to 64), tied embeddings unless
+--untie-embeddings-and-output-weights, biases unless --disable-bias-linear, dropout 0.1,
+LayerNorm, learned absolute positions, vocabulary padded to make-vocab-size-divisible-by x tp,
+bf16 gradients accumulated in fp32, global batch = micro batch x dp by default.
+
+Flags that change memory in ways planner does not model are errors (CPU offload) or warnings;
+flags known not to change memory are skipped; any other flag is a warning.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Mapping, Sequence
+
+from pydantic import ValidationError
+
+from planner.errors import PlannerError
+from planner.importers.engine import Collected, EngineImport, data_parallel_degree, require, resolve_batch
+from planner.specs.model import MLASpec, ModelSpec, MoESpec
+
+# kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true)
+READ_FLAGS: dict[str, str] = {
+    **{f: "int" for f in (
+        "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
+        "expert-model-parallel-size", "expert-tensor-parallel-size", "num-layers-per-virtual-pipeline-stage",
+        "virtual-pipeline-model-parallel-size", "num-virtual-stages-per-pipeline-rank", "recompute-num-layers",
+        "micro-batch-size", "batch-size", "global-batch-size", "seq-length", "num-layers", "hidden-size",
+        "num-attention-heads", "ffn-hidden-size", "num-query-groups", "kv-channels", "max-position-embeddings",
+        "padded-vocab-size", "vocab-size", "make-vocab-size-divisible-by", "num-experts", "moe-router-topk",
+        "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "q-lora-rank", "kv-lora-rank",
+        "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "decoder-first-pipeline-num-layers",
+        "decoder-last-pipeline-num-layers", "mtp-num-layers",
+    )},
+    **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
+    **{f: "str" for f in (
+        "recompute-granularity", "recompute-method", "position-embedding-type", "normalization", "optimizer",
+        "attention-backend", "fp8-format", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
+        "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
+        "rampup-batch-size", "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype",
+    )},
+    "recompute-modules": "list",
+    **{f: "bool" for f in (
+        "sequence-parallel", "recompute-activations", "checkpoint-activations", "group-query-attention", "swiglu",
+        "untie-embeddings-and-output-weights", "use-distributed-optimizer", "bf16", "fp16", "disable-bias-linear",
+        "add-qkv-bias", "qk-layernorm", "overlap-grad-reduce", "tp-comm-overlap", "use-flash-attn",
+        "use-torch-fsdp2", "use-megatron-fsdp", "accumulate-allreduce-grads-in-fp32", "grad-reduce-in-bf16",
+        "cpu-offloading", "optimizer-cpu-offload", "use-rotary-position-embeddings", "no-position-embedding",
+        "multi-latent-attention", "moe-router-enable-expert-bias", "distribute-saved-activations", "squared-relu",
+        "openai-gelu", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
+        "fp8-param-gather", "use-precision-aware-optimizer",
+    )},
+}
+
+# Flags that do not change per-GPU memory (learning rate, data, logging, checkpoints, fusions, RNG).
+IGNORED_FLAGS: frozenset[str] = frozenset({
+    "lr", "min-lr", "lr-decay-style", "lr-decay-iters", "lr-decay-samples", "lr-warmup-iters", "lr-warmup-samples",
+    "lr-warmup-fraction", "lr-warmup-init", "weight-decay", "start-weight-decay", "end-weight-decay",
+    "weight-decay-incr-style", "clip-grad", "adam-beta1", "adam-beta2", "adam-eps", "sgd-momentum",
+    "init-method-std", "init-method-xavier-uniform", "train-iters", "train-samples", "eval-iters", "eval-interval",
+    "save", "load", "save-interval", "log-interval", "data-path", "train-data-path", "valid-data-path",
+    "test-data-path", "split", "tokenizer-model", "vocab-file", "merge-file", "data-cache-path", "tensorboard-dir",
+    "tensorboard-queue-size", "wandb-project", "wandb-exp-name", "wandb-save-dir", "wandb-entity", "seed",
+    "log-throughput", "log-timers-to-tensorboard", "log-validation-ppl-to-tensorboard", "log-memory-to-tensorboard",
+    "log-params-norm", "log-num-zeros-in-grad", "log-progress", "log-world-size-to-tensorboard",
+    "log-loss-scale-to-tensorboard", "log-batch-size-to-tensorboard", "timing-log-level", "timing-log-option",
+    "distributed-backend", "distributed-timeout-minutes", "num-workers", "use-mcore-models", "use-legacy-models",
+    "transformer-impl", "ckpt-format", "exit-interval", "exit-duration-in-mins", "exit-signal-handler",
+    "use-checkpoint-args", "rotary-base", "rotary-percent", "rotary-interleaved", "rotary-seq-len-interpolation-factor",
+    "rope-scaling-factor", "use-rope-scaling", "rope-type", "norm-epsilon", "apply-layernorm-1p",
+    "attention-softmax-in-fp32", "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion",
+    "no-bias-dropout-fusion", "no-rope-fusion", "no-persist-layer-norm", "no-gradient-accumulation-fusion",
+    "loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis", "manual-gc",
+    "manual-gc-interval", "manual-gc-eval", "overlap-param-gather", "overlap-param-gather-with-optimizer-step",
+    "async-save", "no-async-tensor-model-parallel-allreduce", "moe-router-load-balancing-type",
+    "moe-aux-loss-coeff", "moe-z-loss-coeff", "moe-grouped-gemm", "moe-token-dispatcher-type",
+    "moe-router-score-function", "moe-router-pre-softmax", "moe-token-drop-policy", "moe-permute-fusion",
+    "moe-router-dtype", "moe-pad-expert-input-to-capacity", "moe-router-bias-update-rate",
+    "moe-router-num-groups", "moe-router-group-topk", "moe-router-topk-scaling-factor", "moe-input-jitter-eps",
+    "eod-mask-loss", "reset-position-ids", "reset-attention-mask", "mock-data", "dataloader-type",
+    "profile", "profile-step-start", "profile-step-end", "profile-ranks", "use-pytorch-profiler", "no-load-optim",
+    "no-load-rng", "no-save-optim", "no-save-rng", "finetune", "deterministic-mode",
+    "cross-entropy-loss-fusion", "cross-entropy-fusion-impl", "calculate-per-token-loss", "use-dist-ckpt",
+    "dist-ckpt-format", "dist-ckpt-strictness", "auto-detect-ckpt-format", "spec",
+    "no-create-attention-mask-in-dataloader", "defer-embedding-wgrad-compute", "tp-comm-overlap-cfg",
+    "tp-comm-bulk-wgrad", "tp-comm-bulk-dgrad", "no-check-for-nan-in-loss-and-grad", "check-for-nan-in-loss-and-grad",
+    "bias-dropout-fusion", "masked-softmax-fusion", "bias-gelu-fusion", "apply-query-key-layer-scaling",
+    "fp8-margin", "fp8-interval", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp8-recipe",
+    "no-fp8-wgrad", "first-last-layers-bf16", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
+    "empty-unused-memory-level", "ddp-bucket-size", "ddp-average-in-collective", "align-grad-reduce",
+    "align-param-gather", "num-distributed-optimizer-instances", "use-ring-exchange-p2p",
+    "overlap-p2p-communication", "no-overlap-p2p-communication", "encoder-num-layers", "decoder-num-layers",
+    "encoder-seq-length", "decoder-seq-length", "train-sync-interval", "log-straggler", "straggler-minmax-count",
+    "enable-one-logger", "one-logger-project", "one-logger-run-name", "ckpt-fully-parallel-save",
+    "ckpt-fully-parallel-load", "ckpt-assume-constant-structure", "no-ckpt-fully-parallel-save",
+    "retro-project-dir", "micro-batch-size-schedule", "recompute-granularity-selective", "qk-l2-norm",
+    "kv-lora-rank-ignored", "no-rope-freq", "cp-comm-type", "hierarchical-context-parallel-sizes",
+    "nccl-communicator-config-path", "use-tp-pp-dp-mapping", "high-priority-stream-groups", "keep-fp8-transpose-cache",
+    "exit-on-missing-checkpoint", "use-persistent-ckpt-worker", "non-persistent-save-interval",
+    "non-persistent-ckpt-type", "non-persistent-global-ckpt-dir", "ckpt-convert-format", "ckpt-convert-save",
+    "ckpt-step", "pretrained-checkpoint", "load-main-params-from-ckpt", "data-args-path", "per-split-data-args-path",
+    "object-storage-cache-path", "mid-level-dataset-surplus", "s3-cache-path", "train-mode", "tokenizer-prompt-format",
+    "tiktoken-pattern", "tiktoken-num-special-tokens", "tiktoken-special-tokens", "legacy-tokenizer",
+})
+
+FSDP_STRATEGY_ZERO: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+GPT2_VOCAB = 50257  # GPT2BPETokenizer (Radford et al. 2019): 50,257 tokens
+
+_VAR = re.compile(
+    r"\$\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<index>\[[@*0-9]\])?(?::?-(?P<default>[^}]*))?\}"
+    r"|\$(?P<plain>[A-Za-z_][A-Za-z0-9_]*)"
+)
+_ASSIGN = re.compile(r"^(?:export\s+|declare\s+(?:-\w+\s+)*|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_UNRESOLVED = "\x00"
+
+
+# Launch-script text -> flags ------------------------------------------------------------------
+def split_launch_text(text: str, source: str) -> list[str]:
+    """The Megatron flags in an arguments file or a launch script.
+
+    Backslash-continued lines are joined, comments dropped, `NAME=value` and `NAME=( ... )` (bash
+    arrays) defined in the file are substituted for `$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME:-x}`.
+    When a line runs a Python script (`torchrun ... pretrain_gpt.py ARGS`), only the arguments after
+    the script are taken; otherwise every line is a line of flags. A variable the file does not define
+    is kept as a marker and becomes an error if planner needs its value (see `parse_flags`).
+    """
+    text = re.sub(r"\\\r?\n", " ", text)
+    scalars: dict[str, str] = {}
+    arrays: dict[str, list[str]] = {}
+    commands: list[list[str]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
+        if not line or line.startswith("#"):
+            continue
+        match = _ASSIGN.match(line)
+        if match and match.group(2).startswith("("):
+            body = match.group(2)[1:]
+            while _array_end(body) is None and i < len(lines):
+                body += "\n" + lines[i]
+                i += 1
+            end = _array_end(body)
+            arrays[match.group(1)] = _shell_split(body[:end] if end is not None else body, source)
+            continue
+        if match:
+            value = _shell_split(match.group(2), source)
+            if len(value) <= 1:  # NAME=value; 'NAME=value command ...' is a command with an environment prefix
+                scalars[match.group(1)] = value[0] if value else ""
+                continue
+        commands.append(_shell_split(line, source))
+    chosen = [tokens for tokens in commands if _script_index(tokens) is not None]
+    if chosen:
+        tokens = chosen[-1]
+        raw = tokens[_script_index(tokens) + 1 :]  # type: ignore[operator]
+    elif commands:
+        raw = [tok for tokens in commands for tok in tokens]
+    else:  # only array definitions (e.g. `planner export --to megatron`): their flags, in order
+        raw = [tok for items in arrays.values() for tok in items]
+    out: list[str] = []
+    for tok in raw:
+        out.extend(_expand(tok, scalars, arrays, depth=0))
+    return out
+
+
+def _array_end(body: str) -> int | None:
+    """Index of the ')' closing a bash array body, outside quotes and comments; None if not there yet."""
+    quote = ""
+    depth = 0
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if quote:
+            if ch == quote:
+                quote = ""
+            elif ch == "\\" and quote == '"':
+                i += 1
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "\\":
+            i += 1
+        elif ch == "#" and (i == 0 or body[i - 1].isspace()):
+            newline = body.find("\n", i)
+            if newline < 0:
+                return None
+            i = newline
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                return i
+            depth -= 1
+        i += 1
+    return None
+
+
+def _shell_split(text: str, source: str) -> list[str]:
+    try:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=False)
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        return list(lexer)
+    except ValueError as err:
+        raise PlannerError(f"cannot split the arguments like a shell would: {err}", source=source) from None
+
+
+def _script_index(tokens: Sequence[str]) -> int | None:
+    for i, tok in enumerate(tokens):
+        if tok.endswith(".py") and not tok.startswith("-"):
+            return i
+    return None
+
+
+def _expand(token: str, scalars: Mapping[str, str], arrays: Mapping[str, list[str]], depth: int) -> list[str]:
+    if depth > 8 or "$" not in token:
+        return [token]
+    whole = _VAR.fullmatch(token)
+    if whole:
+        name = whole.group("braced") or whole.group("plain")
+        if name in arrays and (whole.group("index") in ("[@]", "[*]") or whole.group("plain")):
+            out: list[str] = []
+            for item in arrays[name] if whole.group("index") in ("[@]", "[*]") else arrays[name][:1]:
+                out.extend(_expand(item, scalars, arrays, depth + 1))
+            return out
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group("braced") or match.group("plain")
+        if name in scalars:
+            return " ".join(_expand(scalars[name], scalars, arrays, depth + 1))
+        if name in arrays:
+            return " ".join(arrays[name])
+        if match.group("default") is not None:
+            return match.group("default")
+        return f"{_UNRESOLVED}{name}{_UNRESOLVED}"
+
+    expanded = _VAR.sub(one, token)
+    if whole and (whole.group("braced") or whole.group("plain")) in scalars and " " in expanded:
+        return expanded.split()  # an unquoted $ARGS holding several flags splits into words
+    return [expanded]
+
+
+# Flags -> values -------------------------------------------------------------------------------
+def parse_flags(tokens: Sequence[str], source: str) -> tuple[dict[str, Any], list[str]]:
+    """Flags planner reads (name without '--' -> typed value) and warnings for the flags it does not know."""
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not tok.startswith("--"):
+            name = tok.split(_UNRESOLVED)[1] if _UNRESOLVED in tok else None
+            if name:
+                raise PlannerError(f"${name} is not defined in the file, so planner cannot tell which flags it "
+                                   "holds; define it in the file or write its value", source=source)
+            raise PlannerError(f"unexpected argument {tok!r} (not a --flag or its value)", source=source)
+        flag, eq, inline = tok[2:].partition("=")
+        i += 1
+        vals = [inline] if eq else []
+        while i < len(tokens) and not (tokens[i].startswith("--") or (tokens[i].startswith("-") and
+                                                                      not _numeric(tokens[i]) and len(tokens[i]) > 1)):
+            vals.append(tokens[i])
+            i += 1
+        kind = READ_FLAGS.get(flag)
+        if kind is None:
+            if flag not in IGNORED_FLAGS:
+                warnings.append(f"{source}: --{flag} is not known to planner and was ignored; if it changes memory, "
+                                "the estimate does not include it")
+            continue
+        for v in vals:
+            if _UNRESOLVED in v:
+                name = v.split(_UNRESOLVED)[1]
+                raise PlannerError(f"${name} is not defined in the file; define it there or write the value of "
+                                   f"--{flag}", source=source)
+        values[flag] = _typed(flag, kind, vals, source)
+    return values, warnings
+
+
+def _numeric(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False
+
+
+def _typed(flag: str, kind: str, vals: list[str], source: str) -> Any:
+    if kind == "bool":
+        if vals:
+            raise PlannerError(f"--{flag} takes no value, got {' '.join(vals)!r}", source=source)
+        return True
+    if kind == "list":
+        if not vals:
+            raise PlannerError(f"--{flag} needs at least one value", source=source)
+        return vals
+    if len(vals) != 1:
+        raise PlannerError(f"--{flag} takes one value, got {len(vals)}", source=source)
+    try:
+        if kind == "int":
+            return int(vals[0])
+        if kind == "float":
+            return float(vals[0])
+    except ValueError:
+        raise PlannerError(f"--{flag} needs a {kind}, got {vals[0]!r}", source=source) from None
+    return vals[0]
+
+
+# Values -> ModelSpec ---------------------------------------------------------------------------
+def ffn_hidden_size(args: Mapping[str, Any]) -> int:
+    """Megatron-LM's default when --ffn-hidden-size is absent: 4h, or int(8h/3 / 64) * 64 with --swiglu."""
+    if args.get("ffn-hidden-size"):
+        return int(args["ffn-hidden-size"])
+    h = int(args["hidden-size"])
+    return int((4 * h * 2 / 3) / 64) * 64 if args.get("swiglu") else 4 * h
+
+
+def padded_vocab(args: Mapping[str, Any], tp: int, source: str) -> int:
+    """--padded-vocab-size as given, else the tokenizer's vocabulary padded up to a multiple of
+    make-vocab-size-divisible-by (128) x tp, as Megatron-LM's vocab_size_with_padding does."""
+    if args.get("padded-vocab-size"):
+        return int(args["padded-vocab-size"])
+    vocab = args.get("vocab-size")
+    if vocab is None:
+        if args.get("tokenizer-type") == "GPT2BPETokenizer":
+            vocab = GPT2_VOCAB
+        else:
+            tok = args.get("tokenizer-type", "the tokenizer")
+            raise PlannerError(f"the vocabulary size comes from {tok}, which planner does not read; add --vocab-size N "
+                               "(or --padded-vocab-size N) to the arguments, or give the model with --model",
+                               source=source)
+    multiple = int(args.get("make-vocab-size-divisible-by", 128)) * tp
+    return -(-int(vocab) // multiple) * multiple
+
+
+def _dense_layers(freq: Any, num_layers: int, source: str) -> int:
+    """Leading dense layers from --moe-layer-freq: 1 (all MoE) or '([0]*k+[1]*n)'."""
+    if freq is None or str(freq).strip() == "1":
+        return 0
+    text = str(freq).replace(" ", "")
+    match = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*(\d+)\)?", text)
+    if match and int(match.group(1)) + int(match.group(2)) == num_layers:
+        return int(match.group(1))
+    raise PlannerError(f"--moe-layer-freq {freq!r}: planner models leading dense layers then MoE layers; write it as "
+                       "'([0]*K+[1]*N)' with K + N = --num-layers, or give the model with --model", source=source)
+
+
+def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSpec:
+    """The ModelSpec a Megatron-LM GPT argument list describes (Megatron's defaults where a flag is absent)."""
+    for flag in ("num-layers", "hidden-size", "num-attention-heads"):
+        if args.get(flag) is None:
+            raise PlannerError(f"--{flag} is missing, so the arguments do not define a model; add it or give the "
+                               "model with --model", source=source)
+    if args.get("hybrid-layer-pattern") or args.get("hybrid-override-pattern"):
+        raise PlannerError("hybrid (Mamba) layer patterns are not modelled; planner models transformer layers",
+                           source=source)
+    h, a, layers = int(args["hidden-size"]), int(args["num-attention-heads"]), int(args["num-layers"])
+    kv = int(args.get("num-query-groups", 1)) if args.get("group-query-attention") else None
+    head_dim = args.get("kv-channels")
+    position = args.get("position-embedding-type", "rope" if args.get("use-rotary-position-embeddings") else
+                        "learned_absolute")
+    if args.get("no-position-embedding"):
+        position = "none"
+    positions = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary", "mrope": "rotary", "none": "none"}
+    if position not in positions:
+        raise PlannerError(f"--position-embedding-type {position} is not modelled (planner knows learned_absolute, "
+                           "rope, yarn, mrope, none)", source=source)
+    norm = str(args.get("normalization", "RMSNorm" if args.get("multi-latent-attention") else "LayerNorm"))
+    if norm not in ("LayerNorm", "RMSNorm"):
+        raise PlannerError(f"--normalization {norm} is not modelled (LayerNorm or RMSNorm)", source=source)
+    bias = not args.get("disable-bias-linear")
+    ffn = ffn_hidden_size(args)
+    moe = None
+    if args.get("num-experts"):
+        moe_ffn = int(args.get("moe-ffn-hidden-size") or ffn)
+        shared = int(args.get("moe-shared-expert-intermediate-size") or 0)
+        if shared % moe_ffn:
+            raise PlannerError(f"--moe-shared-expert-intermediate-size {shared} is not a multiple of the expert size "
+                               f"{moe_ffn}; planner counts shared experts in units of one expert", source=source)
+        moe = dict(num_experts=int(args["num-experts"]), experts_per_token=int(args.get("moe-router-topk", 2)),
+                   moe_ffn_hidden_size=moe_ffn, num_shared_experts=shared // moe_ffn,
+                   num_dense_layers=_dense_layers(args.get("moe-layer-freq"), layers, source),
+                   router_bias=bool(args.get("moe-router-enable-expert-bias")))
+    mla = None
+    if args.get("multi-latent-attention"):
+        if args.get("kv-lora-rank") is None:
+            raise PlannerError("--multi-latent-attention needs --kv-lora-rank (planner does not guess it)",
+                               source=source)
+        mla = dict(q_lora_rank=args.get("q-lora-rank"), kv_lora_rank=int(args["kv-lora-rank"]),
+                   qk_nope_head_dim=int(args.get("qk-head-dim", 128)),
+                   qk_rope_head_dim=int(args.get("qk-pos-emb-head-dim", 64)),
+                   v_head_dim=int(args.get("v-head-dim", 128)))
+    dropout = float(args.get("attention-dropout", 0.1)) > 0 or float(args.get("hidden-dropout", 0.1)) > 0
+    spec: dict[str, Any] = dict(
+        name=f"Megatron-LM arguments ({source})", source=source, num_layers=layers, hidden_size=h,
+        num_attention_heads=a, num_kv_heads=kv, ffn_hidden_size=ffn,
+        head_dim=int(head_dim) if head_dim and (mla is not None or int(head_dim) != h // a) else None,
+        mlp_kind="gated" if args.get("swiglu") else "standard",
+        vocab_size=padded_vocab(args, tp, source),
+        tied_embeddings=not args.get("untie-embeddings-and-output-weights"),
+        position_embedding=positions[position], norm_kind="rmsnorm" if norm == "RMSNorm" else "layernorm",
+        qk_norm=bool(args.get("qk-layernorm")), qkv_bias=bias or bool(args.get("add-qkv-bias")),
+        attention_output_bias=bias, mlp_bias=bias,
+        max_seq_len=int(args.get("max-position-embeddings") or args.get("seq-length") or 0) or None,
+        dropout=dropout, moe=MoESpec(**moe) if moe else None, mla=MLASpec(**mla) if mla else None,
+    )
+    if spec["max_seq_len"] is None:
+        raise PlannerError("--max-position-embeddings (or --seq-length) is missing", source=source)
+    try:
+        return ModelSpec(**spec)
+    except ValidationError as err:
+        from planner.specs.load import describe_validation_error
+
+        raise PlannerError(f"the arguments describe an invalid model: {describe_validation_error(err)}",
+                           source=source) from None
+
+
+_ARCH_CHECK: dict[str, str] = {
+    "num-layers": "num_layers", "hidden-size": "hidden_size", "num-attention-heads": "num_attention_heads",
+    "ffn-hidden-size": "ffn_hidden_size", "num-experts": "moe.num_experts",
+}
+
+
+def _check_given_model(args: Mapping[str, Any], model: ModelSpec, source: str) -> None:
+    """With --model given, architecture flags in the arguments must agree with it."""
+    for flag, attr in _ARCH_CHECK.items():
+        if flag not in args:
+            continue
+        value: Any = model
+        for part in attr.split("."):
+            value = getattr(value, part, None) if value is not None else None
+        if value != args[flag]:
+            raise PlannerError(f"--{flag} {args[flag]} disagrees with the model's {attr} ({value}); drop --model to "
+                               "use the architecture in the arguments, or fix them", source=source)
+    if args.get("group-query-attention") and "num-query-groups" in args and args["num-query-groups"] != model.kv_heads:
+        raise PlannerError(f"--num-query-groups {args['num-query-groups']} disagrees with the model's kv heads "
+                           f"({model.kv_heads}); drop --model or fix the arguments", source=source)
+
+
+# Values -> Layout fields -----------------------------------------------------------------------
+def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
+    src = got.source
+    for flag, name in (("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
+                       ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep"),
+                       ("micro-batch-size", "micro_batch"), ("batch-size", "micro_batch"),
+                       ("seq-length", "seq_len")):
+        if flag in args:
+            got.set(name, int(args[flag]), f"--{flag}")
+    for flag, name in (("sequence-parallel", "sequence_parallel"), ("overlap-grad-reduce", "overlap_grad_reduce"),
+                       ("tp-comm-overlap", "overlap_tp_comm")):  # store_true flags: absent means off
+        got.set(name, bool(args.get(flag)), f"--{flag}", explicit=flag in args)
+    got.set("schedule", "1f1b", "Megatron-LM's pipeline schedule", explicit=False)
+    # precision
+    if args.get("bf16") and args.get("fp16"):
+        raise PlannerError("--bf16 and --fp16 are both set; keep one", source=src)
+    if args.get("bf16") or args.get("fp16") or args.get("fp8-format"):
+        dtype = "fp8" if args.get("fp8-format") else ("bf16" if args.get("bf16") else "fp16")
+        got.set("dtype", dtype, "--fp8-format" if dtype == "fp8" else f"--{'bf16' if args.get('bf16') else 'fp16'}")
+    grad_flags = [f for f in ("grad-reduce-in-bf16", "main-grads-dtype", "accumulate-allreduce-grads-in-fp32")
+                  if f in args]
+    if args.get("fp16"):
+        grad = "fp32" if args.get("accumulate-allreduce-grads-in-fp32") else "fp16"
+    else:  # Megatron-LM: bf16 accumulates and reduces gradients in fp32 unless told otherwise
+        grad = "bf16" if args.get("grad-reduce-in-bf16") or args.get("main-grads-dtype") == "bf16" else "fp32"
+    got.set("grad_dtype", grad, "--" + (grad_flags[0] if grad_flags else "bf16"), explicit=bool(grad_flags) or
+            "dtype" in got.values)
+    optimizer = str(args.get("optimizer", "adam"))
+    if optimizer not in ("adam", "sgd"):
+        raise PlannerError(f"--optimizer {optimizer} is not modelled (adam or sgd)", source=src)
+    got.set("optimizer", optimizer, "--optimizer", explicit="optimizer" in args)
+    # sharding
+    zero = 0
+    if args.get("use-distributed-optimizer"):
+        zero = 1
+    if args.get("use-torch-fsdp2"):
+        zero = 3
+    if args.get("use-megatron-fsdp"):
+        strategy = str(args.get("data-parallel-sharding-strategy", "optim_grads_params"))
+        if strategy not in FSDP_STRATEGY_ZERO:
+            raise PlannerError(f"--data-parallel-sharding-strategy {strategy} is not known", source=src)
+        zero = FSDP_STRATEGY_ZERO[strategy]
+    zero_flags = [f for f in ("use-distributed-optimizer", "use-torch-fsdp2", "use-megatron-fsdp") if f in args]
+    got.set("zero", zero, "--" + (zero_flags[-1] if zero_flags else "use-distributed-optimizer"),
+            explicit=bool(zero_flags))
+    # attention kernel: Megatron-LM picks flash/fused attention (Transformer Engine) unless told otherwise
+    backend = str(args.get("attention-backend", "flash" if args.get("use-flash-attn") else "auto"))
+    got.set("flash_attention", backend not in ("unfused", "local"), "--attention-backend",
+            explicit="attention-backend" in args or "use-flash-attn" in args)
+    _recompute(args, got)
+    for flag, why, fatal in (
+        ("cpu-offloading", "activation/weight CPU offloading is not modelled", True),
+        ("optimizer-cpu-offload", "optimizer CPU offload is not modelled", True),
+        ("distribute-saved-activations", "checkpoints split across tensor-parallel ranks are not modelled (the "
+         "activation figure is an upper bound)", False),
+        ("decoder-first-pipeline-num-layers", "planner splits layers its own way (one fewer on the first and "
+         "last stage when they do not divide); the uneven split given is not modelled", False),
+        ("decoder-last-pipeline-num-layers", "the uneven pipeline split is not modelled", False),
+        ("pipeline-model-parallel-layout", "a custom pipeline layout is not modelled", False),
+        ("account-for-embedding-in-pipeline-split", "planner splits layers its own way", False),
+        ("account-for-loss-in-pipeline-split", "planner splits layers its own way", False),
+        ("moe-expert-capacity-factor", "token dropping at a capacity factor is not modelled (routing is assumed "
+         "balanced)", False),
+        ("rampup-batch-size", "planner uses the final --global-batch-size", False),
+        ("fp8-param-gather", "fp8 parameter copies are not modelled (weights counted at 16 bits)", False),
+        ("use-precision-aware-optimizer", "lower-precision optimizer states are not modelled (counted in fp32)",
+         False),
+        ("mtp-num-layers", "multi-token-prediction layers are not counted", False),
+        ("checkpoint-activations", "the deprecated flag is read as --recompute-granularity full "
+         "--recompute-method uniform", False),
+    ):
+        if args.get(flag):
+            if fatal:
+                raise PlannerError(f"--{flag}: {why}; remove it to check the on-GPU layout", source=src)
+            got.warn(f"--{flag}: {why}")
+    etp = args.get("expert-tensor-parallel-size")
+    if etp is not None and etp != int(args.get("tensor-model-parallel-size", 1)):
+        got.warn(f"--expert-tensor-parallel-size {etp}: planner splits experts with the attention's tp")
+    if "num-query-groups" in args and not args.get("group-query-attention"):
+        got.warn("--num-query-groups is ignored without --group-query-attention (as Megatron-LM does)")
+
+
+def _recompute(args: Mapping[str, Any], got: Collected) -> None:
+    src = got.source
+    granularity = args.get("recompute-granularity")
+    method = args.get("recompute-method")
+    if args.get("recompute-activations"):
+        granularity = "selective"
+    if args.get("checkpoint-activations") and granularity is None:
+        granularity, method = "full", "uniform"
+    if granularity is None:
+        got.set("recompute", "none", "--recompute-granularity", explicit=False)
+        return
+    if granularity not in ("full", "selective"):
+        raise PlannerError(f"--recompute-granularity must be full or selective, got {granularity}", source=src)
+    if granularity == "selective":
+        modules = args.get("recompute-modules") or ["core_attn"]
+        if list(modules) != ["core_attn"]:
+            got.warn(f"--recompute-modules {' '.join(modules)}: planner's selective recompute is the attention core "
+                     "only (Korthikanti et al. 2022)")
+        got.set("recompute", "selective", "--recompute-granularity")
+        return
+    if method not in ("uniform", "block"):
+        raise PlannerError("--recompute-granularity full needs --recompute-method uniform or block (Megatron-LM "
+                           "rejects it otherwise)", source=src)
+    if args.get("recompute-num-layers") is None:
+        raise PlannerError("--recompute-granularity full needs --recompute-num-layers (Megatron-LM rejects it "
+                           "otherwise)", source=src)
+    got.set("recompute", "full", "--recompute-granularity")
+    if method == "block":
+        got.values["_block_layers"] = int(args["recompute-num-layers"])
+
+
+def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str) -> int | None:
+    per_stage = args.get("num-layers-per-virtual-pipeline-stage")
+    if per_stage:
+        if layers % pp or (layers // pp) % per_stage:
+            raise PlannerError(f"--num-layers-per-virtual-pipeline-stage {per_stage} does not divide the "
+                               f"{layers} / {pp} layers per pipeline stage", source=source)
+        return (layers // pp) // per_stage
+    v = args.get("num-virtual-stages-per-pipeline-rank") or args.get("virtual-pipeline-model-parallel-size")
+    return int(v) if v else None
+
+
+def import_megatron(
+    tokens: Sequence[str],
+    *,
+    gpus: int,
+    given: Mapping[str, Any],
+    model: ModelSpec | None,
+    source: str,
+) -> EngineImport:
+    """Megatron-LM flags, the GPU count, the job's own fields and (optionally) the model -> Layout fields and
+    the model (built from the flags when `model` is None)."""
+    args, warnings = parse_flags(tokens, source)
+    got = Collected(source=source, warnings=list(warnings))
+    _layout_fields(args, got)
+    block = got.values.pop("_block_layers", None)
+    merged = got.merge({k: v for k, v in given.items() if k != "global_batch"})
+    tp = int(merged.get("tp", 1))
+    if model is None:
+        model = model_from_args(args, tp=tp, source=source)
+    else:
+        _check_given_model(args, model, source)
+    pp = int(merged.get("pp", 1))
+    v = _interleave(args, model.num_layers, pp, source)
+    if v and v > 1:
+        merged = Collected(source, {"interleave": v}, {"interleave": "--num-layers-per-virtual-pipeline-stage"}
+                           ).merge(merged)
+    if block is not None:
+        per_stage = -(-model.num_layers // pp)
+        merged["recompute_layers_per_stage"] = min(block * int(merged.get("interleave", 1)), per_stage)
+    dp = data_parallel_degree(gpus, merged, source)
+    merged["dp"] = dp
+    global_batch = args.get("global-batch-size")
+    if global_batch is not None and "global_batch" in given and given["global_batch"] != global_batch:
+        raise PlannerError(f"training.global_batch = {given['global_batch']} contradicts --global-batch-size = "
+                           f"{global_batch} in the engine file; remove it from the job or change the file", source=source)
+    global_batch = global_batch if global_batch is not None else given.get("global_batch")
+    merged["global_batch"], merged["micro_batch"] = resolve_batch(
+        global_batch=global_batch, micro_batch=int(merged.get("micro_batch", 1)), grad_accum=None, dp=dp,
+        source=source, names=("--global-batch-size", "--micro-batch-size", "gradient accumulation"),
+    )
+    require(merged, "seq_len", source, "add --seq-length to the arguments or training.seq_len to the job")
+    if merged.get("dtype") is None:
+        raise PlannerError("neither --bf16 nor --fp16 is set, so Megatron-LM would train in fp32, which planner does "
+                           "not model; add --bf16 (or give training.dtype if the launcher adds it)", source=source)
+    return EngineImport(format="megatron", source=source, fields=merged, model=model, warnings=tuple(got.warnings))

@@ -1,0 +1,178 @@
+"""The job file: one training run to check (`planner check JOB`), in YAML.
+
+A job names the model, the hardware and the GPU count, and gives the layout
+either directly (`parallel`, `training`) or by pointing at the engine's own
+configuration (`engine`: a DeepSpeed JSON, Megatron-LM arguments, a torchtitan
+TOML) plus only what that file lacks. Paths inside a job are relative to the
+job file. `planner schema job` prints this schema as JSON Schema.
+
+This module only describes the file; `planner.specs.load.load_job` reads it and
+`planner.importers.engine.assemble` turns it into a validated `Layout`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from planner.specs.layout import ComputeDtype, GradDtype, Optimizer, Recompute, Schedule
+from planner.specs.model import ModelSpec
+
+EngineFormat = Literal["deepspeed", "megatron", "torchtitan"]
+ENGINE_FORMATS: tuple[str, ...] = ("deepspeed", "megatron", "torchtitan")
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class ParallelSection(BaseModel):
+    """How the model is split and micro-batched. Every field is optional: what is left out takes the
+    engine file's value (when `engine` is given) or the layout default."""
+
+    model_config = _STRICT
+
+    tp: PositiveInt | None = Field(default=None, description="Tensor-parallel degree (default 1).")
+    pp: PositiveInt | None = Field(default=None, description="Pipeline-parallel degree, stages (default 1).")
+    cp: PositiveInt | None = Field(default=None, description="Context-parallel degree (default 1).")
+    dp: PositiveInt | None = Field(
+        default=None, description="Data-parallel degree; derived as gpus / (tp * pp * cp) when left out."
+    )
+    ep: PositiveInt | None = Field(default=None, description="Expert-parallel degree, MoE models only (default 1).")
+    zero: int | None = Field(
+        default=None, ge=0, le=3,
+        description="ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP) (default 0).",
+    )
+    sequence_parallel: bool | None = Field(
+        default=None, description="Megatron sequence parallelism; needs tp > 1 (default false)."
+    )
+    recompute: Recompute | None = Field(
+        default=None, description="Activation recomputation: none, selective (attention core) or full (default none)."
+    )
+    recompute_layers_per_stage: PositiveInt | None = Field(
+        default=None,
+        description="With recompute full: layers recomputed per pipeline stage (Megatron 'block'); default all.",
+    )
+    micro_batch: PositiveInt | None = Field(
+        default=None, description="Sequences per micro-batch per data-parallel rank (default 1)."
+    )
+    interleave: PositiveInt | None = Field(
+        default=None, description="Virtual pipeline stages per rank, interleaved 1F1B (default 1 = plain)."
+    )
+    schedule: Schedule | None = Field(default=None, description="Pipeline schedule: 1f1b or gpipe (default 1f1b).")
+    flash_attention: bool | None = Field(
+        default=None, description="Fused attention that stores no s x s score matrix (default true)."
+    )
+    overlap_grad_reduce: bool | None = Field(
+        default=None, description="Gradient reduction overlaps the backward pass (default true)."
+    )
+    overlap_tp_comm: bool | None = Field(
+        default=None, description="Tensor-parallel collectives overlap the GEMMs (default false)."
+    )
+
+
+class TrainingSection(BaseModel):
+    """Batch, sequence and precision of the run."""
+
+    model_config = _STRICT
+
+    global_batch: PositiveInt | None = Field(
+        default=None, description="Sequences per optimizer step, all data-parallel replicas together."
+    )
+    seq_len: PositiveInt | None = Field(default=None, description="Tokens per sequence.")
+    dtype: ComputeDtype | None = Field(default=None, description="Compute precision: bf16, fp16 or fp8 (default bf16).")
+    grad_dtype: GradDtype | None = Field(
+        default=None, description="Gradient precision: bf16, fp16 or fp32 (default bf16)."
+    )
+    optimizer: Optimizer | None = Field(default=None, description="Optimizer: adam or sgd (default adam).")
+
+
+class EngineSection(BaseModel):
+    """The engine's own configuration, read as that engine reads it."""
+
+    model_config = _STRICT
+
+    format: EngineFormat = Field(description="deepspeed (JSON config), megatron (arguments) or torchtitan (TOML).")
+    path: str | None = Field(
+        default=None,
+        description="The engine file, relative to the job file: a DeepSpeed JSON, a file of Megatron-LM arguments "
+        "or a launch script, a torchtitan TOML job config.",
+    )
+    args: str | None = Field(
+        default=None,
+        description="Command-line flags as one string: Megatron-LM arguments (instead of, or after, `path`), or "
+        "torchtitan `--section.option value` overrides applied on top of the TOML.",
+    )
+
+    @model_validator(mode="after")
+    def _needs_source(self) -> "EngineSection":
+        if self.path is None and self.args is None:
+            raise ValueError("give the engine file as 'path' (or Megatron/torchtitan flags as 'args')")
+        if self.format == "deepspeed" and self.path is None:
+            raise ValueError("a deepspeed engine needs 'path' (the DeepSpeed JSON); 'args' is for megatron/torchtitan")
+        if self.format == "deepspeed" and self.args is not None:
+            raise ValueError("'args' does not apply to deepspeed; put the settings in the JSON or in 'parallel'")
+        return self
+
+
+class Job(BaseModel):
+    """One training run to check: model, hardware, GPU count, and the layout or the engine file that holds it."""
+
+    model_config = _STRICT
+
+    description: str | None = Field(default=None, description="Free text shown nowhere; for the reader of the file.")
+    model: str | ModelSpec | None = Field(
+        default=None,
+        description="Catalog id or alias ('planner models'), a path to our YAML spec or a HuggingFace config.json "
+        "(relative to the job file), or the spec itself as a mapping. May be left out when the engine file "
+        "defines the model (Megatron-LM arguments, torchtitan model name and flavor).",
+    )
+    hardware: str = Field(
+        description="Hardware catalog id or alias ('planner hardware'), or a path to a YAML profile."
+    )
+    gpus: PositiveInt | None = Field(default=None, description="Total GPUs of the run. Give this or 'nodes'.")
+    nodes: PositiveInt | None = Field(
+        default=None, description="Nodes of the run; gpus = nodes x the hardware's gpus_per_node. Give this or 'gpus'."
+    )
+    parallel: ParallelSection = Field(default_factory=ParallelSection, description="Parallel degrees and memory strategies.")
+    training: TrainingSection = Field(default_factory=TrainingSection, description="Batch, sequence length, precision.")
+    engine: EngineSection | None = Field(
+        default=None,
+        description="An engine config that holds the layout; `parallel` and `training` then give only what it lacks.",
+    )
+    headroom: float | None = Field(
+        default=None, ge=0.0, lt=1.0,
+        description="Share of device memory kept free; the job fits when peak <= capacity x (1 - headroom). "
+        "Default: the cost model's DEFAULT_HEADROOM.",
+    )
+
+    @model_validator(mode="after")
+    def _gpus_or_nodes(self) -> "Job":
+        if (self.gpus is None) == (self.nodes is None):
+            raise ValueError("give exactly one of 'gpus' or 'nodes'")
+        return self
+
+    def given_fields(self) -> dict[str, Any]:
+        """The layout fields this job sets itself (parallel and training), without the unset ones."""
+        out = self.parallel.model_dump(exclude_none=True)
+        out.update(self.training.model_dump(exclude_none=True))
+        return out
+
+
+LAYOUT_FIELD_SECTIONS: dict[str, str] = {
+    **{name: "parallel" for name in ParallelSection.model_fields},
+    **{name: "training" for name in TrainingSection.model_fields},
+}
+
+
+def field_path(name: str) -> str:
+    """Where a layout field lives in a job file, e.g. 'parallel.tp' or 'training.seq_len'."""
+    section = LAYOUT_FIELD_SECTIONS.get(name)
+    return f"{section}.{name}" if section else name
+
+
+def job_json_schema() -> dict[str, Any]:
+    """The job file's JSON Schema (for editors: yaml-language-server, VS Code)."""
+    schema = Job.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "planner job"
+    return schema

@@ -1,0 +1,214 @@
+"""`planner check`, `planner export`, `planner schema`: every exit code, every format, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+JOBS = REPO / "tests" / "fixtures" / "jobs"
+ENGINES = REPO / "tests" / "fixtures" / "engines"
+ESTIMATE_KEYS = {"config", "memory", "stages", "fits", "time", "throughput"}
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+# exit codes ---------------------------------------------------------------------------------------
+def test_fitting_job_exits_0(run_cli):
+    result = run_cli("check", JOBS / "llama8b_fits.yaml")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("PASS")
+    assert "1 of 1 job fit." in result.stdout
+
+
+def test_job_that_does_not_fit_exits_1_and_says_why_and_how_to_fix(run_cli):
+    result = run_cli("check", JOBS / "llama70b_oom.yaml")
+    assert result.exit_code == 1, result.output
+    out = result.stdout
+    assert out.startswith("FAIL")
+    assert "stage 0 needs" in out and "over the" in out and "dominate" in out
+    assert "changes that fit (each re-estimated)" in out
+    assert " saves " in out and "GiB" in out
+
+
+def test_any_failing_job_makes_the_run_exit_1(run_cli):
+    result = run_cli("check", JOBS / "llama8b_fits.yaml", JOBS / "llama70b_oom.yaml")
+    assert result.exit_code == 1
+    assert "1 of 2 jobs fit." in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "fragments"),
+    [
+        ("unknown_key.yaml", ["unknown_key.yaml", "parallel.tensor_parallel", "unknown key"]),
+        ("gpus_mismatch.yaml", ["gpus_mismatch.yaml", "tp(8) * pp(4) * cp(1) * dp(3) = 96 != gpus(64)"]),
+        ("unknown_model.yaml", ["unknown_model.yaml", "model", "llama-9-8b"]),
+        ("missing_seq_len.yaml", ["missing_seq_len.yaml", "training.seq_len is required"]),
+        ("malformed.yaml", ["malformed.yaml", "malformed YAML at line 3"]),
+    ],
+)
+def test_bad_job_exits_2_with_one_line(run_cli, name, fragments):
+    assert_one_line_error(run_cli("check", JOBS / "bad" / name), *fragments)
+
+
+def test_bad_job_among_good_ones_writes_nothing(run_cli):
+    result = run_cli("check", JOBS / "llama8b_fits.yaml", JOBS / "bad" / "gpus_mismatch.yaml")
+    assert_one_line_error(result, "gpus_mismatch.yaml")
+
+
+def test_missing_file_and_usage_errors_exit_2(run_cli):
+    assert_one_line_error(run_cli("check", JOBS / "nope.yaml"), "nope.yaml", "file not found")
+    assert_one_line_error(run_cli("check"), "give job files")
+    assert_one_line_error(run_cli("check", JOBS / "llama8b_fits.yaml", "--tp", "2"), "--tp", "job file")
+    assert_one_line_error(run_cli("check", "--deepspeed", ENGINES / "deepspeed" / "zero3_bf16.json", "--model",
+                                  "llama-3.1-8b", "--gpus", "8"), "--hardware")
+
+
+# formats ------------------------------------------------------------------------------------------
+def test_json_format_has_estimate_keys_and_suggestions(run_cli):
+    result = run_cli("check", JOBS / "llama8b_fits.yaml", JOBS / "llama70b_oom.yaml", "--format", "json")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert [d["job"] for d in data] == [str(JOBS / "llama8b_fits.yaml"), str(JOBS / "llama70b_oom.yaml")]
+    for item in data:
+        assert ESTIMATE_KEYS <= set(item)
+    assert data[0]["fits"] is True and "suggestions" not in data[0]
+    failing = data[1]
+    assert failing["fits"] is False
+    assert failing["diagnosis"]["over_bytes"] > 0 and failing["diagnosis"]["stage"] == 0
+    assert failing["suggestions"], "at least one verified change"
+    for s in failing["suggestions"]:
+        assert s["verified"] is True and s["peak_bytes"] <= failing["memory"]["usable_bytes"]
+        assert s["saves_bytes"] > 0 and s["change"]
+
+
+def test_github_format_annotations(run_cli):
+    result = run_cli("check", JOBS / "llama8b_fits.yaml", JOBS / "llama70b_oom.yaml", "--format", "github")
+    assert result.exit_code == 1
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith(f"::notice file={JOBS / 'llama8b_fits.yaml'},title=planner check::")
+    assert lines[1].startswith(f"::error file={JOBS / 'llama70b_oom.yaml'},title=planner check%3A out of memory::")
+    assert "%0A- " in lines[1]  # suggestions on their own lines inside one annotation
+    assert len(lines) == 2
+
+
+def test_warnings_go_to_stderr_and_into_github_annotations(run_cli):
+    args = ("check", "--torchtitan", ENGINES / "torchtitan" / "hsdp.toml", "--hardware", "h100-sxm", "--gpus", "16")
+    result = run_cli(*args)
+    assert result.exit_code == 0
+    assert result.stderr.startswith("warning: ") and "HSDP" in result.stderr
+    github = run_cli(*args, "--format", "github")
+    assert github.stdout.startswith("::warning file=")
+
+
+# job files with engine configs, and direct engine checks ------------------------------------------
+@pytest.mark.parametrize("name", ["deepspeed_job.yaml", "megatron_job.yaml", "torchtitan_job.yaml",
+                                  "inline_model.yaml"])
+def test_job_files_with_engine_configs(run_cli, name):
+    result = run_cli("check", JOBS / name, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["fits"] is True
+
+
+def test_torchtitan_job_applies_its_args_over_the_toml(run_cli):
+    data = json.loads(run_cli("check", JOBS / "torchtitan_job.yaml", "--format", "json").stdout)[0]
+    assert (data["config"]["tp"], data["config"]["micro_batch"], data["config"]["zero"]) == (4, 4, 3)
+
+
+def test_direct_deepspeed_check_equals_estimate_flags(run_cli):
+    ds = run_cli("check", "--deepspeed", ENGINES / "deepspeed" / "zero3_bf16.json", "--model", "llama-3.1-8b",
+                 "--hardware", "h100-sxm", "--gpus", "64", "--seq-len", "4096", "--format", "json")
+    assert ds.exit_code == 0, ds.output
+    data = json.loads(ds.stdout)[0]
+    assert data["job"] == str(ENGINES / "deepspeed" / "zero3_bf16.json")
+    assert (data["config"]["zero"], data["config"]["micro_batch"], data["config"]["global_batch"]) == (3, 2, 512)
+
+
+def test_direct_megatron_and_torchtitan_checks(run_cli):
+    mg = run_cli("check", "--megatron-args", ENGINES / "megatron" / "gpt3_175b_args.txt", "--hardware", "a100-80gb",
+                 "--gpus", "1024", "--format", "json")
+    assert mg.exit_code == 0, mg.output
+    assert json.loads(mg.stdout)[0]["config"]["interleave"] == 3
+    tt = run_cli("check", "--torchtitan", ENGINES / "torchtitan" / "llama3_8b.toml", "--hardware", "h100-sxm",
+                 "--gpus", "64", "--engine-args", "--parallelism.tensor_parallel_degree 2")
+    assert tt.exit_code == 0, tt.output
+
+
+def test_engine_errors_are_one_line(run_cli):
+    assert_one_line_error(run_cli("check", "--deepspeed", ENGINES / "deepspeed" / "offload_cpu.json", "--model",
+                                  "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "8", "--seq-len", "4096"),
+                          "offload_cpu.json", "offload is not modelled")
+    assert_one_line_error(run_cli("check", "--megatron-args", ENGINES / "megatron" / "unresolved_var.sh",
+                                  "--hardware", "h100-sxm", "--gpus", "8"), "unresolved_var.sh", "$TP")
+    assert_one_line_error(run_cli("check", "--deepspeed", ENGINES / "deepspeed" / "zero3_bf16.json",
+                                  "--hardware", "h100-sxm", "--gpus", "64", "--seq-len", "4096"), "model is required")
+    assert_one_line_error(run_cli("check", "--deepspeed", ENGINES / "deepspeed" / "zero3_bf16.json", "--model",
+                                  "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
+                                  "--zero", "1"), "contradicts zero_optimization.stage = 3")
+
+
+# export -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("fmt", "flag"), [("megatron", "--megatron-args"), ("deepspeed", "--deepspeed"),
+                                           ("torchtitan", "--torchtitan")])
+def test_export_then_check_gives_the_same_layout_and_estimate(run_cli, tmp_path, fmt, flag):
+    job = JOBS / "llama8b_fits.yaml"
+    out = tmp_path / f"exported.{fmt}"
+    exported = run_cli("export", job, "--to", fmt, "--out", out)
+    assert exported.exit_code == 0, exported.output
+    assert out.exists() and "Predicted peak memory" in out.read_text()
+    back = json.loads(run_cli("check", flag, out, "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                              "--format", "json").stdout)[0]
+    if fmt == "torchtitan":  # torchtitan fixes ZeRO 3 and fp32 gradients; the file's header says so
+        assert "Note: zero 1 -> 3" in out.read_text()
+        return
+    original = json.loads(run_cli("check", job, "--format", "json").stdout)[0]
+    assert back["config"] == original["config"]
+    assert back["memory"] == original["memory"]
+
+
+def test_export_from_estimate_flags_to_stdout(run_cli):
+    result = run_cli("export", "--to", "megatron", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "16",
+                     "--tp", "2", "--pp", "2", "--zero", "1", "--global-batch", "64", "--seq-len", "4096")
+    assert result.exit_code == 0, result.output
+    assert "MEGATRON_ARGS=(" in result.stdout and "--pipeline-model-parallel-size 2" in result.stdout
+
+
+def test_export_errors_are_one_line(run_cli):
+    assert_one_line_error(run_cli("export", "--to", "megatron"), "give a job file")
+    assert_one_line_error(run_cli("export", JOBS / "bad" / "gpus_mismatch.yaml", "--to", "deepspeed"), "96 != gpus(64)")
+
+
+# schema, speed ------------------------------------------------------------------------------------
+def test_schema_job_is_json_schema_with_descriptions(run_cli):
+    result = run_cli("schema", "job")
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    assert schema["$schema"].startswith("https://json-schema.org/")
+    assert {"model", "hardware", "gpus", "nodes", "parallel", "training", "engine", "headroom"} <= set(
+        schema["properties"])
+    assert schema["additionalProperties"] is False
+    for name, prop in schema["$defs"]["ParallelSection"]["properties"].items():
+        assert prop.get("description"), name
+
+
+def test_ten_jobs_check_in_well_under_a_second(run_cli, tmp_path):
+    for i in range(10):
+        shutil.copy(JOBS / ("llama70b_oom.yaml" if i == 9 else "llama8b_fits.yaml"), tmp_path / f"job{i}.yaml")
+    run_cli("check", JOBS / "llama8b_fits.yaml")  # warm the imports
+    start = time.perf_counter()
+    result = run_cli("check", *sorted(tmp_path.glob("*.yaml")))
+    elapsed = time.perf_counter() - start
+    assert result.exit_code == 1
+    assert elapsed < 1.0, f"{elapsed:.2f} s"

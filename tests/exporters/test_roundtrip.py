@@ -1,0 +1,113 @@
+"""Export a layout, import the file back: the same layout and the same estimate, for every format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.costmodel.rules import resolve_layout
+from planner.costmodel.training import estimate
+from planner.errors import PlannerError
+from planner.exporters.common import render_export
+from planner.importers.deepspeed import import_deepspeed
+from planner.importers.megatron import import_megatron, split_launch_text
+from planner.importers.torchtitan import import_torchtitan
+from planner.specs.load import load_hardware, load_model, parse_toml
+
+HW = load_hardware("h100-sxm").spec
+
+# (model id, gpus, layout fields) covering degrees, ZeRO stages, recompute kinds, interleaving, MoE, dtypes.
+CASES = [
+    ("llama-3.1-8b", 8, dict(tp=2, sequence_parallel=True, zero=1, recompute="selective", micro_batch=1,
+                             global_batch=64, seq_len=8192)),
+    ("llama-3.1-70b", 64, dict(tp=8, pp=4, interleave=2, sequence_parallel=True, zero=1, recompute="full",
+                               micro_batch=1, global_batch=128, seq_len=4096, grad_dtype="fp32",
+                               overlap_tp_comm=True)),
+    ("llama-3.1-8b", 32, dict(cp=2, zero=3, recompute="none", micro_batch=2, global_batch=64, seq_len=16384,
+                              grad_dtype="fp32")),
+    ("llama-3.1-70b", 32, dict(tp=4, pp=2, sequence_parallel=True, zero=2, recompute="full",
+                               recompute_layers_per_stage=20, micro_batch=1, global_batch=64, seq_len=4096,
+                               dtype="fp8")),
+    ("mixtral-8x7b", 64, dict(tp=2, pp=2, ep=8, sequence_parallel=True, zero=1, recompute="selective",
+                              micro_batch=1, global_batch=256, seq_len=4096)),
+    ("gpt3-175b", 64, dict(tp=8, pp=8, zero=0, recompute="full", micro_batch=1, global_batch=64, seq_len=2048,
+                           dtype="fp16", grad_dtype="fp32", flash_attention=False, overlap_grad_reduce=False)),
+]
+
+
+def _estimate(model_id: str, gpus: int, fields: dict):
+    model = load_model(model_id).spec
+    layout = resolve_layout(model, gpus, **fields)
+    return model, layout, estimate(model, HW, layout)
+
+
+def _memory(model, layout):
+    return estimate(model, HW, layout).to_json()["memory"]
+
+
+@pytest.mark.parametrize(("model_id", "gpus", "fields"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_megatron_roundtrip(model_id, gpus, fields):
+    model, layout, est = _estimate(model_id, gpus, fields)
+    exported = render_export("megatron", model_id, model, HW, layout, est, hardware_id="h100-sxm")
+    assert exported.layout == layout  # Megatron-LM runs every field as is
+    tokens = split_launch_text(exported.text, "megatron_args.sh")
+    with_model = import_megatron(tokens, gpus=gpus, given={}, model=model, source="x")
+    assert resolve_layout(model, gpus, **with_model.fields) == layout
+    # and the architecture written in the file reads back to the same parameter shapes
+    from_args = import_megatron(tokens, gpus=gpus, given={}, model=None, source="x")
+    assert resolve_layout(from_args.model, gpus, **from_args.fields) == layout
+    if model.sliding_window_layers == 0 and model.norms_per_layer == 2:
+        assert _memory(from_args.model, layout) == _memory(model, layout)
+
+
+@pytest.mark.parametrize(("model_id", "gpus", "fields"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_deepspeed_roundtrip(model_id, gpus, fields):
+    model, layout, est = _estimate(model_id, gpus, fields)
+    exported = render_export("deepspeed", model_id, model, HW, layout, est, hardware_id="h100-sxm")
+    config = json.loads(exported.text)
+    assert "Predicted peak memory" in " ".join(config["_planner"]["prediction"])
+    imported = import_deepspeed(config, gpus=gpus, given={}, source="ds_config.json")
+    assert resolve_layout(model, gpus, **imported.fields) == layout
+
+
+def _torchtitan_native(model_id: str, gpus: int, fields: dict) -> bool:
+    return fields.get("dtype", "bf16") != "fp16"
+
+
+@pytest.mark.parametrize(("model_id", "gpus", "fields"), [c for c in CASES if _torchtitan_native(*c)],
+                         ids=[f"{c[0]}-{c[1]}" for c in CASES if _torchtitan_native(*c)])
+def test_torchtitan_roundtrip(model_id, gpus, fields):
+    model, layout, est = _estimate(model_id, gpus, fields)
+    exported = render_export("torchtitan", model_id, model, HW, layout, est, hardware_id="h100-sxm")
+    # the exported layout is what torchtitan runs; importing the file gives exactly it
+    imported = import_torchtitan(parse_toml(exported.text, "t.toml"), [], gpus=gpus, given={}, model=model,
+                                 source="t.toml")
+    assert resolve_layout(model, gpus, **imported.fields) == exported.layout
+    assert exported.layout.grad_dtype == "fp32" and exported.layout.sequence_parallel == (layout.tp > 1)
+    if exported.layout != layout:
+        assert exported.notes and "Note:" in exported.text
+
+
+def test_torchtitan_native_layout_is_unchanged():
+    model, layout, est = _estimate("llama-3.1-8b", 32, CASES[2][2])
+    exported = render_export("torchtitan", "llama-3.1-8b", model, HW, layout, est)
+    assert exported.layout == layout and exported.notes == ()
+
+
+def test_header_reports_the_prediction_of_the_written_layout():
+    model, layout, est = _estimate(*CASES[0])
+    exported = render_export("torchtitan", "llama-3.1-8b", model, HW, layout, est, hardware_id="h100-sxm")
+    mapped = estimate(model, HW, exported.layout)
+    peak = mapped.stages[mapped.peak_stage].total_bytes / 2**30
+    assert f"Predicted peak memory: {peak:.1f} GiB" in exported.text
+    assert "MFU" in exported.text and "Predicted step time" in exported.text
+
+
+def test_unexportable_layouts_are_errors():
+    model, layout, est = _estimate("llama-3.1-8b", 8, dict(pp=2, schedule="gpipe", global_batch=16, seq_len=1024))
+    with pytest.raises(PlannerError, match="GPipe"):
+        render_export("megatron", "llama-3.1-8b", model, HW, layout, est)
+    model, layout, est = _estimate("llama-3.1-8b", 8, dict(dtype="fp16", global_batch=16, seq_len=1024))
+    with pytest.raises(PlannerError, match="fp16"):
+        render_export("torchtitan", "llama-3.1-8b", model, HW, layout, est)
