@@ -1,0 +1,423 @@
+"""`planner infer estimate` (one serving layout) and `planner infer search` (every layout on N GPUs).
+
+Thin: the formulas live in planner.costmodel.inference*; this module parses options, calls them,
+and renders a table, JSON or CSV (and, on request, a plot; matplotlib is imported only then).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from planner.cli import cli
+from planner.cli.options import echo_json, hardware_option, model_option
+from planner.costmodel.inference import BATCHING, REASONS, check_layout, estimate_inference
+from planner.costmodel.inference_inputs import KV_DTYPES, WEIGHT_DTYPES, InferenceArrays
+from planner.costmodel.inference_memory import DEFAULT_HEADROOM
+from planner.costmodel.inference_search import InferenceSearchResult, SearchSpace, search_inference
+from planner.errors import PlannerError
+from planner.specs.load import load_hardware, load_model
+
+DECODE_ATTENTION = ("grouped", "per-head")
+PLOT_SUFFIXES = (".png", ".svg")
+
+
+# --- Option types --------------------------------------------------------------------------------
+
+
+class Seconds(click.ParamType):
+    """A duration: '0.05', '50ms', '2s', '1.5 s'."""
+
+    name = "SECONDS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*", str(value))
+        if not match:
+            self.fail(f"'{value}' is not a duration; give seconds (0.05) or milliseconds (50ms)", param, ctx)
+        seconds = float(match.group(1)) / (1000.0 if match.group(2) == "ms" else 1.0)
+        if seconds <= 0:
+            self.fail(f"'{value}' must be above zero", param, ctx)
+        return seconds
+
+
+class Choices(click.ParamType):
+    """One choice or a comma-separated list of them: 'bf16' or 'bf16,fp8'."""
+
+    name = "LIST"
+
+    def __init__(self, choices: tuple[str, ...]) -> None:
+        self.choices = choices
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(self.choices) + "][,...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, ...]:
+        if isinstance(value, tuple):
+            return value
+        items = tuple(dict.fromkeys(part.strip().lower() for part in str(value).split(",")))
+        bad = [item for item in items if item not in self.choices]
+        if bad or not items:
+            self.fail(f"'{value}': use one or more of {', '.join(self.choices)}, comma-separated", param, ctx)
+        return items
+
+
+def _serving_options(f: Any) -> Any:
+    """Options `estimate` and `search` share."""
+    for option in reversed(
+        [
+            model_option(),
+            hardware_option(),
+            click.option("--input-len", type=int, required=True, help="Prompt tokens per request."),
+            click.option("--output-len", type=int, required=True, help="Generated tokens per request (the first included)."),
+            click.option("--batching", type=click.Choice(BATCHING), default="continuous", show_default=True,
+                         help="static: one batch prefilled then decoded together; continuous: steady state of "
+                         "in-flight batching."),
+            click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_HEADROOM,
+                         show_default=True, help="Fraction of device memory kept free."),
+            click.option("--decode-attention", type=click.Choice(DECODE_ATTENTION), default="grouped",
+                         show_default=True, help="grouped: the decode kernel reads K/V once per KV head "
+                         "(FlashInfer, TensorRT-LLM XQA); per-head: once per query head (TensorRT-LLM <= 0.6)."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def _echo_rich(renderable: Any) -> None:
+    """Render with rich into a string, then print through click (so CliRunner captures it)."""
+    from rich.console import Console
+
+    interactive = sys.stdout.isatty()
+    width = shutil.get_terminal_size((120, 24)).columns if interactive else 120
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, force_terminal=interactive, no_color=not interactive).print(renderable)
+    click.echo(buffer.getvalue(), nl=False)
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:,.2f} GB"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.1f} s"
+
+
+def _scalar(value: Any) -> int | float:
+    """A 0-d array as a JSON number: whole byte counts as int."""
+    item = np.asarray(value).item()
+    return int(item) if isinstance(item, float) and item.is_integer() else item
+
+
+# --- infer group ---------------------------------------------------------------------------------
+
+
+@cli.group("infer")
+def infer() -> None:
+    """Size a serving deployment: memory per GPU, TTFT, TPOT and throughput.
+
+    \b
+    Examples:
+      planner infer estimate -m llama-3.1-70b -w h100-sxm --tp 4 --gpus 8 \\
+          --input-len 1000 --output-len 200 --concurrency 64 --weight-dtype fp8
+      planner infer search -m llama-3.1-70b -w h100-sxm --gpus 8 \\
+          --input-len 1000 --output-len 200 --tpot-max 50ms --weight-dtype bf16,fp8
+    """
+
+
+@infer.command("estimate")
+@_serving_options
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree of a replica.")
+@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree of a replica.")
+@click.option("--gpus", type=int, default=None, help="GPUs in all; replicas = gpus / (tp x pp)  [default: tp x pp]")
+@click.option("--concurrency", type=int, default=1, show_default=True,
+              help="Requests in flight per replica (the batch, for static batching).")
+@click.option("--weight-dtype", type=click.Choice(WEIGHT_DTYPES), default="bf16", show_default=True,
+              help="Weights of the transformer layers (fp8 also computes in fp8; int8/int4 are weight-only).")
+@click.option("--kv-dtype", type=click.Choice(KV_DTYPES), default="bf16", show_default=True, help="KV-cache dtype.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="Output format.")
+def estimate_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: int, batching: str, headroom: float,
+                 decode_attention: str, tp: int, pp: int, gpus: int | None, concurrency: int, weight_dtype: str,
+                 kv_dtype: str, fmt: str) -> None:
+    """Memory, latency and throughput of one serving layout.
+
+    \b
+    Example:
+      planner infer estimate -m llama-2-70b -w h100-sxm --tp 2 --gpus 8 \\
+          --input-len 2048 --output-len 256 --concurrency 32 --weight-dtype fp8 --kv-dtype fp8
+    """
+    model_entry, hw_entry = load_model(model_ref), load_hardware(hardware_ref)
+    model, hw = model_entry.spec, hw_entry.spec
+    x = InferenceArrays.build(
+        tp=tp, pp=pp, concurrency=concurrency, input_len=input_len, output_len=output_len,
+        weight_dtype=weight_dtype, kv_dtype=kv_dtype, per_head_decode_attention=decode_attention == "per-head",
+    )
+    total_gpus = tp * pp if gpus is None else gpus
+    check_layout(model, x, gpus=total_gpus)
+    est = estimate_inference(model, hw, x, headroom=headroom)
+    replicas = total_gpus // (tp * pp)
+    config = {
+        "model": model_entry.id, "model_name": model.name, "hardware": hw_entry.id, "hardware_name": hw.name,
+        "tp": tp, "pp": pp, "gpus": total_gpus, "replicas": replicas, "input_len": input_len,
+        "output_len": output_len, "concurrency": concurrency, "weight_dtype": weight_dtype, "kv_dtype": kv_dtype,
+        "batching": batching, "headroom": headroom, "decode_attention": decode_attention,
+    }
+    report = estimate_report(est, config)
+    if fmt == "json":
+        echo_json(report)
+    else:
+        _echo_rich(_estimate_tables(report))
+
+
+def _serving_dict(s: Any, replicas: int) -> dict[str, float]:
+    return {
+        "ttft_seconds": float(s.ttft_seconds), "tpot_seconds": float(s.tpot_seconds),
+        "e2e_seconds": float(s.e2e_seconds), "output_tokens_per_second": float(s.output_tokens_per_second),
+        "output_tokens_per_second_per_gpu": float(s.output_tokens_per_second_per_gpu),
+        "output_tokens_per_second_all_replicas": float(s.output_tokens_per_second) * replicas,
+    }
+
+
+def _pass_dict(p: Any) -> dict[str, float]:
+    names = ("gemm_seconds", "attention_seconds", "elementwise_seconds", "layer_overhead_seconds", "tp_comm_seconds",
+             "head_seconds", "pass_overhead_seconds", "pp_comm_seconds", "stage_seconds", "traversal_seconds",
+             "gemm_flop", "attention_flop", "weight_bytes_read", "kv_bytes_read")
+    return {name: float(getattr(p, name)) for name in names}
+
+
+def estimate_report(est: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document of `infer estimate` (keys may be added, never renamed)."""
+    mem, times = est.memory, est.times
+    chosen = est.serving(config["batching"])
+    both = {name: _serving_dict(est.serving(name), config["replicas"]) for name in BATCHING}
+    stages = mem.stage_weights
+    return {
+        "config": config,
+        "memory": {
+            "weights_bytes": _scalar(mem.weights_bytes),
+            "kv_cache_bytes": _scalar(mem.kv_cache_bytes),
+            "kv_cache_bytes_per_token": _scalar(mem.kv_cache_bytes_per_token),
+            "activations_bytes": _scalar(mem.activations_bytes),
+            "other_bytes": _scalar(mem.other_bytes),
+            "total_bytes": _scalar(mem.total_bytes),
+            "capacity_bytes": _scalar(mem.capacity_bytes),
+            "usable_bytes": _scalar(mem.usable_bytes),
+            "kv_cache_bytes_per_sequence": _scalar(mem.kv_cache_bytes_per_sequence),
+            "weights_bytes_by_stage": {
+                "first": _scalar(stages.first_bytes), "middle": _scalar(stages.middle_bytes),
+                "last": _scalar(stages.last_bytes),
+            },
+        },
+        "fits": bool(mem.fits),
+        "max_concurrency": int(mem.max_concurrency),
+        "latency": {k: both[config["batching"]][k] for k in ("ttft_seconds", "tpot_seconds", "e2e_seconds")},
+        "throughput": {
+            "output_tokens_per_second": float(chosen.output_tokens_per_second),
+            "output_tokens_per_second_per_gpu": float(chosen.output_tokens_per_second_per_gpu),
+            "output_tokens_per_second_all_replicas": float(chosen.output_tokens_per_second) * config["replicas"],
+        },
+        "batching": both,
+        "breakdown": {
+            "prefill_pass": _pass_dict(times.prefill),
+            "decode_step": _pass_dict(times.decode),
+            "continuous_iteration": _pass_dict(times.iteration),
+            "prefill_passes": int(times.prefill_passes),
+            "prefill_seconds": float(times.prefill_seconds),
+        },
+    }
+
+
+def _bar(part: float, whole: float, width: int = 30) -> str:
+    filled = int(round(min(max(part / whole, 0.0), 1.0) * width)) if whole > 0 else 0
+    return "█" * filled + "·" * (width - filled)
+
+
+def _estimate_tables(r: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    c, m = r["config"], r["memory"]
+    cap = m["capacity_bytes"]
+    head = (f"{c['model_name']} on {c['hardware_name']}: tp {c['tp']} x pp {c['pp']}, {c['replicas']} replica(s), "
+            f"{c['concurrency']} in flight, {c['input_len']} in / {c['output_len']} out, weights {c['weight_dtype']}, "
+            f"KV {c['kv_dtype']}")
+    mem = Table(title="Memory per GPU (most loaded stage)", title_justify="left")
+    for name, justify in (("", "left"), ("bytes", "right"), ("of capacity", "left"), ("share", "right")):
+        mem.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for label, key in (("weights", "weights_bytes"), ("KV cache", "kv_cache_bytes"),
+                       ("activations", "activations_bytes"), ("reserve", "other_bytes"), ("total", "total_bytes")):
+        mem.add_row(label, _gb(m[key]), _bar(m[key], cap), f"{m[key] / cap:.0%}")
+    verdict = "fits" if r["fits"] else "DOES NOT FIT"
+    mem.caption = (f"capacity {_gb(cap)}, usable {_gb(m['usable_bytes'])} ({c['headroom']:.0%} headroom): {verdict}; "
+                   f"max concurrency at this context: {r['max_concurrency']:,}; KV {m['kv_cache_bytes_per_token']:,.0f} "
+                   "bytes/token (whole model)")
+    times = Table(title="Latency and throughput", title_justify="left")
+    for name in ("batching", "TTFT", "TPOT", "end-to-end", "out tok/s per replica", "out tok/s per GPU"):
+        times.add_column(name, justify="left" if name == "batching" else "right")
+    for name, s in r["batching"].items():
+        mark = " *" if name == c["batching"] else ""
+        times.add_row(name + mark, _ms(s["ttft_seconds"]), _ms(s["tpot_seconds"]), _ms(s["e2e_seconds"]),
+                      f"{s['output_tokens_per_second']:,.0f}", f"{s['output_tokens_per_second_per_gpu']:,.0f}")
+    times.caption = "* reported in JSON 'latency' and 'throughput'"
+    d = r["breakdown"]["decode_step"]
+    parts = Table(title="One static decode step, per GPU", title_justify="left")
+    for name in ("GEMMs", "attention", "element-wise", "layer overhead", "TP all-reduce", "output head",
+                 "pass overhead", "PP send"):
+        parts.add_column(name, justify="right")
+    parts.add_row(*(_ms(d[k]) for k in ("gemm_seconds", "attention_seconds", "elementwise_seconds",
+                                        "layer_overhead_seconds", "tp_comm_seconds", "head_seconds",
+                                        "pass_overhead_seconds", "pp_comm_seconds")))
+    return Group(head, mem, times, parts)
+
+
+# --- search ---------------------------------------------------------------------------------------
+
+
+@infer.command("search")
+@_serving_options
+@click.option("--gpus", type=int, required=True, help="GPUs to serve on; split into replicas of tp x pp.")
+@click.option("--weight-dtype", "weight_dtypes", type=Choices(WEIGHT_DTYPES), default="bf16", show_default=True,
+              help="Weight dtypes to try, comma-separated.")
+@click.option("--kv-dtype", "kv_dtypes", type=Choices(KV_DTYPES), default="bf16", show_default=True,
+              help="KV-cache dtypes to try, comma-separated.")
+@click.option("--ttft-max", type=Seconds(), default=None, help="Largest acceptable TTFT (seconds, or e.g. 500ms).")
+@click.option("--tpot-max", type=Seconds(), default=None, help="Largest acceptable TPOT (seconds, or e.g. 50ms).")
+@click.option("--cross-node-tp", is_flag=True, help="Also try tp larger than a node.")
+@click.option("--max-pp", type=click.IntRange(min=1), default=None, help="Largest pipeline degree to try.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Layouts to show.")
+@click.option("--pareto", is_flag=True, help="Show the front of TPOT against output tokens/s per GPU instead.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE",
+              help="Write TPOT vs tokens/s per GPU with the front (.png or .svg; needs matplotlib).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="Output format.")
+def search_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: int, batching: str, headroom: float,
+               decode_attention: str, gpus: int, weight_dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...],
+               ttft_max: float | None, tpot_max: float | None, cross_node_tp: bool, max_pp: int | None, top: int,
+               pareto: bool, plot_path: str | None, fmt: str) -> None:
+    """Every serving layout on GPUS GPUs, ranked by output tokens/s per GPU within the latency limits.
+
+    Tries tp (dividing the heads, within a node unless --cross-node-tp), pp, the replicas they leave,
+    the dtypes given, and concurrencies 1, 2, 4, ... up to the most that fits, plus that most.
+
+    \b
+    Example:
+      planner infer search -m llama-3.1-70b -w h100-sxm --gpus 16 --input-len 2000 \\
+          --output-len 500 --ttft-max 2s --tpot-max 40ms --weight-dtype bf16,fp8 --pareto
+    """
+    if plot_path is not None and Path(plot_path).suffix.lower() not in PLOT_SUFFIXES:
+        raise PlannerError(f"plot file '{plot_path}' must end in {' or '.join(PLOT_SUFFIXES)}")
+    model_entry, hw_entry = load_model(model_ref), load_hardware(hardware_ref)
+    space = SearchSpace(
+        gpus=gpus, input_len=input_len, output_len=output_len, weight_dtypes=weight_dtypes, kv_dtypes=kv_dtypes,
+        batching=batching, cross_node_tp=cross_node_tp, max_pp=max_pp, ttft_max_seconds=ttft_max,
+        tpot_max_seconds=tpot_max, headroom=headroom, per_head_decode_attention=decode_attention == "per-head",
+    )
+    result = search_inference(model_entry.spec, hw_entry.spec, space)
+    shown = result.pareto if pareto else result.ranked[:top]
+    rows = result_rows(result, shown)
+    if plot_path is not None:
+        _plot(result, plot_path, f"{model_entry.id} on {gpus}x {hw_entry.id}")
+    config = {"model": model_entry.id, "hardware": hw_entry.id, "gpus": gpus, "input_len": input_len,
+              "output_len": output_len, "weight_dtypes": list(weight_dtypes), "kv_dtypes": list(kv_dtypes),
+              "batching": batching, "ttft_max_seconds": ttft_max, "tpot_max_seconds": tpot_max,
+              "cross_node_tp": cross_node_tp, "headroom": headroom, "decode_attention": decode_attention}
+    if fmt == "json":
+        echo_json({"config": config, "layouts_considered": result.layouts_considered,
+                   "candidates_evaluated": int(result.candidates.tp.size), "feasible": int(result.feasible.sum()),
+                   "rejected": result.rejected, "view": "pareto" if pareto else "top", "results": rows})
+    elif fmt == "csv":
+        from planner.report.csv import to_csv
+
+        columns = {key: [row[key] for row in rows] for key in (rows[0] if rows else _ROW_KEYS)}
+        click.echo(to_csv(columns), nl=False)
+    else:
+        _echo_rich(_search_tables(result, rows, pareto, config))
+
+
+_ROW_KEYS = ("rank", "tp", "pp", "replicas", "weight_dtype", "kv_dtype", "concurrency", "ttft_seconds", "tpot_seconds",
+             "e2e_seconds", "output_tokens_per_second", "output_tokens_per_second_per_gpu",
+             "output_tokens_per_second_all_replicas", "total_bytes", "max_concurrency")
+
+
+def result_rows(result: InferenceSearchResult, idx: np.ndarray) -> list[dict[str, Any]]:
+    """One dict per shown candidate (the JSON and CSV rows)."""
+    s, m, c = result.serving(), result.estimate.memory, result.candidates
+    columns = {
+        "tp": c.tp, "pp": c.pp, "replicas": result.replicas, "weight_dtype": result.weight_dtype,
+        "kv_dtype": result.kv_dtype, "concurrency": c.concurrency, "ttft_seconds": s.ttft_seconds,
+        "tpot_seconds": s.tpot_seconds, "e2e_seconds": s.e2e_seconds,
+        "output_tokens_per_second": s.output_tokens_per_second,
+        "output_tokens_per_second_per_gpu": s.output_tokens_per_second_per_gpu,
+        "output_tokens_per_second_all_replicas": s.output_tokens_per_second * result.replicas,
+        "total_bytes": m.total_bytes, "max_concurrency": m.max_concurrency,
+    }
+    picked = {name: col[idx].tolist() for name, col in columns.items()}
+    return [{"rank": i + 1, **{name: picked[name][i] for name in columns}} for i in range(len(idx))]
+
+
+def _search_tables(result: InferenceSearchResult, rows: list[dict[str, Any]], pareto: bool,
+                   config: dict[str, Any]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    title = ("Latency-throughput front" if pareto else "Best layouts") + (
+        f" for {config['model']} on {config['gpus']}x {config['hardware']}, {config['input_len']} in / "
+        f"{config['output_len']} out, {config['batching']} batching")
+    table = Table(title=title, title_justify="left")
+    for name in ("#", "tp", "pp", "replicas", "weights", "KV", "in flight", "TTFT", "TPOT", "tok/s/GPU",
+                 "tok/s total", "mem/GPU"):
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(str(row["rank"]), str(row["tp"]), str(row["pp"]), str(row["replicas"]), row["weight_dtype"],
+                      row["kv_dtype"], f"{row['concurrency']:,}", _ms(row["ttft_seconds"]), _ms(row["tpot_seconds"]),
+                      f"{row['output_tokens_per_second_per_gpu']:,.0f}",
+                      f"{row['output_tokens_per_second_all_replicas']:,.0f}", _gb(row["total_bytes"]))
+    summary = (f"{result.layouts_considered} layouts, {result.candidates.tp.size:,} with their concurrencies; "
+               f"{int(result.feasible.sum()):,} feasible")
+    reasons = Table(title="Rejected", title_justify="left")
+    reasons.add_column("reason")
+    reasons.add_column("count", justify="right")
+    descriptions = {**REASONS, "tp_cross_node": "tp larger than a node (allow with --cross-node-tp)"}
+    for code, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]):
+        reasons.add_row(f"{code}: {descriptions.get(code, code)}", f"{count:,}")
+    if not rows:
+        summary += "; nothing meets the limits: relax --ttft-max/--tpot-max, add GPUs, or try --weight-dtype fp8"
+    return Group(table, summary, reasons)
+
+
+def _plot(result: InferenceSearchResult, path: str, title: str) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlannerError("--plot needs matplotlib; install it with: pip install 'planner[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = result.serving()
+    idx = np.flatnonzero(result.feasible)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    try:
+        ax.scatter(s.tpot_seconds[idx] * 1e3, s.output_tokens_per_second_per_gpu[idx], s=8, alpha=0.4,
+                   label=f"feasible ({idx.size:,})")
+        front = result.pareto
+        ax.step(s.tpot_seconds[front] * 1e3, s.output_tokens_per_second_per_gpu[front], where="post",
+                color="tab:orange", label=f"front ({front.size})")
+        ax.set_xlabel("TPOT (ms)")
+        ax.set_ylabel("output tokens/s per GPU")
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path)
+    except OSError as err:
+        raise PlannerError(f"cannot write plot '{path}': {err}") from None
+    finally:
+        plt.close(fig)
