@@ -3,8 +3,9 @@
 Placement convention (Megatron-LM's rank order, documented in docs/cost-model.md):
 ranks are numbered TP fastest, then CP, then DP and PP outward. A group of
 `size` ranks whose members are `stride` ranks apart stays inside one node when
-size x stride <= gpus_per_node; otherwise it crosses the network, and each GPU
-sends through its own share of the node's NICs.
+size x stride <= gpus_per_node; otherwise it spans N nodes with k members in
+each, and collectives run hierarchically: the node's fabric for the k local
+members, each GPU's own share of the NICs for the traffic between nodes.
 
 Cost of one collective (Thakur, Rabenseifner & Gropp 2005; the NCCL performance
 notes' "bus bandwidth" convention): time = steps x alpha + bytes_on_the_wire / (B x eff),
@@ -25,68 +26,95 @@ ArrayLike = np.ndarray | float | int
 
 @dataclass(frozen=True)
 class Link:
-    """Effective bandwidth (bytes/s, one direction, already times efficiency) and latency (s) of a group."""
+    """Where a group's members sit and what each tier gives one GPU (bandwidth already x efficiency).
 
-    bandwidth_bytes_per_s: np.ndarray
-    latency_s: np.ndarray
-
-
-def group_link(hw: HardwareProfile, size: ArrayLike, stride: ArrayLike, *, spread_over_nics: bool = True) -> Link:
-    """The tier a group of `size` ranks spaced `stride` apart uses: intra-node fabric or the network.
-
-    A group that crosses nodes with k members in each node moves its inter-node share through k NICs
-    at once: a bandwidth-optimal (hierarchical, or NCCL multi-ring) reduction sends only 1/k of the data
-    per GPU across the network, so the effective per-GPU bandwidth is k x the NIC share, never more
-    than the intra-node link. All-to-all and point-to-point traffic go through each GPU's own NIC
-    (`spread_over_nics=False`).
+    members_per_node (k) ranks share a node; the group spans `nodes` (N) nodes. N = 1 means the group
+    never leaves the node.
     """
+
+    members_per_node: np.ndarray
+    nodes: np.ndarray
+    intra_bandwidth_bytes_per_s: float
+    intra_latency_s: float
+    inter_bandwidth_bytes_per_s: float
+    inter_latency_s: float
+
+
+def group_link(hw: HardwareProfile, size: ArrayLike, stride: ArrayLike) -> Link:
+    """The placement of a group of `size` ranks spaced `stride` apart (TP innermost: see module doc)."""
     size = np.asarray(size)
-    stride = np.asarray(stride)
+    stride = np.maximum(np.asarray(stride), 1)
     per_node = hw.node.gpus_per_node
-    intra = size * stride <= per_node
+    inside = size * stride <= per_node
+    k = np.where(inside, size, np.clip(per_node // stride, 1, np.maximum(size, 1)))
     eff = hw.efficiency
-    intra_bw = hw.node.bandwidth_bytes_per_s * eff.intra_node_link.fraction
-    inter_bw = hw.inter_node_bandwidth_bytes_per_s * eff.inter_node_link.fraction
-    if spread_over_nics:
-        members_per_node = np.clip(per_node // np.maximum(stride, 1), 1, np.maximum(size, 1))
-        inter_bw = np.minimum(intra_bw, inter_bw * members_per_node)
     return Link(
-        bandwidth_bytes_per_s=np.where(intra, intra_bw, inter_bw),
-        latency_s=np.where(intra, hw.node.latency_s, hw.inter_node_latency_s),
+        members_per_node=k,
+        nodes=np.maximum(-(-size // k), 1),
+        intra_bandwidth_bytes_per_s=hw.node.bandwidth_bytes_per_s * eff.intra_node_link.fraction,
+        intra_latency_s=hw.node.latency_s,
+        inter_bandwidth_bytes_per_s=hw.inter_node_bandwidth_bytes_per_s * eff.inter_node_link.fraction,
+        inter_latency_s=hw.inter_node_latency_s,
     )
 
 
-def all_reduce_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:
-    """All-reduce of `nbytes` per rank: the faster of ring and double binary tree, as NCCL picks.
+def _intra_ring_pass(nbytes: np.ndarray, link: Link) -> np.ndarray:
+    """One ring pass (reduce-scatter or all-gather) among the k members of a node: (k-1)/k S / B + (k-1) alpha."""
+    k = link.members_per_node.astype(float)
+    return (k - 1) / k * nbytes / link.intra_bandwidth_bytes_per_s + (k - 1) * link.intra_latency_s
 
-    Ring: 2(n-1)/n x bytes / B + 2(n-1) alpha. Tree: 2 x bytes / B + 2 log2(n) alpha
-    (pipelined double binary tree; Sanders et al. 2009, as in NCCL 2.4).
+
+def all_reduce_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:
+    """All-reduce of `nbytes` on every rank.
+
+    Inside a node: ring, 2(k-1)/k x S / B + 2(k-1) alpha (Thakur et al. 2005). Across N nodes:
+    hierarchical - reduce-scatter inside the node, all-reduce of the 1/k shard across nodes (the
+    faster of ring, 2(N-1)/N x S/k / B + 2(N-1) alpha, and double binary tree,
+    2 x S/k / B + 2 log2(N) alpha, as NCCL picks), all-gather inside the node. Each GPU drives its own
+    NIC, so k members of a node move their shards in parallel.
     """
-    n = np.asarray(size, dtype=float)
     nbytes = np.asarray(nbytes, dtype=float)
-    ring = 2 * (n - 1) / n * nbytes / link.bandwidth_bytes_per_s + 2 * (n - 1) * link.latency_s
-    tree = 2 * nbytes / link.bandwidth_bytes_per_s + 2 * np.log2(np.maximum(n, 1)) * link.latency_s
-    return np.where(n > 1, np.minimum(ring, tree), 0.0)
+    n_nodes = link.nodes.astype(float)
+    shard = nbytes / link.members_per_node
+    ring = 2 * (n_nodes - 1) / n_nodes * shard / link.inter_bandwidth_bytes_per_s + 2 * (n_nodes - 1) * link.inter_latency_s
+    tree = 2 * shard / link.inter_bandwidth_bytes_per_s + 2 * np.log2(n_nodes) * link.inter_latency_s
+    inter = np.where(n_nodes > 1, np.minimum(ring, tree), 0.0)
+    return 2 * _intra_ring_pass(nbytes, link) + inter
 
 
 def all_gather_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:
-    """Ring all-gather producing `nbytes` (the gathered size) on every rank: (n-1)/n x bytes / B + (n-1) alpha."""
-    n = np.asarray(size, dtype=float)
+    """All-gather producing `nbytes` (the gathered size) on every rank: across nodes first (each GPU
+    gathers the N shards of its local index, (N-1)/N x S/k through its NIC), then inside the node."""
     nbytes = np.asarray(nbytes, dtype=float)
-    t = (n - 1) / n * nbytes / link.bandwidth_bytes_per_s + (n - 1) * link.latency_s
-    return np.where(n > 1, t, 0.0)
+    n_nodes = link.nodes.astype(float)
+    inter = (n_nodes - 1) / n_nodes * nbytes / link.members_per_node / link.inter_bandwidth_bytes_per_s + (
+        n_nodes - 1
+    ) * link.inter_latency_s
+    return _intra_ring_pass(nbytes, link) + np.where(n_nodes > 1, inter, 0.0)
 
 
 def reduce_scatter_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:
-    """Ring reduce-scatter of `nbytes` (the unsharded size): the same cost as an all-gather of it."""
+    """Reduce-scatter of `nbytes` (the unsharded size): the mirror of an all-gather, same cost."""
     return all_gather_seconds(nbytes, size, link)
 
 
 def all_to_all_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:
-    """All-to-all where each rank holds `nbytes` and keeps 1/n of it: (n-1)/n x bytes / B + (n-1) alpha."""
-    return all_gather_seconds(nbytes, size, link)
+    """All-to-all where each rank holds `nbytes` and keeps 1/n of it: the (k-1)/n share to node peers goes
+    over the node fabric, the (n-k)/n share to other nodes through the GPU's own NIC (no aggregation)."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    n = np.maximum(np.asarray(size, dtype=float), 1)
+    k = link.members_per_node.astype(float)
+    intra = (k - 1) / n * nbytes / link.intra_bandwidth_bytes_per_s + (k - 1) * link.intra_latency_s
+    inter = (n - k) / n * nbytes / link.inter_bandwidth_bytes_per_s + (n - k) * link.inter_latency_s
+    return np.where(n > 1, intra + inter, 0.0)
 
 
 def p2p_seconds(nbytes: ArrayLike, link: Link) -> np.ndarray:
-    """One point-to-point send: alpha + bytes / B."""
-    return link.latency_s + np.asarray(nbytes, dtype=float) / link.bandwidth_bytes_per_s
+    """One point-to-point send between neighbours of the group: alpha + bytes / B of the tier crossed."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    crossing = link.nodes > 1
+    return np.where(
+        crossing,
+        link.inter_latency_s + nbytes / link.inter_bandwidth_bytes_per_s,
+        link.intra_latency_s + nbytes / link.intra_bandwidth_bytes_per_s,
+    )

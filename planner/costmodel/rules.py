@@ -69,9 +69,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "interleave_invalid",
         lambda m, a, g: (a.interleave > 1)
-        & ((a.pp == 1) | (m.num_layers % (a.pp * a.interleave) != 0) | (a.num_micro_batches % a.pp != 0) | a.gpipe),
-        lambda m, l, g: f"interleave({l.interleave}) needs pp > 1, num_layers({m.num_layers}) divisible by "
-        f"pp({l.pp}) * interleave({l.interleave}), the micro-batch count divisible by pp, and the 1f1b schedule",
+        & ((a.pp == 1) | (m.num_layers // a.pp < a.interleave) | (a.num_micro_batches % a.pp != 0) | a.gpipe),
+        lambda m, l, g: f"interleave({l.interleave}) needs pp > 1, at least one layer per virtual stage "
+        f"(num_layers({m.num_layers}) // pp({l.pp}) = {m.num_layers // l.pp} >= interleave), the micro-batch count "
+        f"({l.global_batch // max(l.dp * l.micro_batch, 1)}) divisible by pp, and the 1f1b schedule",
     ),
     Rule(
         "ep_invalid",

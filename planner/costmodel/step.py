@@ -183,7 +183,7 @@ def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_
     cp_comm = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(cp_bwd - core_bwd, 0.0)
 
     if moe_layer and model.moe is not None:
-        ep_link = group_link(hw, lay.ep, lay.tp * lay.cp, spread_over_nics=False)
+        ep_link = group_link(hw, lay.ep, lay.tp * lay.cp)
         dispatch = all_to_all_seconds(act_bytes * model.moe.experts_per_token, lay.ep, ep_link)
         ep_comm = 2 * dispatch * passes  # dispatch and combine, each pass
     else:
@@ -239,7 +239,7 @@ def stage_time(
 
     # Pipeline sends: forward activations and backward gradients at each boundary the stage owns, v times
     # per micro-batch with interleaving; Megatron splits them over TP ranks (scatter/gather optimisation).
-    pp_link = group_link(hw, 2, lay.tp * lay.cp * lay.dp, spread_over_nics=False)
+    pp_link = group_link(hw, 2, lay.tp * lay.cp * lay.dp)
     p2p_bytes = tokens * model.hidden_size * ACTIVATION_BYTES / lay.tp
     p2p = np.where(lay.pp > 1, 2 * lay.interleave * p2p_seconds(p2p_bytes, pp_link), 0.0)
 
