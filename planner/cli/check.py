@@ -21,9 +21,9 @@ from planner.errors import PlannerError
 GIB = float(1 << 30)
 ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torchtitan": "torchtitan"}
 # Layout flags, named as `planner estimate` names them; for direct engine checks they give what the file lacks.
-PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave",
-                  "flash_attention")
-TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "grad_dtype")
+PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "recompute_layers_per_stage",
+                  "micro_batch", "interleave", "schedule", "flash_attention", "overlap_grad_reduce", "overlap_tp_comm")
+TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "grad_dtype", "optimizer")
 
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -40,13 +40,21 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage 0-3."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Megatron sequence parallelism."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Activation recomputation."),
+        click.option("--recompute-layers", "recompute_layers_per_stage", type=click.IntRange(min=1),
+                     help="With --recompute full: layers per stage recomputed (Megatron 'block')."),
         click.option("--micro-batch", type=click.IntRange(min=1), help="Sequences per micro-batch."),
         click.option("--global-batch", type=click.IntRange(min=1), help="Sequences per optimizer step."),
         click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence."),
         click.option("--interleave", type=click.IntRange(min=1), help="Virtual pipeline stages per rank."),
+        click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), help="Pipeline schedule."),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), help="Compute precision."),
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Gradient precision."),
+        click.option("--optimizer", type=click.Choice(["adam", "sgd"]), help="Optimizer."),
         click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention."),
+        click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,
+                     help="Gradient reduction overlaps backward."),
+        click.option("--tp-comm-overlap/--no-tp-comm-overlap", "overlap_tp_comm", default=None,
+                     help="Tensor-parallel communication overlaps the GEMMs."),
         click.option("--headroom", type=click.FloatRange(0.0, 1.0, max_open=True),
                      help="Share of device memory kept free (default: the cost model's)."),
     ]
@@ -73,9 +81,12 @@ def _job_from_flags(kw: dict[str, Any], engine: dict[str, Any] | None, what: str
     return validate_spec(Job, {k: v for k, v in data.items() if v is not None}, "command line")
 
 
+FLAG_NAMES = {"recompute_layers_per_stage": "--recompute-layers", "overlap_tp_comm": "--tp-comm-overlap"}
+
+
 def _flags_given(kw: dict[str, Any]) -> list[str]:
     names = ("model_ref", "hardware_ref", "gpus", *PARALLEL_FLAGS, *TRAINING_FLAGS, "headroom")
-    return ["--" + n.removesuffix("_ref").replace("_", "-") for n in names if kw.get(n) is not None]
+    return [FLAG_NAMES.get(n, "--" + n.removesuffix("_ref").replace("_", "-")) for n in names if kw.get(n) is not None]
 
 
 # check --------------------------------------------------------------------------------------------
@@ -125,7 +136,7 @@ def _headline(c: Checked) -> str:
                 f"{est.peak_stage}); step {est.scalar('step_seconds'):.3g} s, MFU {est.scalar('mfu'):.1%}")
     d = c.diagnosis
     return (f"{who}: does not fit: stage {d.stage} needs {d.peak_bytes / GIB:.1f} GiB, {d.over_bytes / GIB:.1f} GiB "
-            f"({d.over_bytes:,.0f} bytes) over the {d.usable_bytes / GIB:.1f} GiB usable; {d.dominant} dominate "
+            f"({d.over_bytes:,.0f} bytes) over the {d.usable_bytes / GIB:.1f} GiB usable; largest term: {d.dominant} "
             f"({d.dominant_bytes / GIB:.1f} GiB)")
 
 

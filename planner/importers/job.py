@@ -52,8 +52,7 @@ def _model(job: Job, base: Path, source: str) -> load.Loaded | None:
     try:
         return load.load_model(load.relative_ref(job.model, base))
     except PlannerError as err:
-        raise PlannerError(err.message, source=err.source or source, field=err.field or ("model" if not err.source
-                                                                                          else None)) from None
+        raise PlannerError(err.render(), source=source, field="model") from None
 
 
 def resolve_job(job: Job, *, base: Path, source: str) -> ResolvedJob:
@@ -61,8 +60,7 @@ def resolve_job(job: Job, *, base: Path, source: str) -> ResolvedJob:
     try:
         hw = load.load_hardware(load.relative_ref(job.hardware, base))
     except PlannerError as err:
-        raise PlannerError(err.message, source=err.source or source, field=err.field or (
-            "hardware" if not err.source else None)) from None
+        raise PlannerError(err.render(), source=source, field="hardware") from None
     gpus = job.gpus if job.gpus is not None else job.nodes * hw.spec.node.gpus_per_node  # type: ignore[operator]
     loaded = _model(job, base, source)
     given = job.given_fields()
@@ -73,7 +71,10 @@ def resolve_job(job: Job, *, base: Path, source: str) -> ResolvedJob:
                                field="model")
         for name, hint in (("global_batch", "sequences per optimizer step"), ("seq_len", "tokens per sequence")):
             require(given, name, source, f"{hint}; add it under training")
-        imported = EngineImport(format="job", source=source, fields=dict(given))
+        fields = dict(given)
+        if "sequence_parallel" not in fields:  # as `planner estimate`: on whenever tensor parallelism is
+            fields["sequence_parallel"] = int(fields.get("tp", 1)) > 1
+        imported = EngineImport(format="job", source=source, fields=fields)
     else:
         imported, loaded = _import_engine(job, loaded, gpus, given, base, source)
     assert loaded is not None

@@ -187,18 +187,23 @@ def suggest(
     singles = [(family, changes) for family, changes in moves]
     strongest: dict[str, dict[str, Any]] = {}
     for family, changes in moves:
-        if family != "gpus":
-            strongest[family] = changes  # the last (largest) step of each knob
+        strongest[family] = changes  # the last (largest) step of each knob
     families = list(strongest)
-    pairs = [(f"{a}+{b}", {**strongest[a], **strongest[b]}) for i, a in enumerate(families) for b in families[i + 1:]
-             if not (set(strongest[a]) & set(strongest[b]) - {"dp", "interleave"})]
-    for family, changes in pairs:
-        if "dp" in changes:  # recompute dp for combined degree changes
-            fixed = _with_dp(base, gpus, **{k: v for k, v in changes.items() if k != "dp"})
-            if fixed is None:
+    pairs: list[Move] = []
+    for i, a in enumerate(families):
+        for b in families[i + 1:]:
+            if set(strongest[a]) & set(strongest[b]) - {"dp", "interleave"}:
                 continue
-            changes.clear()
-            changes.update(fixed)
+            changes = {**strongest[a], **strongest[b]}
+            if "gpus" in (a, b):
+                if {a, b} & {"tp", "pp", "cp"}:
+                    continue  # more GPUs with the same model-parallel degrees only
+            elif "dp" in changes:  # two degree changes: dp again from the GPU count
+                fixed = _with_dp(base, gpus, **{k: v for k, v in changes.items() if k != "dp"})
+                if fixed is None:
+                    continue
+                changes = fixed
+            pairs.append((f"{a}+{b}", changes))
     tried = [(family, changes, layout) for family, changes in singles + pairs
              if (layout := _candidate(base, changes)) is not None]
     if not tried:

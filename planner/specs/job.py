@@ -43,7 +43,9 @@ class ParallelSection(BaseModel):
         description="ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP) (default 0).",
     )
     sequence_parallel: bool | None = Field(
-        default=None, description="Megatron sequence parallelism; needs tp > 1 (default false)."
+        default=None,
+        description="Megatron sequence parallelism; needs tp > 1 (default: on when tp > 1, as 'planner estimate'; "
+        "with an engine file, that engine's setting).",
     )
     recompute: Recompute | None = Field(
         default=None, description="Activation recomputation: none, selective (attention core) or full (default none)."

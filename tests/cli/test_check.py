@@ -38,7 +38,7 @@ def test_job_that_does_not_fit_exits_1_and_says_why_and_how_to_fix(run_cli):
     assert result.exit_code == 1, result.output
     out = result.stdout
     assert out.startswith("FAIL")
-    assert "stage 0 needs" in out and "over the" in out and "dominate" in out
+    assert "stage 0 needs" in out and "over the" in out and "largest term: activations" in out
     assert "changes that fit (each re-estimated)" in out
     assert " saves " in out and "GiB" in out
 
@@ -212,3 +212,37 @@ def test_ten_jobs_check_in_well_under_a_second(run_cli, tmp_path):
     elapsed = time.perf_counter() - start
     assert result.exit_code == 1
     assert elapsed < 1.0, f"{elapsed:.2f} s"
+
+
+# engine configs vs the equivalent `planner estimate` ------------------------------------------------
+def _memory(result) -> dict:
+    assert result.exit_code in (0, 1), result.output
+    data = json.loads(result.stdout)
+    return (data[0] if isinstance(data, list) else data)["memory"]
+
+
+@pytest.mark.parametrize(
+    ("check_args", "estimate_args"),
+    [
+        (["--deepspeed", ENGINES / "deepspeed" / "zero3_bf16.json", "--model", "llama-3.1-8b", "--seq-len", "4096"],
+         ["--model", "llama-3.1-8b", "--zero", "3", "--micro-batch", "2", "--global-batch", "512", "--seq-len", "4096",
+          "--recompute", "full"]),
+        (["--megatron-args", ENGINES / "megatron" / "train_llama3_8b.sh", "--model", "llama-3.1-8b"],
+         ["--model", "llama-3.1-8b", "--tp", "2", "--zero", "1", "--recompute", "selective", "--micro-batch", "1",
+          "--global-batch", "128", "--seq-len", "8192", "--grad-dtype", "fp32"]),
+        (["--torchtitan", ENGINES / "torchtitan" / "llama3_70b.toml"],
+         ["--model", "llama-3.1-70b", "--tp", "8", "--zero", "3", "--recompute", "full", "--micro-batch", "8",
+          "--global-batch", "64", "--seq-len", "8192", "--grad-dtype", "fp32", "--tp-comm-overlap"]),
+    ],
+    ids=["deepspeed", "megatron", "torchtitan"],
+)
+def test_engine_config_memory_equals_planner_estimate(run_cli, check_args, estimate_args):
+    common = ["--hardware", "h100-sxm", "--gpus", "64", "--format", "json"]
+    checked = _memory(run_cli("check", *check_args, *common))
+    estimated = _memory(run_cli("estimate", *estimate_args, *common))
+    assert checked == estimated
+
+
+def test_docs_schema_copy_is_current(run_cli):
+    shipped = json.loads((REPO / "docs" / "planner-job.schema.json").read_text())
+    assert shipped == json.loads(run_cli("schema", "job").stdout), "run: planner schema job > docs/planner-job.schema.json"
