@@ -28,6 +28,10 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     """Megatron-LM runs every layout field except the GPipe schedule."""
     if layout.schedule == "gpipe":
         raise PlannerError("Megatron-LM has no GPipe schedule; use schedule 1f1b")
+    if layout.interleave > 1 and model.num_layers % (layout.pp * layout.interleave):
+        raise PlannerError(f"Megatron-LM's --num-layers-per-virtual-pipeline-stage needs num_layers({model.num_layers}) "
+                           f"divisible by pp({layout.pp}) * interleave({layout.interleave}); planner does not write "
+                           "uneven virtual-stage splits")
     if layout.recompute_layers_per_stage is not None and layout.recompute_layers_per_stage % layout.interleave:
         raise PlannerError(f"recompute_layers_per_stage({layout.recompute_layers_per_stage}) is not a multiple of "
                            f"interleave({layout.interleave}); Megatron-LM recomputes the same number of layers in "
