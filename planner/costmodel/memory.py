@@ -111,7 +111,7 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
             np.where(on, sp.dense / shard, sp.dense) + np.where(on, sp.expert / expert_shard, sp.expert)
         )
 
-    weights = sharded(np.full(lay.size, WEIGHT_BYTES, dtype=float), 3)
+    weights = sharded(np.asarray(float(WEIGHT_BYTES)), 3)
     grads = sharded(lay.grad_bytes.astype(float), 2)
     optim = sharded(lay.optimizer_bytes.astype(float), 1)
     return weights, grads, optim
@@ -239,9 +239,11 @@ def reserve_bytes(lay: LayoutArrays, churn_bytes: np.ndarray) -> np.ndarray:
     return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups + FRAGMENTATION_FRACTION * churn_bytes
 
 
-def stage_memory(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> StageMemory:
-    """Everything on one GPU of `stage` at the step's peak."""
-    sp = stage_params(model, lay, stage)
+def stage_memory(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams | None = None) -> StageMemory:
+    """Everything on one GPU of `stage` at the step's peak (`stage` broadcasts against the layouts: shape
+    (n,) for one stage per candidate, or (k, n) for k stages of each)."""
+    if sp is None:
+        sp = stage_params(model, lay, stage)
     weights, grads, optim = model_state_bytes(lay, sp)
     held, working = stage_activation_bytes(model, lay, stage, sp)
     buffers = buffer_bytes(lay, sp) + working

@@ -93,7 +93,7 @@ RULE_CODES: tuple[str, ...] = tuple(rule.code for rule in RULES)
 
 def violations(model: ModelSpec, lay: LayoutArrays, gpus: int) -> dict[str, np.ndarray]:
     """One boolean array per rule code: True where the candidate breaks the rule."""
-    return {rule.code: np.broadcast_to(np.asarray(rule.broken(model, lay, gpus)), (lay.size,)) for rule in RULES}
+    return {rule.code: np.broadcast_to(np.asarray(rule.broken(model, lay, gpus)), lay.shape) for rule in RULES}
 
 
 def check_layout(model: ModelSpec, layout: Layout, gpus: int) -> None:

@@ -79,14 +79,17 @@ class TrainingArrays:
         return TrainingArrays(**values)
 
 
-def _candidate_stages(lay: LayoutArrays) -> list[np.ndarray]:
+def _candidate_stages(lay: LayoutArrays) -> np.ndarray:
+    """Stages 0, 1 and p - 1 of every candidate, stacked on a new leading axis of 3: every formula
+    broadcasts over it and over the layouts' own axes."""
     last = lay.pp - 1
-    return [np.zeros_like(lay.pp), np.minimum(1, last), last]
+    return np.stack(np.broadcast_arrays(np.zeros_like(last), np.minimum(1, last), last))
 
 
-def _pick(per_stage: list[np.ndarray], index: np.ndarray) -> np.ndarray:
-    stacked = np.stack(per_stage)
-    return np.take_along_axis(stacked, index[None, :], axis=0)[0]
+def _pick(per_stage: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The entry of a (3, ...) array at the stage `index` (shape ...) of each candidate."""
+    full = np.broadcast_to(per_stage, (3, *np.broadcast_shapes(per_stage.shape[1:], index.shape)))
+    return np.take_along_axis(full, np.broadcast_to(index, full.shape[1:])[None], axis=0)[0]
 
 
 def evaluate(
@@ -94,31 +97,29 @@ def evaluate(
 ) -> TrainingArrays:
     """Memory and time of every candidate in `lay` (no rule checks: see rules.violations)."""
     stages = _candidate_stages(lay)
-    mems: list[StageMemory] = [stage_memory(model, lay, s) for s in stages]
-    params = [stage_params(model, lay, s) for s in stages]
-    times: list[StageTime] = [stage_time(model, hw, lay, s, p) for s, p in zip(stages, params)]
+    params = stage_params(model, lay, stages)
+    mem: StageMemory = stage_memory(model, lay, stages, params)
+    times: StageTime = stage_time(model, hw, lay, stages, params)
 
-    totals = [m.total_bytes for m in mems]
-    heaviest = np.argmax(np.stack(totals), axis=0)
+    heaviest = np.argmax(mem.total_bytes, axis=0)
     pick_mem = {
-        name: _pick([getattr(m, name) for m in mems], heaviest)
+        name: _pick(getattr(mem, name), heaviest)
         for name in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
     }
     capacity = float(hw.accelerator.memory_bytes)
     usable = capacity * (1.0 - headroom)
 
-    slowest = np.argmax(np.stack([t.total for t in times]), axis=0)
-    t_stage = _pick([t.total for t in times], slowest)
+    stage_total = times.total
+    slowest = np.argmax(stage_total, axis=0)
+    t_stage = _pick(stage_total, slowest)
     m = lay.num_micro_batches.astype(float)
     v = lay.interleave.astype(float)
     bubble = (lay.pp - 1) / v * t_stage  # Narayanan et al. 2021, eq. (1)/(2): (p - 1)/v micro-batch slots idle
-    dp_exposed = np.max(
-        np.stack([data_parallel_seconds(hw, lay, p, t.backward, t.forward) for p, t in zip(params, times)]), axis=0
-    )
-    optimizer = np.max(np.stack([optimizer_seconds(hw, lay, p) for p in params]), axis=0)
+    dp_exposed = np.max(data_parallel_seconds(hw, lay, params, times.backward, times.forward), axis=0)
+    optimizer = np.max(optimizer_seconds(hw, lay, params), axis=0)
 
     def slowest_part(name: str) -> np.ndarray:
-        return m * _pick([getattr(t, name) for t in times], slowest)
+        return m * _pick(getattr(times, name), slowest)
 
     compute = slowest_part("compute")
     comm_parts = {name: slowest_part(name) for name in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero3_comm")}
@@ -272,16 +273,15 @@ def estimate(
     _check_dtype(hw, layout)
     lay = layout.to_arrays()
     result = evaluate(model, hw, lay, headroom=headroom)
-    all_stages = np.arange(layout.pp)
-    grid = lay.take(np.zeros(layout.pp, dtype=np.int64))
-    mem = stage_memory(model, grid, all_stages)
-    layers = layers_on_stage(model.num_layers, grid.pp, all_stages)
+    all_stages = np.arange(layout.pp)[:, None]  # (p, 1): every stage of the one layout
+    mem = stage_memory(model, lay, all_stages)
+    layers = layers_on_stage(model.num_layers, lay.pp, all_stages)
     stages = tuple(
         StageBreakdown(
             stage=int(i),
-            layers=int(layers[i]),
-            **{name: float(getattr(mem, name)[i]) for name in MEMORY_KEYS},
+            layers=int(layers[i, 0]),
+            **{name: float(np.broadcast_to(getattr(mem, name), (layout.pp, 1))[i, 0]) for name in MEMORY_KEYS},
         )
-        for i in all_stages
+        for i in range(layout.pp)
     )
     return TrainingEstimate(model=model, hardware=hw, layout=layout, headroom=headroom, result=result, stages=stages)

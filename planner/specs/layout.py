@@ -113,8 +113,15 @@ class LayoutArrays:
     overlap_tp_comm: np.ndarray
 
     @property
+    def shape(self) -> tuple[int, ...]:
+        """The broadcast shape of all fields: (n,) for a list of layouts; a search grid may give each field
+        its own axis (fields of shape (a, 1, 1), (1, z, 1), ...) so terms that depend on few fields are
+        computed once per distinct value."""
+        return np.broadcast_shapes(*(getattr(self, f.name).shape for f in fields(self)))
+
+    @property
     def size(self) -> int:
-        return int(self.tp.shape[0])
+        return int(np.prod(self.shape))
 
     @property
     def gpus(self) -> np.ndarray:
