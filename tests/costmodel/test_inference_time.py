@@ -218,3 +218,23 @@ def test_tp_allreduce_two_per_layer() -> None:
     assert d.tp_comm_seconds[0] == 0
     # each all-reduce at least one link latency (3.4 us on NVLink) -> at least 160 x 3.4 us
     assert d.tp_comm_seconds[1] >= 160 * H100.node.latency_s
+
+
+def test_mla_decode_reads_the_whole_latent_on_every_tp_rank() -> None:
+    # DeepSeek-V3: each decode step reads 61 x (512 + 64) bytes (fp8) per cached token on every GPU,
+    # whatever tp is; its attention FLOPs per GPU fall with tp (heads are split).
+    model = ModelSpec.model_validate(dict(
+        name="DeepSeek-V3", num_layers=61, hidden_size=7168, num_attention_heads=128, ffn_hidden_size=18432,
+        vocab_size=129280, max_seq_len=163840,
+        moe=dict(num_experts=256, experts_per_token=8, moe_ffn_hidden_size=2048, num_shared_experts=1,
+                 num_dense_layers=3, router_bias=True),
+        mla=dict(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+    ))
+    x = arrays(tp=np.array([8, 16]), concurrency=32, input_len=1000, output_len=1000, weight_dtype="fp8",
+               kv_dtype="fp8")
+    d = inference_times(model_shapes(model), H100, x).decode
+    context = 1000 + 500
+    assert d.kv_bytes_read.tolist() == [32 * context * 61 * 576] * 2
+    # absorbed attention: 2 x heads/tp x (576 + 512) per cached token per layer
+    assert d.attention_flop[0] == pytest.approx(32 * context * 61 * 2 * 16 * (576 + 512))
+    assert d.attention_flop[1] == pytest.approx(d.attention_flop[0] / 2)
