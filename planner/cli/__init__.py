@@ -1,6 +1,8 @@
 """The `planner` command line: thin click commands that parse, call the library, and render.
 
-Every command module registers itself on `cli` when imported (see COMMAND_MODULES).
+Every command module registers itself on `cli` when imported; COMMANDS maps each command name to
+its module, which is imported only when that command runs (or when help lists them all), so a
+command pays for no other command's imports.
 Library errors (`PlannerError`) and usage errors become one line, `error: ...`, on
 stderr with exit code 2 — also under click's CliRunner, since `PlannerGroup.main`
 does the translation.
@@ -25,10 +27,16 @@ def _usage_hint(err: click.UsageError) -> str:
 
 
 class PlannerGroup(click.Group):
-    """Commands listed in the order they were added; errors rendered as one line."""
+    """Commands listed in COMMANDS order and imported on first use; errors rendered as one line."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(f"planner.cli.{module}")
+        return self.commands.get(cmd_name)
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -71,16 +79,16 @@ def main() -> None:
     cli.main()
 
 
-# Each module adds its commands to `cli` when imported; this order is the order of `planner --help`.
-COMMAND_MODULES: list[str] = [
-    "search",
-    "estimate",
-    "check",
-    "infer",
-    "models_cmd",
-    "hardware_cmd",
-    "validate",
-]
-
-for _module in COMMAND_MODULES:
-    importlib.import_module(f"planner.cli.{_module}")
+# Command name -> the module that defines it (importing the module registers the command on `cli`).
+# This order is the order of `planner --help`.
+COMMANDS: dict[str, str] = {
+    "search": "search",
+    "estimate": "estimate",
+    "check": "check",
+    "export": "check",
+    "schema": "check",
+    "infer": "infer",
+    "models": "models_cmd",
+    "hardware": "hardware_cmd",
+    "validate": "validate",
+}

@@ -122,7 +122,8 @@ class LayerActivations:
     """Activation bytes per token of one layer on one rank, by recompute choice."""
 
     stored: np.ndarray  # what the layer keeps for backward under the layout's recompute setting
-    full: np.ndarray  # what it keeps with no recompute at all (the recompute working set)
+    full: np.ndarray  # what it keeps with no recompute at all
+    working: np.ndarray  # what its backward re-materialises on top of `stored` (the recompute working set)
 
 
 def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> LayerActivations:
@@ -174,7 +175,10 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     stored_no_full = replicated / rep_div + attention + mlp + core
     checkpoint = e * h / rep_div  # full recompute: the layer input only
     stored = np.where(lay.recompute == 2, checkpoint, stored_no_full)
-    return LayerActivations(stored=stored, full=full)
+    # During its backward a recomputed layer holds again what was dropped: everything but the checkpointed
+    # input under full recompute; the attention scores under selective recompute without flash attention.
+    working = np.where(lay.recompute == 2, full - checkpoint, np.where(keeps_scores | lay.flash_attention, 0.0, scores))
+    return LayerActivations(stored=stored, full=full, working=working)
 
 
 def tokens_per_microbatch(lay: LayoutArrays) -> np.ndarray:
@@ -214,8 +218,8 @@ def stage_activation_bytes(
         tokens * (2 * ACTIVATION_BYTES * h / rep_div + LOGITS_BYTES * model.vocab_size / lay.tp),
         0.0,
     )
-    largest_full = np.maximum(np.where(n_dense > 0, dense.full, 0.0), np.where(n_moe > 0, moe.full, 0.0))
-    working = np.where(full_recompute, largest_full * tokens, 0.0)
+    largest_working = np.maximum(np.where(n_dense > 0, dense.working, 0.0), np.where(n_moe > 0, moe.working, 0.0))
+    working = largest_working * tokens
     return held + embed + head, working
 
 
