@@ -1,0 +1,190 @@
+"""`planner estimate`: exit codes, the JSON contract, the table, one-line errors; and every command's help
+ends in an example."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import pytest
+
+from planner.cli import cli
+
+BASE = ("estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--global-batch", "32", "--seq-len", "4096")
+
+MEMORY_KEYS = {"weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes"}
+TIME_KEYS = {"step_seconds", "compute_seconds", "communication_seconds", "bubble_seconds"}
+THROUGHPUT_KEYS = {"tokens_per_second", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu"}
+
+
+def estimate_json(run_cli, *args: str) -> dict:
+    result = run_cli(*BASE, *args, "--format", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def assert_one_line_error(result, *words: str) -> str:
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("error:")
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+    return result.stderr
+
+
+# JSON contract ----------------------------------------------------------------------------------
+def test_json_has_every_required_key(run_cli):
+    data = estimate_json(run_cli, "--gpus", "16", "--tp", "2", "--pp", "2")
+    assert {"config", "memory", "stages", "fits", "time", "throughput"} <= set(data)
+    assert MEMORY_KEYS | {"capacity_bytes"} <= set(data["memory"])
+    assert TIME_KEYS <= set(data["time"])
+    assert THROUGHPUT_KEYS <= set(data["throughput"])
+    assert isinstance(data["fits"], bool)
+    assert len(data["stages"]) == 2
+    for stage in data["stages"]:
+        assert MEMORY_KEYS <= set(stage)
+        # The breakdown adds up to the total on every stage.
+        parts = sum(stage[k] for k in MEMORY_KEYS - {"total_bytes"})
+        assert parts == pytest.approx(stage["total_bytes"], rel=1e-12)
+    # The memory block is the most loaded stage.
+    assert data["memory"]["total_bytes"] == max(stage["total_bytes"] for stage in data["stages"])
+
+
+def test_json_config_is_the_resolved_layout(run_cli):
+    # 16 GPUs / (tp 2 x pp 2) = dp 4 when --dp is left out; sequence parallelism defaults on with tp > 1;
+    # 32 sequences / (dp 4 x micro-batch 1) = 8 micro-batches.
+    config = estimate_json(run_cli, "--gpus", "16", "--tp", "2", "--pp", "2")["config"]
+    assert (config["tp"], config["pp"], config["cp"], config["dp"]) == (2, 2, 1, 4)
+    assert config["gpus"] == 16
+    assert config["sequence_parallel"] is True
+    assert config["num_micro_batches"] == 8
+    assert config["flash_attention"] is True
+    config = estimate_json(run_cli, "--gpus", "8", "--no-flash-attention", "--recompute", "selective",
+                           "--zero", "1", "--grad-dtype", "fp32", "--dtype", "fp8")["config"]
+    assert (config["tp"], config["dp"], config["sequence_parallel"]) == (1, 8, False)
+    assert (config["flash_attention"], config["recompute"], config["zero"]) == (False, "selective", 1)
+    assert (config["grad_dtype"], config["dtype"]) == ("fp32", "fp8")
+
+
+def test_time_parts_are_consistent(run_cli):
+    data = estimate_json(run_cli, "--gpus", "16", "--tp", "2", "--pp", "2")
+    t = data["time"]
+    assert t["step_seconds"] >= t["compute_seconds"] + t["communication_seconds"] + t["bubble_seconds"]
+    assert t["bubble_seconds"] > 0  # pp 2
+    tokens = 32 * 4096
+    assert data["throughput"]["tokens_per_second"] == pytest.approx(tokens / t["step_seconds"])
+    assert 0 < data["throughput"]["mfu"] < 1
+
+
+def test_exit_0_when_it_does_not_fit(run_cli):
+    result = run_cli("estimate", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--gpus", "8",
+                     "--global-batch", "8", "--seq-len", "8192", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["fits"] is False
+    assert data["memory"]["total_bytes"] > data["memory"]["capacity_bytes"]
+
+
+def test_headroom_moves_the_verdict(run_cli):
+    data = estimate_json(run_cli, "--gpus", "8", "--zero", "3")
+    ratio = data["memory"]["total_bytes"] / data["memory"]["capacity_bytes"]
+    assert 0.02 < ratio < 0.98
+    tight = estimate_json(run_cli, "--gpus", "8", "--zero", "3", "--headroom", f"{1 - ratio + 0.01:.6f}")
+    loose = estimate_json(run_cli, "--gpus", "8", "--zero", "3", "--headroom", f"{1 - ratio - 0.01:.6f}")
+    assert tight["fits"] is False and loose["fits"] is True
+
+
+# Table ------------------------------------------------------------------------------------------
+def test_table_shows_memory_per_stage_and_time(run_cli):
+    result = run_cli(*BASE, "--gpus", "16", "--tp", "2", "--pp", "2")
+    assert result.exit_code == 0, result.output
+    for text in ("Memory per GPU", "weights", "optimizer", "activations", "Time per step", "bubble", "MFU", "fits"):
+        assert text in result.stdout, text
+
+
+# Bad input: exit 2, one line --------------------------------------------------------------------
+def test_degrees_that_do_not_multiply_to_the_gpus(run_cli):
+    result = run_cli(*BASE, "--gpus", "64", "--tp", "8", "--pp", "4", "--dp", "3")
+    assert_one_line_error(result, "tp(8) * pp(4) * cp(1) * dp(3) = 96 != gpus(64)")
+
+
+def test_gpus_not_divisible_by_the_model_parallel_degrees(run_cli):
+    assert_one_line_error(run_cli(*BASE, "--gpus", "12", "--tp", "8"), "gpus(12) is not divisible by tp(8)")
+
+
+def test_batch_not_divisible(run_cli):
+    result = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                     "--global-batch", "12", "--seq-len", "4096")
+    assert_one_line_error(result, "global_batch(12) is not divisible by dp(8) * micro_batch(1) = 8")
+
+
+def test_sequence_parallel_without_tp(run_cli):
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--sequence-parallel"), "sequence_parallel needs tp > 1")
+
+
+def test_unknown_model(run_cli):
+    result = run_cli("estimate", "--model", "no-such-model", "--hardware", "h100-sxm", "--gpus", "8",
+                     "--global-batch", "8", "--seq-len", "4096")
+    assert_one_line_error(result, "unknown model id 'no-such-model'")
+
+
+def test_unknown_hardware(run_cli):
+    result = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", "no-such-gpu", "--gpus", "8",
+                     "--global-batch", "8", "--seq-len", "4096")
+    assert_one_line_error(result, "no-such-gpu")
+
+
+def test_fp8_on_a100(run_cli):
+    result = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", "a100-80gb", "--gpus", "8",
+                     "--global-batch", "8", "--seq-len", "4096", "--dtype", "fp8")
+    assert_one_line_error(result, "no fp8 peak")
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--gpus", "-8"), ("--tp", "-2"), ("--pp", "0"), ("--micro-batch", "-1"), ("--global-batch", "0"),
+     ("--seq-len", "-4096"), ("--zero", "4"), ("--headroom", "-0.1"), ("--headroom", "1")],
+)
+def test_negative_or_out_of_range_values(run_cli, flag, value):
+    args = dict(zip(BASE[1::2], BASE[2::2]))
+    args.setdefault("--gpus", "8")
+    args[flag] = value
+    flat = ["estimate"] + [item for pair in args.items() for item in pair]
+    assert_one_line_error(run_cli(*flat), flag)
+
+
+def test_missing_required_option(run_cli):
+    assert_one_line_error(run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                                  "--seq-len", "4096"), "--global-batch")
+
+
+# Every command documents itself with an example ----------------------------------------------
+def _commands(group: click.Group, path: tuple[str, ...] = ()):
+    yield path
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name)
+
+
+COMMANDS = list(_commands(cli))
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(("planner", *p)) for p in COMMANDS])
+def test_help_ends_with_an_example(run_cli, path):
+    result = run_cli(*path, "--help")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    # click prints usage, the docstring, then Options/Commands; the docstring's last paragraph is the example.
+    cut = min(i for i in (text.find("\nOptions:"), text.find("\nCommands:"), len(text)) if i >= 0)
+    paragraphs = [p for p in text[:cut].strip().split("\n\n") if p.strip()]
+    last = paragraphs[-1].strip().splitlines()
+    assert last[0].startswith("Example"), f"planner {' '.join(path)}: help does not end in an example"
+    assert any(line.strip().startswith("planner") for line in last[1:]), last
+
+
+def test_estimate_is_listed_in_the_top_level_help(run_cli):
+    assert "estimate" in run_cli("--help").stdout

@@ -1,0 +1,107 @@
+"""Golden tests: every published training figure in training_cases.yaml and memory_cases.yaml within its
+tolerance, the step-time rows together within the issue's bounds, and every published run predicted to fit.
+
+The tolerances themselves are pinned to the issue's bounds below, so that a case cannot pass by a quiet
+widening of its tolerance in the YAML.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from planner.costmodel.training import estimate
+from planner.specs.layout import Layout
+from planner.specs.load import load_hardware
+from planner.specs.model import ModelSpec
+from planner.validate import ValidationRow
+from planner.validate.training import memory_cases, rows, training_cases, training_rows
+
+ROWS = rows()
+
+# Figures that a paper prints rounded more coarsely than the case's tolerance allows.
+ROUNDED_IN_PRINT = {
+    "zero_fig1_7p5B_nd64_pos_g_p": "memory_cases.yaml records ZeRO Figure 1's printed '1.9GB'; the figure's formula "
+    "16 Psi / Nd = 16 x 7.5e9 / 64 = 1.875 GB, which we predict (1.8747 GB), is 1.3% below the rounded print and the "
+    "case's tolerance is 1%: the case needs 1.875 GB or a tolerance that covers the rounding (+-0.05 GB)",
+}
+
+
+def _param(row: ValidationRow):
+    marks = [pytest.mark.xfail(strict=True, reason=ROUNDED_IN_PRINT[row.case_id])] if row.case_id in ROUNDED_IN_PRINT else []
+    return pytest.param(row, id=row.case_id, marks=marks)
+
+
+@pytest.mark.parametrize("row", [_param(r) for r in ROWS])
+def test_row_within_its_tolerance(row: ValidationRow) -> None:
+    assert abs(row.error) <= row.tolerance, (
+        f"{row.case_id} ({row.group}): predicted {row.predicted:.4g} {row.unit}, published {row.published:.4g}, "
+        f"error {100 * row.error:+.1f}% beyond +-{100 * row.tolerance:.0f}%"
+    )
+
+
+# What the issue asks of each group; a case's tolerance may be tighter, never looser.
+MAX_TOLERANCE = {
+    "ZeRO paper Figure 1 (model states per GPU)": 0.01,
+    "ZeRO paper Table 1 (model states per GPU)": 0.01,
+    "Korthikanti et al. 2022, Table 2 activations (t = 8, s = 2048)": 0.03,
+    "Narayanan et al. 2021, Table 1 (A100, Selene)": 0.10,
+    "Megatron-LM README 2024, H100 weak scaling": 0.15,
+}
+
+
+def test_tolerances_are_the_issues_bounds() -> None:
+    groups = {row.group for row in ROWS}
+    assert set(MAX_TOLERANCE) <= groups, f"missing groups: {set(MAX_TOLERANCE) - groups}"
+    for row in ROWS:
+        assert row.tolerance <= MAX_TOLERANCE.get(row.group, 0.25), f"{row.case_id}: tolerance {row.tolerance}"
+
+
+def test_every_published_table_row_is_a_case() -> None:
+    # Narayanan et al. 2021 Table 1 has 10 rows (1.7B to 1T); the Megatron-LM 2024 H100 table 9 (1.7B to 462B);
+    # ZeRO Figure 1 four bars; Korthikanti Table 2 four models x four columns.
+    counts: dict[str, int] = {}
+    for row in ROWS:
+        counts[row.group] = counts.get(row.group, 0) + 1
+    assert counts["Narayanan et al. 2021, Table 1 (A100, Selene)"] == 10
+    assert counts["Megatron-LM README 2024, H100 weak scaling"] == 9
+    assert counts["ZeRO paper Figure 1 (model states per GPU)"] == 4
+    assert counts["Korthikanti et al. 2022, Table 2 activations (t = 8, s = 2048)"] == 16
+    assert len(ROWS) == len(training_cases()) + sum(len(v) for v in memory_cases().values())
+    assert len({row.case_id for row in ROWS}) == len(ROWS)
+    assert all(row.source for row in ROWS)
+
+
+# Whole-step quantities (step time, or per-GPU TFLOP/s at fixed FLOPs, which is step time inverted).
+STEP_QUANTITIES = {"step seconds", "tokens per second", "model tflops per gpu", "hardware tflops per gpu"}
+
+
+def step_rows() -> list[ValidationRow]:
+    return [row for row in training_rows() if row.quantity in STEP_QUANTITIES]
+
+
+def test_step_time_rows_median_within_10_percent_none_beyond_25() -> None:
+    errors = [abs(row.error) for row in step_rows()]
+    assert len(errors) >= 19
+    assert statistics.median(errors) <= 0.10, f"median |error| {100 * statistics.median(errors):.1f}%"
+    worst = max(step_rows(), key=lambda r: abs(r.error))
+    assert abs(worst.error) <= 0.25, f"{worst.case_id}: {100 * worst.error:+.1f}%"
+
+
+# Published runs ran, so they must be predicted to fit. Korthikanti et al.'s Table 4 cases are one-layer
+# timings, not runs of the whole 22B model in that layout (the paper's Figure 1 shows the model without
+# recomputation needing more than the 80 GB), so they are not held to this.
+RUNS = [case for case in training_cases() if case["published"]["quantity"] != "layer_forward_backward_seconds"]
+
+
+@pytest.mark.parametrize("case", RUNS, ids=[case["id"] for case in RUNS])
+def test_published_run_is_predicted_to_fit(case: dict) -> None:
+    model = ModelSpec.model_validate(case["model"])
+    layout = Layout.model_validate(case["layout"])
+    assert layout.gpus == case["gpus"]
+    result = estimate(model, load_hardware(case["hardware"]).spec, layout)
+    assert result.fits, (
+        f"{case['id']}: predicted peak {result.scalar('peak_bytes') / 1e9:.1f} GB on stage {result.peak_stage} "
+        f"> usable {result.usable_bytes / 1e9:.1f} GB"
+    )
