@@ -2,11 +2,12 @@
 
 Usage: python benchmarks/calibrate_training.py [--passes 3]
 
-What is fitted (and nothing else): the plateau matmul efficiency of the A100 and of the H100
-profiles, the fixed per-GEMM overhead (one value for every GPU; a profile's half_saturation_flop is
-its bf16 peak times this overhead), the memory-bandwidth efficiency (one value), the flash-attention
-efficiency of Hopper (the Ampere cases ran without flash attention), and the share of backward
-compute that hides data-parallel traffic (one value). The objective is the worst absolute relative
+What is fitted (eight parameters, nothing else): the plateau matmul efficiency of the A100 and of
+the H100 profiles, the fixed per-GEMM overhead (one value for every GPU; a profile's
+half_saturation_flop is its bf16 peak times this overhead), the memory-bandwidth efficiency (one
+value), the flash-attention efficiency of Hopper (the Ampere cases ran without flash attention), the
+share of the overlap window that hides data-parallel traffic, the fixed per-step overhead, and the
+share of TP traffic left exposed under --tp-comm-overlap (only the H100 rows use it). The objective is the worst absolute relative
 error over all step-time cases, then the median. Coordinate descent over a grid for each parameter;
 the result is printed, and the chosen values are written into the hardware profiles and
 planner/costmodel/step.py by hand, with this command cited in their notes.
@@ -33,6 +34,7 @@ GRID = {
     "h100_attention": np.round(np.arange(0.20, 0.81, 0.05), 2),
     "dp_overlap": np.round(np.arange(0.5, 1.01, 0.1), 2),
     "step_overhead_s": np.array([0.0, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2]),
+    "tp_overlap_exposed": np.array([0.0, 0.1, 0.25, 0.5, 0.75, 1.0]),
 }
 
 
@@ -58,6 +60,7 @@ def profiles(params: dict[str, float]) -> dict:
 def errors(params: dict[str, float]) -> list[float]:
     step.DP_OVERLAP_EFFICIENCY = params["dp_overlap"]
     training.STEP_OVERHEAD_SECONDS = params["step_overhead_s"]
+    step.TP_OVERLAP_EXPOSED_FRACTION = params["tp_overlap_exposed"]
     hws = profiles(params)
     errs = []
     for case in training_cases():
@@ -80,7 +83,8 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3)
     args = parser.parse_args()
     params = {"a100_matmul": 0.8, "h100_matmul": 0.75, "gemm_overhead_s": 5e-6, "memory_bw": 0.85,
-              "h100_attention": 0.5, "dp_overlap": 0.8, "step_overhead_s": 0.05}
+              "h100_attention": 0.5, "dp_overlap": 0.8, "step_overhead_s": 0.05,
+              "tp_overlap_exposed": 0.25}
     best = score(params)
     for _ in range(args.passes):
         for name, values in GRID.items():

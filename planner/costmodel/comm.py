@@ -1,4 +1,4 @@
-"""Alpha-beta costs of collectives over the slowest tier a group spans.
+"""Alpha-beta costs of collectives on the two tiers a group can span: the node's fabric and the network.
 
 Placement convention (Megatron-LM's rank order, documented in docs/cost-model.md):
 ranks are numbered TP fastest, then CP, then DP and PP outward. A group of

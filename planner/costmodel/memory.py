@@ -18,7 +18,7 @@ from planner.costmodel.shapes import (
     attention_dims,
     embedding_params_per_rank,
     head_params_per_rank,
-    kv_shard,
+    kv_divisor,
     layer_params_per_rank,
 )
 from planner.specs.layout import LayoutArrays
@@ -143,13 +143,10 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     rep_div = np.where(lay.sequence_parallel, t, 1.0)
     dropout = 1.0 if model.dropout else 0.0
     e = ACTIVATION_BYTES
-    q_width, k_width, v_width = attention_dims(model)
-    kv_div = kv_shard(model, lay.tp).astype(float)
-    if model.mla is not None:  # MLA materialises full per-head K and V after the up-projection
-        kv_div = t
-        k_width = q_width
+    widths = attention_dims(model)
+    kv_div = kv_divisor(model, lay.tp).astype(float)
     replicated = model.norms_per_layer * e * h + 2 * e * h + 2 * dropout * h
-    attention = e * q_width / t + e * (k_width + v_width) / kv_div + e * v_width / t
+    attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + e * widths.output / t
     if moe_layer and model.moe is not None:
         moe = model.moe
         k = moe.experts_per_token

@@ -8,6 +8,7 @@ read these, so each shape is written once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,14 +23,32 @@ def kv_shard(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     return np.minimum(np.asarray(tp), model.kv_heads)
 
 
-def attention_dims(model: ModelSpec) -> tuple[int, int, int]:
-    """(query width, key width, value width) of all heads together, for the attention-core FLOPs."""
+class AttentionWidths(NamedTuple):
+    """Widths (elements per token, all heads) of the attention tensors."""
+
+    query: int  # Q
+    key: int  # K as stored: kv_heads x head_dim (GQA), or per query head for MLA
+    value: int  # V as stored, likewise
+    output: int  # the attention output (input of the output projection): heads x value head_dim
+
+
+def attention_dims(model: ModelSpec) -> AttentionWidths:
+    """Q, K, V and output widths. The attention core costs 2 s (query + output) FLOPs per token (QK^T, PV)."""
     a = model.num_attention_heads
-    if model.mla is not None:
+    if model.mla is not None:  # MLA materialises per-head K and V after the up-projection
         m = model.mla
-        return a * (m.qk_nope_head_dim + m.qk_rope_head_dim), a * (m.qk_nope_head_dim + m.qk_rope_head_dim), a * m.v_head_dim
+        qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        return AttentionWidths(qk, qk, a * m.v_head_dim, a * m.v_head_dim)
     d = model.head_size
-    return a * d, model.kv_heads * d, a * d
+    kv = model.kv_heads * d
+    return AttentionWidths(a * d, kv, kv, a * d)
+
+
+def kv_divisor(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
+    """What K and V tensors are divided by under TP: kv_shard for GQA/MHA; tp for MLA's per-head K/V."""
+    if model.mla is not None:
+        return np.asarray(tp)
+    return kv_shard(model, tp)
 
 
 @dataclass(frozen=True)
@@ -49,7 +68,8 @@ def layer_gemms(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> Gemm
     """Per-rank GEMM weight sizes of a dense or MoE layer (TP splits every matrix; KV may replicate)."""
     h = model.hidden_size
     t = lay.tp.astype(float)
-    q_width, _, v_width = attention_dims(model)
+    widths = attention_dims(model)
+    q_width, v_width = widths.query, widths.output
     if model.mla is not None:
         out = v_width * h / t
         qkv = (attention_params(model) - v_width * h) / t
@@ -62,7 +82,8 @@ def layer_gemms(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> Gemm
     if moe_layer and model.moe is not None:
         moe = model.moe
         shared = moe.num_shared_experts * moe.moe_ffn_hidden_size
-        fc1 = (h * moe.num_experts + gate * h * shared) / t  # router (replicated, small) folded in with shared
+        # The router (h x E) is replicated on every TP rank (Megatron-Core); shared experts split like a dense MLP.
+        fc1 = h * moe.num_experts + gate * h * shared / t
         fc2 = shared * h / t
         e_fc1 = gate * h * moe.moe_ffn_hidden_size / t
         e_fc2 = moe.moe_ffn_hidden_size * h / t
@@ -79,11 +100,28 @@ class RankParams:
     expert: np.ndarray  # routed experts: sharded over the expert-data-parallel group (dp x cp / ep)
 
 
+def _bias_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
+    """Biases on one rank: column-parallel ones (QKV, fc1) split over TP, row-parallel ones (output
+    projection, fc2) replicated, as Megatron-LM lays them out."""
+    h, t = model.hidden_size, lay.tp.astype(float)
+    widths = attention_dims(model)
+    column = np.zeros_like(t)
+    row = 0.0
+    if model.qkv_bias and model.mla is None:
+        column = column + widths.query / t + 2 * widths.key / kv_shard(model, lay.tp)
+    if model.attention_output_bias:
+        row += h
+    if model.mlp_bias and not (moe_layer and model.moe is not None):
+        column = column + (2 if model.mlp_kind == "gated" else 1) * model.ffn_hidden_size / t
+        row += h
+    return column + row
+
+
 def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> RankParams:
     """Parameters of one layer on one rank: matrices split by TP (experts also by EP); norms replicated."""
     g = layer_gemms(model, lay, moe_layer=moe_layer)
     norms = model.norms_per_layer * norm_params(model, model.hidden_size) + (2 * model.head_size if model.qk_norm else 0)
-    dense = g.qkv + g.out + g.fc1 + g.fc2 + norms
+    dense = g.qkv + g.out + g.fc1 + g.fc2 + norms + _bias_params_per_rank(model, lay, moe_layer=moe_layer)
     if moe_layer and model.moe is not None:
         experts_here = model.moe.num_experts / lay.ep
         return RankParams(dense=dense, expert=experts_here * (g.expert_fc1 + g.expert_fc2))
