@@ -205,12 +205,6 @@ def test_gated_mlp_keeps_three_f_wide_tensors():
     assert layer_activation_bytes_per_token(model, lay(), moe_layer=False).stored.tolist() == [2_576]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.py stores V at the query heads' width a*d (attention_dims' third entry, the AV output width) "
-    "instead of kv_heads*d, against its own docstring ('K and V use the KV width (GQA)'); flash attention saves "
-    "q, k, v, out and lse with k and v at the KV width",
-)
 def test_gqa_shrinks_k_and_v():
     # 2 KV heads of 16: K and V are 32 wide. No dropout, flash, tp 1:
     #   8h = 512; Q 2*64 + K, V 2*(32 + 32) + attention output 2*64 = 384; MLP 4f = 1,024; LSE 4a = 16 -> 1,936.

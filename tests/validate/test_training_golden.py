@@ -20,20 +20,8 @@ from planner.validate.training import memory_cases, rows, training_cases, traini
 
 ROWS = rows()
 
-# Figures that a paper prints rounded more coarsely than the case's tolerance allows.
-ROUNDED_IN_PRINT = {
-    "zero_fig1_7p5B_nd64_pos_g_p": "memory_cases.yaml records ZeRO Figure 1's printed '1.9GB'; the figure's formula "
-    "16 Psi / Nd = 16 x 7.5e9 / 64 = 1.875 GB, which we predict (1.8747 GB), is 1.3% below the rounded print and the "
-    "case's tolerance is 1%: the case needs 1.875 GB or a tolerance that covers the rounding (+-0.05 GB)",
-}
 
-
-def _param(row: ValidationRow):
-    marks = [pytest.mark.xfail(strict=True, reason=ROUNDED_IN_PRINT[row.case_id])] if row.case_id in ROUNDED_IN_PRINT else []
-    return pytest.param(row, id=row.case_id, marks=marks)
-
-
-@pytest.mark.parametrize("row", [_param(r) for r in ROWS])
+@pytest.mark.parametrize("row", ROWS, ids=[r.case_id for r in ROWS])
 def test_row_within_its_tolerance(row: ValidationRow) -> None:
     assert abs(row.error) <= row.tolerance, (
         f"{row.case_id} ({row.group}): predicted {row.predicted:.4g} {row.unit}, published {row.published:.4g}, "
@@ -51,11 +39,18 @@ MAX_TOLERANCE = {
 }
 
 
+# Figures printed more coarsely than the group's bound: the tolerance may cover the printed rounding, no more.
+# ZeRO Figure 1 prints 16 x 7.5e9 / 64 = 1.875 GB as "1.9GB": half a unit of the last digit, 0.05/1.9 = 2.6%,
+# allowed as the whole percent above it. (The formula itself is held to 1% in test_memory.py.)
+ROUNDED_IN_PRINT = {"zero_fig1_7p5B_nd64_pos_g_p": 0.03}
+
+
 def test_tolerances_are_the_issues_bounds() -> None:
     groups = {row.group for row in ROWS}
     assert set(MAX_TOLERANCE) <= groups, f"missing groups: {set(MAX_TOLERANCE) - groups}"
     for row in ROWS:
-        assert row.tolerance <= MAX_TOLERANCE.get(row.group, 0.25), f"{row.case_id}: tolerance {row.tolerance}"
+        bound = max(MAX_TOLERANCE.get(row.group, 0.25), ROUNDED_IN_PRINT.get(row.case_id, 0.0))
+        assert row.tolerance <= bound, f"{row.case_id}: tolerance {row.tolerance}"
 
 
 def test_every_published_table_row_is_a_case() -> None:
