@@ -164,8 +164,11 @@ def search_cmd(model_ref: str, hardware_ref: str, gpus: int, global_batch: int, 
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,
                       cost=cost_over(result, tokens, price), seconds=time.perf_counter() - started)
     misses, more_gpus, shorter = _when_nothing_fits(view, filters) if result.feasible == 0 and fmt != "csv" else ([], None, None)
-    if plot_path is not None and result.feasible:
-        _plot(view, plot_path, model_entry.id, hw_entry.id)
+    if plot_path is not None:
+        if result.feasible:
+            _plot(view, plot_path, model_entry.id, hw_entry.id)
+        else:
+            click.echo(f"note: {plot_path} not written, since no layout fits", err=True)
     _emit(view, fmt, model_entry.id, hw_entry.id, misses, more_gpus, shorter)
 
 

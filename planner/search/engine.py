@@ -14,7 +14,7 @@ import numpy as np
 from planner.costmodel.rules import RULE_CODES, RULES, violations
 from planner.costmodel.training import DEFAULT_HEADROOM, TrainingArrays, TrainingEstimate, estimate, evaluate
 from planner.errors import PlannerError
-from planner.search.space import Filters, Problem, build_space
+from planner.search.space import Filters, Points, Problem, Space, build_space, flatten
 from planner.search.suggest import Diagnosis, Suggestion, diagnose, suggest
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import LayoutArrays
@@ -52,30 +52,65 @@ class SearchResult:
         return self.layouts.size
 
 
-def first_broken_rule(broken: dict[str, np.ndarray], size: int) -> np.ndarray:
+def first_broken_rule(broken: dict[str, np.ndarray], shape: int | tuple[int, ...]) -> np.ndarray:
     """Per candidate, the position in RULES of the first rule it breaks, or -1 when it breaks none."""
     if not broken:
-        return np.full(size, -1, dtype=np.int64)
-    stacked = np.stack([np.asarray(broken[code], dtype=bool) for code in RULE_CODES])
+        return np.full(shape, -1, dtype=np.int64)
+    stacked = np.stack([np.broadcast_to(np.asarray(broken[code], dtype=bool), shape) for code in RULE_CODES])
     first = np.argmax(stacked, axis=0)
     return np.where(stacked.any(axis=0), first, -1)
 
 
-def evaluate_chunked(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, headroom: float, chunk: int = CHUNK
-) -> TrainingArrays:
-    """`evaluate` over `lay` in a few large chunks, joined back into one TrainingArrays."""
-    if lay.size <= chunk:
-        return evaluate(model, hw, lay, headroom=headroom)
-    parts = [
-        evaluate(model, hw, lay.take(np.arange(start, min(start + chunk, lay.size))), headroom=headroom)
-        for start in range(0, lay.size, chunk)
-    ]
+def _flatten_results(res: TrainingArrays, shape: tuple[int, ...], flat_index: np.ndarray) -> TrainingArrays:
+    points = Points.of(shape, flat_index)
+    values = {}
+    for f in fields(TrainingArrays):
+        v = getattr(res, f.name)
+        values[f.name] = points.gather(v) if isinstance(v, np.ndarray) else v
+    return TrainingArrays(**values)
+
+
+def _concat_results(parts: list[TrainingArrays]) -> TrainingArrays:
+    if len(parts) == 1:
+        return parts[0]
     joined = {}
     for f in fields(TrainingArrays):
         values = [getattr(p, f.name) for p in parts]
         joined[f.name] = np.concatenate(values) if isinstance(values[0], np.ndarray) else values[0]
     return TrainingArrays(**joined)
+
+
+def evaluate_space(
+    model: ModelSpec, hw: HardwareProfile, space: Space, flat_index: np.ndarray, *, headroom: float,
+    chunk: int = CHUNK,
+) -> TrainingArrays:
+    """`evaluate` over the broadcast grid, a block of structural rows at a time (about `chunk` points
+    each), keeping the points at `flat_index` (C order over space.shape, ascending) as 1-d arrays."""
+    shape = space.shape
+    per_row = int(np.prod(shape[1:]))
+    rows_per_chunk = max(1, chunk // max(per_row, 1))
+    parts = []
+    for start in range(0, shape[0], rows_per_chunk):
+        stop = min(start + rows_per_chunk, shape[0])
+        lo, hi = np.searchsorted(flat_index, [start * per_row, stop * per_row])
+        if lo == hi:
+            continue
+        block = space.rows(start, stop)
+        res = evaluate(model, hw, block.grid, headroom=headroom)
+        parts.append(_flatten_results(res, block.shape, flat_index[lo:hi] - start * per_row))
+    return _concat_results(parts)
+
+
+def evaluate_chunked(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, headroom: float, chunk: int = CHUNK
+) -> TrainingArrays:
+    """`evaluate` over a plain list of layouts in chunks of `chunk`, joined back into one TrainingArrays."""
+    if lay.size <= chunk:
+        return evaluate(model, hw, lay, headroom=headroom)
+    return _concat_results([
+        evaluate(model, hw, lay.take(np.arange(start, min(start + chunk, lay.size))), headroom=headroom)
+        for start in range(0, lay.size, chunk)
+    ])
 
 
 def check_dtype(hw: HardwareProfile, dtype: str) -> None:
@@ -84,12 +119,15 @@ def check_dtype(hw: HardwareProfile, dtype: str) -> None:
         raise PlannerError(f"{hw.name} has no {dtype} peak (it has {', '.join(sorted(peaks))}); choose one of those dtypes")
 
 
-def _all_rejected_message(model: ModelSpec, grid: LayoutArrays, reason: np.ndarray, gpus: int) -> str:
-    """The most common rule's message, with the arithmetic of one candidate that breaks it."""
-    counts = np.bincount(reason, minlength=len(RULES))
-    rule_pos = int(np.argmax(counts))
-    example = int(np.flatnonzero(reason == rule_pos)[0])
-    return f"no candidate passes the layout rules; e.g. {RULES[rule_pos].message(model, grid.to_layout(example), gpus)}"
+def _all_rejected_message(model: ModelSpec, space: Space, broken: dict[str, np.ndarray], reason: np.ndarray,
+                          gpus: int) -> str:
+    """A rule every candidate breaks (a problem-level mistake such as seq_len > max_seq_len), else the
+    most common first-broken rule, with the arithmetic of one candidate that breaks it."""
+    in_space = np.broadcast_to(space.in_space, space.shape)
+    always = [pos for pos, rule in enumerate(RULES) if bool(np.all(broken[rule.code][in_space]))]
+    rule_pos = always[0] if always else int(np.argmax(np.bincount(reason[reason >= 0], minlength=len(RULES))))
+    example = flatten(space.grid, np.flatnonzero(in_space & broken[RULES[rule_pos].code])[:1])
+    return f"no candidate passes the layout rules; e.g. {RULES[rule_pos].message(model, example.to_layout(0), gpus)}"
 
 
 def run_search(
@@ -101,19 +139,22 @@ def run_search(
     headroom: float = DEFAULT_HEADROOM,
     chunk: int = CHUNK,
 ) -> SearchResult:
-    """Build the space, reject rule-breakers, cost the rest in one vectorised pass, mask what does not fit."""
+    """Build the space, reject rule-breakers, cost the grid in one vectorised pass, mask what does not fit."""
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
     check_dtype(hw, problem.dtype)
     start = time.perf_counter()
-    grid = build_space(model, problem, filters)
-    reason = first_broken_rule(violations(model, grid, problem.gpus), grid.size)
-    valid = np.flatnonzero(reason < 0)
+    space = build_space(model, problem, filters)
+    broken = violations(model, space.grid, problem.gpus)
+    # reason: -2 outside the space, -1 valid, else the position in RULES of the first rule broken
+    reason = np.where(np.broadcast_to(space.in_space, space.shape), first_broken_rule(broken, space.shape), -2)
+    valid = np.flatnonzero(reason == -1)
     if valid.size == 0:
-        raise PlannerError(_all_rejected_message(model, grid, reason, problem.gpus))
-    layouts = grid.take(valid) if valid.size < grid.size else grid
+        raise PlannerError(_all_rejected_message(model, space, broken, reason, problem.gpus))
+    layouts = flatten(space.grid, valid)
     grid_done = time.perf_counter()
-    results = evaluate_chunked(model, hw, layouts, headroom=headroom, chunk=chunk)
+    with np.errstate(divide="ignore", invalid="ignore"):  # points that break a rule are costed too, then dropped
+        results = evaluate_space(model, hw, space, valid, headroom=headroom, chunk=chunk)
     evaluated_at = time.perf_counter()
     fits = np.flatnonzero(results.fits)
     counts = np.bincount(reason[reason >= 0], minlength=len(RULES)).tolist() + [layouts.size - fits.size]
@@ -123,7 +164,7 @@ def run_search(
         hardware=hw,
         problem=problem,
         headroom=headroom,
-        evaluated=grid.size,
+        evaluated=space.size,
         layouts=layouts,
         results=results,
         fits=fits,

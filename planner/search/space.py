@@ -1,4 +1,10 @@
-"""The search space: every candidate layout of a problem as one `LayoutArrays`, built with numpy.
+"""The search space: every candidate layout of a problem as one broadcast-shaped `LayoutArrays`.
+
+The grid has five axes (AXES): the structural rows (tp, pp, cp, dp, ep, interleave; only the
+combinations that make a layout), then zero, sequence parallelism, recompute and micro-batch. Each field
+carries only its own axis (tp has shape (S, 1, 1, 1, 1), zero (1, Z, 1, 1, 1), the batch and precisions
+(1, 1, 1, 1, 1)), so the cost model computes a term once per distinct value of the fields it reads, and
+the grid is built with numpy alone (meshgrid, repeat, boolean masks), with no loop per candidate.
 
 The space is a product of per-axis value lists, pruned only where a combination
 cannot be a layout at all or where a default prunes it (documented in docs/search.md):
@@ -22,7 +28,8 @@ have pruned are then kept, so the rules can say why they fail.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cached_property
 
 import numpy as np
 
@@ -160,47 +167,124 @@ def _no_structure_message(
     )
 
 
-def _inner(problem: Problem, filters: Filters) -> dict[str, np.ndarray]:
-    """zero x sequence_parallel x recompute x micro_batch, as flat columns."""
-    zero_v = _values(filters.zero, np.arange(4))
-    sp_v = np.asarray(filters.sequence_parallel if filters.sequence_parallel is not None else (False, True), dtype=bool)
+def _inner_axes(problem: Problem, filters: Filters) -> dict[str, np.ndarray]:
+    """The axes crossed with every structural row: zero, sequence_parallel, recompute, micro_batch."""
     names = filters.recompute if filters.recompute is not None else tuple(RECOMPUTE_CODES)
-    recompute_v = np.array(sorted({RECOMPUTE_CODES[n] for n in names}), dtype=np.int64)
     mb_default = divisors(problem.global_batch)
-    mb_v = _values(filters.micro_batch, mb_default[mb_default <= MICRO_BATCH_CAP])
-    zero, sp, recompute, mb = _product(zero_v, np.unique(sp_v).astype(np.int64), recompute_v, mb_v)
-    return {"zero": zero, "sequence_parallel": sp.astype(bool), "recompute": recompute, "micro_batch": mb}
+    sp = filters.sequence_parallel if filters.sequence_parallel is not None else (False, True)
+    return {
+        "zero": _values(filters.zero, np.arange(4)),
+        "sequence_parallel": np.unique(np.asarray(sp, dtype=bool)),
+        "recompute": np.array(sorted({RECOMPUTE_CODES[n] for n in names}), dtype=np.int64),
+        "micro_batch": _values(filters.micro_batch, mb_default[mb_default <= MICRO_BATCH_CAP]),
+    }
 
 
-def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()) -> LayoutArrays:
-    """Every candidate layout for `problem` under `filters`, one row each (see the module notes)."""
-    cols = _cross(_structural(model, problem, filters), _inner(problem, filters))
-    if filters.sequence_parallel is None:
-        cols = _keep(cols, ~cols["sequence_parallel"] | (cols["tp"] > 1))
-    n = cols["tp"].shape[0]
+AXES: tuple[str, ...] = ("structure", "zero", "sequence_parallel", "recompute", "micro_batch")
 
-    def full(value: int | bool, dtype: type) -> np.ndarray:
-        return np.full(n, value, dtype=dtype)
 
-    return LayoutArrays(
-        tp=cols["tp"],
-        pp=cols["pp"],
-        cp=cols["cp"],
-        dp=cols["dp"],
-        ep=cols["ep"],
-        zero=cols["zero"],
-        sequence_parallel=cols["sequence_parallel"],
-        recompute=cols["recompute"],
-        recompute_layers=full(-1, np.int64),
-        micro_batch=cols["micro_batch"],
-        global_batch=full(problem.global_batch, np.int64),
-        seq_len=full(problem.seq_len, np.int64),
-        interleave=cols["interleave"],
-        gpipe=full(False, bool),
-        flash_attention=full(problem.flash_attention, bool),
-        grad_bytes=full(GRAD_BYTES[problem.grad_dtype], np.int64),
-        optimizer_bytes=full(OPTIMIZER_STATE_BYTES_PER_PARAM[problem.optimizer], np.int64),
-        fp8=full(problem.dtype == "fp8", bool),
-        overlap_grad_reduce=full(True, bool),
-        overlap_tp_comm=full(False, bool),
+@dataclass(frozen=True)
+class Space:
+    """The candidates as a broadcast grid: `grid` fields have shape (S, 1, 1, 1, 1) for the structural
+    fields (tp, pp, cp, dp, ep, interleave; one row each), (1, Z, 1, 1, 1) for zero, and so on along AXES,
+    so the cost model computes a term once per distinct value of the fields it depends on.
+    `in_space` (broadcastable to grid.shape) is False where the default space prunes a point
+    (sequence parallelism with tp = 1)."""
+
+    grid: LayoutArrays
+    in_space: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.grid.shape
+
+    @property
+    def size(self) -> int:
+        """Layouts in the space (points of the grid that the defaults do not prune)."""
+        return int(np.broadcast_to(self.in_space, self.shape).sum())
+
+    def flat(self, mask: np.ndarray | None = None) -> LayoutArrays:
+        """The layouts where `mask` (default: in_space) is True, as 1-d arrays in grid order."""
+        return flatten(self.grid, np.flatnonzero(np.broadcast_to(self.in_space if mask is None else mask, self.shape)))
+
+    def rows(self, start: int, stop: int) -> "Space":
+        """Structural rows start:stop of the grid (for evaluating a large grid in chunks)."""
+        cut = {f.name: _cut(getattr(self.grid, f.name), start, stop) for f in fields(self.grid)}
+        return Space(LayoutArrays(**cut), _cut(self.in_space, start, stop))
+
+
+def _cut(array: np.ndarray, start: int, stop: int) -> np.ndarray:
+    return array if array.shape[0] == 1 else array[start:stop]
+
+
+@dataclass(frozen=True)
+class Points:
+    """Grid points given by flat indices (C order over `shape`), with their coordinates along each axis."""
+
+    shape: tuple[int, ...]
+    flat_index: np.ndarray
+
+    @classmethod
+    def of(cls, shape: tuple[int, ...], flat_index: np.ndarray) -> "Points":
+        return cls(tuple(shape), np.asarray(flat_index, dtype=np.int64))
+
+    @cached_property
+    def coords(self) -> tuple[np.ndarray, ...]:
+        return np.unravel_index(self.flat_index, self.shape)
+
+    def gather(self, array: np.ndarray) -> np.ndarray:
+        """`array` (broadcastable to `shape`) at these points, as a 1-d array. A full-grid array is read
+        through its flat view; an array that varies along one axis only is indexed along that axis."""
+        array = np.asarray(array)
+        padded = array.reshape((1,) * (len(self.shape) - array.ndim) + array.shape)
+        varying = [axis for axis, size in enumerate(padded.shape) if size > 1]
+        if padded.shape == self.shape:
+            return padded.reshape(-1)[self.flat_index]
+        if not varying:
+            return np.full(self.flat_index.shape[0], padded.reshape(()), dtype=array.dtype)
+        if len(varying) == 1:
+            return padded.reshape(-1)[self.coords[varying[0]]]
+        return np.broadcast_to(padded, self.shape).reshape(-1)[self.flat_index]
+
+
+def flatten(grid: LayoutArrays, flat_index: np.ndarray) -> LayoutArrays:
+    """The grid points at `flat_index` (C order over grid.shape) as a plain list of layouts."""
+    points = Points.of(grid.shape, flat_index)
+    return LayoutArrays(**{f.name: points.gather(getattr(grid, f.name)) for f in fields(grid)})
+
+
+def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()) -> Space:
+    """Every candidate layout for `problem` under `filters` (see the module notes), as a broadcast grid."""
+    rows = _structural(model, problem, filters)
+    inner = _inner_axes(problem, filters)
+    ndim = len(AXES)
+
+    def on_axis(values: np.ndarray, axis: int) -> np.ndarray:
+        shape = [1] * ndim
+        shape[axis] = values.shape[0]
+        return values.reshape(shape)
+
+    def const(value: int | bool, dtype: type) -> np.ndarray:
+        return np.full((1,) * ndim, value, dtype=dtype)
+
+    cols = {name: on_axis(values, 0) for name, values in rows.items()}
+    for axis, name in enumerate(AXES[1:], start=1):
+        cols[name] = on_axis(inner[name], axis)
+    grid = LayoutArrays(
+        **cols,
+        recompute_layers=const(-1, np.int64),
+        global_batch=const(problem.global_batch, np.int64),
+        seq_len=const(problem.seq_len, np.int64),
+        gpipe=const(False, bool),
+        flash_attention=const(problem.flash_attention, bool),
+        grad_bytes=const(GRAD_BYTES[problem.grad_dtype], np.int64),
+        optimizer_bytes=const(OPTIMIZER_STATE_BYTES_PER_PARAM[problem.optimizer], np.int64),
+        fp8=const(problem.dtype == "fp8", bool),
+        overlap_grad_reduce=const(True, bool),
+        overlap_tp_comm=const(False, bool),
     )
+    if filters.sequence_parallel is None:
+        in_space = ~cols["sequence_parallel"] | (cols["tp"] > 1)
+    else:
+        in_space = np.ones((1,) * ndim, dtype=bool)
+    return Space(grid, in_space)

@@ -125,8 +125,20 @@ def test_bad_headroom_and_dtype():
 def test_chunked_evaluation_equals_one_call(small):
     again = evaluate_chunked(small.model, small.hardware, small.layouts, headroom=small.headroom, chunk=1000)
     for name in ("step_seconds", "peak_bytes", "mfu", "bubble_seconds"):
-        assert np.array_equal(getattr(again, name), getattr(small.results, name))
+        assert np.allclose(getattr(again, name), getattr(small.results, name), rtol=1e-12)
     assert np.array_equal(again.fits, small.results.fits)
+    rows = run_search(small.model, small.hardware, small.problem, chunk=100)  # a few structural rows per block
+    assert rows.evaluated == small.evaluated and np.array_equal(rows.fits, small.fits)
+    assert np.allclose(rows.results.step_seconds, small.results.step_seconds, rtol=1e-12)
+
+
+def test_grid_results_equal_a_plain_list_of_layouts(llama3_8192):
+    """The broadcast grid and the same layouts as a flat list give the same numbers."""
+    r = llama3_8192
+    flat = evaluate_chunked(r.model, r.hardware, r.layouts, headroom=r.headroom)
+    for name in ("step_seconds", "peak_bytes", "tokens_per_second", "mfu", "communication_seconds"):
+        assert np.allclose(getattr(flat, name), getattr(r.results, name), rtol=1e-9)
+    assert np.array_equal(flat.fits, r.results.fits)
 
 
 def test_moe_search_places_experts(small):

@@ -58,8 +58,9 @@ def brute_force(model, gpus: int, global_batch: int, seq_len: int) -> set[tuple]
     [(LLAMA_1B, 8, 32, 4096), (LLAMA_1B, 24, 48, 8192), (MIXTRAL, 16, 64, 16384)],
 )
 def test_grid_equals_plain_enumeration(model, gpus, batch, seq):
-    lay = build_space(model, Problem(gpus=gpus, global_batch=batch, seq_len=seq))
-    got = rows(lay)
+    space = build_space(model, Problem(gpus=gpus, global_batch=batch, seq_len=seq))
+    got = rows(space.flat())
+    assert space.size == len(got)
     assert len(got) == len(set(got)), "no layout appears twice"
     assert set(got) == brute_force(model, gpus, batch, seq)
 
@@ -71,7 +72,7 @@ def test_grid_equals_plain_enumeration(model, gpus, batch, seq):
     seq=st.sampled_from([512, 1000, 2048, 8192, 12288, 32768]),
 )
 def test_every_row_is_a_layout_of_the_problem(gpus, batch, seq):
-    lay = build_space(LLAMA_1B, Problem(gpus=gpus, global_batch=batch, seq_len=seq))
+    lay = build_space(LLAMA_1B, Problem(gpus=gpus, global_batch=batch, seq_len=seq)).flat()
     assert lay.size > 0
     assert (lay.tp * lay.pp * lay.cp * lay.dp == gpus).all()
     assert (LLAMA_1B.num_attention_heads % lay.tp == 0).all()
@@ -87,19 +88,19 @@ def test_every_row_is_a_layout_of_the_problem(gpus, batch, seq):
 
 
 def test_moe_expert_parallel_divides_experts_and_dp_cp():
-    lay = build_space(MIXTRAL, Problem(gpus=32, global_batch=64, seq_len=4096))
+    lay = build_space(MIXTRAL, Problem(gpus=32, global_batch=64, seq_len=4096)).flat()
     assert set(lay.ep.tolist()) == {1, 2, 4, 8}
     assert ((8 % lay.ep == 0) & ((lay.dp * lay.cp) % lay.ep == 0)).all()
 
 
 def test_dense_model_has_no_expert_parallelism():
-    assert set(build_space(LLAMA_1B, Problem(gpus=8, global_batch=8, seq_len=2048)).ep.tolist()) == {1}
+    assert set(build_space(LLAMA_1B, Problem(gpus=8, global_batch=8, seq_len=2048)).flat().ep.tolist()) == {1}
 
 
 def test_filters_restrict_each_axis():
     f = Filters(tp=(2, 4), pp=(2,), zero=(1, 3), recompute=("full",), micro_batch=(1, 2), interleave=(1,),
                 sequence_parallel=(True,))
-    lay = build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=2048), f)
+    lay = build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=2048), f).flat()
     assert set(lay.tp.tolist()) == {2, 4} and set(lay.pp.tolist()) == {2}
     assert set(lay.zero.tolist()) == {1, 3} and set(lay.recompute.tolist()) == {2}
     assert set(lay.micro_batch.tolist()) == {1, 2} and set(lay.interleave.tolist()) == {1}
@@ -108,16 +109,16 @@ def test_filters_restrict_each_axis():
 
 
 def test_dp_filter_fixes_model_parallel_size():
-    lay = build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=2048), Filters(dp=(4,)))
+    lay = build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=2048), Filters(dp=(4,))).flat()
     assert (lay.dp == 4).all() and (lay.tp * lay.pp * lay.cp == 4).all()
 
 
 def test_filters_keep_values_the_defaults_prune_so_rules_can_explain_them():
     # cp 2 below CP_MIN_SEQ_LEN, tp 3 not dividing the heads, sp on with tp 1: all kept for the rules to reject
     lay = build_space(LLAMA_1B, Problem(gpus=6, global_batch=6, seq_len=2048),
-                      Filters(tp=(3,), cp=(2,), sequence_parallel=(True,)))
+                      Filters(tp=(3,), cp=(2,), sequence_parallel=(True,))).flat()
     assert set(lay.tp.tolist()) == {3} and set(lay.cp.tolist()) == {2}
-    lay = build_space(LLAMA_1B, Problem(gpus=4, global_batch=8, seq_len=2048), Filters(sequence_parallel=(True,)))
+    lay = build_space(LLAMA_1B, Problem(gpus=4, global_batch=8, seq_len=2048), Filters(sequence_parallel=(True,))).flat()
     assert (lay.tp == 1).any()
 
 
@@ -137,6 +138,17 @@ def test_divisors(n):
 
 
 def test_recompute_codes_cover_names():
-    lay = build_space(LLAMA_1B, Problem(gpus=2, global_batch=2, seq_len=1024))
+    lay = build_space(LLAMA_1B, Problem(gpus=2, global_batch=2, seq_len=1024)).flat()
     assert set(lay.recompute.tolist()) == set(RECOMPUTE_NAMES)
     assert np.all(lay.flash_attention) and not lay.fp8.any()
+
+
+def test_grid_is_broadcast_along_its_axes():
+    space = build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=8192))
+    s, z, p, r, m = space.shape
+    assert (z, p, r, m) == (4, 2, 3, 5)  # micro-batches: divisors of 32 up to 16
+    assert space.grid.tp.shape == (s, 1, 1, 1, 1) and space.grid.zero.shape == (1, z, 1, 1, 1)
+    assert space.grid.seq_len.shape == (1, 1, 1, 1, 1)
+    assert space.size == space.flat().size < space.grid.size  # sp with tp 1 is pruned
+    part = space.rows(2, 5)
+    assert part.shape == (3, z, p, r, m)
