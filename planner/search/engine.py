@@ -1,7 +1,8 @@
 """Evaluate a search space: rules, then the cost model once over the grid, then the memory mask.
 
 Infeasibility is data: every rejected candidate gets one reason, the first rule it breaks in
-`rules.RULES` order, or `out_of_memory`. Only candidates that pass the rules are costed.
+`rules.RULES` order, or `out_of_memory`. The cost model runs over the whole broadcast grid (cheaper
+than gathering the valid points first); only the points that pass the rules are kept, as flat arrays.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class SearchResult:
     hardware: HardwareProfile
     problem: Problem
     headroom: float
-    evaluated: int  # candidates in the grid
+    evaluated: int  # layouts in the space (grid points the defaults do not prune)
     layouts: LayoutArrays  # candidates that pass the rules (costed)
     results: TrainingArrays  # aligned with `layouts`
     fits: np.ndarray  # positions in `layouts` that fit in memory

@@ -151,3 +151,20 @@ def test_help_ends_with_an_example(run_cli):
     result = run_cli("search", "--help")
     assert result.exit_code == 0
     assert "Example:" in result.stdout and "planner search --model" in result.stdout
+
+
+def test_top_candidate_equals_planner_estimate(run_cli):
+    """The same layout through `planner estimate --format json` gives the same step time and memory."""
+    doc = as_json(run_cli(*BASE, "--format", "json", "--top", "1"))
+    cfg = doc["candidates"][0]["config"]
+    args = ["estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "16", "--global-batch", "64",
+            "--seq-len", "4096", "--format", "json"]
+    for key in ("tp", "pp", "cp", "dp", "ep", "zero", "micro_batch", "interleave"):
+        args += [f"--{key.replace('_', '-')}", str(cfg[key])]
+    args += ["--recompute", cfg["recompute"],
+             "--sequence-parallel" if cfg["sequence_parallel"] else "--no-sequence-parallel"]
+    est = as_json(run_cli(*args))
+    cand = doc["candidates"][0]
+    assert est["time"]["step_seconds"] == pytest.approx(cand["time"]["step_seconds"], rel=1e-3)
+    assert est["memory"]["total_bytes"] == pytest.approx(cand["memory"]["total_bytes"], rel=1e-3)
+    assert est["fits"] is True
