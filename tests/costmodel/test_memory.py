@@ -75,6 +75,16 @@ def test_stage_params_tensor_parallel_splits_matrices_not_norms():
     assert sp.largest_layer.tolist() == [24_832]
 
 
+def test_biases_split_like_their_matrices():
+    # With QKV, output and MLP biases (tp = 2): column-parallel biases split, QKV 3h/2 = 96 and fc1 f/2 = 128;
+    # row-parallel ones (output projection h, fc2 h) are replicated, 128. Layer: 24,832 + 96 + 128 + 128 = 25,184.
+    model = tiny(qkv_bias=True, attention_output_bias=True, mlp_bias=True)
+    sp = stage_params(model, lay(tp=2), np.zeros(1, dtype=np.int64))
+    assert sp.largest_layer.tolist() == [25_184]
+    # tp = 1: every bias once, 3h + h + f + h = 192 + 64 + 256 + 64 = 576 more than the bias-free 49,408.
+    assert stage_params(model, lay(), np.zeros(1, dtype=np.int64)).largest_layer.tolist() == [49_984]
+
+
 def test_stage_params_pipeline_puts_embedding_first_and_head_last():
     # pp = 2, one layer each: stage 0 = 49,408 + 6,400 = 55,808; stage 1 = 49,408 + 6,528 = 55,936.
     a = lay(pp=2)
