@@ -65,7 +65,7 @@ def _intra_ring_pass(nbytes: np.ndarray, link: Link) -> np.ndarray:
 
 
 def all_reduce_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:
-    """All-reduce of `nbytes` on every rank.
+    """All-reduce of `nbytes` on every rank (nothing to send costs nothing: no collective is issued).
 
     Inside a node: ring, 2(k-1)/k x S / B + 2(k-1) alpha (Thakur et al. 2005). Across N nodes:
     hierarchical - reduce-scatter inside the node, all-reduce of the 1/k shard across nodes (the
@@ -79,7 +79,7 @@ def all_reduce_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.nda
     ring = 2 * (n_nodes - 1) / n_nodes * shard / link.inter_bandwidth_bytes_per_s + 2 * (n_nodes - 1) * link.inter_latency_s
     tree = 2 * shard / link.inter_bandwidth_bytes_per_s + 2 * np.log2(n_nodes) * link.inter_latency_s
     inter = np.where(n_nodes > 1, np.minimum(ring, tree), 0.0)
-    return 2 * _intra_ring_pass(nbytes, link) + inter
+    return np.where(nbytes > 0, 2 * _intra_ring_pass(nbytes, link) + inter, 0.0)
 
 
 def all_gather_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:
@@ -90,7 +90,7 @@ def all_gather_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.nda
     inter = (n_nodes - 1) / n_nodes * nbytes / link.members_per_node / link.inter_bandwidth_bytes_per_s + (
         n_nodes - 1
     ) * link.inter_latency_s
-    return _intra_ring_pass(nbytes, link) + np.where(n_nodes > 1, inter, 0.0)
+    return np.where(nbytes > 0, _intra_ring_pass(nbytes, link) + np.where(n_nodes > 1, inter, 0.0), 0.0)
 
 
 def reduce_scatter_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:
@@ -106,15 +106,16 @@ def all_to_all_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.nda
     k = link.members_per_node.astype(float)
     intra = (k - 1) / n * nbytes / link.intra_bandwidth_bytes_per_s + (k - 1) * link.intra_latency_s
     inter = (n - k) / n * nbytes / link.inter_bandwidth_bytes_per_s + (n - k) * link.inter_latency_s
-    return np.where(n > 1, intra + inter, 0.0)
+    return np.where((n > 1) & (nbytes > 0), intra + inter, 0.0)
 
 
 def p2p_seconds(nbytes: ArrayLike, link: Link) -> np.ndarray:
     """One point-to-point send between neighbours of the group: alpha + bytes / B of the tier crossed."""
     nbytes = np.asarray(nbytes, dtype=float)
     crossing = link.nodes > 1
-    return np.where(
+    seconds = np.where(
         crossing,
         link.inter_latency_s + nbytes / link.inter_bandwidth_bytes_per_s,
         link.intra_latency_s + nbytes / link.intra_bandwidth_bytes_per_s,
     )
+    return np.where(nbytes > 0, seconds, 0.0)

@@ -72,7 +72,8 @@ class StageParams:
 
     dense: np.ndarray
     expert: np.ndarray
-    largest_layer: np.ndarray
+    largest_layer_dense: np.ndarray  # the largest layer's parameters sharded like `dense`
+    largest_layer_expert: np.ndarray  # and its routed experts
     num_layers: np.ndarray
     num_moe_layers: np.ndarray
 
@@ -92,8 +93,15 @@ def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> Stag
     )
     dense = n_dense * dense_layer.dense + n_moe * moe_layer.dense + ends
     expert = n_moe * moe_layer.expert
-    largest = np.where(n_moe > 0, moe_layer.dense + moe_layer.expert, dense_layer.dense)
-    return StageParams(dense=dense, expert=expert, largest_layer=largest, num_layers=n, num_moe_layers=n_moe)
+    has_moe = n_moe > 0
+    return StageParams(
+        dense=dense,
+        expert=expert,
+        largest_layer_dense=np.maximum(np.where(n_dense > 0, dense_layer.dense, 0.0), np.where(has_moe, moe_layer.dense, 0.0)),
+        largest_layer_expert=np.where(has_moe, moe_layer.expert, 0.0),
+        num_layers=n,
+        num_moe_layers=n_moe,
+    )
 
 
 def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -224,18 +232,27 @@ def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     """Communication buffers outside the model states.
 
     ZeRO-3 / FSDP gathers one layer's full parameters for the layer running and prefetches the next
-    (2 layers of 16-bit weights), and reduce-scatters one layer's full gradients (FSDP's default
-    forward/backward prefetch of one unit; DeepSpeed's stage3 prefetch bucket plays the same role).
-    ZeRO-2 reduces gradients through a bucket, taken as one layer's gradients.
+    (2 layers of 16-bit weights, or the whole stage if it holds less), and reduce-scatters one layer's
+    full gradients (FSDP's default forward/backward prefetch of one unit; DeepSpeed's stage3 prefetch
+    bucket plays the same role). ZeRO-2 reduces gradients through a bucket, taken as one layer's
+    gradients. Only the part beyond the rank's own shard is extra: (1 - 1/N) of it for a shard group
+    of N, so a higher stage never needs more memory than the one below it.
     """
-    layer = sp.largest_layer
-    zero3 = 2 * WEIGHT_BYTES * layer + lay.grad_bytes * layer
+    shard = lay.dp * lay.cp
+    beyond = 1.0 - 1.0 / shard
+    beyond_expert = 1.0 - 1.0 / np.maximum(shard // lay.ep, 1)
+    layer = sp.largest_layer_dense * beyond + sp.largest_layer_expert * beyond_expert
+    gathered = np.minimum(2 * sp.largest_layer_dense, sp.dense) * beyond + np.minimum(
+        2 * sp.largest_layer_expert, sp.expert
+    ) * beyond_expert
+    zero3 = WEIGHT_BYTES * gathered + lay.grad_bytes * layer
     zero2 = lay.grad_bytes * layer
     return np.where(lay.zero >= 3, zero3, np.where(lay.zero == 2, zero2, 0.0))
 
 
 def reserve_bytes(lay: LayoutArrays, churn_bytes: np.ndarray) -> np.ndarray:
-    """CUDA context, NCCL communicators (one per parallel dimension in use), allocator fragmentation."""
+    """CUDA context, NCCL communicators (one per parallel dimension in use), allocator fragmentation
+    (a share of the activations, which are allocated and freed every micro-batch)."""
     groups = sum((deg > 1).astype(float) for deg in (lay.tp, lay.pp, lay.cp, lay.dp, lay.ep))
     return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups + FRAGMENTATION_FRACTION * churn_bytes
 
@@ -248,7 +265,7 @@ def stage_memory(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: Sta
     weights, grads, optim = model_state_bytes(lay, sp)
     held, working = stage_activation_bytes(model, lay, stage, sp)
     buffers = buffer_bytes(lay, sp) + working
-    reserve = reserve_bytes(lay, held + buffers)
+    reserve = reserve_bytes(lay, held + working)
     return StageMemory(
         weights_bytes=weights,
         gradients_bytes=grads,

@@ -39,6 +39,21 @@ def first_layer_of_stage(num_layers: int, pp: np.ndarray, stage: np.ndarray) -> 
     return stage * base + extras_before
 
 
+def stage_of_layer(num_layers: int, pp: np.ndarray, layer: int) -> np.ndarray:
+    """The stage holding layer index `layer` (0-based) under the split of `layers_on_stage`.
+
+    Stage i starts at i x base + min(i - 1, extra) for i >= 1 (base = L // p, extra = L % p): at
+    i (base + 1) - 1 while the stages before it all carry an extra layer, at i x base + extra after.
+    """
+    pp = np.asarray(pp)
+    base = num_layers // pp
+    extra = num_layers % pp
+    with_extras = (layer + 1) // (base + 1)
+    after_extras = (layer - extra) // np.maximum(base, 1)
+    stage = np.where(after_extras >= extra + 1, after_extras, with_extras)
+    return np.clip(np.where(pp == 1, 0, stage), 0, pp - 1)
+
+
 def max_layers_per_stage(num_layers: int, pp: np.ndarray) -> np.ndarray:
     return -(-num_layers // np.asarray(pp))
 

@@ -123,8 +123,15 @@ def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: boo
     norms = model.norms_per_layer * norm_params(model, model.hidden_size) + (2 * model.head_size if model.qk_norm else 0)
     dense = g.qkv + g.out + g.fc1 + g.fc2 + norms + _bias_params_per_rank(model, lay, moe_layer=moe_layer)
     if moe_layer and model.moe is not None:
-        experts_here = model.moe.num_experts / lay.ep
-        return RankParams(dense=dense, expert=experts_here * (g.expert_fc1 + g.expert_fc2))
+        moe = model.moe
+        # Expert MLP biases (rare; Megatron-style layout): fc1's split over TP, fc2's replicated.
+        expert_bias = ((2 if model.mlp_kind == "gated" else 1) * moe.moe_ffn_hidden_size / lay.tp + model.hidden_size
+                       if model.mlp_bias else 0.0)
+        experts_here = moe.num_experts / lay.ep
+        return RankParams(
+            dense=dense + moe.num_shared_experts * expert_bias,
+            expert=experts_here * (g.expert_fc1 + g.expert_fc2 + expert_bias),
+        )
     return RankParams(dense=dense, expert=np.zeros_like(dense))
 
 

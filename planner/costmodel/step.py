@@ -181,13 +181,14 @@ def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_
     exposed = np.where(lay.overlap_tp_comm, TP_OVERLAP_EXPOSED_FRACTION, 1.0)
     tp_comm = passes * one_pass * exposed
 
-    # Ring attention (Liu et al. 2023; Megatron-LM context parallel): K and V of every chunk visit every
-    # rank in the forward; the backward sends K/V again and reduces dK/dV. Overlapped with the core.
+    # Ring attention (Liu et al. 2023; Megatron-LM context parallelism's default point-to-point ring):
+    # the forward passes each rank's K/V chunk around the ring in cp - 1 sequential steps, every step as
+    # slow as its slowest hop (a node boundary once the ring leaves the node); the backward passes K/V
+    # again plus dK/dV, twice the forward. Each step hides behind the attention core of the previous one.
     kv_bytes = lay.micro_batch * lay.seq_len * (widths.key + widths.value) * ACTIVATION_BYTES / kv_divisor(model, lay.tp)
     cp_link = group_link(hw, lay.cp, lay.tp)
-    cp_fwd = all_gather_seconds(kv_bytes, lay.cp, cp_link)
-    cp_bwd = cp_fwd + reduce_scatter_seconds(kv_bytes, lay.cp, cp_link)
-    cp_comm = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(cp_bwd - core_bwd, 0.0)
+    cp_fwd = np.where(lay.cp > 1, (lay.cp - 1) * p2p_seconds(kv_bytes / lay.cp, cp_link), 0.0)
+    cp_comm = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(2 * cp_fwd - core_bwd, 0.0)
 
     if moe_layer and model.moe is not None:
         ep_link = group_link(hw, lay.ep, lay.tp * lay.cp)

@@ -17,7 +17,7 @@ import numpy as np
 
 from planner.costmodel.flops import step_flop
 from planner.costmodel.memory import StageMemory, stage_memory, stage_params
-from planner.costmodel.pipeline import layers_on_stage
+from planner.costmodel.pipeline import layers_on_stage, stage_of_layer
 from planner.costmodel.rules import check_layout
 from planner.costmodel.step import (
     STEP_OVERHEAD_SECONDS,
@@ -79,24 +79,45 @@ class TrainingArrays:
         return TrainingArrays(**values)
 
 
-def _candidate_stages(lay: LayoutArrays) -> np.ndarray:
-    """Stages 0, 1 and p - 1 of every candidate, stacked on a new leading axis of 3: every formula
-    broadcasts over it and over the layouts' own axes."""
+def _candidate_stages(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """The stages that can be the heaviest, stacked on a new leading axis: every formula broadcasts over
+    it and over the layouts' own axes.
+
+    Stages 0, 1 and p - 1 for a model whose layers are alike: from stage 1 to p - 2 the micro-batches in
+    flight fall and the layer count never rises. With leading dense layers before MoE ones (DeepSeek-V3),
+    a stage past the boundary holds more expert parameters, so the stage holding the first MoE layer and
+    the one after it join: on either side of them the same monotonicity holds.
+    """
     last = lay.pp - 1
-    return np.stack(np.broadcast_arrays(np.zeros_like(last), np.minimum(1, last), last))
+    stages = [np.zeros_like(last), np.minimum(1, last), last]
+    if model.moe is not None and 0 < model.num_dense_layers < model.num_layers:
+        boundary = stage_of_layer(model.num_layers, lay.pp, model.num_dense_layers)
+        stages += [boundary, np.minimum(boundary + 1, last)]
+    return np.stack(np.broadcast_arrays(*stages))
 
 
 def _pick(per_stage: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """The entry of a (3, ...) array at the stage `index` (shape ...) of each candidate."""
-    full = np.broadcast_to(per_stage, (3, *np.broadcast_shapes(per_stage.shape[1:], index.shape)))
-    return np.take_along_axis(full, np.broadcast_to(index, full.shape[1:])[None], axis=0)[0]
+    """The entry of a (k, ...) array at the candidate-stage `index` (shape ...) of each candidate.
+
+    A term that does not depend on the stage may arrive without the stage axis (fewer dimensions than
+    `index` has plus one) or with a stage axis of length 1; it is the same for every stage then.
+    """
+    per_stage = np.asarray(per_stage)
+    if per_stage.ndim <= index.ndim:
+        return np.broadcast_to(per_stage, np.broadcast_shapes(per_stage.shape, index.shape))
+    if per_stage.shape[0] == 1:
+        return np.broadcast_to(per_stage[0], np.broadcast_shapes(per_stage.shape[1:], index.shape))
+    picked = per_stage[-1]
+    for k in range(per_stage.shape[0] - 2, -1, -1):
+        picked = np.where(index == k, per_stage[k], picked)
+    return picked
 
 
 def evaluate(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, headroom: float = DEFAULT_HEADROOM
 ) -> TrainingArrays:
     """Memory and time of every candidate in `lay` (no rule checks: see rules.violations)."""
-    stages = _candidate_stages(lay)
+    stages = _candidate_stages(model, lay)
     params = stage_params(model, lay, stages)
     mem: StageMemory = stage_memory(model, lay, stages, params)
     times: StageTime = stage_time(model, hw, lay, stages, params)

@@ -62,7 +62,7 @@ def test_stage_params_one_stage_holds_everything():
     sp = stage_params(tiny(), lay(), np.zeros(1, dtype=np.int64))
     assert sp.dense.tolist() == [PSI]
     assert sp.expert.tolist() == [0]
-    assert sp.largest_layer.tolist() == [LAYER]
+    assert sp.largest_layer_dense.tolist() == [LAYER]
     assert sp.num_layers.tolist() == [2]
 
 
@@ -72,7 +72,7 @@ def test_stage_params_tensor_parallel_splits_matrices_not_norms():
     # 3,200 + 2 x 24,832 + 3,328 = 56,192.
     sp = stage_params(tiny(), lay(tp=2), np.zeros(1, dtype=np.int64))
     assert sp.dense.tolist() == [56_192]
-    assert sp.largest_layer.tolist() == [24_832]
+    assert sp.largest_layer_dense.tolist() == [24_832]
 
 
 def test_biases_split_like_their_matrices():
@@ -80,9 +80,9 @@ def test_biases_split_like_their_matrices():
     # row-parallel ones (output projection h, fc2 h) are replicated, 128. Layer: 24,832 + 96 + 128 + 128 = 25,184.
     model = tiny(qkv_bias=True, attention_output_bias=True, mlp_bias=True)
     sp = stage_params(model, lay(tp=2), np.zeros(1, dtype=np.int64))
-    assert sp.largest_layer.tolist() == [25_184]
+    assert sp.largest_layer_dense.tolist() == [25_184]
     # tp = 1: every bias once, 3h + h + f + h = 192 + 64 + 256 + 64 = 576 more than the bias-free 49,408.
-    assert stage_params(model, lay(), np.zeros(1, dtype=np.int64)).largest_layer.tolist() == [49_984]
+    assert stage_params(model, lay(), np.zeros(1, dtype=np.int64)).largest_layer_dense.tolist() == [49_984]
 
 
 def test_stage_params_pipeline_puts_embedding_first_and_head_last():
@@ -105,7 +105,7 @@ def test_gqa_kv_heads_replicate_when_tp_exceeds_them():
     # Per rank per layer: q h*64/4 = 1,024; k, v 2 * h*32 / 2 = 2,048; o 64*h/4 = 1,024;
     # MLP 32,768/4 = 8,192; norms 256 -> 12,544.
     sp = stage_params(tiny(num_kv_heads=2), lay(tp=4), np.zeros(1, dtype=np.int64))
-    assert sp.largest_layer.tolist() == [12_544]
+    assert sp.largest_layer_dense.tolist() == [12_544]
 
 
 # ZeRO model states -----------------------------------------------------------------------------
@@ -287,8 +287,11 @@ def test_block_recompute_recomputes_only_k_layers():
     [
         (0, 0),
         (1, 0),
-        (2, 2 * LAYER),  # one layer's bf16 gradients as the reduce bucket = 98,816
-        (3, (2 * 2 + 2) * LAYER),  # two gathered layers of bf16 weights + one layer's gradients = 296,448
+        # Only what lies beyond the rank's own shard is extra: (1 - 1/dp) = 3/4 of each buffer at dp = 4.
+        (2, 2 * LAYER * 3 // 4),  # one layer's bf16 gradients as the reduce bucket: 98,816 x 3/4 = 74,112
+        # two gathered layers of bf16 weights (the stage holds more than two) + one layer's gradients:
+        # 296,448 x 3/4 = 222,336
+        (3, (2 * 2 + 2) * LAYER * 3 // 4),
     ],
 )
 def test_zero_buffers(zero, expected):

@@ -143,13 +143,6 @@ ONE_RANK_ZERO = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the issue's property does not hold for total memory: ZeRO-2 adds a one-layer gradient bucket and "
-    "ZeRO-3 two gathered layers of weights plus one of gradients (memory.buffer_bytes), which outweigh the "
-    "sharding savings when the data-parallel group is small or a stage holds few layers (dp = 1: nothing is "
-    "sharded, the buffers are still added)",
-)
 @FAST
 @given(cases())
 @example(ONE_RANK_ZERO)
@@ -237,11 +230,6 @@ MOE_DENSE_FIRST = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evaluate() looks only at stages 0, 1 and p-1; with leading dense layers (DeepSeek-V3: 3) a middle "
-    "stage past stage 1 can hold more MoE layers than stage 1 and be the heaviest (see test_training.py)",
-)
 @FAST
 @given(cases(moe_layers=True))
 @example(MOE_DENSE_FIRST)
@@ -277,11 +265,6 @@ MOE_WITH_BIASES = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shapes._bias_params_per_rank leaves out the MLP biases of routed and shared experts (params.moe_params "
-    "counts them): a MoE model with mlp_bias holds fewer parameters on its ranks than it has",
-)
 @FAST
 @given(cases(moe_layers=True))
 @example(MOE_WITH_BIASES)

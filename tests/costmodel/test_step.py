@@ -131,11 +131,6 @@ def test_optimizer_streams_its_states():
 
 
 # The step -----------------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="data_parallel_seconds also all-reduces the expert gradients of a dense model: zero bytes, but the "
-    "hierarchical collectives charge their latency (2(k-1) alpha = 6 us here) whatever the size",
-)
 def test_dp_gradient_all_reduce_without_overlap():
     # dp 2 in one node, ZeRO 0, reduction after backward: all-reduce of 111,744 x 2 = 223,488 bytes,
     # 2 x (1/2 x 223,488/200e9 + 3e-6) = 2 x 3.55872e-6 = 7.11744e-6 s.
@@ -143,11 +138,6 @@ def test_dp_gradient_all_reduce_without_overlap():
     assert r.dp_comm_seconds.tolist() == pytest.approx([7.11744e-6])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="data_parallel_seconds also all-reduces the expert gradients of a dense model: zero bytes, but the "
-    "hierarchical collectives charge their latency (2(k-1) alpha = 6 us here) whatever the size",
-)
 def test_zero1_moves_the_same_volume_as_an_all_reduce():
     # Reduce-scatter of the gradients + all-gather of the weights: 2 x (1/2 x 223,488/200e9 + 3e-6) = 7.11744e-6.
     r = evaluate(tiny(), HW, lay(dp=2, zero=1, overlap_grad_reduce=False))

@@ -42,11 +42,6 @@ def test_every_stage_is_reported_and_the_heaviest_governs():
         assert memory[key] == getattr(result.stages[result.peak_stage], key)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="evaluate() takes the peak over stages 0, 1 and p-1 only (training.py's docstring: memory falls from "
-    "stage 1 on); with leading dense layers a later stage holds more MoE layers than stage 1",
-)
 def test_deepseek_v3_peak_is_its_heaviest_stage():
     # DeepSeek-V3: 61 layers, the first 3 dense. pp = 32: 61 = 32 x 1 + 29, so stages 1..29 get 2 layers and
     # stages 0, 30, 31 one: [1, 2 x 29, 1, 1]. Stage 0 = layer 0 (dense), stage 1 = layers 1-2 (dense),
