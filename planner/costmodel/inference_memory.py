@@ -25,20 +25,14 @@ from planner.costmodel.inference_inputs import (
     stage_layers,
 )
 from planner.costmodel.params import kv_cache_bytes_per_token
+from planner.costmodel.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareProfile
 from planner.specs.model import ModelSpec
 
-CUDA_CONTEXT_BYTES = 512 * 2**20
-"""CUDA context, kernel images and library handles of one process: 300-700 MiB as nvidia-smi
-shows for an idle PyTorch/TensorRT process on A100/H100; we take 512 MiB."""
-
-COMM_BUFFER_BYTES = 512 * 2**20
-"""NCCL (or custom all-reduce) buffers when a replica spans more than one GPU: NCCL keeps
-4 MiB per channel per peer (NCCL_BUFFSIZE) over 8-32 channels plus IPC staging buffers."""
-
-RUNTIME_WORKSPACE_BYTES = 256 * 2**20
-"""cuBLAS/cuBLASLt workspaces, sampling buffers and CUDA-graph memory pools."""
+COMM_BUFFER_BYTES = 2 * NCCL_BYTES_PER_COMMUNICATOR
+"""Communication buffers when a replica spans more than one GPU: an NCCL communicator plus the
+engine's custom all-reduce / IPC staging buffers, taken as a second communicator's worth."""
 
 DEFAULT_HEADROOM = 0.05
 """Fraction of device memory kept free for allocator fragmentation and paged-KV block rounding
@@ -162,7 +156,7 @@ def activation_workspace_bytes(shapes: ModelShapes, x: InferenceArrays, concurre
 def reserve_bytes(x: InferenceArrays) -> np.ndarray:
     """CUDA context + runtime workspaces, plus communication buffers when a replica spans GPUs."""
     comm = np.where(x.gpus_per_replica > 1, COMM_BUFFER_BYTES, 0)
-    return CUDA_CONTEXT_BYTES + RUNTIME_WORKSPACE_BYTES + comm
+    return PROCESS_BYTES + comm
 
 
 # --- Memory result ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from planner.costmodel.shapes import (
     kv_divisor,
     layer_params_per_rank,
 )
+from planner.costmodel.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
 from planner.specs.layout import LayoutArrays
 from planner.specs.model import ModelSpec
 
@@ -31,15 +32,9 @@ ACTIVATION_BYTES = 2  # 16-bit activations (Korthikanti et al. 2022 Sec. 4.1)
 LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti et al. 2022 Sec. 4.3: 4sbv/t)
 LSE_BYTES = 4  # flash attention keeps an fp32 log-sum-exp per query row and head (Dao et al. 2022, Alg. 1)
 
-# Memory outside PyTorch's tensors. CUDA_CONTEXT_BYTES: a CUDA 12 context with cuBLAS/cuDNN workspaces
-# takes roughly 0.5-1 GB of device memory outside the caching allocator (nvidia-smi vs
-# torch.cuda.memory_reserved on A100/H100); we take 1 GB. NCCL_BYTES_PER_GROUP: NCCL allocates
-# NCCL_BUFFSIZE (4 MiB) per channel per peer connection; with tens of channels a communicator costs a few
-# hundred MB; we take 0.25 GB for each parallel group of size > 1. FRAGMENTATION_FRACTION: the caching
-# allocator's unusable slack, a share of the activation and buffer memory that churns within a step
-# (PyTorch memory snapshots typically show 5-10%); we take 5%.
-CUDA_CONTEXT_BYTES = 1.0e9
-NCCL_BYTES_PER_GROUP = 0.25e9
+# The allocator's unusable slack, a share of the activation memory that churns within a step
+# (PyTorch memory snapshots typically show 5-10%); we take 5%. The process and NCCL figures are
+# shared with the serving model in reserve.py.
 FRAGMENTATION_FRACTION = 0.05
 
 
@@ -254,7 +249,7 @@ def reserve_bytes(lay: LayoutArrays, churn_bytes: np.ndarray) -> np.ndarray:
     """CUDA context, NCCL communicators (one per parallel dimension in use), allocator fragmentation
     (a share of the activations, which are allocated and freed every micro-batch)."""
     groups = sum((deg > 1).astype(float) for deg in (lay.tp, lay.pp, lay.cp, lay.dp, lay.ep))
-    return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups + FRAGMENTATION_FRACTION * churn_bytes
+    return PROCESS_BYTES + NCCL_BYTES_PER_COMMUNICATOR * groups + FRAGMENTATION_FRACTION * churn_bytes
 
 
 def stage_memory(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams | None = None) -> StageMemory:

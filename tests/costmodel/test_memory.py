@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 
 from planner.costmodel.memory import (
-    CUDA_CONTEXT_BYTES,
     FRAGMENTATION_FRACTION,
-    NCCL_BYTES_PER_GROUP,
     buffer_bytes,
     layer_activation_bytes_per_token,
     model_state_bytes,
@@ -302,25 +300,26 @@ def test_zero_buffers(zero, expected):
 def test_stage_memory_adds_up_by_hand():
     # pp = 1, tp = 1, dp = 1, ZeRO 0, no flash, no recompute:
     #   model states 16 x 111,744 = 1,787,904; activations 203,264; buffers 0;
-    #   reserve: CUDA context + no NCCL group (every degree is 1) + 5% of 203,264 = 1e9 + 10,163.2.
+    #   reserve: CUDA context 512 MiB + library workspaces 256 MiB = 805,306,368, no NCCL communicator
+    #   (every degree is 1), + 5% of 203,264 = 805,306,368 + 10,163.2.
     mem = stage_memory(tiny(), lay(flash_attention=False), np.zeros(1, dtype=np.int64))
     assert mem.weights_bytes.tolist() == [2 * PSI]
     assert mem.gradients_bytes.tolist() == [2 * PSI]
     assert mem.optimizer_bytes.tolist() == [12 * PSI]
     assert mem.activations_bytes.tolist() == [203_264]
-    assert float(mem.other_bytes[0]) == pytest.approx(1e9 + 10_163.2, abs=1e-3)
-    assert float(mem.total_bytes[0]) == pytest.approx(1_787_904 + 203_264 + 1e9 + 10_163.2, abs=1e-3)
+    assert float(mem.other_bytes[0]) == pytest.approx(805_306_368 + 10_163.2, abs=1e-3)
+    assert float(mem.total_bytes[0]) == pytest.approx(1_787_904 + 203_264 + 805_306_368 + 10_163.2, abs=1e-3)
 
 
 def test_reserve_counts_one_nccl_communicator_per_parallel_dimension():
-    # tp 2 and dp 2 in use: two communicators of 0.25 GB on top of the 1 GB context.
+    # tp 2 and dp 2 in use: two communicators of 256 MiB on top of the process's 768 MiB
+    # (context 512 MiB + library workspaces 256 MiB); fragmentation is 5% of the activations.
     base = stage_memory(tiny(), lay(), np.zeros(1, dtype=np.int64))
     both = stage_memory(tiny(), lay(tp=2, dp=2), np.zeros(1, dtype=np.int64))
-    assert CUDA_CONTEXT_BYTES == 1e9 and NCCL_BYTES_PER_GROUP == 0.25e9 and FRAGMENTATION_FRACTION == 0.05
-    churn_base = float(base.activations_bytes[0] + base.buffers_bytes[0])
-    churn_both = float(both.activations_bytes[0] + both.buffers_bytes[0])
-    assert float(base.reserve_bytes[0]) == pytest.approx(1e9 + 0.05 * churn_base)
-    assert float(both.reserve_bytes[0]) == pytest.approx(1.5e9 + 0.05 * churn_both)
+    assert FRAGMENTATION_FRACTION == 0.05
+    mib = 2**20
+    assert float(base.reserve_bytes[0]) == pytest.approx(768 * mib + 0.05 * float(base.activations_bytes[0]))
+    assert float(both.reserve_bytes[0]) == pytest.approx(1280 * mib + 0.05 * float(both.activations_bytes[0]))
 
 
 # Recompute accounting: what the peak of backward holds ----------------------------------------
