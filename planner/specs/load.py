@@ -102,8 +102,18 @@ def read_structured(path: Path) -> Any:
 
 
 # Catalogs ---------------------------------------------------------------------
+def _catalog_root(package: str) -> Any:
+    """The catalog folder: package data of an installed planner, or the repository's top-level folder
+    (model_specs/, hardware_profiles/) when planner is imported from a source checkout, where the
+    `planner.model_specs` mapping of pyproject.toml does not exist."""
+    try:
+        return resources.files(package)
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[2] / package.rsplit(".", 1)[-1]
+
+
 def _catalog_files(package: str) -> dict[str, Any]:
-    root = resources.files(package)
+    root = _catalog_root(package)
     return {
         entry.name.rsplit(".", 1)[0]: entry
         for entry in root.iterdir()
