@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
 from planner.cli import cli
-from planner.cli.options import echo_json, hardware_option, model_option
+from planner.cli.options import echo_json, hardware_option, model_option, training_precision_options
 from planner.costmodel.training import DEFAULT_HEADROOM
 from planner.errors import PlannerError
+
+EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan")  # planner.exporters.common.EXPORT_FORMATS, without its imports
+# Search options that keep a field as an engine would set it, for when the engine changes the best layout.
+ENGINE_HINTS = {"grad_dtype": "--grad-dtype fp32", "zero": "--zero 0,3", "overlap_grad_reduce": "--overlap-grad-reduce",
+                "flash_attention": "--flash-attention"}
+GIB = float(1 << 30)
 
 _SUFFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
@@ -101,11 +108,7 @@ def _filter_options(f: Any) -> Any:
 @click.option("--global-batch", type=POSITIVE, required=True, help="Sequences per optimizer step.")
 @click.option("--seq-len", type=POSITIVE, required=True, help="Tokens per sequence.")
 @_filter_options
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
-              help="Compute precision of the matrix multiplies.")
-@click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True,
-              help="Gradient precision.")
-@click.option("--flash-attention/--no-flash-attention", default=True, show_default=True, help="Fused attention.")
+@training_precision_options
 @click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_HEADROOM, show_default=True,
               help="Share of GPU memory kept free on top of the modelled reserve.")
 @click.option("--objective", type=click.Choice(["throughput", "memory", "cost"]), default="throughput",
@@ -121,20 +124,29 @@ def _filter_options(f: Any) -> Any:
 @click.option("--plot", "plot_path", default=None, metavar="FILE",
               help="Also write FILE (.png or .svg): throughput against peak memory, front drawn, best marked. "
               "Needs matplotlib (pip install 'planner[plot]').")
+@click.option("--export", "export", nargs=2, default=None, metavar="FORMAT DIR",
+              type=(click.Choice(list(EXPORT_FORMATS)), click.Path(file_okay=False, path_type=Path)),
+              help="Also write the best layout's launch configuration for FORMAT (megatron, deepspeed or torchtitan) "
+              "into DIR (created if missing), headed by what planner predicts for it; the path goes to stderr. "
+              "Exit 2 when no layout fits or FORMAT cannot run the layout.")
 def search_cmd(model_ref: str, hardware_ref: str, gpus: int, global_batch: int, seq_len: int, dtype: str,
-               grad_dtype: str, flash_attention: bool, headroom: float, objective: str, tokens: float | None,
-               price: float | None, top: int | None, pareto: bool, fmt: str, plot_path: str | None,
+               grad_dtype: str, optimizer: str, flash_attention: bool, overlap_grad_reduce: bool,
+               tp_comm_overlap: bool, headroom: float, objective: str, tokens: float | None, price: float | None,
+               top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,
                **filter_values: Any) -> None:
     """Search every layout (tp x pp x cp x dp x ZeRO x SP x recompute x micro-batch x interleave, and ep
     for MoE) for the fastest that fits, with why the others were rejected.
 
     Every filter takes one value or a comma list (--tp 4,8). Exit 0 whether or not a layout fits (the
-    output says what to change when none does); 2 on bad input.
+    output says what to change when none does); 2 on bad input, and with --export when no layout fits
+    or the engine cannot run the best one.
 
     \b
     Example:
       planner search --model llama-3.1-70b --hardware h100-sxm --gpus 256 \\
           --global-batch 512 --seq-len 8192 --zero 1,3 --top 5
+      planner search -m llama-3.1-8b -w h100-sxm --gpus 64 --global-batch 256 \\
+          --seq-len 8192 --export megatron launch/
     """
     started = time.perf_counter()
     from planner.report.search import SearchView, cost_over
@@ -158,7 +170,8 @@ def search_cmd(model_ref: str, hardware_ref: str, gpus: int, global_batch: int, 
             raise PlannerError(f"--objective cost needs --price-per-gpu-hour ({hw_entry.id} has no price)")
     filters = Filters(**{name: filter_values[name] for name in FILTERS})
     problem = Problem(gpus=gpus, global_batch=global_batch, seq_len=seq_len, dtype=dtype, grad_dtype=grad_dtype,
-                      flash_attention=flash_attention)
+                      optimizer=optimizer, flash_attention=flash_attention, overlap_grad_reduce=overlap_grad_reduce,
+                      overlap_tp_comm=tp_comm_overlap)
     result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)
     selection = select(result.layouts, result.results, result.fits, objective, top=top, pareto=pareto)
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,
@@ -170,6 +183,39 @@ def search_cmd(model_ref: str, hardware_ref: str, gpus: int, global_batch: int, 
         else:
             click.echo(f"note: {plot_path} not written, since no layout fits", err=True)
     _emit(view, fmt, model_entry.id, hw_entry.id, misses, more_gpus, shorter)
+    if export is not None:
+        _export(view, *export, model_entry.id, hw_entry.id)
+
+
+def _export(view: Any, fmt: str, directory: Path, model_id: str, hardware_id: str) -> None:
+    """Write the winner's launch configuration for `fmt` into `directory`; PlannerError (exit 2) when no
+    layout fits, when the engine cannot run the winner, or when what the engine would run does not fit."""
+    from planner.costmodel.training import estimate
+    from planner.exporters.common import render_export, write_export
+
+    r = view.result
+    if view.winner is None:
+        raise PlannerError(f"nothing to export to {fmt}: no layout fits (the output says what to change)")
+    layout = r.layout(view.winner)
+    est = estimate(r.model, r.hardware, layout, headroom=r.headroom)
+    try:
+        exported = render_export(fmt, model_id, r.model, r.hardware, layout, est, hardware_id=hardware_id)
+    except PlannerError as err:
+        raise PlannerError(f"cannot export the best layout to {fmt}: {err.message}") from None
+    if exported.layout != layout:
+        mapped = estimate(r.model, r.hardware, exported.layout, headroom=r.headroom)
+        if not mapped.fits:
+            peak = mapped.stages[mapped.peak_stage].total_bytes
+            hints = [hint for field, hint in ENGINE_HINTS.items()
+                     if getattr(exported.layout, field) != getattr(layout, field)]
+            raise PlannerError(
+                f"cannot export the best layout to {fmt}: {fmt} would run it changed ({'; '.join(exported.notes)}), "
+                f"and then it needs {peak / GIB:.1f} GiB per GPU, over the {mapped.usable_bytes / GIB:.1f} GiB usable; "
+                f"search only layouts {fmt} runs as they are" + (f" ({' '.join(hints)})" if hints else ""))
+    for note in exported.notes:
+        click.echo(f"note: {note}", err=True)
+    path = write_export(fmt, model_id, r.model, r.hardware, layout, est, directory, hardware_id=hardware_id)
+    click.echo(f"wrote {path}", err=True)
 
 
 def _when_nothing_fits(view: Any, filters: Any) -> tuple[list[Any], Any, Any]:

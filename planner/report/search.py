@@ -63,7 +63,7 @@ def _cost_json(cost: TrainingCost, pos: int) -> dict[str, Any]:
 
 def candidate_json(result: SearchResult, pos: int) -> dict[str, Any]:
     """`planner estimate`'s JSON for the candidate at `pos` (the same function, so the same numbers)."""
-    layout = result.layouts.to_layout(pos, dtype=result.problem.dtype)
+    layout = result.layout(pos)
     return estimate(result.model, result.hardware, layout, headroom=result.headroom).to_json()
 
 
@@ -104,8 +104,10 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
         "objective": view.objective,
         "pareto": view.pareto,
         "problem": {"gpus": r.problem.gpus, "global_batch": r.problem.global_batch, "seq_len": r.problem.seq_len,
-                    "dtype": r.problem.dtype, "grad_dtype": r.problem.grad_dtype,
-                    "flash_attention": r.problem.flash_attention, "headroom": r.headroom},
+                    "dtype": r.problem.dtype, "grad_dtype": r.problem.grad_dtype, "optimizer": r.problem.optimizer,
+                    "flash_attention": r.problem.flash_attention,
+                    "overlap_grad_reduce": r.problem.overlap_grad_reduce,
+                    "overlap_tp_comm": r.problem.overlap_tp_comm, "headroom": r.headroom},
         "seconds": {"search": view.seconds, "grid": r.grid_seconds, "evaluate": r.evaluate_seconds},
     }
     if r.feasible == 0:
@@ -236,7 +238,7 @@ def nothing_fits_lines(view: SearchView, misses: list[NearMiss], more_gpus: Sear
         from planner.search.rank import rank
 
         best = int(rank(found.layouts, found.results, "throughput", found.fits)[0])
-        layout = found.layouts.to_layout(best, dtype=found.problem.dtype)
+        layout = found.layout(best)
         label = f"{found.problem.gpus:,} GPUs" if what == "gpus" else f"seq_len {found.problem.seq_len:,}"
         lines.append(f"With {label}: {found.feasible:,} layouts fit; best {layout_label(layout)}, step "
                      f"{human_seconds(float(found.results.step_seconds[best]))}, peak "

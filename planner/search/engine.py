@@ -18,7 +18,7 @@ from planner.errors import PlannerError
 from planner.search.space import Filters, Points, Problem, Space, build_space, flatten
 from planner.search.suggest import Diagnosis, Suggestion, diagnose, suggest
 from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import LayoutArrays
+from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 
 OUT_OF_MEMORY = "out_of_memory"
@@ -51,6 +51,14 @@ class SearchResult:
     @property
     def costed(self) -> int:
         return self.layouts.size
+
+    def layout(self, pos: int) -> Layout:
+        """The candidate at `pos` in `layouts` as a `Layout`, with the problem's precisions (the grid holds
+        bytes, which do not tell fp16 gradients from bf16 ones)."""
+        layout = self.layouts.to_layout(int(pos), dtype=self.problem.dtype)
+        if layout.grad_dtype != self.problem.grad_dtype:
+            layout = layout.model_copy(update={"grad_dtype": self.problem.grad_dtype})
+        return layout
 
 
 def first_broken_rule(broken: dict[str, np.ndarray], shape: int | tuple[int, ...]) -> np.ndarray:
@@ -207,7 +215,7 @@ def near_misses(result: SearchResult, count: int = CLOSEST) -> list[NearMiss]:
     """The closest candidates, why each does not fit, and the smallest verified changes that make it fit."""
     misses = []
     for pos in closest_candidates(result, count):
-        layout = result.layouts.to_layout(int(pos), dtype=result.problem.dtype)
+        layout = result.layout(int(pos))
         est = estimate(result.model, result.hardware, layout, headroom=result.headroom)
         misses.append(NearMiss(est, diagnose(est), tuple(suggest(result.model, result.hardware, est))))
     return misses

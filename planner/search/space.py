@@ -46,7 +46,8 @@ GRAD_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 @dataclass(frozen=True)
 class Problem:
-    """What is fixed in a search: the cluster size, the batch, the precisions."""
+    """What is fixed in a search: the cluster size, the batch, and the layout-independent training options
+    (precisions, optimizer, attention kernel, communication overlap), with `Layout`'s defaults."""
 
     gpus: int
     global_batch: int
@@ -55,6 +56,8 @@ class Problem:
     grad_dtype: str = "bf16"
     flash_attention: bool = True
     optimizer: str = "adam"
+    overlap_grad_reduce: bool = True
+    overlap_tp_comm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("gpus", "global_batch", "seq_len"):
@@ -62,6 +65,9 @@ class Problem:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be positive")
         if self.grad_dtype not in GRAD_BYTES:
             raise PlannerError(f"grad_dtype({self.grad_dtype}) must be one of {', '.join(GRAD_BYTES)}")
+        if self.optimizer not in OPTIMIZER_STATE_BYTES_PER_PARAM:
+            choices = ", ".join(OPTIMIZER_STATE_BYTES_PER_PARAM)
+            raise PlannerError(f"optimizer({self.optimizer}) must be one of {choices}")
 
 
 @dataclass(frozen=True)
@@ -280,8 +286,8 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         grad_bytes=const(GRAD_BYTES[problem.grad_dtype], np.int64),
         optimizer_bytes=const(OPTIMIZER_STATE_BYTES_PER_PARAM[problem.optimizer], np.int64),
         fp8=const(problem.dtype == "fp8", bool),
-        overlap_grad_reduce=const(True, bool),
-        overlap_tp_comm=const(False, bool),
+        overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
+        overlap_tp_comm=const(problem.overlap_tp_comm, bool),
     )
     if filters.sequence_parallel is None:
         in_space = ~cols["sequence_parallel"] | (cols["tp"] > 1)

@@ -153,9 +153,21 @@ def test_help_ends_with_an_example(run_cli):
     assert "Example:" in result.stdout and "planner search --model" in result.stdout
 
 
-def test_top_candidate_equals_planner_estimate(run_cli):
-    """The same layout through `planner estimate --format json` gives the same step time and memory."""
-    doc = as_json(run_cli(*BASE, "--format", "json", "--top", "1"))
+@pytest.mark.parametrize(
+    "options",
+    [
+        (),
+        ("--optimizer", "sgd"),
+        ("--no-overlap-grad-reduce", "--zero", "0,1"),
+        ("--tp-comm-overlap", "--tp", "2,4"),
+        ("--grad-dtype", "fp32", "--no-flash-attention", "--dtype", "fp8"),
+        ("--grad-dtype", "fp16", "--dtype", "fp16"),
+    ],
+)
+def test_top_candidate_equals_planner_estimate(run_cli, options):
+    """The same layout and layout-independent options through `planner estimate --format json` give the same
+    step time and memory."""
+    doc = as_json(run_cli(*BASE, *options, "--format", "json", "--top", "1"))
     cfg = doc["candidates"][0]["config"]
     args = ["estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "16", "--global-batch", "64",
             "--seq-len", "4096", "--format", "json"]
@@ -163,8 +175,11 @@ def test_top_candidate_equals_planner_estimate(run_cli):
         args += [f"--{key.replace('_', '-')}", str(cfg[key])]
     args += ["--recompute", cfg["recompute"],
              "--sequence-parallel" if cfg["sequence_parallel"] else "--no-sequence-parallel"]
+    layout_filters = {"--tp", "--zero"}
+    args += [o for n, o in enumerate(options) if o not in layout_filters and options[n - 1] not in layout_filters]
     est = as_json(run_cli(*args))
     cand = doc["candidates"][0]
+    assert est["config"] == cand["config"]
     assert est["time"]["step_seconds"] == pytest.approx(cand["time"]["step_seconds"], rel=1e-3)
     assert est["memory"]["total_bytes"] == pytest.approx(cand["memory"]["total_bytes"], rel=1e-3)
     assert est["fits"] is True
