@@ -10,6 +10,7 @@ GQA, gated MLPs, MoE, head_dim != h/a, flash attention and context parallelism.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -50,11 +51,11 @@ class StageMemory:
     reserve_bytes: np.ndarray  # CUDA context, NCCL, allocator fragmentation
     params: np.ndarray  # parameters held by this rank before ZeRO sharding
 
-    @property
+    @cached_property
     def other_bytes(self) -> np.ndarray:
         return self.buffers_bytes + self.reserve_bytes
 
-    @property
+    @cached_property
     def total_bytes(self) -> np.ndarray:
         return (
             self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes

@@ -18,6 +18,7 @@ pass could not hide, plus the optimizer step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -213,11 +214,11 @@ class StageTime:
     pp_comm: np.ndarray  # pipeline point-to-point sends
     zero3_comm: np.ndarray  # ZeRO-3 parameter gathers and gradient reduce-scatters not hidden
 
-    @property
+    @cached_property
     def communication(self) -> np.ndarray:
         return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero3_comm
 
-    @property
+    @cached_property
     def total(self) -> np.ndarray:
         return self.compute + self.communication
 

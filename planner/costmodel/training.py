@@ -96,21 +96,28 @@ def _candidate_stages(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
     return np.stack(np.broadcast_arrays(*stages))
 
 
-def _pick(per_stage: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """The entry of a (k, ...) array at the candidate-stage `index` (shape ...) of each candidate.
+class _StagePicker:
+    """Takes, from a (k, ...) per-stage array, the entry at each candidate's chosen stage `index`.
 
-    A term that does not depend on the stage may arrive without the stage axis (fewer dimensions than
-    `index` has plus one) or with a stage axis of length 1; it is the same for every stage then.
+    The k - 1 comparisons with `index` are made once and reused for every term picked. A term that does
+    not depend on the stage may arrive without the stage axis (fewer dimensions than `index` has plus
+    one) or with a stage axis of length 1; it is the same for every stage then.
     """
-    per_stage = np.asarray(per_stage)
-    if per_stage.ndim <= index.ndim:
-        return np.broadcast_to(per_stage, np.broadcast_shapes(per_stage.shape, index.shape))
-    if per_stage.shape[0] == 1:
-        return np.broadcast_to(per_stage[0], np.broadcast_shapes(per_stage.shape[1:], index.shape))
-    picked = per_stage[-1]
-    for k in range(per_stage.shape[0] - 2, -1, -1):
-        picked = np.where(index == k, per_stage[k], picked)
-    return picked
+
+    def __init__(self, index: np.ndarray, stages: int) -> None:
+        self.index = index
+        self.masks = [index == k for k in range(stages - 1)]
+
+    def __call__(self, per_stage: np.ndarray) -> np.ndarray:
+        per_stage = np.asarray(per_stage)
+        if per_stage.ndim <= self.index.ndim:
+            return np.broadcast_to(per_stage, np.broadcast_shapes(per_stage.shape, self.index.shape))
+        if per_stage.shape[0] == 1:
+            return np.broadcast_to(per_stage[0], np.broadcast_shapes(per_stage.shape[1:], self.index.shape))
+        picked = per_stage[-1]
+        for k in range(len(self.masks) - 1, -1, -1):
+            picked = np.where(self.masks[k], per_stage[k], picked)
+        return picked
 
 
 def evaluate(
@@ -122,17 +129,17 @@ def evaluate(
     mem: StageMemory = stage_memory(model, lay, stages, params)
     times: StageTime = stage_time(model, hw, lay, stages, params)
 
-    heaviest = np.argmax(mem.total_bytes, axis=0)
+    heaviest = _StagePicker(np.argmax(mem.total_bytes, axis=0), stages.shape[0])
     pick_mem = {
-        name: _pick(getattr(mem, name), heaviest)
+        name: heaviest(getattr(mem, name))
         for name in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
     }
     capacity = float(hw.accelerator.memory_bytes)
     usable = capacity * (1.0 - headroom)
 
     stage_total = times.total
-    slowest = np.argmax(stage_total, axis=0)
-    t_stage = _pick(stage_total, slowest)
+    slowest = _StagePicker(np.argmax(stage_total, axis=0), stages.shape[0])
+    t_stage = slowest(stage_total)
     m = lay.num_micro_batches.astype(float)
     v = lay.interleave.astype(float)
     bubble = (lay.pp - 1) / v * t_stage  # Narayanan et al. 2021, eq. (1)/(2): (p - 1)/v micro-batch slots idle
@@ -140,7 +147,7 @@ def evaluate(
     optimizer = np.max(optimizer_seconds(hw, lay, params), axis=0)
 
     def slowest_part(name: str) -> np.ndarray:
-        return m * _pick(getattr(times, name), slowest)
+        return m * slowest(getattr(times, name))
 
     compute = slowest_part("compute")
     comm_parts = {name: slowest_part(name) for name in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero3_comm")}
@@ -162,7 +169,7 @@ def evaluate(
         activations_bytes=pick_mem["activations_bytes"],
         other_bytes=pick_mem["other_bytes"],
         peak_bytes=pick_mem["total_bytes"],
-        peak_stage=_pick(stages, heaviest),
+        peak_stage=heaviest(stages),
         capacity_bytes=capacity,
         usable_bytes=usable,
         fits=pick_mem["total_bytes"] <= usable,
