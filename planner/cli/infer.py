@@ -104,7 +104,7 @@ def _echo_rich(renderable: Any) -> None:
 
 
 def _gb(nbytes: float) -> str:
-    return f"{nbytes / 1e9:,.2f} GB"
+    return f"{nbytes / 2**30:,.2f} GiB"
 
 
 def _ms(seconds: float) -> str:

@@ -128,8 +128,9 @@ def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: boo
         expert_bias = ((2 if model.mlp_kind == "gated" else 1) * moe.moe_ffn_hidden_size / lay.tp + model.hidden_size
                        if model.mlp_bias else 0.0)
         experts_here = moe.num_experts / lay.ep
+        router_bias = moe.num_experts if moe.router_bias else 0  # replicated with the router
         return RankParams(
-            dense=dense + moe.num_shared_experts * expert_bias,
+            dense=dense + moe.num_shared_experts * expert_bias + router_bias,
             expert=experts_here * (g.expert_fc1 + g.expert_fc2 + expert_bias),
         )
     return RankParams(dense=dense, expert=np.zeros_like(dense))

@@ -5,7 +5,9 @@ micro-batches in flight, the embedding), the second (the first of the middle
 stages, which get the remainder layers and hold the most in-flight micro-batches
 among them) and the last (the LM head and the logits). Memory in flight and
 layer counts only fall from stage 1 to stage p - 2, so the maximum over these
-three is the maximum over all stages. `estimate` also reports every stage.
+three is the maximum over all stages. When dense layers lead MoE ones, the stage
+holding the first MoE layer and the next one join (see _candidate_stages).
+`estimate` also reports every stage.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def plot_throughput_vs_memory(
     """
     p = check_plot_path(path)
     plt = _pyplot()
-    gb = np.asarray(peak_bytes, dtype=float) / 1e9
+    gb = np.asarray(peak_bytes, dtype=float) / 2**30
     rate = np.asarray(tokens_per_second, dtype=float)
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     try:
@@ -60,9 +60,9 @@ def plot_throughput_vs_memory(
         if winner is not None:
             ax.scatter([gb[winner]], [rate[winner]], marker="*", s=220, color="tab:red", edgecolors="black",
                        zorder=4, label="best")
-        ax.axvline(usable_bytes / 1e9, color="gray", linestyle="--", linewidth=1, label="usable memory")
-        ax.axvline(capacity_bytes / 1e9, color="black", linestyle=":", linewidth=1, label="capacity")
-        ax.set_xlabel("peak memory per GPU (GB)")
+        ax.axvline(usable_bytes / 2**30, color="gray", linestyle="--", linewidth=1, label="usable memory")
+        ax.axvline(capacity_bytes / 2**30, color="black", linestyle=":", linewidth=1, label="capacity")
+        ax.set_xlabel("peak memory per GPU (GiB)")
         ax.set_ylabel("throughput (tokens/s)")
         ax.set_title(title, fontsize=10)
         ax.grid(True, alpha=0.3)

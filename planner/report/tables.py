@@ -17,13 +17,14 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-GB = 1e9
+GIB = 2.0**30
 PIPED_WIDTH = 160  # columns when stdout is not a terminal and COLUMNS is unset, so piped tables do not wrap
 
 
 def human_bytes(n: float) -> str:
-    """Decimal units, as datasheets quote memory: 71.23 GB, 512.0 MB."""
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    """Binary units, as PyTorch and nvidia-smi report device memory (and `planner check` prints it):
+    71.2 GiB, 512.0 MiB."""
+    for unit, size in (("TiB", 2.0**40), ("GiB", GIB), ("MiB", 2.0**20), ("KiB", 2.0**10)):
         if abs(n) >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n:.0f} B"
@@ -71,7 +72,7 @@ def memory_bar(used_bytes: float, capacity_bytes: float, usable_bytes: float | N
     bar.append("█" * filled, style=style)
     bar.append("░" * (limit - filled), style="dim")
     bar.append("▒" * (width - limit), style="dim yellow")
-    bar.append(f"{'>' if fraction > 1 else ' '}{used_bytes / GB:5.1f}/{capacity_bytes / GB:.0f} GB")
+    bar.append(f"{'>' if fraction > 1 else ' '}{used_bytes / GIB:5.1f}/{capacity_bytes / GIB:.0f} GiB")
     return bar
 
 

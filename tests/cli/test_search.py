@@ -28,7 +28,7 @@ def test_table_has_top_layouts_summary_and_reasons(run_cli):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "top 10 by throughput" in out
-    assert "memory per GPU" in out and "GB" in out
+    assert "memory per GPU" in out and "GiB" in out
     assert "Evaluated" in out and "fit in" in out and "layouts/s" in out
     assert "Rejected:" in out and "out_of_memory" in out
 
