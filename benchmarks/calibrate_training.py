@@ -16,8 +16,6 @@ planner/costmodel/step.py by hand, with this command cited in their notes.
 from __future__ import annotations
 
 import argparse
-import statistics
-from itertools import product
 
 import numpy as np
 

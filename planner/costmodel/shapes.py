@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from planner.costmodel.params import attention_params, embedding_params, head_params, mlp_params, norm_params
+from planner.costmodel.params import attention_params, embedding_params, head_params, norm_params
 from planner.specs.layout import LayoutArrays
 from planner.specs.model import ModelSpec
 
