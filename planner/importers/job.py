@@ -6,7 +6,7 @@ error is a PlannerError naming the job or engine file and the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,12 +107,17 @@ def _import_engine(
         return deepspeed.import_deepspeed(data, gpus=gpus, given=given, source=where), loaded
     if engine.format == "megatron":
         tokens: list[str] = []
-        if path is not None:
-            tokens = megatron.split_launch_text(load.read_engine_file("megatron", path), str(path))
-        if engine.args:
-            tokens += megatron.split_launch_text(engine.args, f"{source}: engine.args")
+        notes: list[str] = []
+        for text, origin in ((load.read_engine_file("megatron", path) if path is not None else None, str(path)),
+                             (engine.args, f"{source}: engine.args")):
+            if text:
+                more, warnings = megatron.read_launch_text(text, origin)
+                tokens += more
+                notes += warnings
         imported = megatron.import_megatron(tokens, gpus=gpus, given=given,
                                             model=loaded.spec if loaded else None, source=where)
+        if notes:
+            imported = replace(imported, warnings=(*notes, *imported.warnings))
         if loaded is None:
             assert imported.model is not None
             loaded = load.Loaded(id=(path.stem if path else Path(source).stem), spec=imported.model, source=where)

@@ -14,13 +14,13 @@ flags known not to change memory are skipped; any other flag is a warning.
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Any, Mapping, Sequence
 
 from pydantic import ValidationError
 
 from planner.errors import PlannerError
 from planner.importers.engine import Collected, EngineImport, data_parallel_degree, require, resolve_batch
+from planner.importers.shell import first_marker, launch_flags
 from planner.specs.model import MLASpec, ModelSpec, MoESpec
 
 # kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true)
@@ -41,9 +41,9 @@ READ_FLAGS: dict[str, str] = {
         "recompute-granularity", "recompute-method", "position-embedding-type", "normalization", "optimizer",
         "attention-backend", "fp8-format", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
-        "rampup-batch-size", "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype",
+        "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype",
     )},
-    "recompute-modules": "list",
+    **{f: "list" for f in ("recompute-modules", "rampup-batch-size")},  # nargs='*' in Megatron-LM
     **{f: "bool" for f in (
         "sequence-parallel", "recompute-activations", "checkpoint-activations", "group-query-attention", "swiglu",
         "untie-embeddings-and-output-weights", "use-distributed-optimizer", "bf16", "fp16", "disable-bias-linear",
@@ -105,143 +105,39 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "ckpt-step", "pretrained-checkpoint", "load-main-params-from-ckpt", "data-args-path", "per-split-data-args-path",
     "object-storage-cache-path", "mid-level-dataset-surplus", "s3-cache-path", "train-mode", "tokenizer-prompt-format",
     "tiktoken-pattern", "tiktoken-num-special-tokens", "tiktoken-special-tokens", "legacy-tokenizer",
+    "decoupled-lr", "decoupled-min-lr", "mmap-bin-files", "no-mmap-bin-files", "rerun-mode", "lr-wsd-decay-style", "lr-wsd-decay-iters", "lr-wsd-decay-samples",
 })
 
 FSDP_STRATEGY_ZERO: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 GPT2_VOCAB = 50257  # GPT2BPETokenizer (Radford et al. 2019): 50,257 tokens
 
-_VAR = re.compile(
-    r"\$\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<index>\[[@*0-9]\])?(?::?-(?P<default>[^}]*))?\}"
-    r"|\$(?P<plain>[A-Za-z_][A-Za-z0-9_]*)"
-)
-_ASSIGN = re.compile(r"^(?:export\s+|declare\s+(?:-\w+\s+)*|local\s+|readonly\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_UNRESOLVED = "\x00"
 
 
 # Launch-script text -> flags ------------------------------------------------------------------
-def split_launch_text(text: str, source: str) -> list[str]:
-    """The Megatron flags in an arguments file or a launch script.
+def read_launch_text(text: str, source: str) -> tuple[list[str], list[str]]:
+    """The Megatron flags in an arguments file or a launch script, and warnings about reading it.
 
-    Backslash-continued lines are joined, comments dropped, `NAME=value` and `NAME=( ... )` (bash
-    arrays) defined in the file are substituted for `$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME:-x}`.
-    When a line runs a Python script (`torchrun ... pretrain_gpt.py ARGS`), only the arguments after
-    the script are taken; otherwise every line is a line of flags. A variable the file does not define
-    is kept as a marker and becomes an error if planner needs its value (see `parse_flags`).
+    The script is read as bash would run it (`planner.importers.shell`): comments, continuations,
+    `NAME=value`, bash arrays `NAME=( ... )` / `NAME+=( ... )`, `$NAME`, `${NAME[@]}`, `${NAME:-x}`,
+    `$(( ... ))` and `if`/`else` tests on those variables. When a command runs a Python script
+    (`torchrun ... pretrain_gpt.py ARGS`), only the arguments after the script are taken; otherwise
+    every line is a line of flags. A variable the file does not define is kept as a marker and becomes
+    an error if planner needs its value (see `parse_flags`).
     """
-    text = re.sub(r"\\\r?\n", " ", text)
-    scalars: dict[str, str] = {}
-    arrays: dict[str, list[str]] = {}
-    commands: list[list[str]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].strip()
-        i += 1
-        if not line or line.startswith("#"):
-            continue
-        match = _ASSIGN.match(line)
-        if match and match.group(2).startswith("("):
-            body = match.group(2)[1:]
-            while _array_end(body) is None and i < len(lines):
-                body += "\n" + lines[i]
-                i += 1
-            end = _array_end(body)
-            arrays[match.group(1)] = _shell_split(body[:end] if end is not None else body, source)
-            continue
-        if match:
-            value = _shell_split(match.group(2), source)
-            if len(value) <= 1:  # NAME=value; 'NAME=value command ...' is a command with an environment prefix
-                scalars[match.group(1)] = value[0] if value else ""
-                continue
-        commands.append(_shell_split(line, source))
-    chosen = [tokens for tokens in commands if _script_index(tokens) is not None]
-    if chosen:
-        tokens = chosen[-1]
-        raw = tokens[_script_index(tokens) + 1 :]  # type: ignore[operator]
-    elif commands:
-        raw = [tok for tokens in commands for tok in tokens]
-    else:  # only array definitions (e.g. `planner export --to megatron`): their flags, in order
-        raw = [tok for items in arrays.values() for tok in items]
-    out: list[str] = []
-    for tok in raw:
-        out.extend(_expand(tok, scalars, arrays, depth=0))
-    return out
+    return launch_flags(text, source)
 
 
-def _array_end(body: str) -> int | None:
-    """Index of the ')' closing a bash array body, outside quotes and comments; None if not there yet."""
-    quote = ""
-    depth = 0
-    i = 0
-    while i < len(body):
-        ch = body[i]
-        if quote:
-            if ch == quote:
-                quote = ""
-            elif ch == "\\" and quote == '"':
-                i += 1
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "\\":
-            i += 1
-        elif ch == "#" and (i == 0 or body[i - 1].isspace()):
-            newline = body.find("\n", i)
-            if newline < 0:
-                return None
-            i = newline
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            if depth == 0:
-                return i
-            depth -= 1
-        i += 1
-    return None
+def split_launch_text(text: str, source: str) -> list[str]:
+    """The Megatron flags in an arguments file or a launch script (`read_launch_text` without the warnings)."""
+    return read_launch_text(text, source)[0]
 
 
-def _shell_split(text: str, source: str) -> list[str]:
-    try:
-        lexer = shlex.shlex(text, posix=True, punctuation_chars=False)
-        lexer.whitespace_split = True
-        lexer.commenters = "#"
-        return list(lexer)
-    except ValueError as err:
-        raise PlannerError(f"cannot split the arguments like a shell would: {err}", source=source) from None
-
-
-def _script_index(tokens: Sequence[str]) -> int | None:
-    for i, tok in enumerate(tokens):
-        if tok.endswith(".py") and not tok.startswith("-"):
-            return i
-    return None
-
-
-def _expand(token: str, scalars: Mapping[str, str], arrays: Mapping[str, list[str]], depth: int) -> list[str]:
-    if depth > 8 or "$" not in token:
-        return [token]
-    whole = _VAR.fullmatch(token)
-    if whole:
-        name = whole.group("braced") or whole.group("plain")
-        if name in arrays and (whole.group("index") in ("[@]", "[*]") or whole.group("plain")):
-            out: list[str] = []
-            for item in arrays[name] if whole.group("index") in ("[@]", "[*]") else arrays[name][:1]:
-                out.extend(_expand(item, scalars, arrays, depth + 1))
-            return out
-
-    def one(match: re.Match[str]) -> str:
-        name = match.group("braced") or match.group("plain")
-        if name in scalars:
-            return " ".join(_expand(scalars[name], scalars, arrays, depth + 1))
-        if name in arrays:
-            return " ".join(arrays[name])
-        if match.group("default") is not None:
-            return match.group("default")
-        return f"{_UNRESOLVED}{name}{_UNRESOLVED}"
-
-    expanded = _VAR.sub(one, token)
-    if whole and (whole.group("braced") or whole.group("plain")) in scalars and " " in expanded:
-        return expanded.split()  # an unquoted $ARGS holding several flags splits into words
-    return [expanded]
+def _undefined(name: str) -> str:
+    if name.isdigit():
+        return f"${name} (the script's argument {name}) is not known"
+    if name.startswith(("$(", "`")):
+        return f"{name} is a command's output, which planner does not run"
+    return f"${name} is not defined in the file"
 
 
 # Flags -> values -------------------------------------------------------------------------------
@@ -253,10 +149,10 @@ def parse_flags(tokens: Sequence[str], source: str) -> tuple[dict[str, Any], lis
     while i < len(tokens):
         tok = tokens[i]
         if not tok.startswith("--"):
-            name = tok.split(_UNRESOLVED)[1] if _UNRESOLVED in tok else None
+            name = first_marker(tok)
             if name:
-                raise PlannerError(f"${name} is not defined in the file, so planner cannot tell which flags it "
-                                   "holds; define it in the file or write its value", source=source)
+                raise PlannerError(f"{_undefined(name)}, so planner cannot tell which flags it holds; define it in "
+                                   "the file or write its value", source=source)
             raise PlannerError(f"unexpected argument {tok!r} (not a --flag or its value)", source=source)
         flag, eq, inline = tok[2:].partition("=")
         i += 1
@@ -272,10 +168,10 @@ def parse_flags(tokens: Sequence[str], source: str) -> tuple[dict[str, Any], lis
                                 "the estimate does not include it")
             continue
         for v in vals:
-            if _UNRESOLVED in v:
-                name = v.split(_UNRESOLVED)[1]
-                raise PlannerError(f"${name} is not defined in the file; define it there or write the value of "
-                                   f"--{flag}", source=source)
+            name = first_marker(v)
+            if name:
+                raise PlannerError(f"{_undefined(name)}; define it in the file or write the value of --{flag}",
+                                   source=source)
         values[flag] = _typed(flag, kind, vals, source)
     return values, warnings
 
@@ -580,6 +476,8 @@ def import_megatron(
     block = got.values.pop("_block_layers", None)
     merged = got.merge({k: v for k, v in given.items() if k != "global_batch"})
     tp = int(merged.get("tp", 1))
+    if tp == 1 and got.values.get("sequence_parallel"):
+        merged["sequence_parallel"] = False  # Megatron-LM's validate_args turns it off without tensor parallelism
     if model is None:
         model = model_from_args(args, tp=tp, source=source)
     else:

@@ -10,7 +10,13 @@ from planner.costmodel.params import count_params
 from planner.costmodel.rules import resolve_layout
 from planner.costmodel.training import estimate
 from planner.errors import PlannerError
-from planner.importers.megatron import import_megatron, model_from_args, parse_flags, split_launch_text
+from planner.importers.megatron import (
+    import_megatron,
+    model_from_args,
+    parse_flags,
+    read_launch_text,
+    split_launch_text,
+)
 from planner.specs.load import load_hardware, load_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "megatron"
@@ -67,6 +73,35 @@ def test_gpt3_args_file_with_continuations_interleave_and_padding():
     assert (m.mlp_kind, m.ffn_hidden_size, m.position_embedding, m.tied_embeddings, m.dropout) == (
         "standard", 4 * 12288, "learned", True, True)
     assert (m.qkv_bias, m.mlp_bias, m.norm_kind) == (True, True, "layernorm")
+
+
+def test_llama3_fp8_script_with_conditionals_appends_and_positional_defaults():
+    """Megatron-LM's example-script idioms: the script path in a variable, `ARR+=(...)`, quoted multi-word
+    array items, `if [[ ... ]]` picking the flags, `$(( ))`, `${1:-default}`, `--rampup-batch-size` with its
+    three values, and `--sequence-parallel` at TP 1 (which Megatron-LM turns off itself)."""
+    text = (FIXTURES / "llama3_8b_fp8_1node.sh").read_text()
+    flags, warnings = read_launch_text(text, "s.sh")
+    assert warnings == []  # the `if [ ! -f ... ]` guard holds no flags, so nothing to warn about
+    imp = import_megatron(flags, gpus=8, given={}, model=None, source="s.sh")
+    f = imp.fields
+    assert (f["tp"], f["cp"], f["dp"], f["sequence_parallel"], f["zero"]) == (1, 1, 8, False, 1)
+    assert (f["dtype"], f["grad_dtype"], f["global_batch"], f["micro_batch"], f["seq_len"]) == (
+        "fp8", "bf16", 128, 1, 8192)
+    assert imp.model.vocab_size == 128256 and imp.model.num_layers == 32
+    assert any("--rampup-batch-size" in w for w in imp.warnings)
+    assert not any("is not known" in w for w in imp.warnings)  # --decoupled-lr & co. do not change memory
+
+
+def test_sequence_parallel_given_by_the_job_at_tp_1_is_still_an_error():
+    base = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --bf16 "
+    imp = import_megatron(split_launch_text(base, "t"), gpus=2, given={"sequence_parallel": True}, model=None,
+                          source="t")
+    with pytest.raises(PlannerError, match="sequence_parallel needs tp > 1"):
+        resolve_layout(imp.model, 2, **imp.fields)
+    imp = import_megatron(split_launch_text(base + "--sequence-parallel", "t"), gpus=2, given={}, model=None,
+                          source="t")
+    assert imp.fields["sequence_parallel"] is False
+    assert resolve_layout(imp.model, 2, **imp.fields).sequence_parallel is False
 
 
 def test_moe_script_with_string_variable_and_block_recompute():
