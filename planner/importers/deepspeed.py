@@ -193,20 +193,31 @@ def _read_optimizer(config: Mapping[str, Any], got: Collected) -> None:
                            source=got.source, field="optimizer.type")
 
 
-def _read_checkpointing(config: Mapping[str, Any], got: Collected) -> None:
+def _read_checkpointing(config: Mapping[str, Any], got: Collected, *, said: bool) -> None:
+    """`pipeline.activation_checkpoint_interval` > 0 makes DeepSpeed's PipelineModule checkpoint its layers.
+    An `activation_checkpointing` section only configures DeepSpeed's checkpointing API: whether layers are
+    checkpointed is up to the model code (Megatron-DeepSpeed's --checkpoint-activations, the HF Trainer's
+    --gradient_checkpointing). So the section reads as recompute full by default, which the job may
+    override; `said` is whether the job (or planner's own export) states it, else a warning says so."""
     ac = config.get("activation_checkpointing")
     pipe = config.get("pipeline") if isinstance(config.get("pipeline"), dict) else {}
     interval = pipe.get("activation_checkpoint_interval", 0) if pipe else 0
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval > 0:
+        got.set("recompute", "full", "pipeline.activation_checkpoint_interval")
     if isinstance(ac, dict):
         if ac.get("cpu_checkpointing"):
             raise PlannerError("checkpointed activations offloaded to the CPU are not modelled; set it to false",
                                source=got.source, field="activation_checkpointing.cpu_checkpointing")
-        got.set("recompute", "full", "activation_checkpointing")
+        if "recompute" not in got.values:
+            got.set("recompute", "full", "activation_checkpointing", explicit=False)
+            if not said:
+                got.warn("activation_checkpointing configures DeepSpeed's checkpointing API, but the model code "
+                         "decides whether layers are checkpointed (HF Trainer: --gradient_checkpointing); read as "
+                         "recompute full. If the model does not checkpoint, give parallel.recompute none "
+                         "(--recompute none)")
         if ac.get("partition_activations"):
             got.warn("activation_checkpointing.partition_activations splits checkpoints across tensor-parallel "
                      "ranks; planner does not model the split (its activation figure is an upper bound)")
-    elif isinstance(interval, int) and not isinstance(interval, bool) and interval > 0:
-        got.set("recompute", "full", "pipeline.activation_checkpoint_interval")
 
 
 def _read_degrees(config: Mapping[str, Any], got: Collected) -> None:
@@ -250,10 +261,10 @@ def import_deepspeed(
     _read_zero(config, got)
     _read_precision(config, got)
     _read_optimizer(config, got)
-    _read_checkpointing(config, got)
+    fallback = _planner_fallback(config, source)
+    _read_checkpointing(config, got, said="recompute" in given or fallback.get("recompute") == "full")
     _read_degrees(config, got)
 
-    fallback = _planner_fallback(config, source)
     fields = got.merge({k: v for k, v in given.items() if k not in ("global_batch", "micro_batch")}, fallback)
     if fields.get("dtype") == "bf16" and fallback.get("dtype") == "fp8" and "dtype" not in given:
         fields["dtype"] = "fp8"  # an exported fp8 layout: bf16 is its base precision, fp8 the GEMMs (TE, in code)
@@ -279,6 +290,9 @@ def import_deepspeed(
         if name in given and file_value is not None and given[name] != file_value:
             raise PlannerError(f"{name} = {given[name]} contradicts {key} = {file_value} in the engine file; "
                                "remove it from the job or change the file", source=source)
+    names = ("train_batch_size" if train is not None else "training.global_batch",
+             "train_micro_batch_size_per_gpu" if micro is not None else "parallel.micro_batch",
+             "gradient_accumulation_steps")
     train = train if train is not None else given.get("global_batch")
     micro = micro if micro is not None else given.get("micro_batch")
     if micro is None and train is None and _is_auto(config.get("train_micro_batch_size_per_gpu")):
@@ -286,8 +300,7 @@ def import_deepspeed(
                            "--per_device_train_batch_size); give parallel.micro_batch or --micro-batch",
                            source=source)
     fields["global_batch"], fields["micro_batch"] = resolve_batch(
-        global_batch=train, micro_batch=micro, grad_accum=accum, dp=dp, source=source,
-        names=("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"),
+        global_batch=train, micro_batch=micro, grad_accum=accum, dp=dp, source=source, names=names,
     )
     require(fields, "seq_len", source, "a DeepSpeed config has no sequence length; add it to the job or pass --seq-len")
     return EngineImport(format="deepspeed", source=source, fields=fields, warnings=tuple(got.warnings))

@@ -28,7 +28,22 @@ def test_zero3_config_reads_stage_batch_precision_and_checkpointing():
     assert (f["global_batch"], f["micro_batch"]) == (512, 2)
     # DeepSpeed accumulates bf16 gradients in bf16 under ZeRO (engine.get_data_types)
     assert f["grad_dtype"] == "bf16"
-    assert imp.warnings == ()
+    # the section configures DeepSpeed's checkpointing API; whether the model checkpoints is the model's business
+    assert len(imp.warnings) == 1 and "--gradient_checkpointing" in imp.warnings[0]
+    assert import_deepspeed(read("zero3_bf16.json"), gpus=64, given={"seq_len": 4096, "recompute": "full"},
+                            source="ds.json").warnings == ()
+
+
+def test_activation_checkpointing_section_is_overridable_by_the_job():
+    """A job whose model does not checkpoint (HF Trainer without --gradient_checkpointing) says so: the
+    section alone does not checkpoint anything, so it is a default, not a contradiction."""
+    given = {"seq_len": 4096, "recompute": "none"}
+    imp = import_deepspeed(read("zero3_bf16.json"), gpus=64, given=given, source="ds.json")
+    assert imp.fields["recompute"] == "none" and imp.warnings == ()
+    # a pipeline's activation_checkpoint_interval does checkpoint (PipelineModule): a job contradicting it is an error
+    config = {**read("zero3_bf16.json"), "pipeline": {"activation_checkpoint_interval": 1}}
+    with pytest.raises(PlannerError, match="contradicts pipeline.activation_checkpoint_interval"):
+        import_deepspeed(config, gpus=64, given=given, source="ds.json")
 
 
 def test_zero3_json_gives_same_memory_as_equivalent_estimate():
@@ -140,3 +155,11 @@ def test_one_state_optimizers_map_with_a_warning_and_others_are_rejected():
     assert imp.fields["optimizer"] == "sgd" and any("Lion" in w for w in imp.warnings)
     with pytest.raises(PlannerError, match="not modelled"):
         import_deepspeed({**base, "optimizer": {"type": "Shampoo"}}, gpus=8, given={"seq_len": 512}, source="d")
+
+
+def test_batch_arithmetic_names_where_each_value_came_from():
+    """train_batch_size "auto" filled by the job's global_batch: the message names the job field, not the key."""
+    config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8,
+              "bf16": {"enabled": True}}
+    with pytest.raises(PlannerError, match=r"training.global_batch\(128\) != train_micro_batch_size_per_gpu\(2\)"):
+        import_deepspeed(config, gpus=16, given={"seq_len": 4096, "global_batch": 128}, source="ds.json")
