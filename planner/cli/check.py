@@ -122,7 +122,7 @@ def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
         if est.fits:
             out.append(Checked(job, est, None, ()))
         else:
-            fixes = tuple(find_fixes(job.model, job.hardware, est)) if suggest else ()
+            fixes = tuple(find_fixes(job.model, job.hardware, est, engine=job.engine)) if suggest else ()
             out.append(Checked(job, est, diagnose(est), fixes))
     return out
 

@@ -8,12 +8,14 @@ from a rule of thumb. Candidates that break a layout rule are dropped (rules.vio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from planner.costmodel.rules import violations
 from planner.costmodel.training import MEMORY_KEYS, TrainingEstimate, evaluate
+from planner.errors import PlannerError
+from planner.exporters.common import EXPORT_FORMATS
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -170,17 +172,47 @@ def _describe(base: Layout, gpus: int, changes: dict[str, Any], new_gpus: int) -
     return " + ".join(parts), diff
 
 
+def _engine_mapper(engine: str | None) -> Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]] | None:
+    """The exporter's `engine_layout` for an engine format: what that engine would run for a layout."""
+    if engine is None or engine not in EXPORT_FORMATS:
+        return None
+    from planner.exporters.common import _exporter
+
+    return _exporter(engine)[0]
+
+
+def _runnable(model: ModelSpec, base: Layout, changes: dict[str, Any], layout: Layout,
+              mapper: Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]] | None
+              ) -> tuple[dict[str, Any], Layout] | None:
+    """The candidate as the job's engine would run it (torchtitan has only ZeRO 0 or 3 and pairs tensor with
+    sequence parallelism, Megatron-LM has no GPipe, ...), with the changes it really makes; None when the
+    engine cannot run it."""
+    if mapper is None:
+        return changes, layout
+    try:
+        mapped, _ = mapper(model, layout)
+    except PlannerError:
+        return None
+    if mapped == layout:
+        return changes, layout
+    fields = mapped.model_dump()
+    return {k: v for k, v in fields.items() if getattr(base, k) != v or k in changes}, mapped
+
+
 def suggest(
     model: ModelSpec,
     hw: HardwareProfile,
     est: TrainingEstimate,
     *,
     limit: int = 5,
+    engine: str | None = None,
 ) -> list[Suggestion]:
     """The smallest changes that make `est.layout` fit, each verified by re-estimating it.
 
     One suggestion per knob (the first step of it that fits), singles before pairs, cheaper step time first;
     more GPUs last. Pairs combine the largest step of two knobs and are tried only when no single change fits.
+    With `engine` (deepspeed, megatron, torchtitan) each candidate is first mapped onto what that engine runs,
+    and dropped when it cannot run it, so that every suggestion can be written back into the engine's file.
     """
     base, gpus = est.layout, est.layout.gpus
     moves = list(_moves(model, hw, base, gpus))
@@ -204,8 +236,10 @@ def suggest(
                     continue
                 changes = fixed
             pairs.append((f"{a}+{b}", changes))
-    tried = [(family, changes, layout) for family, changes in singles + pairs
-             if (layout := _candidate(base, changes)) is not None]
+    mapper = _engine_mapper(engine)
+    tried = [(family, *runnable) for family, changes in singles + pairs
+             if (layout := _candidate(base, changes)) is not None
+             and (runnable := _runnable(model, base, changes, layout, mapper)) is not None]
     if not tried:
         return []
     arrays = LayoutArrays.from_layouts([layout for _, _, layout in tried])
@@ -231,6 +265,8 @@ def suggest(
             peak_bytes=float(result.peak_bytes[i]), saves_bytes=base_peak - float(result.peak_bytes[i]),
             step_seconds=step, step_change=step / base_step - 1.0,
         )
-    ranked = sorted(chosen.values(), key=lambda s: ("+" in s.description, "gpus" in s.changes, s.step_seconds))
-    singles_fit = [s for s in ranked if "+" not in s.description]
-    return (singles_fit or ranked)[:limit]
+    # a single knob's change may carry what the engine pairs with it (tp -> sequence parallelism on torchtitan),
+    # so singles and pairs are told apart by the knobs tried, not by the description
+    ranked = sorted(chosen.items(), key=lambda kv: ("+" in kv[0], "gpus" in kv[1].changes, kv[1].step_seconds))
+    singles_fit = [s for family, s in ranked if "+" not in family]
+    return (singles_fit or [s for _, s in ranked])[:limit]

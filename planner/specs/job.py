@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from planner.specs.layout import ComputeDtype, GradDtype, Optimizer, Recompute, Schedule
 from planner.specs.model import ModelSpec
@@ -146,6 +146,20 @@ class Job(BaseModel):
         description="Share of device memory kept free; the job fits when peak <= capacity x (1 - headroom). "
         "Default: the cost model's DEFAULT_HEADROOM.",
     )
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _inline_model(cls, value: Any) -> Any:
+        """An inline spec is validated as a ModelSpec alone, so that its error names the spec's own field
+        (not the union's 'model.str' branch)."""
+        if isinstance(value, dict):
+            try:
+                return ModelSpec.model_validate(value)
+            except ValidationError as err:
+                from planner.specs.load import describe_validation_error
+
+                raise ValueError(f"inline model spec: {describe_validation_error(err)}") from None
+        return value
 
     @model_validator(mode="after")
     def _gpus_or_nodes(self) -> "Job":

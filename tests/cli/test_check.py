@@ -63,6 +63,14 @@ def test_bad_job_exits_2_with_one_line(run_cli, name, fragments):
     assert_one_line_error(run_cli("check", JOBS / "bad" / name), *fragments)
 
 
+def test_inline_model_error_names_the_spec_field(run_cli, tmp_path):
+    job = tmp_path / "inline.yaml"
+    job.write_text("model: {name: tiny, num_layers: 2, hidden_size: 64}\nhardware: h100-sxm\ngpus: 8\n"
+                   "training: {global_batch: 8, seq_len: 128}\n")
+    assert_one_line_error(run_cli("check", job), "inline.yaml", "model: inline model spec: num_attention_heads",
+                          "missing")
+
+
 def test_bad_job_among_good_ones_writes_nothing(run_cli):
     result = run_cli("check", JOBS / "llama8b_fits.yaml", JOBS / "bad" / "gpus_mismatch.yaml")
     assert_one_line_error(result, "gpus_mismatch.yaml")
@@ -144,6 +152,34 @@ def test_direct_megatron_and_torchtitan_checks(run_cli):
     tt = run_cli("check", "--torchtitan", ENGINES / "torchtitan" / "llama3_8b.toml", "--hardware", "h100-sxm",
                  "--gpus", "64", "--engine-args", "--parallelism.tensor_parallel_degree 2")
     assert tt.exit_code == 0, tt.output
+
+
+def test_megatron_launch_script_in_the_examples_style(run_cli):
+    """Variables for the script path, `ARR+=(...)`, if-blocks, `--rampup-batch-size 16 16 N`, `--sequence-parallel`
+    at TP 1: read as Megatron-LM reads them, not rejected."""
+    result = run_cli("check", "--megatron-args", ENGINES / "megatron" / "llama3_8b_fp8_1node.sh", "--hardware",
+                     "h200", "--gpus", "8", "--format", "json")
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.stdout)[0]["config"]
+    assert (config["tp"], config["sequence_parallel"], config["dtype"], config["global_batch"]) == (1, False, "fp8",
+                                                                                                     128)
+
+
+def test_suggestions_for_an_engine_config_are_ones_the_engine_can_run(run_cli):
+    """torchtitan replicates (DDP, ZeRO 0) or shards with FSDP (ZeRO 3), and pairs TP with sequence parallelism:
+    a 'zero 0 -> 1' or a TP change without SP could not be written back into its config."""
+    result = run_cli("check", "--torchtitan", ENGINES / "torchtitan" / "llama3_8b.toml", "--hardware", "h200",
+                     "--gpus", "8", "--engine-args", "--activation_checkpoint.mode full "
+                     "--parallelism.data_parallel_shard_degree 1 --parallelism.data_parallel_replicate_degree 8",
+                     "--format", "json")
+    assert result.exit_code == 1, result.output
+    suggestions = json.loads(result.stdout)[0]["suggestions"]
+    changes = [s["changes"] for s in suggestions]
+    assert changes and {"zero": {"from": 0, "to": 3}} in changes
+    for change in changes:
+        assert change.get("zero", {}).get("to", 3) in (0, 3)
+        if "tp" in change:
+            assert change["sequence_parallel"] == {"from": False, "to": True}
 
 
 def test_engine_errors_are_one_line(run_cli):

@@ -71,3 +71,26 @@ def test_diagnosis_names_stage_bytes_over_and_dominant_term():
 def test_hopeless_layout_gets_no_suggestion():
     model, est = _est("llama-3.1-405b", 8, zero=0, recompute="none", micro_batch=8, global_batch=64, seq_len=8192)
     assert suggest(model, HW, est) == []
+
+
+@pytest.mark.parametrize("engine", ["torchtitan", "megatron", "deepspeed"])
+def test_engine_suggestions_are_layouts_that_engine_runs(engine):
+    """With the job's engine, a candidate is mapped onto what that engine runs before it is estimated: each
+    suggestion is its own engine_layout (torchtitan: ZeRO 0 or 3 only, SP with TP), and still fits alone."""
+    from planner.exporters.common import _exporter
+
+    mapper = _exporter(engine)[0]
+    model, est = _est("llama-3.1-8b", 8, zero=0, recompute="full", micro_batch=1, global_batch=64, seq_len=4096,
+                      grad_dtype="fp32")
+    assert not est.fits
+    fixes = suggest(model, HW, est, engine=engine)
+    assert fixes
+    for fix in fixes:
+        assert mapper(model, fix.layout)[0] == fix.layout, fix.description
+        alone = estimate(model, HW, fix.layout, headroom=est.headroom)
+        assert alone.fits and alone.stages[alone.peak_stage].total_bytes == pytest.approx(fix.peak_bytes)
+    if engine == "torchtitan":
+        assert all(f.layout.zero in (0, 3) for f in fixes)
+        assert "zero 0 -> 3" in [f.description for f in fixes]
+    else:
+        assert "zero 0 -> 1" in [f.description for f in suggest(model, HW, est, engine=engine)]
