@@ -318,14 +318,19 @@ class InferenceTimes:
     continuous: ServingTimes
 
 
-def _pipelined(p: PassTime, rounds: np.ndarray, pp: np.ndarray) -> np.ndarray:
-    """`rounds` micro-batches through `pp` stages, one after another: (rounds + pp - 1) stage slots."""
-    return (rounds + pp - 1) * p.stage_seconds
+def _pipelined(p: PassTime, rounds: np.ndarray) -> np.ndarray:
+    """`rounds` micro-batches through the stages, one after another: the first crosses every stage
+    (the traversal), each later one leaves the most loaded stage one stage slot after the one before."""
+    return p.traversal_seconds + (rounds - 1) * p.stage_seconds
 
 
-def _round(p: PassTime, pp: np.ndarray) -> np.ndarray:
-    """One token for every micro-batch (at most pp of them): pp stage slots (pp = 1: one pass)."""
-    return pp * p.stage_seconds
+def _round(p: PassTime, micro_batches: np.ndarray) -> np.ndarray:
+    """One token for each of `micro_batches` (at most pp) micro-batches: the most loaded stage runs them
+    all (micro_batches stage slots), and none can start its next token before its last crossed every
+    stage (the traversal). With as many micro-batches as stages that is pp stage slots; with fewer (one
+    sequence on pp stages) the traversal: a single micro-batch cannot keep the pipeline busy, but it
+    does not wait on stages it is not in either."""
+    return np.maximum(micro_batches * p.stage_seconds, p.traversal_seconds)
 
 
 def _serving(ttft: np.ndarray, tpot: np.ndarray, x: InferenceArrays, tokens_per_s: np.ndarray) -> ServingTimes:
@@ -347,23 +352,23 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
     # static prefill: packed prompts in chunks; enough micro-batches to fill the pipeline
     passes = np.maximum(np.ceil(c * s / PREFILL_CHUNK_TOKENS), np.minimum(c, x.pp))
     prefill = forward_pass(shapes, hw, x, r, Work(c * s / passes, c / passes, c / passes, s, zeros, zeros))
-    prefill_seconds = _pipelined(prefill, passes, x.pp)
+    prefill_seconds = _pipelined(prefill, passes)
     # static decode: the batch split into min(c, pp) micro-batches, one token each per round
     micro = np.minimum(c, x.pp)
     mean_context = s + o / 2
     decode = forward_pass(shapes, hw, x, r, Work(c / micro, c / micro, zeros, s, c / micro, mean_context))
-    tpot = _round(decode, x.pp)
+    tpot = _round(decode, micro)
     total = prefill_seconds + (o - 1) * tpot
     static = _serving(prefill_seconds, tpot, x, c * o / total)
     # continuous: per iteration C(O-1)/O sequences decode and C/O new prompts are prefilled
     joining = c / o
     steady = Work(c * (o - 1) / o + joining * s, c, joining, s, c * (o - 1) / o, mean_context)
     iteration = forward_pass(shapes, hw, x, r, steady.scaled(1 / micro))
-    t_iter = _round(iteration, x.pp)
+    t_iter = _round(iteration, micro)
     own = np.maximum(joining, 1.0)  # the iteration that carries this request's own prompt
     with_prompt = Work(c * (o - 1) / o + own * s, c, own, s, c * (o - 1) / o, mean_context)
     first = forward_pass(shapes, hw, x, r, with_prompt.scaled(1 / micro))
-    ttft = _round(first, x.pp)
+    ttft = _round(first, micro)
     continuous = _serving(ttft, t_iter, x, c / t_iter)
     return InferenceTimes(
         prefill=prefill,

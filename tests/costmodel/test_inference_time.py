@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from planner.costmodel.inference import InferenceArrays, estimate_inference
 from planner.costmodel.inference_inputs import model_shapes
-from planner.costmodel.inference_time import PER_HEAD_KV_L2_HIT_FRACTION, causal_pairs, inference_times
+from planner.costmodel.inference_time import (
+    PASS_OVERHEAD_SECONDS,
+    PER_HEAD_KV_L2_HIT_FRACTION,
+    causal_pairs,
+    inference_times,
+)
 from planner.specs.hardware import HardwareProfile
 from planner.specs.load import load_hardware
 from planner.specs.model import ModelSpec
@@ -164,6 +169,35 @@ def test_pipeline_parallel_batch_one_gains_nothing() -> None:
     t = inference_times(model_shapes(model), H100, x)
     np.testing.assert_allclose(t.static.tpot_seconds, t.static.tpot_seconds[0], rtol=0.1)
     assert np.all(t.static.output_tokens_per_second_per_gpu[1:] < t.static.output_tokens_per_second_per_gpu[0])
+
+
+def test_pipeline_with_fewer_micro_batches_than_stages_takes_the_traversal() -> None:
+    # Regression: one sequence on pp stages was charged pp slots of the most loaded stage: its ceil(L/pp)
+    # layers, the output head and a p2p send, pp times over (80 layers on 3 stages costed as 81, the head
+    # 3 times). It crosses each stage once: the traversal.
+    model = llama2_70b()  # 80 layers: uneven on 3 stages
+    x = arrays(tp=2, pp=np.array([1, 2, 3, 4, 8]), concurrency=1, input_len=512, output_len=64)
+    t = inference_times(model_shapes(model), H100, x)
+    np.testing.assert_allclose(t.static.tpot_seconds, t.decode.traversal_seconds)
+    np.testing.assert_allclose(t.static.ttft_seconds, t.prefill.traversal_seconds)  # one prefill pass
+    np.testing.assert_allclose(t.continuous.tpot_seconds, t.iteration.traversal_seconds)
+    pp = x.pp
+    assert np.all(t.static.tpot_seconds[pp > 1] < (pp * t.decode.stage_seconds)[pp > 1])
+    # the extra stages add only their pass overheads and p2p sends, never more layers
+    extra = t.static.tpot_seconds - t.static.tpot_seconds[0]
+    assert np.all(extra[1:] > 0) and np.all(np.diff(extra) > 0)
+    assert np.all(extra <= (pp - 1) * (PASS_OVERHEAD_SECONDS + 1e-4))
+    # Two sequences on 8 stages: two micro-batches, each must still cross all 8 stages per token.
+    x2 = arrays(tp=2, pp=8, concurrency=2, input_len=512, output_len=64)
+    t2 = inference_times(model_shapes(model), H100, x2)
+    assert t2.static.tpot_seconds == pytest.approx(float(t2.decode.traversal_seconds))
+    # As many micro-batches as stages: the most loaded stage runs all of them back to back.
+    x8 = arrays(tp=2, pp=np.array([2, 3]), concurrency=64, input_len=512, output_len=64)
+    t8 = inference_times(model_shapes(model), H100, x8)
+    np.testing.assert_allclose(t8.static.tpot_seconds, x8.pp * t8.decode.stage_seconds)
+    passes = t8.prefill_passes
+    np.testing.assert_allclose(t8.static.ttft_seconds,
+                               t8.prefill.traversal_seconds + (passes - 1) * t8.prefill.stage_seconds)
 
 
 def test_pipeline_parallel_large_batch_shares_compute() -> None:
