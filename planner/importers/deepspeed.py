@@ -268,6 +268,7 @@ def import_deepspeed(
     fields = got.merge({k: v for k, v in given.items() if k not in ("global_batch", "micro_batch")}, fallback)
     if fields.get("dtype") == "bf16" and fallback.get("dtype") == "fp8" and "dtype" not in given:
         fields["dtype"] = "fp8"  # an exported fp8 layout: bf16 is its base precision, fp8 the GEMMs (TE, in code)
+        got.origin["dtype"] = f"{PLANNER_KEY}.layout.dtype"
     if fields.get("dtype") is None:
         auto = any(isinstance(config.get(k), dict) and _is_auto(config[k].get("enabled")) for k in ("bf16", "fp16"))
         raise PlannerError(
@@ -303,4 +304,5 @@ def import_deepspeed(
         global_batch=train, micro_batch=micro, grad_accum=accum, dp=dp, source=source, names=names,
     )
     require(fields, "seq_len", source, "a DeepSpeed config has no sequence length; add it to the job or pass --seq-len")
-    return EngineImport(format="deepspeed", source=source, fields=fields, warnings=tuple(got.warnings))
+    return EngineImport(format="deepspeed", source=source, fields=fields, warnings=tuple(got.warnings),
+                        origins=dict(got.origin))

@@ -22,7 +22,8 @@ class EngineImport:
 
     `fields` are Layout keyword arguments (dp included); `model` is set when the file defines the
     architecture (Megatron-LM arguments); `warnings` are settings read approximately or left out,
-    one line each, for the CLI to print on stderr.
+    one line each, for the CLI to print on stderr; `origins` name the setting each field written in the
+    file came from, for messages.
     """
 
     format: str
@@ -30,6 +31,7 @@ class EngineImport:
     fields: dict[str, Any]
     model: ModelSpec | None = None
     warnings: tuple[str, ...] = ()
+    origins: Mapping[str, str] = field(default_factory=dict)  # field -> the setting in the file it came from
 
 
 @dataclass

@@ -83,6 +83,11 @@ def resolve_job(job: Job, *, base: Path, source: str) -> ResolvedJob:
         layout = resolve_layout(model, gpus, **imported.fields)
     except PlannerError as err:
         raise PlannerError(err.message, source=err.source or imported.source, field=err.field) from None
+    peaks = hw.spec.accelerator.peak_flops_per_s
+    if layout.dtype not in peaks and "dtype" in imported.origins:
+        raise PlannerError(f"{hw.spec.name} has no {layout.dtype} peak (it has {', '.join(sorted(peaks))}); the "
+                           f"engine file asks for {layout.dtype} with {imported.origins['dtype']}: change it there",
+                           source=imported.source)
     return ResolvedJob(
         source=source, model_id=loaded.id, model=model, hardware_id=hw.id, hardware=hw.spec, gpus=gpus,
         layout=layout, headroom=job.headroom if job.headroom is not None else DEFAULT_HEADROOM,

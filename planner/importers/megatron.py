@@ -34,7 +34,7 @@ READ_FLAGS: dict[str, str] = {
         "padded-vocab-size", "vocab-size", "make-vocab-size-divisible-by", "num-experts", "moe-router-topk",
         "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "q-lora-rank", "kv-lora-rank",
         "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "decoder-first-pipeline-num-layers",
-        "decoder-last-pipeline-num-layers", "mtp-num-layers",
+        "decoder-last-pipeline-num-layers", "mtp-num-layers", "encoder-seq-length", "encoder-num-layers",
     )},
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
     **{f: "str" for f in (
@@ -93,8 +93,8 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "no-fp8-wgrad", "first-last-layers-bf16", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
     "empty-unused-memory-level", "ddp-bucket-size", "ddp-average-in-collective", "align-grad-reduce",
     "align-param-gather", "num-distributed-optimizer-instances", "use-ring-exchange-p2p",
-    "overlap-p2p-communication", "no-overlap-p2p-communication", "encoder-num-layers", "decoder-num-layers",
-    "encoder-seq-length", "decoder-seq-length", "train-sync-interval", "log-straggler", "straggler-minmax-count",
+    "overlap-p2p-communication", "no-overlap-p2p-communication", "decoder-num-layers",
+    "decoder-seq-length", "train-sync-interval", "log-straggler", "straggler-minmax-count",
     "enable-one-logger", "one-logger-project", "one-logger-run-name", "ckpt-fully-parallel-save",
     "ckpt-fully-parallel-load", "ckpt-assume-constant-structure", "no-ckpt-fully-parallel-save",
     "retro-project-dir", "micro-batch-size-schedule", "recompute-granularity-selective", "qk-l2-norm",
@@ -471,6 +471,12 @@ def import_megatron(
     """Megatron-LM flags, the GPU count, the job's own fields and (optionally) the model -> Layout fields and
     the model (built from the flags when `model` is None)."""
     args, warnings = parse_flags(tokens, source)
+    for alias, flag in (("encoder-seq-length", "seq-length"), ("encoder-num-layers", "num-layers")):
+        if alias in args:  # Megatron-LM's validate_args: the GPT model's length and depth, when the other is absent
+            if flag in args:
+                raise PlannerError(f"--{alias} and --{flag} are both set (Megatron-LM asserts one is None); keep "
+                                   f"--{flag}", source=source)
+            args[flag] = args.pop(alias)
     got = Collected(source=source, warnings=list(warnings))
     _layout_fields(args, got)
     block = got.values.pop("_block_layers", None)
@@ -505,4 +511,5 @@ def import_megatron(
     if merged.get("dtype") is None:
         raise PlannerError("neither --bf16 nor --fp16 is set, so Megatron-LM would train in fp32, which planner does "
                            "not model; add --bf16 (or give training.dtype if the launcher adds it)", source=source)
-    return EngineImport(format="megatron", source=source, fields=merged, model=model, warnings=tuple(got.warnings))
+    return EngineImport(format="megatron", source=source, fields=merged, model=model, warnings=tuple(got.warnings),
+                        origins=dict(got.origin))

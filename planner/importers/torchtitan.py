@@ -316,7 +316,8 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
     if any(str(c).endswith("mx") or ".mx" in str(c) for c in converters):
         fp8 = True
         got.warn("MX (mxfp8) training is modelled as fp8")
-    got.set("dtype", "fp8" if fp8 else "bf16", "training.mixed_precision_param / model.converters")
+    origin = "float8.enable_float8_linear" if _get(config, "float8.enable_float8_linear") else "model.converters"
+    got.set("dtype", "fp8" if fp8 else "bf16", origin if fp8 else "training.mixed_precision_param")
     got.set("grad_dtype", "fp32", "training.mixed_precision_reduce")
     name = str(_get(config, "optimizer.name", default="AdamW")).lower()
     if name not in ("adamw", "adam"):
@@ -391,4 +392,5 @@ def import_torchtitan(
     fields = got.merge(given)
     resolve_batch(global_batch=fields["global_batch"], micro_batch=fields["micro_batch"], grad_accum=None, dp=dp,
                   source=source)
-    return EngineImport(format="torchtitan", source=source, fields=fields, warnings=tuple(got.warnings))
+    return EngineImport(format="torchtitan", source=source, fields=fields, warnings=tuple(got.warnings),
+                        origins=dict(got.origin))

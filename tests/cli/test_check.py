@@ -282,3 +282,11 @@ def test_engine_config_memory_equals_planner_estimate(run_cli, check_args, estim
 def test_docs_schema_copy_is_current(run_cli):
     shipped = json.loads((REPO / "docs" / "planner-job.schema.json").read_text())
     assert shipped == json.loads(run_cli("schema", "job").stdout), "run: planner schema job > docs/planner-job.schema.json"
+
+
+def test_dtype_the_hardware_lacks_names_the_engine_setting(run_cli, tmp_path):
+    toml = tmp_path / "fp8.toml"
+    toml.write_text((ENGINES / "torchtitan" / "llama3_8b.toml").read_text().replace(
+        'flavor = "8B"', 'flavor = "8B"\nconverters = ["float8"]'))
+    assert_one_line_error(run_cli("check", "--torchtitan", toml, "--hardware", "a100-80gb", "--gpus", "64"),
+                          "fp8.toml", "has no fp8 peak", "model.converters")

@@ -176,3 +176,15 @@ def test_distributed_optimizer_and_fsdp_map_to_zero_stages():
                         ("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", 2)):
         imp = import_megatron(split_launch_text(base + flags, "t"), gpus=4, given={}, model=None, source="t")
         assert imp.fields["zero"] == zero, flags
+
+
+def test_encoder_seq_length_and_num_layers_stand_for_the_gpt_ones():
+    """Older GPT scripts write --encoder-seq-length / --encoder-num-layers; Megatron-LM's validate_args copies
+    them to seq_length / num_layers (and asserts that only one of each pair is given)."""
+    base = "--hidden-size 64 --num-attention-heads 4 --vocab-size 1000 --bf16 --max-position-embeddings 256 "
+    imp = import_megatron(split_launch_text(base + "--encoder-num-layers 6 --encoder-seq-length 256", "t"), gpus=1,
+                          given={}, model=None, source="t")
+    assert (imp.fields["seq_len"], imp.model.num_layers) == (256, 6)
+    with pytest.raises(PlannerError, match="--encoder-seq-length and --seq-length are both set"):
+        import_megatron(split_launch_text(base + "--num-layers 6 --encoder-seq-length 256 --seq-length 128", "t"),
+                        gpus=1, given={}, model=None, source="t")
