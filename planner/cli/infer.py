@@ -6,11 +6,7 @@ and renders a table, JSON or CSV (and, on request, a plot; matplotlib is importe
 
 from __future__ import annotations
 
-import io
 import re
-import shutil
-import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -22,11 +18,9 @@ from planner.costmodel.inference import BATCHING, REASONS, check_layout, estimat
 from planner.costmodel.inference_inputs import KV_DTYPES, WEIGHT_DTYPES, InferenceArrays
 from planner.costmodel.inference_memory import DEFAULT_HEADROOM
 from planner.costmodel.inference_search import InferenceSearchResult, SearchSpace, search_inference
-from planner.errors import PlannerError
 from planner.specs.load import load_hardware, load_model
 
 DECODE_ATTENTION = ("grouped", "per-head")
-PLOT_SUFFIXES = (".png", ".svg")
 
 
 # --- Option types --------------------------------------------------------------------------------
@@ -92,23 +86,22 @@ def _serving_options(f: Any) -> Any:
     return f
 
 
-def _echo_rich(renderable: Any) -> None:
-    """Render with rich into a string, then print through click (so CliRunner captures it)."""
-    from rich.console import Console
+def _echo_rich(*renderables: Any) -> None:
+    """Render with rich (planner.report.tables.render: the terminal's width, or 160 columns when piped,
+    like every other table), then print through click (so CliRunner captures it)."""
+    from planner.report.tables import render
 
-    interactive = sys.stdout.isatty()
-    width = shutil.get_terminal_size((120, 24)).columns if interactive else 120
-    buffer = io.StringIO()
-    Console(file=buffer, width=width, force_terminal=interactive, no_color=not interactive).print(renderable)
-    click.echo(buffer.getvalue(), nl=False)
+    click.echo(render(*renderables), nl=False)
 
 
 def _gb(nbytes: float) -> str:
     return f"{nbytes / 2**30:,.2f} GiB"
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.1f} s"
+def _time(seconds: float) -> str:
+    from planner.report.tables import human_seconds
+
+    return human_seconds(seconds)
 
 
 def _scalar(value: Any) -> int | float:
@@ -172,10 +165,11 @@ def estimate_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: 
         "batching": batching, "headroom": headroom, "decode_attention": decode_attention,
     }
     report = estimate_report(est, config)
+    report["notes"] = estimate_notes(hw, weight_dtype, kv_dtype)
     if fmt == "json":
         echo_json(report)
     else:
-        _echo_rich(_estimate_tables(report))
+        _echo_rich(*_estimate_tables(report))
 
 
 def _serving_dict(s: Any, replicas: int) -> dict[str, float]:
@@ -231,6 +225,7 @@ def estimate_report(est: Any, config: dict[str, Any]) -> dict[str, Any]:
             "decode_step": _pass_dict(times.decode),
             "continuous_iteration": _pass_dict(times.iteration),
             "prefill_passes": int(times.prefill_passes),
+            "decode_micro_batches": int(times.decode_micro_batches),
             "prefill_seconds": float(times.prefill_seconds),
         },
     }
@@ -241,42 +236,68 @@ def _bar(part: float, whole: float, width: int = 30) -> str:
     return "█" * filled + "·" * (width - filled)
 
 
-def _estimate_tables(r: dict[str, Any]) -> Any:
-    from rich.console import Group
+def _estimate_tables(r: dict[str, Any]) -> list[Any]:
     from rich.table import Table
+    from rich.text import Text
 
     c, m = r["config"], r["memory"]
     cap = m["capacity_bytes"]
-    head = (f"{c['model_name']} on {c['hardware_name']}: tp {c['tp']} x pp {c['pp']}, {c['replicas']} replica(s), "
-            f"{c['concurrency']} in flight, {c['input_len']} in / {c['output_len']} out, weights {c['weight_dtype']}, "
-            f"KV {c['kv_dtype']}")
+    replicas = f"{c['replicas']} replica" + ("" if c["replicas"] == 1 else "s")
+    head = Text(f"{c['model_name']} on {c['hardware_name']}: tp {c['tp']} x pp {c['pp']}, {replicas}, "
+                f"{c['concurrency']:,} in flight per replica, {c['input_len']:,} in / {c['output_len']:,} out, "
+                f"weights {c['weight_dtype']}, KV {c['kv_dtype']}")
     mem = Table(title="Memory per GPU (most loaded stage)", title_justify="left")
     for name, justify in (("", "left"), ("bytes", "right"), ("of capacity", "left"), ("share", "right")):
         mem.add_column(name, justify=justify)  # type: ignore[arg-type]
     for label, key in (("weights", "weights_bytes"), ("KV cache", "kv_cache_bytes"),
                        ("activations", "activations_bytes"), ("reserve", "other_bytes"), ("total", "total_bytes")):
         mem.add_row(label, _gb(m[key]), _bar(m[key], cap), f"{m[key] / cap:.0%}")
-    verdict = "fits" if r["fits"] else "DOES NOT FIT"
-    mem.caption = (f"capacity {_gb(cap)}, usable {_gb(m['usable_bytes'])} ({c['headroom']:.0%} headroom): {verdict}; "
-                   f"max concurrency at this context: {r['max_concurrency']:,}; KV {m['kv_cache_bytes_per_token']:,.0f} "
-                   "bytes/token (whole model)")
-    times = Table(title="Latency and throughput", title_justify="left")
+    verdict = Text("fits" if r["fits"] else "DOES NOT FIT", style="bold green" if r["fits"] else "bold red")
+    fit_line = Text("verdict: ").append(verdict).append(
+        f" in {_gb(m['usable_bytes'])} usable of {_gb(cap)} ({c['headroom']:.0%} headroom)\n"
+        f"max concurrency: {r['max_concurrency']:,} sequences of {c['input_len'] + c['output_len']:,} tokens per "
+        f"replica; KV cache {m['kv_cache_bytes_per_token']:,.0f} bytes per token (whole model, one replica)")
+    times = Table(title="Latency and throughput", title_justify="left",
+                  caption="* the batching chosen (--batching): the figures in JSON 'latency' and 'throughput'",
+                  caption_justify="left")
     for name in ("batching", "TTFT", "TPOT", "end-to-end", "out tok/s per replica", "out tok/s per GPU"):
         times.add_column(name, justify="left" if name == "batching" else "right")
     for name, s in r["batching"].items():
         mark = " *" if name == c["batching"] else ""
-        times.add_row(name + mark, _ms(s["ttft_seconds"]), _ms(s["tpot_seconds"]), _ms(s["e2e_seconds"]),
+        times.add_row(name + mark, _time(s["ttft_seconds"]), _time(s["tpot_seconds"]), _time(s["e2e_seconds"]),
                       f"{s['output_tokens_per_second']:,.0f}", f"{s['output_tokens_per_second_per_gpu']:,.0f}")
-    times.caption = "* reported in JSON 'latency' and 'throughput'"
     d = r["breakdown"]["decode_step"]
-    parts = Table(title="One static decode step, per GPU", title_justify="left")
-    for name in ("GEMMs", "attention", "element-wise", "layer overhead", "TP all-reduce", "output head",
-                 "pass overhead", "PP send"):
+    micro = r["breakdown"]["decode_micro_batches"]
+    if c["pp"] == 1:
+        title = "One static decode step, per GPU"
+    else:
+        per = c["concurrency"] / micro
+        title = (f"One static decode pass of a micro-batch ({per:,.4g} sequences, {micro:g} micro-batches) "
+                 f"through all {c['pp']} stages, per GPU of a stage")
+    parts = Table(title=title, title_justify="left")
+    names = ("GEMMs", "attention", "element-wise", "layer overhead", "TP all-reduce", "output head",
+             "pass overhead", "PP send", "total")
+    keys = ("gemm_seconds", "attention_seconds", "elementwise_seconds", "layer_overhead_seconds", "tp_comm_seconds",
+            "head_seconds", "pass_overhead_seconds", "pp_comm_seconds", "traversal_seconds")
+    for name in names:
         parts.add_column(name, justify="right")
-    parts.add_row(*(_ms(d[k]) for k in ("gemm_seconds", "attention_seconds", "elementwise_seconds",
-                                        "layer_overhead_seconds", "tp_comm_seconds", "head_seconds",
-                                        "pass_overhead_seconds", "pp_comm_seconds")))
-    return Group(head, mem, times, parts)
+    parts.add_row(*(_time(d[k]) for k in keys))
+    out: list[Any] = [head, mem, fit_line, times, parts]
+    out += [Text(f"note: {note}") for note in r.get("notes", [])]
+    return out
+
+
+def estimate_notes(hw: Any, weight_dtype: str, kv_dtype: str) -> list[str]:
+    """What the figures assume where the chip lacks the dtype's units (docs/inference.md, Dtypes)."""
+    notes = []
+    if "fp8" not in hw.accelerator.peak_flops_per_s:
+        if weight_dtype == "fp8":
+            notes.append(f"{hw.accelerator.name} has no fp8 tensor cores: fp8 weights are costed weight-only "
+                         "(1 byte per weight read, GEMMs at the 16-bit rate)")
+        if kv_dtype == "fp8":
+            notes.append(f"{hw.accelerator.name} has no fp8 units: the fp8 KV cache is costed at 1 byte per "
+                         "element, converted to 16 bits for attention")
+    return notes
 
 
 # --- search ---------------------------------------------------------------------------------------
@@ -313,8 +334,10 @@ def search_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: in
       planner infer search -m llama-3.1-70b -w h100-sxm --gpus 16 --input-len 2000 \\
           --output-len 500 --ttft-max 2s --tpot-max 40ms --weight-dtype bf16,fp8 --pareto
     """
-    if plot_path is not None and Path(plot_path).suffix.lower() not in PLOT_SUFFIXES:
-        raise PlannerError(f"plot file '{plot_path}' must end in {' or '.join(PLOT_SUFFIXES)}")
+    if plot_path is not None:
+        from planner.report.plots import check_plot_path
+
+        check_plot_path(plot_path)
     model_entry, hw_entry = load_model(model_ref), load_hardware(hardware_ref)
     space = SearchSpace(
         gpus=gpus, input_len=input_len, output_len=output_len, weight_dtypes=weight_dtypes, kv_dtypes=kv_dtypes,
@@ -324,23 +347,33 @@ def search_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: in
     result = search_inference(model_entry.spec, hw_entry.spec, space)
     shown = result.pareto if pareto else result.ranked[:top]
     rows = result_rows(result, shown)
+    closest = closest_rows(result)
     if plot_path is not None:
-        _plot(result, plot_path, f"{model_entry.id} on {gpus}x {hw_entry.id}")
+        if result.ranked.size:
+            _plot(result, plot_path, f"{model_entry.id} on {gpus:,} x {hw_entry.id}, {input_len:,} in / "
+                  f"{output_len:,} out, {batching} batching")
+        else:
+            click.echo(f"note: {plot_path} not written, since no layout meets the limits", err=True)
     config = {"model": model_entry.id, "hardware": hw_entry.id, "gpus": gpus, "input_len": input_len,
               "output_len": output_len, "weight_dtypes": list(weight_dtypes), "kv_dtypes": list(kv_dtypes),
               "batching": batching, "ttft_max_seconds": ttft_max, "tpot_max_seconds": tpot_max,
               "cross_node_tp": cross_node_tp, "headroom": headroom, "decode_attention": decode_attention}
     if fmt == "json":
-        echo_json({"config": config, "layouts_considered": result.layouts_considered,
-                   "candidates_evaluated": int(result.candidates.tp.size), "feasible": int(result.feasible.sum()),
-                   "rejected": result.rejected, "view": "pareto" if pareto else "top", "results": rows})
+        doc = {"config": config, "layouts_considered": result.layouts_considered,
+               "candidates_evaluated": int(result.candidates.tp.size), "feasible": int(result.feasible.sum()),
+               "rejected": result.rejected, "view": "pareto" if pareto else "top", "results": rows}
+        if not rows:
+            doc["closest"] = closest
+        echo_json(doc)
     elif fmt == "csv":
         from planner.report.csv import to_csv
 
         columns = {key: [row[key] for row in rows] for key in (rows[0] if rows else _ROW_KEYS)}
         click.echo(to_csv(columns), nl=False)
+        if not rows:
+            click.echo("note: no layout meets the limits; run without --format csv to see the closest", err=True)
     else:
-        _echo_rich(_search_tables(result, rows, pareto, config))
+        _echo_rich(*_search_tables(result, rows, pareto, config, closest, hw_entry.spec))
 
 
 _ROW_KEYS = ("rank", "tp", "pp", "replicas", "weight_dtype", "kv_dtype", "concurrency", "ttft_seconds", "tpot_seconds",
@@ -349,8 +382,12 @@ _ROW_KEYS = ("rank", "tp", "pp", "replicas", "weight_dtype", "kv_dtype", "concur
 
 
 def result_rows(result: InferenceSearchResult, idx: np.ndarray) -> list[dict[str, Any]]:
-    """One dict per shown candidate (the JSON and CSV rows)."""
+    """One dict per candidate in `idx` (the JSON and CSV rows). `rank` is the place in the whole ranking
+    (output tokens/s per GPU), also on the Pareto front; None for a candidate that is not feasible."""
     s, m, c = result.serving(), result.estimate.memory, result.candidates
+    rank = np.zeros(c.tp.size, dtype=np.int64)
+    rank[result.ranked] = np.arange(1, result.ranked.size + 1)
+    idx = np.asarray(idx, dtype=np.int64)
     columns = {
         "tp": c.tp, "pp": c.pp, "replicas": result.replicas, "weight_dtype": result.weight_dtype,
         "kv_dtype": result.kv_dtype, "concurrency": c.concurrency, "ttft_seconds": s.ttft_seconds,
@@ -358,66 +395,124 @@ def result_rows(result: InferenceSearchResult, idx: np.ndarray) -> list[dict[str
         "output_tokens_per_second": s.output_tokens_per_second,
         "output_tokens_per_second_per_gpu": s.output_tokens_per_second_per_gpu,
         "output_tokens_per_second_all_replicas": s.output_tokens_per_second * result.replicas,
-        "total_bytes": m.total_bytes, "max_concurrency": m.max_concurrency,
+        "total_bytes": np.round(m.total_bytes).astype(np.int64), "max_concurrency": m.max_concurrency,
     }
     picked = {name: col[idx].tolist() for name, col in columns.items()}
-    return [{"rank": i + 1, **{name: picked[name][i] for name in columns}} for i in range(len(idx))]
+    ranks = [r or None for r in rank[idx].tolist()]
+    return [{"rank": ranks[i], **{name: picked[name][i] for name in columns}} for i in range(len(idx))]
+
+
+def closest_rows(result: InferenceSearchResult) -> dict[str, dict[str, Any] | None]:
+    """Of the candidates that fit in memory, the one with the lowest TTFT and the one with the lowest TPOT
+    (what the limits would have to allow); None where nothing fits in memory."""
+    fits = np.flatnonzero(result.estimate.memory.fits)
+    s, c = result.serving(), result.candidates
+    out: dict[str, dict[str, Any] | None] = {}
+    for name, values in (("lowest_ttft", s.ttft_seconds), ("lowest_tpot", s.tpot_seconds)):
+        if fits.size == 0:
+            out[name] = None
+            continue
+        # lowest time, then the most tokens/s per GPU, then the smallest replica
+        order = np.lexsort((c.tp[fits] * c.pp[fits], -s.output_tokens_per_second_per_gpu[fits], values[fits]))
+        out[name] = result_rows(result, fits[order[:1]])[0]
+    return out
+
+
+def _row_label(row: dict[str, Any]) -> str:
+    replicas = f"{row['replicas']:,} replica" + ("" if row["replicas"] == 1 else "s")
+    return (f"tp {row['tp']} pp {row['pp']} x {replicas}, {row['concurrency']:,} in flight, "
+            f"weights {row['weight_dtype']}, KV {row['kv_dtype']}")
+
+
+SMALLER_WEIGHTS = ("fp8", "int4")  # fewer bytes per weight: less memory, fewer bytes read per decode step
+
+
+def _nothing_meets(result: InferenceSearchResult, config: dict[str, Any], closest: dict[str, Any],
+                   hw: Any) -> list[str]:
+    """What no layout met, how close the search came, and which options could change that."""
+    limits = {"ttft": config["ttft_max_seconds"], "tpot": config["tpot_max_seconds"]}
+    dtypes, kv_dtypes = config["weight_dtypes"], config["kv_dtypes"]
+    untried = [d for d in SMALLER_WEIGHTS if d not in dtypes]
+    hints: list[str] = []
+    if closest["lowest_ttft"] is None:
+        lines = ["No layout fits in memory, even with one sequence in flight."]
+        hints.append("add GPUs")
+        if untried:
+            hints.append("try --weight-dtype " + ",".join([*dtypes, *untried]))
+        if "fp8" not in kv_dtypes:
+            hints.append("try --kv-dtype " + ",".join([*kv_dtypes, "fp8"]))
+        if "tp_cross_node" in result.rejected:
+            hints.append("allow --cross-node-tp")
+        hints.append("or shorten --input-len/--output-len")
+    else:
+        given = ", ".join(f"--{k}-max {_time(v)}" for k, v in limits.items() if v is not None)
+        lines = [f"No layout meets the limits ({given}). Of the layouts that fit in memory:"]
+        for key in ("ttft", "tpot"):
+            row = closest[f"lowest_{key}"]
+            lines.append(f"  lowest {key.upper()} {_time(row[f'{key}_seconds'])}: {_row_label(row)}")
+        hints.append("relax " + " or ".join(f"--{k}-max" for k, v in limits.items() if v is not None))
+        # latency falls with more tensor parallelism and fewer bytes or FLOPs per token, not with more replicas
+        if "tp_cross_node" in result.rejected:
+            hints.append("allow --cross-node-tp")
+        elif config["gpus"] < hw.node.gpus_per_node:
+            hints.append(f"use up to {hw.node.gpus_per_node} GPUs (a wider tp)")
+        faster = [d for d in untried if d == "int4" and limits["tpot"] is not None]
+        if "fp8" in untried and "fp8" in hw.accelerator.peak_flops_per_s:
+            faster.insert(0, "fp8")  # fp8 tensor cores: faster prefill and decode
+        if faster:
+            hints.append("try --weight-dtype " + ",".join([*dtypes, *faster]))
+    lines.append("To change that: " + "; ".join(hints) + ".")
+    return lines
 
 
 def _search_tables(result: InferenceSearchResult, rows: list[dict[str, Any]], pareto: bool,
-                   config: dict[str, Any]) -> Any:
-    from rich.console import Group
+                   config: dict[str, Any], closest: dict[str, Any], hw: Any) -> list[Any]:
     from rich.table import Table
+    from rich.text import Text
 
-    title = ("Latency-throughput front" if pareto else "Best layouts") + (
-        f" for {config['model']} on {config['gpus']}x {config['hardware']}, {config['input_len']} in / "
-        f"{config['output_len']} out, {config['batching']} batching")
-    table = Table(title=title, title_justify="left")
-    for name in ("#", "tp", "pp", "replicas", "weights", "KV", "in flight", "TTFT", "TPOT", "tok/s/GPU",
-                 "tok/s total", "mem/GPU"):
-        table.add_column(name, justify="right")
-    for row in rows:
-        table.add_row(str(row["rank"]), str(row["tp"]), str(row["pp"]), str(row["replicas"]), row["weight_dtype"],
-                      row["kv_dtype"], f"{row['concurrency']:,}", _ms(row["ttft_seconds"]), _ms(row["tpot_seconds"]),
-                      f"{row['output_tokens_per_second_per_gpu']:,.0f}",
-                      f"{row['output_tokens_per_second_all_replicas']:,.0f}", _gb(row["total_bytes"]))
-    summary = (f"{result.layouts_considered} layouts, {result.candidates.tp.size:,} with their concurrencies; "
-               f"{int(result.feasible.sum()):,} feasible")
-    reasons = Table(title="Rejected", title_justify="left")
-    reasons.add_column("reason")
-    reasons.add_column("count", justify="right")
-    descriptions = {**REASONS, "tp_cross_node": "tp larger than a node (allow with --cross-node-tp)"}
-    for code, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]):
-        reasons.add_row(f"{code}: {descriptions.get(code, code)}", f"{count:,}")
-    if not rows:
-        summary += "; nothing meets the limits: relax --ttft-max/--tpot-max, add GPUs, or try --weight-dtype fp8"
-    return Group(table, summary, reasons)
+    out: list[Any] = []
+    if rows:
+        what = "Latency-throughput front (TPOT against output tokens/s per GPU)" if pareto else "Best layouts"
+        out.append(Text(f"{what} for {config['model']} on {config['gpus']:,} x {config['hardware']}, "
+                        f"{config['input_len']:,} in / {config['output_len']:,} out, {config['batching']} batching"))
+        table = Table(caption="#: rank by output tokens/s per GPU; in flight: sequences per replica; "
+                      "mem/GPU: most loaded stage", caption_justify="left")
+        for name in ("#", "tp", "pp", "replicas", "weights", "KV", "in flight", "TTFT", "TPOT", "tok/s/GPU",
+                     "tok/s total", "mem/GPU"):
+            table.add_column(name, justify="right", no_wrap=True)
+        for row in rows:
+            table.add_row(str(row["rank"]), str(row["tp"]), str(row["pp"]), f"{row['replicas']:,}",
+                          row["weight_dtype"], row["kv_dtype"], f"{row['concurrency']:,}", _time(row["ttft_seconds"]),
+                          _time(row["tpot_seconds"]), f"{row['output_tokens_per_second_per_gpu']:,.0f}",
+                          f"{row['output_tokens_per_second_all_replicas']:,.0f}", _gb(row["total_bytes"]))
+        out.append(table)
+    else:
+        out += [Text(line) for line in _nothing_meets(result, config, closest, hw)]
+    n = result.layouts_considered
+    out.append(Text(f"{n:,} layout{'' if n == 1 else 's'} (tp x pp x dtypes), {result.candidates.tp.size:,} with "
+                    f"their concurrencies; {int(result.feasible.sum()):,} feasible"))
+    if result.rejected:
+        out.append(Text("Rejected (tp_*, pp_*, memory: layouts; ttft, tpot: layouts at one concurrency):"))
+        reasons = Table()
+        reasons.add_column("reason")
+        reasons.add_column("count", justify="right")
+        descriptions = {**REASONS, "tp_cross_node": "tp larger than a node (allow with --cross-node-tp)",
+                        "memory": "does not fit in memory, even with one sequence in flight"}
+        for code, count in sorted(result.rejected.items(), key=lambda kv: -kv[1]):
+            reasons.add_row(f"{code}: {descriptions.get(code, code)}", f"{count:,}")
+        out.append(reasons)
+    else:
+        out.append(Text("Rejected: none"))
+    return out
 
 
 def _plot(result: InferenceSearchResult, path: str, title: str) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlannerError("--plot needs matplotlib; install it with: pip install 'planner[plot]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from planner.report.plots import plot_latency_vs_throughput
 
     s = result.serving()
-    idx = np.flatnonzero(result.feasible)
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    try:
-        ax.scatter(s.tpot_seconds[idx] * 1e3, s.output_tokens_per_second_per_gpu[idx], s=8, alpha=0.4,
-                   label=f"feasible ({idx.size:,})")
-        front = result.pareto
-        ax.step(s.tpot_seconds[front] * 1e3, s.output_tokens_per_second_per_gpu[front], where="post",
-                color="tab:orange", label=f"front ({front.size})")
-        ax.set_xlabel("TPOT (ms)")
-        ax.set_ylabel("output tokens/s per GPU")
-        ax.set_title(title)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(path)
-    except OSError as err:
-        raise PlannerError(f"cannot write plot '{path}': {err}") from None
-    finally:
-        plt.close(fig)
+    plot_latency_vs_throughput(
+        path, tpot_seconds=s.tpot_seconds, tokens_per_second_per_gpu=s.output_tokens_per_second_per_gpu,
+        feasible=np.flatnonzero(result.feasible), front=result.pareto, best=int(result.ranked[0]),
+        tpot_max_seconds=result.space.tpot_max_seconds, title=title,
+        others=np.flatnonzero(result.estimate.memory.fits & ~result.feasible),
+    )

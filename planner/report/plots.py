@@ -75,3 +75,55 @@ def plot_throughput_vs_memory(
     finally:
         plt.close(fig)
     return p
+
+
+def plot_latency_vs_throughput(
+    path: str | Path,
+    *,
+    tpot_seconds: np.ndarray,
+    tokens_per_second_per_gpu: np.ndarray,
+    feasible: np.ndarray,
+    front: np.ndarray,
+    best: int | None,
+    tpot_max_seconds: float | None,
+    title: str,
+    others: np.ndarray | None = None,
+) -> Path:
+    """Serving layouts as output tokens/s per GPU against TPOT: the feasible ones, the latency-throughput
+    front as a staircase, the best (most tokens/s per GPU) marked, --tpot-max as a vertical line, and
+    `others` (those that fit in memory but miss a latency limit) in grey.
+
+    `feasible`, `front`, `others` and `best` are positions in the arrays. Returns the path written.
+    """
+    p = check_plot_path(path)
+    plt = _pyplot()
+    ms = np.asarray(tpot_seconds, dtype=float) * 1e3
+    rate = np.asarray(tokens_per_second_per_gpu, dtype=float)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    try:
+        if others is not None and others.size:
+            ax.scatter(ms[others], rate[others], s=8, alpha=0.3, color="tab:gray", linewidths=0,
+                       label=f"over a latency limit ({others.size:,})")
+        ax.scatter(ms[feasible], rate[feasible], s=8, alpha=0.45, color="tab:blue", linewidths=0,
+                   label=f"feasible ({feasible.size:,})")
+        if front.size:
+            ax.step(ms[front], rate[front], where="post", color="tab:orange", linewidth=1.5)
+            ax.scatter(ms[front], rate[front], s=18, color="tab:orange", zorder=3, label=f"front ({front.size})")
+        if best is not None:
+            ax.scatter([ms[best]], [rate[best]], marker="*", s=220, color="tab:red", edgecolors="black", zorder=4,
+                       label="best (tokens/s per GPU)")
+        if tpot_max_seconds is not None:
+            ax.axvline(tpot_max_seconds * 1e3, color="gray", linestyle="--", linewidth=1, label="--tpot-max")
+        ax.set_xlabel("TPOT (ms)")
+        ax.set_ylabel("output tokens/s per GPU")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        try:
+            fig.savefig(p)
+        except OSError as err:
+            raise PlannerError(f"cannot write plot: {err}", source=str(p)) from None
+    finally:
+        plt.close(fig)
+    return p

@@ -155,3 +155,120 @@ def test_help_ends_with_examples(run_cli) -> None:
     for args in (["infer", "--help"], ["infer", "estimate", "--help"], ["infer", "search", "--help"]):
         result = run_cli(*args)
         assert result.exit_code == 0 and "Example" in result.stdout
+
+
+# --- regressions from the review of the serving commands ----------------------------------------------------
+
+NOTHING_MEETS = SEARCH + ["--ttft-max", "1ms", "--tpot-max", "5ms"]
+NOTHING_FITS = ["infer", "search", "-m", "llama-3.1-405b", "-w", "a100-40gb", "--gpus", "8", "--input-len", "4000",
+                "--output-len", "500"]
+
+
+def test_search_pareto_rank_is_the_place_in_the_ranking(run_cli) -> None:
+    # The front is listed by TPOT; '#'/'rank' used to restart at 1 there, calling the slowest-per-GPU
+    # layout the best. It is the place in the ranking by tokens/s per GPU, as in 'planner search --pareto'.
+    top = json.loads(run_cli(*SEARCH, "--top", "10000", "--format", "json").stdout)["results"]
+    front = json.loads(run_cli(*SEARCH, "--pareto", "--format", "json").stdout)["results"]
+    key = ("tp", "pp", "weight_dtype", "kv_dtype", "concurrency")
+    place = {tuple(row[k] for k in key): row["rank"] for row in top}
+    assert [row["rank"] for row in top] == list(range(1, len(top) + 1))
+    assert len(front) >= 3
+    for row in front:
+        assert row["rank"] == place[tuple(row[k] for k in key)]
+    assert front[-1]["rank"] == 1  # the front ends at the best layout
+    assert front[0]["rank"] > len(front)
+
+
+def test_search_bytes_are_integers(run_cli) -> None:
+    rows = json.loads(run_cli(*SEARCH, "--format", "json").stdout)["results"]
+    assert rows and all(isinstance(row["total_bytes"], int) for row in rows)
+    text = run_cli(*SEARCH, "--format", "csv").stdout
+    assert all("." not in r["total_bytes"] for r in csv.DictReader(io.StringIO(text)))
+
+
+def test_search_nothing_meets_the_limits_says_how_close_it_came(run_cli) -> None:
+    result = run_cli(*NOTHING_MEETS)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "┏" not in out.split("No layout meets")[0]  # no empty table of layouts
+    assert "No layout meets the limits (--ttft-max 1.0 ms, --tpot-max 5.0 ms)" in out
+    assert "lowest TTFT" in out and "lowest TPOT" in out and "relax --ttft-max or --tpot-max" in out
+    assert "0 feasible" in out
+    doc = json.loads(run_cli(*NOTHING_MEETS, "--format", "json").stdout)
+    assert doc["results"] == [] and doc["feasible"] == 0
+    low = doc["closest"]["lowest_tpot"]
+    assert low["tpot_seconds"] > 0.005 and low["rank"] is None
+    assert doc["closest"]["lowest_ttft"]["ttft_seconds"] > 0.001
+    both = json.loads(run_cli(*SEARCH, "--top", "10000", "--format", "json").stdout)["results"]
+    assert low["tpot_seconds"] == pytest.approx(min(row["tpot_seconds"] for row in both))
+    csv_run = run_cli(*NOTHING_MEETS, "--format", "csv")
+    assert csv_run.stdout.count("\n") == 1 and "no layout meets the limits" in csv_run.stderr
+
+
+def test_search_nothing_fits_in_memory(run_cli) -> None:
+    result = run_cli(*NOTHING_FITS)
+    assert result.exit_code == 0, result.output
+    assert "No layout fits in memory" in result.stdout and "add GPUs" in result.stdout
+    assert "--weight-dtype bf16,fp8,int4" in result.stdout and "--kv-dtype bf16,fp8" in result.stdout
+    doc = json.loads(run_cli(*NOTHING_FITS, "--format", "json").stdout)
+    assert doc["closest"] == {"lowest_ttft": None, "lowest_tpot": None}
+
+
+def test_search_plot_is_skipped_when_nothing_meets_the_limits(run_cli, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "front.png"
+    result = run_cli(*NOTHING_MEETS, "--plot", str(path))
+    assert result.exit_code == 0 and not path.exists()
+    assert "not written" in result.stderr
+
+
+def test_search_one_layout_no_rejections_reads_well(run_cli) -> None:
+    out = run_cli("infer", "search", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "1", "--input-len", "100",
+                  "--output-len", "10").stdout
+    assert "1 layout (" in out and "Rejected: none" in out and "1 layouts" not in out
+
+
+@pytest.mark.parametrize("args", [
+    ESTIMATE + ["--pp", "2", "--gpus", "8"],
+    ["infer", "estimate", "-m", "llama-3.1-405b", "-w", "gb200-nvl72", "--tp", "8", "--pp", "9", "--gpus", "72",
+     "--input-len", "100000", "--output-len", "1000", "--concurrency", "3", "--weight-dtype", "fp8"],
+    SEARCH + ["--pareto", "--weight-dtype", "bf16,fp8,int8,int4", "--kv-dtype", "bf16,fp8"],
+    NOTHING_MEETS,
+    NOTHING_FITS,
+])
+def test_tables_fit_160_columns_when_piped(run_cli, monkeypatch, args) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= 160
+
+
+def test_estimate_pipeline_breakdown_is_one_pass_through_every_stage(run_cli) -> None:
+    args = ["infer", "estimate", "-m", "llama-3.1-70b", "-w", "h100-sxm", "--tp", "2", "--pp", "4",
+            "--input-len", "1000", "--output-len", "100", "--concurrency", "64"]
+    out = run_cli(*args).stdout
+    assert "One static decode pass of a micro-batch (16 sequences, 4 micro-batches) through all 4 stages" in out
+    data = json.loads(run_cli(*args, "--format", "json").stdout)
+    d = data["breakdown"]["decode_step"]
+    assert data["breakdown"]["decode_micro_batches"] == 4
+    parts = ("gemm_seconds", "attention_seconds", "elementwise_seconds", "layer_overhead_seconds", "tp_comm_seconds",
+             "head_seconds", "pass_overhead_seconds", "pp_comm_seconds")
+    assert sum(d[k] for k in parts) == pytest.approx(d["traversal_seconds"])
+
+
+def test_estimate_notes_fp8_on_a_chip_without_fp8_units(run_cli) -> None:
+    args = ["infer", "estimate", "-m", "llama-3.1-8b", "-w", "a100-40gb", "--input-len", "100", "--output-len", "10",
+            "--weight-dtype", "fp8", "--kv-dtype", "fp8"]
+    data = json.loads(run_cli(*args, "--format", "json").stdout)
+    assert len(data["notes"]) == 2 and "weight-only" in data["notes"][0]
+    assert "note: " in run_cli(*args).stdout
+    h100 = json.loads(run_cli(*ESTIMATE, "--weight-dtype", "fp8", "--kv-dtype", "fp8", "--format", "json").stdout)
+    assert h100["notes"] == []
+
+
+def test_estimate_headline_is_one_line_when_piped(run_cli, monkeypatch) -> None:
+    # Regression: serving tables were rendered 120 columns wide when piped (160 elsewhere), so the
+    # headline broke before 'KV bf16'.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    first = run_cli(*ESTIMATE, "--weight-dtype", "fp8").stdout.splitlines()[0]
+    assert first.startswith("Llama 3.1 70B on ") and first.rstrip().endswith("weights fp8, KV bf16")
