@@ -96,6 +96,7 @@ class Checked:
     estimate: Any  # TrainingEstimate
     diagnosis: Any | None
     suggestions: tuple[Any, ...]
+    searched: bool = True  # False with --no-suggest: no changes were looked for
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"job": self.job.source, "model": self.job.model_id, "hardware": self.job.hardware_id}
@@ -123,7 +124,7 @@ def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
             out.append(Checked(job, est, None, ()))
         else:
             fixes = tuple(find_fixes(job.model, job.hardware, est, engine=job.engine)) if suggest else ()
-            out.append(Checked(job, est, diagnose(est), fixes))
+            out.append(Checked(job, est, diagnose(est), fixes, searched=suggest))
     return out
 
 
@@ -141,7 +142,7 @@ def _headline(c: Checked) -> str:
 
 
 def _fix_lines(c: Checked) -> list[str]:
-    if c.estimate.fits:
+    if c.estimate.fits or not c.searched:
         return []
     if not c.suggestions:
         return ["no single or paired change fits; try 'planner search' for a new layout"]

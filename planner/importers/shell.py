@@ -147,6 +147,8 @@ def _arith(node: ast.AST) -> int:
                 raise ValueError("division by zero")
             quotient = abs(left) // abs(right)  # bash truncates toward zero
             return quotient if (left >= 0) == (right >= 0) else -quotient
+        if isinstance(node.op, ast.Pow) and not 0 <= right <= 64:
+            raise ValueError("exponent out of range")  # bash wraps at 64 bits; a huge power would not end
         if type(node.op) in _OPS:
             return _OPS[type(node.op)](left, right)
     raise ValueError("not integer arithmetic")

@@ -1,8 +1,8 @@
 """torchtitan job config (TOML, plus `--section.option` overrides) -> Layout fields.
 
 Read as torchtitan's JobConfig / ParallelDims / Trainer read it (v0.1.0 - v0.2.x, the
-releases that take `--job.config_file x.toml`; the 2024 layout with the degrees under
-[training] and [experimental] is read too). Since February 2026 torchtitan's main branch
+releases that take `--job.config_file x.toml`; the 2024 layout with the degrees and float8
+under [training] and [experimental] is read too). Since February 2026 torchtitan's main branch
 describes runs as Python functions (`--module`/`--config`), which planner cannot execute;
 the `--section.option` flags that still override them are read (give them as `args`).
 
@@ -69,6 +69,9 @@ KNOWN: dict[str, frozenset[str]] = {
         "dataloader", "batch_size", "warmup_steps", "compile", "data_parallel_replicate_degree",
         "data_parallel_shard_degree", "data_parallel_degree", "tensor_parallel_degree", "enable_loss_parallel",
         "fsdp_reshard_after_forward", "deterministic", "seed", "enable_compiled_autograd",
+        # 2024 releases: pp and float8 under [training]
+        "pipeline_parallel_degree", "fp8_linear", "enable_float8_linear", "enable_fsdp_float8_all_gather",
+        "precompute_float8_dynamic_scale_for_fsdp",
     }),
     "activation_checkpoint": frozenset({
         "mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
@@ -219,7 +222,8 @@ def _degrees(pick: _Picker, gpus: int, got: Collected) -> dict[str, int]:
     shard = pick.int(None, "parallelism.data_parallel_shard_degree", "training.data_parallel_shard_degree",
                      "training.data_parallel_degree", default=-1)
     tp = pick.int("tp", "parallelism.tensor_parallel_degree", "training.tensor_parallel_degree", default=1)
-    pp = pick.int("pp", "parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree", default=1)
+    pp = pick.int("pp", "parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree",
+                  "training.pipeline_parallel_degree", default=1)
     cp = pick.int("cp", "parallelism.context_parallel_degree", "experimental.context_parallel_degree", default=1)
     ep = pick.int("ep", "parallelism.expert_parallel_degree", "experimental.expert_parallel_degree", default=1)
     for name, value in (("data_parallel_replicate_degree", rep), ("tensor_parallel_degree", tp),
@@ -312,11 +316,13 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
                  "precision with fp32 master weights and states, an upper bound")
     converters = _get(config, "model.converters", default=[]) or []
     converters = [converters] if isinstance(converters, str) else list(converters)
-    fp8 = any("float8" in str(c) for c in converters) or bool(_get(config, "float8.enable_float8_linear"))
+    fp8_flag = next((path for path in ("float8.enable_float8_linear", "training.enable_float8_linear",
+                                       "training.fp8_linear") if _get(config, path)), None)  # the last: "" or a recipe
+    fp8 = any("float8" in str(c) for c in converters) or fp8_flag is not None
     if any(str(c).endswith("mx") or ".mx" in str(c) for c in converters):
         fp8 = True
         got.warn("MX (mxfp8) training is modelled as fp8")
-    origin = "float8.enable_float8_linear" if _get(config, "float8.enable_float8_linear") else "model.converters"
+    origin = fp8_flag or "model.converters"
     got.set("dtype", "fp8" if fp8 else "bf16", origin if fp8 else "training.mixed_precision_param")
     got.set("grad_dtype", "fp32", "training.mixed_precision_reduce")
     name = str(_get(config, "optimizer.name", default="AdamW")).lower()

@@ -43,6 +43,13 @@ def test_job_that_does_not_fit_exits_1_and_says_why_and_how_to_fix(run_cli):
     assert " saves " in out and "GiB" in out
 
 
+def test_no_suggest_does_not_claim_that_no_change_fits(run_cli):
+    result = run_cli("check", JOBS / "llama70b_oom.yaml", "--no-suggest")
+    assert result.exit_code == 1
+    assert "FAIL" in result.stdout and "no single or paired change fits" not in result.stdout
+    assert "changes that fit" not in result.stdout
+
+
 def test_any_failing_job_makes_the_run_exit_1(run_cli):
     result = run_cli("check", JOBS / "llama8b_fits.yaml", JOBS / "llama70b_oom.yaml")
     assert result.exit_code == 1

@@ -18,6 +18,7 @@ def test_defaults_positionals_arithmetic_and_command_substitution():
     var = Variables(scalars={"N": "8", "G": "4"})
     assert var.string('${1:-"checkpoints/run"}') == "checkpoints/run"
     assert var.words("${UNSET:-7} ${N:-7} ${N:+on} $((N * G / 3)) $(($N*2))") == ["7", "8", "on", "10", "16"]
+    assert first_marker(var.words("$((2**99999999))")[0]) == "$((2**99999999))"  # not computed: it would not end
     out = var.words("$1 $(nproc --all) `hostname`")
     assert [first_marker(w) for w in out] == ["1", "$(nproc --all)", "`hostname`"]
 

@@ -122,3 +122,22 @@ def test_float8_converter_sets_fp8_and_unknown_keys_warn():
     imp = import_torchtitan(config, [], gpus=8, given={}, model=LLAMA8B, source="t")
     assert imp.fields["dtype"] == "fp8"
     assert any("parallelism.warp_drive_degree is not known" in w for w in imp.warnings)
+
+
+def test_2024_releases_pp_and_float8_under_training_are_read():
+    """April-July 2024 torchtitan kept pipeline_parallel_degree and fp8_linear / enable_float8_linear under
+    [training]; ignoring them read a pp=2 fp8 job as pp=1 bf16 (wrong dp, wrong memory) with only a warning."""
+    from planner.importers.torchtitan import import_torchtitan
+    from planner.specs.load import load_model
+
+    model = load_model("llama-3.1-70b").spec
+    config = {"model": {"name": "llama3", "flavor": "70B"},
+              "training": {"batch_size": 16, "seq_len": 8192, "data_parallel_degree": -1, "tensor_parallel_degree": 8,
+                           "pipeline_parallel_degree": 2, "fp8_linear": "dynamic"}}
+    imp = import_torchtitan(config, [], gpus=64, given={}, model=model, source="t.toml")
+    assert (imp.fields["pp"], imp.fields["dp"], imp.fields["dtype"]) == (2, 4, "fp8")
+    assert not any("is not known" in w for w in imp.warnings)
+    config["training"].update(fp8_linear="", enable_float8_linear=True)
+    assert import_torchtitan(config, [], gpus=64, given={}, model=model, source="t.toml").fields["dtype"] == "fp8"
+    config["training"].update(enable_float8_linear=False)
+    assert import_torchtitan(config, [], gpus=64, given={}, model=model, source="t.toml").fields["dtype"] == "bf16"
