@@ -103,14 +103,15 @@ def _bf16_cell(hw: HardwareProfile) -> str:
 def _catalog_table(entries: list[Loaded]) -> Table:
     table = Table(
         title="Hardware catalog",
-        caption="Peaks dense (no sparsity). Link bandwidths per GPU, one direction. "
+        caption="Peaks dense (no sparsity). Link bandwidths per GPU, one direction (intra: within a node, "
+        "inter: to other nodes). "
         "Details: planner hardware show ID",
         caption_justify="left",
     )
     table.add_column("id", no_wrap=True, style="bold")
-    table.add_column("accelerator")
+    table.add_column("accelerator", no_wrap=True)
     for header in ("memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "GPUs/node",
-                   "intra GB/s (1-dir)", "inter GB/s/GPU (1-dir)"):
+                   "intra GB/s (1-dir)", "inter GB/s (1-dir)"):
         table.add_column(header, justify="right")
     for entry in entries:
         hw: HardwareProfile = entry.spec

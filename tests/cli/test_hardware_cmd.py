@@ -89,6 +89,17 @@ def test_list_table_shows_headline_figures(run_cli) -> None:
     assert "125 (fp16)" in v100
 
 
+def test_list_table_rows_do_not_wrap_at_160_columns(run_cli, monkeypatch) -> None:
+    # Regression: 'NVIDIA B200 in GB200 (1200 W)' broke over two lines of the gb200-nvl72 row.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    lines = run_cli("hardware").stdout.splitlines()
+    assert max(len(line) for line in lines) <= 160
+    body = [line for line in lines if line.startswith("│")]
+    assert len(body) == len(CATALOG_IDS)
+    gb200 = next(line for line in body if " gb200-nvl72 " in line)
+    assert "NVIDIA B200 in GB200 (1200 W)" in gb200
+
+
 def test_list_json_has_the_show_keys_for_every_profile(run_cli) -> None:
     result = run_cli("hardware", "--format", "json")
     assert result.exit_code == 0, result.output
