@@ -66,7 +66,7 @@ class TokenCount(click.ParamType):
     name = "TOKENS"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        match = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(value))
+        match = re.fullmatch(r"\s*([0-9.]+(?:[eE][+]?[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(value))
         if match:
             try:
                 number = float(match.group(1)) * _SUFFIXES[match.group(2).lower()]
@@ -74,6 +74,8 @@ class TokenCount(click.ParamType):
                 number = -1.0
             if number > 0:
                 return number
+            if number == 0:
+                self.fail(f"'{value}' must be above zero", param, ctx)
         self.fail(f"'{value}' is not a token count (e.g. 15T, 300B, 15e12)", param, ctx)
 
 
@@ -258,6 +260,9 @@ def _emit(view: Any, fmt: str, model_id: str, hardware_id: str, misses: list[Any
 
         rows = view.shown if view.pareto else view.order
         click.echo(to_csv(out.csv_columns(view, rows)), nl=False)
+        if not view.result.feasible:
+            click.echo("note: no layout fits, so the CSV has no rows; run without --format csv to see what to "
+                       "change", err=True)
         return
     from planner.report.tables import render
 

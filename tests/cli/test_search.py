@@ -113,6 +113,28 @@ def test_nothing_fits_explains_what_to_change(run_cli):
     assert doc["feasible"] == 0 and doc["candidates"] == []
     assert doc["closest"] and "suggestions" in doc["closest"][0] and "diagnosis" in doc["closest"][0]
     assert doc["fewest_gpus"]["gpus"] > 64 and doc["fewest_gpus"]["best"]["fits"] is True
+    # CSV holds feasible layouts only: a header alone, and a note on stderr instead of silence
+    empty = run_cli(*args, "--format", "csv")
+    assert empty.exit_code == 0 and empty.stdout.count("\n") == 1
+    assert "no layout fits" in empty.stderr
+
+
+def test_table_lines_fit_160_columns_when_piped(run_cli, monkeypatch):
+    # Regression: the summary line ran to 186 characters for a large search (one line: counts, memory,
+    # timings); it is two lines now, and no line of the table is wider than 160 columns.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    for args in (
+        ("search", "-m", "deepseek-v3", "-w", "mi325x", "--gpus", "16384", "--global-batch", "16384", "--seq-len",
+         "4096", "--tokens", "1000T", "--price-per-gpu-hour", "2.5", "--top", "5"),
+        ("search", "-m", "llama-3.1-405b", "-w", "h100-sxm", "--gpus", "64", "--global-batch", "256", "--seq-len",
+         "8192"),
+    ):
+        result = run_cli(*args)
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert max(len(line) for line in lines) <= 160
+        assert any(line.startswith("Evaluated ") for line in lines)
+        assert any(line.startswith("Search took ") and "layouts/s" in line for line in lines)
 
 
 def test_plot_writes_a_file(run_cli, tmp_path):
@@ -183,3 +205,21 @@ def test_top_candidate_equals_planner_estimate(run_cli, options):
     assert est["time"]["step_seconds"] == pytest.approx(cand["time"]["step_seconds"], rel=1e-3)
     assert est["memory"]["total_bytes"] == pytest.approx(cand["memory"]["total_bytes"], rel=1e-3)
     assert est["fits"] is True
+
+
+@pytest.mark.parametrize(("text", "tokens"), [("15T", 15e12), ("15e12", 15e12), ("15E12", 15e12),
+                                              ("1.5e+13", 1.5e13), ("300B", 3e11), ("2.5m", 2.5e6)])
+def test_tokens_accepts_the_usual_spellings(text, tokens):
+    # Regression: '15E12' and '1.5e+13' (as Python and numpy print large floats) were 'not a token count'.
+    from planner.cli.search import TokenCount
+
+    assert TokenCount().convert(text, None, None) == pytest.approx(tokens)
+
+
+def test_tokens_zero_says_above_zero(run_cli):
+    from click.testing import CliRunner
+
+    from planner.cli import cli
+
+    result = CliRunner().invoke(cli, [*BASE, "--tokens", "0"])
+    assert result.exit_code == 2 and "must be above zero" in result.stderr
