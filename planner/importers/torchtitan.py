@@ -315,7 +315,11 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
         got.warn("training.dtype bfloat16 (no fp32 master weights) is not modelled; the estimate counts mixed "
                  "precision with fp32 master weights and states, an upper bound")
     converters = _get(config, "model.converters", default=[]) or []
-    converters = [converters] if isinstance(converters, str) else list(converters)
+    if isinstance(converters, str):
+        converters = [converters]
+    elif not isinstance(converters, list):
+        raise PlannerError(f"must be a list of converter names, got {converters!r}", source=src,
+                           field="model.converters")
     fp8_flag = next((path for path in ("float8.enable_float8_linear", "training.enable_float8_linear",
                                        "training.fp8_linear") if _get(config, path)), None)  # the last: "" or a recipe
     fp8 = any("float8" in str(c) for c in converters) or fp8_flag is not None
@@ -379,6 +383,9 @@ def import_torchtitan(
         local_default = int(given["micro_batch"])
     local = pick.int("micro_batch" if deg["pp"] == 1 else None, "training.local_batch_size", "training.batch_size",
                      default=local_default)
+    if local < 1:
+        raise PlannerError(f"must be a positive integer, got {local}", source=source,
+                           field="training.local_batch_size")
     global_batch = pick.int("global_batch", "training.global_batch_size", default=-1)
     global_batch = local * dp if global_batch < 0 else global_batch
     if global_batch % (local * dp):
@@ -387,7 +394,10 @@ def import_torchtitan(
     micro = local
     if deg["pp"] > 1:
         chunks = _get(config, "experimental.pipeline_parallel_microbatches")
-        micro = local // int(chunks) if chunks else pick.int(
+        if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
+            raise PlannerError(f"must be a positive integer, got {chunks!r}", source=source,
+                               field="experimental.pipeline_parallel_microbatches")
+        micro = local // chunks if chunks else pick.int(
             "micro_batch", "parallelism.pipeline_parallel_microbatch_size", default=1)
         if micro < 1 or local % micro:
             raise PlannerError(f"local_batch_size({local}) is not divisible by the pipeline micro-batch size({micro})",

@@ -141,3 +141,20 @@ def test_2024_releases_pp_and_float8_under_training_are_read():
     assert import_torchtitan(config, [], gpus=64, given={}, model=model, source="t.toml").fields["dtype"] == "fp8"
     config["training"].update(enable_float8_linear=False)
     assert import_torchtitan(config, [], gpus=64, given={}, model=model, source="t.toml").fields["dtype"] == "bf16"
+
+
+@pytest.mark.parametrize(("section", "key", "value", "field"), [
+    ("model", "converters", 8, "model.converters"),
+    ("training", "local_batch_size", 0, "training.local_batch_size"),
+    ("experimental", "pipeline_parallel_microbatches", "four", "experimental.pipeline_parallel_microbatches"),
+])
+def test_mistyped_values_are_one_line_errors_not_crashes(section, key, value, field):
+    from planner.importers.torchtitan import import_torchtitan
+    from planner.specs.load import load_model
+
+    config = {"model": {"name": "llama3", "flavor": "8B"}, "training": {"local_batch_size": 2, "seq_len": 2048},
+              "parallelism": {"pipeline_parallel_degree": 2}}
+    config.setdefault(section, {})[key] = value
+    with pytest.raises(PlannerError) as err:
+        import_torchtitan(config, [], gpus=8, given={}, model=load_model("llama-3.1-8b").spec, source="t.toml")
+    assert err.value.field == field
