@@ -134,9 +134,34 @@ def _all_rejected_message(model: ModelSpec, space: Space, broken: dict[str, np.n
     most common first-broken rule, with the arithmetic of one candidate that breaks it."""
     in_space = np.broadcast_to(space.in_space, space.shape)
     always = [pos for pos, rule in enumerate(RULES) if bool(np.all(broken[rule.code][in_space]))]
-    rule_pos = always[0] if always else int(np.argmax(np.bincount(reason[reason >= 0], minlength=len(RULES))))
-    example = flatten(space.grid, np.flatnonzero(in_space & broken[RULES[rule_pos].code])[:1])
-    return f"no candidate passes the layout rules; e.g. {RULES[rule_pos].message(model, example.to_layout(0), gpus)}"
+    counts = np.bincount(reason[reason >= 0], minlength=len(RULES))
+    rule_pos = always[0] if always else int(np.argmax(counts))
+    breaks = in_space & np.broadcast_to(broken[RULES[rule_pos].code], space.shape)
+    # The example: a candidate that breaks this rule alone where there is one (it shows the rule is what
+    # stands in the way), else the first that breaks it.
+    n_broken = sum(np.broadcast_to(np.asarray(b, dtype=bool), space.shape).astype(np.int64) for b in broken.values())
+    only = np.flatnonzero(breaks & (n_broken == 1))
+    example = flatten(space.grid, only[:1] if only.size else np.flatnonzero(breaks)[:1]).to_layout(0)
+    tally = ", ".join(f"{RULES[pos].code} {n:,}" for pos, n in sorted(enumerate(counts.tolist()), key=lambda p: -p[1])
+                      if n)
+    label = f"tp {example.tp} pp {example.pp} cp {example.cp} dp {example.dp} mb {example.micro_batch}"
+    message = (f"no candidate passes the layout rules ({tally}); e.g. {label}: "
+               f"{RULES[rule_pos].message(model, example, gpus)}")
+    if RULES[rule_pos].code == "batch_not_divisible" and only.size:
+        message += _nearest_batches(space, only)
+    return message
+
+
+def _nearest_batches(space: Space, only_batch: np.ndarray) -> str:
+    """The global batches nearest the problem's (one below, one above) that some candidate breaking only
+    the batch rule would divide, as a hint: '; the nearest global batches a layout divides: 1020, 1025'."""
+    lay = flatten(space.grid, only_batch)
+    batch = int(lay.global_batch[0])
+    step = np.unique(lay.dp * lay.micro_batch)
+    below = (batch // step) * step
+    above = below + step
+    near = sorted({int(below[below > 0].max())} if (below > 0).any() else set()) + [int(above.min())]
+    return "; the nearest global batches a layout divides: " + ", ".join(f"{b:,}" for b in near)
 
 
 def run_search(

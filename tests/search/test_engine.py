@@ -114,6 +114,20 @@ def test_when_every_candidate_breaks_a_rule_the_error_shows_the_arithmetic():
         run_search(LLAMA_8B, H100, Problem(gpus=8, global_batch=8, seq_len=10**6))
 
 
+def test_when_no_layout_divides_the_batch_the_error_names_the_nearest_batches_that_work():
+    # 1,000 GPUs and a batch of 1,024: every layout breaks batch_not_divisible (dp keeps a factor of 5
+    # unless pp takes 125 > 61 layers). The line counts the reasons and names the nearest batches that
+    # some layout divides, instead of only the arithmetic of dp 1000.
+    deepseek = load_model("deepseek-v3").spec
+    with pytest.raises(PlannerError) as err:
+        run_search(deepseek, H100, Problem(gpus=1000, global_batch=1024, seq_len=4096))
+    message = err.value.message
+    assert "(batch_not_divisible 5,100)" in message
+    assert message.endswith("the nearest global batches a layout divides: 1,020, 1,025")
+    for batch in (1020, 1025):
+        assert run_search(deepseek, H100, Problem(gpus=1000, global_batch=batch, seq_len=4096)).costed > 0
+
+
 def test_bad_headroom_and_dtype():
     with pytest.raises(PlannerError, match="headroom"):
         run_search(LLAMA_8B, H100, Problem(gpus=8, global_batch=8, seq_len=2048), headroom=1.0)
