@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from planner.errors import PlannerError
 from planner.importers.engine import Collected, EngineImport, data_parallel_degree, require, resolve_batch
 from planner.importers.shell import first_marker, launch_flags
-from planner.specs.model import MLASpec, ModelSpec, MoESpec
+from planner.specs.model import ModelSpec
 
 # kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true)
 READ_FLAGS: dict[str, str] = {
@@ -197,12 +197,23 @@ def _typed(flag: str, kind: str, vals: list[str], source: str) -> Any:
         raise PlannerError(f"--{flag} takes one value, got {len(vals)}", source=source)
     try:
         if kind == "int":
-            return int(vals[0])
+            value = int(vals[0])
+            if value < (0 if flag in NON_NEGATIVE_FLAGS else 1):
+                raise PlannerError(f"--{flag} must be {'>= 0' if flag in NON_NEGATIVE_FLAGS else 'positive'}, got "
+                                   f"{value}", source=source)
+            return value
         if kind == "float":
             return float(vals[0])
     except ValueError:
         raise PlannerError(f"--{flag} needs a {kind}, got {vals[0]!r}", source=source) from None
     return vals[0]
+
+
+# int flags that may be 0 (Megatron-LM reads 0 as 'none'); every other int flag is a size or a count >= 1
+NON_NEGATIVE_FLAGS: frozenset[str] = frozenset({
+    "moe-shared-expert-intermediate-size", "mtp-num-layers", "decoder-first-pipeline-num-layers",
+    "decoder-last-pipeline-num-layers", "q-lora-rank", "recompute-num-layers",
+})
 
 
 # Values -> ModelSpec ---------------------------------------------------------------------------
@@ -301,7 +312,7 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
         qk_norm=bool(args.get("qk-layernorm")), qkv_bias=bias or bool(args.get("add-qkv-bias")),
         attention_output_bias=bias, mlp_bias=bias,
         max_seq_len=int(args.get("max-position-embeddings") or args.get("seq-length") or 0) or None,
-        dropout=dropout, moe=MoESpec(**moe) if moe else None, mla=MLASpec(**mla) if mla else None,
+        dropout=dropout, moe=moe, mla=mla,  # validated with the spec below, so a bad value is a one-line error
     )
     if spec["max_seq_len"] is None:
         raise PlannerError("--max-position-embeddings (or --seq-length) is missing", source=source)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,22 @@ def test_encoder_seq_length_and_num_layers_stand_for_the_gpt_ones():
     with pytest.raises(PlannerError, match="--encoder-seq-length and --seq-length are both set"):
         import_megatron(split_launch_text(base + "--num-layers 6 --encoder-seq-length 256 --seq-length 128", "t"),
                         gpus=1, given={}, model=None, source="t")
+
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    ("--num-attention-heads 0", "--num-attention-heads must be positive, got 0"),
+    ("--pipeline-model-parallel-size 0", "--pipeline-model-parallel-size must be positive"),
+    ("--make-vocab-size-divisible-by 0", "--make-vocab-size-divisible-by must be positive"),
+    ("--num-experts -1", "--num-experts must be positive"),
+    ("--num-experts 4 --moe-router-topk 8", "invalid model"),
+])
+def test_impossible_sizes_are_one_line_errors_not_crashes(flags, fragment):
+    """Found by mutating real scripts: these raised ZeroDivisionError or a raw pydantic ValidationError (a
+    traceback, exit 1 -- the code CI reads as 'does not fit')."""
+    base = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --bf16 "
+            "--micro-batch-size 1 ")
+    with pytest.raises(PlannerError, match=re.escape(fragment)):
+        import_megatron(split_launch_text(base + flags, "t"), gpus=1, given={}, model=None, source="t")
+    assert import_megatron(split_launch_text(base + "--recompute-granularity full --recompute-method uniform "
+                                             "--recompute-num-layers 1", "t"), gpus=1, given={}, model=None,
+                           source="t").fields["recompute"] == "full"
