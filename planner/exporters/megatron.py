@@ -25,9 +25,21 @@ POSITION = {"rotary": "rope", "learned": "learned_absolute", "none": "none"}
 
 
 def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
-    """Megatron-LM runs every layout field except the GPipe schedule."""
+    """Megatron-LM runs every layout field except the GPipe schedule, and keeps gradients in the compute
+    precision or fp32: fp16 training has fp16 or fp32 (--accumulate-allreduce-grads-in-fp32) gradients,
+    bf16/fp8 training bf16 (--grad-reduce-in-bf16) or fp32 ones."""
+    changes: dict[str, object] = {}
+    notes: list[str] = []
     if layout.schedule == "gpipe":
-        raise PlannerError("Megatron-LM has no GPipe schedule; use schedule 1f1b")
+        if layout.pp > 1:
+            raise PlannerError("Megatron-LM has no GPipe schedule; use schedule 1f1b")
+        changes["schedule"] = "1f1b"  # one stage: no pipeline schedule at all
+    half = "fp16" if layout.dtype == "fp16" else "bf16"
+    if layout.grad_dtype not in (half, "fp32"):
+        changes["grad_dtype"] = half
+        notes.append(f"grad_dtype {layout.grad_dtype} -> {half}: Megatron-LM keeps {layout.dtype} gradients in "
+                     f"{half} or fp32")
+    layout = layout.model_copy(update=changes) if changes else layout
     if layout.interleave > 1 and model.num_layers % (layout.pp * layout.interleave):
         raise PlannerError(f"Megatron-LM's --num-layers-per-virtual-pipeline-stage needs num_layers({model.num_layers}) "
                            f"divisible by pp({layout.pp}) * interleave({layout.interleave}); planner does not write "
@@ -36,7 +48,7 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         raise PlannerError(f"recompute_layers_per_stage({layout.recompute_layers_per_stage}) is not a multiple of "
                            f"interleave({layout.interleave}); Megatron-LM recomputes the same number of layers in "
                            "each virtual stage")
-    return layout, ()
+    return layout, tuple(notes)
 
 
 def _vocab_divisor(vocab: int, tp: int) -> int:

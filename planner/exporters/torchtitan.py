@@ -55,6 +55,8 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     if not layout.overlap_grad_reduce:
         changes["overlap_grad_reduce"] = True
         notes.append("overlap_grad_reduce -> true: FSDP/DDP overlap the reduction with backward")
+    if layout.pp == 1 and layout.schedule != "1f1b":
+        changes["schedule"] = "1f1b"  # one stage: no pipeline schedule (torchtitan reads none back)
     if not layout.flash_attention:
         changes["flash_attention"] = True
         notes.append("flash_attention -> true: torchtitan uses fused SDPA/flex attention")

@@ -111,3 +111,28 @@ def test_unexportable_layouts_are_errors():
     model, layout, est = _estimate("llama-3.1-8b", 8, dict(dtype="fp16", global_batch=16, seq_len=1024))
     with pytest.raises(PlannerError, match="fp16"):
         render_export("torchtitan", "llama-3.1-8b", model, HW, layout, est)
+
+
+@pytest.mark.parametrize(("dtype", "grad_dtype", "written"), [("fp16", "bf16", "fp16"), ("bf16", "fp16", "bf16"),
+                                                            ("fp8", "fp16", "bf16")])
+def test_megatron_maps_gradient_precisions_it_cannot_keep(dtype, grad_dtype, written):
+    """Megatron-LM keeps fp16 gradients in fp16 or fp32 and bf16/fp8 ones in bf16 or fp32; the exporter wrote
+    '--fp16' for fp16 + bf16 gradients, which read back as fp16 gradients (a different layout than the header
+    described). The mapped layout is written, noted, and reads back unchanged."""
+    model, layout, est = _estimate("llama-3.1-8b", 8, dict(dtype=dtype, grad_dtype=grad_dtype, global_batch=16,
+                                                           seq_len=1024))
+    exported = render_export("megatron", "llama-3.1-8b", model, HW, layout, est, hardware_id="h100-sxm")
+    assert exported.layout.grad_dtype == written and exported.notes
+    back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=model, source="m.sh")
+    assert resolve_layout(model, 8, **back.fields) == exported.layout
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan"])
+def test_gpipe_without_pipeline_is_exported_as_no_schedule(fmt):
+    """With one pipeline stage the schedule means nothing: Megatron-LM rejected it and torchtitan read it back as
+    1f1b (a different layout than exported)."""
+    model, layout, est = _estimate("llama-3.1-8b", 8, dict(schedule="gpipe", global_batch=16, seq_len=1024, zero=3,
+                                                           grad_dtype="fp32"))
+    exported = render_export(fmt, "llama-3.1-8b", model, HW, layout, est, hardware_id="h100-sxm")
+    assert exported.layout == layout.model_copy(update={"schedule": "1f1b"})
+    assert _memory(model, exported.layout) == _memory(model, layout)
