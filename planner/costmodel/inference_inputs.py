@@ -177,7 +177,8 @@ class ModelShapes:
     experts: int
     experts_per_token: int
     embedding_params: int
-    head_params: int
+    head_params: int  # final norm, plus the output projection when it is not tied to the embedding
+    tied_embeddings: bool  # the output projection is the embedding's word table (V x h)
     kv_elements_per_token_per_layer: int  # whole layer, before TP
     mla: bool
     attn_qk_dim: int  # per head, prefill (MLA: nope + rope)
@@ -204,6 +205,11 @@ class ModelShapes:
 
     def global_layers(self) -> int:
         return self.num_layers - self.sliding_window_layers
+
+    def head_matrix_params(self) -> int:
+        """What the output head reads each pass: the final norm and the V x h projection, which is the
+        embedding's word table when the two are tied (Gemma, GPT-2, Llama 3.2 1B/3B)."""
+        return self.head_params + (self.vocab * self.hidden if self.tied_embeddings else 0)
 
 
 def _attention_gemms(model: ModelSpec) -> tuple[tuple[Gemm, ...], int]:
@@ -278,6 +284,7 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
         experts_per_token=model.moe.experts_per_token if model.moe else 1,
         embedding_params=counts.embedding,
         head_params=counts.head,
+        tied_embeddings=model.tied_embeddings,
         kv_elements_per_token_per_layer=kv_cache_elements_per_token_per_layer(model),
         mla=mla is not None,
         attn_qk_dim=(mla.qk_nope_head_dim + mla.qk_rope_head_dim) if mla else model.head_size,

@@ -65,12 +65,15 @@ class StageWeights:
 def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
     """Stages hold ceil(L/pp) consecutive layers (dense layers first, as DeepSeek places them);
     the embedding sits on the first stage and the final norm + output head on the last, both
-    split over TP by vocabulary."""
+    split over TP by vocabulary. With tied embeddings and pp > 1 the last stage holds its own copy of
+    the word table for the head (Megatron-LM, vLLM and TensorRT-LLM all load it there); with pp = 1
+    the one table serves both."""
     n = stage_layers(shapes, x.pp)
     dense_b = layer_weight_bytes_per_gpu(shapes, shapes.dense, x)
     moe_b = layer_weight_bytes_per_gpu(shapes, shapes.moe, x) if shapes.moe else dense_b
     emb = shapes.embedding_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
-    head = shapes.head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
+    head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
+    head = head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
     single = x.pp == 1
     whole = emb + head + shapes.num_dense_layers * dense_b + shapes.num_moe_layers * moe_b
     first_dense = np.minimum(n, shapes.num_dense_layers)

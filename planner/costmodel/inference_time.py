@@ -254,7 +254,7 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
     tp_comm = 2 * layers * all_reduce_seconds(act_bytes, x.tp, tp_link)
     # output head, split over TP by vocabulary, then the logits gathered on every TP rank
     head_flop = 2.0 * w.sampled * shapes.vocab * shapes.hidden / x.tp
-    head_bytes = shapes.head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
+    head_bytes = shapes.head_matrix_params() * EMBEDDING_BYTES_PER_ELEMENT / x.tp  # tied or not, V x h read
     head = _roofline((head_flop + r.gemm_overhead_flop) / r.head_flop_per_s, head_bytes / r.memory_bytes_per_s)
     head = head + all_gather_seconds(w.sampled * shapes.vocab * LOGIT_BYTES_PER_ELEMENT, x.tp, tp_link)
     overhead = layers * LAYER_OVERHEAD_SECONDS + np.zeros_like(gemm)

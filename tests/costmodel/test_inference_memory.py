@@ -166,6 +166,22 @@ def test_pipeline_stages_hold_embedding_and_head() -> None:
     assert float(mem.weights_bytes) == float(mem.stage_weights.last_bytes)  # untied head is larger by a norm
 
 
+def test_tied_head_is_one_table_on_one_stage_and_a_copy_on_the_last_of_several() -> None:
+    # Regression: with tied embeddings (Gemma 2, GPT-2, Llama 3.2 1B/3B) the last stage of pp > 1 held
+    # no output projection at all (the tied table counted on the first stage only).
+    model = load_model("gemma-2-2b").spec
+    assert model.tied_embeddings
+    word = model.vocab_size * model.hidden_size * 2  # bytes, bf16
+    s = model_shapes(model)
+    one = inference_memory(model, round_hw(), arrays(tp=np.array([1, 2])))
+    np.testing.assert_allclose(one.weights_bytes, count_params(model).total * 2 / np.array([1, 2]), rtol=2e-3)
+    two = inference_memory(model, round_hw(), arrays(pp=2, tp=np.array([1, 2])))
+    last, first = two.stage_weights.last_bytes, two.stage_weights.first_bytes
+    np.testing.assert_allclose(last - (first - s.embedding_params * 2 / np.array([1, 2])),
+                               (s.head_params * 2 + word) / np.array([1, 2]))
+    assert np.all(last > first)  # 13 layers + the copy of the table outweigh 13 layers + the table
+
+
 def test_moe_one_gpu_holds_every_expert() -> None:
     # One GPU, bf16: every parameter (all 256 routed experts of each MoE layer) at 2 bytes.
     model = deepseek_v3()

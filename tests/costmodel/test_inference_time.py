@@ -200,6 +200,24 @@ def test_pipeline_with_fewer_micro_batches_than_stages_takes_the_traversal() -> 
                                t8.prefill.traversal_seconds + (passes - 1) * t8.prefill.stage_seconds)
 
 
+def test_decode_reads_the_tied_output_head() -> None:
+    # Regression: with tied embeddings the output head's V x h table was not read at all in decode
+    # (the head's weights were counted as the final norm alone): Gemma-2-2B's 1.2 GB of 5.2 GB.
+    from planner.specs.load import load_model
+
+    tied = load_model("gemma-2-2b").spec
+    untied = tied.model_copy(update={"tied_embeddings": False})
+    x = arrays(tp=np.array([1, 2]), concurrency=1, input_len=100, output_len=10)
+    word = tied.vocab_size * tied.hidden_size * 2 / np.array([1, 2])
+    d_tied = inference_times(model_shapes(tied), H100, x).decode
+    d_untied = inference_times(model_shapes(untied), H100, x).decode
+    np.testing.assert_allclose(d_tied.weight_bytes_read, d_untied.weight_bytes_read)
+    layers = d_tied.weight_bytes_read - word
+    assert np.all(layers > 0) and np.all(word / d_tied.weight_bytes_read > 0.2)
+    bound = d_tied.weight_bytes_read / H100.accelerator.memory_bandwidth_bytes_per_s
+    assert np.all(inference_times(model_shapes(tied), H100, x).static.tpot_seconds > bound)
+
+
 def test_pipeline_parallel_large_batch_shares_compute() -> None:
     # A large, compute-bound batch keeps every stage busy: pp 2 about doubles the replica's throughput.
     model = llama2_70b()
