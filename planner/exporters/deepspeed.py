@@ -20,7 +20,21 @@ from planner.specs.model import ModelSpec
 
 
 def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
-    """Every layout field is either a DeepSpeed key or carried in the `_planner` block."""
+    """Every layout field is either a DeepSpeed key or carried in the `_planner` block; without ZeRO, DeepSpeed
+    picks its optimizer wrapper from the precisions (engine._do_optimizer_sanity_check): half-precision
+    gradients in the model dtype, or, for bf16 with fp32 gradients or a pipeline, BF16_Optimizer, which shards
+    the optimizer states as ZeRO 1."""
+    if layout.zero != 0:
+        return layout, ()
+    half = "fp16" if layout.dtype == "fp16" else "bf16"
+    if half == "bf16" and (layout.grad_dtype == "fp32" or layout.pp > 1):
+        return layout.model_copy(update={"zero": 1}), (
+            "zero 0 -> 1: DeepSpeed runs bf16 without ZeRO with fp32 gradients or a pipeline through its "
+            "BF16_Optimizer, which shards the optimizer states over data parallelism as ZeRO 1",)
+    if layout.grad_dtype != half:
+        return layout.model_copy(update={"grad_dtype": half}), (
+            f"grad_dtype {layout.grad_dtype} -> {half}: without ZeRO DeepSpeed accumulates {layout.dtype} gradients "
+            f"in {half}",)
     return layout, ()
 
 

@@ -233,6 +233,26 @@ def _read_degrees(config: Mapping[str, Any], got: Collected) -> None:
             got.set("pp", stages, "pipeline.stages")
 
 
+def _bf16_optimizer(fields: dict[str, Any], got: Collected, given: Mapping[str, Any],
+                    fallback: Mapping[str, Any]) -> None:
+    """bf16 without ZeRO, as DeepSpeed's _do_optimizer_sanity_check picks the optimizer wrapper for it.
+
+    - fp32 gradient accumulation, or a pipeline (PipelineModule): BF16_Optimizer, which keeps a full
+      gradient buffer but shards the fp32 master weights and optimizer states over data parallelism,
+      i.e. ZeRO 1 (DeepSpeed before 0.18 chose it for every bf16 run without ZeRO, since it accumulated
+      bf16 gradients in fp32 by default; 0.18+ rejects fp32 accumulation without ZeRO or a pipeline);
+    - otherwise (0.18+, bf16 accumulation): the unsharded FP16_Optimizer in bf16 mode, ZeRO 0."""
+    if fields.get("dtype") not in ("bf16", "fp8") or int(fields.get("zero", 0)) != 0 or "zero" in given:
+        return
+    if fields.get("grad_dtype") == "fp32" or int(fields.get("pp", 1)) > 1:
+        fields["zero"] = 1
+        got.origin["zero"] = "bf16 without ZeRO (DeepSpeed's BF16_Optimizer shards optimizer states as ZeRO 1)"
+    elif fallback.get("zero") is None:
+        got.warn("bf16 without ZeRO: DeepSpeed 0.18+ accumulates bf16 gradients and keeps the optimizer states "
+                 "unsharded (read so); before 0.18 it accumulated in fp32 with BF16_Optimizer, which shards them "
+                 "as ZeRO 1 -- for those versions set data_types.grad_accum_dtype to \"fp32\"")
+
+
 def _planner_fallback(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     """Layout fields from the `_planner` block an export wrote: used only where nothing else sets them."""
     block = config.get(PLANNER_KEY)
@@ -276,10 +296,10 @@ def import_deepspeed(
              "the config enables neither bf16 nor fp16 (DeepSpeed would train in fp32, which planner does not model)")
             + "; give training.dtype or --dtype", source=source)
     if "grad_dtype" not in fields:
-        # DeepSpeed's engine.get_data_types(): bf16 without ZeRO accumulates in fp32, else in the model dtype.
-        zero = int(fields.get("zero", 0))
-        fields["grad_dtype"] = "fp32" if fields["dtype"] == "bf16" and zero == 0 else (
-            "bf16" if fields["dtype"] == "fp8" else fields["dtype"])
+        # DeepSpeed's engine.get_data_types() (0.18+): gradients accumulate in the model dtype unless
+        # data_types.grad_accum_dtype says otherwise (fp8 trains on a bf16 base).
+        fields["grad_dtype"] = "bf16" if fields["dtype"] == "fp8" else fields["dtype"]
+    _bf16_optimizer(fields, got, given, fallback)
 
     dp = data_parallel_degree(gpus, fields, source)
     fields["dp"] = dp

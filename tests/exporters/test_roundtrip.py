@@ -68,7 +68,9 @@ def test_deepspeed_roundtrip(model_id, gpus, fields):
     config = json.loads(exported.text)
     assert "Predicted peak memory" in " ".join(config["_planner"]["prediction"])
     imported = import_deepspeed(config, gpus=gpus, given={}, source="ds_config.json")
-    assert resolve_layout(model, gpus, **imported.fields) == layout
+    assert resolve_layout(model, gpus, **imported.fields) == exported.layout
+    # the layout as DeepSpeed runs it: unchanged, or changed with a note (fp16 without ZeRO keeps fp16 gradients)
+    assert exported.layout == layout or exported.notes
 
 
 def _torchtitan_native(model_id: str, gpus: int, fields: dict) -> bool:
@@ -136,3 +138,18 @@ def test_gpipe_without_pipeline_is_exported_as_no_schedule(fmt):
     exported = render_export(fmt, "llama-3.1-8b", model, HW, layout, est, hardware_id="h100-sxm")
     assert exported.layout == layout.model_copy(update={"schedule": "1f1b"})
     assert _memory(model, exported.layout) == _memory(model, layout)
+
+
+@pytest.mark.parametrize(("fields", "zero", "grad_dtype"), [
+    (dict(zero=0, grad_dtype="fp32"), 1, "fp32"),  # BF16_Optimizer: optimizer states sharded as ZeRO 1
+    (dict(zero=0, grad_dtype="bf16", pp=2), 1, "bf16"),  # a pipeline takes BF16_Optimizer too
+    (dict(zero=0, grad_dtype="bf16"), 0, "bf16"),  # the unsharded FP16_Optimizer in bf16 mode
+    (dict(zero=0, grad_dtype="fp32", dtype="fp16"), 0, "fp16"),  # fp16 without ZeRO keeps fp16 gradients
+])
+def test_deepspeed_without_zero_is_written_as_deepspeed_runs_it(fields, zero, grad_dtype):
+    model, layout, est = _estimate("llama-3.1-8b", 8, dict(global_batch=16, seq_len=1024, **fields))
+    exported = render_export("deepspeed", "llama-3.1-8b", model, HW, layout, est, hardware_id="h100-sxm")
+    assert (exported.layout.zero, exported.layout.grad_dtype) == (zero, grad_dtype)
+    assert bool(exported.notes) == (exported.layout != layout)
+    back = import_deepspeed(json.loads(exported.text), gpus=8, given={}, source="ds.json")
+    assert resolve_layout(model, 8, **back.fields) == exported.layout

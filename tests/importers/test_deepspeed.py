@@ -56,10 +56,23 @@ def test_zero3_json_gives_same_memory_as_equivalent_estimate():
     assert from_json.layout == direct.layout
 
 
-def test_bf16_without_zero_accumulates_in_fp32():
+def test_bf16_without_zero_is_read_as_deepspeed_picks_its_optimizer_wrapper():
+    """DeepSpeed 0.18+ (engine.get_data_types / _do_optimizer_sanity_check): bf16 without ZeRO accumulates in
+    bf16 with the unsharded FP16_Optimizer (ZeRO 0); fp32 accumulation or a pipeline selects BF16_Optimizer,
+    which shards the fp32 master weights and optimizer states over data parallelism (ZeRO 1). Before 0.18 every
+    bf16 run without ZeRO took the BF16_Optimizer path; the warning says how to check that."""
     config = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True}}
-    f = import_deepspeed(config, gpus=8, given={"seq_len": 2048}, source="ds.json").fields
-    assert (f["zero"] if "zero" in f else 0, f["grad_dtype"]) == (0, "fp32")
+    imp = import_deepspeed(config, gpus=8, given={"seq_len": 2048}, source="ds.json")
+    assert (imp.fields.get("zero", 0), imp.fields["grad_dtype"]) == (0, "bf16")
+    assert any("before 0.18" in w and "grad_accum_dtype" in w for w in imp.warnings)
+    fp32 = import_deepspeed({**config, "data_types": {"grad_accum_dtype": "fp32"}}, gpus=8, given={"seq_len": 2048},
+                            source="ds.json")
+    assert (fp32.fields["zero"], fp32.fields["grad_dtype"]) == (1, "fp32")
+    pipe = import_deepspeed({**config, "pipeline": {"stages": 2}}, gpus=8, given={"seq_len": 2048}, source="ds.json")
+    assert (pipe.fields["zero"], pipe.fields["grad_dtype"], pipe.fields["pp"]) == (1, "bf16", 2)
+    fp16 = import_deepspeed({**config, "bf16": {"enabled": False}, "fp16": {"enabled": True}}, gpus=8,
+                            given={"seq_len": 2048}, source="ds.json")
+    assert (fp16.fields.get("zero", 0), fp16.fields["grad_dtype"]) == (0, "fp16")
 
 
 def test_fp16_zero1_derives_train_batch_and_warns_about_buckets():
