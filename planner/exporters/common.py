@@ -73,10 +73,25 @@ def prediction_lines(ctx: ExportContext) -> list[str]:
         f"Predicted step time: {s('step_seconds'):.3f} s; {s('tokens_per_second'):,.0f} tokens/s; "
         f"{s('model_tflops_per_gpu'):.0f} model TFLOP/s per GPU; MFU {s('mfu'):.1%}.",
         f"Check it in CI: planner check {CHECK_FLAGS[ctx.format]} <this file> --hardware {ctx.hardware_id} "
-        f"--gpus {lay.gpus} --model {ctx.model_id}",
+        f"--gpus {lay.gpus}{_model_flag(ctx)}",
     ]
     lines += [f"Note: {note}" for note in ctx.notes]
     return lines
+
+
+def _model_flag(ctx: ExportContext) -> str:
+    """`--model ID` for a catalog model; a model that came from elsewhere (Megatron-LM arguments, a spec file)
+    has no id 'planner check' could look up: Megatron-LM arguments describe it themselves, the other formats
+    need the user's spec."""
+    from planner.specs.load import load_model
+
+    try:
+        in_catalog = load_model(ctx.model_id).spec == ctx.model
+    except PlannerError:
+        in_catalog = False
+    if in_catalog:
+        return f" --model {ctx.model_id}"
+    return "" if ctx.format == "megatron" else " --model <the model: a catalog id, a YAML spec or a config.json>"
 
 
 Renderer = Callable[[ExportContext], str]

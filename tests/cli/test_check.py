@@ -221,6 +221,19 @@ def test_export_then_check_gives_the_same_layout_and_estimate(run_cli, tmp_path,
     assert back["memory"] == original["memory"]
 
 
+def test_exported_check_command_runs_as_written_for_a_model_from_megatron_arguments(run_cli, tmp_path):
+    """The header's 'planner check' line said --model train_llama3_8b (the script's name), which is no catalog
+    id: copied into CI it exited 2. Megatron-LM arguments describe the model, so the line leaves --model out."""
+    out = tmp_path / "args.sh"
+    assert run_cli("export", JOBS / "megatron_job.yaml", "--to", "megatron", "--out", out).exit_code == 0
+    line = next(x for x in out.read_text().splitlines() if "Check it in CI" in x)
+    assert "--model" not in line
+    command = line.split("planner check ", 1)[1].replace("<this file>", str(out)).split()
+    assert run_cli("check", *command).exit_code == 0
+    ds = run_cli("export", JOBS / "megatron_job.yaml", "--to", "deepspeed").stdout
+    assert "--model <the model" in ds
+
+
 def test_export_from_estimate_flags_to_stdout(run_cli):
     result = run_cli("export", "--to", "megatron", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "16",
                      "--tp", "2", "--pp", "2", "--zero", "1", "--global-batch", "64", "--seq-len", "4096")
