@@ -234,11 +234,14 @@ def padded_vocab(args: Mapping[str, Any], tp: int, source: str) -> int:
     if vocab is None:
         if args.get("tokenizer-type") == "GPT2BPETokenizer":
             vocab = GPT2_VOCAB
+        elif args.get("tokenizer-type") is None:
+            raise PlannerError("no --tokenizer-type is given (Megatron-LM requires one; GPT-2's vocab and merge files "
+                               "are --tokenizer-type GPT2BPETokenizer), so the vocabulary size is unknown; add it, or "
+                               "--vocab-size N, or give the model with --model", source=source)
         else:
-            tok = args.get("tokenizer-type", "the tokenizer")
-            raise PlannerError(f"the vocabulary size comes from {tok}, which planner does not read; add --vocab-size N "
-                               "(or --padded-vocab-size N) to the arguments, or give the model with --model",
-                               source=source)
+            raise PlannerError(f"the vocabulary size comes from {args['tokenizer-type']}, which planner does not read; "
+                               "add --vocab-size N (or --padded-vocab-size N) to the arguments, or give the model with "
+                               "--model", source=source)
     multiple = int(args.get("make-vocab-size-divisible-by", 128)) * tp
     return -(-int(vocab) // multiple) * multiple
 

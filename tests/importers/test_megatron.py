@@ -169,6 +169,12 @@ def test_missing_vocab_from_a_tokenizer_file_is_an_error():
            "--tokenizer-type HuggingFaceTokenizer --tokenizer-model x"
     with pytest.raises(PlannerError, match="--vocab-size"):
         import_megatron(split_launch_text(text, "t"), gpus=1, given={}, model=None, source="t")
+    # Megatron-LM's GPT-3 example passes GPT-2's vocab and merge files without --tokenizer-type (which
+    # Megatron-LM itself rejects): say which tokenizer type those files are
+    text = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --bf16 "
+            "--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt")
+    with pytest.raises(PlannerError, match="no --tokenizer-type is given .* GPT2BPETokenizer"):
+        import_megatron(split_launch_text(text, "t"), gpus=1, given={}, model=None, source="t")
 
 
 def test_distributed_optimizer_and_fsdp_map_to_zero_stages():
