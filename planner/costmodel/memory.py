@@ -30,6 +30,7 @@ from planner.specs.model import ModelSpec
 # casts per GEMM), so fp8 changes GEMM speed here, not model-state memory.
 WEIGHT_BYTES = 2
 ACTIVATION_BYTES = 2  # 16-bit activations (Korthikanti et al. 2022 Sec. 4.1)
+FP8_ACTIVATION_BYTES = 1  # an fp8 (E4M3) copy of a GEMM input saved for the backward pass
 LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti et al. 2022 Sec. 4.3: 4sbv/t)
 LSE_BYTES = 4  # flash attention keeps an fp32 log-sum-exp per query row and head (Dao et al. 2022, Alg. 1)
 
@@ -140,24 +141,28 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     split over TP. Here: K and V use the KV width (GQA) and may be replicated; the MLP stores its input to
     fc2 and the activation's input (gated 6f bytes, standard 4f); flash
     attention replaces the scores by an fp32 log-sum-exp per head; selective recompute drops the scores;
-    full recompute keeps only the layer input (2h, split under SP).
+    full recompute keeps only the layer input (2h, split under SP). Under fp8 training the tensors kept
+    as inputs of a GEMM's weight gradient (the two post-norm GEMM inputs, the attention output, fc2's
+    input, the routed tokens) are kept in their 1-byte fp8 cast (Transformer Engine saves the quantised
+    input of an fp8 Linear for its backward); the residual stream, Q/K/V and fc1's output stay 16-bit.
     """
     h = model.hidden_size
     t = lay.tp.astype(float)
     rep_div = np.where(lay.sequence_parallel, t, 1.0)
     dropout = 1.0 if model.dropout else 0.0
     e = ACTIVATION_BYTES
+    g = np.where(lay.fp8, FP8_ACTIVATION_BYTES, ACTIVATION_BYTES)  # GEMM inputs kept for backward
     widths = attention_dims(model)
     kv_div = kv_divisor(model, lay.tp).astype(float)
-    replicated = model.norms_per_layer * e * h + 2 * e * h + 2 * dropout * h
-    attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + e * widths.output / t
+    replicated = model.norms_per_layer * e * h + 2 * g * h + 2 * dropout * h
+    attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + g * widths.output / t
     if moe_layer and model.moe is not None:
         moe = model.moe
         k = moe.experts_per_token
         f_routed = k * moe.moe_ffn_hidden_size
         f_shared = moe.num_shared_experts * moe.moe_ffn_hidden_size
         f = f_routed + f_shared
-        permuted = k * e * h  # tokens copied to their experts (dispatch buffer kept for fc1's backward)
+        permuted = k * g * h  # tokens copied to their experts (dispatch buffer kept for fc1's backward)
         router = 4 * moe.num_experts  # fp32 router probabilities
     else:
         f = model.ffn_hidden_size
@@ -165,7 +170,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
         router = 0.0
     # Elements per token: gated keeps fc1's output (gate and up, 2f) and the activation output (f); standard
     # keeps fc1's output (f) and GeLU's output (f): Korthikanti's 8sbh + 8sbh bytes for f = 4h.
-    mlp = (3 if model.mlp_kind == "gated" else 2) * e * f / t + permuted + router
+    mlp = ((2 if model.mlp_kind == "gated" else 1) * e + g) * f / t + permuted + router
     heads_per_rank = model.num_attention_heads / t
     # Scores per token: softmax output (2 bytes) + with dropout its mask (1) and output (2): a*s*(2+3) bytes.
     scores = heads_per_rank * lay.seq_len * (e + dropout * (1 + e))

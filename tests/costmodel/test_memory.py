@@ -373,3 +373,14 @@ def test_gpt3_175b_first_stage_matches_korthikanti(sequence_parallel, recompute,
     first = result.stages[0]
     assert first.layers == 12
     assert first.activations_bytes == pytest.approx(expected, rel=0.03)
+
+
+def test_fp8_keeps_gemm_inputs_in_one_byte():
+    # Tiny GPT, tp = 1, flash attention: under fp8 the saved GEMM inputs shrink from 2 to 1 byte each:
+    #   the two post-norm GEMM inputs       2 x h = 128 bytes saved
+    #   the attention output (o-proj input) a x d = 64 bytes saved
+    #   fc2's input (GeLU output)           f     = 256 bytes saved
+    # 448 bytes per token in all; the residual stream, Q/K/V, fc1's output and the masks stay as they are.
+    bf16 = layer_activation_bytes_per_token(tiny(), lay(), moe_layer=False).stored
+    fp8 = layer_activation_bytes_per_token(tiny(), lay(dtype="fp8"), moe_layer=False).stored
+    assert (bf16 - fp8).tolist() == [448]
