@@ -11,6 +11,7 @@ does the translation.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -18,6 +19,11 @@ import click
 
 from planner import __version__
 from planner.errors import PlannerError
+
+
+# Exit codes: 0 success (every job fits), 1 a job does not fit (check) or a case fails (validate),
+# 2 bad input, 3 an internal error (a bug), never 1, which CI would read as "does not fit".
+INTERNAL_ERROR_EXIT_CODE = 3
 
 
 def _usage_hint(err: click.UsageError) -> str:
@@ -57,6 +63,12 @@ class PlannerGroup(click.Group):
         except click.ClickException as err:
             click.echo(f"error: {err.format_message()}", err=True)
             sys.exit(err.exit_code)
+        except Exception as err:  # a bug: keep the 0/1/2 contract (1 means "does not fit" to CI)
+            if os.environ.get("PLANNER_DEBUG"):
+                raise
+            click.echo(f"error: internal error ({type(err).__name__}: {err}); this is a bug in planner: "
+                       "rerun with PLANNER_DEBUG=1 for the traceback and report it", err=True)
+            sys.exit(INTERNAL_ERROR_EXIT_CODE)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 

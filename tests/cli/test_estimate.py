@@ -188,3 +188,19 @@ def test_help_ends_with_an_example(run_cli, path):
 
 def test_estimate_is_listed_in_the_top_level_help(run_cli):
     assert "estimate" in run_cli("--help").stdout
+
+
+def test_an_internal_error_exits_3_with_one_line(run_cli, monkeypatch):
+    # A bug inside the library must not exit 1 (CI reads 1 as "does not fit") nor print a traceback.
+    import planner.cli.estimate as estimate_cli
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(estimate_cli, "estimate", broken)
+    monkeypatch.delenv("PLANNER_DEBUG", raising=False)
+    result = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                     "--global-batch", "8", "--seq-len", "2048")
+    assert result.exit_code == 3
+    assert result.stderr.startswith("error: internal error (ZeroDivisionError: boom)")
+    assert result.stderr.count("\n") == 1
