@@ -64,9 +64,13 @@ def _echo_rich(renderable: Any) -> None:
 
 
 def _catalog_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="Model catalog", title_justify="left")
-    for header in ("id", "name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "aliases"):
-        table.add_column(header, justify="right" if header not in ("id", "name", "aliases") else "left")
+    table = Table(title="Model catalog", title_justify="left",
+                  caption="context: max_seq_len in tokens. KV cache per token, MoE and MLA details: "
+                  "planner models show ID", caption_justify="left")
+    for header in ("id", "name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "context",
+                   "aliases"):
+        table.add_column(header, justify="right" if header not in ("id", "name", "aliases") else "left",
+                         no_wrap=header != "aliases")
     for row in rows:
         ffn = row["moe"]["moe_ffn_hidden_size"] if row["moe"] else row["ffn_hidden_size"]
         table.add_row(
@@ -74,7 +78,7 @@ def _catalog_table(rows: list[dict[str, Any]]) -> Table:
             str(row["num_layers"]), str(row["hidden_size"]),
             f"{row['num_attention_heads']}/{row['num_kv_heads']}",
             f"{ffn}" + (f" x{row['moe']['num_experts']}" if row["moe"] else ""),
-            f"{row['vocab_size']:,}", ", ".join(row["aliases"]),
+            f"{row['vocab_size']:,}", f"{row['max_seq_len']:,}", ", ".join(row["aliases"]),
         )
     return table
 

@@ -42,6 +42,18 @@ def test_models_table_lists_the_catalog(run_cli):
         assert text in result.stdout
 
 
+def test_models_table_shows_the_context_and_rows_do_not_wrap(run_cli, monkeypatch):
+    # Serving needs the longest context a model takes (input + output must fit it); one line per model.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = run_cli("models").stdout
+    lines = out.splitlines()
+    assert "context" in out and max(len(line) for line in lines) <= 160
+    body = [line for line in lines if line.startswith("│")]
+    assert len(body) == len(json.loads(run_cli("models", "--format", "json").stdout))
+    row = next(line for line in body if " llama-3.1-70b " in line)
+    assert " 131,072 " in row
+
+
 def test_models_json(run_cli):
     result = run_cli("models", "--format", "json")
     assert result.exit_code == 0, result.output
