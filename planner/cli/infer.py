@@ -165,7 +165,7 @@ def estimate_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: 
         "batching": batching, "headroom": headroom, "decode_attention": decode_attention,
     }
     report = estimate_report(est, config)
-    report["notes"] = estimate_notes(hw, weight_dtype, kv_dtype)
+    report["notes"] = estimate_notes(hw, weight_dtype, kv_dtype, tp)
     if fmt == "json":
         echo_json(report)
     else:
@@ -287,9 +287,14 @@ def _estimate_tables(r: dict[str, Any]) -> list[Any]:
     return out
 
 
-def estimate_notes(hw: Any, weight_dtype: str, kv_dtype: str) -> list[str]:
-    """What the figures assume where the chip lacks the dtype's units (docs/inference.md, Dtypes)."""
+def estimate_notes(hw: Any, weight_dtype: str, kv_dtype: str, tp: int = 1) -> list[str]:
+    """What the figures assume where the chip lacks the dtype's units (docs/inference.md, Dtypes), and
+    when the tensor-parallel group spans nodes (infer search tries that only with --cross-node-tp)."""
     notes = []
+    per_node = hw.node.gpus_per_node
+    if tp > per_node:
+        notes.append(f"tp {tp} spans {-(-tp // per_node)} nodes of {per_node} GPUs: its all-reduces (two per layer "
+                     "per pass) cross the inter-node network")
     if "fp8" not in hw.accelerator.peak_flops_per_s:
         if weight_dtype == "fp8":
             notes.append(f"{hw.accelerator.name} has no fp8 tensor cores: fp8 weights are costed weight-only "

@@ -272,3 +272,12 @@ def test_estimate_headline_is_one_line_when_piped(run_cli, monkeypatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     first = run_cli(*ESTIMATE, "--weight-dtype", "fp8").stdout.splitlines()[0]
     assert first.startswith("Llama 3.1 70B on ") and first.rstrip().endswith("weights fp8, KV bf16")
+
+
+def test_estimate_notes_a_tensor_parallel_group_across_nodes(run_cli) -> None:
+    args = ["infer", "estimate", "-m", "llama-3.1-70b", "-w", "h100-sxm", "--tp", "16", "--input-len", "100",
+            "--output-len", "10", "--format", "json"]
+    notes = json.loads(run_cli(*args).stdout)["notes"]
+    assert notes == ["tp 16 spans 2 nodes of 8 GPUs: its all-reduces (two per layer per pass) cross the inter-node "
+                     "network"]
+    assert json.loads(run_cli(*ESTIMATE, "--format", "json").stdout)["notes"] == []
