@@ -165,11 +165,11 @@ def summary_lines(view: SearchView) -> list[str]:
 
     r = view.result
     rate = r.costed / r.evaluate_seconds if r.evaluate_seconds > 0 else float("inf")
-    lines = [
+    lines = [  # two lines, so that neither is wider than a 160-column terminal
         f"Evaluated {r.evaluated:,} layouts ({r.costed:,} passed the rules and were costed); {r.feasible:,} fit in "
         f"{human_bytes(r.results.usable_bytes)} of {human_bytes(r.results.capacity_bytes)} per GPU "
-        f"(headroom {r.headroom:.0%}). Search took {view.seconds:.3f} s "
-        f"(cost model {r.evaluate_seconds:.3f} s, {rate:,.0f} layouts/s)."
+        f"(headroom {r.headroom:.0%}).",
+        f"Search took {view.seconds:.3f} s (cost model {r.evaluate_seconds:.3f} s, {rate:,.0f} layouts/s).",
     ]
     if r.rejected:
         lines.append("Rejected: " + ", ".join(f"{code} {n:,}" for code, n in r.rejected.items()))
