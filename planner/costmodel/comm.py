@@ -24,6 +24,13 @@ from planner.specs.hardware import HardwareProfile
 ArrayLike = np.ndarray | float | int
 
 
+# Largest message sent by the one-shot all-reduce inside a node. Engines switch from it to ring or
+# two-shot algorithms once bandwidth, not latency, dominates; NCCL's low-latency (LL) protocol is
+# likewise used for small messages only. 256 KiB is taken as the switch point (an assumption of this
+# order, not a measured threshold); decode all-reduces (batch x hidden x 2 bytes) sit below it.
+ONE_SHOT_MAX_BYTES = 256 * 2**10
+
+
 @dataclass(frozen=True)
 class Link:
     """Where a group's members sit and what each tier gives one GPU (bandwidth already x efficiency).
@@ -67,7 +74,11 @@ def _intra_ring_pass(nbytes: np.ndarray, link: Link) -> np.ndarray:
 def all_reduce_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:
     """All-reduce of `nbytes` on every rank (nothing to send costs nothing: no collective is issued).
 
-    Inside a node: ring, 2(k-1)/k x S / B + 2(k-1) alpha (Thakur et al. 2005). Across N nodes:
+    Inside a node: the faster of a ring, 2(k-1)/k x S / B + 2(k-1) alpha (Thakur et al. 2005), and a
+    one-shot all-reduce, alpha + (k-1) S / B, in which every rank reads its k - 1 peers' buffers over the
+    node's switched fabric at once and reduces locally (TensorRT-LLM's custom all-reduce, NCCL's
+    low-latency protocols), for messages up to ONE_SHOT_MAX_BYTES: latency-bound small messages, as in
+    decoding, take that path. Across N nodes:
     hierarchical - reduce-scatter inside the node, all-reduce of the 1/k shard across nodes (the
     faster of ring, 2(N-1)/N x S/k / B + 2(N-1) alpha, and double binary tree,
     2 x S/k / B + 2 log2(N) alpha, as NCCL picks), all-gather inside the node. Each GPU drives its own
@@ -79,7 +90,12 @@ def all_reduce_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.nda
     ring = 2 * (n_nodes - 1) / n_nodes * shard / link.inter_bandwidth_bytes_per_s + 2 * (n_nodes - 1) * link.inter_latency_s
     tree = 2 * shard / link.inter_bandwidth_bytes_per_s + 2 * np.log2(n_nodes) * link.inter_latency_s
     inter = np.where(n_nodes > 1, np.minimum(ring, tree), 0.0)
-    return np.where(nbytes > 0, 2 * _intra_ring_pass(nbytes, link) + inter, 0.0)
+    k = link.members_per_node.astype(float)
+    one_shot = link.intra_latency_s + (k - 1) * nbytes / link.intra_bandwidth_bytes_per_s
+    intra_ring = 2 * _intra_ring_pass(nbytes, link)
+    small = (n_nodes == 1) & (k > 1) & (nbytes <= ONE_SHOT_MAX_BYTES)
+    inside = np.where(small, np.minimum(intra_ring, one_shot), intra_ring)
+    return np.where(nbytes > 0, inside + inter, 0.0)
 
 
 def all_gather_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:

@@ -194,7 +194,10 @@ def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_
 
     if moe_layer and model.moe is not None:
         ep_link = group_link(hw, lay.ep, lay.tp * lay.cp)
-        dispatch = all_to_all_seconds(act_bytes * model.moe.experts_per_token, lay.ep, ep_link)
+        # Each rank dispatches the tokens it holds: with sequence parallelism a TP rank holds 1/t of them
+        # (Megatron-Core's all-to-all token dispatcher works on the sequence-parallel shard).
+        tokens_held = np.where(lay.sequence_parallel, lay.tp, 1)
+        dispatch = all_to_all_seconds(act_bytes * model.moe.experts_per_token / tokens_held, lay.ep, ep_link)
         ep_comm = 2 * dispatch * passes  # dispatch and combine, each pass
     else:
         ep_comm = np.zeros_like(tp_comm)

@@ -86,8 +86,14 @@ def test_ring_all_reduce_inside_a_node():
 
 
 def test_all_reduce_of_a_small_message_inside_a_node_is_latency_bound():
-    # 1 kB, 8 ranks: 1.75e3/200e9 + 14 x 3e-6 = 8.75e-9 + 4.2e-5 = 4.200875e-5.
-    assert seconds(all_reduce_seconds, 1e3, 8, 1) == pytest.approx(4.200875e-5)
+    # 1 kB, 8 ranks in one node. Ring: 1.75e3/200e9 + 14 x 3e-6 = 4.200875e-5. One-shot (every rank reads
+    # its 7 peers at once): 3e-6 + 7 x 1e3/200e9 = 3.035e-6, the faster, and the message is under 256 KiB.
+    assert seconds(all_reduce_seconds, 1e3, 8, 1) == pytest.approx(3.035e-6)
+
+
+def test_large_all_reduce_inside_a_node_stays_a_ring():
+    # 1 MiB is above the one-shot limit: ring 2 x 7/8 x 1,048,576/200e9 + 14 x 3e-6 = 9.175e-6 + 4.2e-5.
+    assert seconds(all_reduce_seconds, 2**20, 8, 1) == pytest.approx(2 * 7 / 8 * 2**20 / 200e9 + 14 * 3e-6)
 
 
 def test_all_reduce_of_one_rank_is_free():
@@ -161,21 +167,21 @@ def tiny() -> ModelSpec:
 
 def test_tp_comm_of_one_layer():
     # tp = 2, b = 1, s = 32: each all-reduce moves b s h x 2 bytes = 4,096 bytes over NVLink (n = 2):
-    # ring 2 x 1/2 x 4,096/200e9 + 2 x 3e-6 = 2.048e-8 + 6e-6 = 6.02048e-6 (tree: 4.096e-8 + 6e-6, slower).
-    # Two all-reduces forward and two backward (Shoeybi et al. 2019): 4 x 6.02048e-6 = 2.408192e-5.
+    # ring 2 x 1/2 x 4,096/200e9 + 2 x 3e-6 = 6.02048e-6; one-shot 3e-6 + 4,096/200e9 = 3.02048e-6, faster.
+    # Two all-reduces forward and two backward (Shoeybi et al. 2019): 4 x 3.02048e-6 = 1.208192e-5.
     t = layer_time(tiny(), HW, Layout(tp=2, global_batch=1, seq_len=32).to_arrays(), moe_layer=False)
-    assert float(t.tp_comm[0]) == pytest.approx(2.408192e-5)
+    assert float(t.tp_comm[0]) == pytest.approx(1.208192e-5)
 
 
 def test_tp_comm_repeats_for_the_recomputed_forward_and_hides_with_overlap():
-    # Full recompute runs the forward twice: 6 all-reduces = 3.612288e-5.
-    # With --tp-comm-overlap a quarter stays exposed: 2.408192e-5 / 4 = 6.02048e-6.
+    # Full recompute runs the forward twice: 6 one-shot all-reduces = 6 x 3.02048e-6 = 1.812288e-5.
+    # With --tp-comm-overlap a quarter stays exposed: 1.208192e-5 / 4 = 3.02048e-6.
     hw = HW
     full = layer_time(tiny(), hw, Layout(tp=2, global_batch=1, seq_len=32, recompute="full").to_arrays(), moe_layer=False)
-    assert float(full.tp_comm[0]) == pytest.approx(3.612288e-5)
+    assert float(full.tp_comm[0]) == pytest.approx(1.812288e-5)
     over = layer_time(tiny(), hw, Layout(tp=2, global_batch=1, seq_len=32, overlap_tp_comm=True).to_arrays(),
                       moe_layer=False)
-    assert float(over.tp_comm[0]) == pytest.approx(6.02048e-6)
+    assert float(over.tp_comm[0]) == pytest.approx(3.02048e-6)
 
 
 def test_no_tp_no_tp_comm():
