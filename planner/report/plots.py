@@ -23,6 +23,20 @@ def _pyplot() -> Any:
     return plt
 
 
+def _finish(fig: Any, ax: Any, path: Path, title: str, xlabel: str, ylabel: str) -> None:
+    """Labels, grid and legend shared by every plot, then the file."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as err:
+        raise PlannerError(f"cannot write plot: {err}", source=str(path)) from None
+
+
 def check_plot_path(path: str | Path) -> Path:
     """The path, if its suffix is one we can write (checked before any work is done)."""
     p = Path(path)
@@ -62,16 +76,7 @@ def plot_throughput_vs_memory(
                        zorder=4, label="best")
         ax.axvline(usable_bytes / 2**30, color="gray", linestyle="--", linewidth=1, label="usable memory")
         ax.axvline(capacity_bytes / 2**30, color="black", linestyle=":", linewidth=1, label="capacity")
-        ax.set_xlabel("peak memory per GPU (GiB)")
-        ax.set_ylabel("throughput (tokens/s)")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(loc="best", fontsize=8)
-        fig.tight_layout()
-        try:
-            fig.savefig(p)
-        except OSError as err:
-            raise PlannerError(f"cannot write plot: {err}", source=str(p)) from None
+        _finish(fig, ax, p, title, "peak memory per GPU (GiB)", "throughput (tokens/s)")
     finally:
         plt.close(fig)
     return p
@@ -114,16 +119,7 @@ def plot_latency_vs_throughput(
                        label="best (tokens/s per GPU)")
         if tpot_max_seconds is not None:
             ax.axvline(tpot_max_seconds * 1e3, color="gray", linestyle="--", linewidth=1, label="--tpot-max")
-        ax.set_xlabel("TPOT (ms)")
-        ax.set_ylabel("output tokens/s per GPU")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(loc="best", fontsize=8)
-        fig.tight_layout()
-        try:
-            fig.savefig(p)
-        except OSError as err:
-            raise PlannerError(f"cannot write plot: {err}", source=str(p)) from None
+        _finish(fig, ax, p, title, "TPOT (ms)", "output tokens/s per GPU")
     finally:
         plt.close(fig)
     return p
