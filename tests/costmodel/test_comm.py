@@ -19,7 +19,6 @@ from planner.costmodel.comm import (
     reduce_scatter_seconds,
 )
 from planner.costmodel.step import layer_time
-from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
@@ -27,21 +26,9 @@ INTRA_BW, INTRA_LAT = 200e9, 3e-6
 INTER_BW, INTER_LAT = 40e9, 10e-6
 
 
-def round_hw() -> HardwareProfile:
-    note = "test value"
-    return HardwareProfile.model_validate(dict(
-        name="round",
-        accelerator=dict(name="round", memory_bytes=80 * 10**9, memory_bandwidth_bytes_per_s=2e12,
-                         peak_flops_per_s={"bf16": 1e15}, source="test"),
-        node=dict(gpus_per_node=8, link_kind="nvlink", bandwidth_bytes_per_s=400e9, latency_s=3e-6, source="test"),
-        network=dict(kind="infiniband", bandwidth_bytes_per_s=50e9, latency_s=10e-6, source="test"),
-        efficiency=dict(matmul=dict(peak_fraction=0.8, half_saturation_flop=1e9, note=note),
-                        attention=dict(fraction=0.5, note=note), memory_bandwidth=dict(fraction=0.9, note=note),
-                        intra_node_link=dict(fraction=0.5, note=note), inter_node_link=dict(fraction=0.8, note=note)),
-    ))
+from round_specs import round_hw  # noqa: E402
 
-
-HW = round_hw()
+HW = round_hw(peaks={"bf16": 1e15})
 
 
 def seconds(collective, nbytes: float, size: int, stride: int) -> float:

@@ -19,9 +19,15 @@ from planner.costmodel.inference_memory import (
     memory_total_bytes,
 )
 from planner.costmodel.params import count_params, kv_cache_bytes_per_token
-from planner.specs.hardware import HardwareProfile
 from planner.specs.load import load_hardware, load_model
 from planner.specs.model import ModelSpec
+
+from round_specs import round_hw  # noqa: E402
+
+
+def round_hw_serving(memory_bytes: int = 80 * 10**9):
+    """The round profile with a 0.8 node-fabric efficiency."""
+    return round_hw(memory_bytes=memory_bytes, intra_node_fraction=0.8)
 
 
 def llama2_70b() -> ModelSpec:
@@ -44,21 +50,6 @@ def deepseek_v3() -> ModelSpec:
     ))
 
 
-def round_hw(memory_bytes: int = 80 * 10**9) -> HardwareProfile:
-    """Round numbers: 1 PFLOP/s bf16, 2 fp8, 2 TB/s HBM, 8 GPUs per node."""
-    note = "test value"
-    return HardwareProfile.model_validate(dict(
-        name="round",
-        accelerator=dict(name="round", memory_bytes=memory_bytes, memory_bandwidth_bytes_per_s=2e12,
-                         peak_flops_per_s={"bf16": 1e15, "fp8": 2e15}, source="test"),
-        node=dict(gpus_per_node=8, link_kind="nvlink", bandwidth_bytes_per_s=400e9, latency_s=3e-6, source="test"),
-        network=dict(kind="infiniband", bandwidth_bytes_per_s=50e9, latency_s=10e-6, source="test"),
-        efficiency=dict(matmul=dict(peak_fraction=0.8, half_saturation_flop=1e9, note=note),
-                        attention=dict(fraction=0.5, note=note), memory_bandwidth=dict(fraction=0.9, note=note),
-                        intra_node_link=dict(fraction=0.8, note=note), inter_node_link=dict(fraction=0.8, note=note)),
-    ))
-
-
 def arrays(**kw: object) -> InferenceArrays:
     kw.setdefault("input_len", 1000)
     kw.setdefault("output_len", 200)
@@ -73,7 +64,7 @@ def test_kv_bytes_per_token_llama31_70b_exact() -> None:
     model = llama31_70b()
     assert kv_cache_bytes_per_token(model, "bf16") == 327_680
     assert kv_cache_bytes_per_token(model, "fp8") == 163_840
-    mem = inference_memory(model, round_hw(), arrays(kv_dtype=np.array(["bf16", "fp8"])))
+    mem = inference_memory(model, round_hw_serving(), arrays(kv_dtype=np.array(["bf16", "fp8"])))
     assert mem.kv_cache_bytes_per_token.tolist() == [327_680, 163_840]
 
 
@@ -82,7 +73,7 @@ def test_kv_bytes_per_token_deepseek_v3_latent() -> None:
     # 61 layers x (512 + 64) x 2 bytes = 70,272 bytes per token, for all 128 heads together.
     model = deepseek_v3()
     assert kv_cache_bytes_per_token(model, "bf16") == 61 * (512 + 64) * 2 == 70_272
-    mem = inference_memory(model, round_hw(10**12), arrays(tp=8))
+    mem = inference_memory(model, round_hw_serving(10**12), arrays(tp=8))
     assert float(mem.kv_cache_bytes_per_token) == 70_272
 
 
@@ -90,7 +81,7 @@ def test_kv_cache_per_gpu_split_over_tp_and_pp() -> None:
     # Llama-2-70B, 1,200 tokens cached per sequence, 4 sequences, bf16:
     # whole model 327,680 x 1,200 x 4 = 1,572,864,000 bytes; tp 4 and pp 2 leave 1/8 on each GPU.
     model = llama2_70b()
-    mem = inference_memory(model, round_hw(), arrays(tp=4, pp=2, concurrency=4))
+    mem = inference_memory(model, round_hw_serving(), arrays(tp=4, pp=2, concurrency=4))
     assert float(mem.kv_cache_bytes) == 1_572_864_000 / 8
 
 
@@ -98,7 +89,7 @@ def test_kv_heads_replicated_beyond_tp() -> None:
     # 8 KV heads: at tp 16 every GPU still keeps one whole head (two GPUs hold each), as at tp 8.
     model = ModelSpec(name="wide", num_layers=4, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
                       ffn_hidden_size=16384, vocab_size=1024, max_seq_len=4096)
-    mem = inference_memory(model, round_hw(), arrays(tp=np.array([8, 16]), concurrency=2))
+    mem = inference_memory(model, round_hw_serving(), arrays(tp=np.array([8, 16]), concurrency=2))
     per_seq_per_gpu = 2 * 4 * 1 * 128 * 2 * 1200  # K,V x layers x 1 head x head_dim x bytes x tokens
     assert mem.kv_cache_bytes.tolist() == [2 * per_seq_per_gpu, 2 * per_seq_per_gpu]
 
@@ -106,7 +97,7 @@ def test_kv_heads_replicated_beyond_tp() -> None:
 def test_mla_latent_not_split_by_tp() -> None:
     # The latent is shared by every query head, so each TP rank keeps all of it.
     model = deepseek_v3()
-    mem = inference_memory(model, round_hw(10**13), arrays(tp=np.array([1, 8]), concurrency=3))
+    mem = inference_memory(model, round_hw_serving(10**13), arrays(tp=np.array([1, 8]), concurrency=3))
     expected = 3 * 1200 * 70_272
     assert mem.kv_cache_bytes.tolist() == [expected, expected]
 
@@ -117,7 +108,7 @@ def test_sliding_window_layers_cap_their_tokens() -> None:
     model = ModelSpec(name="swa", num_layers=4, hidden_size=256, num_attention_heads=4, num_kv_heads=2,
                       ffn_hidden_size=512, vocab_size=1000, max_seq_len=4096, sliding_window_tokens=100,
                       sliding_window_layers=2)
-    mem = inference_memory(model, round_hw(), arrays(input_len=250, output_len=50))
+    mem = inference_memory(model, round_hw_serving(), arrays(input_len=250, output_len=50))
     per_token_layer = 2 * 2 * 64 * 2
     assert float(mem.kv_cache_bytes) == per_token_layer * (2 * 300 + 2 * 100)
     assert float(mem.kv_cache_bytes_per_sequence) == per_token_layer * 800
@@ -131,7 +122,7 @@ def test_sliding_window_layers_cap_their_tokens() -> None:
 def test_weights_one_gpu_bf16_equal_all_parameters() -> None:
     # Llama-2-7B has 6,738,415,616 parameters (HF model card / config arithmetic): 2 bytes each.
     model = load_model("llama-2-7b").spec
-    mem = inference_memory(model, round_hw(), arrays())
+    mem = inference_memory(model, round_hw_serving(), arrays())
     assert float(mem.weights_bytes) == 2 * 6_738_415_616
 
 
@@ -141,14 +132,14 @@ def test_weights_tp8_llama2_70b_by_hand() -> None:
     matrices = 2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672
     layer = matrices // 8 * 2 + 2 * 8192 * 2
     embedding_and_head = (32000 * 8192 + 32000 * 8192 + 8192) * 2 / 8  # vocab-parallel, final norm included
-    mem = inference_memory(llama2_70b(), round_hw(), arrays(tp=8))
+    mem = inference_memory(llama2_70b(), round_hw_serving(), arrays(tp=8))
     assert float(mem.weights_bytes) == pytest.approx(80 * layer + embedding_and_head, rel=1e-12)
 
 
 def test_weight_dtypes_scale_layer_matrices_only() -> None:
     model = llama2_70b()
     s = model_shapes(model)
-    mem = inference_memory(model, round_hw(), arrays(tp=8, weight_dtype=np.array(["bf16", "fp8", "int8", "int4"])))
+    mem = inference_memory(model, round_hw_serving(), arrays(tp=8, weight_dtype=np.array(["bf16", "fp8", "int8", "int4"])))
     matrices = 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672) / 8
     fixed = 80 * 2 * 8192 * 2 + (s.embedding_params + s.head_params) * 2 / 8
     expected = [fixed + matrices * b for b in (2, 1, 1, 0.5 + 2 / INT4_GROUP_SIZE)]
@@ -159,7 +150,7 @@ def test_pipeline_stages_hold_embedding_and_head() -> None:
     # pp 2: first stage = embedding + 40 layers, last = 40 layers + final norm + head.
     model = llama2_70b()
     s = model_shapes(model)
-    mem = inference_memory(model, round_hw(), arrays(pp=2))
+    mem = inference_memory(model, round_hw_serving(), arrays(pp=2))
     layer = (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192) * 2
     assert float(mem.stage_weights.first_bytes) == 40 * layer + s.embedding_params * 2
     assert float(mem.stage_weights.last_bytes) == 40 * layer + s.head_params * 2
@@ -173,9 +164,9 @@ def test_tied_head_is_one_table_on_one_stage_and_a_copy_on_the_last_of_several()
     assert model.tied_embeddings
     word = model.vocab_size * model.hidden_size * 2  # bytes, bf16
     s = model_shapes(model)
-    one = inference_memory(model, round_hw(), arrays(tp=np.array([1, 2])))
+    one = inference_memory(model, round_hw_serving(), arrays(tp=np.array([1, 2])))
     np.testing.assert_allclose(one.weights_bytes, count_params(model).total * 2 / np.array([1, 2]), rtol=2e-3)
-    two = inference_memory(model, round_hw(), arrays(pp=2, tp=np.array([1, 2])))
+    two = inference_memory(model, round_hw_serving(), arrays(pp=2, tp=np.array([1, 2])))
     last, first = two.stage_weights.last_bytes, two.stage_weights.first_bytes
     np.testing.assert_allclose(last - (first - s.embedding_params * 2 / np.array([1, 2])),
                                (s.head_params * 2 + word) / np.array([1, 2]))
@@ -185,7 +176,7 @@ def test_tied_head_is_one_table_on_one_stage_and_a_copy_on_the_last_of_several()
 def test_moe_one_gpu_holds_every_expert() -> None:
     # One GPU, bf16: every parameter (all 256 routed experts of each MoE layer) at 2 bytes.
     model = deepseek_v3()
-    mem = inference_memory(model, round_hw(10**13), arrays())
+    mem = inference_memory(model, round_hw_serving(10**13), arrays())
     assert float(mem.weights_bytes) == 2 * count_params(model).total
 
 
@@ -193,14 +184,14 @@ def test_moe_one_gpu_holds_every_expert() -> None:
 
 
 def test_reserve_adds_comm_buffers_only_when_split() -> None:
-    mem = inference_memory(llama2_70b(), round_hw(), arrays(tp=np.array([1, 2]), pp=1))
+    mem = inference_memory(llama2_70b(), round_hw_serving(), arrays(tp=np.array([1, 2]), pp=1))
     base = 512 * 2**20 + 256 * 2**20  # CUDA context + library workspaces (reserve.py)
     assert mem.other_bytes.tolist() == [base, base + COMM_BUFFER_BYTES]
 
 
 def test_total_is_sum_and_fits_uses_headroom() -> None:
     model = llama2_70b()
-    hw = round_hw()
+    hw = round_hw_serving()
     mem = inference_memory(model, hw, arrays(tp=4, concurrency=8), headroom=0.1)
     total = mem.weights_bytes + mem.kv_cache_bytes + mem.activations_bytes + mem.other_bytes
     assert float(mem.total_bytes) == pytest.approx(float(total), rel=1e-15)
@@ -210,7 +201,7 @@ def test_total_is_sum_and_fits_uses_headroom() -> None:
 
 def test_activation_workspace_grows_until_chunk_then_only_logits() -> None:
     model = llama2_70b()
-    hw = round_hw()
+    hw = round_hw_serving()
     mem = inference_memory(model, hw, arrays(concurrency=np.array([1, 8, 16, 32]), input_len=1024, output_len=1))
     act = mem.activations_bytes
     # 1 and 8 sequences of 1,024 prompt tokens: 1,024 and 8,192 tokens in one pass; beyond that the pass is capped
@@ -234,7 +225,7 @@ def test_activation_workspace_grows_until_chunk_then_only_logits() -> None:
 def test_max_concurrency_fits_and_one_more_does_not(tp: int, pp: int, s: int, o: int, wd: str, kd: str, gb: int,
                                                     headroom: float) -> None:
     model = llama2_70b()
-    hw = round_hw(gb * 10**9)
+    hw = round_hw_serving(gb * 10**9)
     x = arrays(tp=tp, pp=pp, input_len=s, output_len=o, weight_dtype=wd, kv_dtype=kd)
     mem = inference_memory(model, hw, x, headroom=headroom)
     c = int(mem.max_concurrency)
@@ -253,7 +244,7 @@ def test_max_concurrency_fits_and_one_more_does_not(tp: int, pp: int, s: int, o:
 def test_memory_monotone_in_concurrency(tp: int, s: int, c: int, step: int) -> None:
     model = llama2_70b()
     x = arrays(tp=tp, input_len=min(s, 4000), output_len=1, concurrency=np.array([c, c + step]))
-    mem = inference_memory(model, round_hw(), x)
+    mem = inference_memory(model, round_hw_serving(), x)
     assert mem.total_bytes[1] >= mem.total_bytes[0]
     assert mem.kv_cache_bytes[1] > mem.kv_cache_bytes[0]
 

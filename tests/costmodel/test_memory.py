@@ -25,18 +25,7 @@ from planner.specs.layout import Layout
 from planner.specs.load import load_hardware, load_model
 from planner.specs.model import ModelSpec
 
-
-def tiny(**overrides) -> ModelSpec:
-    fields = dict(name="tiny GPT", num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
-                  mlp_kind="standard", vocab_size=100, max_seq_len=256, norm_kind="layernorm", dropout=True)
-    fields.update(overrides)
-    return ModelSpec(**fields)
-
-
-def lay(**fields):
-    fields.setdefault("global_batch", fields.get("dp", 1) * fields.get("micro_batch", 1))
-    fields.setdefault("seq_len", 32)
-    return Layout(**fields).to_arrays()
+from round_specs import lay, tiny  # noqa: E402
 
 
 def stages(layout_arrays) -> np.ndarray:

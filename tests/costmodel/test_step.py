@@ -25,39 +25,12 @@ from planner.costmodel.step import (
 )
 from planner.costmodel.memory import stage_params
 from planner.costmodel.training import evaluate
-from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout
-from planner.specs.model import ModelSpec
 
 
-def round_hw(peaks: dict | None = None) -> HardwareProfile:
-    note = "test value"
-    return HardwareProfile.model_validate(dict(
-        name="round",
-        accelerator=dict(name="round", memory_bytes=80 * 10**9, memory_bandwidth_bytes_per_s=2e12,
-                         peak_flops_per_s=peaks or {"bf16": 1e15, "fp8": 2e15}, source="test"),
-        node=dict(gpus_per_node=8, link_kind="nvlink", bandwidth_bytes_per_s=400e9, latency_s=3e-6, source="test"),
-        network=dict(kind="infiniband", bandwidth_bytes_per_s=50e9, latency_s=10e-6, source="test"),
-        efficiency=dict(matmul=dict(peak_fraction=0.8, half_saturation_flop=1e9, note=note),
-                        attention=dict(fraction=0.5, note=note), memory_bandwidth=dict(fraction=0.9, note=note),
-                        intra_node_link=dict(fraction=0.5, note=note), inter_node_link=dict(fraction=0.8, note=note)),
-    ))
-
+from round_specs import lay, round_hw, tiny  # noqa: E402
 
 HW = round_hw()
-
-
-def tiny(**overrides) -> ModelSpec:
-    fields = dict(name="tiny GPT", num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
-                  mlp_kind="standard", vocab_size=100, max_seq_len=256, norm_kind="layernorm", dropout=True)
-    fields.update(overrides)
-    return ModelSpec(**fields)
-
-
-def lay(**fields):
-    fields.setdefault("global_batch", fields.get("dp", 1) * fields.get("micro_batch", 1))
-    fields.setdefault("seq_len", 32)
-    return Layout(**fields).to_arrays()
 
 
 PSI = 111_744  # tiny GPT's parameters, counted by hand in test_memory.py
