@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.costmodel.comm import all_gather_seconds, all_reduce_seconds, group_link, p2p_seconds
+from planner.costmodel.step import peak_16bit_flops
 from planner.costmodel.inference_inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
     EMBEDDING_BYTES_PER_ELEMENT,
@@ -82,11 +83,6 @@ class Rates:
     attention_peak_flop_per_s: float
     memory_bytes_per_s: float
     memory_peak_bytes_per_s: float
-
-
-def peak_16bit_flops(hw: HardwareProfile) -> float:
-    peaks = hw.accelerator.peak_flops_per_s
-    return float(peaks["bf16"] if "bf16" in peaks else peaks["fp16"])
 
 
 def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:

@@ -286,11 +286,12 @@ class TrainingEstimate:
         }
 
 
-def _check_dtype(hw: HardwareProfile, layout: Layout) -> None:
+def check_dtype(hw: HardwareProfile, dtype: str) -> None:
+    """A compute dtype the chip has a peak for, else a PlannerError listing those it has."""
     peaks = hw.accelerator.peak_flops_per_s
-    if layout.dtype not in peaks:
+    if dtype not in peaks:
         have = ", ".join(sorted(peaks))
-        raise PlannerError(f"{hw.name} has no {layout.dtype} peak (it has {have}); choose one of those dtypes")
+        raise PlannerError(f"{hw.name} has no {dtype} peak (it has {have}); choose one of those dtypes")
 
 
 def estimate(
@@ -300,7 +301,7 @@ def estimate(
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
     check_layout(model, layout, layout.gpus)
-    _check_dtype(hw, layout)
+    check_dtype(hw, layout.dtype)
     lay = layout.to_arrays()
     result = evaluate(model, hw, lay, headroom=headroom)
     all_stages = np.arange(layout.pp)[:, None]  # (p, 1): every stage of the one layout

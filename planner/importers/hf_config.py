@@ -138,6 +138,11 @@ def _rotary_decoder(r: _Reader, *, tied_default: bool) -> None:
     """Llama-shaped decoder: RoPE, RMSNorm, gated MLP of intermediate_size."""
     _core(r)
     _kv_heads(r)
+    _llama_block(r, tied_default=tied_default)
+
+
+def _llama_block(r: _Reader, *, tied_default: bool) -> None:
+    """What Llama-shaped configs share beyond the core sizes: gated MLP, RoPE, RMSNorm, context, tying."""
     r.put("ffn_hidden_size", r.int_("intermediate_size"), "intermediate_size")
     r.put("max_seq_len", r.int_("max_position_embeddings"), "max_position_embeddings")
     r.put("tied_embeddings", r.bool_("tie_word_embeddings", tied_default), "tie_word_embeddings")
@@ -332,13 +337,8 @@ def _q_lora_rank(r: _Reader) -> int | None:
 
 
 def _deepseek_v3(r: _Reader) -> None:
-    _core(r)
-    r.put("ffn_hidden_size", r.int_("intermediate_size"), "intermediate_size")
-    r.put("max_seq_len", r.int_("max_position_embeddings"), "max_position_embeddings")
-    r.put("tied_embeddings", r.bool_("tie_word_embeddings", False), "tie_word_embeddings")
-    r.put("mlp_kind", "gated")
-    r.put("position_embedding", "rotary")
-    r.put("norm_kind", "rmsnorm")
+    _core(r)  # no _kv_heads: MLA derives keys and values from the shared latent
+    _llama_block(r, tied_default=False)
     r.require("attention_bias", False, "planner's MLA count has no projection biases")
     r.require("moe_layer_freq", 1, "MoE on every layer after the dense ones is the only interleave planner models")
     r.put("mla", {

@@ -153,7 +153,7 @@ def layout_label(layout: Any) -> str:
 
 
 def _headline(view: SearchView, model_id: str, hardware_id: str) -> str:
-    r, p = view.result, view.result.problem
+    p = view.result.problem
     what = "Pareto front (step time vs peak memory)" if view.pareto else f"top {view.shown.size}"
     return (f"{model_id} on {p.gpus:,} x {hardware_id}: global batch {p.global_batch:,} x {p.seq_len:,} tokens, "
             f"{p.dtype}, {what} by {view.objective}")

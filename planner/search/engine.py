@@ -13,7 +13,14 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from planner.costmodel.rules import RULE_CODES, RULES, violations
-from planner.costmodel.training import DEFAULT_HEADROOM, TrainingArrays, TrainingEstimate, estimate, evaluate
+from planner.costmodel.training import (
+    DEFAULT_HEADROOM,
+    TrainingArrays,
+    TrainingEstimate,
+    check_dtype,
+    estimate,
+    evaluate,
+)
 from planner.errors import PlannerError
 from planner.search.space import Filters, Points, Problem, Space, build_space, flatten
 from planner.search.suggest import Diagnosis, Suggestion, diagnose, suggest
@@ -120,12 +127,6 @@ def evaluate_chunked(
         evaluate(model, hw, lay.take(np.arange(start, min(start + chunk, lay.size))), headroom=headroom)
         for start in range(0, lay.size, chunk)
     ])
-
-
-def check_dtype(hw: HardwareProfile, dtype: str) -> None:
-    peaks = hw.accelerator.peak_flops_per_s
-    if dtype not in peaks:
-        raise PlannerError(f"{hw.name} has no {dtype} peak (it has {', '.join(sorted(peaks))}); choose one of those dtypes")
 
 
 def _all_rejected_message(model: ModelSpec, space: Space, broken: dict[str, np.ndarray], reason: np.ndarray,
