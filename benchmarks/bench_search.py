@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -27,11 +27,11 @@ import time
 
 import numpy as np
 
-from planner.costmodel.rules import violations
-from planner.costmodel.training import DEFAULT_HEADROOM, estimate
+from planner.engines.load import load_hardware, load_model
 from planner.search.engine import evaluate_space, first_broken_rule
 from planner.search.space import Problem, build_space, flatten
-from planner.specs.load import load_hardware, load_model
+from planner.training.estimate import DEFAULT_HEADROOM, estimate
+from planner.training.rules import violations
 
 
 def median_seconds(fn, runs: int) -> tuple[float, float]:

@@ -19,9 +19,9 @@ import argparse
 
 import numpy as np
 
-import planner.costmodel.step as step
-import planner.costmodel.training as training
-from planner.specs.load import load_hardware
+import planner.training.estimate as training
+import planner.training.time as step
+from planner.engines.load import load_hardware
 from planner.validate.training import predict_training_case, training_cases
 
 GRID = {

@@ -20,7 +20,6 @@ import click
 from planner import __version__
 from planner.errors import PlannerError
 
-
 # Exit codes: 0 success (every job fits), 1 a job does not fit (check) or a case fails (validate),
 # 2 bad input, 3 an internal error (a bug), never 1, which CI would read as "does not fit".
 INTERNAL_ERROR_EXIT_CODE = 3

@@ -1,6 +1,6 @@
 """`planner check` (the CI gate), `planner export` (launch configs) and `planner schema` (JSON Schemas).
 
-Thin: jobs are resolved by `planner.importers.job`, estimated by the cost model, diagnosed
+Thin: jobs are resolved by `planner.engines.job`, estimated by the cost model, diagnosed
 and fixed by `planner.search.suggest`, exported by `planner.exporters`; this module parses
 options and renders. Exit codes of `check`: 0 every job fits, 1 some job does not, 2 bad input.
 """
@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from planner.cli import cli
 from planner.cli.options import echo_json
 from planner.errors import PlannerError
+
+if TYPE_CHECKING:
+    from planner.search.suggest import EngineMapper
 
 GIB = float(1 << 30)
 ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torchtitan": "torchtitan"}
@@ -65,7 +68,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _job_from_flags(kw: dict[str, Any], engine: dict[str, Any] | None, what: str):  # -> Job
     from planner.specs.job import Job
-    from planner.specs.load import validate_spec
+    from planner.specs.validation import validate_spec
 
     for name in ("hardware_ref", "gpus"):
         if kw.get(name) is None:
@@ -110,9 +113,9 @@ class Checked:
 
 def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
     """Estimate every job; diagnose and fix those that do not fit."""
-    from planner.costmodel.training import estimate
     from planner.search.suggest import diagnose
     from planner.search.suggest import suggest as find_fixes
+    from planner.training.estimate import estimate
 
     out: list[Checked] = []
     for job in resolved:
@@ -123,9 +126,16 @@ def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
         if est.fits:
             out.append(Checked(job, est, None, ()))
         else:
-            fixes = tuple(find_fixes(job.model, job.hardware, est, engine=job.engine)) if suggest else ()
+            fixes = tuple(find_fixes(job.model, job.hardware, est, engine=_engine_mapper(job.engine))) if suggest else ()
             out.append(Checked(job, est, diagnose(est), fixes, searched=suggest))
     return out
+
+
+def _engine_mapper(engine: str | None) -> EngineMapper | None:
+    """What the job's engine would run for a layout (its writer's `engine_layout`), for the suggestions."""
+    from planner.engines.export import EXPORT_FORMATS, exporter
+
+    return exporter(engine)[0] if engine in EXPORT_FORMATS else None
 
 
 def _headline(c: Checked) -> str:
@@ -210,7 +220,7 @@ def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None
       planner check --megatron-args train_llama.sh --hardware h100-sxm --gpus 512
       planner check --torchtitan llama3_8b.toml --hardware h100-sxm --gpus 64
     """
-    from planner.importers.job import load_job, resolve_job
+    from planner.engines.job import load_job, resolve_job
 
     engines = {ENGINE_OPTIONS[k]: v for k, v in (("deepspeed", deepspeed), ("megatron_args", megatron_args),
                                                   ("torchtitan", torchtitan)) if v is not None}
@@ -268,9 +278,9 @@ def export_cmd(job_file: Path | None, to: str, out: Path | None, **kw: Any) -> N
       planner export --to torchtitan --model llama-3.1-8b --hardware h100-sxm --gpus 64 --global-batch 256 \\
           --seq-len 8192 --zero 3 --recompute selective
     """
-    from planner.costmodel.training import estimate
-    from planner.exporters.common import render_export, write_export
-    from planner.importers.job import load_job, resolve_job
+    from planner.engines.export import render_export, write_export
+    from planner.engines.job import load_job, resolve_job
+    from planner.training.estimate import estimate
 
     if job_file is not None:
         if _flags_given(kw):

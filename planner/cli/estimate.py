@@ -15,9 +15,9 @@ from planner.cli.options import (
     model_option,
     training_precision_options,
 )
-from planner.costmodel.rules import resolve_layout
-from planner.costmodel.training import DEFAULT_HEADROOM, estimate
-from planner.specs.load import load_hardware, load_model
+from planner.engines.load import load_hardware, load_model
+from planner.training.estimate import DEFAULT_HEADROOM, estimate
+from planner.training.rules import resolve_layout
 
 
 @cli.command("estimate")

@@ -1,6 +1,6 @@
 """`planner hardware`: list the built-in hardware catalog, or show one profile in full.
 
-Thin: the catalog and profiles come from `planner.specs.load`; this module only renders them.
+Thin: the catalog and profiles come from `planner.engines.load`; this module only renders them.
 Bandwidths are per GPU and ONE direction, peaks are dense, as in `planner.specs.hardware`.
 """
 
@@ -19,8 +19,8 @@ from rich.text import Text
 
 from planner.cli import cli
 from planner.cli.options import echo_json, format_option
+from planner.engines.load import Loaded, hardware_catalog, load_hardware
 from planner.specs.hardware import HardwareProfile
-from planner.specs.load import Loaded, hardware_catalog, load_hardware
 
 GIB = 2**30
 

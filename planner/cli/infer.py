@@ -1,6 +1,6 @@
 """`planner infer estimate` (one serving layout) and `planner infer search` (every layout on N GPUs).
 
-Thin: the formulas live in planner.costmodel.inference*; this module parses options, calls them,
+Thin: the formulas live in planner.serving.estimate*; this module parses options, calls them,
 and renders a table, JSON or CSV (and, on request, a plot; matplotlib is imported only then).
 """
 
@@ -14,11 +14,11 @@ import numpy as np
 
 from planner.cli import cli
 from planner.cli.options import echo_json, hardware_option, model_option
-from planner.costmodel.inference import BATCHING, REASONS, check_layout, estimate_inference
-from planner.costmodel.inference_inputs import KV_DTYPES, WEIGHT_DTYPES, InferenceArrays
-from planner.costmodel.inference_memory import DEFAULT_HEADROOM
-from planner.costmodel.inference_search import InferenceSearchResult, SearchSpace, search_inference
-from planner.specs.load import load_hardware, load_model
+from planner.engines.load import load_hardware, load_model
+from planner.search.serving import InferenceSearchResult, SearchSpace, search_inference
+from planner.serving.estimate import BATCHING, REASONS, check_layout, estimate_inference
+from planner.serving.inputs import KV_DTYPES, WEIGHT_DTYPES, InferenceArrays
+from planner.serving.memory import DEFAULT_HEADROOM
 
 DECODE_ATTENTION = ("grouped", "per-head")
 

@@ -13,8 +13,8 @@ from rich.table import Table
 
 from planner.cli import cli
 from planner.cli.options import echo_json, format_option
-from planner.costmodel.params import count_params, kv_cache_bytes_per_token
-from planner.specs.load import Loaded, load_model, model_catalog
+from planner.engines.load import Loaded, load_model, model_catalog
+from planner.physics.params import count_params, kv_cache_bytes_per_token
 
 
 def model_summary(entry: Loaded) -> dict[str, Any]:

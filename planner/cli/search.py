@@ -14,11 +14,16 @@ from typing import Any
 import click
 
 from planner.cli import cli
-from planner.cli.options import echo_json, hardware_option, model_option, training_precision_options
-from planner.costmodel.training import DEFAULT_HEADROOM
+from planner.cli.options import (
+    echo_json,
+    hardware_option,
+    model_option,
+    training_precision_options,
+)
 from planner.errors import PlannerError
+from planner.training.estimate import DEFAULT_HEADROOM
 
-EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan")  # planner.exporters.common.EXPORT_FORMATS, without its imports
+EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan")  # planner.engines.export.EXPORT_FORMATS, without its imports
 # Search options that keep a field as an engine would set it, for when the engine changes the best layout.
 ENGINE_HINTS = {"grad_dtype": "--grad-dtype fp32", "zero": "--zero 0,3", "overlap_grad_reduce": "--overlap-grad-reduce",
                 "flash_attention": "--flash-attention"}
@@ -151,11 +156,11 @@ def search_cmd(model_ref: str, hardware_ref: str, gpus: int, global_batch: int, 
           --seq-len 8192 --export megatron launch/
     """
     started = time.perf_counter()
+    from planner.engines.load import load_hardware, load_model
     from planner.report.search import SearchView, cost_over
     from planner.search.engine import run_search
     from planner.search.rank import select
     from planner.search.space import Filters, Problem
-    from planner.specs.load import load_hardware, load_model
 
     if plot_path is not None:
         from planner.report.plots import check_plot_path
@@ -192,8 +197,8 @@ def search_cmd(model_ref: str, hardware_ref: str, gpus: int, global_batch: int, 
 def _export(view: Any, fmt: str, directory: Path, model_id: str, hardware_id: str) -> None:
     """Write the winner's launch configuration for `fmt` into `directory`; PlannerError (exit 2) when no
     layout fits, when the engine cannot run the winner, or when what the engine would run does not fit."""
-    from planner.costmodel.training import estimate
-    from planner.exporters.common import render_export, write_export
+    from planner.engines.export import render_export, write_export
+    from planner.training.estimate import estimate
 
     r = view.result
     if view.winner is None:

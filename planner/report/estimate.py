@@ -5,8 +5,16 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from planner.costmodel.training import TrainingEstimate
-from planner.report.tables import human_bytes, human_count, human_seconds, memory_bar, percent, render, simple_table
+from planner.report.tables import (
+    human_bytes,
+    human_count,
+    human_seconds,
+    memory_bar,
+    percent,
+    render,
+    simple_table,
+)
+from planner.training.estimate import TrainingEstimate
 
 MEMORY_PARTS = (
     ("weights", "weights_bytes"),

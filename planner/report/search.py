@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from planner.costmodel.training import estimate
 from planner.search.engine import NearMiss, SearchResult
 from planner.search.rank import Selection, TrainingCost, training_cost
 from planner.specs.layout import RECOMPUTE_NAMES
+from planner.training.estimate import estimate
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,13 @@ def summary_lines(view: SearchView) -> list[str]:
 
 
 def candidates_table(view: SearchView, model_id: str, hardware_id: str) -> Any:
-    from planner.report.tables import human_count, human_seconds, memory_bar, percent, simple_table
+    from planner.report.tables import (
+        human_count,
+        human_seconds,
+        memory_bar,
+        percent,
+        simple_table,
+    )
 
     r = view.result
     lay, res = r.layouts, r.results

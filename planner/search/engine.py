@@ -12,8 +12,13 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from planner.costmodel.rules import RULE_CODES, RULES, violations
-from planner.costmodel.training import (
+from planner.errors import PlannerError
+from planner.search.space import Filters, Points, Problem, Space, build_space, flatten
+from planner.search.suggest import Diagnosis, Suggestion, diagnose, suggest
+from planner.specs.hardware import HardwareProfile
+from planner.specs.layout import Layout, LayoutArrays
+from planner.specs.model import ModelSpec
+from planner.training.estimate import (
     DEFAULT_HEADROOM,
     TrainingArrays,
     TrainingEstimate,
@@ -21,12 +26,7 @@ from planner.costmodel.training import (
     estimate,
     evaluate,
 )
-from planner.errors import PlannerError
-from planner.search.space import Filters, Points, Problem, Space, build_space, flatten
-from planner.search.suggest import Diagnosis, Suggestion, diagnose, suggest
-from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import Layout, LayoutArrays
-from planner.specs.model import ModelSpec
+from planner.training.rules import RULE_CODES, RULES, violations
 
 OUT_OF_MEMORY = "out_of_memory"
 REASONS: tuple[str, ...] = (*RULE_CODES, OUT_OF_MEMORY)

@@ -10,9 +10,9 @@ from typing import Literal
 
 import numpy as np
 
-from planner.costmodel.training import TrainingArrays
 from planner.errors import PlannerError
 from planner.specs.layout import LayoutArrays
+from planner.training.estimate import TrainingArrays
 
 Objective = Literal["throughput", "memory", "cost"]
 OBJECTIVES: tuple[str, ...] = ("throughput", "memory", "cost")

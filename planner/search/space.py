@@ -34,7 +34,11 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.specs.layout import OPTIMIZER_STATE_BYTES_PER_PARAM, RECOMPUTE_CODES, LayoutArrays
+from planner.specs.layout import (
+    OPTIMIZER_STATE_BYTES_PER_PARAM,
+    RECOMPUTE_CODES,
+    LayoutArrays,
+)
 from planner.specs.model import ModelSpec
 
 MICRO_BATCH_CAP = 16  # larger micro-batches rarely help and multiply the space; pass --micro-batch to go higher

@@ -12,13 +12,12 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from planner.costmodel.rules import violations
-from planner.costmodel.training import MEMORY_KEYS, TrainingEstimate, evaluate
 from planner.errors import PlannerError
-from planner.exporters.common import EXPORT_FORMATS
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
+from planner.training.estimate import MEMORY_KEYS, TrainingEstimate, evaluate
+from planner.training.rules import violations
 
 GIB = float(1 << 30)
 COMPONENTS = tuple(k for k in MEMORY_KEYS if k != "total_bytes")
@@ -172,17 +171,13 @@ def _describe(base: Layout, gpus: int, changes: dict[str, Any], new_gpus: int) -
     return " + ".join(parts), diff
 
 
-def _engine_mapper(engine: str | None) -> Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]] | None:
-    """The exporter's `engine_layout` for an engine format: what that engine would run for a layout."""
-    if engine is None or engine not in EXPORT_FORMATS:
-        return None
-    from planner.exporters.common import _exporter
-
-    return _exporter(engine)[0]
+EngineMapper = Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]]
+"""What an engine would run for a layout, with a note per change; raises PlannerError when it cannot run it
+(an engine writer's `engine_layout`, passed in by the caller so that search stays below the engines)."""
 
 
 def _runnable(model: ModelSpec, base: Layout, changes: dict[str, Any], layout: Layout,
-              mapper: Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]] | None
+              mapper: EngineMapper | None
               ) -> tuple[dict[str, Any], Layout] | None:
     """The candidate as the job's engine would run it (torchtitan has only ZeRO 0 or 3 and pairs tensor with
     sequence parallelism, Megatron-LM has no GPipe, ...), with the changes it really makes; None when the
@@ -205,13 +200,13 @@ def suggest(
     est: TrainingEstimate,
     *,
     limit: int = 5,
-    engine: str | None = None,
+    engine: EngineMapper | None = None,
 ) -> list[Suggestion]:
     """The smallest changes that make `est.layout` fit, each verified by re-estimating it.
 
     One suggestion per knob (the first step of it that fits), singles before pairs, cheaper step time first;
     more GPUs last. Pairs combine the largest step of two knobs and are tried only when no single change fits.
-    With `engine` (deepspeed, megatron, torchtitan) each candidate is first mapped onto what that engine runs,
+    With `engine` (an engine writer's `engine_layout`) each candidate is first mapped onto what that engine runs,
     and dropped when it cannot run it, so that every suggestion can be written back into the engine's file.
     """
     base, gpus = est.layout, est.layout.gpus
@@ -236,7 +231,7 @@ def suggest(
                     continue
                 changes = fixed
             pairs.append((f"{a}+{b}", changes))
-    mapper = _engine_mapper(engine)
+    mapper = engine
     tried = [(family, *runnable) for family, changes in singles + pairs
              if (layout := _candidate(base, changes)) is not None
              and (runnable := _runnable(model, base, changes, layout, mapper)) is not None]

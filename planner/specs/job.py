@@ -6,15 +6,23 @@ configuration (`engine`: a DeepSpeed JSON, Megatron-LM arguments, a torchtitan
 TOML) plus only what that file lacks. Paths inside a job are relative to the
 job file. `planner schema job` prints this schema as JSON Schema.
 
-This module only describes the file; `planner.specs.load.load_job` reads it and
-`planner.importers.engine.assemble` turns it into a validated `Layout`.
+This module only describes the file; `planner.engines.load.load_job` reads it and
+`planner.engines.common.assemble` turns it into a validated `Layout`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from planner.specs.layout import ComputeDtype, GradDtype, Optimizer, Recompute, Schedule
 from planner.specs.model import ModelSpec
@@ -156,7 +164,7 @@ class Job(BaseModel):
             try:
                 return ModelSpec.model_validate(value)
             except ValidationError as err:
-                from planner.specs.load import describe_validation_error
+                from planner.specs.validation import describe_validation_error
 
                 raise ValueError(f"inline model spec: {describe_validation_error(err)}") from None
         return value

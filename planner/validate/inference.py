@@ -10,10 +10,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from planner.costmodel.inference import InferenceArrays, check_layout, estimate_inference
-from planner.costmodel.params import kv_cache_bytes_per_token
+from planner.engines.load import load_hardware, load_model, parse_yaml
+from planner.physics.params import kv_cache_bytes_per_token
+from planner.serving.estimate import InferenceArrays, check_layout, estimate_inference
 from planner.specs.hardware import HardwareProfile
-from planner.specs.load import load_hardware, load_model, parse_yaml
 from planner.validate import ValidationRow
 
 PACKAGE = "planner.validate"

@@ -11,14 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from planner.costmodel.memory import layer_activation_bytes_per_token, model_state_bytes, stage_params
-from planner.costmodel.params import count_params
-from planner.costmodel.step import layer_time
-from planner.costmodel.training import estimate
+from planner.engines.load import load_hardware, read_package_yaml
+from planner.physics.params import count_params
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout
-from planner.specs.load import load_hardware, read_package_yaml, validate_spec
 from planner.specs.model import ModelSpec
+from planner.specs.validation import validate_spec
+from planner.training.estimate import estimate
+from planner.training.memory import (
+    layer_activation_bytes_per_token,
+    model_state_bytes,
+    stage_params,
+)
+from planner.training.time import layer_time
 from planner.validate import ValidationRow
 
 GIB = 2**30

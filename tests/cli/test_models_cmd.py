@@ -104,7 +104,7 @@ def test_show_our_yaml(run_cli, tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(GOOD_YAML)
     row = json.loads(run_cli("models", "show", path, "--format", "json").stdout)
-    # Hand count (see tests/costmodel/test_params.py::test_tiny_gated_gqa_untied): 1352.
+    # Hand count (see tests/physics/test_params.py::test_tiny_gated_gqa_untied): 1352.
     assert row["id"] == "tiny" and row["params"] == 1352
     # 2 x 2 layers x 2 KV heads x head_dim 2 x 2 bytes
     assert row["kv_cache_bytes_per_token"] == 32

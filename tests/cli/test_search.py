@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from planner.costmodel.training import estimate
+from planner.engines.load import load_hardware, load_model
 from planner.specs.layout import Layout
-from planner.specs.load import load_hardware, load_model
+from planner.training.estimate import estimate
 
 BASE = ("search", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "16", "--global-batch", "64",
         "--seq-len", "4096")

@@ -11,14 +11,14 @@ import pytest
 
 from planner.cli.estimate import estimate_command
 from planner.cli.search import EXPORT_FORMATS, search_cmd
-from planner.costmodel.rules import resolve_layout
-from planner.exporters.common import DEFAULT_NAMES
-from planner.exporters.common import EXPORT_FORMATS as EXPORTER_FORMATS
-from planner.importers.deepspeed import import_deepspeed
-from planner.importers.megatron import import_megatron, split_launch_text
-from planner.importers.torchtitan import import_torchtitan
+from planner.engines.deepspeed import import_deepspeed
+from planner.engines.export import DEFAULT_NAMES
+from planner.engines.export import EXPORT_FORMATS as EXPORTER_FORMATS
+from planner.engines.load import load_model, parse_toml
+from planner.engines.megatron import import_megatron, split_launch_text
+from planner.engines.torchtitan import import_torchtitan
 from planner.specs.layout import Layout
-from planner.specs.load import load_model, parse_toml
+from planner.training.rules import resolve_layout
 
 SHARED = ("dtype", "grad_dtype", "optimizer", "flash_attention", "overlap_grad_reduce", "tp_comm_overlap")
 

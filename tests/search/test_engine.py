@@ -7,8 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from planner.costmodel.rules import RULE_CODES, violations
-from planner.costmodel.training import estimate
+from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
 from planner.search.engine import (
     OUT_OF_MEMORY,
@@ -23,7 +22,8 @@ from planner.search.engine import (
 from planner.search.rank import rank
 from planner.search.space import Filters, Problem
 from planner.specs.layout import Layout
-from planner.specs.load import load_hardware, load_model
+from planner.training.estimate import estimate
+from planner.training.rules import RULE_CODES, violations
 
 H100 = load_hardware("h100-sxm").spec
 LLAMA_405B = load_model("llama-3.1-405b").spec

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
 from planner.search.engine import run_search
 from planner.search.rank import (
@@ -18,7 +19,6 @@ from planner.search.rank import (
     training_cost,
 )
 from planner.search.space import Problem
-from planner.specs.load import load_hardware, load_model
 
 H100 = load_hardware("h100-sxm").spec
 LLAMA_8B = load_model("llama-3.1-8b").spec

@@ -9,10 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planner.engines.load import load_model
 from planner.errors import PlannerError
-from planner.search.space import CP_CAP, CP_MIN_SEQ_LEN, MICRO_BATCH_CAP, Filters, Problem, build_space, divisors
+from planner.search.space import (
+    CP_CAP,
+    CP_MIN_SEQ_LEN,
+    MICRO_BATCH_CAP,
+    Filters,
+    Problem,
+    build_space,
+    divisors,
+)
 from planner.specs.layout import RECOMPUTE_NAMES
-from planner.specs.load import load_model
 
 LLAMA_1B = load_model("llama-3.2-1b").spec  # 16 layers, 32 heads
 MIXTRAL = load_model("mixtral-8x7b").spec  # 32 layers, 32 heads, 8 experts

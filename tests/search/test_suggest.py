@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from planner.costmodel.rules import check_layout, resolve_layout
-from planner.costmodel.training import estimate
+from planner.engines.load import load_hardware, load_model
 from planner.search.suggest import diagnose, suggest
-from planner.specs.load import load_hardware, load_model
+from planner.training.estimate import estimate
+from planner.training.rules import check_layout, resolve_layout
 
 HW = load_hardware("h100-sxm").spec
 
@@ -77,13 +77,13 @@ def test_hopeless_layout_gets_no_suggestion():
 def test_engine_suggestions_are_layouts_that_engine_runs(engine):
     """With the job's engine, a candidate is mapped onto what that engine runs before it is estimated: each
     suggestion is its own engine_layout (torchtitan: ZeRO 0 or 3 only, SP with TP), and still fits alone."""
-    from planner.exporters.common import _exporter
+    from planner.engines.export import exporter
 
-    mapper = _exporter(engine)[0]
+    mapper = exporter(engine)[0]
     model, est = _est("llama-3.1-8b", 8, zero=0, recompute="full", micro_batch=1, global_batch=64, seq_len=4096,
                       grad_dtype="fp32")
     assert not est.fits
-    fixes = suggest(model, HW, est, engine=engine)
+    fixes = suggest(model, HW, est, engine=mapper)
     assert fixes
     for fix in fixes:
         assert mapper(model, fix.layout)[0] == fix.layout, fix.description
@@ -93,4 +93,4 @@ def test_engine_suggestions_are_layouts_that_engine_runs(engine):
         assert all(f.layout.zero in (0, 3) for f in fixes)
         assert "zero 0 -> 3" in [f.description for f in fixes]
     else:
-        assert "zero 0 -> 1" in [f.description for f in suggest(model, HW, est, engine=engine)]
+        assert "zero 0 -> 1" in [f.description for f in suggest(model, HW, est, engine=mapper)]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from planner.engines.load import hardware_catalog, load_hardware
 from planner.specs.hardware import HardwareProfile
-from planner.specs.load import hardware_catalog, load_hardware
 
 CATALOG_DIR = Path(__file__).resolve().parents[2] / "hardware_profiles"
 

@@ -14,7 +14,7 @@ import yaml
 
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareProfile
-from planner.specs.load import validate_spec
+from planner.specs.validation import validate_spec
 
 
 def base_profile() -> dict[str, Any]:

@@ -6,8 +6,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from planner.engines.load import load_model, model_catalog
 from planner.errors import PlannerError
-from planner.specs.load import load_model, model_catalog
 from planner.specs.model import ModelSpec
 
 MINIMAL = dict(name="m", num_layers=2, hidden_size=8, num_attention_heads=2, ffn_hidden_size=16,

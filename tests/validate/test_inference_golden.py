@@ -11,7 +11,14 @@ import statistics
 import pytest
 
 from planner.validate import ValidationRow
-from planner.validate.inference import inference_cases, kv_cache_rows, measured_si, predict_case, rows, serving_rows
+from planner.validate.inference import (
+    inference_cases,
+    kv_cache_rows,
+    measured_si,
+    predict_case,
+    rows,
+    serving_rows,
+)
 
 CASES = inference_cases()["cases"]
 

@@ -11,10 +11,10 @@ import statistics
 
 import pytest
 
-from planner.costmodel.training import estimate
+from planner.engines.load import load_hardware
 from planner.specs.layout import Layout
-from planner.specs.load import load_hardware
 from planner.specs.model import ModelSpec
+from planner.training.estimate import estimate
 from planner.validate import ValidationRow
 from planner.validate.training import memory_cases, rows, training_cases, training_rows
 

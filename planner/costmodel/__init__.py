@@ -1,1 +1,0 @@
-"""The cost model: pure functions over specs, numpy-friendly (scalars or arrays)."""

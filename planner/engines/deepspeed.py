@@ -1,0 +1,407 @@
+"""DeepSpeed JSON config -> Layout fields, read as DeepSpeed's runtime reads it.
+
+What the JSON holds: the ZeRO stage, the batch sizes (with DeepSpeed's derivation
+rules and the HuggingFace Trainer's "auto"), bf16/fp16, the gradient-accumulation
+dtype, the optimizer, activation checkpointing, AutoTP's `tensor_parallel.autotp_size`
+and the pipeline engine's `pipeline.stages`. What it does not hold (model, GPU count,
+sequence length, context parallelism, ...) comes from the job, or from the
+`_planner` block that `planner export --to deepspeed` writes (DeepSpeed ignores it).
+
+CPU/NVMe offload and ZeRO++ secondary partitions are rejected: planner does not model them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from planner.engines.common import (
+    Collected,
+    EngineImport,
+    ExportContext,
+    data_parallel_degree,
+    prediction_lines,
+    require,
+    resolve_batch,
+)
+from planner.errors import PlannerError
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+
+PLANNER_KEY = "_planner"
+
+# Top-level keys that do not change per-GPU memory (logging, schedules, clipping, checkpoint I/O).
+IGNORED_KEYS: frozenset[str] = frozenset({
+    "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "prescale_gradients",
+    "gradient_predivide_factor", "communication_data_type", "seq_parallel_communication_data_type",
+    "tensorboard", "wandb", "csv_monitor", "comet", "monitor_config", "flops_profiler", "comms_logger",
+    "memory_breakdown", "dump_state", "checkpoint", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer", "sparse_gradients", "timers", "disable_allgather",
+    "dataloader_drop_last", "load_universal_checkpoint", "use_node_local_storage", "graph_harvesting",
+    "eigenvalue", "progressive_layer_drop", "nebula", "compile", "use_data_before_expert_parallelism",
+    "zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+    "fp16", "bf16", "bfloat16", "data_types", "optimizer", "activation_checkpointing", "pipeline",
+    "tensor_parallel", "amp", "aio", PLANNER_KEY,
+})
+
+# Settings that change memory in ways planner does not model: read the rest, say so on stderr.
+APPROXIMATED_KEYS: dict[str, str] = {
+    "curriculum_learning": "curriculum learning shortens early sequences; planner uses the full seq_len",
+    "data_efficiency": "data-efficiency sampling/routing is not modelled; planner uses the full seq_len",
+    "elasticity": "elastic training may change the batch size; planner uses the configured one",
+    "autotuning": "autotuning picks micro-batch and ZeRO settings at run time; planner uses the ones given",
+    "compression_training": "compression training (quantisation/pruning) is not modelled",
+    "sparse_attention": "sparse attention is not modelled; planner assumes dense attention",
+    "quantize_training": "quantised training is not modelled",
+    "hybrid_engine": "the RLHF hybrid engine's inference buffers are not modelled",
+}
+
+ZERO_IGNORED: frozenset[str] = frozenset({
+    "stage", "contiguous_gradients", "reduce_scatter", "allgather_partitions", "overlap_comm",
+    "load_from_fp32_weights", "elastic_checkpoint", "sub_group_size", "stage3_param_persistence_threshold",
+    "stage3_model_persistence_threshold", "stage3_max_reuse_distance", "stage3_max_live_parameters", "stage3_gather_16bit_weights_on_model_save",
+    "stage3_gather_fp16_weights_on_model_save", "gather_16bit_weights_on_model_save", "ignore_unused_parameters",
+    "legacy_stage1", "round_robin_gradients", "memory_efficient_linear", "use_multi_rank_bucket_allreduce",
+    "stage3_module_granularity_threshold", "stage3_use_all_reduce_for_fetch_params", "pipeline_loading_checkpoint",
+    "override_module_apply", "log_trace_cache_warnings", "zero_quantized_weights",
+    "zero_quantized_nontrainable_weights", "zero_quantized_gradients", "mics_hierarchical_params_gather",
+    "offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory",
+    "zero_hpz_partition_size", "mics_shard_size", "zeropp_loco_param",
+})
+BUCKET_KEYS: tuple[str, ...] = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size")
+
+# Optimizer state per parameter: Adam-like keep two fp32 moments, the rest one.
+ADAM_LIKE: frozenset[str] = frozenset({
+    "adam", "adamw", "fusedadam", "cpuadam", "deepspeedcpuadam", "onebitadam", "zerooneadam", "lamb",
+    "fusedlamb", "onebitlamb",
+})
+ONE_STATE: frozenset[str] = frozenset({"sgd", "lion", "fusedlion", "adagrad", "cpuadagrad"})
+
+_DTYPES = {"fp32": "fp32", "float32": "fp32", "torch.float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
+           "torch.bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "torch.float16": "fp16"}
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "auto"
+
+
+def _int_or_auto(config: Mapping[str, Any], key: str, source: str) -> int | None:
+    """An int, or None when the key is missing or "auto" (the HF Trainer fills those)."""
+    value = config.get(key)
+    if value is None or _is_auto(value):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlannerError(f"must be a positive integer or \"auto\", got {value!r}", source=source, field=key)
+    return value
+
+
+def _enabled(section: Any, key: str, source: str) -> bool | None:
+    """`{"enabled": true|false|"auto"}` -> True/False, None for "auto" or a missing section."""
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise PlannerError("expected a mapping with 'enabled'", source=source, field=key)
+    value = section.get("enabled", False)
+    if _is_auto(value):
+        return None
+    if not isinstance(value, bool):
+        raise PlannerError(f"enabled must be true, false or \"auto\", got {value!r}", source=source, field=key)
+    return value
+
+
+def _offload_device(section: Any) -> str:
+    if isinstance(section, dict):
+        return str(section.get("device", "none")).lower()
+    return "none" if not section else "cpu"
+
+
+def _read_zero(config: Mapping[str, Any], got: Collected) -> None:
+    zero = config.get("zero_optimization")
+    if zero is None:
+        return
+    if not isinstance(zero, dict):
+        raise PlannerError("expected a mapping", source=got.source, field="zero_optimization")
+    stage = zero.get("stage", 0)
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise PlannerError(f"stage must be 0, 1, 2 or 3, got {stage!r}", source=got.source, field="zero_optimization.stage")
+    got.set("zero", stage, "zero_optimization.stage")
+    for key in ("offload_optimizer", "offload_param"):
+        device = _offload_device(zero.get(key))
+        if device not in ("none", ""):
+            raise PlannerError(
+                f"{device.upper()} offload is not modelled by planner (it moves "
+                f"{'optimizer states' if key == 'offload_optimizer' else 'parameters'} off the GPU and changes "
+                "step time); remove it to check the on-GPU layout",
+                source=got.source, field=f"zero_optimization.{key}.device",
+            )
+    for key in ("cpu_offload", "cpu_offload_param"):
+        if zero.get(key):
+            raise PlannerError("CPU offload is not modelled by planner; remove it to check the on-GPU layout",
+                               source=got.source, field=f"zero_optimization.{key}")
+    hpz = zero.get("zero_hpz_partition_size", 1)
+    if isinstance(hpz, int) and hpz > 1:
+        raise PlannerError("ZeRO++ hierarchical partitioning keeps a secondary parameter copy that planner does "
+                           "not model; remove it or set it to 1", source=got.source,
+                           field="zero_optimization.zero_hpz_partition_size")
+    mics = zero.get("mics_shard_size", -1)
+    if isinstance(mics, int) and mics > 0:
+        raise PlannerError("MiCS shards within sub-groups, which planner does not model; remove mics_shard_size",
+                           source=got.source, field="zero_optimization.mics_shard_size")
+    buckets = [f"{k}={zero[k]}" for k in BUCKET_KEYS if k in zero and not _is_auto(zero[k])]
+    if buckets:
+        got.warn(f"zero_optimization {', '.join(buckets)}: bucket sizes are not read; planner sizes ZeRO "
+                 "communication buffers as one layer's parameters/gradients")
+    for key in zero:
+        if key not in ZERO_IGNORED and key not in BUCKET_KEYS:
+            got.warn(f"zero_optimization.{key} is not known to planner and was ignored; if it changes memory, "
+                     "the estimate does not include it")
+
+
+def _read_precision(config: Mapping[str, Any], got: Collected) -> None:
+    fp16 = _enabled(config.get("fp16"), "fp16", got.source)
+    bf16_section = config.get("bf16", config.get("bfloat16"))
+    bf16 = _enabled(bf16_section, "bf16", got.source)
+    amp = _enabled(config.get("amp"), "amp", got.source)
+    if amp:
+        raise PlannerError("NVIDIA Apex AMP is not modelled; use bf16 or fp16 mixed precision", source=got.source,
+                           field="amp.enabled")
+    if fp16 and bf16:
+        raise PlannerError("fp16 and bf16 are both enabled; enable one", source=got.source, field="bf16.enabled")
+    if fp16:
+        got.set("dtype", "fp16", "fp16.enabled")
+    elif bf16:
+        got.set("dtype", "bf16", "bf16.enabled")
+    elif bf16 is False:
+        raise PlannerError("bf16 is disabled and fp16 is not enabled, so DeepSpeed trains in fp32, which planner "
+                           "does not model; enable bf16 or fp16", source=got.source, field="bf16.enabled")
+    data_types = config.get("data_types") or {}
+    accum = data_types.get("grad_accum_dtype") if isinstance(data_types, dict) else None
+    if accum is not None:
+        if str(accum).lower() not in _DTYPES:
+            raise PlannerError(f"unknown dtype {accum!r}; use fp32, bf16 or fp16", source=got.source,
+                               field="data_types.grad_accum_dtype")
+        got.set("grad_dtype", _DTYPES[str(accum).lower()], "data_types.grad_accum_dtype")
+
+
+def _read_optimizer(config: Mapping[str, Any], got: Collected) -> None:
+    opt = config.get("optimizer")
+    if not isinstance(opt, dict) or "type" not in opt:
+        return  # the client's optimizer (HF Trainer: AdamW); the job's or planner's default applies
+    name = str(opt["type"]).lower().replace("_", "")
+    if name in ADAM_LIKE:
+        got.set("optimizer", "adam", "optimizer.type")
+        if name in ("cpuadam", "deepspeedcpuadam"):
+            raise PlannerError("DeepSpeedCPUAdam runs the optimizer on the CPU (offload), which planner does not "
+                               "model", source=got.source, field="optimizer.type")
+    elif name in ONE_STATE:
+        got.set("optimizer", "sgd", "optimizer.type")
+        if name != "sgd":
+            got.warn(f"optimizer {opt['type']} keeps one state per parameter; planner counts it as SGD with "
+                     "momentum (fp32 master + one fp32 state)")
+    else:
+        raise PlannerError(f"optimizer {opt['type']!r} is not modelled; planner knows Adam-like optimizers "
+                           "(Adam, AdamW, Lamb, 1-bit Adam) and one-state ones (SGD, Lion, Adagrad)",
+                           source=got.source, field="optimizer.type")
+
+
+def _read_checkpointing(config: Mapping[str, Any], got: Collected, *, said: bool) -> None:
+    """`pipeline.activation_checkpoint_interval` > 0 makes DeepSpeed's PipelineModule checkpoint its layers.
+    An `activation_checkpointing` section only configures DeepSpeed's checkpointing API: whether layers are
+    checkpointed is up to the model code (Megatron-DeepSpeed's --checkpoint-activations, the HF Trainer's
+    --gradient_checkpointing). So the section reads as recompute full by default, which the job may
+    override; `said` is whether the job (or planner's own export) states it, else a warning says so."""
+    ac = config.get("activation_checkpointing")
+    pipe = config.get("pipeline") if isinstance(config.get("pipeline"), dict) else {}
+    interval = pipe.get("activation_checkpoint_interval", 0) if pipe else 0
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval > 0:
+        got.set("recompute", "full", "pipeline.activation_checkpoint_interval")
+    if isinstance(ac, dict):
+        if ac.get("cpu_checkpointing"):
+            raise PlannerError("checkpointed activations offloaded to the CPU are not modelled; set it to false",
+                               source=got.source, field="activation_checkpointing.cpu_checkpointing")
+        if "recompute" not in got.values:
+            got.set("recompute", "full", "activation_checkpointing", explicit=False)
+            if not said:
+                got.warn("activation_checkpointing configures DeepSpeed's checkpointing API, but the model code "
+                         "decides whether layers are checkpointed (HF Trainer: --gradient_checkpointing); read as "
+                         "recompute full. If the model does not checkpoint, give parallel.recompute none "
+                         "(--recompute none)")
+        if ac.get("partition_activations"):
+            got.warn("activation_checkpointing.partition_activations splits checkpoints across tensor-parallel "
+                     "ranks; planner does not model the split (its activation figure is an upper bound)")
+
+
+def _read_degrees(config: Mapping[str, Any], got: Collected) -> None:
+    tp_section = config.get("tensor_parallel")
+    if isinstance(tp_section, dict):
+        size = tp_section.get("autotp_size", tp_section.get("tp_size", 0))
+        if isinstance(size, int) and size > 1:
+            got.set("tp", size, "tensor_parallel.autotp_size")
+    pipe = config.get("pipeline")
+    if isinstance(pipe, dict):
+        stages = pipe.get("stages", "auto")
+        if isinstance(stages, int) and not isinstance(stages, bool) and stages >= 1:
+            got.set("pp", stages, "pipeline.stages")
+
+
+def _bf16_optimizer(fields: dict[str, Any], got: Collected, given: Mapping[str, Any],
+                    fallback: Mapping[str, Any]) -> None:
+    """bf16 without ZeRO, as DeepSpeed's _do_optimizer_sanity_check picks the optimizer wrapper for it.
+
+    - fp32 gradient accumulation, or a pipeline (PipelineModule): BF16_Optimizer, which keeps a full
+      gradient buffer but shards the fp32 master weights and optimizer states over data parallelism,
+      i.e. ZeRO 1 (DeepSpeed before 0.18 chose it for every bf16 run without ZeRO, since it accumulated
+      bf16 gradients in fp32 by default; 0.18+ rejects fp32 accumulation without ZeRO or a pipeline);
+    - otherwise (0.18+, bf16 accumulation): the unsharded FP16_Optimizer in bf16 mode, ZeRO 0."""
+    if fields.get("dtype") not in ("bf16", "fp8") or int(fields.get("zero", 0)) != 0 or "zero" in given:
+        return
+    if fields.get("grad_dtype") == "fp32" or int(fields.get("pp", 1)) > 1:
+        fields["zero"] = 1
+        got.origin["zero"] = "bf16 without ZeRO (DeepSpeed's BF16_Optimizer shards optimizer states as ZeRO 1)"
+    elif fallback.get("zero") is None:
+        got.warn("bf16 without ZeRO: DeepSpeed 0.18+ accumulates bf16 gradients and keeps the optimizer states "
+                 "unsharded (read so); before 0.18 it accumulated in fp32 with BF16_Optimizer, which shards them "
+                 "as ZeRO 1 -- for those versions set data_types.grad_accum_dtype to \"fp32\"")
+
+
+def _planner_fallback(config: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Layout fields from the `_planner` block an export wrote: used only where nothing else sets them."""
+    block = config.get(PLANNER_KEY)
+    if not isinstance(block, dict):
+        return {}
+    layout = block.get("layout")
+    if not isinstance(layout, dict):
+        return {}
+    return {k: v for k, v in layout.items() if k not in ("global_batch", "micro_batch", "dp")}
+
+
+def import_deepspeed(
+    config: Any, *, gpus: int, given: Mapping[str, Any], source: str
+) -> EngineImport:
+    """A DeepSpeed config dict, the GPU count and the job's own layout fields -> Layout fields."""
+    if not isinstance(config, dict):
+        raise PlannerError("a DeepSpeed config is a JSON object", source=source)
+    got = Collected(source=source)
+    for key, note in APPROXIMATED_KEYS.items():
+        if key in config:
+            got.warn(f"{key}: {note}")
+    for key in config:
+        if key not in IGNORED_KEYS and key not in APPROXIMATED_KEYS:
+            got.warn(f"{key} is not known to planner and was ignored; if it changes memory, the estimate does "
+                     "not include it")
+    _read_zero(config, got)
+    _read_precision(config, got)
+    _read_optimizer(config, got)
+    fallback = _planner_fallback(config, source)
+    _read_checkpointing(config, got, said="recompute" in given or fallback.get("recompute") == "full")
+    _read_degrees(config, got)
+
+    fields = got.merge({k: v for k, v in given.items() if k not in ("global_batch", "micro_batch")}, fallback)
+    if fields.get("dtype") == "bf16" and fallback.get("dtype") == "fp8" and "dtype" not in given:
+        fields["dtype"] = "fp8"  # an exported fp8 layout: bf16 is its base precision, fp8 the GEMMs (TE, in code)
+        got.origin["dtype"] = f"{PLANNER_KEY}.layout.dtype"
+    if fields.get("dtype") is None:
+        auto = any(isinstance(config.get(k), dict) and _is_auto(config[k].get("enabled")) for k in ("bf16", "fp16"))
+        raise PlannerError(
+            ("bf16/fp16 \"enabled\" is \"auto\" (the HuggingFace Trainer fills it from --bf16/--fp16)" if auto else
+             "the config enables neither bf16 nor fp16 (DeepSpeed would train in fp32, which planner does not model)")
+            + "; give training.dtype or --dtype", source=source)
+    if "grad_dtype" not in fields:
+        # DeepSpeed's engine.get_data_types() (0.18+): gradients accumulate in the model dtype unless
+        # data_types.grad_accum_dtype says otherwise (fp8 trains on a bf16 base).
+        fields["grad_dtype"] = "bf16" if fields["dtype"] == "fp8" else fields["dtype"]
+    _bf16_optimizer(fields, got, given, fallback)
+
+    dp = data_parallel_degree(gpus, fields, source)
+    fields["dp"] = dp
+    train = _int_or_auto(config, "train_batch_size", source)
+    micro = _int_or_auto(config, "train_micro_batch_size_per_gpu", source)
+    accum = _int_or_auto(config, "gradient_accumulation_steps", source)
+    for name, file_value, key in (("global_batch", train, "train_batch_size"),
+                                  ("micro_batch", micro, "train_micro_batch_size_per_gpu")):
+        if name in given and file_value is not None and given[name] != file_value:
+            raise PlannerError(f"{name} = {given[name]} contradicts {key} = {file_value} in the engine file; "
+                               "remove it from the job or change the file", source=source)
+    names = ("train_batch_size" if train is not None else "training.global_batch",
+             "train_micro_batch_size_per_gpu" if micro is not None else "parallel.micro_batch",
+             "gradient_accumulation_steps")
+    train = train if train is not None else given.get("global_batch")
+    micro = micro if micro is not None else given.get("micro_batch")
+    if micro is None and train is None and _is_auto(config.get("train_micro_batch_size_per_gpu")):
+        raise PlannerError("train_micro_batch_size_per_gpu is \"auto\" (the HuggingFace Trainer fills it from "
+                           "--per_device_train_batch_size); give parallel.micro_batch or --micro-batch",
+                           source=source)
+    fields["global_batch"], fields["micro_batch"] = resolve_batch(
+        global_batch=train, micro_batch=micro, grad_accum=accum, dp=dp, source=source, names=names,
+    )
+    require(fields, "seq_len", source, "a DeepSpeed config has no sequence length; add it to the job or pass --seq-len")
+    return EngineImport(format="deepspeed", source=source, fields=fields, warnings=tuple(got.warnings),
+                        origins=dict(got.origin))
+
+
+# --- writer ----------------------------------------------------------------------------------------
+# Layout -> DeepSpeed JSON config.
+# 
+# JSON has no comments, so planner's prediction goes in a top-level `"_planner"` key,
+# which DeepSpeed's config reader never looks up (it reads the keys it knows). The same
+# block holds the layout fields a DeepSpeed config cannot express (sequence length,
+# context and sequence parallelism, interleaving, the kernels); `planner.engines.deepspeed`
+# uses them only where neither the config's own keys nor the job set a value, so the file
+# alone reads back to the same layout.
+
+def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
+    """Every layout field is either a DeepSpeed key or carried in the `_planner` block; without ZeRO, DeepSpeed
+    picks its optimizer wrapper from the precisions (engine._do_optimizer_sanity_check): half-precision
+    gradients in the model dtype, or, for bf16 with fp32 gradients or a pipeline, BF16_Optimizer, which shards
+    the optimizer states as ZeRO 1."""
+    if layout.zero != 0:
+        return layout, ()
+    half = "fp16" if layout.dtype == "fp16" else "bf16"
+    if half == "bf16" and (layout.grad_dtype == "fp32" or layout.pp > 1):
+        return layout.model_copy(update={"zero": 1}), (
+            "zero 0 -> 1: DeepSpeed runs bf16 without ZeRO with fp32 gradients or a pipeline through its "
+            "BF16_Optimizer, which shards the optimizer states over data parallelism as ZeRO 1",)
+    if layout.grad_dtype != half:
+        return layout.model_copy(update={"grad_dtype": half}), (
+            f"grad_dtype {layout.grad_dtype} -> {half}: without ZeRO DeepSpeed accumulates {layout.dtype} gradients "
+            f"in {half}",)
+    return layout, ()
+
+
+def config_dict(ctx: ExportContext) -> dict[str, Any]:
+    lay = ctx.layout
+    config: dict[str, Any] = {
+        "train_batch_size": lay.global_batch,
+        "train_micro_batch_size_per_gpu": lay.micro_batch,
+        "gradient_accumulation_steps": lay.global_batch // (lay.micro_batch * lay.dp),
+    }
+    if lay.dtype == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    else:  # bf16, and the bf16 base of fp8 training (Transformer Engine casts per GEMM)
+        config["bf16"] = {"enabled": True}
+    config["data_types"] = {"grad_accum_dtype": lay.grad_dtype}
+    config["zero_optimization"] = {"stage": lay.zero, "overlap_comm": lay.overlap_grad_reduce,
+                                   "contiguous_gradients": True}
+    if lay.recompute == "full":
+        config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
+                                              "contiguous_memory_optimization": False}
+    if lay.tp > 1:
+        config["tensor_parallel"] = {"autotp_size": lay.tp}
+    if lay.pp > 1:
+        config["pipeline"] = {"stages": lay.pp}
+    config["gradient_clipping"] = 1.0
+    config["steps_per_print"] = 10
+    config[PLANNER_KEY] = {
+        "comment": "Written by planner; DeepSpeed ignores this key. 'layout' holds what DeepSpeed keys cannot "
+                   "express; planner check reads it back where the config and the job are silent.",
+        "prediction": prediction_lines(ctx),
+        "model": ctx.model_id,
+        "hardware": ctx.hardware_id,
+        "gpus": lay.gpus,
+        "layout": lay.model_dump(),
+    }
+    return config
+
+
+def render(ctx: ExportContext) -> str:
+    return json.dumps(config_dict(ctx), indent=2) + "\n"

@@ -1,0 +1,83 @@
+"""What the three exporters share: the prediction header, and `write_export`, which `planner export` and
+`planner search --export` call.
+
+An engine fixes some settings itself (torchtitan keeps fp32 gradients and always pairs tensor with
+sequence parallelism, for instance). Each exporter first maps the layout onto what its engine can run
+(`engine_layout`), with a note for every change; when the mapped layout differs, the prediction in
+the header is re-estimated for it, so the header always describes the file. Rendering is pure;
+`write_export` is the one function here that writes a file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from planner.engines import deepspeed, megatron, torchtitan
+from planner.engines.common import ExportContext, ExportFile
+from planner.errors import PlannerError
+from planner.specs.hardware import HardwareProfile
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+from planner.training.estimate import TrainingEstimate, estimate
+
+EXPORT_FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan")
+DEFAULT_NAMES: dict[str, str] = {
+    "megatron": "megatron_args.sh",
+    "deepspeed": "ds_config.json",
+    "torchtitan": "torchtitan.toml",
+}
+
+
+Renderer = Callable[[ExportContext], str]
+Mapper = Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]]
+
+
+def exporter(fmt: str) -> tuple[Mapper, Renderer]:
+    modules = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan}
+    if fmt not in modules:
+        raise PlannerError(f"unknown export format '{fmt}'; use one of {', '.join(EXPORT_FORMATS)}")
+    return modules[fmt].engine_layout, modules[fmt].render
+
+
+def render_export(
+    fmt: str,
+    model_id: str,
+    model: ModelSpec,
+    hw: HardwareProfile,
+    layout: Layout,
+    est: TrainingEstimate,
+    *,
+    hardware_id: str | None = None,
+) -> ExportFile:
+    """The launch configuration for `layout` in `fmt`, with planner's prediction in its header."""
+    mapper, renderer = exporter(fmt)
+    mapped, notes = mapper(model, layout)
+    if mapped != layout:
+        est = estimate(model, hw, mapped, headroom=est.headroom)
+    ctx = ExportContext(format=fmt, model_id=model_id, model=model, hardware_id=hardware_id or hw.name, hardware=hw,
+                        layout=mapped, estimate=est, notes=notes)
+    return ExportFile(format=fmt, name=DEFAULT_NAMES[fmt], text=renderer(ctx), layout=mapped, notes=notes)
+
+
+def write_export(
+    fmt: str,
+    model_id: str,
+    model: ModelSpec,
+    hw: HardwareProfile,
+    layout: Layout,
+    est: TrainingEstimate,
+    directory: Path,
+    *,
+    hardware_id: str | None = None,
+    name: str | None = None,
+) -> Path:
+    """Render and write the launch configuration into `directory` (created if missing); returns its path."""
+    exported = render_export(fmt, model_id, model, hw, layout, est, hardware_id=hardware_id)
+    target = Path(directory) / (name or exported.name)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(exported.text, encoding="utf-8")
+    except OSError as err:
+        raise PlannerError(f"cannot write: {err.strerror or err}", source=str(target)) from None
+    return target

@@ -1,0 +1,718 @@
+"""Megatron-LM arguments -> Layout fields and, when no model is given, the ModelSpec they describe.
+
+Input is the text of an arguments file or a launch script (`split_launch_text`) or a list of
+flags. Flags are read with Megatron-LM's defaults and derivations (megatron/training/arguments.py
+and TransformerConfig): ffn 4h (or the SwiGLU 8h/3 rounded to 64), tied embeddings unless
+--untie-embeddings-and-output-weights, biases unless --disable-bias-linear, dropout 0.1,
+LayerNorm, learned absolute positions, vocabulary padded to make-vocab-size-divisible-by x tp,
+bf16 gradients accumulated in fp32, global batch = micro batch x dp by default.
+
+Flags that change memory in ways planner does not model are errors (CPU offload) or warnings;
+flags known not to change memory are skipped; any other flag is a warning.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Mapping, Sequence
+
+from pydantic import ValidationError
+
+from planner.engines.common import (
+    Collected,
+    EngineImport,
+    ExportContext,
+    data_parallel_degree,
+    prediction_lines,
+    require,
+    resolve_batch,
+)
+from planner.engines.shell import first_marker, launch_flags
+from planner.errors import PlannerError
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+
+# kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true)
+READ_FLAGS: dict[str, str] = {
+    **{f: "int" for f in (
+        "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
+        "expert-model-parallel-size", "expert-tensor-parallel-size", "num-layers-per-virtual-pipeline-stage",
+        "virtual-pipeline-model-parallel-size", "num-virtual-stages-per-pipeline-rank", "recompute-num-layers",
+        "micro-batch-size", "batch-size", "global-batch-size", "seq-length", "num-layers", "hidden-size",
+        "num-attention-heads", "ffn-hidden-size", "num-query-groups", "kv-channels", "max-position-embeddings",
+        "padded-vocab-size", "vocab-size", "make-vocab-size-divisible-by", "num-experts", "moe-router-topk",
+        "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "q-lora-rank", "kv-lora-rank",
+        "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "decoder-first-pipeline-num-layers",
+        "decoder-last-pipeline-num-layers", "mtp-num-layers", "encoder-seq-length", "encoder-num-layers",
+    )},
+    **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
+    **{f: "str" for f in (
+        "recompute-granularity", "recompute-method", "position-embedding-type", "normalization", "optimizer",
+        "attention-backend", "fp8-format", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
+        "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
+        "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype",
+    )},
+    **{f: "list" for f in ("recompute-modules", "rampup-batch-size")},  # nargs='*' in Megatron-LM
+    **{f: "bool" for f in (
+        "sequence-parallel", "recompute-activations", "checkpoint-activations", "group-query-attention", "swiglu",
+        "untie-embeddings-and-output-weights", "use-distributed-optimizer", "bf16", "fp16", "disable-bias-linear",
+        "add-qkv-bias", "qk-layernorm", "overlap-grad-reduce", "tp-comm-overlap", "use-flash-attn",
+        "use-torch-fsdp2", "use-megatron-fsdp", "accumulate-allreduce-grads-in-fp32", "grad-reduce-in-bf16",
+        "cpu-offloading", "optimizer-cpu-offload", "use-rotary-position-embeddings", "no-position-embedding",
+        "multi-latent-attention", "moe-router-enable-expert-bias", "distribute-saved-activations", "squared-relu",
+        "openai-gelu", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
+        "fp8-param-gather", "use-precision-aware-optimizer",
+    )},
+}
+
+# Flags that do not change per-GPU memory (learning rate, data, logging, checkpoints, fusions, RNG).
+IGNORED_FLAGS: frozenset[str] = frozenset({
+    "lr", "min-lr", "lr-decay-style", "lr-decay-iters", "lr-decay-samples", "lr-warmup-iters", "lr-warmup-samples",
+    "lr-warmup-fraction", "lr-warmup-init", "weight-decay", "start-weight-decay", "end-weight-decay",
+    "weight-decay-incr-style", "clip-grad", "adam-beta1", "adam-beta2", "adam-eps", "sgd-momentum",
+    "init-method-std", "init-method-xavier-uniform", "train-iters", "train-samples", "eval-iters", "eval-interval",
+    "save", "load", "save-interval", "log-interval", "data-path", "train-data-path", "valid-data-path",
+    "test-data-path", "split", "tokenizer-model", "vocab-file", "merge-file", "data-cache-path", "tensorboard-dir",
+    "tensorboard-queue-size", "wandb-project", "wandb-exp-name", "wandb-save-dir", "wandb-entity", "seed",
+    "log-throughput", "log-timers-to-tensorboard", "log-validation-ppl-to-tensorboard", "log-memory-to-tensorboard",
+    "log-params-norm", "log-num-zeros-in-grad", "log-progress", "log-world-size-to-tensorboard",
+    "log-loss-scale-to-tensorboard", "log-batch-size-to-tensorboard", "timing-log-level", "timing-log-option",
+    "distributed-backend", "distributed-timeout-minutes", "num-workers", "use-mcore-models", "use-legacy-models",
+    "transformer-impl", "ckpt-format", "exit-interval", "exit-duration-in-mins", "exit-signal-handler",
+    "use-checkpoint-args", "rotary-base", "rotary-percent", "rotary-interleaved", "rotary-seq-len-interpolation-factor",
+    "rope-scaling-factor", "use-rope-scaling", "rope-type", "norm-epsilon", "apply-layernorm-1p",
+    "attention-softmax-in-fp32", "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion",
+    "no-bias-dropout-fusion", "no-rope-fusion", "no-persist-layer-norm", "no-gradient-accumulation-fusion",
+    "loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis", "manual-gc",
+    "manual-gc-interval", "manual-gc-eval", "overlap-param-gather", "overlap-param-gather-with-optimizer-step",
+    "async-save", "no-async-tensor-model-parallel-allreduce", "moe-router-load-balancing-type",
+    "moe-aux-loss-coeff", "moe-z-loss-coeff", "moe-grouped-gemm", "moe-token-dispatcher-type",
+    "moe-router-score-function", "moe-router-pre-softmax", "moe-token-drop-policy", "moe-permute-fusion",
+    "moe-router-dtype", "moe-pad-expert-input-to-capacity", "moe-router-bias-update-rate",
+    "moe-router-num-groups", "moe-router-group-topk", "moe-router-topk-scaling-factor", "moe-input-jitter-eps",
+    "eod-mask-loss", "reset-position-ids", "reset-attention-mask", "mock-data", "dataloader-type",
+    "profile", "profile-step-start", "profile-step-end", "profile-ranks", "use-pytorch-profiler", "no-load-optim",
+    "no-load-rng", "no-save-optim", "no-save-rng", "finetune", "deterministic-mode",
+    "cross-entropy-loss-fusion", "cross-entropy-fusion-impl", "calculate-per-token-loss", "use-dist-ckpt",
+    "dist-ckpt-format", "dist-ckpt-strictness", "auto-detect-ckpt-format", "spec",
+    "no-create-attention-mask-in-dataloader", "defer-embedding-wgrad-compute", "tp-comm-overlap-cfg",
+    "tp-comm-bulk-wgrad", "tp-comm-bulk-dgrad", "no-check-for-nan-in-loss-and-grad", "check-for-nan-in-loss-and-grad",
+    "bias-dropout-fusion", "masked-softmax-fusion", "bias-gelu-fusion", "apply-query-key-layer-scaling",
+    "fp8-margin", "fp8-interval", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp8-recipe",
+    "no-fp8-wgrad", "first-last-layers-bf16", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
+    "empty-unused-memory-level", "ddp-bucket-size", "ddp-average-in-collective", "align-grad-reduce",
+    "align-param-gather", "num-distributed-optimizer-instances", "use-ring-exchange-p2p",
+    "overlap-p2p-communication", "no-overlap-p2p-communication", "decoder-num-layers",
+    "decoder-seq-length", "train-sync-interval", "log-straggler", "straggler-minmax-count",
+    "enable-one-logger", "one-logger-project", "one-logger-run-name", "ckpt-fully-parallel-save",
+    "ckpt-fully-parallel-load", "ckpt-assume-constant-structure", "no-ckpt-fully-parallel-save",
+    "retro-project-dir", "micro-batch-size-schedule", "recompute-granularity-selective", "qk-l2-norm",
+    "kv-lora-rank-ignored", "no-rope-freq", "cp-comm-type", "hierarchical-context-parallel-sizes",
+    "nccl-communicator-config-path", "use-tp-pp-dp-mapping", "high-priority-stream-groups", "keep-fp8-transpose-cache",
+    "exit-on-missing-checkpoint", "use-persistent-ckpt-worker", "non-persistent-save-interval",
+    "non-persistent-ckpt-type", "non-persistent-global-ckpt-dir", "ckpt-convert-format", "ckpt-convert-save",
+    "ckpt-step", "pretrained-checkpoint", "load-main-params-from-ckpt", "data-args-path", "per-split-data-args-path",
+    "object-storage-cache-path", "mid-level-dataset-surplus", "s3-cache-path", "train-mode", "tokenizer-prompt-format",
+    "tiktoken-pattern", "tiktoken-num-special-tokens", "tiktoken-special-tokens", "legacy-tokenizer",
+    "decoupled-lr", "decoupled-min-lr", "mmap-bin-files", "no-mmap-bin-files", "rerun-mode", "lr-wsd-decay-style", "lr-wsd-decay-iters", "lr-wsd-decay-samples",
+})
+
+FSDP_STRATEGY_ZERO: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+GPT2_VOCAB = 50257  # GPT2BPETokenizer (Radford et al. 2019): 50,257 tokens
+
+
+
+# Launch-script text -> flags ------------------------------------------------------------------
+def read_launch_text(text: str, source: str) -> tuple[list[str], list[str]]:
+    """The Megatron flags in an arguments file or a launch script, and warnings about reading it.
+
+    The script is read as bash would run it (`planner.engines.shell`): comments, continuations,
+    `NAME=value`, bash arrays `NAME=( ... )` / `NAME+=( ... )`, `$NAME`, `${NAME[@]}`, `${NAME:-x}`,
+    `$(( ... ))` and `if`/`else` tests on those variables. When a command runs a Python script
+    (`torchrun ... pretrain_gpt.py ARGS`), only the arguments after the script are taken; otherwise
+    every line is a line of flags. A variable the file does not define is kept as a marker and becomes
+    an error if planner needs its value (see `parse_flags`).
+    """
+    return launch_flags(text, source)
+
+
+def split_launch_text(text: str, source: str) -> list[str]:
+    """The Megatron flags in an arguments file or a launch script (`read_launch_text` without the warnings)."""
+    return read_launch_text(text, source)[0]
+
+
+def _undefined(name: str) -> str:
+    if name.isdigit():
+        return f"${name} (the script's argument {name}) is not known"
+    if name.startswith(("$(", "`")):
+        return f"{name} is a command's output, which planner does not run"
+    return f"${name} is not defined in the file"
+
+
+# Flags -> values -------------------------------------------------------------------------------
+def parse_flags(tokens: Sequence[str], source: str) -> tuple[dict[str, Any], list[str]]:
+    """Flags planner reads (name without '--' -> typed value) and warnings for the flags it does not know."""
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not tok.startswith("--"):
+            name = first_marker(tok)
+            if name:
+                raise PlannerError(f"{_undefined(name)}, so planner cannot tell which flags it holds; define it in "
+                                   "the file or write its value", source=source)
+            raise PlannerError(f"unexpected argument {tok!r} (not a --flag or its value)", source=source)
+        flag, eq, inline = tok[2:].partition("=")
+        i += 1
+        vals = [inline] if eq else []
+        while i < len(tokens) and not (tokens[i].startswith("--") or (tokens[i].startswith("-") and
+                                                                      not _numeric(tokens[i]) and len(tokens[i]) > 1)):
+            vals.append(tokens[i])
+            i += 1
+        kind = READ_FLAGS.get(flag)
+        if kind is None:
+            if flag not in IGNORED_FLAGS:
+                warnings.append(f"{source}: --{flag} is not known to planner and was ignored; if it changes memory, "
+                                "the estimate does not include it")
+            continue
+        for v in vals:
+            name = first_marker(v)
+            if name:
+                raise PlannerError(f"{_undefined(name)}; define it in the file or write the value of --{flag}",
+                                   source=source)
+        values[flag] = _typed(flag, kind, vals, source)
+    return values, warnings
+
+
+def _numeric(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False
+
+
+def _typed(flag: str, kind: str, vals: list[str], source: str) -> Any:
+    if kind == "bool":
+        if vals:
+            raise PlannerError(f"--{flag} takes no value, got {' '.join(vals)!r}", source=source)
+        return True
+    if kind == "list":
+        if not vals:
+            raise PlannerError(f"--{flag} needs at least one value", source=source)
+        return vals
+    if len(vals) != 1:
+        raise PlannerError(f"--{flag} takes one value, got {len(vals)}", source=source)
+    try:
+        if kind == "int":
+            value = int(vals[0])
+            if value < (0 if flag in NON_NEGATIVE_FLAGS else 1):
+                raise PlannerError(f"--{flag} must be {'>= 0' if flag in NON_NEGATIVE_FLAGS else 'positive'}, got "
+                                   f"{value}", source=source)
+            return value
+        if kind == "float":
+            return float(vals[0])
+    except ValueError:
+        raise PlannerError(f"--{flag} needs a {kind}, got {vals[0]!r}", source=source) from None
+    return vals[0]
+
+
+# int flags that may be 0 (Megatron-LM reads 0 as 'none'); every other int flag is a size or a count >= 1
+NON_NEGATIVE_FLAGS: frozenset[str] = frozenset({
+    "moe-shared-expert-intermediate-size", "mtp-num-layers", "decoder-first-pipeline-num-layers",
+    "decoder-last-pipeline-num-layers", "q-lora-rank", "recompute-num-layers",
+})
+
+
+# Values -> ModelSpec ---------------------------------------------------------------------------
+def ffn_hidden_size(args: Mapping[str, Any]) -> int:
+    """Megatron-LM's default when --ffn-hidden-size is absent: 4h, or int(8h/3 / 64) * 64 with --swiglu."""
+    if args.get("ffn-hidden-size"):
+        return int(args["ffn-hidden-size"])
+    h = int(args["hidden-size"])
+    return int((4 * h * 2 / 3) / 64) * 64 if args.get("swiglu") else 4 * h
+
+
+def padded_vocab(args: Mapping[str, Any], tp: int, source: str) -> int:
+    """--padded-vocab-size as given, else the tokenizer's vocabulary padded up to a multiple of
+    make-vocab-size-divisible-by (128) x tp, as Megatron-LM's vocab_size_with_padding does."""
+    if args.get("padded-vocab-size"):
+        return int(args["padded-vocab-size"])
+    vocab = args.get("vocab-size")
+    if vocab is None:
+        if args.get("tokenizer-type") == "GPT2BPETokenizer":
+            vocab = GPT2_VOCAB
+        elif args.get("tokenizer-type") is None:
+            raise PlannerError("no --tokenizer-type is given (Megatron-LM requires one; GPT-2's vocab and merge files "
+                               "are --tokenizer-type GPT2BPETokenizer), so the vocabulary size is unknown; add it, or "
+                               "--vocab-size N, or give the model with --model", source=source)
+        else:
+            raise PlannerError(f"the vocabulary size comes from {args['tokenizer-type']}, which planner does not read; "
+                               "add --vocab-size N (or --padded-vocab-size N) to the arguments, or give the model with "
+                               "--model", source=source)
+    multiple = int(args.get("make-vocab-size-divisible-by", 128)) * tp
+    return -(-int(vocab) // multiple) * multiple
+
+
+def _dense_layers(freq: Any, num_layers: int, source: str) -> int:
+    """Leading dense layers from --moe-layer-freq: 1 (all MoE) or '([0]*k+[1]*n)'."""
+    if freq is None or str(freq).strip() == "1":
+        return 0
+    text = str(freq).replace(" ", "")
+    match = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*(\d+)\)?", text)
+    if match and int(match.group(1)) + int(match.group(2)) == num_layers:
+        return int(match.group(1))
+    raise PlannerError(f"--moe-layer-freq {freq!r}: planner models leading dense layers then MoE layers; write it as "
+                       "'([0]*K+[1]*N)' with K + N = --num-layers, or give the model with --model", source=source)
+
+
+def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSpec:
+    """The ModelSpec a Megatron-LM GPT argument list describes (Megatron's defaults where a flag is absent)."""
+    for flag in ("num-layers", "hidden-size", "num-attention-heads"):
+        if args.get(flag) is None:
+            raise PlannerError(f"--{flag} is missing, so the arguments do not define a model; add it or give the "
+                               "model with --model", source=source)
+    if args.get("hybrid-layer-pattern") or args.get("hybrid-override-pattern"):
+        raise PlannerError("hybrid (Mamba) layer patterns are not modelled; planner models transformer layers",
+                           source=source)
+    h, a, layers = int(args["hidden-size"]), int(args["num-attention-heads"]), int(args["num-layers"])
+    kv = int(args.get("num-query-groups", 1)) if args.get("group-query-attention") else None
+    head_dim = args.get("kv-channels")
+    position = args.get("position-embedding-type", "rope" if args.get("use-rotary-position-embeddings") else
+                        "learned_absolute")
+    if args.get("no-position-embedding"):
+        position = "none"
+    positions = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary", "mrope": "rotary", "none": "none"}
+    if position not in positions:
+        raise PlannerError(f"--position-embedding-type {position} is not modelled (planner knows learned_absolute, "
+                           "rope, yarn, mrope, none)", source=source)
+    norm = str(args.get("normalization", "RMSNorm" if args.get("multi-latent-attention") else "LayerNorm"))
+    if norm not in ("LayerNorm", "RMSNorm"):
+        raise PlannerError(f"--normalization {norm} is not modelled (LayerNorm or RMSNorm)", source=source)
+    bias = not args.get("disable-bias-linear")
+    ffn = ffn_hidden_size(args)
+    moe = None
+    if args.get("num-experts"):
+        moe_ffn = int(args.get("moe-ffn-hidden-size") or ffn)
+        shared = int(args.get("moe-shared-expert-intermediate-size") or 0)
+        if shared % moe_ffn:
+            raise PlannerError(f"--moe-shared-expert-intermediate-size {shared} is not a multiple of the expert size "
+                               f"{moe_ffn}; planner counts shared experts in units of one expert", source=source)
+        moe = dict(num_experts=int(args["num-experts"]), experts_per_token=int(args.get("moe-router-topk", 2)),
+                   moe_ffn_hidden_size=moe_ffn, num_shared_experts=shared // moe_ffn,
+                   num_dense_layers=_dense_layers(args.get("moe-layer-freq"), layers, source),
+                   router_bias=bool(args.get("moe-router-enable-expert-bias")))
+    mla = None
+    if args.get("multi-latent-attention"):
+        if args.get("kv-lora-rank") is None:
+            raise PlannerError("--multi-latent-attention needs --kv-lora-rank (planner does not guess it)",
+                               source=source)
+        mla = dict(q_lora_rank=args.get("q-lora-rank"), kv_lora_rank=int(args["kv-lora-rank"]),
+                   qk_nope_head_dim=int(args.get("qk-head-dim", 128)),
+                   qk_rope_head_dim=int(args.get("qk-pos-emb-head-dim", 64)),
+                   v_head_dim=int(args.get("v-head-dim", 128)))
+    dropout = float(args.get("attention-dropout", 0.1)) > 0 or float(args.get("hidden-dropout", 0.1)) > 0
+    spec: dict[str, Any] = dict(
+        name=f"Megatron-LM arguments ({source})", source=source, num_layers=layers, hidden_size=h,
+        num_attention_heads=a, num_kv_heads=kv, ffn_hidden_size=ffn,
+        head_dim=int(head_dim) if head_dim and (mla is not None or int(head_dim) != h // a) else None,
+        mlp_kind="gated" if args.get("swiglu") else "standard",
+        vocab_size=padded_vocab(args, tp, source),
+        tied_embeddings=not args.get("untie-embeddings-and-output-weights"),
+        position_embedding=positions[position], norm_kind="rmsnorm" if norm == "RMSNorm" else "layernorm",
+        qk_norm=bool(args.get("qk-layernorm")), qkv_bias=bias or bool(args.get("add-qkv-bias")),
+        attention_output_bias=bias, mlp_bias=bias,
+        max_seq_len=int(args.get("max-position-embeddings") or args.get("seq-length") or 0) or None,
+        dropout=dropout, moe=moe, mla=mla,  # validated with the spec below, so a bad value is a one-line error
+    )
+    if spec["max_seq_len"] is None:
+        raise PlannerError("--max-position-embeddings (or --seq-length) is missing", source=source)
+    try:
+        return ModelSpec(**spec)
+    except ValidationError as err:
+        from planner.specs.validation import describe_validation_error
+
+        raise PlannerError(f"the arguments describe an invalid model: {describe_validation_error(err)}",
+                           source=source) from None
+
+
+_ARCH_CHECK: dict[str, str] = {
+    "num-layers": "num_layers", "hidden-size": "hidden_size", "num-attention-heads": "num_attention_heads",
+    "ffn-hidden-size": "ffn_hidden_size", "num-experts": "moe.num_experts",
+}
+
+
+def _check_given_model(args: Mapping[str, Any], model: ModelSpec, source: str) -> None:
+    """With --model given, architecture flags in the arguments must agree with it."""
+    for flag, attr in _ARCH_CHECK.items():
+        if flag not in args:
+            continue
+        value: Any = model
+        for part in attr.split("."):
+            value = getattr(value, part, None) if value is not None else None
+        if value != args[flag]:
+            raise PlannerError(f"--{flag} {args[flag]} disagrees with the model's {attr} ({value}); drop --model to "
+                               "use the architecture in the arguments, or fix them", source=source)
+    if args.get("group-query-attention") and "num-query-groups" in args and args["num-query-groups"] != model.kv_heads:
+        raise PlannerError(f"--num-query-groups {args['num-query-groups']} disagrees with the model's kv heads "
+                           f"({model.kv_heads}); drop --model or fix the arguments", source=source)
+
+
+# Values -> Layout fields -----------------------------------------------------------------------
+def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
+    src = got.source
+    for flag, name in (("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
+                       ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep"),
+                       ("micro-batch-size", "micro_batch"), ("batch-size", "micro_batch"),
+                       ("seq-length", "seq_len")):
+        if flag in args:
+            got.set(name, int(args[flag]), f"--{flag}")
+    for flag, name in (("sequence-parallel", "sequence_parallel"), ("overlap-grad-reduce", "overlap_grad_reduce"),
+                       ("tp-comm-overlap", "overlap_tp_comm")):  # store_true flags: absent means off
+        got.set(name, bool(args.get(flag)), f"--{flag}", explicit=flag in args)
+    got.set("schedule", "1f1b", "Megatron-LM's pipeline schedule", explicit=False)
+    # precision
+    if args.get("bf16") and args.get("fp16"):
+        raise PlannerError("--bf16 and --fp16 are both set; keep one", source=src)
+    if args.get("bf16") or args.get("fp16") or args.get("fp8-format"):
+        dtype = "fp8" if args.get("fp8-format") else ("bf16" if args.get("bf16") else "fp16")
+        got.set("dtype", dtype, "--fp8-format" if dtype == "fp8" else f"--{'bf16' if args.get('bf16') else 'fp16'}")
+    grad_flags = [f for f in ("grad-reduce-in-bf16", "main-grads-dtype", "accumulate-allreduce-grads-in-fp32")
+                  if f in args]
+    if args.get("fp16"):
+        grad = "fp32" if args.get("accumulate-allreduce-grads-in-fp32") else "fp16"
+    else:  # Megatron-LM: bf16 accumulates and reduces gradients in fp32 unless told otherwise
+        grad = "bf16" if args.get("grad-reduce-in-bf16") or args.get("main-grads-dtype") == "bf16" else "fp32"
+    got.set("grad_dtype", grad, "--" + (grad_flags[0] if grad_flags else "bf16"), explicit=bool(grad_flags) or
+            "dtype" in got.values)
+    optimizer = str(args.get("optimizer", "adam"))
+    if optimizer not in ("adam", "sgd"):
+        raise PlannerError(f"--optimizer {optimizer} is not modelled (adam or sgd)", source=src)
+    got.set("optimizer", optimizer, "--optimizer", explicit="optimizer" in args)
+    # sharding
+    zero = 0
+    if args.get("use-distributed-optimizer"):
+        zero = 1
+    if args.get("use-torch-fsdp2"):
+        zero = 3
+    if args.get("use-megatron-fsdp"):
+        strategy = str(args.get("data-parallel-sharding-strategy", "optim_grads_params"))
+        if strategy not in FSDP_STRATEGY_ZERO:
+            raise PlannerError(f"--data-parallel-sharding-strategy {strategy} is not known", source=src)
+        zero = FSDP_STRATEGY_ZERO[strategy]
+    zero_flags = [f for f in ("use-distributed-optimizer", "use-torch-fsdp2", "use-megatron-fsdp") if f in args]
+    got.set("zero", zero, "--" + (zero_flags[-1] if zero_flags else "use-distributed-optimizer"),
+            explicit=bool(zero_flags))
+    # attention kernel: Megatron-LM picks flash/fused attention (Transformer Engine) unless told otherwise
+    backend = str(args.get("attention-backend", "flash" if args.get("use-flash-attn") else "auto"))
+    got.set("flash_attention", backend not in ("unfused", "local"), "--attention-backend",
+            explicit="attention-backend" in args or "use-flash-attn" in args)
+    _recompute(args, got)
+    for flag, why, fatal in (
+        ("cpu-offloading", "activation/weight CPU offloading is not modelled", True),
+        ("optimizer-cpu-offload", "optimizer CPU offload is not modelled", True),
+        ("distribute-saved-activations", "checkpoints split across tensor-parallel ranks are not modelled (the "
+         "activation figure is an upper bound)", False),
+        ("decoder-first-pipeline-num-layers", "planner splits layers its own way (one fewer on the first and "
+         "last stage when they do not divide); the uneven split given is not modelled", False),
+        ("decoder-last-pipeline-num-layers", "the uneven pipeline split is not modelled", False),
+        ("pipeline-model-parallel-layout", "a custom pipeline layout is not modelled", False),
+        ("account-for-embedding-in-pipeline-split", "planner splits layers its own way", False),
+        ("account-for-loss-in-pipeline-split", "planner splits layers its own way", False),
+        ("moe-expert-capacity-factor", "token dropping at a capacity factor is not modelled (routing is assumed "
+         "balanced)", False),
+        ("rampup-batch-size", "planner uses the final --global-batch-size", False),
+        ("fp8-param-gather", "fp8 parameter copies are not modelled (weights counted at 16 bits)", False),
+        ("use-precision-aware-optimizer", "lower-precision optimizer states are not modelled (counted in fp32)",
+         False),
+        ("mtp-num-layers", "multi-token-prediction layers are not counted", False),
+        ("checkpoint-activations", "the deprecated flag is read as --recompute-granularity full "
+         "--recompute-method uniform", False),
+    ):
+        if args.get(flag):
+            if fatal:
+                raise PlannerError(f"--{flag}: {why}; remove it to check the on-GPU layout", source=src)
+            got.warn(f"--{flag}: {why}")
+    etp = args.get("expert-tensor-parallel-size")
+    if etp is not None and etp != int(args.get("tensor-model-parallel-size", 1)):
+        got.warn(f"--expert-tensor-parallel-size {etp}: planner splits experts with the attention's tp")
+    if "num-query-groups" in args and not args.get("group-query-attention"):
+        got.warn("--num-query-groups is ignored without --group-query-attention (as Megatron-LM does)")
+
+
+def _recompute(args: Mapping[str, Any], got: Collected) -> None:
+    src = got.source
+    granularity = args.get("recompute-granularity")
+    method = args.get("recompute-method")
+    if args.get("recompute-activations"):
+        granularity = "selective"
+    if args.get("checkpoint-activations") and granularity is None:
+        granularity, method = "full", "uniform"
+    if granularity is None:
+        got.set("recompute", "none", "--recompute-granularity", explicit=False)
+        return
+    if granularity not in ("full", "selective"):
+        raise PlannerError(f"--recompute-granularity must be full or selective, got {granularity}", source=src)
+    if granularity == "selective":
+        modules = args.get("recompute-modules") or ["core_attn"]
+        if list(modules) != ["core_attn"]:
+            got.warn(f"--recompute-modules {' '.join(modules)}: planner's selective recompute is the attention core "
+                     "only (Korthikanti et al. 2022)")
+        got.set("recompute", "selective", "--recompute-granularity")
+        return
+    if method not in ("uniform", "block"):
+        raise PlannerError("--recompute-granularity full needs --recompute-method uniform or block (Megatron-LM "
+                           "rejects it otherwise)", source=src)
+    if args.get("recompute-num-layers") is None:
+        raise PlannerError("--recompute-granularity full needs --recompute-num-layers (Megatron-LM rejects it "
+                           "otherwise)", source=src)
+    got.set("recompute", "full", "--recompute-granularity")
+    if method == "block":
+        got.values["_block_layers"] = int(args["recompute-num-layers"])
+
+
+def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str) -> int | None:
+    per_stage = args.get("num-layers-per-virtual-pipeline-stage")
+    if per_stage:
+        if layers % pp or (layers // pp) % per_stage:
+            raise PlannerError(f"--num-layers-per-virtual-pipeline-stage {per_stage} does not divide the "
+                               f"{layers} / {pp} layers per pipeline stage", source=source)
+        return (layers // pp) // per_stage
+    v = args.get("num-virtual-stages-per-pipeline-rank") or args.get("virtual-pipeline-model-parallel-size")
+    return int(v) if v else None
+
+
+def import_megatron(
+    tokens: Sequence[str],
+    *,
+    gpus: int,
+    given: Mapping[str, Any],
+    model: ModelSpec | None,
+    source: str,
+) -> EngineImport:
+    """Megatron-LM flags, the GPU count, the job's own fields and (optionally) the model -> Layout fields and
+    the model (built from the flags when `model` is None)."""
+    args, warnings = parse_flags(tokens, source)
+    for alias, flag in (("encoder-seq-length", "seq-length"), ("encoder-num-layers", "num-layers")):
+        if alias in args:  # Megatron-LM's validate_args: the GPT model's length and depth, when the other is absent
+            if flag in args:
+                raise PlannerError(f"--{alias} and --{flag} are both set (Megatron-LM asserts one is None); keep "
+                                   f"--{flag}", source=source)
+            args[flag] = args.pop(alias)
+    got = Collected(source=source, warnings=list(warnings))
+    _layout_fields(args, got)
+    block = got.values.pop("_block_layers", None)
+    merged = got.merge({k: v for k, v in given.items() if k != "global_batch"})
+    tp = int(merged.get("tp", 1))
+    if tp == 1 and got.values.get("sequence_parallel"):
+        merged["sequence_parallel"] = False  # Megatron-LM's validate_args turns it off without tensor parallelism
+    if model is None:
+        model = model_from_args(args, tp=tp, source=source)
+    else:
+        _check_given_model(args, model, source)
+    pp = int(merged.get("pp", 1))
+    v = _interleave(args, model.num_layers, pp, source)
+    if v and v > 1:
+        merged = Collected(source, {"interleave": v}, {"interleave": "--num-layers-per-virtual-pipeline-stage"}
+                           ).merge(merged)
+    if block is not None:
+        per_stage = -(-model.num_layers // pp)
+        merged["recompute_layers_per_stage"] = min(block * int(merged.get("interleave", 1)), per_stage)
+    dp = data_parallel_degree(gpus, merged, source)
+    merged["dp"] = dp
+    global_batch = args.get("global-batch-size")
+    if global_batch is not None and "global_batch" in given and given["global_batch"] != global_batch:
+        raise PlannerError(f"training.global_batch = {given['global_batch']} contradicts --global-batch-size = "
+                           f"{global_batch} in the engine file; remove it from the job or change the file", source=source)
+    global_batch = global_batch if global_batch is not None else given.get("global_batch")
+    merged["global_batch"], merged["micro_batch"] = resolve_batch(
+        global_batch=global_batch, micro_batch=int(merged.get("micro_batch", 1)), grad_accum=None, dp=dp,
+        source=source, names=("--global-batch-size", "--micro-batch-size", "gradient accumulation"),
+    )
+    require(merged, "seq_len", source, "add --seq-length to the arguments or training.seq_len to the job")
+    if merged.get("dtype") is None:
+        raise PlannerError("neither --bf16 nor --fp16 is set, so Megatron-LM would train in fp32, which planner does "
+                           "not model; add --bf16 (or give training.dtype if the launcher adds it)", source=source)
+    return EngineImport(format="megatron", source=source, fields=merged, model=model, warnings=tuple(got.warnings),
+                        origins=dict(got.origin))
+
+
+# --- writer ----------------------------------------------------------------------------------------
+# Layout + model -> Megatron-LM arguments, as a bash array to source in a launch script.
+# 
+# The file defines MEGATRON_ARGS=( ... ) with the model and layout flags (the
+# arrangement of Megatron-LM's own example scripts); data, tokenizer, learning-rate
+# and checkpoint flags stay the user's. `planner.engines.megatron` reads it back
+# to the same layout.
+
+ZERO_FLAGS: dict[int, list[str]] = {
+    0: [],
+    1: ["--use-distributed-optimizer"],
+    2: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"],
+    3: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"],
+}
+POSITION = {"rotary": "rope", "learned": "learned_absolute", "none": "none"}
+
+
+def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
+    """Megatron-LM runs every layout field except the GPipe schedule, and keeps gradients in the compute
+    precision or fp32: fp16 training has fp16 or fp32 (--accumulate-allreduce-grads-in-fp32) gradients,
+    bf16/fp8 training bf16 (--grad-reduce-in-bf16) or fp32 ones."""
+    changes: dict[str, object] = {}
+    notes: list[str] = []
+    if layout.schedule == "gpipe":
+        if layout.pp > 1:
+            raise PlannerError("Megatron-LM has no GPipe schedule; use schedule 1f1b")
+        changes["schedule"] = "1f1b"  # one stage: no pipeline schedule at all
+    half = "fp16" if layout.dtype == "fp16" else "bf16"
+    if layout.grad_dtype not in (half, "fp32"):
+        changes["grad_dtype"] = half
+        notes.append(f"grad_dtype {layout.grad_dtype} -> {half}: Megatron-LM keeps {layout.dtype} gradients in "
+                     f"{half} or fp32")
+    layout = layout.model_copy(update=changes) if changes else layout
+    if layout.interleave > 1 and model.num_layers % (layout.pp * layout.interleave):
+        raise PlannerError(f"Megatron-LM's --num-layers-per-virtual-pipeline-stage needs num_layers({model.num_layers}) "
+                           f"divisible by pp({layout.pp}) * interleave({layout.interleave}); planner does not write "
+                           "uneven virtual-stage splits")
+    if layout.recompute_layers_per_stage is not None and layout.recompute_layers_per_stage % layout.interleave:
+        raise PlannerError(f"recompute_layers_per_stage({layout.recompute_layers_per_stage}) is not a multiple of "
+                           f"interleave({layout.interleave}); Megatron-LM recomputes the same number of layers in "
+                           "each virtual stage")
+    return layout, tuple(notes)
+
+
+def _vocab_divisor(vocab: int, tp: int) -> int:
+    """The largest make-vocab-size-divisible-by (<= Megatron's default 128) that leaves `vocab` unpadded."""
+    for d in (128, 64, 32, 16, 8, 4, 2, 1):
+        if vocab % (d * tp) == 0:
+            return d
+    return 1
+
+
+def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
+    """Megatron flags that describe the architecture, and what they cannot express."""
+    flags: list[list[str]] = [
+        ["--num-layers", str(model.num_layers)],
+        ["--hidden-size", str(model.hidden_size)],
+        ["--ffn-hidden-size", str(model.ffn_hidden_size)],
+        ["--num-attention-heads", str(model.num_attention_heads)],
+    ]
+    missing: list[str] = []
+    if model.num_kv_heads is not None and model.num_kv_heads != model.num_attention_heads:
+        flags += [["--group-query-attention"], ["--num-query-groups", str(model.num_kv_heads)]]
+    if model.head_dim is not None and model.head_dim != model.hidden_size // model.num_attention_heads:
+        flags.append(["--kv-channels", str(model.head_dim)])
+    if model.mlp_kind == "gated":
+        flags.append(["--swiglu"])
+    if not model.tied_embeddings:
+        flags.append(["--untie-embeddings-and-output-weights"])
+    flags.append(["--position-embedding-type", POSITION.get(model.position_embedding, "none")])
+    if model.position_embedding == "alibi":
+        missing.append("ALiBi positions (written as none; they add no weights)")
+    flags.append(["--normalization", "RMSNorm" if model.norm_kind == "rmsnorm" else "LayerNorm"])
+    if not (model.attention_output_bias or model.mlp_bias):
+        flags.append(["--disable-bias-linear"])
+        if model.qkv_bias:
+            flags.append(["--add-qkv-bias"])
+    elif not (model.attention_output_bias and model.mlp_bias and model.qkv_bias):
+        missing.append("biases on only some projections")
+    if model.qk_norm:
+        flags.append(["--qk-layernorm"])
+    flags += [["--vocab-size", str(model.vocab_size)],
+              ["--make-vocab-size-divisible-by", str(_vocab_divisor(model.vocab_size, tp))],
+              ["--max-position-embeddings", str(model.max_seq_len)]]
+    if not model.dropout:
+        flags += [["--attention-dropout", "0.0"], ["--hidden-dropout", "0.0"]]
+    if model.moe is not None:
+        moe = model.moe
+        flags += [["--num-experts", str(moe.num_experts)], ["--moe-router-topk", str(moe.experts_per_token)],
+                  ["--moe-ffn-hidden-size", str(moe.moe_ffn_hidden_size)]]
+        if moe.num_shared_experts:
+            flags.append(["--moe-shared-expert-intermediate-size",
+                          str(moe.num_shared_experts * moe.moe_ffn_hidden_size)])
+        if moe.num_dense_layers:
+            flags.append(["--moe-layer-freq",
+                          f"([0]*{moe.num_dense_layers}+[1]*{model.num_layers - moe.num_dense_layers})"])
+        if moe.router_bias:
+            flags.append(["--moe-router-enable-expert-bias"])
+    if model.mla is not None:
+        mla = model.mla
+        flags.append(["--multi-latent-attention"])
+        if mla.q_lora_rank is not None:
+            flags.append(["--q-lora-rank", str(mla.q_lora_rank)])
+        flags += [["--kv-lora-rank", str(mla.kv_lora_rank)], ["--qk-head-dim", str(mla.qk_nope_head_dim)],
+                  ["--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim)], ["--v-head-dim", str(mla.v_head_dim)]]
+    if model.sliding_window_layers:
+        missing.append("sliding-window attention")
+    if model.norms_per_layer != 2 or model.embedding_norm:
+        missing.append("extra norm layers")
+    return flags, missing
+
+
+def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
+    flags: list[list[str]] = [
+        ["--tensor-model-parallel-size", str(lay.tp)],
+        ["--pipeline-model-parallel-size", str(lay.pp)],
+        ["--context-parallel-size", str(lay.cp)],
+    ]
+    if lay.ep > 1:
+        flags.append(["--expert-model-parallel-size", str(lay.ep)])
+    if lay.interleave > 1:
+        flags.append(["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // (lay.pp * lay.interleave))])
+    if lay.sequence_parallel:
+        flags.append(["--sequence-parallel"])
+    if lay.recompute == "selective":
+        flags.append(["--recompute-granularity", "selective"])
+    elif lay.recompute == "full":
+        flags.append(["--recompute-granularity", "full"])
+        if lay.recompute_layers_per_stage is None:
+            flags += [["--recompute-method", "uniform"], ["--recompute-num-layers", "1"]]
+        else:
+            flags += [["--recompute-method", "block"],
+                      ["--recompute-num-layers", str(lay.recompute_layers_per_stage // lay.interleave)]]
+    flags += [["--micro-batch-size", str(lay.micro_batch)], ["--global-batch-size", str(lay.global_batch)],
+              ["--seq-length", str(lay.seq_len)]]
+    if lay.dtype == "fp16":
+        flags.append(["--fp16"])
+        if lay.grad_dtype == "fp32":
+            flags.append(["--accumulate-allreduce-grads-in-fp32"])
+    else:
+        flags.append(["--bf16"])
+        if lay.dtype == "fp8":
+            flags.append(["--fp8-format", "hybrid"])
+        if lay.grad_dtype != "fp32":
+            flags.append(["--grad-reduce-in-bf16"])
+    if ZERO_FLAGS[lay.zero]:
+        flags.append(ZERO_FLAGS[lay.zero])
+    if lay.optimizer != "adam":
+        flags.append(["--optimizer", lay.optimizer])
+    if not lay.flash_attention:
+        flags.append(["--attention-backend", "unfused"])
+    if lay.overlap_grad_reduce:
+        flags.append(["--overlap-grad-reduce"])
+    if lay.overlap_tp_comm:
+        flags.append(["--tp-comm-overlap"])
+    return flags
+
+
+def render(ctx: ExportContext) -> str:
+    model_part, missing = model_flags(ctx.model, ctx.layout.tp)
+    notes = list(prediction_lines(ctx))
+    if missing:
+        notes.append(f"Note: Megatron-LM arguments cannot express this model's {', '.join(missing)}; check with "
+                     f"--model {ctx.model_id}.")
+    lay = ctx.layout
+    nodes = -(-lay.gpus // ctx.hardware.node.gpus_per_node)
+    per_node = min(lay.gpus, ctx.hardware.node.gpus_per_node)
+    out = ["# Megatron-LM arguments (bash). Source this file and pass \"${MEGATRON_ARGS[@]}\" to pretrain_gpt.py."]
+    out += [f"# {line}" for line in notes]
+    out += ["", "MEGATRON_ARGS=(", "    # model"]
+    out += [f"    {' '.join(shlex.quote(part) for part in flag)}" for flag in model_part]
+    out += ["    # layout"]
+    out += [f"    {' '.join(shlex.quote(part) for part in flag)}" for flag in layout_flags(ctx.model, lay)]
+    out += [")", "",
+            f"# torchrun --nnodes {nodes} --nproc-per-node {per_node} pretrain_gpt.py \"${{MEGATRON_ARGS[@]}}\" \\",
+            "#     <data, tokenizer, learning-rate and checkpoint flags>", ""]
+    return "\n".join(out)

@@ -1,0 +1,546 @@
+"""torchtitan job config (TOML, plus `--section.option` overrides) -> Layout fields.
+
+Read as torchtitan's JobConfig / ParallelDims / Trainer read it (v0.1.0 - v0.2.x, the
+releases that take `--job.config_file x.toml`; the 2024 layout with the degrees and float8
+under [training] and [experimental] is read too). Since February 2026 torchtitan's main branch
+describes runs as Python functions (`--module`/`--config`), which planner cannot execute;
+the `--section.option` flags that still override them are read (give them as `args`).
+
+Mapping: FSDP (data_parallel_shard_degree > 1, or context parallelism, which torchtitan
+always wraps in FSDP) -> ZeRO 3 over dp = replicate x shard; DDP (replicate only) -> ZeRO 0;
+HSDP (replicate > 1 and shard > 1) -> ZeRO 3 over all dp ranks with a warning, since
+torchtitan shards over the shard group only. Tensor parallelism always comes with sequence
+parallelism (torchtitan's TP plans shard the norms along the sequence). Gradients are fp32
+(FSDP reduces and keeps sharded gradients in fp32; DDP autocasts fp32 parameters).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+from planner.engines.common import (
+    Collected,
+    EngineImport,
+    ExportContext,
+    prediction_lines,
+    resolve_batch,
+)
+from planner.errors import PlannerError
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+
+# torchtitan (model name, flavor) -> planner catalog id. Flavor suffixes that only pick an attention
+# kernel (_flex, _varlen, _flex_attn, _irope) are dropped before the lookup.
+CATALOG_IDS: dict[tuple[str, str], str] = {
+    ("llama3", "8B"): "llama-3.1-8b",
+    ("llama3", "70B"): "llama-3.1-70b",
+    ("llama3", "405B"): "llama-3.1-405b",
+    ("llama4", "17bx16e"): "llama-4-scout-17b-16e",
+    ("llama4", "17bx128e"): "llama-4-maverick-17b-128e",
+    ("qwen3", "0.6B"): "qwen3-0.6b",
+    ("qwen3", "1.7B"): "qwen3-1.7b",
+    ("qwen3", "4B"): "qwen3-4b",
+    ("qwen3", "8B"): "qwen3-8b",
+    ("qwen3", "14B"): "qwen3-14b",
+    ("qwen3", "32B"): "qwen3-32b",
+    ("qwen3", "30B-A3B"): "qwen3-30b-a3b",
+    ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
+    ("deepseek_v3", "16B"): "deepseek-v2-lite",
+    ("deepseek_v3", "236B"): "deepseek-v2",
+    ("deepseek_v3", "671B"): "deepseek-v3",
+    ("gpt_oss", "20b"): "gpt-oss-20b",
+    ("gpt_oss", "120b"): "gpt-oss-120b",
+}
+FLAVOR_SUFFIXES = ("_flex_attn", "_varlen_attn", "_flex", "_varlen", "_irope")
+DEFAULT_MODEL = ("llama3", "debugmodel")  # JobConfig.model defaults
+
+SINGLE_STAGE = {"1f1b": "1f1b", "gpipe": "gpipe"}
+MULTI_STAGE = {"interleaved1f1b", "loopedbfs", "interleavedzerobubble", "zbvzerobubble", "dualpipev"}
+
+KNOWN: dict[str, frozenset[str]] = {
+    "parallelism": frozenset({
+        "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+        "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel", "pipeline_parallel_degree",
+        "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+        "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
+        "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size", "pipeline_parallel_expert_parallel_overlap",
+        "context_parallel_degree", "context_parallel_load_balancer", "context_parallel_rotate_method",
+        "expert_parallel_degree", "expert_tensor_parallel_degree", "expert_parallel_comm_backend",
+        "pipeline_parallel_split_points",
+    }),
+    "training": frozenset({
+        "dataset", "dataset_path", "local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps",
+        "enable_cpu_offload", "dtype", "mixed_precision_param", "mixed_precision_reduce", "gc_freq", "gc_debug",
+        "dataloader", "batch_size", "warmup_steps", "compile", "data_parallel_replicate_degree",
+        "data_parallel_shard_degree", "data_parallel_degree", "tensor_parallel_degree", "enable_loss_parallel",
+        "fsdp_reshard_after_forward", "deterministic", "seed", "enable_compiled_autograd",
+        # 2024 releases: pp and float8 under [training]
+        "pipeline_parallel_degree", "fp8_linear", "enable_float8_linear", "enable_fsdp_float8_all_gather",
+        "precompute_float8_dynamic_scale_for_fsdp",
+    }),
+    "activation_checkpoint": frozenset({
+        "mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
+        "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state", "determinism_check", "debug",
+    }),
+    "model": frozenset({"name", "flavor", "hf_assets_path", "tokenizer_path", "converters", "print_after_conversion",
+                        "norm_type"}),
+    "optimizer": frozenset({"name", "lr", "eps", "weight_decay", "implementation", "early_step_in_backward", "fused",
+                            "beta1", "beta2"}),
+}
+OTHER_SECTIONS = frozenset({
+    "job", "profiling", "metrics", "lr_scheduler", "checkpoint", "compile", "quantize", "comm", "memory_estimation",
+    "fault_tolerance", "experimental", "validation", "debug", "float8", "mx",
+})
+
+
+# --section.option overrides ---------------------------------------------------------------------
+def _value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def apply_overrides(config: Mapping[str, Any], args: Sequence[str], source: str) -> dict[str, Any]:
+    """The TOML dict with `--section.option value` / `--section.option=value` / `--section.flag` /
+    `--section.no-flag` applied, as torchtitan's CLI applies them over the file (CLI wins)."""
+    out = copy.deepcopy(dict(config))
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        if not tok.startswith("--") or "." not in tok:
+            raise PlannerError(f"expected a --section.option flag, got {tok!r}", source=source)
+        name, eq, inline = tok[2:].partition("=")
+        values = [inline] if eq else []
+        while not eq and i < len(args) and not args[i].startswith("--"):
+            values.append(args[i])
+            i += 1
+        *path, key = name.replace("-", "_").split(".")
+        if path in (["job"],) and key == "config_file":
+            continue
+        if key.startswith("no_") and not values:
+            key, parsed = key[3:], False
+        elif not values:
+            parsed = True
+        elif len(values) == 1:
+            parsed = _value(values[0]) if "," not in values[0] else [_value(v) for v in values[0].split(",") if v]
+        else:
+            parsed = [_value(v) for v in values]
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise PlannerError(f"--{name}: '{part}' is not a section", source=source)
+        node[key] = parsed
+    return out
+
+
+def split_args(text: str) -> list[str]:
+    """Override flags written as one string (e.g. from a job file's engine.args)."""
+    import shlex
+
+    return shlex.split(text, comments=True)
+
+
+# model -------------------------------------------------------------------------------------------
+def model_name(config: Mapping[str, Any]) -> tuple[str, str]:
+    """torchtitan's (model.name, model.flavor), with JobConfig's defaults."""
+    section = config.get("model") or {}
+    return str(section.get("name", DEFAULT_MODEL[0])), str(section.get("flavor", DEFAULT_MODEL[1]))
+
+
+def catalog_id(name: str, flavor: str) -> str | None:
+    """Our catalog id for a torchtitan model flavor, or None when there is none."""
+    for suffix in FLAVOR_SUFFIXES:
+        if flavor.endswith(suffix):
+            flavor = flavor[: -len(suffix)]
+            break
+    return CATALOG_IDS.get((name, flavor))
+
+
+def flavor_for(model_id: str) -> tuple[str, str] | None:
+    """The torchtitan (name, flavor) of a catalog id, for export."""
+    for key, value in CATALOG_IDS.items():
+        if value == model_id:
+            return key
+    return None
+
+
+# config -> Layout fields ----------------------------------------------------------------------
+def _get(config: Mapping[str, Any], *paths: str, default: Any = None) -> Any:
+    """The first of `section.key` paths present (new location first, then the 2024 ones)."""
+    for path in paths:
+        section, key = path.split(".")
+        node = config.get(section)
+        if isinstance(node, dict) and key in node:
+            return node[key]
+    return default
+
+
+def _has(config: Mapping[str, Any], *paths: str) -> bool:
+    marker = object()
+    return _get(config, *paths, default=marker) is not marker
+
+
+class _Picker:
+    """A setting from the file when it is written there, else from the job, else torchtitan's default;
+    a job value that contradicts the file is an error."""
+
+    def __init__(self, config: Mapping[str, Any], given: Mapping[str, Any], source: str) -> None:
+        self.config, self.given, self.source = config, given, source
+
+    def int(self, name: str | None, *paths: str, default: int) -> int:
+        if _has(self.config, *paths):
+            value = _get(self.config, *paths)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PlannerError(f"must be an integer, got {value!r}", source=self.source, field=paths[0])
+            if name and name in self.given and self.given[name] != value:
+                raise PlannerError(f"{name} = {self.given[name]} in the job contradicts {paths[0]} = {value} in the "
+                                   "engine file; remove it from the job or change the file", source=self.source)
+            return value
+        return int(self.given[name]) if name and name in self.given else default
+
+
+def _check_keys(config: Mapping[str, Any], got: Collected) -> None:
+    for section, body in config.items():
+        if section in KNOWN:
+            if not isinstance(body, dict):
+                raise PlannerError("expected a table", source=got.source, field=section)
+            for key in body:
+                if key not in KNOWN[section]:
+                    got.warn(f"{section}.{key} is not known to planner and was ignored; if it changes memory, the "
+                             "estimate does not include it")
+        elif section not in OTHER_SECTIONS:
+            got.warn(f"[{section}] is not known to planner and was ignored")
+
+
+def _degrees(pick: _Picker, gpus: int, got: Collected) -> dict[str, int]:
+    src = got.source
+    rep = pick.int(None, "parallelism.data_parallel_replicate_degree", "training.data_parallel_replicate_degree",
+                   default=1)
+    shard = pick.int(None, "parallelism.data_parallel_shard_degree", "training.data_parallel_shard_degree",
+                     "training.data_parallel_degree", default=-1)
+    tp = pick.int("tp", "parallelism.tensor_parallel_degree", "training.tensor_parallel_degree", default=1)
+    pp = pick.int("pp", "parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree",
+                  "training.pipeline_parallel_degree", default=1)
+    cp = pick.int("cp", "parallelism.context_parallel_degree", "experimental.context_parallel_degree", default=1)
+    ep = pick.int("ep", "parallelism.expert_parallel_degree", "experimental.expert_parallel_degree", default=1)
+    for name, value in (("data_parallel_replicate_degree", rep), ("tensor_parallel_degree", tp),
+                        ("pipeline_parallel_degree", pp), ("context_parallel_degree", cp),
+                        ("expert_parallel_degree", ep)):
+        if value < 1:
+            raise PlannerError(f"must be >= 1 (only data_parallel_shard_degree may be -1), got {value}", source=src,
+                               field=f"parallelism.{name}")
+    if shard == -1:
+        shard = gpus // (rep * cp * tp * pp)
+    if shard < 1 or rep * shard * cp * tp * pp != gpus:
+        raise PlannerError(f"dp_replicate({rep}) * dp_shard({shard}) * cp({cp}) * tp({tp}) * pp({pp}) = "
+                           f"{rep * shard * cp * tp * pp} != gpus({gpus}); change a degree or the GPU count",
+                           source=src)
+    if rep > 1 and shard > 1:
+        got.warn(f"HSDP (replicate {rep} x shard {shard}): planner shards weights, gradients and optimizer states "
+                 f"over all {rep * shard} data-parallel ranks (x cp), torchtitan over the {shard} of a shard group "
+                 f"(x cp), so the model-state figures are {rep}x too low")
+    return {"rep": rep, "shard": shard, "tp": tp, "pp": pp, "cp": cp, "ep": ep}
+
+
+def _interleave(config: Mapping[str, Any], model: ModelSpec, pp: int, got: Collected) -> tuple[str, int]:
+    schedule = str(_get(config, "parallelism.pipeline_parallel_schedule", "experimental.pipeline_parallel_schedule",
+                        default="1F1B"))
+    key = schedule.lower().replace("_", "")
+    if pp == 1:
+        return "1f1b", 1
+    if key in SINGLE_STAGE:
+        return SINGLE_STAGE[key], 1
+    if key not in MULTI_STAGE:
+        raise PlannerError(f"pipeline schedule {schedule!r} is not known to planner (1F1B, GPipe, Interleaved1F1B, "
+                           "LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV)", source=got.source,
+                           field="parallelism.pipeline_parallel_schedule")
+    if key != "interleaved1f1b":
+        got.warn(f"pipeline schedule {schedule} is modelled as interleaved 1F1B (same stages per rank)")
+    per_stage = _get(config, "parallelism.pipeline_parallel_layers_per_stage")
+    if per_stage is None:
+        return "1f1b", 2  # torchtitan's default for multi-stage schedules: two stages per rank
+    first = int(_get(config, "parallelism.pipeline_parallel_first_stage_less_layers", default=1))
+    last = int(_get(config, "parallelism.pipeline_parallel_last_stage_less_layers", default=1))
+    stages = math.ceil((model.num_layers + first + last) / int(per_stage))
+    if stages % pp:
+        raise PlannerError(f"{stages} virtual stages are not divisible by pipeline_parallel_degree({pp}) (torchtitan "
+                           "rejects this)", source=got.source, field="parallelism.pipeline_parallel_layers_per_stage")
+    return "1f1b", stages // pp
+
+
+def _recompute(config: Mapping[str, Any], given: Mapping[str, Any], model: ModelSpec, pp: int, got: Collected) -> None:
+    if not _has(config, "activation_checkpoint.mode") and "recompute" in given:
+        return  # the job's recompute applies
+    mode = str(_get(config, "activation_checkpoint.mode", default="selective")).lower()
+    option = str(_get(config, "activation_checkpoint.selective_ac_option", default="2"))
+    origin = "activation_checkpoint.mode"
+    if mode in ("none", "full"):
+        got.set("recompute", mode, origin)
+    elif mode == "selective":
+        if option.isdigit():
+            every = int(option)
+            per_stage = -(-model.num_layers // pp)
+            layers = per_stage // every if every > 0 else per_stage
+            if every <= 1:
+                got.set("recompute", "full", origin)
+            elif layers == 0:
+                got.set("recompute", "none", origin)
+            else:
+                got.set("recompute", "full", origin)
+                got.set("recompute_layers_per_stage", layers, "activation_checkpoint.selective_ac_option")
+                got.warn(f"selective_ac_option {every} (full checkpointing of one layer in {every}) is modelled as "
+                         f"full recompute of {layers} of the {per_stage} layers per stage")
+        elif option == "op":
+            got.set("recompute", "selective", origin)
+            got.warn("selective_ac_option 'op' (torchtitan's per-op policy: keeps matmul and attention outputs) is "
+                     "modelled as selective recompute of the attention core")
+        else:
+            raise PlannerError(f"selective_ac_option must be 'op' or a positive integer, got {option!r}",
+                               source=got.source, field="activation_checkpoint.selective_ac_option")
+    else:
+        raise PlannerError(f"activation checkpointing mode {mode!r} is not modelled (none, selective, full)",
+                           source=got.source, field="activation_checkpoint.mode")
+
+
+def _precision(config: Mapping[str, Any], got: Collected) -> None:
+    src = got.source
+    param = str(_get(config, "training.mixed_precision_param", default="bfloat16"))
+    if param != "bfloat16":
+        raise PlannerError(f"mixed_precision_param {param} (fp32 training) is not modelled; use bfloat16", source=src,
+                           field="training.mixed_precision_param")
+    if str(_get(config, "training.dtype", default="float32")) == "bfloat16":
+        got.warn("training.dtype bfloat16 (no fp32 master weights) is not modelled; the estimate counts mixed "
+                 "precision with fp32 master weights and states, an upper bound")
+    converters = _get(config, "model.converters", default=[]) or []
+    if isinstance(converters, str):
+        converters = [converters]
+    elif not isinstance(converters, list):
+        raise PlannerError(f"must be a list of converter names, got {converters!r}", source=src,
+                           field="model.converters")
+    fp8_flag = next((path for path in ("float8.enable_float8_linear", "training.enable_float8_linear",
+                                       "training.fp8_linear") if _get(config, path)), None)  # the last: "" or a recipe
+    fp8 = any("float8" in str(c) for c in converters) or fp8_flag is not None
+    if any(str(c).endswith("mx") or ".mx" in str(c) for c in converters):
+        fp8 = True
+        got.warn("MX (mxfp8) training is modelled as fp8")
+    origin = fp8_flag or "model.converters"
+    got.set("dtype", "fp8" if fp8 else "bf16", origin if fp8 else "training.mixed_precision_param")
+    got.set("grad_dtype", "fp32", "training.mixed_precision_reduce")
+    name = str(_get(config, "optimizer.name", default="AdamW")).lower()
+    if name not in ("adamw", "adam"):
+        raise PlannerError(f"optimizer {name!r} is not modelled (Adam or AdamW)", source=src, field="optimizer.name")
+    got.set("optimizer", "adam", "optimizer.name")
+    if _get(config, "training.enable_cpu_offload"):
+        raise PlannerError("FSDP CPU offload is not modelled; set it to false to check the on-GPU layout", source=src,
+                           field="training.enable_cpu_offload")
+    if str(_get(config, "parallelism.fsdp_reshard_after_forward", default="default")) == "never":
+        got.warn("fsdp_reshard_after_forward 'never' keeps gathered parameters from forward to backward; planner "
+                 "counts ZeRO-3's one-layer gather buffers only")
+
+
+def import_torchtitan(
+    config: Mapping[str, Any],
+    overrides: Sequence[str],
+    *,
+    gpus: int,
+    given: Mapping[str, Any],
+    model: ModelSpec,
+    source: str,
+) -> EngineImport:
+    """A torchtitan TOML dict plus CLI overrides, the GPU count, the job's own fields and the model -> Layout fields.
+
+    A setting the file (or an override) writes wins; one it leaves out takes the job's value, else torchtitan's
+    default; a job value that contradicts the file is an error."""
+    config = apply_overrides(config, overrides, source)
+    pick = _Picker(config, given, source)
+    got = Collected(source=source)
+    _check_keys(config, got)
+    deg = _degrees(pick, gpus, got)
+    dp = deg["rep"] * deg["shard"]
+    for name, word in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
+        got.set(name, deg[name], f"parallelism.{word}_parallel_degree")
+    got.set("dp", dp, "data_parallel_replicate_degree x data_parallel_shard_degree")
+    got.set("zero", 3 if deg["shard"] > 1 or deg["cp"] > 1 else 0, "data_parallel_shard_degree (FSDP)")
+    got.set("sequence_parallel", deg["tp"] > 1, "parallelism.tensor_parallel_degree (TP plans shard the sequence)")
+    got.set("overlap_tp_comm", bool(_get(config, "parallelism.enable_async_tensor_parallel",
+                                         "experimental.enable_async_tensor_parallel", default=False)),
+            "parallelism.enable_async_tensor_parallel")
+    got.set("overlap_grad_reduce", True, "FSDP/DDP overlap")
+    got.set("flash_attention", True, "torchtitan's SDPA/flex attention")
+    if deg["pp"] > 1 or not ("schedule" in given or "interleave" in given):
+        schedule, v = _interleave(config, model, deg["pp"], got)
+        got.set("schedule", schedule, "parallelism.pipeline_parallel_schedule")
+        got.set("interleave", v, "parallelism.pipeline_parallel_schedule")
+    _recompute(config, given, model, deg["pp"], got)
+    _precision(config, got)
+    got.set("seq_len", pick.int("seq_len", "training.seq_len", default=2048), "training.seq_len")
+
+    local_default = 8
+    if "micro_batch" in given and deg["pp"] == 1:
+        local_default = int(given["micro_batch"])
+    local = pick.int("micro_batch" if deg["pp"] == 1 else None, "training.local_batch_size", "training.batch_size",
+                     default=local_default)
+    if local < 1:
+        raise PlannerError(f"must be a positive integer, got {local}", source=source,
+                           field="training.local_batch_size")
+    global_batch = pick.int("global_batch", "training.global_batch_size", default=-1)
+    global_batch = local * dp if global_batch < 0 else global_batch
+    if global_batch % (local * dp):
+        raise PlannerError(f"global batch size must be a multiple of local batch size times data-parallel degree "
+                           f"({global_batch} % ({local} * {dp}) != 0)", source=source, field="training.global_batch_size")
+    micro = local
+    if deg["pp"] > 1:
+        chunks = _get(config, "experimental.pipeline_parallel_microbatches")
+        if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
+            raise PlannerError(f"must be a positive integer, got {chunks!r}", source=source,
+                               field="experimental.pipeline_parallel_microbatches")
+        micro = local // chunks if chunks else pick.int(
+            "micro_batch", "parallelism.pipeline_parallel_microbatch_size", default=1)
+        if micro < 1 or local % micro:
+            raise PlannerError(f"local_batch_size({local}) is not divisible by the pipeline micro-batch size({micro})",
+                               source=source, field="parallelism.pipeline_parallel_microbatch_size")
+    got.set("global_batch", global_batch, "training.global_batch_size")
+    got.set("micro_batch", micro, "training.local_batch_size" if deg["pp"] == 1 else
+            "parallelism.pipeline_parallel_microbatch_size")
+    fields = got.merge(given)
+    resolve_batch(global_batch=fields["global_batch"], micro_batch=fields["micro_batch"], grad_accum=None, dp=dp,
+                  source=source)
+    return EngineImport(format="torchtitan", source=source, fields=fields, warnings=tuple(got.warnings),
+                        origins=dict(got.origin))
+
+
+# --- writer ----------------------------------------------------------------------------------------
+# Layout -> torchtitan TOML job config (the `--job.config_file` format of torchtitan v0.1 - v0.2).
+# 
+# torchtitan fixes some settings itself, so the layout is first mapped onto what it runs
+# (`engine_layout`): FSDP (ZeRO 3) or DDP (ZeRO 0) only, fp32 gradients, sequence parallelism
+# whenever tp > 1, bf16 (or fp8 through the float8 converter), Adam, flash attention, overlapped
+# gradient reduction. Each change is noted in the header.
+
+def _layers_per_stage(model: ModelSpec, lay: Layout) -> int | None:
+    """pipeline_parallel_layers_per_stage giving pp x interleave virtual stages (torchtitan counts the embedding
+    and the output as one layer each); None when torchtitan's default (2 stages per rank) already does."""
+    if lay.interleave == 2:
+        return None
+    stages = lay.pp * lay.interleave
+    effective = model.num_layers + 2
+    per = -(-effective // stages)
+    if -(-effective // per) != stages:
+        raise PlannerError(f"torchtitan cannot split {model.num_layers} layers into {stages} virtual stages; "
+                           "choose another interleave")
+    return per
+
+
+def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
+    """The layout torchtitan would run for this one, and a note per change."""
+    if layout.dtype == "fp16":
+        raise PlannerError("torchtitan trains in bf16 (or fp8), not fp16; use dtype bf16")
+    if layout.optimizer != "adam":
+        raise PlannerError(f"torchtitan's optimizers are Adam/AdamW; '{layout.optimizer}' cannot be exported")
+    changes: dict[str, Any] = {}
+    notes: list[str] = []
+    sharded = (layout.zero > 0 and layout.dp > 1) or layout.cp > 1  # torchtitan wraps CP in FSDP
+    target = 3 if sharded else 0
+    if layout.zero != target:
+        changes["zero"] = target
+        notes.append(f"zero {layout.zero} -> {target}: torchtitan shards with FSDP over dp x cp, or replicates "
+                     "with DDP")
+    if layout.grad_dtype != "fp32":
+        changes["grad_dtype"] = "fp32"
+        notes.append(f"grad_dtype {layout.grad_dtype} -> fp32: torchtitan reduces and keeps gradients in fp32")
+    if layout.sequence_parallel != (layout.tp > 1):
+        changes["sequence_parallel"] = layout.tp > 1
+        notes.append("sequence_parallel follows tp: torchtitan's tensor-parallel plans shard the sequence")
+    if not layout.overlap_grad_reduce:
+        changes["overlap_grad_reduce"] = True
+        notes.append("overlap_grad_reduce -> true: FSDP/DDP overlap the reduction with backward")
+    if layout.pp == 1 and layout.schedule != "1f1b":
+        changes["schedule"] = "1f1b"  # one stage: no pipeline schedule (torchtitan reads none back)
+    if not layout.flash_attention:
+        changes["flash_attention"] = True
+        notes.append("flash_attention -> true: torchtitan uses fused SDPA/flex attention")
+    rl = layout.recompute_layers_per_stage
+    if rl is not None:
+        per_stage = -(-model.num_layers // layout.pp)
+        if per_stage % rl or per_stage // rl < 2:
+            changes["recompute_layers_per_stage"] = None
+            notes.append(f"recompute of {rl} layers per stage -> all layers: torchtitan checkpoints every n-th layer")
+    mapped = layout.model_copy(update=changes) if changes else layout
+    if mapped.interleave > 1:
+        _layers_per_stage(model, mapped)
+    return mapped, tuple(notes)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
+    lay, model = ctx.layout, ctx.model
+    out: dict[str, dict[str, Any]] = {"job": {"description": f"{ctx.model_id} on {lay.gpus} GPUs (planner export)"}}
+    named = flavor_for(ctx.model_id)
+    out["model"] = {"name": named[0], "flavor": named[1]} if named else {}
+    if lay.dtype == "fp8":
+        out["model"]["converters"] = ["quantize.linear.float8"]
+    training: dict[str, Any] = {"seq_len": lay.seq_len, "global_batch_size": lay.global_batch,
+                                "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32"}
+    training["local_batch_size"] = lay.micro_batch if lay.pp == 1 else lay.global_batch // lay.dp
+    out["training"] = training
+    fsdp = lay.zero == 3
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": 1 if fsdp else lay.dp,
+        "data_parallel_shard_degree": lay.dp if fsdp else 1,
+        "tensor_parallel_degree": lay.tp,
+        "pipeline_parallel_degree": lay.pp,
+        "context_parallel_degree": lay.cp,
+    }
+    if lay.ep > 1:
+        parallelism["expert_parallel_degree"] = lay.ep
+    if lay.overlap_tp_comm:
+        parallelism["enable_async_tensor_parallel"] = True
+    if lay.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = (
+            "Interleaved1F1B" if lay.interleave > 1 else ("GPipe" if lay.schedule == "gpipe" else "1F1B"))
+        parallelism["pipeline_parallel_microbatch_size"] = lay.micro_batch
+        per = _layers_per_stage(model, lay) if lay.interleave > 1 else None
+        if per is not None:
+            parallelism["pipeline_parallel_layers_per_stage"] = per
+    out["parallelism"] = parallelism
+    ac: dict[str, Any] = {"mode": lay.recompute}
+    if lay.recompute == "selective":
+        ac["selective_ac_option"] = "op"
+    elif lay.recompute == "full" and lay.recompute_layers_per_stage is not None:
+        per_stage = -(-model.num_layers // lay.pp)
+        ac = {"mode": "selective", "selective_ac_option": str(per_stage // lay.recompute_layers_per_stage)}
+    out["activation_checkpoint"] = ac
+    return out
+
+
+def render(ctx: ExportContext) -> str:
+    lines = [f"# {line}" for line in prediction_lines(ctx)]
+    lines.append(f"# Run: NGPU={min(ctx.layout.gpus, ctx.hardware.node.gpus_per_node)} CONFIG_FILE=<this file> "
+                 "./run_train.sh (on each node)")
+    if flavor_for(ctx.model_id) is None:
+        lines.append(f"# Note: torchtitan has no flavor for '{ctx.model_id}'; set [model] name and flavor, and pass "
+                     f"--model {ctx.model_id} to planner check.")
+    for name, table in tables(ctx).items():
+        lines += ["", f"[{name}]"]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in table.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,250 @@
+"""Serving memory per GPU: weights, KV cache, activation workspace and a reserve; what fits.
+
+Reported for the most loaded pipeline stage. Placement: TP innermost (inside a node), PP
+outward; a replica is tp x pp GPUs. Formulas and sources: docs/inference.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.physics.params import kv_cache_bytes_per_token
+from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
+from planner.serving.inputs import (
+    ACTIVATION_BYTES_PER_ELEMENT,
+    EMBEDDING_BYTES_PER_ELEMENT,
+    LOGIT_BYTES_PER_ELEMENT,
+    NORM_BYTES_PER_ELEMENT,
+    PREFILL_CHUNK_TOKENS,
+    InferenceArrays,
+    LayerShape,
+    ModelShapes,
+    gemm_elements_per_gpu,
+    model_shapes,
+    quantized_bytes_per_element,
+    stage_layers,
+)
+from planner.specs.hardware import HardwareProfile
+from planner.specs.model import ModelSpec
+
+COMM_BUFFER_BYTES = 2 * NCCL_BYTES_PER_COMMUNICATOR
+"""Communication buffers when a replica spans more than one GPU: an NCCL communicator plus the
+engine's custom all-reduce / IPC staging buffers, taken as a second communicator's worth."""
+
+DEFAULT_HEADROOM = 0.05
+"""Fraction of device memory kept free for allocator fragmentation and paged-KV block rounding
+(vLLM's default gpu_memory_utilization=0.9 leaves 10% for this and for activations, which we
+count separately)."""
+
+
+# --- Weights ------------------------------------------------------------------------------------
+
+
+def layer_weight_bytes_per_gpu(shapes: ModelShapes, layer: LayerShape, x: InferenceArrays) -> np.ndarray:
+    """Bytes of one layer's weights on one GPU: matrices at the weight dtype, small params at 16 bits."""
+    elements = sum(gemm_elements_per_gpu(shapes, g, x.tp) for g in layer.gemms)
+    return elements * quantized_bytes_per_element(x.weight_bytes) + layer.small_params * NORM_BYTES_PER_ELEMENT
+
+
+@dataclass(frozen=True)
+class StageWeights:
+    """Weight bytes per GPU on the first, a middle, and the last pipeline stage (pp = 1: all one)."""
+
+    first_bytes: np.ndarray
+    middle_bytes: np.ndarray
+    last_bytes: np.ndarray
+
+    @property
+    def max_bytes(self) -> np.ndarray:
+        return np.maximum(np.maximum(self.first_bytes, self.middle_bytes), self.last_bytes)
+
+
+def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
+    """Stages hold ceil(L/pp) consecutive layers (dense layers first, as DeepSeek places them);
+    the embedding sits on the first stage and the final norm + output head on the last, both
+    split over TP by vocabulary. With tied embeddings and pp > 1 the last stage holds its own copy of
+    the word table for the head (Megatron-LM, vLLM and TensorRT-LLM all load it there); with pp = 1
+    the one table serves both."""
+    n = stage_layers(shapes, x.pp)
+    dense_b = layer_weight_bytes_per_gpu(shapes, shapes.dense, x)
+    moe_b = layer_weight_bytes_per_gpu(shapes, shapes.moe, x) if shapes.moe else dense_b
+    emb = shapes.embedding_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
+    head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
+    head = head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
+    single = x.pp == 1
+    whole = emb + head + shapes.num_dense_layers * dense_b + shapes.num_moe_layers * moe_b
+    first_dense = np.minimum(n, shapes.num_dense_layers)
+    first = emb + first_dense * dense_b + (n - first_dense) * moe_b
+    # the last and middle stages hold MoE layers whenever the model has enough of them
+    last_moe = np.minimum(n, shapes.num_moe_layers)
+    last = head + last_moe * moe_b + (n - last_moe) * dense_b
+    middle = np.where(x.pp > 2, last - head, 0.0)
+    return StageWeights(
+        first_bytes=np.where(single, whole, first),
+        middle_bytes=np.where(single, whole, middle),
+        last_bytes=np.where(single, whole, last),
+    )
+
+
+# --- KV cache -------------------------------------------------------------------------------
+
+
+def cached_tokens(shapes: ModelShapes, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens a global and a sliding-window layer keep for a sequence of `context` tokens."""
+    window = shapes.sliding_window_tokens
+    capped = np.minimum(context, window) if window else context
+    return np.asarray(context), np.asarray(capped)
+
+
+def stage_layer_mix(shapes: ModelShapes, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Global and sliding-window layers on the most loaded stage.
+
+    Sliding-window layers are taken as spread evenly (Gemma 2 alternates, Mistral v0.1 is all
+    sliding); the global share is rounded up, so the stage's KV is not under-counted.
+    """
+    n = stage_layers(shapes, pp)
+    global_layers = -(-(n * shapes.global_layers()) // shapes.num_layers)
+    return global_layers, n - global_layers
+
+
+def kv_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
+    """KV-cache bytes one sequence of `context` tokens occupies on a GPU of the most loaded stage."""
+    g_layers, s_layers = stage_layer_mix(shapes, x.pp)
+    full, capped = cached_tokens(shapes, context)
+    per_token_layer = shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes
+    return per_token_layer * (g_layers * full + s_layers * capped)
+
+
+def kv_bytes_per_sequence_replica(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
+    """KV-cache bytes of one sequence in the whole model (one replica, before any split)."""
+    full, capped = cached_tokens(shapes, context)
+    per_token_layer = shapes.kv_elements_per_token_per_layer * x.kv_bytes
+    return per_token_layer * (shapes.global_layers() * full + shapes.sliding_window_layers * capped)
+
+
+# --- Activations and the reserve -----------------------------------------------------------------
+
+
+def prefill_pass_tokens(x: InferenceArrays, concurrency: np.ndarray | None = None) -> np.ndarray:
+    """Tokens in one prefill forward pass: all prompts packed, at most PREFILL_CHUNK_TOKENS."""
+    c = x.concurrency if concurrency is None else concurrency
+    return np.minimum(c * x.input_len, PREFILL_CHUNK_TOKENS)
+
+
+def activation_bytes_per_token(shapes: ModelShapes, tp: np.ndarray) -> np.ndarray:
+    """Peak live activation bytes per token of a forward pass (inference keeps no layer's output).
+
+    Inside the largest layer: the residual stream and its normalized copy (2h) plus the wider of
+    the attention block (fused QKV output and attention output: (a + 2 kv) d / tp + a d / tp) and
+    the MLP block (gate and up outputs and the activated product: 3 ffn / tp).
+    """
+    d_qk = shapes.attn_qk_dim
+    kv_per_gpu = shapes.kv_heads_per_gpu(tp)
+    attn = shapes.heads * (d_qk + shapes.attn_v_dim) / tp + 2 * kv_per_gpu * d_qk
+    widths = [shapes.dense.ffn_width] + ([shapes.moe.ffn_width] if shapes.moe else [])
+    mlp = 3 * max(widths) / tp
+    return (2 * shapes.hidden + np.maximum(attn, mlp)) * ACTIVATION_BYTES_PER_ELEMENT
+
+
+def activation_workspace_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.ndarray) -> np.ndarray:
+    """One prefill pass's live activations plus the fp32 logits of every sequence's next token."""
+    per_token = activation_bytes_per_token(shapes, x.tp)
+    logits = concurrency * shapes.vocab / x.tp * LOGIT_BYTES_PER_ELEMENT
+    return prefill_pass_tokens(x, concurrency) * per_token + logits
+
+
+def reserve_bytes(x: InferenceArrays) -> np.ndarray:
+    """CUDA context + runtime workspaces, plus communication buffers when a replica spans GPUs."""
+    comm = np.where(x.gpus_per_replica > 1, COMM_BUFFER_BYTES, 0)
+    return PROCESS_BYTES + comm
+
+
+# --- Memory result ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InferenceMemory:
+    """Bytes per GPU on the most loaded pipeline stage (arrays shaped like the inputs).
+
+    kv_cache_bytes_per_token is for the whole model and one replica (not per GPU), at the KV dtype,
+    without sliding-window caps. total = weights + kv_cache + activations + other.
+    fits: total <= capacity x (1 - headroom). max_concurrency: the largest concurrency that fits
+    at this context length (0 when not even one sequence does).
+    """
+
+    weights_bytes: np.ndarray
+    kv_cache_bytes: np.ndarray
+    kv_cache_bytes_per_token: np.ndarray
+    kv_cache_bytes_per_sequence: np.ndarray
+    activations_bytes: np.ndarray
+    other_bytes: np.ndarray
+    total_bytes: np.ndarray
+    capacity_bytes: np.ndarray
+    usable_bytes: np.ndarray
+    fits: np.ndarray
+    max_concurrency: np.ndarray
+    stage_weights: StageWeights
+
+
+def memory_total_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.ndarray) -> np.ndarray:
+    """Total bytes per GPU at `concurrency` (the one formula `fits` and `max_concurrency` share)."""
+    weights = stage_weight_bytes(shapes, x).max_bytes
+    kv = concurrency * kv_bytes_per_sequence_per_gpu(shapes, x, x.context_len)
+    return weights + kv + activation_workspace_bytes(shapes, x, concurrency) + reserve_bytes(x)
+
+
+def max_concurrency(shapes: ModelShapes, x: InferenceArrays, usable_bytes: float) -> np.ndarray:
+    """Largest c with memory_total_bytes(c) <= usable, in closed form.
+
+    memory(c) = base + c u + a min(c s, K) is the smaller of two lines in c, so it is within
+    budget exactly when one of the lines is: c = max(floor((B - base)/(u + a s)),
+    floor((B - base - a K)/u)). A final check steps back one where float rounding overshoots.
+    """
+    zero = np.zeros_like(x.concurrency)
+    base = memory_total_bytes(shapes, x, zero)
+    a = activation_bytes_per_token(shapes, x.tp)
+    u = kv_bytes_per_sequence_per_gpu(shapes, x, x.context_len) + shapes.vocab / x.tp * LOGIT_BYTES_PER_ELEMENT
+    room = usable_bytes - base
+    c1 = np.floor(room / (u + a * x.input_len))
+    c2 = np.floor((room - a * PREFILL_CHUNK_TOKENS) / u)
+    c = np.maximum(np.maximum(c1, c2), 0).astype(np.int64)
+    over = memory_total_bytes(shapes, x, c) > usable_bytes
+    return np.maximum(np.where(over, c - 1, c), 0)
+
+
+def inference_memory(
+    model: ModelSpec, hw: HardwareProfile, x: InferenceArrays, *, headroom: float = DEFAULT_HEADROOM,
+    shapes: ModelShapes | None = None,
+) -> InferenceMemory:
+    """Memory per GPU of each serving layout in `x`."""
+    if not 0 <= headroom < 1:
+        raise PlannerError(f"headroom must be a fraction in [0, 1), got {headroom}")
+    s = shapes or model_shapes(model)
+    stages = stage_weight_bytes(s, x)
+    per_seq = kv_bytes_per_sequence_per_gpu(s, x, x.context_len)
+    kv = x.concurrency * per_seq
+    act = activation_workspace_bytes(s, x, x.concurrency)
+    other = reserve_bytes(x) + np.zeros(x.tp.shape)
+    total = stages.max_bytes + kv + act + other
+    capacity = float(hw.accelerator.memory_bytes)
+    usable = capacity * (1 - headroom)
+    per_token = np.where(
+        x.kv_bytes == 1, kv_cache_bytes_per_token(model, "fp8"), kv_cache_bytes_per_token(model, "bf16")
+    )
+    return InferenceMemory(
+        weights_bytes=stages.max_bytes,
+        kv_cache_bytes=kv,
+        kv_cache_bytes_per_token=per_token,
+        kv_cache_bytes_per_sequence=kv_bytes_per_sequence_replica(s, x, x.context_len),
+        activations_bytes=act,
+        other_bytes=other,
+        total_bytes=total,
+        capacity_bytes=np.full(x.tp.shape, capacity),
+        usable_bytes=np.full(x.tp.shape, usable),
+        fits=total <= usable,
+        max_concurrency=max_concurrency(s, x, usable),
+        stage_weights=stages,
+    )

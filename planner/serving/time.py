@@ -1,0 +1,383 @@
+"""Serving time: forward passes, TTFT / TPOT / end-to-end latency and output throughput.
+
+Every forward pass (a prefill chunk, a decode step, a continuous-batching iteration) is costed
+by one function, `forward_pass`, from the work it carries: new tokens (GEMMs, element-wise
+kernels, all-reduces), attention FLOPs and K/V bytes read, and the sampled positions (output
+head). Static and continuous batching differ only in the work they put in a pass.
+Formulas, sources and what is left out: docs/inference.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.physics.comm import (
+    all_gather_seconds,
+    all_reduce_seconds,
+    group_link,
+    p2p_seconds,
+)
+from planner.physics.kernels import peak_16bit_flops
+from planner.serving.inputs import (
+    ACTIVATION_BYTES_PER_ELEMENT,
+    EMBEDDING_BYTES_PER_ELEMENT,
+    LOGIT_BYTES_PER_ELEMENT,
+    PREFILL_CHUNK_TOKENS,
+    InferenceArrays,
+    LayerShape,
+    ModelShapes,
+    gemm_elements_per_gpu,
+    quantized_bytes_per_element,
+    stage_layers,
+)
+from planner.specs.hardware import HardwareProfile
+
+# --- Inference-specific efficiency parameters (how each was chosen: docs/inference.md) ---------
+
+ELEMENTWISE_HIDDEN_PASSES = 10
+"""h-wide vectors read or written per token per layer by unfused element-wise kernels: two
+norms (read, write: 2 x 2) and two residual adds (read two, write one: 2 x 3)."""
+
+ELEMENTWISE_FFN_PASSES = 3
+"""ffn-wide vectors per token per layer for the activation function (read gate and up, write
+one); on ffn / tp elements per GPU."""
+
+LAYER_OVERHEAD_SECONDS = 40e-6
+"""Fixed cost per transformer layer per forward pass of the kernels the roofline terms do not
+charge: launch gaps and tails of the ~8-10 non-GEMM kernels of a layer (norms, rotary, attention
+setup, activation, residual adds) at a few microseconds each. The GEMMs' own fixed cost is the
+hardware's matmul half-saturation size. Set, not fitted: fits to the TensorRT-LLM 0.5/0.6.1 cases
+alone push it towards 80 us, but engines that capture decode steps in CUDA graphs pay less, and
+40 us already meets the held-out 0.9.0 first-token latencies (docs/inference.md)."""
+
+PASS_OVERHEAD_SECONDS = 0.25e-3
+"""Fixed cost per forward pass of one pipeline stage: sampling, host-side scheduling and the
+synchronization that ends a step. Fitted (grid 0, 0.25, 0.5, 1, 2 ms) to the published cases."""
+
+FP8_GEMM_EFFICIENCY_RATIO = 0.9
+"""fp8 GEMMs reach this share of the plateau fraction that 16-bit GEMMs reach, measured against
+their own (twice as high) peak: activation quantization and scaling epilogues eat into the doubled
+peak. Fitted (grid 0.5-1.0) to the H100 fp8 cases; with the h100-sxm plateau of 0.64 it gives
+0.58 x 1,979 = 1.14 PFLOP/s for large fp8 GEMMs, 1.8 times the 0.63 PFLOP/s of bf16."""
+
+GEMM_COMPUTE_MEMORY_OVERLAP = 0.25
+"""How much of the smaller of a GEMM's compute time and weight-streaming time is hidden under the
+larger: time = max(c, m) + (1 - overlap) x min(c, m). 1 is the ideal roofline (time = max);
+0 adds them. Fitted (grid 0, 0.25, 0.5, 0.75, 1); it matters only where the two are close (a few
+hundred prompt tokens at once, or a large decode batch), where real GEMM kernels do not reach both
+peaks at the same time."""
+
+PER_HEAD_KV_L2_HIT_FRACTION = 0.6
+"""When the decode-attention kernel streams K/V once per query head (TensorRT-LLM <= 0.6 masked
+MHA, before its XQA kernel), this fraction of the repeated reads of a GQA group hits L2; the rest
+comes from HBM again: traffic = 1 + (group - 1) x (1 - hit) times the cache. Fitted (grid 0-0.7)
+to the GQA throughput cases of the 0.6.1 tables; Llama-2-70B (group 8) then reads K/V 3.8 times."""
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Achievable rates of one GPU for each candidate (arrays)."""
+
+    gemm_flop_per_s: np.ndarray
+    gemm_peak_flop_per_s: np.ndarray
+    gemm_overhead_flop: float  # half-saturation size: each GEMM costs (flop + this) / rate
+    head_flop_per_s: float  # output head: 16-bit compute
+    attention_flop_per_s: float
+    attention_peak_flop_per_s: float
+    memory_bytes_per_s: float
+    memory_peak_bytes_per_s: float
+
+
+def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
+    """GEMMs at the matmul plateau of the compute dtype's peak (fp8 weights: fp8 tensor cores where
+    the chip has them, scaled by FP8_GEMM_EFFICIENCY_RATIO; int8/int4 weight-only: 16-bit compute)."""
+    eff = hw.efficiency
+    p16 = peak_16bit_flops(hw)
+    peaks = hw.accelerator.peak_flops_per_s
+    has_fp8 = "fp8" in peaks
+    fp8 = x.fp8_compute & has_fp8
+    peak = np.where(fp8, float(peaks.get("fp8", p16)), p16)
+    fraction = eff.matmul.peak_fraction * np.where(fp8, FP8_GEMM_EFFICIENCY_RATIO, 1.0)
+    bw = hw.accelerator.memory_bandwidth_bytes_per_s
+    return Rates(
+        gemm_flop_per_s=peak * fraction,
+        gemm_peak_flop_per_s=peak,
+        gemm_overhead_flop=eff.matmul.half_saturation_flop,
+        head_flop_per_s=p16 * eff.matmul.peak_fraction,
+        attention_flop_per_s=p16 * eff.attention.fraction,
+        attention_peak_flop_per_s=p16,
+        memory_bytes_per_s=bw * eff.memory_bandwidth.fraction,
+        memory_peak_bytes_per_s=bw,
+    )
+
+
+# --- Work of a pass --------------------------------------------------------------------------
+
+
+def causal_pairs(new_tokens: np.ndarray, window: int = 0) -> np.ndarray:
+    """Query-key pairs a causal prefill of `new_tokens` computes (token i sees i tokens, itself
+    included; at most `window` under a sliding window): n(n+1)/2, or W(W+1)/2 + (n - W) W."""
+    n = np.asarray(new_tokens, dtype=float)
+    full = n * (n + 1) / 2
+    if not window:
+        return full
+    w = float(window)
+    return np.where(n <= w, full, w * (w + 1) / 2 + (n - w) * w)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one forward pass of one micro-batch carries, for the whole replica's layers.
+
+    tokens: new tokens (rows of every GEMM). sampled: positions whose logits are computed.
+    prefill_seqs / prefill_len: sequences prefilled in this pass and their prompt length.
+    decode_seqs / decode_context: sequences decoding one token, and the tokens each attends to.
+    """
+
+    tokens: np.ndarray
+    sampled: np.ndarray
+    prefill_seqs: np.ndarray
+    prefill_len: np.ndarray
+    decode_seqs: np.ndarray
+    decode_context: np.ndarray
+
+    def scaled(self, share: np.ndarray) -> "Work":
+        """This work split into micro-batches carrying `share` of it."""
+        return Work(
+            tokens=self.tokens * share,
+            sampled=self.sampled * share,
+            prefill_seqs=self.prefill_seqs * share,
+            prefill_len=self.prefill_len,
+            decode_seqs=self.decode_seqs * share,
+            decode_context=self.decode_context,
+        )
+
+
+@dataclass(frozen=True)
+class PassTime:
+    """One forward pass of a micro-batch, per GPU of a TP group, every term named (seconds).
+
+    The *_seconds terms cover all layers of the replica as if on one stage; `stage_seconds` is the
+    most loaded pipeline stage's share (ceil(L/pp)/L of the layers, the output head, the pass
+    overhead and one p2p send), `traversal_seconds` the time from first to last stage.
+    flop and bytes_read are per GPU for all layers (the physical bounds use them).
+    """
+
+    gemm_seconds: np.ndarray
+    attention_seconds: np.ndarray
+    elementwise_seconds: np.ndarray
+    layer_overhead_seconds: np.ndarray
+    tp_comm_seconds: np.ndarray
+    head_seconds: np.ndarray
+    pass_overhead_seconds: np.ndarray
+    pp_comm_seconds: np.ndarray
+    stage_seconds: np.ndarray
+    traversal_seconds: np.ndarray
+    gemm_flop: np.ndarray
+    attention_flop: np.ndarray
+    weight_bytes_read: np.ndarray
+    kv_bytes_read: np.ndarray
+
+
+def _roofline(compute_seconds: np.ndarray, memory_seconds: np.ndarray) -> np.ndarray:
+    """A kernel's time from its compute and memory times (see GEMM_COMPUTE_MEMORY_OVERLAP)."""
+    hidden = np.minimum(compute_seconds, memory_seconds) * (1.0 - GEMM_COMPUTE_MEMORY_OVERLAP)
+    return np.maximum(compute_seconds, memory_seconds) + hidden
+
+
+def _gemm_seconds(
+    shapes: ModelShapes, layer: LayerShape, x: InferenceArrays, r: Rates, tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One layer's GEMMs: each the slower of its compute ((flop + half-saturation) / plateau rate,
+    the matmul efficiency curve) and reading its weights once. Routed experts: top-k of E per token
+    for FLOPs; the experts any of the `tokens` picks, 1 - (1 - k/E)^tokens of them, for bytes."""
+    wbytes = quantized_bytes_per_element(x.weight_bytes)
+    k_over_e = shapes.experts_per_token / shapes.experts
+    touched = 1.0 - (1.0 - k_over_e) ** tokens
+    seconds = flop = nbytes = np.zeros(np.shape(tokens))
+    for g in layer.gemms:
+        elements = gemm_elements_per_gpu(shapes, g, x.tp)
+        f = 2.0 * tokens * elements * (k_over_e if g.routed else 1.0)
+        b = elements * wbytes * (touched if g.routed else 1.0)
+        t = _roofline((f + r.gemm_overhead_flop) / r.gemm_flop_per_s, b / r.memory_bytes_per_s)
+        seconds, flop, nbytes = seconds + t, flop + f, nbytes + b
+    return seconds, flop, nbytes
+
+
+def _layer_counts(shapes: ModelShapes) -> list[tuple[LayerShape, int]]:
+    out = [(shapes.dense, shapes.num_dense_layers)]
+    if shapes.moe is not None:
+        out.append((shapes.moe, shapes.num_moe_layers))
+    return out
+
+
+def _attention(shapes: ModelShapes, x: InferenceArrays, r: Rates, w: Work) -> tuple[np.ndarray, ...]:
+    """Attention of all layers: prefill (compute-bound flash attention over causal pairs) and decode
+    (reads each sequence's cached K/V; per-head kernels re-read it for every query head of a group)."""
+    heads_gpu = shapes.heads / x.tp
+    window = shapes.sliding_window_tokens
+    g_layers, s_layers = shapes.global_layers(), shapes.sliding_window_layers
+    pairs = g_layers * causal_pairs(w.prefill_len) + s_layers * causal_pairs(w.prefill_len, window)
+    prefill_flop = w.prefill_seqs * pairs * 2 * heads_gpu * (shapes.attn_qk_dim + shapes.attn_v_dim)
+    ctx = np.asarray(w.decode_context, dtype=float)
+    seen = g_layers * ctx + s_layers * (np.minimum(ctx, window) if window else ctx)
+    decode_flop = w.decode_seqs * seen * 2 * heads_gpu * (shapes.decode_qk_dim + shapes.decode_v_dim)
+    kv_per_token_layer = shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes
+    group = heads_gpu / shapes.kv_heads_per_gpu(x.tp)
+    reread = 1 + (group - 1) * (1 - PER_HEAD_KV_L2_HIT_FRACTION)
+    amplification = np.where(x.per_head_decode_attention & (not shapes.mla), reread, 1.0)
+    kv_read = w.decode_seqs * seen * kv_per_token_layer
+    seconds = prefill_flop / r.attention_flop_per_s + np.maximum(
+        decode_flop / r.attention_flop_per_s, kv_read * amplification / r.memory_bytes_per_s
+    )
+    return seconds, prefill_flop + decode_flop, kv_read
+
+
+def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r: Rates, w: Work) -> PassTime:
+    """Cost of one forward pass of a micro-batch (see `Work`); nothing overlaps with anything else,
+    as in engines that run TP all-reduces and kernels back to back on one stream."""
+    tokens = np.asarray(w.tokens, dtype=float)
+    gemm = flop = wbytes = np.zeros(np.broadcast_shapes(tokens.shape, x.tp.shape))
+    elementwise_bytes = np.zeros_like(gemm)
+    for layer, count in _layer_counts(shapes):
+        t, f, b = _gemm_seconds(shapes, layer, x, r, tokens)
+        gemm, flop, wbytes = gemm + count * t, flop + count * f, wbytes + count * b
+        vectors = ELEMENTWISE_HIDDEN_PASSES * shapes.hidden + ELEMENTWISE_FFN_PASSES * layer.ffn_width / x.tp
+        elementwise_bytes = elementwise_bytes + count * tokens * vectors * ACTIVATION_BYTES_PER_ELEMENT
+    kv_write = tokens * shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes * shapes.num_layers
+    elementwise = (elementwise_bytes + kv_write) / r.memory_bytes_per_s
+    attention, attention_flop, kv_read = _attention(shapes, x, r, w)
+    layers = shapes.num_layers
+    tp_link = group_link(hw, x.tp, 1)
+    act_bytes = tokens * shapes.hidden * ACTIVATION_BYTES_PER_ELEMENT
+    tp_comm = 2 * layers * all_reduce_seconds(act_bytes, x.tp, tp_link)
+    # output head, split over TP by vocabulary, then the logits gathered on every TP rank
+    head_flop = 2.0 * w.sampled * shapes.vocab * shapes.hidden / x.tp
+    head_bytes = shapes.head_matrix_params() * EMBEDDING_BYTES_PER_ELEMENT / x.tp  # tied or not, V x h read
+    head = _roofline((head_flop + r.gemm_overhead_flop) / r.head_flop_per_s, head_bytes / r.memory_bytes_per_s)
+    head = head + all_gather_seconds(w.sampled * shapes.vocab * LOGIT_BYTES_PER_ELEMENT, x.tp, tp_link)
+    overhead = layers * LAYER_OVERHEAD_SECONDS + np.zeros_like(gemm)
+    pp_link = group_link(hw, x.pp, x.tp)
+    pp_comm = np.where(x.pp > 1, p2p_seconds(act_bytes, pp_link), 0.0)
+    layer_part = gemm + attention + elementwise + overhead + tp_comm
+    share = stage_layers(shapes, x.pp) / layers
+    stage = share * layer_part + head + PASS_OVERHEAD_SECONDS + pp_comm
+    traversal = layer_part + head + x.pp * PASS_OVERHEAD_SECONDS + (x.pp - 1) * pp_comm
+    return PassTime(
+        gemm_seconds=gemm,
+        attention_seconds=attention,
+        elementwise_seconds=elementwise,
+        layer_overhead_seconds=overhead,
+        tp_comm_seconds=tp_comm,
+        head_seconds=head,
+        pass_overhead_seconds=x.pp * PASS_OVERHEAD_SECONDS + np.zeros_like(gemm),
+        pp_comm_seconds=(x.pp - 1) * pp_comm,
+        stage_seconds=stage,
+        traversal_seconds=traversal,
+        gemm_flop=flop + head_flop,
+        attention_flop=attention_flop,
+        weight_bytes_read=wbytes + head_bytes,
+        kv_bytes_read=kv_read,
+    )
+
+
+# --- Serving figures ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServingTimes:
+    """Latency and throughput of one batching discipline (per replica unless said per GPU)."""
+
+    ttft_seconds: np.ndarray
+    tpot_seconds: np.ndarray
+    e2e_seconds: np.ndarray
+    output_tokens_per_second: np.ndarray
+    output_tokens_per_second_per_gpu: np.ndarray
+
+
+@dataclass(frozen=True)
+class InferenceTimes:
+    """Times of each serving layout.
+
+    static: the whole batch (= concurrency) prefilled in passes of at most PREFILL_CHUNK_TOKENS,
+    then decoded together; TPOT at the mean context over the decode, S + O/2.
+    continuous: steady state with `concurrency` sequences in flight; each iteration decodes one
+    token of every running sequence and prefills the prompts of the C/O sequences that replace
+    those finishing (chunked prefill, piggybacked on the decode).
+    prefill / decode: one static prefill pass and one static decode micro-batch, term by term.
+    """
+
+    prefill: PassTime
+    decode: PassTime
+    iteration: PassTime
+    prefill_passes: np.ndarray
+    decode_micro_batches: np.ndarray
+    prefill_seconds: np.ndarray
+    static: ServingTimes
+    continuous: ServingTimes
+
+
+def _pipelined(p: PassTime, rounds: np.ndarray) -> np.ndarray:
+    """`rounds` micro-batches through the stages, one after another: the first crosses every stage
+    (the traversal), each later one leaves the most loaded stage one stage slot after the one before."""
+    return p.traversal_seconds + (rounds - 1) * p.stage_seconds
+
+
+def _round(p: PassTime, micro_batches: np.ndarray) -> np.ndarray:
+    """One token for each of `micro_batches` (at most pp) micro-batches: the most loaded stage runs them
+    all (micro_batches stage slots), and none can start its next token before its last crossed every
+    stage (the traversal). With as many micro-batches as stages that is pp stage slots; with fewer (one
+    sequence on pp stages) the traversal: a single micro-batch cannot keep the pipeline busy, but it
+    does not wait on stages it is not in either."""
+    return np.maximum(micro_batches * p.stage_seconds, p.traversal_seconds)
+
+
+def _serving(ttft: np.ndarray, tpot: np.ndarray, x: InferenceArrays, tokens_per_s: np.ndarray) -> ServingTimes:
+    return ServingTimes(
+        ttft_seconds=ttft,
+        tpot_seconds=tpot,
+        e2e_seconds=ttft + (x.output_len - 1) * tpot,
+        output_tokens_per_second=tokens_per_s,
+        output_tokens_per_second_per_gpu=tokens_per_s / x.gpus_per_replica,
+    )
+
+
+def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays) -> InferenceTimes:
+    r = rates(hw, x)
+    c = x.concurrency.astype(float)
+    s = x.input_len.astype(float)
+    o = x.output_len.astype(float)
+    zeros = np.zeros(np.broadcast_shapes(c.shape, x.tp.shape))
+    # static prefill: packed prompts in chunks; enough micro-batches to fill the pipeline
+    passes = np.maximum(np.ceil(c * s / PREFILL_CHUNK_TOKENS), np.minimum(c, x.pp))
+    prefill = forward_pass(shapes, hw, x, r, Work(c * s / passes, c / passes, c / passes, s, zeros, zeros))
+    prefill_seconds = _pipelined(prefill, passes)
+    # static decode: the batch split into min(c, pp) micro-batches, one token each per round
+    micro = np.minimum(c, x.pp)
+    mean_context = s + o / 2
+    decode = forward_pass(shapes, hw, x, r, Work(c / micro, c / micro, zeros, s, c / micro, mean_context))
+    tpot = _round(decode, micro)
+    total = prefill_seconds + (o - 1) * tpot
+    static = _serving(prefill_seconds, tpot, x, c * o / total)
+    # continuous: per iteration C(O-1)/O sequences decode and C/O new prompts are prefilled
+    joining = c / o
+    steady = Work(c * (o - 1) / o + joining * s, c, joining, s, c * (o - 1) / o, mean_context)
+    iteration = forward_pass(shapes, hw, x, r, steady.scaled(1 / micro))
+    t_iter = _round(iteration, micro)
+    own = np.maximum(joining, 1.0)  # the iteration that carries this request's own prompt
+    with_prompt = Work(c * (o - 1) / o + own * s, c, own, s, c * (o - 1) / o, mean_context)
+    first = forward_pass(shapes, hw, x, r, with_prompt.scaled(1 / micro))
+    ttft = _round(first, micro)
+    continuous = _serving(ttft, t_iter, x, c / t_iter)
+    return InferenceTimes(
+        prefill=prefill,
+        decode=decode,
+        iteration=iteration,
+        prefill_passes=passes,
+        decode_micro_batches=micro,
+        prefill_seconds=prefill_seconds,
+        static=static,
+        continuous=continuous,
+    )

@@ -1,0 +1,318 @@
+"""A training layout's memory, time and throughput: `evaluate` on a grid, `estimate` for one layout.
+
+`evaluate` looks at the stages that can be the heaviest: the first (most
+micro-batches in flight, the embedding), the second (the first of the middle
+stages, which get the remainder layers and hold the most in-flight micro-batches
+among them) and the last (the LM head and the logits). Memory in flight and
+layer counts only fall from stage 1 to stage p - 2, so the maximum over these
+three is the maximum over all stages. When dense layers lead MoE ones, the stage
+holding the first MoE layer and the next one join (see _candidate_stages).
+`estimate` also reports every stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.physics.kernels import gemm_peak_flops
+from planner.physics.stages import layers_on_stage, stage_of_layer
+from planner.specs.hardware import HardwareProfile
+from planner.specs.layout import Layout, LayoutArrays
+from planner.specs.model import ModelSpec
+from planner.training.flops import step_flop
+from planner.training.memory import StageMemory, stage_memory, stage_params
+from planner.training.rules import check_layout
+from planner.training.time import (
+    STEP_OVERHEAD_SECONDS,
+    StageTime,
+    data_parallel_seconds,
+    optimizer_seconds,
+    stage_time,
+)
+
+# Default share of device memory kept free on top of the explicit reserve (CUDA context, NCCL,
+# fragmentation in memory.py): a margin for what no estimate sees (framework workspaces, memory
+# spikes in the loss, uneven MoE routing). 5% of 80 GB is 4 GB.
+DEFAULT_HEADROOM = 0.05
+
+
+@dataclass(frozen=True)
+class TrainingArrays:
+    """Everything `evaluate` computes, one entry per candidate; every term named, SI units."""
+
+    weights_bytes: np.ndarray
+    gradients_bytes: np.ndarray
+    optimizer_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    other_bytes: np.ndarray
+    peak_bytes: np.ndarray
+    peak_stage: np.ndarray
+    capacity_bytes: float
+    usable_bytes: float
+    fits: np.ndarray
+    step_seconds: np.ndarray
+    compute_seconds: np.ndarray
+    recompute_seconds: np.ndarray
+    communication_seconds: np.ndarray  # exposed, all kinds
+    tp_comm_seconds: np.ndarray
+    cp_comm_seconds: np.ndarray
+    ep_comm_seconds: np.ndarray
+    pp_comm_seconds: np.ndarray
+    dp_comm_seconds: np.ndarray  # gradient sync after the last micro-batch + ZeRO-3 per-micro-batch traffic
+    bubble_seconds: np.ndarray
+    optimizer_seconds: np.ndarray
+    model_flop: np.ndarray
+    hardware_flop: np.ndarray
+    tokens_per_second: np.ndarray
+    model_tflops_per_gpu: np.ndarray
+    hardware_tflops_per_gpu: np.ndarray
+    mfu: np.ndarray
+    hfu: np.ndarray
+
+    def take(self, index: np.ndarray) -> "TrainingArrays":
+        values = {
+            f.name: (getattr(self, f.name)[index] if isinstance(getattr(self, f.name), np.ndarray) else getattr(self, f.name))
+            for f in fields(self)
+        }
+        return TrainingArrays(**values)
+
+
+def _candidate_stages(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """The stages that can be the heaviest, stacked on a new leading axis: every formula broadcasts over
+    it and over the layouts' own axes.
+
+    Stages 0, 1 and p - 1 for a model whose layers are alike: from stage 1 to p - 2 the micro-batches in
+    flight fall and the layer count never rises. With leading dense layers before MoE ones (DeepSeek-V3),
+    a stage past the boundary holds more expert parameters, so the stage holding the first MoE layer and
+    the one after it join: on either side of them the same monotonicity holds.
+    """
+    last = lay.pp - 1
+    stages = [np.zeros_like(last), np.minimum(1, last), last]
+    if model.moe is not None and 0 < model.num_dense_layers < model.num_layers:
+        boundary = stage_of_layer(model.num_layers, lay.pp, model.num_dense_layers)
+        stages += [boundary, np.minimum(boundary + 1, last)]
+    return np.stack(np.broadcast_arrays(*stages))
+
+
+class _StagePicker:
+    """Takes, from a (k, ...) per-stage array, the entry at each candidate's chosen stage `index`.
+
+    The k - 1 comparisons with `index` are made once and reused for every term picked. A term that does
+    not depend on the stage may arrive without the stage axis (fewer dimensions than `index` has plus
+    one) or with a stage axis of length 1; it is the same for every stage then.
+    """
+
+    def __init__(self, index: np.ndarray, stages: int) -> None:
+        self.index = index
+        self.masks = [index == k for k in range(stages - 1)]
+
+    def __call__(self, per_stage: np.ndarray) -> np.ndarray:
+        per_stage = np.asarray(per_stage)
+        if per_stage.ndim <= self.index.ndim:
+            return np.broadcast_to(per_stage, np.broadcast_shapes(per_stage.shape, self.index.shape))
+        if per_stage.shape[0] == 1:
+            return np.broadcast_to(per_stage[0], np.broadcast_shapes(per_stage.shape[1:], self.index.shape))
+        picked = per_stage[-1]
+        for k in range(len(self.masks) - 1, -1, -1):
+            picked = np.where(self.masks[k], per_stage[k], picked)
+        return picked
+
+
+def evaluate(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, headroom: float = DEFAULT_HEADROOM
+) -> TrainingArrays:
+    """Memory and time of every candidate in `lay` (no rule checks: see rules.violations)."""
+    stages = _candidate_stages(model, lay)
+    params = stage_params(model, lay, stages)
+    mem: StageMemory = stage_memory(model, lay, stages, params)
+    times: StageTime = stage_time(model, hw, lay, stages, params)
+
+    heaviest = _StagePicker(np.argmax(mem.total_bytes, axis=0), stages.shape[0])
+    pick_mem = {
+        name: heaviest(getattr(mem, name))
+        for name in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
+    }
+    capacity = float(hw.accelerator.memory_bytes)
+    usable = capacity * (1.0 - headroom)
+
+    stage_total = times.total
+    slowest = _StagePicker(np.argmax(stage_total, axis=0), stages.shape[0])
+    t_stage = slowest(stage_total)
+    m = lay.num_micro_batches.astype(float)
+    v = lay.interleave.astype(float)
+    bubble = (lay.pp - 1) / v * t_stage  # Narayanan et al. 2021, eq. (1)/(2): (p - 1)/v micro-batch slots idle
+    dp_exposed = np.max(data_parallel_seconds(hw, lay, params, times.backward, times.forward), axis=0)
+    optimizer = np.max(optimizer_seconds(hw, lay, params), axis=0)
+
+    def slowest_part(name: str) -> np.ndarray:
+        return m * slowest(getattr(times, name))
+
+    compute = slowest_part("compute")
+    comm_parts = {name: slowest_part(name) for name in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero3_comm")}
+    dp_comm = comm_parts.pop("zero3_comm") + dp_exposed
+    communication = sum(comm_parts.values()) + dp_comm
+    optimizer = optimizer + STEP_OVERHEAD_SECONDS
+    step = compute + communication + bubble + optimizer
+
+    flop = step_flop(model, lay)
+    gpus = lay.gpus.astype(float)
+    tokens = lay.global_batch * lay.seq_len
+    peak = gemm_peak_flops(hw, lay)
+    model_tflops = flop.model_flop / step / gpus / 1e12
+    hardware_tflops = flop.hardware_flop / step / gpus / 1e12
+    return TrainingArrays(
+        weights_bytes=pick_mem["weights_bytes"],
+        gradients_bytes=pick_mem["gradients_bytes"],
+        optimizer_bytes=pick_mem["optimizer_bytes"],
+        activations_bytes=pick_mem["activations_bytes"],
+        other_bytes=pick_mem["other_bytes"],
+        peak_bytes=pick_mem["total_bytes"],
+        peak_stage=heaviest(stages),
+        capacity_bytes=capacity,
+        usable_bytes=usable,
+        fits=pick_mem["total_bytes"] <= usable,
+        step_seconds=step,
+        compute_seconds=compute,
+        recompute_seconds=slowest_part("recompute"),
+        communication_seconds=communication,
+        tp_comm_seconds=comm_parts["tp_comm"],
+        cp_comm_seconds=comm_parts["cp_comm"],
+        ep_comm_seconds=comm_parts["ep_comm"],
+        pp_comm_seconds=comm_parts["pp_comm"],
+        dp_comm_seconds=dp_comm,
+        bubble_seconds=bubble,
+        optimizer_seconds=optimizer,
+        model_flop=flop.model_flop,
+        hardware_flop=flop.hardware_flop,
+        tokens_per_second=tokens / step,
+        model_tflops_per_gpu=model_tflops,
+        hardware_tflops_per_gpu=hardware_tflops,
+        mfu=model_tflops * 1e12 / peak,
+        hfu=hardware_tflops * 1e12 / peak,
+    )
+
+
+MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
+
+
+@dataclass(frozen=True)
+class StageBreakdown:
+    """Memory of one pipeline stage (bytes per GPU)."""
+
+    stage: int
+    layers: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    total_bytes: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: (getattr(self, name)) for name in ("stage", "layers", *MEMORY_KEYS)}
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """One layout's estimate: the grid result for it plus every stage's memory."""
+
+    model: ModelSpec
+    hardware: HardwareProfile
+    layout: Layout
+    headroom: float
+    result: TrainingArrays  # length-1 arrays
+    stages: tuple[StageBreakdown, ...]
+
+    def scalar(self, name: str) -> float:
+        value = getattr(self.result, name)
+        return float(value[0]) if isinstance(value, np.ndarray) else float(value)
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.result.fits[0])
+
+    @property
+    def peak_stage(self) -> int:
+        return int(self.result.peak_stage[0])
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.result.capacity_bytes
+
+    @property
+    def usable_bytes(self) -> float:
+        return self.result.usable_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        peak = self.stages[self.peak_stage]
+        config = self.layout.model_dump()
+        config["gpus"] = self.layout.gpus
+        config["num_micro_batches"] = self.layout.global_batch // (self.layout.dp * self.layout.micro_batch)
+        memory = {name: getattr(peak, name) for name in MEMORY_KEYS}
+        memory.update(capacity_bytes=self.capacity_bytes, usable_bytes=self.usable_bytes, peak_stage=self.peak_stage)
+        s = self.scalar
+        return {
+            "config": config,
+            "memory": memory,
+            "stages": [stage.to_json() for stage in self.stages],
+            "fits": self.fits,
+            "time": {
+                "step_seconds": s("step_seconds"),
+                "compute_seconds": s("compute_seconds"),
+                "communication_seconds": s("communication_seconds"),
+                "bubble_seconds": s("bubble_seconds"),
+                "optimizer_seconds": s("optimizer_seconds"),
+                "recompute_seconds": s("recompute_seconds"),
+                "communication": {
+                    "tensor_parallel_seconds": s("tp_comm_seconds"),
+                    "context_parallel_seconds": s("cp_comm_seconds"),
+                    "expert_parallel_seconds": s("ep_comm_seconds"),
+                    "pipeline_p2p_seconds": s("pp_comm_seconds"),
+                    "data_parallel_seconds": s("dp_comm_seconds"),
+                },
+            },
+            "throughput": {
+                "tokens_per_second": s("tokens_per_second"),
+                "model_tflops_per_gpu": s("model_tflops_per_gpu"),
+                "hardware_tflops_per_gpu": s("hardware_tflops_per_gpu"),
+                "mfu": s("mfu"),
+                "hfu": s("hfu"),
+            },
+            "flop": {"model_flop_per_step": s("model_flop"), "hardware_flop_per_step": s("hardware_flop")},
+        }
+
+
+def check_dtype(hw: HardwareProfile, dtype: str) -> None:
+    """A compute dtype the chip has a peak for, else a PlannerError listing those it has."""
+    peaks = hw.accelerator.peak_flops_per_s
+    if dtype not in peaks:
+        have = ", ".join(sorted(peaks))
+        raise PlannerError(f"{hw.name} has no {dtype} peak (it has {have}); choose one of those dtypes")
+
+
+def estimate(
+    model: ModelSpec, hw: HardwareProfile, layout: Layout, *, headroom: float = DEFAULT_HEADROOM
+) -> TrainingEstimate:
+    """Validate `layout` and estimate it, reporting every pipeline stage."""
+    if not 0.0 <= headroom < 1.0:
+        raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
+    check_layout(model, layout, layout.gpus)
+    check_dtype(hw, layout.dtype)
+    lay = layout.to_arrays()
+    result = evaluate(model, hw, lay, headroom=headroom)
+    all_stages = np.arange(layout.pp)[:, None]  # (p, 1): every stage of the one layout
+    mem = stage_memory(model, lay, all_stages)
+    layers = layers_on_stage(model.num_layers, lay.pp, all_stages)
+    stages = tuple(
+        StageBreakdown(
+            stage=int(i),
+            layers=int(layers[i, 0]),
+            **{name: float(np.broadcast_to(getattr(mem, name), (layout.pp, 1))[i, 0]) for name in MEMORY_KEYS},
+        )
+        for i in range(layout.pp)
+    )
+    return TrainingEstimate(model=model, hardware=hw, layout=layout, headroom=headroom, result=result, stages=stages)

@@ -1,0 +1,282 @@
+"""Memory per GPU on one pipeline stage: model states, activations, buffers, reserve.
+
+Model states follow ZeRO (Rajbhandari et al. 2020, Sec. 3.1 and Fig. 1):
+16-bit weights (2 bytes), gradients (grad dtype), optimizer states (K bytes,
+12 for mixed-precision Adam), sharded over the data-parallel group by stage.
+Activations follow Korthikanti et al. 2022 (Sec. 4, Table 2), generalised to
+GQA, gated MLPs, MoE, head_dim != h/a, flash attention and context parallelism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
+from planner.physics.shapes import (
+    attention_dims,
+    embedding_params_per_rank,
+    head_params_per_rank,
+    kv_divisor,
+    layer_params_per_rank,
+)
+from planner.physics.stages import (
+    first_layer_of_stage,
+    layers_on_stage,
+    microbatches_in_flight,
+)
+from planner.specs.layout import LayoutArrays
+from planner.specs.model import ModelSpec
+
+# Bytes of a 16-bit weight copy (bf16/fp16); fp8 training keeps 16-bit weights too (Transformer Engine
+# casts per GEMM), so fp8 changes GEMM speed here, not model-state memory.
+WEIGHT_BYTES = 2
+ACTIVATION_BYTES = 2  # 16-bit activations (Korthikanti et al. 2022 Sec. 4.1)
+FP8_ACTIVATION_BYTES = 1  # an fp8 (E4M3) copy of a GEMM input saved for the backward pass
+LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti et al. 2022 Sec. 4.3: 4sbv/t)
+LSE_BYTES = 4  # flash attention keeps an fp32 log-sum-exp per query row and head (Dao et al. 2022, Alg. 1)
+
+# The allocator's unusable slack, a share of the activation memory that churns within a step
+# (PyTorch memory snapshots typically show 5-10%); we take 5%. The process and NCCL figures are
+# shared with the serving model in reserve.py.
+FRAGMENTATION_FRACTION = 0.05
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes per GPU on one stage, every term named (arrays over candidates or stages)."""
+
+    weights_bytes: np.ndarray
+    gradients_bytes: np.ndarray
+    optimizer_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    buffers_bytes: np.ndarray  # ZeRO-3 gathered parameters, gradient buckets, recompute working set
+    reserve_bytes: np.ndarray  # CUDA context, NCCL, allocator fragmentation
+    params: np.ndarray  # parameters held by this rank before ZeRO sharding
+
+    @cached_property
+    def other_bytes(self) -> np.ndarray:
+        return self.buffers_bytes + self.reserve_bytes
+
+    @cached_property
+    def total_bytes(self) -> np.ndarray:
+        return (
+            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
+        )
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters on one rank of a stage: replicated-by-DP part and expert part, plus the largest layer."""
+
+    dense: np.ndarray
+    expert: np.ndarray
+    largest_layer_dense: np.ndarray  # the largest layer's parameters sharded like `dense`
+    largest_layer_expert: np.ndarray  # and its routed experts
+    num_layers: np.ndarray
+    num_moe_layers: np.ndarray
+
+
+def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> StageParams:
+    """Parameters on one rank of `stage`: its layers (dense and MoE), plus embedding / head on the ends."""
+    n = layers_on_stage(model.num_layers, lay.pp, stage)
+    start = first_layer_of_stage(model.num_layers, lay.pp, stage)
+    n_dense = np.clip(np.minimum(start + n, model.num_dense_layers) - start, 0, n)
+    n_moe = n - n_dense
+    dense_layer = layer_params_per_rank(model, lay, moe_layer=False)
+    moe_layer = layer_params_per_rank(model, lay, moe_layer=True)
+    is_first = np.asarray(stage) == 0
+    is_last = np.asarray(stage) == lay.pp - 1
+    ends = np.where(is_first, embedding_params_per_rank(model, lay), 0) + np.where(
+        is_last, head_params_per_rank(model, lay), 0
+    )
+    dense = n_dense * dense_layer.dense + n_moe * moe_layer.dense + ends
+    expert = n_moe * moe_layer.expert
+    has_moe = n_moe > 0
+    return StageParams(
+        dense=dense,
+        expert=expert,
+        largest_layer_dense=np.maximum(np.where(n_dense > 0, dense_layer.dense, 0.0), np.where(has_moe, moe_layer.dense, 0.0)),
+        largest_layer_expert=np.where(has_moe, moe_layer.expert, 0.0),
+        num_layers=n,
+        num_moe_layers=n_moe,
+    )
+
+
+def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, gradients, optimizer) bytes under ZeRO stage 0-3 (Rajbhandari et al. 2020, Fig. 1).
+
+    Dense parameters shard over dp x cp (Megatron's distributed optimizer and FSDP both shard over the
+    data-parallel group that includes context-parallel ranks); routed experts over dp x cp / ep.
+    """
+    shard = (lay.dp * lay.cp).astype(float)
+    expert_shard = np.maximum(shard / lay.ep, 1.0)
+
+    def sharded(bytes_per_param: np.ndarray, from_stage: int) -> np.ndarray:
+        on = lay.zero >= from_stage
+        return bytes_per_param * (
+            np.where(on, sp.dense / shard, sp.dense) + np.where(on, sp.expert / expert_shard, sp.expert)
+        )
+
+    weights = sharded(np.asarray(float(WEIGHT_BYTES)), 3)
+    grads = sharded(lay.grad_bytes.astype(float), 2)
+    optim = sharded(lay.optimizer_bytes.astype(float), 1)
+    return weights, grads, optim
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Activation bytes per token of one layer on one rank, by recompute choice."""
+
+    stored: np.ndarray  # what the layer keeps for backward under the layout's recompute setting
+    full: np.ndarray  # what it keeps with no recompute at all
+    working: np.ndarray  # what its backward re-materialises on top of `stored` (the recompute working set)
+
+
+def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> LayerActivations:
+    """Korthikanti et al. 2022 Sec. 4.1 / Table 2, per token of the rank's sequence shard.
+
+    No parallelism, GPT (a x d = h, f = 4h, dropout): 34h + 5as bytes per token, of which 10h stay
+    replicated under TP (layer-norm inputs 4h, the two GEMM inputs after the norms 4h, two dropout
+    masks 2h) unless sequence parallelism splits them, 24h split over TP (Q, K, V 6h, attention output
+    2h, MLP 16h), and 5as the attention scores (softmax output 2as, dropout mask as, dropout output 2as),
+    split over TP. Here: K and V use the KV width (GQA) and may be replicated; the MLP stores its input to
+    fc2 and the activation's input (gated 6f bytes, standard 4f); flash
+    attention replaces the scores by an fp32 log-sum-exp per head; selective recompute drops the scores;
+    full recompute keeps only the layer input (2h, split under SP). Under fp8 training the tensors kept
+    as inputs of a GEMM's weight gradient (the two post-norm GEMM inputs, the attention output, fc2's
+    input, the routed tokens) are kept in their 1-byte fp8 cast (Transformer Engine saves the quantised
+    input of an fp8 Linear for its backward); the residual stream, Q/K/V and fc1's output stay 16-bit.
+    """
+    h = model.hidden_size
+    t = lay.tp.astype(float)
+    rep_div = np.where(lay.sequence_parallel, t, 1.0)
+    dropout = 1.0 if model.dropout else 0.0
+    e = ACTIVATION_BYTES
+    g = np.where(lay.fp8, FP8_ACTIVATION_BYTES, ACTIVATION_BYTES)  # GEMM inputs kept for backward
+    widths = attention_dims(model)
+    kv_div = kv_divisor(model, lay.tp).astype(float)
+    replicated = model.norms_per_layer * e * h + 2 * g * h + 2 * dropout * h
+    attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + g * widths.output / t
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        k = moe.experts_per_token
+        f_routed = k * moe.moe_ffn_hidden_size
+        f_shared = moe.num_shared_experts * moe.moe_ffn_hidden_size
+        f = f_routed + f_shared
+        permuted = k * g * h  # tokens copied to their experts (dispatch buffer kept for fc1's backward)
+        router = 4 * moe.num_experts  # fp32 router probabilities
+    else:
+        f = model.ffn_hidden_size
+        permuted = 0.0
+        router = 0.0
+    # Elements per token: gated keeps fc1's output (gate and up, 2f) and the activation output (f); standard
+    # keeps fc1's output (f) and GeLU's output (f): Korthikanti's 8sbh + 8sbh bytes for f = 4h.
+    mlp = ((2 if model.mlp_kind == "gated" else 1) * e + g) * f / t + permuted + router
+    heads_per_rank = model.num_attention_heads / t
+    # Scores per token: softmax output (2 bytes) + with dropout its mask (1) and output (2): a*s*(2+3) bytes.
+    scores = heads_per_rank * lay.seq_len * (e + dropout * (1 + e))
+    lse = heads_per_rank * LSE_BYTES
+    keeps_scores = ~lay.flash_attention & (lay.recompute == 0)
+    core = np.where(lay.flash_attention, lse, np.where(keeps_scores, scores, 0.0))
+    full = replicated / rep_div + attention + mlp + np.where(lay.flash_attention, lse, scores)
+    stored_no_full = replicated / rep_div + attention + mlp + core
+    checkpoint = e * h / rep_div  # full recompute: the layer input only
+    stored = np.where(lay.recompute == 2, checkpoint, stored_no_full)
+    # During its backward a recomputed layer holds again what was dropped: everything but the checkpointed
+    # input under full recompute; the attention scores under selective recompute without flash attention.
+    working = np.where(lay.recompute == 2, full - checkpoint, np.where(keeps_scores | lay.flash_attention, 0.0, scores))
+    return LayerActivations(stored=stored, full=full, working=working)
+
+
+def tokens_per_microbatch(lay: LayoutArrays) -> np.ndarray:
+    """Tokens of one micro-batch on one rank: context parallelism splits the sequence."""
+    return lay.micro_batch * lay.seq_len / lay.cp
+
+
+def stage_activation_bytes(
+    model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams
+) -> tuple[np.ndarray, np.ndarray]:
+    """(activations held at the peak, recompute working set) in bytes on one rank of `stage`."""
+    tokens = tokens_per_microbatch(lay)
+    dense = layer_activation_bytes_per_token(model, lay, moe_layer=False)
+    moe = layer_activation_bytes_per_token(model, lay, moe_layer=True)
+    n_dense = sp.num_layers - sp.num_moe_layers
+    n_moe = sp.num_moe_layers
+    # Megatron 'block' recompute: only the first k layers of a stage are recomputed, the rest keep all.
+    k = np.where(lay.recompute_layers < 0, sp.num_layers, np.minimum(lay.recompute_layers, sp.num_layers))
+    k_dense = np.minimum(k, n_dense)
+    k_moe = k - k_dense
+    full_recompute = lay.recompute == 2
+    per_microbatch = np.where(
+        full_recompute,
+        k_dense * dense.stored + (n_dense - k_dense) * dense.full + k_moe * moe.stored + (n_moe - k_moe) * moe.full,
+        n_dense * dense.stored + n_moe * moe.stored,
+    ) * tokens
+    held = microbatches_in_flight(lay, stage) * per_microbatch
+    h = model.hidden_size
+    rep_div = np.where(lay.sequence_parallel, lay.tp, 1)
+    is_first = np.asarray(stage) == 0
+    is_last = np.asarray(stage) == lay.pp - 1
+    # First stage: the embedding's dropout mask per micro-batch in flight (Korthikanti et al. 2022, eq. 6).
+    embed = np.where(is_first & model.dropout, microbatches_in_flight(lay, stage) * tokens * h / rep_div, 0.0)
+    # Last stage: final-norm input and LM-head input (2h each) and the fp32 logits for the loss.
+    head = np.where(
+        is_last,
+        tokens * (2 * ACTIVATION_BYTES * h / rep_div + LOGITS_BYTES * model.vocab_size / lay.tp),
+        0.0,
+    )
+    largest_working = np.maximum(np.where(n_dense > 0, dense.working, 0.0), np.where(n_moe > 0, moe.working, 0.0))
+    working = largest_working * tokens
+    return held + embed + head, working
+
+
+def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
+    """Communication buffers outside the model states.
+
+    ZeRO-3 / FSDP gathers one layer's full parameters for the layer running and prefetches the next
+    (2 layers of 16-bit weights, or the whole stage if it holds less), and reduce-scatters one layer's
+    full gradients (FSDP's default forward/backward prefetch of one unit; DeepSpeed's stage3 prefetch
+    bucket plays the same role). ZeRO-2 reduces gradients through a bucket, taken as one layer's
+    gradients. Only the part beyond the rank's own shard is extra: (1 - 1/N) of it for a shard group
+    of N, so a higher stage never needs more memory than the one below it.
+    """
+    shard = lay.dp * lay.cp
+    beyond = 1.0 - 1.0 / shard
+    beyond_expert = 1.0 - 1.0 / np.maximum(shard // lay.ep, 1)
+    layer = sp.largest_layer_dense * beyond + sp.largest_layer_expert * beyond_expert
+    gathered = np.minimum(2 * sp.largest_layer_dense, sp.dense) * beyond + np.minimum(
+        2 * sp.largest_layer_expert, sp.expert
+    ) * beyond_expert
+    zero3 = WEIGHT_BYTES * gathered + lay.grad_bytes * layer
+    zero2 = lay.grad_bytes * layer
+    return np.where(lay.zero >= 3, zero3, np.where(lay.zero == 2, zero2, 0.0))
+
+
+def reserve_bytes(lay: LayoutArrays, churn_bytes: np.ndarray) -> np.ndarray:
+    """CUDA context, NCCL communicators (one per parallel dimension in use), allocator fragmentation
+    (a share of the activations, which are allocated and freed every micro-batch)."""
+    groups = sum((deg > 1).astype(float) for deg in (lay.tp, lay.pp, lay.cp, lay.dp, lay.ep))
+    return PROCESS_BYTES + NCCL_BYTES_PER_COMMUNICATOR * groups + FRAGMENTATION_FRACTION * churn_bytes
+
+
+def stage_memory(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams | None = None) -> StageMemory:
+    """Everything on one GPU of `stage` at the step's peak (`stage` broadcasts against the layouts: shape
+    (n,) for one stage per candidate, or (k, n) for k stages of each)."""
+    if sp is None:
+        sp = stage_params(model, lay, stage)
+    weights, grads, optim = model_state_bytes(lay, sp)
+    held, working = stage_activation_bytes(model, lay, stage, sp)
+    buffers = buffer_bytes(lay, sp) + working
+    reserve = reserve_bytes(lay, held + working)
+    return StageMemory(
+        weights_bytes=weights,
+        gradients_bytes=grads,
+        optimizer_bytes=optim,
+        activations_bytes=held,
+        buffers_bytes=buffers,
+        reserve_bytes=reserve,
+        params=sp.dense + sp.expert,
+    )

@@ -1,0 +1,308 @@
+"""Time of one training step: compute, exposed communication, pipeline bubble, optimizer.
+
+Per micro-batch and pipeline stage (all arrays broadcast over candidates):
+- GEMMs at peak x matmul efficiency(GEMM size) (the hardware profile's curve);
+- the attention core: flash kernels at the profile's attention fraction of peak,
+  skipping the masked half; without flash, batched GEMMs plus the memory-bound
+  softmax/dropout traffic (what Megatron-LM 2021 ran);
+- memory-bound element-wise kernels (norms, residual adds, activation functions,
+  rotary, dropout) at HBM bandwidth x memory-bandwidth efficiency;
+- TP collectives per layer (Megatron: 2 all-reduces forward, 2 backward, or the
+  equivalent all-gather/reduce-scatter pairs with SP), CP K/V exchange hidden
+  behind attention where it can be, EP all-to-all, PP point-to-point sends.
+The step is (m + (p - 1)/v) times the slowest stage's micro-batch time
+(Narayanan et al. 2021, Sec. 2.2), plus the data-parallel traffic the backward
+pass could not hide, plus the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from planner.physics.comm import (
+    all_gather_seconds,
+    all_reduce_seconds,
+    all_to_all_seconds,
+    group_link,
+    p2p_seconds,
+    reduce_scatter_seconds,
+)
+from planner.physics.kernels import (
+    CAUSAL_WORK_FRACTION,
+    FLASH_BACKWARD_TO_FORWARD,
+    gemm_peak_flops,
+    matmul_seconds,
+    memory_seconds,
+    peak_16bit_flops,
+)
+from planner.physics.shapes import GemmShapes, attention_dims, kv_divisor, layer_gemms
+from planner.specs.hardware import HardwareProfile
+from planner.specs.layout import LayoutArrays
+from planner.specs.model import ModelSpec
+from planner.training.memory import (
+    ACTIVATION_BYTES,
+    WEIGHT_BYTES,
+    StageParams,
+    tokens_per_microbatch,
+)
+
+# Backward element-wise kernels read the saved input and the incoming gradient and write the outgoing
+# gradient: about twice the forward's traffic (same counting as the forward, two reads for one).
+BACKWARD_TO_FORWARD_TRAFFIC = 2.0
+# Logits traffic per element over forward and backward: bf16 write (2), fp32 upcast read+write (2+4),
+# softmax-cross-entropy read+write (4+4), gradient write (2) - 18 bytes, rounded to the count below.
+LOGIT_TRAFFIC_BYTES = 18.0
+# Share of the overlap window (the last micro-batch's backward for gradients, the first micro-batch's
+# forward for weight gathers) that hides data-parallel traffic when overlap is on. Fitted by
+# benchmarks/calibrate_training.py on the published runs (grid 0.5-1.0); the fit prefers 1.0: traffic
+# up to the window's length hides completely, anything longer is exposed. Contention of the collectives
+# with compute is not modelled separately; the fitted matmul efficiencies absorb it.
+DP_OVERLAP_EFFICIENCY = 1.0
+# A fixed cost per optimizer step that no FLOP or byte count captures: the framework's Python work,
+# kernel launches of the optimizer over hundreds of tensors, gradient-norm and loss reductions, the data
+# loader's hand-off and logging. Published end-to-end step times include it (Megatron-LM's README:
+# "end-to-end incl. data loading, optimizer, logging"); it matters for short steps only. Chosen by the
+# calibration on published runs (benchmarks/calibrate_training.py).
+STEP_OVERHEAD_SECONDS = 0.075
+# With Megatron --tp-comm-overlap (Transformer Engine userbuffers) most TP traffic hides behind the
+# GEMMs; this is the share that stays exposed. Varied by benchmarks/calibrate_training.py on the H100
+# rows (the only published runs with the overlap on). The eight-parameter optimum (H100 plateau 0.62,
+# attention 0.45, this share 0.10) lowers the worst error only from 10.4% to 10.3%, within the noise of
+# the published figures, so the round 0.25 stays with the seven-parameter values.
+TP_OVERLAP_EXPOSED_FRACTION = 0.25
+
+
+def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
+    """Forward bytes moved per token by one layer's memory-bound kernels (fused as Megatron-LM fuses them).
+
+    Norm: read 2h, write 2h. Residual add (bias-dropout-add): read 2h + 2h, write 2h (+ h mask with
+    dropout); two per layer. Activation: GeLU reads 2f and writes 2f; SwiGLU reads 4f and writes 2f.
+    Rotary: reads and writes Q and K. Replicated terms are split by sequence parallelism.
+    """
+    h = model.hidden_size
+    t = lay.tp.astype(float)
+    rep_div = np.where(lay.sequence_parallel, t, 1.0)
+    dropout = 1.0 if model.dropout else 0.0
+    replicated = model.norms_per_layer * 4 * h + 2 * (6 * h + dropout * h)
+    widths = attention_dims(model)
+    rotary = (
+        2 * ACTIVATION_BYTES * (widths.query / t + widths.key / kv_divisor(model, lay.tp))
+        if model.position_embedding == "rotary"
+        else 0.0
+    )
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        f = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size
+        permute = 2 * moe.experts_per_token * 4 * h  # dispatch and combine: read and write each copy
+    else:
+        f = model.ffn_hidden_size
+        permute = 0.0
+    activation = (6 if model.mlp_kind == "gated" else 4) * f / t
+    return replicated / rep_div + rotary + activation + permute
+
+
+def softmax_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """Unfused attention (no flash): scale-mask-softmax reads and writes the scores (2 + 2 bytes), dropout
+    reads and writes them and writes a 1-byte mask (5 bytes), per score element: a/t x s per token."""
+    dropout = 1.0 if model.dropout else 0.0
+    return model.num_attention_heads / lay.tp * lay.seq_len * (4.0 + 5.0 * dropout)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Seconds per micro-batch of one layer on one rank, by part."""
+
+    forward: np.ndarray  # GEMMs + attention core + element-wise, forward
+    backward: np.ndarray
+    recompute: np.ndarray  # extra forward work under recompute
+    tp_comm: np.ndarray  # exposed TP traffic, forward + backward + recomputed forward
+    cp_comm: np.ndarray  # exposed context-parallel K/V traffic
+    ep_comm: np.ndarray  # expert-parallel all-to-all
+
+
+def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool) -> LayerTime:
+    tokens = tokens_per_microbatch(lay)
+    peak_gemm = gemm_peak_flops(hw, lay)
+    g: GemmShapes = layer_gemms(model, lay, moe_layer=moe_layer)
+    gemm = sum(matmul_seconds(hw, 2 * tokens * w, peak_gemm) for w in (g.qkv, g.out, g.fc1, g.fc2))
+    if g.routed_experts_per_token:
+        assert model.moe is not None
+        k = g.routed_experts_per_token
+        tokens_per_expert = tokens * k * lay.ep / model.moe.num_experts
+        local_experts = model.moe.num_experts / lay.ep
+        gemm = gemm + local_experts * sum(
+            matmul_seconds(hw, 2 * tokens_per_expert * w, peak_gemm) for w in (g.expert_fc1, g.expert_fc2)
+        )
+    widths = attention_dims(model)
+    core_width = widths.query + widths.output
+    core_flop = 2 * tokens * lay.seq_len * core_width / lay.tp
+    peak16 = peak_16bit_flops(hw)
+    flash_fwd = CAUSAL_WORK_FRACTION * core_flop / (peak16 * hw.efficiency.attention.fraction)
+    # Unfused: batched GEMMs per head (size 2 s^2 d) at the matmul curve, plus the softmax traffic.
+    per_head_flop = 2.0 * lay.micro_batch * lay.seq_len * lay.seq_len / lay.cp * core_width / model.num_attention_heads
+    heads = model.num_attention_heads / lay.tp
+    unfused_gemm = heads * matmul_seconds(hw, per_head_flop, peak16)
+    unfused_fwd = unfused_gemm + memory_seconds(hw, tokens * softmax_bytes_per_token(model, lay))
+    core_fwd = np.where(lay.flash_attention, flash_fwd, unfused_fwd)
+    core_bwd = np.where(
+        lay.flash_attention, FLASH_BACKWARD_TO_FORWARD * flash_fwd, 2 * unfused_gemm + BACKWARD_TO_FORWARD_TRAFFIC * (unfused_fwd - unfused_gemm)
+    )
+    elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
+    forward = gemm + core_fwd + elementwise
+    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise
+    recompute = np.where(
+        lay.recompute == 2, forward, np.where((lay.recompute == 1) & ~lay.flash_attention, unfused_fwd, 0.0)
+    )
+
+    h = model.hidden_size
+    act_bytes = tokens * h * ACTIVATION_BYTES
+    tp_link = group_link(hw, lay.tp, 1)
+    # Two collectives per layer each way (Shoeybi et al. 2019, Fig. 4; with SP an all-gather and a
+    # reduce-scatter replace each all-reduce at the same total volume: Korthikanti et al. 2022, Sec. 4.2.2).
+    one_pass = 2 * all_reduce_seconds(act_bytes, lay.tp, tp_link)
+    passes = 2.0 + (lay.recompute == 2)
+    exposed = np.where(lay.overlap_tp_comm, TP_OVERLAP_EXPOSED_FRACTION, 1.0)
+    tp_comm = passes * one_pass * exposed
+
+    # Ring attention (Liu et al. 2023; Megatron-LM context parallelism's default point-to-point ring):
+    # the forward passes each rank's K/V chunk around the ring in cp - 1 sequential steps, every step as
+    # slow as its slowest hop (a node boundary once the ring leaves the node); the backward passes K/V
+    # again plus dK/dV, twice the forward. Each step hides behind the attention core of the previous one.
+    kv_bytes = lay.micro_batch * lay.seq_len * (widths.key + widths.value) * ACTIVATION_BYTES / kv_divisor(model, lay.tp)
+    cp_link = group_link(hw, lay.cp, lay.tp)
+    cp_fwd = np.where(lay.cp > 1, (lay.cp - 1) * p2p_seconds(kv_bytes / lay.cp, cp_link), 0.0)
+    cp_comm = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(2 * cp_fwd - core_bwd, 0.0)
+
+    if moe_layer and model.moe is not None:
+        ep_link = group_link(hw, lay.ep, lay.tp * lay.cp)
+        # Each rank dispatches the tokens it holds: with sequence parallelism a TP rank holds 1/t of them
+        # (Megatron-Core's all-to-all token dispatcher works on the sequence-parallel shard).
+        tokens_held = np.where(lay.sequence_parallel, lay.tp, 1)
+        dispatch = all_to_all_seconds(act_bytes * model.moe.experts_per_token / tokens_held, lay.ep, ep_link)
+        ep_comm = 2 * dispatch * passes  # dispatch and combine, each pass
+    else:
+        ep_comm = np.zeros_like(tp_comm)
+    return LayerTime(forward, backward, recompute, tp_comm, cp_comm, ep_comm)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Seconds for one micro-batch (forward + backward) on one stage, by part."""
+
+    compute: np.ndarray  # forward + backward + recompute (+ LM head on the last stage)
+    recompute: np.ndarray
+    backward: np.ndarray
+    forward: np.ndarray
+    tp_comm: np.ndarray  # exposed TP collectives
+    cp_comm: np.ndarray  # exposed context-parallel K/V exchange
+    ep_comm: np.ndarray  # expert-parallel all-to-all
+    pp_comm: np.ndarray  # pipeline point-to-point sends
+    zero3_comm: np.ndarray  # ZeRO-3 parameter gathers and gradient reduce-scatters not hidden
+
+    @cached_property
+    def communication(self) -> np.ndarray:
+        return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero3_comm
+
+    @cached_property
+    def total(self) -> np.ndarray:
+        return self.compute + self.communication
+
+
+def stage_time(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, stage: np.ndarray, sp: StageParams
+) -> StageTime:
+    dense = layer_time(model, hw, lay, moe_layer=False)
+    moe = layer_time(model, hw, lay, moe_layer=True) if model.moe is not None else dense
+    n_moe = sp.num_moe_layers
+    n_dense = sp.num_layers - n_moe
+
+    def total(field: str) -> np.ndarray:
+        return n_dense * getattr(dense, field) + n_moe * getattr(moe, field)
+
+    # Block recompute recomputes only k layers of the stage.
+    k = np.where(lay.recompute_layers < 0, sp.num_layers, np.minimum(lay.recompute_layers, sp.num_layers))
+    recompute = total("recompute") * np.where(sp.num_layers > 0, k / np.maximum(sp.num_layers, 1), 0.0)
+    forward, backward = total("forward"), total("backward")
+
+    tokens = tokens_per_microbatch(lay)
+    is_last = np.asarray(stage) == lay.pp - 1
+    logits = tokens * model.vocab_size / lay.tp
+    head_gemm = matmul_seconds(hw, 2 * logits * model.hidden_size, gemm_peak_flops(hw, lay))
+    head = np.where(is_last, 3 * head_gemm + memory_seconds(hw, logits * LOGIT_TRAFFIC_BYTES), 0.0)
+    compute = forward + backward + recompute + head
+
+    # Pipeline sends: forward activations and backward gradients at each boundary the stage owns, v times
+    # per micro-batch with interleaving; Megatron splits them over TP ranks (scatter/gather optimisation).
+    pp_link = group_link(hw, 2, lay.tp * lay.cp * lay.dp)
+    p2p_bytes = tokens * model.hidden_size * ACTIVATION_BYTES / lay.tp
+    p2p = np.where(lay.pp > 1, 2 * lay.interleave * p2p_seconds(p2p_bytes, pp_link), 0.0)
+
+    # ZeRO-3: each micro-batch gathers the stage's parameters in forward and again in backward and
+    # reduce-scatters its gradients (Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x the all-reduce volume),
+    # prefetched behind the micro-batch's compute.
+    dp_link = group_link(hw, lay.dp * lay.cp, lay.tp)
+    shard = lay.dp * lay.cp
+    params_full = sp.dense + sp.expert
+    zero3 = 2 * all_gather_seconds(params_full * WEIGHT_BYTES, shard, dp_link) + reduce_scatter_seconds(
+        params_full * lay.grad_bytes, shard, dp_link
+    )
+    zero3_exposed = np.where(lay.zero >= 3, np.maximum(zero3 - DP_OVERLAP_EFFICIENCY * compute, 0.0), 0.0)
+    return StageTime(
+        compute=compute,
+        recompute=recompute,
+        backward=backward,
+        forward=forward,
+        tp_comm=total("tp_comm"),
+        cp_comm=total("cp_comm"),
+        ep_comm=total("ep_comm"),
+        pp_comm=p2p,
+        zero3_comm=zero3_exposed,
+    )
+
+
+def data_parallel_seconds(
+    hw: HardwareProfile, lay: LayoutArrays, sp: StageParams, backward: np.ndarray, forward: np.ndarray
+) -> np.ndarray:
+    """Exposed gradient synchronisation and weight gathering per step (ZeRO 0-2; ZeRO-3 pays per micro-batch).
+
+    ZeRO-0: all-reduce of the gradients. ZeRO-1/2: reduce-scatter of the gradients and all-gather of the
+    updated 16-bit weights (Rajbhandari et al. 2020, Sec. 7.2.1: the same volume as an all-reduce).
+    With overlap on, gradient reduction hides behind a share of the last micro-batch's `backward`
+    (buckets reduce as they fill: PyTorch DDP, Megatron --overlap-grad-reduce) and the weight all-gather
+    behind a share of the next step's first `forward` (Megatron --overlap-param-gather, FSDP prefetch).
+    """
+    shard = lay.dp * lay.cp
+    dp_link = group_link(hw, shard, lay.tp)
+    expert_group = np.maximum(shard // lay.ep, 1)
+    expert_link = group_link(hw, expert_group, lay.tp * lay.cp * lay.ep)
+    grad_bytes = lay.grad_bytes
+    reduce = np.where(
+        lay.zero == 0,
+        all_reduce_seconds(sp.dense * grad_bytes, shard, dp_link)
+        + all_reduce_seconds(sp.expert * grad_bytes, expert_group, expert_link),
+        reduce_scatter_seconds(sp.dense * grad_bytes, shard, dp_link)
+        + reduce_scatter_seconds(sp.expert * grad_bytes, expert_group, expert_link),
+    )
+    gather = np.where(
+        lay.zero == 0,
+        0.0,
+        all_gather_seconds(sp.dense * WEIGHT_BYTES, shard, dp_link)
+        + all_gather_seconds(sp.expert * WEIGHT_BYTES, expert_group, expert_link),
+    )
+    on = lay.overlap_grad_reduce
+    exposed = np.maximum(reduce - np.where(on, DP_OVERLAP_EFFICIENCY * backward, 0.0), 0.0) + np.maximum(
+        gather - np.where(on, DP_OVERLAP_EFFICIENCY * forward, 0.0), 0.0
+    )
+    return np.where(lay.zero >= 3, 0.0, exposed)
+
+
+def optimizer_seconds(hw: HardwareProfile, lay: LayoutArrays, sp: StageParams) -> np.ndarray:
+    """The optimizer step streams its states once: Adam reads master weights, momentum, variance and the
+    gradient and writes all but the gradient plus the 16-bit weights (memory-bound, fused multi-tensor)."""
+    shard = np.where(lay.zero >= 1, lay.dp * lay.cp, 1)
+    params = sp.dense / shard + sp.expert / np.maximum(np.where(lay.zero >= 1, lay.dp * lay.cp // lay.ep, 1), 1)
+    bytes_per_param = 2 * lay.optimizer_bytes + lay.grad_bytes + WEIGHT_BYTES
+    return memory_seconds(hw, params * bytes_per_param)

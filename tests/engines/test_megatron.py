@@ -1,0 +1,216 @@
+"""Megatron-LM arguments and launch scripts -> Layout fields and ModelSpec."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from planner.engines.load import load_hardware, load_model
+from planner.engines.megatron import (
+    import_megatron,
+    model_from_args,
+    parse_flags,
+    read_launch_text,
+    split_launch_text,
+)
+from planner.errors import PlannerError
+from planner.physics.params import count_params
+from planner.training.estimate import estimate
+from planner.training.rules import resolve_layout
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "megatron"
+
+
+def tokens(name: str) -> list[str]:
+    return split_launch_text((FIXTURES / name).read_text(), name)
+
+
+def test_launch_script_arrays_variables_and_comments():
+    toks = tokens("train_llama3_8b.sh")
+    assert toks[:2] == ["--use-mcore-models", "--num-layers"]
+    assert "--nproc_per_node" not in toks  # torchrun's own flags are not Megatron's
+    i = toks.index("--tensor-model-parallel-size")
+    assert toks[i + 1] == "2"  # TP=2 substituted
+    assert toks[toks.index("--seq-length") + 1] == "8192"
+    assert "tokenizer" not in toks and "#" not in " ".join(toks)  # the inline comment is dropped
+
+
+def test_llama3_script_layout_and_model():
+    imp = import_megatron(tokens("train_llama3_8b.sh"), gpus=64, given={}, model=None, source="s")
+    f = imp.fields
+    assert (f["tp"], f["pp"], f["dp"], f["sequence_parallel"], f["zero"]) == (2, 1, 32, True, 1)
+    assert (f["micro_batch"], f["global_batch"], f["seq_len"], f["recompute"]) == (1, 128, 8192, "selective")
+    assert (f["dtype"], f["grad_dtype"], f["overlap_grad_reduce"]) == ("bf16", "fp32", True)
+    m = imp.model
+    catalog = load_model("llama-3.1-8b").spec
+    assert (m.num_layers, m.hidden_size, m.kv_heads, m.ffn_hidden_size, m.vocab_size) == (32, 4096, 8, 14336, 128256)
+    assert (m.mlp_kind, m.norm_kind, m.tied_embeddings, m.qkv_bias, m.dropout) == ("gated", "rmsnorm", False, False, False)
+    assert count_params(m).total == count_params(catalog).total
+    assert imp.warnings == ()
+
+
+def test_megatron_args_give_same_memory_as_equivalent_estimate():
+    hw = load_hardware("h100-sxm").spec
+    imp = import_megatron(tokens("train_llama3_8b.sh"), gpus=64, given={}, model=None, source="s")
+    from_args = estimate(imp.model, hw, resolve_layout(imp.model, 64, **imp.fields))
+    catalog = load_model("llama-3.1-8b").spec
+    direct = estimate(catalog, hw, resolve_layout(
+        catalog, 64, tp=2, sequence_parallel=True, zero=1, recompute="selective", micro_batch=1, global_batch=128,
+        seq_len=8192, grad_dtype="fp32", overlap_grad_reduce=True))
+    assert from_args.to_json()["memory"] == direct.to_json()["memory"]
+
+
+def test_gpt3_args_file_with_continuations_interleave_and_padding():
+    imp = import_megatron(tokens("gpt3_175b_args.txt"), gpus=1024, given={}, model=None, source="a")
+    f = imp.fields
+    assert (f["tp"], f["pp"], f["interleave"], f["dp"]) == (8, 8, 3, 16)  # 96 / 8 = 12 layers per stage, 4 per chunk
+    assert (f["recompute"], f.get("recompute_layers_per_stage"), f["dtype"], f["grad_dtype"]) == ("full", None, "fp16",
+                                                                                                   "fp16")
+    m = imp.model
+    # GPT-2 BPE 50257 padded to a multiple of 128 x tp 8 = 1024 -> 51200 (Megatron's vocab_size_with_padding)
+    assert m.vocab_size == 51200
+    assert (m.mlp_kind, m.ffn_hidden_size, m.position_embedding, m.tied_embeddings, m.dropout) == (
+        "standard", 4 * 12288, "learned", True, True)
+    assert (m.qkv_bias, m.mlp_bias, m.norm_kind) == (True, True, "layernorm")
+
+
+def test_llama3_fp8_script_with_conditionals_appends_and_positional_defaults():
+    """Megatron-LM's example-script idioms: the script path in a variable, `ARR+=(...)`, quoted multi-word
+    array items, `if [[ ... ]]` picking the flags, `$(( ))`, `${1:-default}`, `--rampup-batch-size` with its
+    three values, and `--sequence-parallel` at TP 1 (which Megatron-LM turns off itself)."""
+    text = (FIXTURES / "llama3_8b_fp8_1node.sh").read_text()
+    flags, warnings = read_launch_text(text, "s.sh")
+    assert warnings == []  # the `if [ ! -f ... ]` guard holds no flags, so nothing to warn about
+    imp = import_megatron(flags, gpus=8, given={}, model=None, source="s.sh")
+    f = imp.fields
+    assert (f["tp"], f["cp"], f["dp"], f["sequence_parallel"], f["zero"]) == (1, 1, 8, False, 1)
+    assert (f["dtype"], f["grad_dtype"], f["global_batch"], f["micro_batch"], f["seq_len"]) == (
+        "fp8", "bf16", 128, 1, 8192)
+    assert imp.model.vocab_size == 128256 and imp.model.num_layers == 32
+    assert any("--rampup-batch-size" in w for w in imp.warnings)
+    assert not any("is not known" in w for w in imp.warnings)  # --decoupled-lr & co. do not change memory
+
+
+def test_sequence_parallel_given_by_the_job_at_tp_1_is_still_an_error():
+    base = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --bf16 "
+    imp = import_megatron(split_launch_text(base, "t"), gpus=2, given={"sequence_parallel": True}, model=None,
+                          source="t")
+    with pytest.raises(PlannerError, match="sequence_parallel needs tp > 1"):
+        resolve_layout(imp.model, 2, **imp.fields)
+    imp = import_megatron(split_launch_text(base + "--sequence-parallel", "t"), gpus=2, given={}, model=None,
+                          source="t")
+    assert imp.fields["sequence_parallel"] is False
+    assert resolve_layout(imp.model, 2, **imp.fields).sequence_parallel is False
+
+
+def test_moe_script_with_string_variable_and_block_recompute():
+    imp = import_megatron(tokens("mixtral_8x7b.sh"), gpus=64, given={}, model=None, source="m")
+    f = imp.fields
+    assert (f["tp"], f["pp"], f["ep"], f["dp"]) == (2, 4, 8, 8)
+    assert (f["recompute"], f["recompute_layers_per_stage"]) == ("full", 4)
+    moe = imp.model.moe
+    assert (moe.num_experts, moe.experts_per_token, moe.moe_ffn_hidden_size) == (8, 2, 14336)
+
+
+def test_swiglu_ffn_default_and_gqa_without_flag():
+    args, _ = parse_flags(["--num-layers", "2", "--hidden-size", "4096", "--num-attention-heads", "32", "--swiglu",
+                           "--num-query-groups", "8", "--seq-length", "128", "--vocab-size", "1000"], "x")
+    model = model_from_args(args, tp=1, source="x")
+    assert model.ffn_hidden_size == int(4 * 4096 * 2 / 3 / 64) * 64  # 10880
+    assert model.kv_heads == 32  # --num-query-groups is ignored without --group-query-attention
+    assert model.vocab_size == 1024  # padded to a multiple of 128
+
+
+def test_given_model_must_agree_with_architecture_flags():
+    toks = tokens("train_llama3_8b.sh")
+    with pytest.raises(PlannerError, match=r"--num-layers 32 disagrees with the model's num_layers \(80\)"):
+        import_megatron(toks, gpus=64, given={}, model=load_model("llama-3.1-70b").spec, source="s")
+    imp = import_megatron(toks, gpus=64, given={}, model=load_model("llama-3.1-8b").spec, source="s")
+    assert imp.model.name == load_model("llama-3.1-8b").spec.name
+
+
+def test_undefined_variable_is_named():
+    with pytest.raises(PlannerError, match=r"\$TP is not defined in the file"):
+        import_megatron(tokens("unresolved_var.sh"), gpus=8, given={}, model=None, source="u")
+
+
+def test_undefined_variable_in_an_ignored_flag_is_fine():
+    text = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 512 --bf16 " \
+           "--data-path $DATA --save ${CKPT}/run"
+    imp = import_megatron(split_launch_text(text, "t"), gpus=1, given={}, model=None, source="t")
+    assert imp.fields["seq_len"] == 128
+
+
+def test_cpu_offload_is_rejected():
+    with pytest.raises(PlannerError, match="--optimizer-cpu-offload: optimizer CPU offload is not modelled"):
+        import_megatron(tokens("cpu_offload.txt"), gpus=8, given={}, model=None, source="c")
+
+
+def test_fp32_and_full_recompute_without_method_are_rejected():
+    base = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 512"
+    with pytest.raises(PlannerError, match="fp32"):
+        import_megatron(split_launch_text(base, "t"), gpus=1, given={}, model=None, source="t")
+    with pytest.raises(PlannerError, match="--recompute-method uniform or block"):
+        import_megatron(split_launch_text(base + " --bf16 --recompute-granularity full", "t"), gpus=1, given={},
+                        model=None, source="t")
+
+
+def test_unknown_flags_warn_and_known_harmless_ones_do_not():
+    base = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 512 --bf16 "
+    imp = import_megatron(split_launch_text(base + "--lr 1e-4 --frobnicate 3", "t"), gpus=1, given={}, model=None,
+                          source="t")
+    assert len(imp.warnings) == 1 and "--frobnicate is not known" in imp.warnings[0]
+
+
+def test_missing_vocab_from_a_tokenizer_file_is_an_error():
+    text = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --bf16 " \
+           "--tokenizer-type HuggingFaceTokenizer --tokenizer-model x"
+    with pytest.raises(PlannerError, match="--vocab-size"):
+        import_megatron(split_launch_text(text, "t"), gpus=1, given={}, model=None, source="t")
+    # Megatron-LM's GPT-3 example passes GPT-2's vocab and merge files without --tokenizer-type (which
+    # Megatron-LM itself rejects): say which tokenizer type those files are
+    text = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --bf16 "
+            "--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt")
+    with pytest.raises(PlannerError, match="no --tokenizer-type is given .* GPT2BPETokenizer"):
+        import_megatron(split_launch_text(text, "t"), gpus=1, given={}, model=None, source="t")
+
+
+def test_distributed_optimizer_and_fsdp_map_to_zero_stages():
+    base = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 512 --bf16 "
+    for flags, zero in (("", 0), ("--use-distributed-optimizer", 1), ("--use-torch-fsdp2", 3),
+                        ("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", 2)):
+        imp = import_megatron(split_launch_text(base + flags, "t"), gpus=4, given={}, model=None, source="t")
+        assert imp.fields["zero"] == zero, flags
+
+
+def test_encoder_seq_length_and_num_layers_stand_for_the_gpt_ones():
+    """Older GPT scripts write --encoder-seq-length / --encoder-num-layers; Megatron-LM's validate_args copies
+    them to seq_length / num_layers (and asserts that only one of each pair is given)."""
+    base = "--hidden-size 64 --num-attention-heads 4 --vocab-size 1000 --bf16 --max-position-embeddings 256 "
+    imp = import_megatron(split_launch_text(base + "--encoder-num-layers 6 --encoder-seq-length 256", "t"), gpus=1,
+                          given={}, model=None, source="t")
+    assert (imp.fields["seq_len"], imp.model.num_layers) == (256, 6)
+    with pytest.raises(PlannerError, match="--encoder-seq-length and --seq-length are both set"):
+        import_megatron(split_launch_text(base + "--num-layers 6 --encoder-seq-length 256 --seq-length 128", "t"),
+                        gpus=1, given={}, model=None, source="t")
+
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    ("--num-attention-heads 0", "--num-attention-heads must be positive, got 0"),
+    ("--pipeline-model-parallel-size 0", "--pipeline-model-parallel-size must be positive"),
+    ("--make-vocab-size-divisible-by 0", "--make-vocab-size-divisible-by must be positive"),
+    ("--num-experts -1", "--num-experts must be positive"),
+    ("--num-experts 4 --moe-router-topk 8", "invalid model"),
+])
+def test_impossible_sizes_are_one_line_errors_not_crashes(flags, fragment):
+    """Found by mutating real scripts: these raised ZeroDivisionError or a raw pydantic ValidationError (a
+    traceback, exit 1 -- the code CI reads as 'does not fit')."""
+    base = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --bf16 "
+            "--micro-batch-size 1 ")
+    with pytest.raises(PlannerError, match=re.escape(fragment)):
+        import_megatron(split_launch_text(base + flags, "t"), gpus=1, given={}, model=None, source="t")
+    assert import_megatron(split_launch_text(base + "--recompute-granularity full --recompute-method uniform "
+                                             "--recompute-num-layers 1", "t"), gpus=1, given={}, model=None,
+                           source="t").fields["recompute"] == "full"

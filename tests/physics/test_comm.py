@@ -1,0 +1,176 @@
+"""Alpha-beta collective costs and the tier a group uses.
+
+A round-number profile makes the arithmetic checkable by hand: 8 GPUs per node, NVLink 400 GB/s per GPU
+one way at 50% achievable = 200 GB/s with alpha 3 us; the network 50 GB/s per GPU at 80% = 40 GB/s with
+alpha 10 us.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.physics.comm import (
+    all_gather_seconds,
+    all_reduce_seconds,
+    all_to_all_seconds,
+    group_link,
+    p2p_seconds,
+    reduce_scatter_seconds,
+)
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+from planner.training.time import layer_time
+
+INTRA_BW, INTRA_LAT = 200e9, 3e-6
+INTER_BW, INTER_LAT = 40e9, 10e-6
+
+
+from round_specs import round_hw  # noqa: E402
+
+HW = round_hw(peaks={"bf16": 1e15})
+
+
+def seconds(collective, nbytes: float, size: int, stride: int) -> float:
+    return float(collective(nbytes, size, group_link(HW, size, stride)))
+
+
+# Where a group sits: k members per node, N nodes (TP innermost) ----------------------------------
+@pytest.mark.parametrize(
+    "size, stride, members_per_node, nodes",
+    [
+        (8, 1, 8, 1),  # TP 8 inside a node: 8 x 1 <= 8
+        (2, 4, 2, 1),  # 2 members 4 ranks apart: span 8, one node
+        (16, 1, 8, 2),  # 16 consecutive ranks: 8 in each of 2 nodes
+        (4, 4, 2, 2),  # span 16 > 8: 8 // 4 = 2 members per node, 2 nodes
+        (4, 8, 1, 4),  # DP behind TP 8: one member per node, 4 nodes
+        (32, 2, 4, 8),  # stride 2: 4 members per node, 8 nodes
+    ],
+)
+def test_group_placement(size, stride, members_per_node, nodes):
+    link = group_link(HW, size, stride)
+    assert int(link.members_per_node) == members_per_node
+    assert int(link.nodes) == nodes
+
+
+def test_group_link_tiers_carry_the_efficiencies():
+    link = group_link(HW, 8, 1)
+    assert link.intra_bandwidth_bytes_per_s == pytest.approx(INTRA_BW)  # 400 GB/s x 0.5
+    assert link.inter_bandwidth_bytes_per_s == pytest.approx(INTER_BW)  # 50 GB/s x 0.8
+    assert (link.intra_latency_s, link.inter_latency_s) == (INTRA_LAT, INTER_LAT)
+
+
+def test_group_link_on_arrays():
+    link = group_link(HW, np.array([8, 4, 4]), np.array([1, 8, 4]))
+    assert link.members_per_node.tolist() == [8, 1, 2]
+    assert link.nodes.tolist() == [1, 4, 2]
+
+
+# All-reduce -------------------------------------------------------------------------------------
+def test_ring_all_reduce_inside_a_node():
+    # 1 GB over 8 ranks on NVLink: 2(n-1)/n S/B + 2(n-1) alpha = 1.75e9/200e9 + 14 x 3e-6 = 0.00875 + 4.2e-5.
+    assert seconds(all_reduce_seconds, 1e9, 8, 1) == pytest.approx(0.008792)
+
+
+def test_all_reduce_of_a_small_message_inside_a_node_is_latency_bound():
+    # 1 kB, 8 ranks in one node. Ring: 1.75e3/200e9 + 14 x 3e-6 = 4.200875e-5. One-shot (every rank reads
+    # its 7 peers at once): 3e-6 + 7 x 1e3/200e9 = 3.035e-6, the faster, and the message is under 256 KiB.
+    assert seconds(all_reduce_seconds, 1e3, 8, 1) == pytest.approx(3.035e-6)
+
+
+def test_large_all_reduce_inside_a_node_stays_a_ring():
+    # 1 MiB is above the one-shot limit: ring 2 x 7/8 x 1,048,576/200e9 + 14 x 3e-6 = 9.175e-6 + 4.2e-5.
+    assert seconds(all_reduce_seconds, 2**20, 8, 1) == pytest.approx(2 * 7 / 8 * 2**20 / 200e9 + 14 * 3e-6)
+
+
+def test_all_reduce_of_one_rank_is_free():
+    assert seconds(all_reduce_seconds, 1e9, 1, 1) == 0.0
+    assert seconds(all_gather_seconds, 1e9, 1, 1) == 0.0
+    assert seconds(all_to_all_seconds, 1e9, 1, 1) == 0.0
+
+
+def test_all_reduce_across_two_nodes_spreads_over_the_nics():
+    # 16 ranks, 8 per node, 1 GB. Inside each node a reduce-scatter and an all-gather:
+    #   2 x (7/8 x 1e9/200e9 + 7 x 3e-6) = 2 x 0.004396 = 0.008792.
+    # Across the 2 nodes each GPU all-reduces its 1/8 shard (1.25e8 bytes) through its own NIC:
+    #   ring 2 x 1/2 x 1.25e8/40e9 + 2 x 1e-5 = 0.003145; tree 2 x 1.25e8/40e9 + 2 x 1 x 1e-5 = 0.00627 -> ring.
+    # Total 0.011937 s (without the 8 NICs working at once the network part alone would be 8 x longer).
+    assert seconds(all_reduce_seconds, 1e9, 16, 1) == pytest.approx(0.011937)
+
+
+def test_all_reduce_one_member_per_node_uses_one_nic():
+    # DP 4 behind TP 8: k = 1, N = 4, all of the 1 GB crosses the network.
+    #   ring 2 x 3/4 x 1e9/40e9 + 2 x 3 x 1e-5 = 0.0375 + 6e-5 = 0.03756; tree 0.05 + 4e-5 -> ring.
+    assert seconds(all_reduce_seconds, 1e9, 4, 8) == pytest.approx(0.03756)
+
+
+def test_tree_all_reduce_across_many_nodes_for_a_small_message():
+    # 64 nodes, one member each, 1 kB: ring 2 x 63/64 x 1e3/40e9 + 2 x 63 x 1e-5 = 1.26005e-3;
+    # tree 2 x 1e3/40e9 + 2 log2(64) x 1e-5 = 5e-8 + 1.2e-4 = 1.2005e-4 -> tree.
+    assert seconds(all_reduce_seconds, 1e3, 64, 8) == pytest.approx(1.2005e-4)
+
+
+# All-gather, reduce-scatter, all-to-all, point-to-point ----------------------------------------
+def test_all_gather_and_reduce_scatter_inside_a_node():
+    # (n-1)/n S/B + (n-1) alpha: 0.875e9/200e9 + 7 x 3e-6 = 0.004375 + 2.1e-5 = 0.004396 s.
+    assert seconds(all_gather_seconds, 1e9, 8, 1) == pytest.approx(0.004396)
+    assert seconds(reduce_scatter_seconds, 1e9, 8, 1) == pytest.approx(0.004396)
+
+
+def test_all_gather_across_two_nodes():
+    # Node part as above, 0.004396; network part: each GPU gathers the other node's 1/8 shard:
+    # (N-1)/N x S/k / B + (N-1) alpha = 1/2 x 1.25e8/40e9 + 1e-5 = 0.0015725. Total 0.0059685.
+    assert seconds(all_gather_seconds, 1e9, 16, 1) == pytest.approx(0.0059685)
+    assert seconds(reduce_scatter_seconds, 1e9, 16, 1) == pytest.approx(0.0059685)
+
+
+def test_all_to_all_is_not_spread_over_the_nics():
+    # Inside a node (n = k = 8): 7/8 x 1e9/200e9 + 7 x 3e-6 = 0.004396.
+    assert seconds(all_to_all_seconds, 1e9, 8, 1) == pytest.approx(0.004396)
+    # 16 ranks on 2 nodes: 7/16 of the bytes to node peers, 7/16 x 1e9/200e9 + 7 x 3e-6 = 0.0022085;
+    # 8/16 to the other node through the GPU's own NIC, 8/16 x 1e9/40e9 + 8 x 1e-5 = 0.01258. Total 0.0147885.
+    assert seconds(all_to_all_seconds, 1e9, 16, 1) == pytest.approx(0.0147885)
+
+
+def test_point_to_point_uses_the_tier_it_crosses():
+    # Neighbours 8 ranks apart are on different nodes: 1e-5 + 1e9/40e9 = 0.02501 s.
+    assert float(p2p_seconds(1e9, group_link(HW, 2, 8))) == pytest.approx(0.02501)
+    # 4 apart, same node: 3e-6 + 1e9/200e9 = 0.005003 s.
+    assert float(p2p_seconds(1e9, group_link(HW, 2, 4))) == pytest.approx(0.005003)
+
+
+def test_collectives_broadcast_over_arrays():
+    # n = 2 and n = 4 inside a node: 2 x (1/2 x 1e9/200e9 + 3e-6) = 0.005006; 2 x (3/4 x 1e9/200e9 + 9e-6) = 0.007518.
+    sizes = np.array([2, 4])
+    got = all_reduce_seconds(np.array([1e9, 1e9]), sizes, group_link(HW, sizes, 1))
+    assert got.tolist() == pytest.approx([0.005006, 0.007518])
+
+
+# Tensor-parallel traffic of one layer -----------------------------------------------------------
+def tiny() -> ModelSpec:
+    return ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
+                     mlp_kind="standard", vocab_size=100, max_seq_len=256)
+
+
+def test_tp_comm_of_one_layer():
+    # tp = 2, b = 1, s = 32: each all-reduce moves b s h x 2 bytes = 4,096 bytes over NVLink (n = 2):
+    # ring 2 x 1/2 x 4,096/200e9 + 2 x 3e-6 = 6.02048e-6; one-shot 3e-6 + 4,096/200e9 = 3.02048e-6, faster.
+    # Two all-reduces forward and two backward (Shoeybi et al. 2019): 4 x 3.02048e-6 = 1.208192e-5.
+    t = layer_time(tiny(), HW, Layout(tp=2, global_batch=1, seq_len=32).to_arrays(), moe_layer=False)
+    assert float(t.tp_comm[0]) == pytest.approx(1.208192e-5)
+
+
+def test_tp_comm_repeats_for_the_recomputed_forward_and_hides_with_overlap():
+    # Full recompute runs the forward twice: 6 one-shot all-reduces = 6 x 3.02048e-6 = 1.812288e-5.
+    # With --tp-comm-overlap a quarter stays exposed: 1.208192e-5 / 4 = 3.02048e-6.
+    hw = HW
+    full = layer_time(tiny(), hw, Layout(tp=2, global_batch=1, seq_len=32, recompute="full").to_arrays(), moe_layer=False)
+    assert float(full.tp_comm[0]) == pytest.approx(1.812288e-5)
+    over = layer_time(tiny(), hw, Layout(tp=2, global_batch=1, seq_len=32, overlap_tp_comm=True).to_arrays(),
+                      moe_layer=False)
+    assert float(over.tp_comm[0]) == pytest.approx(3.02048e-6)
+
+
+def test_no_tp_no_tp_comm():
+    t = layer_time(tiny(), HW, Layout(tp=1, global_batch=1, seq_len=32).to_arrays(), moe_layer=False)
+    assert float(t.tp_comm[0]) == 0.0

@@ -1,0 +1,287 @@
+"""Parameter counts and KV-cache sizes.
+
+Expected values come from hand derivations (tiny specs, worked out in the comments) and from
+publications (papers, model cards, the totals HuggingFace reports for the safetensors weights),
+never from running this code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.engines.load import load_model
+from planner.physics.params import count_params, kv_cache_bytes_per_token
+from planner.specs.model import ModelSpec
+
+HF = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+
+
+def rel_err(value: int, expected: float) -> float:
+    return abs(value - expected) / expected
+
+
+# Tiny specs, counted by hand ------------------------------------------------------------------
+def tiny_llama(**overrides) -> ModelSpec:
+    fields = dict(name="tiny", num_layers=2, hidden_size=8, num_attention_heads=4, num_kv_heads=2,
+                  ffn_hidden_size=16, vocab_size=10, max_seq_len=4)
+    fields.update(overrides)
+    return ModelSpec(**fields)
+
+
+def test_tiny_gated_gqa_untied():
+    # h=8, a=4 heads of d=2, 2 KV heads, ffn=16, V=10, L=2, RMSNorm, gated MLP, untied.
+    # embedding     V*h                      = 10*8               =   80
+    # attention     q h*a*d + k,v 2*h*kv*d + o a*d*h = 64 + 64 + 64 =  192
+    # gated MLP     3*h*ffn                  = 3*8*16             =  384
+    # norms         2 RMSNorm * h            = 16
+    # one layer     192 + 384 + 16                                =  592; two layers = 1184
+    # head          final norm h + lm_head V*h = 8 + 80           =   88
+    # total         80 + 1184 + 88                                = 1352
+    counts = count_params(tiny_llama())
+    assert counts.embedding == 80
+    assert counts.dense_layer == 592
+    assert counts.head == 88
+    assert counts.total == 1352
+    assert counts.active == 1352
+
+
+def test_tiny_qk_norm_adds_two_head_dim_vectors_per_layer():
+    # Qwen3: RMSNorm(head_dim) on q and on k -> 2*d = 4 per layer, 8 for two layers: 1352 + 8.
+    assert count_params(tiny_llama(qk_norm=True)).total == 1360
+
+
+def test_tiny_four_norms_per_layer():
+    # Gemma 2: 4 RMSNorms of h per layer instead of 2 -> +2*8 per layer, +32 for two: 1352 + 32.
+    assert count_params(tiny_llama(norms_per_layer=4)).total == 1384
+
+
+def test_tiny_tied_embeddings_drop_the_lm_head():
+    # 1352 - V*h (80) = 1272.
+    assert count_params(tiny_llama(tied_embeddings=True)).total == 1272
+
+
+def test_tiny_gpt_style():
+    # GPT-2/GPT-3 block: h=4, a=2, ffn=4h=16, V=6, learned positions for 3 tokens, LayerNorm,
+    # biases everywhere, standard (2-matrix) MLP, tied, L=1.
+    # embedding  V*h + s*h = 24 + 12                    =  36
+    # attention  4*h*h = 64, + qkv bias 3h = 12, + out bias h = 4 =  80
+    # MLP        2*h*ffn = 128, + biases ffn + h = 20   = 148
+    # norms      2 LayerNorms * 2h                      =  16
+    # layer      80 + 148 + 16 = 244  (= 12h^2 + 13h, Narayanan et al. 2021 eq. 2 per layer)
+    # head       final LayerNorm 2h, no lm_head (tied)  =   8
+    # total      36 + 244 + 8                           = 288
+    spec = ModelSpec(name="tiny-gpt", num_layers=1, hidden_size=4, num_attention_heads=2, ffn_hidden_size=16,
+                     mlp_kind="standard", vocab_size=6, tied_embeddings=True, position_embedding="learned",
+                     norm_kind="layernorm", qkv_bias=True, attention_output_bias=True, mlp_bias=True, max_seq_len=3)
+    counts = count_params(spec)
+    assert (counts.embedding, counts.dense_layer, counts.head, counts.total) == (36, 244, 8, 288)
+
+
+def test_tiny_embedding_norm_layernorm():
+    # BLOOM's LayerNorm after the embedding adds 2h: GPT-style tiny 288 + 8 = 296.
+    spec = ModelSpec(name="tiny-bloom", num_layers=1, hidden_size=4, num_attention_heads=2, ffn_hidden_size=16,
+                     mlp_kind="standard", vocab_size=6, tied_embeddings=True, position_embedding="learned",
+                     norm_kind="layernorm", qkv_bias=True, attention_output_bias=True, mlp_bias=True, max_seq_len=3,
+                     embedding_norm=True)
+    assert count_params(spec).total == 296
+
+
+def test_tiny_moe_total_and_active():
+    # h=4, 2 heads (MHA), L=3 of which 1 dense (ffn 8) and 2 MoE: 4 experts of 6, top-2,
+    # 1 shared expert, router bias; V=5, untied.
+    # attention   4 * h*h                               =  64
+    # dense layer 64 + 3*4*8 (96) + norms 8             = 168
+    # one expert  3*4*6                                 =  72
+    # MoE layer   64 + router 4*4 + 4 bias (20) + (4+1)*72 (360) + 8 = 452
+    # active      64 + 20 + (2+1)*72 (216) + 8          = 308
+    # embedding 20, head 4 + 20 = 24
+    # total       20 + 168 + 2*452 + 24                 = 1116
+    # active      20 + 168 + 2*308 + 24                 =  828
+    spec = ModelSpec(name="tiny-moe", num_layers=3, hidden_size=4, num_attention_heads=2, ffn_hidden_size=8,
+                     vocab_size=5, max_seq_len=4,
+                     moe=dict(num_experts=4, experts_per_token=2, moe_ffn_hidden_size=6, num_shared_experts=1,
+                              num_dense_layers=1, router_bias=True))
+    counts = count_params(spec)
+    assert (counts.dense_layer, counts.moe_layer, counts.moe_layer_active) == (168, 452, 308)
+    assert (counts.total, counts.active) == (1116, 828)
+
+
+def test_tiny_mla():
+    # h=8, 2 heads, q_lora 4, kv_lora 3, qk_nope 2, qk_rope 1, v 2; L=1, ffn 4, V=3, untied.
+    # q path   h*q_lora (32) + RMSNorm q_lora (4) + q_lora*a*(nope+rope) (4*2*3=24)  = 60
+    # kv path  h*(kv_lora+rope) (32) + RMSNorm kv_lora (3) + kv_lora*a*(nope+v) (24)  = 59
+    # out      a*v*h = 2*2*8                                                          = 32
+    # layer    151 + gated MLP 3*8*4 (96) + norms 16                                  = 263
+    # total    embedding 24 + 263 + head (8 + 24)                                      = 319
+    spec = ModelSpec(name="tiny-mla", num_layers=1, hidden_size=8, num_attention_heads=2, ffn_hidden_size=4,
+                     vocab_size=3, max_seq_len=4,
+                     mla=dict(q_lora_rank=4, kv_lora_rank=3, qk_nope_head_dim=2, qk_rope_head_dim=1, v_head_dim=2))
+    assert count_params(spec).total == 319
+    # The MLA cache holds the latent (3) and the shared rotary key (1): 4 elements * 2 bytes * 1 layer.
+    assert kv_cache_bytes_per_token(spec, "bf16") == 8
+
+
+def test_tiny_kv_cache_bytes():
+    # 2 (K and V) * 2 KV heads * d 2 * 2 layers * 2 bytes (bf16) = 32; fp8 halves it.
+    assert kv_cache_bytes_per_token(tiny_llama(), "bf16") == 32
+    assert kv_cache_bytes_per_token(tiny_llama(), "fp8") == 16
+
+
+# Published totals -------------------------------------------------------------------------------
+# HF totals are those HuggingFace reports for the safetensors weights on the model page: counts of
+# the real tensors, so these must match to the parameter.
+EXACT_TOTALS = [
+    ("llama-3.1-8b", 8_030_261_248, "HF meta-llama/Llama-3.1-8B"),
+    ("llama-3.1-70b", 70_553_706_496, "HF meta-llama/Llama-3.1-70B"),
+    ("llama-3.1-405b", 405_853_388_800, "HF meta-llama/Llama-3.1-405B"),
+    ("mixtral-8x7b", 46_702_792_704, "HF mistralai/Mixtral-8x7B-v0.1"),
+    ("gpt2-xl", 1_557_611_200, "HF openai-community/gpt2-xl"),
+    ("llama-2-7b", 6_738_415_616, "HF meta-llama/Llama-2-7b-hf"),
+    ("llama-2-13b", 13_015_864_320, "HF meta-llama/Llama-2-13b-hf"),
+    ("llama-2-70b", 68_976_648_192, "HF meta-llama/Llama-2-70b-hf"),
+    ("llama-3.2-1b", 1_235_814_400, "HF meta-llama/Llama-3.2-1B"),
+    ("llama-3.2-3b", 3_212_749_824, "HF meta-llama/Llama-3.2-3B"),
+    ("mistral-7b", 7_241_732_096, "HF mistralai/Mistral-7B-v0.1"),
+    ("bloom-176b", 176_247_271_424, "bigscience/bloom model card"),
+]
+
+# Published as a rounded figure: (model, value, unit, where).
+ROUNDED_TOTALS = [
+    ("gpt3-175b", 174.6, 1e9, "Narayanan et al. 2021, arXiv:2104.04473, Table 1 (eq. 2)"),
+    ("deepseek-v3", 671, 1e9, "DeepSeek-AI 2024, arXiv:2412.19437 (main model, without the MTP module)"),
+    ("qwen2.5-7b", 7.61, 1e9, "Qwen/Qwen2.5-7B model card"),
+    ("qwen2.5-72b", 72.7, 1e9, "Qwen/Qwen2.5-72B model card"),
+    ("qwen3-8b", 8.2, 1e9, "Qwen/Qwen3-8B model card"),
+    ("qwen3-32b", 32.8, 1e9, "Qwen/Qwen3-32B model card"),
+    ("qwen3-30b-a3b", 30.5, 1e9, "Qwen/Qwen3-30B-A3B model card"),
+    ("mixtral-8x22b", 141, 1e9, "Mistral AI, Mixtral 8x22B announcement: 141B total"),
+    ("phi-4", 14.7, 1e9, "microsoft/phi-4 model card"),
+]
+
+
+def agrees_with_figure(count: int, value: float, unit: float) -> bool:
+    """Within one unit of the figure's last digit (publishers round or truncate: 7,615,616,512 is "7.61B")."""
+    decimals = len(repr(value).split(".")[1]) if isinstance(value, float) else 0
+    return abs(count / unit - value) < 10 ** -decimals
+
+
+@pytest.mark.parametrize("model_id,expected,where", EXACT_TOTALS)
+def test_catalog_total_equals_published_count(model_id, expected, where):
+    total = count_params(load_model(model_id).spec).total
+    assert total == expected, f"{model_id}: {total:,} vs {expected:,} ({where})"
+
+
+@pytest.mark.parametrize("model_id,value,unit,where", ROUNDED_TOTALS)
+def test_catalog_total_rounds_to_published_figure(model_id, value, unit, where):
+    total = count_params(load_model(model_id).spec).total
+    assert agrees_with_figure(total, value, unit), f"{model_id}: {total:,} ({where})"
+
+
+def test_required_totals_within_a_tenth_of_a_percent():
+    # The brief's acceptance figures, each within 0.1%.
+    for model_id, expected in [("llama-3.1-8b", 8_030_261_248), ("llama-3.1-70b", 70_553_706_496),
+                               ("llama-3.1-405b", 405_853_388_800), ("mixtral-8x7b", 46_702_792_704),
+                               ("gpt3-175b", 174.6e9), ("deepseek-v3", 671e9), ("gpt2-xl", 1_557_611_200)]:
+        assert rel_err(count_params(load_model(model_id).spec).total, expected) < 1e-3, model_id
+
+
+def test_gpt3_is_narayanan_eq2_plus_the_final_layernorm():
+    # Narayanan et al. 2021 eq. 2: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h))
+    #                               = 12 l h^2 + 13 l h + (V + s) h.
+    # It counts per-layer weights, biases (9h) and two LayerNorms (4h), the (tied) embedding and
+    # the learned positions, but not the final LayerNorm (2h), which the model also allocates.
+    l, h, V, s = 96, 12288, 51200, 2048
+    eq2 = 12 * l * h * h + 13 * l * h + (V + s) * h
+    assert eq2 == 174_615_822_336  # "174.6B" in the paper's Table 1
+    assert count_params(load_model("gpt3-175b").spec).total == eq2 + 2 * h
+
+
+def test_deepseek_v3_activated_parameters():
+    # DeepSeek-V3's README_WEIGHTS: main model 671B total, 36.6B activated "including 0.9B for the
+    # output head", i.e. without the input embedding (a lookup, no compute). The paper rounds to 37B.
+    counts = count_params(load_model("deepseek-v3").spec)
+    activated = counts.active - counts.embedding
+    assert rel_err(activated, 36.6e9) < 1e-3
+    assert round(activated / 1e9) == 37
+    assert round(counts.head / 1e9, 1) == 0.9  # the output head
+
+
+def test_mixtral_active_parameters():
+    # Jiang et al. 2024: "each token has access to 47B parameters, but only uses 13B active parameters";
+    # Mistral AI's Mixtral 8x22B announcement: 39B active of 141B.
+    counts = count_params(load_model("mixtral-8x7b").spec)
+    assert (round(counts.total / 1e9), round(counts.active / 1e9)) == (47, 13)
+    assert round(count_params(load_model("mixtral-8x22b").spec).active / 1e9) == 39
+
+
+def test_qwen3_moe_non_embedding():
+    # Qwen/Qwen3-30B-A3B model card: 29.9B non-embedding (input table and the untied head of
+    # 151,936 x 2048 each excluded).
+    counts = count_params(load_model("qwen3-30b-a3b").spec)
+    assert round((counts.total - 2 * 151936 * 2048) / 1e9, 1) == 29.9
+
+
+@pytest.mark.parametrize("model_id,non_embedding", [
+    ("gemma-2-2b", 2_024_517_888),
+    ("gemma-2-9b", 8_324_201_984),
+    ("gemma-2-27b", 26_047_480_320),
+])
+def test_gemma2_non_embedding_matches_paper(model_id, non_embedding):
+    # Gemma Team 2024 (arXiv:2408.00118) Table 2 lists non-embedding parameters to the unit
+    # (its embedding column uses a 256,128-row table; HF ships 256,000 rows, so only this column is exact).
+    counts = count_params(load_model(model_id).spec)
+    assert counts.total - counts.embedding == non_embedding
+
+
+# The same figures from real HuggingFace config.json files ---------------------------------------
+HF_EXACT = [
+    ("llama-3.1-8b.json", 8_030_261_248),
+    ("llama-3.1-70b-instruct.json", 70_553_706_496),
+    ("llama-3.2-3b.json", 3_212_749_824),
+    ("mixtral-8x7b-v0.1.json", 46_702_792_704),
+    ("mistral-7b-v0.1.json", 7_241_732_096),
+    ("gpt2-xl.json", 1_557_611_200),
+    ("pythia-6.9b-deduped.json", 6_857_302_016),  # Biderman et al. 2023 (Pythia), Table 1
+]
+HF_ROUNDED = [
+    ("deepseek-v3.json", 671, 1e9),
+    ("qwen2.5-7b.json", 7.61, 1e9),
+    ("qwen3-8b.json", 8.2, 1e9),
+    ("qwen3-30b-a3b.json", 30.5, 1e9),
+    ("gemma-2-9b.json", 9.24, 1e9),  # 8,324,201,984 non-embedding (paper) + 256,000 x 3584
+    ("phi-4.json", 14.7, 1e9),
+    ("mistral-7b-instruct-v0.3.json", 7.25, 1e9),  # mistralai/Mistral-7B-Instruct-v0.3: 7.25B
+]
+
+
+@pytest.mark.parametrize("fixture,expected", HF_EXACT)
+def test_hf_fixture_total_equals_published_count(fixture, expected):
+    assert count_params(load_model(str(HF / fixture)).spec).total == expected
+
+
+@pytest.mark.parametrize("fixture,value,unit", HF_ROUNDED)
+def test_hf_fixture_total_rounds_to_published_figure(fixture, value, unit):
+    total = count_params(load_model(str(HF / fixture)).spec).total
+    assert agrees_with_figure(total, value, unit), f"{fixture}: {total:,}"
+
+
+def test_hf_deepseek_v3_within_a_tenth_of_a_percent():
+    counts = count_params(load_model(str(HF / "deepseek-v3.json")).spec)
+    assert rel_err(counts.total, 671e9) < 1e-3
+    assert rel_err(counts.active - counts.embedding, 36.6e9) < 1e-3
+
+
+# KV cache ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model_id,bytes_per_token", [
+    # 2 (K,V) * layers * kv_heads * head_dim * 2 bytes
+    ("llama-3.1-8b", 2 * 32 * 8 * 128 * 2),        # 131,072
+    ("llama-3.1-70b", 2 * 80 * 8 * 128 * 2),       # 327,680
+    ("llama-2-7b", 2 * 32 * 32 * 128 * 2),         # 524,288 (MHA)
+    ("gemma-2-9b", 2 * 42 * 8 * 256 * 2),          # head_dim 256 != 3584 / 16
+    # DeepSeek-V2 Sec. 2.1.3: (d_c + d_h^R) * l elements = (512 + 64) * 61 * 2 bytes
+    ("deepseek-v3", (512 + 64) * 61 * 2),          # 70,272
+])
+def test_kv_cache_bytes_per_token(model_id, bytes_per_token):
+    assert kv_cache_bytes_per_token(load_model(model_id).spec, "bf16") == bytes_per_token

@@ -1,0 +1,113 @@
+"""estimate(): one layout's every stage, the peak, fits against capacity and headroom, JSON, input checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.engines.load import load_hardware, load_model
+from planner.errors import PlannerError
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+from planner.training.estimate import DEFAULT_HEADROOM, MEMORY_KEYS, estimate
+
+H100 = load_hardware("h100-sxm").spec
+A100 = load_hardware("a100-80gb").spec
+
+
+def tiny(**overrides) -> ModelSpec:
+    fields = dict(name="tiny GPT", num_layers=10, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
+                  mlp_kind="standard", vocab_size=100, max_seq_len=256, norm_kind="layernorm", dropout=True)
+    fields.update(overrides)
+    return ModelSpec(**fields)
+
+
+def test_llama3_405b_stages_follow_the_published_split():
+    # Llama 3 405B: 126 layers on 16 stages, one fewer on the first and the last (Dubey et al. 2024):
+    # 7 + 14 x 8 + 7 = 126.
+    layout = Layout(tp=8, pp=16, dp=1, micro_batch=1, global_batch=16, seq_len=8192, sequence_parallel=True)
+    result = estimate(load_model("llama-3.1-405b").spec, H100, layout)
+    assert [s.layers for s in result.stages] == [7] + [8] * 14 + [7]
+    assert [s.stage for s in result.stages] == list(range(16))
+
+
+def test_every_stage_is_reported_and_the_heaviest_governs():
+    # 10 layers on 4 stages: [2, 3, 3, 2].
+    result = estimate(tiny(), H100, Layout(pp=4, global_batch=8, seq_len=64))
+    assert [s.layers for s in result.stages] == [2, 3, 3, 2]
+    totals = [s.total_bytes for s in result.stages]
+    assert result.peak_stage == totals.index(max(totals))
+    assert result.scalar("peak_bytes") == pytest.approx(max(totals), rel=1e-12)
+    memory = result.to_json()["memory"]
+    for key in MEMORY_KEYS:
+        assert memory[key] == getattr(result.stages[result.peak_stage], key)
+
+
+def test_deepseek_v3_peak_is_its_heaviest_stage():
+    # DeepSeek-V3: 61 layers, the first 3 dense. pp = 32: 61 = 32 x 1 + 29, so stages 1..29 get 2 layers and
+    # stages 0, 30, 31 one: [1, 2 x 29, 1, 1]. Stage 0 = layer 0 (dense), stage 1 = layers 1-2 (dense),
+    # stage 2 = layers 3-4, the first two MoE layers (256 routed experts each, ep 1), with 30 micro-batches in
+    # flight against stage 31's one MoE layer and one micro-batch. Stage 2 is the heaviest; the estimate's peak
+    # and verdict must be stage 2's.
+    layout = Layout(tp=8, pp=32, dp=1, global_batch=64, seq_len=4096, sequence_parallel=True, recompute="full")
+    result = estimate(load_model("deepseek-v3").spec, load_hardware("h200").spec, layout)
+    totals = [s.total_bytes for s in result.stages]
+    assert [s.layers for s in result.stages] == [1] + [2] * 29 + [1, 1]
+    assert totals.index(max(totals)) == 2
+    assert result.peak_stage == 2
+    assert result.scalar("peak_bytes") == pytest.approx(max(totals))
+
+
+def test_fits_is_peak_within_capacity_less_headroom():
+    result = estimate(tiny(), H100, Layout(global_batch=8, seq_len=64))
+    peak, capacity = result.scalar("peak_bytes"), H100.accelerator.memory_bytes
+    assert result.capacity_bytes == capacity
+    assert result.usable_bytes == pytest.approx(capacity * (1 - DEFAULT_HEADROOM))
+    assert result.fits
+    # A headroom that leaves just less than the peak usable makes it not fit; just more, fit.
+    tight = 1 - peak / capacity
+    assert not estimate(tiny(), H100, Layout(global_batch=8, seq_len=64), headroom=tight + 1e-9).fits
+    assert estimate(tiny(), H100, Layout(global_batch=8, seq_len=64), headroom=tight - 1e-9).fits
+
+
+def test_a_layout_that_does_not_fit_is_still_estimated():
+    # GPT-3 175B on 8 A100s without pipelining: ~2.8 TB of model states; estimated, fits = False.
+    result = estimate(load_model("gpt3-175b").spec, A100, Layout(tp=8, global_batch=8, seq_len=2048))
+    assert not result.fits
+    assert result.scalar("peak_bytes") > A100.accelerator.memory_bytes
+    assert result.scalar("step_seconds") > 0
+
+
+def test_json_has_the_documented_keys():
+    data = estimate(tiny(), H100, Layout(tp=2, pp=2, dp=2, global_batch=8, seq_len=64)).to_json()
+    assert {"config", "memory", "stages", "fits", "time", "throughput"} <= set(data)
+    assert set(MEMORY_KEYS) | {"capacity_bytes"} <= set(data["memory"])
+    assert {"step_seconds", "compute_seconds", "communication_seconds", "bubble_seconds"} <= set(data["time"])
+    assert {"tokens_per_second", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu"} <= set(data["throughput"])
+    assert len(data["stages"]) == 2
+    for stage in data["stages"]:
+        assert set(MEMORY_KEYS) <= set(stage)
+    # The resolved layout: 8 GPUs, 8 / (dp 2 x micro 1) = 4 micro-batches.
+    assert data["config"]["gpus"] == 8
+    assert data["config"]["num_micro_batches"] == 4
+    assert data["config"]["tp"] == 2 and data["config"]["dp"] == 2
+    assert isinstance(data["fits"], bool)
+
+
+@pytest.mark.parametrize("headroom", [-0.1, 1.0, 1.5])
+def test_headroom_outside_0_1_is_an_error(headroom):
+    with pytest.raises(PlannerError, match="headroom"):
+        estimate(tiny(), H100, Layout(global_batch=8, seq_len=64), headroom=headroom)
+
+
+def test_fp8_on_a_chip_without_fp8_is_an_error():
+    with pytest.raises(PlannerError, match="no fp8 peak"):
+        estimate(tiny(), A100, Layout(global_batch=8, seq_len=64, dtype="fp8"))
+
+
+def test_fp8_on_h100_runs():
+    assert estimate(tiny(), H100, Layout(global_batch=8, seq_len=64, dtype="fp8")).scalar("step_seconds") > 0
+
+
+def test_rule_violations_raise_with_the_arithmetic():
+    with pytest.raises(PlannerError, match=r"num_attention_heads\(4\) is not divisible by tp\(8\)"):
+        estimate(tiny(), H100, Layout(tp=8, global_batch=8, seq_len=64))

@@ -1,0 +1,150 @@
+"""Layout rules: one message with the arithmetic per broken rule; resolve_layout derives dp.
+
+Each message is checked word for word where it carries numbers, since the numbers are the point:
+they tell the user what to change.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.errors import PlannerError
+from planner.specs.layout import Layout, LayoutArrays
+from planner.specs.model import ModelSpec
+from planner.training.rules import RULE_CODES, check_layout, resolve_layout, violations
+
+
+def model(**overrides) -> ModelSpec:
+    # 8 layers, 8 heads (2 KV heads), h 64; short context to test the length rule.
+    fields = dict(name="rules", num_layers=8, hidden_size=64, num_attention_heads=8, num_kv_heads=2,
+                  ffn_hidden_size=256, vocab_size=100, max_seq_len=4096)
+    fields.update(overrides)
+    return ModelSpec(**fields)
+
+
+def message(layout: Layout, gpus: int, spec: ModelSpec | None = None) -> str:
+    with pytest.raises(PlannerError) as err:
+        check_layout(spec or model(), layout, gpus)
+    return str(err.value)
+
+
+def test_gpu_count_mismatch_prints_the_product():
+    # 8 x 4 x 1 x 3 = 96, not 64.
+    text = message(Layout(tp=8, pp=4, dp=3, global_batch=96, seq_len=1024), 64)
+    assert text.startswith("tp(8) * pp(4) * cp(1) * dp(3) = 96 != gpus(64)")
+
+
+def test_heads_not_divisible_by_tp():
+    text = message(Layout(tp=3, global_batch=8, seq_len=1024), 3)
+    assert text.startswith("num_attention_heads(8) is not divisible by tp(3)")
+
+
+def test_kv_heads_fewer_than_tp_are_allowed():
+    # 2 KV heads, tp 8: KV heads are replicated (Megatron), not a rule violation.
+    check_layout(model(), Layout(tp=8, global_batch=8, seq_len=1024), 8)
+
+
+def test_batch_not_divisible_by_dp_times_micro_batch():
+    # 10 sequences on dp 4 x micro 1 = 4.
+    text = message(Layout(dp=4, global_batch=10, seq_len=1024), 4)
+    assert text.startswith("global_batch(10) is not divisible by dp(4) * micro_batch(1) = 4")
+
+
+def test_too_many_stages():
+    assert message(Layout(pp=16, global_batch=16, seq_len=1024), 16).startswith("pp(16) exceeds num_layers(8)")
+
+
+def test_pipeline_need_not_divide_the_layers():
+    # 8 layers on 3 stages (2, 3, 3 by the split rule) is allowed, as Llama 3 405B's 126 on 16.
+    check_layout(model(), Layout(pp=3, global_batch=3, seq_len=1024), 3)
+
+
+def test_sequence_parallel_needs_tp():
+    assert message(Layout(sequence_parallel=True, global_batch=1, seq_len=1024), 1).startswith(
+        "sequence_parallel needs tp > 1"
+    )
+
+
+def test_context_parallel_needs_2cp_chunks():
+    # seq 1,020 with cp 4: not divisible by 2 x 4 = 8 (1,020 = 8 x 127 + 4).
+    text = message(Layout(cp=4, global_batch=1, seq_len=1020), 4)
+    assert text.startswith("seq_len(1020) is not divisible by 2 * cp(4) = 8")
+
+
+def test_sequence_longer_than_the_model_supports():
+    text = message(Layout(global_batch=1, seq_len=8192), 1)
+    assert text.startswith("seq_len(8192) exceeds the model's max_seq_len(4096)")
+
+
+def test_interleave_needs_pipeline_and_micro_batches_divisible_by_pp():
+    assert message(Layout(interleave=2, global_batch=4, seq_len=1024), 1).startswith("interleave(2) needs pp > 1")
+    # pp 2 with m = 3 micro-batches: 3 is not divisible by 2.
+    text = message(Layout(pp=2, interleave=2, global_batch=3, seq_len=1024), 2)
+    assert "micro-batch count (3) divisible by pp" in text
+    # 8 layers on pp 4 leave 2 per rank: at most 2 virtual stages.
+    assert "interleave" in message(Layout(pp=4, interleave=4, global_batch=8, seq_len=1024), 4)
+    check_layout(model(), Layout(pp=4, interleave=2, global_batch=8, seq_len=1024), 4)
+
+
+def test_expert_parallel_needs_a_moe_model():
+    text = message(Layout(dp=2, ep=2, global_batch=2, seq_len=1024), 2)
+    assert text.startswith("ep(2) needs a MoE model")
+
+
+def test_recompute_layers_within_the_stage():
+    # 8 layers on pp 2: 4 per stage; 5 is too many.
+    text = message(Layout(pp=2, recompute="full", recompute_layers_per_stage=5, global_batch=2, seq_len=1024), 2)
+    assert text.startswith("recompute_layers_per_stage(5) exceeds the layers per stage (4)")
+
+
+def test_first_broken_rule_is_reported_and_valid_layouts_pass():
+    check_layout(model(), Layout(tp=2, pp=2, dp=2, global_batch=8, seq_len=1024), 8)
+    # gpus and batch both broken: the gpus rule comes first.
+    assert message(Layout(dp=4, global_batch=10, seq_len=1024), 8).startswith("tp(1) * pp(1)")
+
+
+def test_violations_is_a_mask_per_rule_on_a_grid():
+    grid = LayoutArrays.from_layouts([
+        Layout(tp=8, pp=4, dp=2, global_batch=64, seq_len=1024),  # valid on 64 GPUs
+        Layout(tp=8, pp=4, dp=3, global_batch=96, seq_len=1024),  # 96 GPUs
+        Layout(tp=3, pp=4, dp=2, global_batch=64, seq_len=1024),  # 24 GPUs and 8 heads / 3
+    ])
+    broken = violations(model(), grid, 64)
+    assert set(broken) == set(RULE_CODES)
+    assert broken["gpus_mismatch"].tolist() == [False, True, True]
+    assert broken["heads_not_divisible"].tolist() == [False, False, True]
+    assert not np.any(broken["batch_not_divisible"])
+
+
+# resolve_layout ---------------------------------------------------------------------------------
+def test_resolve_layout_derives_dp():
+    # 64 GPUs / (tp 8 x pp 4 x cp 1) = 2.
+    layout = resolve_layout(model(), 64, tp=8, pp=4, global_batch=64, seq_len=1024)
+    assert layout.dp == 2
+    assert layout.gpus == 64
+
+
+def test_resolve_layout_keeps_a_given_dp_and_checks_it():
+    with pytest.raises(PlannerError, match=r"tp\(8\) \* pp\(4\) \* cp\(1\) \* dp\(3\) = 96 != gpus\(64\)"):
+        resolve_layout(model(), 64, tp=8, pp=4, dp=3, global_batch=96, seq_len=1024)
+
+
+def test_resolve_layout_gpus_not_divisible():
+    with pytest.raises(PlannerError, match=r"gpus\(64\) is not divisible by tp\(3\) \* pp\(1\) \* cp\(1\) = 3"):
+        resolve_layout(model(), 64, tp=3, global_batch=64, seq_len=1024)
+
+
+def test_resolve_layout_rejects_bad_values_with_the_field_name():
+    with pytest.raises(PlannerError, match="gpus"):
+        resolve_layout(model(), 0, global_batch=1, seq_len=1024)
+    with pytest.raises(PlannerError, match="zero"):
+        resolve_layout(model(), 8, zero=5, global_batch=8, seq_len=1024)
+    with pytest.raises(PlannerError, match="micro_batch"):
+        resolve_layout(model(), 8, micro_batch=-1, global_batch=8, seq_len=1024)
+
+
+def test_resolve_layout_ignores_none_fields():
+    # None means "not given": defaults apply (cp 1), and dp is derived.
+    layout = resolve_layout(model(), 8, tp=2, cp=None, dp=None, global_batch=8, seq_len=1024)
+    assert (layout.cp, layout.dp) == (1, 4)

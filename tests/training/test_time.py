@@ -1,0 +1,176 @@
+"""Step time: GEMMs on the efficiency curve, memory-bound kernels, pipeline sends, DP traffic, optimizer,
+and how evaluate() assembles them.
+
+A round-number profile makes the arithmetic checkable by hand: 1 PFLOP/s bf16 (2 fp8), matmul plateau
+0.8 with half-saturation 1 GFLOP, so one GEMM of x FLOP takes (x + 1e9) / 0.8e15 s; HBM 2 TB/s at 90% =
+1.8 TB/s; NVLink 400 GB/s at 50% = 200 GB/s, alpha 3 us. Tiny GPT: L = 2, h = 64, a = 4, f = 256, V = 100,
+LayerNorm, GeLU, no biases, dropout, rotary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from round_specs import lay, round_hw, tiny  # noqa: E402
+
+from planner.physics.kernels import (
+    gemm_peak_flops,
+    matmul_seconds,
+    memory_seconds,
+    peak_16bit_flops,
+)
+from planner.specs.layout import Layout
+from planner.training.estimate import evaluate
+from planner.training.memory import stage_params
+from planner.training.time import (
+    STEP_OVERHEAD_SECONDS,
+    elementwise_bytes_per_token,
+    layer_time,
+    optimizer_seconds,
+    softmax_bytes_per_token,
+)
+
+HW = round_hw()
+
+
+PSI = 111_744  # tiny GPT's parameters, counted by hand in test_memory.py
+
+
+# Kernels ------------------------------------------------------------------------------------------
+def test_matmul_on_the_saturating_curve():
+    # efficiency(x) = 0.8 x / (x + 1e9): x = 1e9 -> 0.4 -> 1e9 / (1e15 x 0.4) = 2.5e-6 s;
+    # x = 9e9 -> 0.72 -> 9e9 / 0.72e15 = 1.25e-5 s; no work, no time.
+    got = matmul_seconds(HW, np.array([1e9, 9e9, 0.0]), 1e15)
+    assert got.tolist() == pytest.approx([2.5e-6, 1.25e-5, 0.0])
+
+
+def test_memory_bound_kernels_at_achievable_bandwidth():
+    # 1.8e9 bytes at 2e12 x 0.9 = 1.8e12 B/s: 1 ms.
+    assert float(memory_seconds(HW, 1.8e9)) == pytest.approx(1e-3)
+
+
+def test_gemm_peak_follows_the_dtype():
+    # fp8 GEMMs run at the fp8 peak (2 PFLOP/s), bf16 at 1; a chip with only fp16 (V100) uses that for 16-bit.
+    peaks = gemm_peak_flops(HW, Layout(global_batch=1, seq_len=8, dtype="fp8").to_arrays())
+    assert peaks.tolist() == [2e15]
+    assert gemm_peak_flops(HW, lay()).tolist() == [1e15]
+    assert peak_16bit_flops(round_hw({"fp16": 125e12})) == 125e12
+
+
+def test_elementwise_traffic_per_token():
+    # Per token, one layer, tp 1 (h = 64, f = 256, rotary on Q and K, each 64 wide):
+    #   2 LayerNorms, read 2h + write 2h each:               8h = 512
+    #   2 residual adds, read 4h + write 2h + 1-byte mask h: 14h = 896
+    #   GeLU, read 2f + write 2f:                            4f = 1,024
+    #   rotary, read + write Q and K: 2 x 2 x (64 + 64)         = 512
+    #   total 2,944 bytes
+    assert elementwise_bytes_per_token(tiny(), lay(), moe_layer=False).tolist() == [2_944]
+
+
+def test_unfused_softmax_traffic_per_token():
+    # a/t x s score elements per token, 4 bytes (softmax read + write) + 5 (dropout read, write, mask):
+    # 4 x 32 x 9 = 1,152.
+    assert softmax_bytes_per_token(tiny(), lay()).tolist() == [1_152]
+
+
+def test_one_tiny_layer_forward_and_backward():
+    # b s = 32 tokens, tp 1, flash. GEMM FLOP = 2 x 32 x weights: QKV 12,288 -> 786,432; out 4,096 -> 262,144;
+    # fc1 and fc2 16,384 each -> 1,048,576 each. Each takes (x + 1e9)/0.8e15, so the four together
+    # (3,145,728 + 4e9)/0.8e15 = 5.00393216e-6 s.
+    # Core: 2 x 32 x 32 x (64 + 64) = 262,144 FLOP, half of it skipped by the causal mask, at 50% of 1e15:
+    # 2.62144e-10 s. Element-wise: 32 x 2,944 bytes / 1.8e12 = 5.233778e-8 s.
+    # Forward 5.00393216e-6 + 2.62144e-10 + 5.233778e-8 = 5.05653209e-6.
+    # Backward: GEMMs x 2, flash core x 2.5, element-wise x 2 = 1.000786432e-5 + 6.5536e-10 + 1.0467556e-7.
+    t = layer_time(tiny(), HW, lay(), moe_layer=False)
+    assert float(t.forward[0]) == pytest.approx(5.05653209e-6, rel=1e-7)
+    assert float(t.backward[0]) == pytest.approx(1.000786432e-5 + 6.5536e-10 + 1.0467556e-7, rel=1e-7)
+    assert float(t.recompute[0]) == 0.0
+
+
+def test_full_recompute_repeats_the_forward():
+    t = layer_time(tiny(), HW, lay(recompute="full"), moe_layer=False)
+    assert float(t.recompute[0]) == pytest.approx(float(t.forward[0]))
+
+
+def test_optimizer_streams_its_states():
+    # Adam, bf16 gradients: read and write 12 bytes of states (24), read the 2-byte gradient, write the
+    # 2-byte weight: 28 bytes per parameter. 111,744 x 28 = 3,128,832 bytes / 1.8e12 = 1.73824e-6 s.
+    # ZeRO-1 on dp 4: each rank updates a quarter: 4.3456e-7 s.
+    z = np.zeros(1, dtype=np.int64)
+    a = lay()
+    assert optimizer_seconds(HW, a, stage_params(tiny(), a, z)).tolist() == pytest.approx([1.73824e-6])
+    a = lay(dp=4, zero=1)
+    assert optimizer_seconds(HW, a, stage_params(tiny(), a, z)).tolist() == pytest.approx([4.3456e-7])
+
+
+# The step -----------------------------------------------------------------------------------------
+def test_dp_gradient_all_reduce_without_overlap():
+    # dp 2 in one node, ZeRO 0, reduction after backward: all-reduce of 111,744 x 2 = 223,488 bytes, under
+    # the 256 KiB one-shot limit: 3e-6 + 223,488/200e9 = 4.11744e-6 s (the ring would take 7.11744e-6).
+    r = evaluate(tiny(), HW, lay(dp=2, overlap_grad_reduce=False))
+    assert r.dp_comm_seconds.tolist() == pytest.approx([4.11744e-6])
+
+
+def test_zero1_moves_the_same_volume_as_a_ring_all_reduce():
+    # Reduce-scatter of the gradients + all-gather of the weights: 2 x (1/2 x 223,488/200e9 + 3e-6) = 7.11744e-6,
+    # the volume and steps of a ring all-reduce.
+    r = evaluate(tiny(), HW, lay(dp=2, zero=1, overlap_grad_reduce=False))
+    assert r.dp_comm_seconds.tolist() == pytest.approx([7.11744e-6])
+
+
+def test_dp_traffic_hides_behind_the_backward_with_overlap():
+    # 7.1 us of reduction against a last backward of two layers (2 x 10.1 us): nothing exposed.
+    r = evaluate(tiny(), HW, lay(dp=2, overlap_grad_reduce=True))
+    assert r.dp_comm_seconds.tolist() == [0.0]
+
+
+def test_pipeline_sends():
+    # pp 2 (neighbouring stages 1 rank apart, one node): per micro-batch one activation forward and one
+    # gradient backward of b s h x 2 = 4,096 bytes: 2 x (3e-6 + 4,096/200e9) = 6.04096e-6; m = 4 -> 2.416384e-5.
+    r = evaluate(tiny(), HW, lay(pp=2, global_batch=4))
+    assert r.pp_comm_seconds.tolist() == pytest.approx([2.416384e-5])
+
+
+def test_no_pipeline_no_sends_no_bubble():
+    r = evaluate(tiny(), HW, lay(global_batch=4))
+    assert r.pp_comm_seconds.tolist() == [0.0]
+    assert r.bubble_seconds.tolist() == [0.0]
+
+
+def test_bubble_is_p_minus_1_over_v_m_of_the_pipelined_work():
+    # Narayanan et al. 2021: the bubble is (p - 1)/(v m) of the time the slowest stage spends on its m
+    # micro-batches (compute and the exposed per-micro-batch communication). p = 4, v = 2, m = 8: 3/16.
+    model = tiny(num_layers=8)
+    r = evaluate(model, HW, lay(pp=4, interleave=2, global_batch=8))
+    pipelined = r.compute_seconds + r.tp_comm_seconds + r.cp_comm_seconds + r.ep_comm_seconds + r.pp_comm_seconds
+    assert r.bubble_seconds.tolist() == pytest.approx((3 / 16 * pipelined).tolist())
+
+
+def test_step_is_the_sum_of_its_parts_and_throughput_follows():
+    model = tiny(num_layers=4)
+    a = lay(tp=2, pp=2, dp=2, zero=1, global_batch=8, seq_len=32)
+    r = evaluate(model, HW, a)
+    step = r.compute_seconds + r.communication_seconds + r.bubble_seconds + r.optimizer_seconds
+    assert r.step_seconds.tolist() == pytest.approx(step.tolist(), rel=1e-12)
+    parts = r.tp_comm_seconds + r.cp_comm_seconds + r.ep_comm_seconds + r.pp_comm_seconds + r.dp_comm_seconds
+    assert r.communication_seconds.tolist() == pytest.approx(parts.tolist(), rel=1e-12)
+    # 8 sequences x 32 tokens per step; MFU = model FLOP / step / 8 GPUs / 1e15.
+    assert r.tokens_per_second.tolist() == pytest.approx((256 / r.step_seconds).tolist())
+    assert r.mfu.tolist() == pytest.approx((r.model_flop / r.step_seconds / 8 / 1e15).tolist())
+    assert r.model_tflops_per_gpu.tolist() == pytest.approx((r.model_flop / r.step_seconds / 8 / 1e12).tolist())
+    assert r.hardware_tflops_per_gpu.tolist() == pytest.approx((r.hardware_flop / r.step_seconds / 8 / 1e12).tolist())
+
+
+def test_optimizer_time_includes_the_fixed_step_overhead():
+    # pp 1: the optimizer stream (1.73824e-6 s, above) plus the calibrated per-step overhead.
+    r = evaluate(tiny(), HW, lay())
+    assert r.optimizer_seconds.tolist() == pytest.approx([1.73824e-6 + STEP_OVERHEAD_SECONDS])
+
+
+def test_fp8_speeds_up_the_gemms_only():
+    a16 = lay(seq_len=128, micro_batch=8, global_batch=8)
+    a8 = Layout(seq_len=128, micro_batch=8, global_batch=8, dtype="fp8").to_arrays()
+    model = tiny(hidden_size=512, ffn_hidden_size=2048)
+    t16 = layer_time(model, HW, a16, moe_layer=False)
+    t8 = layer_time(model, HW, a8, moe_layer=False)
+    assert float(t8.forward[0]) < float(t16.forward[0])
