@@ -8,9 +8,10 @@ options and renders. Exit codes of `check`: 0 every job fits, 1 some job does no
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 

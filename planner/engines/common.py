@@ -10,8 +10,9 @@ Pure: readers get parsed data (a dict, a list of flags) and return values, write
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from planner import __version__
 from planner.errors import PlannerError

@@ -13,7 +13,8 @@ CPU/NVMe offload and ZeRO++ secondary partitions are rejected: planner does not 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from planner.engines.common import (
     Collected,
@@ -341,7 +342,7 @@ def import_deepspeed(
 
 # --- writer ----------------------------------------------------------------------------------------
 # Layout -> DeepSpeed JSON config.
-# 
+#
 # JSON has no comments, so planner's prediction goes in a top-level `"_planner"` key,
 # which DeepSpeed's config reader never looks up (it reads the keys it knows). The same
 # block holds the layout fields a DeepSpeed config cannot express (sequence length,

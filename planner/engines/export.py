@@ -10,8 +10,8 @@ the header is re-estimated for it, so the header always describes the file. Rend
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from planner.engines import deepspeed, megatron, torchtitan
 from planner.engines.common import ExportContext, ExportFile

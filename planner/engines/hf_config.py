@@ -9,8 +9,9 @@ figures. Defaults for optional keys are those of the matching `transformers` con
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import PurePath
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 

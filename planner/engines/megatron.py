@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -541,7 +542,7 @@ def import_megatron(
 
 # --- writer ----------------------------------------------------------------------------------------
 # Layout + model -> Megatron-LM arguments, as a bash array to source in a launch script.
-# 
+#
 # The file defines MEGATRON_ARGS=( ... ) with the model and layout flags (the
 # arrangement of Megatron-LM's own example scripts); data, tokenizer, learning-rate
 # and checkpoint flags stay the user's. `planner.engines.megatron` reads it back

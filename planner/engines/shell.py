@@ -24,8 +24,8 @@ import ast
 import fnmatch
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 UNRESOLVED = "\x00"
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from planner.engines.common import (
     Collected,
@@ -422,7 +423,7 @@ def import_torchtitan(
 
 # --- writer ----------------------------------------------------------------------------------------
 # Layout -> torchtitan TOML job config (the `--job.config_file` format of torchtitan v0.1 - v0.2).
-# 
+#
 # torchtitan fixes some settings itself, so the layout is first mapped onto what it runs
 # (`engine_layout`): FSDP (ZeRO 3) or DDP (ZeRO 0) only, fp32 gradients, sequence parallelism
 # whenever tp > 1, bf16 (or fp8 through the float8 converter), Adam, flash attention, overlapped

@@ -217,7 +217,7 @@ class Space:
         """The layouts where `mask` (default: in_space) is True, as 1-d arrays in grid order."""
         return flatten(self.grid, np.flatnonzero(np.broadcast_to(self.in_space if mask is None else mask, self.shape)))
 
-    def rows(self, start: int, stop: int) -> "Space":
+    def rows(self, start: int, stop: int) -> Space:
         """Structural rows start:stop of the grid (for evaluating a large grid in chunks)."""
         cut = {f.name: _cut(getattr(self.grid, f.name), start, stop) for f in fields(self.grid)}
         return Space(LayoutArrays(**cut), _cut(self.in_space, start, stop))
@@ -235,7 +235,7 @@ class Points:
     flat_index: np.ndarray
 
     @classmethod
-    def of(cls, shape: tuple[int, ...], flat_index: np.ndarray) -> "Points":
+    def of(cls, shape: tuple[int, ...], flat_index: np.ndarray) -> Points:
         return cls(tuple(shape), np.asarray(flat_index, dtype=np.int64))
 
     @cached_property

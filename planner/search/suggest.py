@@ -7,8 +7,9 @@ from a rule of thumb. Candidates that break a layout rule are dropped (rules.vio
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 

@@ -97,7 +97,7 @@ class InferenceArrays:
         weight_dtype: object = "bf16",
         kv_dtype: object = "bf16",
         per_head_decode_attention: object = False,
-    ) -> "InferenceArrays":
+    ) -> InferenceArrays:
         """Broadcast scalars or arrays (dtypes as names, or arrays of names) into one shape."""
         wd = np.asarray(weight_dtype)
         kd = np.asarray(kv_dtype)
@@ -129,7 +129,7 @@ class InferenceArrays:
         """Tokens cached per sequence when it finishes: prompt plus generated."""
         return self.input_len + self.output_len
 
-    def with_concurrency(self, concurrency: np.ndarray | int) -> "InferenceArrays":
+    def with_concurrency(self, concurrency: np.ndarray | int) -> InferenceArrays:
         c = np.broadcast_to(np.asarray(concurrency, dtype=np.int64), self.tp.shape)
         return InferenceArrays(**{**self.__dict__, "concurrency": np.array(c)})
 

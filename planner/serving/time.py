@@ -143,7 +143,7 @@ class Work:
     decode_seqs: np.ndarray
     decode_context: np.ndarray
 
-    def scaled(self, share: np.ndarray) -> "Work":
+    def scaled(self, share: np.ndarray) -> Work:
         """This work split into micro-batches carrying `share` of it."""
         return Work(
             tokens=self.tokens * share,

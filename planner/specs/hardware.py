@@ -113,7 +113,7 @@ class NetworkSpec(BaseModel):
     _check_source = field_validator("source")(_non_empty)
 
     @model_validator(mode="after")
-    def _nic_figures_together(self) -> "NetworkSpec":
+    def _nic_figures_together(self) -> NetworkSpec:
         if (self.nics_per_node is None) != (self.nic_bits_per_s is None):
             raise ValueError("give both nics_per_node and nic_bits_per_s, or neither")
         return self
@@ -175,7 +175,7 @@ class HardwareProfile(BaseModel):
     price_source: str | None = Field(default=None, description="Where the price comes from.")
 
     @model_validator(mode="after")
-    def _check_network(self) -> "HardwareProfile":
+    def _check_network(self) -> HardwareProfile:
         net = self.network
         if net is not None and net.nics_per_node and net.nic_bits_per_s:
             implied = net.nics_per_node * net.nic_bits_per_s / 8 / self.node.gpus_per_node

@@ -114,7 +114,7 @@ class EngineSection(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _needs_source(self) -> "EngineSection":
+    def _needs_source(self) -> EngineSection:
         if self.path is None and self.args is None:
             raise ValueError("give the engine file as 'path' (or Megatron/torchtitan flags as 'args')")
         if self.format == "deepspeed" and self.path is None:
@@ -170,7 +170,7 @@ class Job(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _gpus_or_nodes(self) -> "Job":
+    def _gpus_or_nodes(self) -> Job:
         if (self.gpus is None) == (self.nodes is None):
             raise ValueError("give exactly one of 'gpus' or 'nodes'")
         return self

@@ -66,7 +66,7 @@ class Layout(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _check_flags(self) -> "Layout":
+    def _check_flags(self) -> Layout:
         if self.recompute_layers_per_stage is not None and self.recompute != "full":
             raise ValueError("recompute_layers_per_stage applies only with recompute 'full'")
         return self
@@ -75,7 +75,7 @@ class Layout(BaseModel):
     def gpus(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
 
-    def to_arrays(self) -> "LayoutArrays":
+    def to_arrays(self) -> LayoutArrays:
         return LayoutArrays.from_layouts([self])
 
 
@@ -133,7 +133,7 @@ class LayoutArrays:
         return np.maximum(self.global_batch // np.maximum(self.dp * self.micro_batch, 1), 1)
 
     @classmethod
-    def from_layouts(cls, layouts: list[Layout]) -> "LayoutArrays":
+    def from_layouts(cls, layouts: list[Layout]) -> LayoutArrays:
         cols: dict[str, np.ndarray] = {
             name: np.array([getattr(lay, name) for lay in layouts], dtype=np.int64) for name in _INT_FIELDS
         }
@@ -154,7 +154,7 @@ class LayoutArrays:
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
         return cls(**cols)
 
-    def take(self, index: np.ndarray | int) -> "LayoutArrays":
+    def take(self, index: np.ndarray | int) -> LayoutArrays:
         """The candidates at `index` (an int keeps a length-1 array)."""
         idx = np.atleast_1d(index)
         return LayoutArrays(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})

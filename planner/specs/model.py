@@ -37,7 +37,7 @@ class MoESpec(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _topk_within_experts(self) -> "MoESpec":
+    def _topk_within_experts(self) -> MoESpec:
         if self.experts_per_token > self.num_experts:
             raise ValueError(
                 f"experts_per_token ({self.experts_per_token}) exceeds num_experts ({self.num_experts}); lower experts_per_token"
@@ -107,7 +107,7 @@ class ModelSpec(BaseModel):
     mla: MLASpec | None = Field(default=None, description="Multi-head latent attention settings; null for standard attention.")
 
     @model_validator(mode="after")
-    def _check_shapes(self) -> "ModelSpec":
+    def _check_shapes(self) -> ModelSpec:
         kv = self.kv_heads
         if self.num_attention_heads % kv != 0:
             raise ValueError(

@@ -73,7 +73,7 @@ class TrainingArrays:
     mfu: np.ndarray
     hfu: np.ndarray
 
-    def take(self, index: np.ndarray) -> "TrainingArrays":
+    def take(self, index: np.ndarray) -> TrainingArrays:
         values = {
             f.name: (getattr(self, f.name)[index] if isinstance(getattr(self, f.name), np.ndarray) else getattr(self, f.name))
             for f in fields(self)

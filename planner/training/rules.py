@@ -4,8 +4,8 @@ for a single layout. `search` counts rejections by rule code; `estimate` raises 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
