@@ -23,7 +23,7 @@ from pydantic import (
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
-PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4"]
+PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4"]
 
 
 def _number(value: Any) -> Any:

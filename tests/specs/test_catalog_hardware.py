@@ -30,9 +30,13 @@ DATASHEET = {
     "h100-sxm": (989, 3.35, 80, 8, 900, 8, 400),  # DGX H100: NVLink 4, 8x NDR
     "h100-pcie": (756, 2.0, 80, 8, 128, 4, 400),  # PCIe Gen5 x16 = 128 GB/s both ways
     "h200": (989, 4.8, 141, 8, 900, 8, 400),
+    "h100-sxm-96gb": (989, 2.4, 96, 8, 900, 8, 400),  # Grand Teton, 500 W: 989 is the nominal SXM peak (torchtitan)
+    "h800": (989, 3.35, 80, 8, 400, 8, 400),  # NVLink cut to 400 GB/s; DeepSeek-V3 cluster
     "h20": (148, 4.0, 96, 8, 900, 8, 400),
     "b200": (2250, 8.0, 180, 8, 1800, 8, 400),  # NVLink 5
     "gb200-nvl72": (2500, 8.0, 186, 72, 1800, 72, 400),  # one NVLink domain of 72 GPUs
+    "b300": (2250, 8.0, 288, 8, 1800, 8, 800),  # HGX B300: 36 PF bf16 sparse / 8 / 2; 8x ConnectX-8
+    "gb300-nvl72": (2500, 8.0, 288, 72, 1800, 72, 800),  # 360 PF bf16 sparse per rack / 72 / 2
     "mi300x": (1307.4, 5.3, 192, 8, 896, 8, 400),  # 7 xGMI links x 128 GB/s
     "mi325x": (1307.4, 6.0, 256, 8, 896, 8, 400),
     "l40s": (362.05, 0.864, 48, 8, 64, 4, 200),  # PCIe Gen4, no NVLink
