@@ -16,6 +16,7 @@ from planner.physics.params import (
     attention_params,
     embedding_params,
     head_params,
+    mlp_params,
     norm_params,
 )
 from planner.specs.layout import LayoutArrays
@@ -56,45 +57,106 @@ def kv_divisor(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     return kv_shard(model, tp)
 
 
+# --- The GEMMs of a layer, before any split ------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
-class GemmShapes:
-    """Weight elements per rank of each GEMM in one layer (a token's forward GEMM FLOPs = 2 x these)."""
+class Gemm:
+    """One weight GEMM (fused where engines fuse it) of a layer, before any split.
 
-    qkv: np.ndarray
-    out: np.ndarray
-    fc1: np.ndarray
-    fc2: np.ndarray
-    expert_fc1: np.ndarray  # one routed expert's fc1 on this rank (0 for dense layers)
-    expert_fc2: np.ndarray
-    routed_experts_per_token: int
+    Weight elements on one GPU = tp_elements / tp + kv_elements_per_head x kv heads on that GPU
+    + replicated_elements. `routed`: a routed-expert GEMM, of which a token uses top-k of E.
+    """
+
+    name: str
+    tp_elements: int = 0
+    kv_elements_per_head: int = 0
+    replicated_elements: int = 0
+    routed: bool = False
+    copies: int = 1  # experts this GEMM stands for (routed or shared); each copy is one GEMM of 1/copies the size
 
 
-def layer_gemms(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> GemmShapes:
-    """Per-rank GEMM weight sizes of a dense or MoE layer (TP splits every matrix; KV may replicate)."""
-    h = model.hidden_size
-    t = lay.tp.astype(float)
-    widths = attention_dims(model)
-    q_width, v_width = widths.query, widths.output
+@dataclass(frozen=True)
+class LayerShape:
+    """One kind of transformer layer (dense or MoE): its GEMMs and its 16-bit small parameters."""
+
+    gemms: tuple[Gemm, ...]
+    small_params: int  # norms, biases, q/k norms, router bias: replicated, 16-bit
+    ffn_width: int  # active intermediate width per token (element-wise traffic)
+
+
+def _attention_gemms(model: ModelSpec) -> tuple[tuple[Gemm, ...], int]:
+    """Attention projections as engines fuse them, and the attention's small parameters."""
+    h, a, kv, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
+    total = attention_params(model)
     if model.mla is not None:
-        out = v_width * h / t
-        qkv = (attention_params(model) - v_width * h) / t
+        m = model.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        gemms: list[Gemm] = []
+        if m.q_lora_rank is None:
+            gemms.append(Gemm("q", tp_elements=h * a * qk))
+        else:
+            gemms.append(Gemm("q_down", replicated_elements=h * m.q_lora_rank))
+            gemms.append(Gemm("q_up", tp_elements=m.q_lora_rank * a * qk))
+        gemms.append(Gemm("kv_down", replicated_elements=h * (m.kv_lora_rank + m.qk_rope_head_dim)))
+        gemms.append(Gemm("kv_up", tp_elements=m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)))
+        gemms.append(Gemm("attn_out", tp_elements=a * m.v_head_dim * h))
     else:
-        kv_width = model.kv_heads * model.head_size
-        qkv = h * q_width / t + 2 * h * kv_width / kv_shard(model, lay.tp)
-        out = q_width * h / t
-    gate = 2 if model.mlp_kind == "gated" else 1
-    zero = np.zeros_like(t)
-    if moe_layer and model.moe is not None:
-        moe = model.moe
-        shared = moe.num_shared_experts * moe.moe_ffn_hidden_size
-        # The router (h x E) is replicated on every TP rank (Megatron-Core); shared experts split like a dense MLP.
-        fc1 = h * moe.num_experts + gate * h * shared / t
-        fc2 = shared * h / t
-        e_fc1 = gate * h * moe.moe_ffn_hidden_size / t
-        e_fc2 = moe.moe_ffn_hidden_size * h / t
-        return GemmShapes(qkv, out, fc1, fc2, e_fc1 + zero, e_fc2 + zero, moe.experts_per_token)
-    f = model.ffn_hidden_size
-    return GemmShapes(qkv, out, gate * h * f / t, f * h / t, zero, zero, 0)
+        gemms = [Gemm("qkv", tp_elements=h * a * d, kv_elements_per_head=2 * h * d), Gemm("attn_out", tp_elements=a * d * h)]
+    weights = sum(g.tp_elements + g.replicated_elements + g.kv_elements_per_head * kv for g in gemms)
+    return tuple(gemms), total - weights
+
+
+def _mlp_gemms(model: ModelSpec, ffn: int, prefix: str, routed: bool, copies: int) -> tuple[tuple[Gemm, ...], int]:
+    """Feed-forward GEMMs (gate+up fused, down) for `copies` experts of width `ffn`, and their biases. Routed
+    experts run as one GEMM each; shared experts as one GEMM of the summed width (Megatron-Core's
+    SharedExpertMLP, vLLM's fused shared expert)."""
+    h = model.hidden_size
+    up = 2 if model.mlp_kind == "gated" else 1
+    gemms = (
+        Gemm(f"{prefix}up", tp_elements=copies * up * h * ffn, routed=routed, copies=copies if routed else 1),
+        Gemm(f"{prefix}down", tp_elements=copies * ffn * h, routed=routed, copies=copies if routed else 1),
+    )
+    bias = copies * (mlp_params(model, ffn) - (up + 1) * h * ffn)
+    return gemms, bias
+
+
+def layer_shape(model: ModelSpec, *, moe_layer: bool) -> LayerShape:
+    """The GEMMs of a dense or MoE layer as Megatron-Core, vLLM and TensorRT-LLM lay them out, and its small
+    parameters; one list for training and serving."""
+    attn, attn_small = _attention_gemms(model)
+    small = attn_small + model.norms_per_layer * norm_params(model, model.hidden_size)
+    if not moe_layer:
+        mlp, bias = _mlp_gemms(model, model.ffn_hidden_size, "mlp_", routed=False, copies=1)
+        return LayerShape(gemms=attn + mlp, small_params=small + bias, ffn_width=model.ffn_hidden_size)
+    moe = model.moe
+    assert moe is not None
+    routed, routed_bias = _mlp_gemms(model, moe.moe_ffn_hidden_size, "expert_", routed=True, copies=moe.num_experts)
+    gemms = attn + (Gemm("router", replicated_elements=model.hidden_size * moe.num_experts),) + routed
+    small += routed_bias + (moe.num_experts if moe.router_bias else 0)
+    if moe.num_shared_experts:
+        shared, shared_bias = _mlp_gemms(
+            model, moe.moe_ffn_hidden_size, "shared_", routed=False, copies=moe.num_shared_experts
+        )
+        gemms += shared
+        small += shared_bias
+    width = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size
+    return LayerShape(gemms=gemms, small_params=small, ffn_width=width)
+
+
+def gemm_elements_per_rank(gemm: Gemm, kv_heads: int, tp: np.ndarray) -> np.ndarray:
+    """Weight elements of one GEMM (all its copies) held by one rank of a TP group: the TP-split part over tp,
+    K/V heads by the heads the rank keeps (at least one: replicated when kv_heads < tp), the rest whole."""
+    tp = np.asarray(tp)
+    kv_here = np.maximum(kv_heads // np.maximum(tp, 1), 1)
+    return gemm.tp_elements / tp + gemm.kv_elements_per_head * kv_here + gemm.replicated_elements
+
+
+def rank_gemms(model: ModelSpec, tp: np.ndarray, *, moe_layer: bool) -> list[tuple[Gemm, np.ndarray]]:
+    """Each GEMM of a dense or MoE layer with the weight elements one rank of a TP group holds for it (all
+    copies of a routed GEMM: divide by ep for the experts on one rank, by copies for one expert)."""
+    shape = layer_shape(model, moe_layer=moe_layer and model.moe is not None)
+    return [(g, gemm_elements_per_rank(g, model.kv_heads, tp)) for g in shape.gemms]
 
 
 @dataclass(frozen=True)
@@ -124,9 +186,11 @@ def _bias_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: boo
 
 def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> RankParams:
     """Parameters of one layer on one rank: matrices split by TP (experts also by EP); norms replicated."""
-    g = layer_gemms(model, lay, moe_layer=moe_layer)
+    gemms = rank_gemms(model, lay.tp, moe_layer=moe_layer)
+    matrices = sum((el for g, el in gemms if not g.routed), np.zeros_like(lay.tp, dtype=float))
+    routed = sum((el for g, el in gemms if g.routed), np.zeros_like(lay.tp, dtype=float))
     norms = model.norms_per_layer * norm_params(model, model.hidden_size) + (2 * model.head_size if model.qk_norm else 0)
-    dense = g.qkv + g.out + g.fc1 + g.fc2 + norms + _bias_params_per_rank(model, lay, moe_layer=moe_layer)
+    dense = matrices + norms + _bias_params_per_rank(model, lay, moe_layer=moe_layer)
     if moe_layer and model.moe is not None:
         moe = model.moe
         # Expert MLP biases (rare; Megatron-style layout): fc1's split over TP, fc2's replicated.
@@ -136,7 +200,7 @@ def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: boo
         router_bias = moe.num_experts if moe.router_bias else 0  # replicated with the router
         return RankParams(
             dense=dense + moe.num_shared_experts * expert_bias + router_bias,
-            expert=experts_here * (g.expert_fc1 + g.expert_fc2 + expert_bias),
+            expert=routed / lay.ep + experts_here * expert_bias,
         )
     return RankParams(dense=dense, expert=np.zeros_like(dense))
 

@@ -55,7 +55,36 @@ def stage_of_layer(num_layers: int, pp: np.ndarray, layer: int) -> np.ndarray:
 
 
 def max_layers_per_stage(num_layers: int, pp: np.ndarray) -> np.ndarray:
+    """The most layers any stage holds under the split of `layers_on_stage`: ceil(L / p) (the middle stages
+    take the remainder first, and there are at least as many of them as remainder layers less one)."""
     return -(-num_layers // np.asarray(pp))
+
+
+def stage_layer_split(num_layers: int, num_dense_layers: int, pp: np.ndarray, stage: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """(layers, MoE layers) on `stage`: the split of `layers_on_stage`, dense layers first (DeepSeek-V3's
+    leading dense layers sit on the first stages, as Megatron-Core and vLLM place them)."""
+    n = layers_on_stage(num_layers, pp, stage)
+    start = first_layer_of_stage(num_layers, pp, stage)
+    n_dense = np.clip(np.minimum(start + n, num_dense_layers) - start, 0, n)
+    return n, n - n_dense
+
+
+def candidate_stages(num_layers: int, num_dense_layers: int, pp: np.ndarray) -> np.ndarray:
+    """The stages that can be the heaviest, stacked on a new leading axis: every formula broadcasts over
+    it and over the layouts' own axes.
+
+    Stages 0, 1 and p - 1 for a model whose layers are alike: from stage 1 to p - 2 the micro-batches in
+    flight fall and the layer count never rises. With leading dense layers before MoE ones (DeepSeek-V3),
+    a stage past the boundary holds more expert parameters, so the stage holding the first MoE layer and
+    the one after it join: on either side of them the same monotonicity holds.
+    """
+    last = np.asarray(pp) - 1
+    stages = [np.zeros_like(last), np.minimum(1, last), last]
+    if 0 < num_dense_layers < num_layers:
+        boundary = stage_of_layer(num_layers, pp, num_dense_layers)
+        stages += [boundary, np.minimum(boundary + 1, last)]
+    return np.stack(np.broadcast_arrays(*stages))
 
 
 def microbatches_in_flight(lay: LayoutArrays, stage: np.ndarray) -> np.ndarray:

@@ -15,12 +15,10 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.physics.params import (
-    attention_params,
     count_params,
     kv_cache_elements_per_token_per_layer,
-    mlp_params,
-    norm_params,
 )
+from planner.physics.shapes import Gemm, LayerShape, gemm_elements_per_rank, layer_shape
 from planner.specs.dtypes import bytes_per_element
 from planner.specs.model import ModelSpec
 
@@ -138,30 +136,6 @@ class InferenceArrays:
 
 
 @dataclass(frozen=True)
-class Gemm:
-    """One weight GEMM (fused where engines fuse it) of a layer, before any split.
-
-    Weight elements on one GPU = tp_elements / tp + kv_elements_per_head x kv heads on that GPU
-    + replicated_elements. `routed`: a routed-expert GEMM, of which a token uses top-k of E.
-    """
-
-    name: str
-    tp_elements: int = 0
-    kv_elements_per_head: int = 0
-    replicated_elements: int = 0
-    routed: bool = False
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """One kind of transformer layer (dense or MoE): its GEMMs and its 16-bit small parameters."""
-
-    gemms: tuple[Gemm, ...]
-    small_params: int  # norms, biases, q/k norms, router bias: replicated, 16-bit
-    ffn_width: int  # active intermediate width per token (element-wise traffic)
-
-
-@dataclass(frozen=True)
 class ModelShapes:
     """What the serving formulas need from a ModelSpec, computed once."""
 
@@ -212,61 +186,6 @@ class ModelShapes:
         return self.head_params + (self.vocab * self.hidden if self.tied_embeddings else 0)
 
 
-def _attention_gemms(model: ModelSpec) -> tuple[tuple[Gemm, ...], int]:
-    """Attention projections as engines fuse them, and the attention's small parameters."""
-    h, a, kv, d = model.hidden_size, model.num_attention_heads, model.kv_heads, model.head_size
-    total = attention_params(model)
-    if model.mla is not None:
-        m = model.mla
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        gemms: list[Gemm] = []
-        if m.q_lora_rank is None:
-            gemms.append(Gemm("q", tp_elements=h * a * qk))
-        else:
-            gemms.append(Gemm("q_down", replicated_elements=h * m.q_lora_rank))
-            gemms.append(Gemm("q_up", tp_elements=m.q_lora_rank * a * qk))
-        gemms.append(Gemm("kv_down", replicated_elements=h * (m.kv_lora_rank + m.qk_rope_head_dim)))
-        gemms.append(Gemm("kv_up", tp_elements=m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)))
-        gemms.append(Gemm("attn_out", tp_elements=a * m.v_head_dim * h))
-    else:
-        gemms = [Gemm("qkv", tp_elements=h * a * d, kv_elements_per_head=2 * h * d), Gemm("attn_out", tp_elements=a * d * h)]
-    weights = sum(g.tp_elements + g.replicated_elements + g.kv_elements_per_head * kv for g in gemms)
-    return tuple(gemms), total - weights
-
-
-def _mlp_gemms(model: ModelSpec, ffn: int, prefix: str, routed: bool, copies: int) -> tuple[tuple[Gemm, ...], int]:
-    """Feed-forward GEMMs (gate+up fused, down) for `copies` experts of width `ffn`, and their biases."""
-    h = model.hidden_size
-    up = 2 if model.mlp_kind == "gated" else 1
-    gemms = (
-        Gemm(f"{prefix}up", tp_elements=copies * up * h * ffn, routed=routed),
-        Gemm(f"{prefix}down", tp_elements=copies * ffn * h, routed=routed),
-    )
-    bias = copies * (mlp_params(model, ffn) - (up + 1) * h * ffn)
-    return gemms, bias
-
-
-def _layer_shape(model: ModelSpec, *, moe_layer: bool) -> LayerShape:
-    attn, attn_small = _attention_gemms(model)
-    small = attn_small + model.norms_per_layer * norm_params(model, model.hidden_size)
-    if not moe_layer:
-        mlp, bias = _mlp_gemms(model, model.ffn_hidden_size, "mlp_", routed=False, copies=1)
-        return LayerShape(gemms=attn + mlp, small_params=small + bias, ffn_width=model.ffn_hidden_size)
-    moe = model.moe
-    assert moe is not None
-    routed, routed_bias = _mlp_gemms(model, moe.moe_ffn_hidden_size, "expert_", routed=True, copies=moe.num_experts)
-    gemms = attn + (Gemm("router", replicated_elements=model.hidden_size * moe.num_experts),) + routed
-    small += routed_bias + (moe.num_experts if moe.router_bias else 0)
-    if moe.num_shared_experts:
-        shared, shared_bias = _mlp_gemms(
-            model, moe.moe_ffn_hidden_size, "shared_", routed=False, copies=moe.num_shared_experts
-        )
-        gemms += shared
-        small += shared_bias
-    width = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size
-    return LayerShape(gemms=gemms, small_params=small, ffn_width=width)
-
-
 def model_shapes(model: ModelSpec) -> ModelShapes:
     counts = count_params(model)
     mla = model.mla
@@ -276,8 +195,8 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
         heads=model.num_attention_heads,
         kv_heads=model.kv_heads,
         vocab=model.vocab_size,
-        dense=_layer_shape(model, moe_layer=False),
-        moe=_layer_shape(model, moe_layer=True) if model.moe is not None else None,
+        dense=layer_shape(model, moe_layer=False),
+        moe=layer_shape(model, moe_layer=True) if model.moe is not None else None,
         num_dense_layers=model.num_dense_layers,
         num_moe_layers=model.num_moe_layers,
         experts=model.moe.num_experts if model.moe else 1,
@@ -305,10 +224,5 @@ def quantized_bytes_per_element(weight_bytes: np.ndarray) -> np.ndarray:
 
 
 def gemm_elements_per_gpu(shapes: ModelShapes, gemm: Gemm, tp: np.ndarray) -> np.ndarray:
-    """Weight elements of one GEMM held by one GPU of a TP group."""
-    return gemm.tp_elements / tp + gemm.kv_elements_per_head * shapes.kv_heads_per_gpu(tp) + gemm.replicated_elements
-
-
-def stage_layers(shapes: ModelShapes, pp: np.ndarray) -> np.ndarray:
-    """Layers on the most loaded pipeline stage: ceil(L / pp)."""
-    return -(-shapes.num_layers // pp)
+    """Weight elements of one GEMM held by one GPU of a TP group (all experts of a routed GEMM)."""
+    return gemm_elements_per_rank(gemm, shapes.kv_heads, tp)

@@ -13,6 +13,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics.params import kv_cache_bytes_per_token
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
+from planner.physics.stages import candidate_stages, max_layers_per_stage, stage_layer_split
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
     EMBEDDING_BYTES_PER_ELEMENT,
@@ -25,7 +26,6 @@ from planner.serving.inputs import (
     gemm_elements_per_gpu,
     model_shapes,
     quantized_bytes_per_element,
-    stage_layers,
 )
 from planner.specs.hardware import HardwareProfile
 from planner.specs.model import ModelSpec
@@ -63,30 +63,29 @@ class StageWeights:
 
 
 def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
-    """Stages hold ceil(L/pp) consecutive layers (dense layers first, as DeepSeek places them);
-    the embedding sits on the first stage and the final norm + output head on the last, both
-    split over TP by vocabulary. With tied embeddings and pp > 1 the last stage holds its own copy of
-    the word table for the head (Megatron-LM, vLLM and TensorRT-LLM all load it there); with pp = 1
-    the one table serves both."""
-    n = stage_layers(shapes, x.pp)
+    """Stages hold the layers of the training split (physics.stages: the first and last stages one layer
+    lighter when the count does not divide, dense layers first, as DeepSeek places them); the embedding
+    sits on the first stage and the final norm + output head on the last, both split over TP by
+    vocabulary. With tied embeddings and pp > 1 the last stage holds its own copy of the word table for
+    the head (Megatron-LM, vLLM and TensorRT-LLM all load it there); with pp = 1 the one table serves
+    both. `middle_bytes` is the heaviest middle stage (among the candidates that can be heaviest)."""
     dense_b = layer_weight_bytes_per_gpu(shapes, shapes.dense, x)
     moe_b = layer_weight_bytes_per_gpu(shapes, shapes.moe, x) if shapes.moe else dense_b
     emb = shapes.embedding_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
     head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
     head = head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
-    single = x.pp == 1
-    whole = emb + head + shapes.num_dense_layers * dense_b + shapes.num_moe_layers * moe_b
-    first_dense = np.minimum(n, shapes.num_dense_layers)
-    first = emb + first_dense * dense_b + (n - first_dense) * moe_b
-    # the last and middle stages hold MoE layers whenever the model has enough of them
-    last_moe = np.minimum(n, shapes.num_moe_layers)
-    last = head + last_moe * moe_b + (n - last_moe) * dense_b
-    middle = np.where(x.pp > 2, last - head, 0.0)
-    return StageWeights(
-        first_bytes=np.where(single, whole, first),
-        middle_bytes=np.where(single, whole, middle),
-        last_bytes=np.where(single, whole, last),
-    )
+
+    def layers_bytes(stage: np.ndarray) -> np.ndarray:
+        n, n_moe = stage_layer_split(shapes.num_layers, shapes.num_dense_layers, x.pp, stage)
+        return (n - n_moe) * dense_b + n_moe * moe_b
+
+    last_stage = x.pp - 1
+    first = emb + layers_bytes(np.zeros_like(x.pp)) + np.where(x.pp == 1, head, 0.0)
+    last = head + layers_bytes(last_stage) + np.where(x.pp == 1, emb, 0.0)
+    stages = candidate_stages(shapes.num_layers, shapes.num_dense_layers, x.pp)
+    inner = (stages > 0) & (stages < last_stage)
+    middle = np.where(inner, layers_bytes(stages), 0.0).max(axis=0)
+    return StageWeights(first_bytes=first, middle_bytes=middle, last_bytes=last)
 
 
 # --- KV cache -------------------------------------------------------------------------------
@@ -105,7 +104,7 @@ def stage_layer_mix(shapes: ModelShapes, pp: np.ndarray) -> tuple[np.ndarray, np
     Sliding-window layers are taken as spread evenly (Gemma 2 alternates, Mistral v0.1 is all
     sliding); the global share is rounded up, so the stage's KV is not under-counted.
     """
-    n = stage_layers(shapes, pp)
+    n = max_layers_per_stage(shapes.num_layers, pp)
     global_layers = -(-(n * shapes.global_layers()) // shapes.num_layers)
     return global_layers, n - global_layers
 

@@ -20,6 +20,7 @@ from planner.physics.comm import (
     p2p_seconds,
 )
 from planner.physics.kernels import peak_16bit_flops
+from planner.physics.stages import max_layers_per_stage
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
     EMBEDDING_BYTES_PER_ELEMENT,
@@ -30,7 +31,6 @@ from planner.serving.inputs import (
     ModelShapes,
     gemm_elements_per_gpu,
     quantized_bytes_per_element,
-    stage_layers,
 )
 from planner.specs.hardware import HardwareProfile
 
@@ -262,7 +262,7 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
     pp_link = group_link(hw, x.pp, x.tp)
     pp_comm = np.where(x.pp > 1, p2p_seconds(act_bytes, pp_link), 0.0)
     layer_part = gemm + attention + elementwise + overhead + tp_comm
-    share = stage_layers(shapes, x.pp) / layers
+    share = max_layers_per_stage(shapes.num_layers, x.pp) / layers
     stage = share * layer_part + head + PASS_OVERHEAD_SECONDS + pp_comm
     traversal = layer_part + head + x.pp * PASS_OVERHEAD_SECONDS + (x.pp - 1) * pp_comm
     return PassTime(

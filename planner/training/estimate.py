@@ -6,7 +6,7 @@ stages, which get the remainder layers and hold the most in-flight micro-batches
 among them) and the last (the LM head and the logits). Memory in flight and
 layer counts only fall from stage 1 to stage p - 2, so the maximum over these
 three is the maximum over all stages. When dense layers lead MoE ones, the stage
-holding the first MoE layer and the next one join (see _candidate_stages).
+holding the first MoE layer and the next one join (see physics.stages.candidate_stages).
 `estimate` also reports every stage.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.physics.kernels import gemm_peak_flops
-from planner.physics.stages import layers_on_stage, stage_of_layer
+from planner.physics.stages import candidate_stages, layers_on_stage
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -81,23 +81,6 @@ class TrainingArrays:
         return TrainingArrays(**values)
 
 
-def _candidate_stages(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
-    """The stages that can be the heaviest, stacked on a new leading axis: every formula broadcasts over
-    it and over the layouts' own axes.
-
-    Stages 0, 1 and p - 1 for a model whose layers are alike: from stage 1 to p - 2 the micro-batches in
-    flight fall and the layer count never rises. With leading dense layers before MoE ones (DeepSeek-V3),
-    a stage past the boundary holds more expert parameters, so the stage holding the first MoE layer and
-    the one after it join: on either side of them the same monotonicity holds.
-    """
-    last = lay.pp - 1
-    stages = [np.zeros_like(last), np.minimum(1, last), last]
-    if model.moe is not None and 0 < model.num_dense_layers < model.num_layers:
-        boundary = stage_of_layer(model.num_layers, lay.pp, model.num_dense_layers)
-        stages += [boundary, np.minimum(boundary + 1, last)]
-    return np.stack(np.broadcast_arrays(*stages))
-
-
 class _StagePicker:
     """Takes, from a (k, ...) per-stage array, the entry at each candidate's chosen stage `index`.
 
@@ -126,7 +109,7 @@ def evaluate(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, headroom: float = DEFAULT_HEADROOM
 ) -> TrainingArrays:
     """Memory and time of every candidate in `lay` (no rule checks: see rules.violations)."""
-    stages = _candidate_stages(model, lay)
+    stages = candidate_stages(model.num_layers, model.num_dense_layers, lay.pp)
     params = stage_params(model, lay, stages)
     mem: StageMemory = stage_memory(model, lay, stages, params)
     times: StageTime = stage_time(model, hw, lay, stages, params)

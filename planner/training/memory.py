@@ -22,11 +22,7 @@ from planner.physics.shapes import (
     kv_divisor,
     layer_params_per_rank,
 )
-from planner.physics.stages import (
-    first_layer_of_stage,
-    layers_on_stage,
-    microbatches_in_flight,
-)
+from planner.physics.stages import microbatches_in_flight, stage_layer_split
 from planner.specs.layout import LayoutArrays
 from planner.specs.model import ModelSpec
 
@@ -81,10 +77,8 @@ class StageParams:
 
 def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> StageParams:
     """Parameters on one rank of `stage`: its layers (dense and MoE), plus embedding / head on the ends."""
-    n = layers_on_stage(model.num_layers, lay.pp, stage)
-    start = first_layer_of_stage(model.num_layers, lay.pp, stage)
-    n_dense = np.clip(np.minimum(start + n, model.num_dense_layers) - start, 0, n)
-    n_moe = n - n_dense
+    n, n_moe = stage_layer_split(model.num_layers, model.num_dense_layers, lay.pp, stage)
+    n_dense = n - n_moe
     dense_layer = layer_params_per_rank(model, lay, moe_layer=False)
     moe_layer = layer_params_per_rank(model, lay, moe_layer=True)
     is_first = np.asarray(stage) == 0

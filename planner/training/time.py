@@ -38,7 +38,7 @@ from planner.physics.kernels import (
     memory_seconds,
     peak_16bit_flops,
 )
-from planner.physics.shapes import GemmShapes, attention_dims, kv_divisor, layer_gemms
+from planner.physics.shapes import attention_dims, kv_divisor, rank_gemms
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import LayoutArrays
 from planner.specs.model import ModelSpec
@@ -126,16 +126,17 @@ class LayerTime:
 def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool) -> LayerTime:
     tokens = tokens_per_microbatch(lay)
     peak_gemm = gemm_peak_flops(hw, lay)
-    g: GemmShapes = layer_gemms(model, lay, moe_layer=moe_layer)
-    gemm = sum(matmul_seconds(hw, 2 * tokens * w, peak_gemm) for w in (g.qkv, g.out, g.fc1, g.fc2))
-    if g.routed_experts_per_token:
-        assert model.moe is not None
-        k = g.routed_experts_per_token
-        tokens_per_expert = tokens * k * lay.ep / model.moe.num_experts
-        local_experts = model.moe.num_experts / lay.ep
-        gemm = gemm + local_experts * sum(
-            matmul_seconds(hw, 2 * tokens_per_expert * w, peak_gemm) for w in (g.expert_fc1, g.expert_fc2)
-        )
+    gemm = np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(peak_gemm)))
+    for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
+        if g.routed:
+            assert model.moe is not None
+            # Each local expert is one GEMM over the tokens routed to it: k of E experts per token, and the
+            # tokens of the ep ranks that share the expert group arrive at its ep-th part of the experts.
+            tokens_per_expert = tokens * model.moe.experts_per_token * lay.ep / model.moe.num_experts
+            local_experts = g.copies / lay.ep
+            gemm = gemm + local_experts * matmul_seconds(hw, 2 * tokens_per_expert * elements / g.copies, peak_gemm)
+        else:
+            gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak_gemm)
     widths = attention_dims(model)
     core_width = widths.query + widths.output
     core_flop = 2 * tokens * lay.seq_len * core_width / lay.tp
