@@ -1,0 +1,78 @@
+"""The search's broadcast grid (one axis per group of layout fields, costed in chunks) gives, for every candidate,
+exactly what `estimate()` gives for that candidate as a single Layout: random models (dense MHA, GQA, MoE with
+leading dense layers, MLA, sliding window), random problems.
+
+The grid and the scalar path share every formula, but not the broadcasting, the chunking, the stage picking
+or the candidate -> Layout round trip; those are what this property guards.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.engines.load import load_hardware
+from planner.errors import PlannerError
+from planner.search.engine import run_search
+from planner.search.space import Problem
+from planner.specs.model import ModelSpec
+from planner.training.estimate import estimate
+
+HW = load_hardware("h100-sxm").spec
+
+
+@st.composite
+def models(draw: st.DrawFn) -> ModelSpec:
+    kind = draw(st.sampled_from(["mha", "gqa", "moe", "mla", "window"]))
+    heads = draw(st.sampled_from([8, 16, 32]))
+    head_dim = draw(st.sampled_from([64, 128]))
+    layers = draw(st.integers(4, 24))
+    spec: dict = {
+        "name": f"random-{kind}",
+        "source": "hypothesis",
+        "hidden_size": heads * head_dim,
+        "num_layers": layers,
+        "num_attention_heads": heads,
+        "ffn_hidden_size": draw(st.sampled_from([2, 3, 4])) * heads * head_dim,
+        "vocab_size": draw(st.sampled_from([32000, 50304, 128256])),
+        "max_seq_len": 8192,
+        "mlp_kind": "gated" if kind != "mha" else "standard",
+    }
+    if kind in ("gqa", "moe", "window"):
+        spec["num_kv_heads"] = draw(st.sampled_from([1, 2, 4, 8]))
+    if kind == "window":
+        spec["sliding_window_tokens"] = 1024
+        spec["sliding_window_layers"] = layers // 2
+    if kind == "moe":
+        spec["moe"] = {
+            "num_experts": draw(st.sampled_from([8, 16])),
+            "experts_per_token": 2,
+            "moe_ffn_hidden_size": heads * head_dim,
+            "num_shared_experts": draw(st.integers(0, 1)),
+            "num_dense_layers": draw(st.integers(0, 2)),
+        }
+    if kind == "mla":
+        spec["mla"] = {"q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
+                       "v_head_dim": 64}
+    return ModelSpec.model_validate(spec)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(model=models(), gpus=st.sampled_from([8, 16, 32, 64]), batch_per_gpu=st.sampled_from([1, 2, 4]),
+       seq_len=st.sampled_from([1024, 2048, 4096]), pick=st.randoms(use_true_random=False))
+def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick):
+    problem = Problem(gpus=gpus, global_batch=gpus * batch_per_gpu, seq_len=seq_len)
+    try:
+        result = run_search(model, HW, problem, chunk=64)  # small chunks: several chunks per search
+    except PlannerError:
+        return  # no layout of this problem passes the rules; nothing to compare
+    n = result.layouts.size
+    for pos in sorted(pick.sample(range(n), min(n, 12))):
+        layout = result.layout(pos)
+        one = estimate(model, HW, layout)
+        r = result.results
+        assert float(r.step_seconds[pos]) == one.scalar("step_seconds"), layout
+        peak = one.stages[one.peak_stage].total_bytes
+        assert np.isclose(float(r.peak_bytes[pos]), peak, rtol=1e-12, atol=0), layout
+        assert bool(r.fits[pos]) == one.fits
