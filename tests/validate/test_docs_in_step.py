@@ -8,7 +8,6 @@ When the cost model moves a number, rerun `planner validate --only training --fo
 from __future__ import annotations
 
 import pytest
-
 from conftest import REPO
 
 DOC = (REPO / "docs" / "validation.md").read_text(encoding="utf-8")
