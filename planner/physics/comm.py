@@ -68,7 +68,7 @@ def group_link(hw: HardwareProfile, size: ArrayLike, stride: ArrayLike) -> Link:
 def _intra_ring_pass(nbytes: np.ndarray, link: Link) -> np.ndarray:
     """One ring pass (reduce-scatter or all-gather) among the k members of a node: (k-1)/k S / B + (k-1) alpha."""
     k = link.members_per_node.astype(float)
-    return (k - 1) / k * nbytes / link.intra_bandwidth_bytes_per_s + (k - 1) * link.intra_latency_s
+    return np.asarray((k - 1) / k * nbytes / link.intra_bandwidth_bytes_per_s + (k - 1) * link.intra_latency_s)
 
 
 def all_reduce_seconds(nbytes: ArrayLike, size: ArrayLike, link: Link) -> np.ndarray:

@@ -26,7 +26,7 @@ from planner.specs.model import ModelSpec
 def kv_shard(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     """Divisor of K/V tensors under TP: tp, or kv_heads when there are fewer KV heads than TP ranks
     (each rank then keeps one replicated KV head, as Megatron-LM does)."""
-    return np.minimum(np.asarray(tp), model.kv_heads)
+    return np.asarray(np.minimum(np.asarray(tp), model.kv_heads))
 
 
 class AttentionWidths(NamedTuple):
@@ -149,7 +149,7 @@ def gemm_elements_per_rank(gemm: Gemm, kv_heads: int, tp: np.ndarray) -> np.ndar
     K/V heads by the heads the rank keeps (at least one: replicated when kv_heads < tp), the rest whole."""
     tp = np.asarray(tp)
     kv_here = np.maximum(kv_heads // np.maximum(tp, 1), 1)
-    return gemm.tp_elements / tp + gemm.kv_elements_per_head * kv_here + gemm.replicated_elements
+    return np.asarray(gemm.tp_elements / tp + gemm.kv_elements_per_head * kv_here + gemm.replicated_elements)
 
 
 def rank_gemms(model: ModelSpec, tp: np.ndarray, *, moe_layer: bool) -> list[tuple[Gemm, np.ndarray]]:
@@ -217,4 +217,4 @@ def head_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
     word = model.vocab_size * model.hidden_size
     lm_head = head_params(model) - norm_params(model, model.hidden_size)
     copy = np.where(model.tied_embeddings & (lay.pp > 1), word, 0)
-    return (lm_head + copy) / lay.tp + norm_params(model, model.hidden_size)
+    return np.asarray((lm_head + copy) / lay.tp + norm_params(model, model.hidden_size))

@@ -36,7 +36,7 @@ def first_layer_of_stage(num_layers: int, pp: np.ndarray, stage: np.ndarray) -> 
     base = num_layers // pp
     extra = num_layers % pp
     extras_before = np.clip(np.minimum(stage - 1, extra), 0, None)
-    return stage * base + extras_before
+    return np.asarray(stage * base + extras_before)
 
 
 def stage_of_layer(num_layers: int, pp: np.ndarray, layer: int) -> np.ndarray:
@@ -112,4 +112,4 @@ def microbatches_in_flight(lay: LayoutArrays, stage: np.ndarray) -> np.ndarray:
 def bubble_fraction(lay: LayoutArrays) -> np.ndarray:
     """Idle fraction relative to the ideal time: (p - 1) / (v m) (Narayanan et al. 2021, Sec. 2.2)."""
     p = lay.pp.astype(float)
-    return (p - 1) / (lay.interleave * lay.num_micro_batches)
+    return np.asarray((p - 1) / (lay.interleave * lay.num_micro_batches))
