@@ -631,8 +631,9 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
         flags += [["--num-experts", str(moe.num_experts)], ["--moe-router-topk", str(moe.experts_per_token)],
                   ["--moe-ffn-hidden-size", str(moe.moe_ffn_hidden_size)]]
         if moe.num_shared_experts:
-            flags.append(["--moe-shared-expert-intermediate-size",
-                          str(moe.num_shared_experts * moe.moe_ffn_hidden_size)])
+            flags.append(["--moe-shared-expert-intermediate-size", str(moe.shared_ffn_width)])
+        if moe.shared_expert_gate:
+            missing.append("the shared-expert gate")
         if moe.num_dense_layers:
             flags.append(["--moe-layer-freq",
                           f"([0]*{moe.num_dense_layers}+[1]*{model.num_layers - moe.num_dense_layers})"])
@@ -649,6 +650,16 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
         missing.append("sliding-window attention")
     if model.norms_per_layer != 2 or model.embedding_norm:
         missing.append("extra norm layers")
+    if model.norm_kind == "layernorm_no_bias":
+        missing.append("LayerNorm without bias (written as LayerNorm)")
+    if model.qk_norm and model.qk_norm_shape == "all_heads":
+        missing.append("q/k norms with weights per head (Megatron's --qk-layernorm shares head_dim weights)")
+    if model.attention_sinks:
+        missing.append("attention sinks")
+    if model.lm_head_bias:
+        missing.append("a bias on the output layer")
+    if model.parallel_attention_mlp:
+        missing.append("the parallel attention/MLP block")
     return flags, missing
 
 

@@ -14,7 +14,7 @@ from planner.specs.model import ModelSpec
 
 
 def norm_params(model: ModelSpec, width: int) -> int:
-    """RMSNorm has a weight vector; LayerNorm a weight and a bias."""
+    """RMSNorm (and Cohere's bias-free LayerNorm) has a weight vector; LayerNorm a weight and a bias."""
     return width * (2 if model.norm_kind == "layernorm" else 1)
 
 
@@ -41,8 +41,23 @@ def attention_params(model: ModelSpec) -> int:
         bias += a * d + 2 * kv * d
     if model.attention_output_bias:
         bias += h
-    qk_norm = 2 * d if model.qk_norm else 0  # RMSNorm weights over head_dim, shared across heads
-    return q + k_and_v + out + bias + qk_norm
+    return q + k_and_v + out + bias + qk_norm_params(model) + sink_params(model)
+
+
+def qk_norm_params(model: ModelSpec) -> int:
+    """Weights of the query and key norms of one layer: head_dim each when shared across heads (Qwen3,
+    Gemma 3), one per channel of every query and key head otherwise (OLMo 2, Cohere, StableLM 2)."""
+    if not model.qk_norm:
+        return 0
+    d = model.head_size
+    if model.qk_norm_shape == "all_heads":
+        return (model.num_attention_heads + model.kv_heads) * d
+    return 2 * d
+
+
+def sink_params(model: ModelSpec) -> int:
+    """Attention sinks (gpt-oss): one learned logit per query head per layer."""
+    return model.num_attention_heads if model.attention_sinks else 0
 
 
 def mlp_params(model: ModelSpec, ffn: int) -> int:
@@ -58,13 +73,17 @@ def mlp_params(model: ModelSpec, ffn: int) -> int:
 
 
 def moe_params(model: ModelSpec, *, active: bool) -> int:
-    """One MoE feed-forward block: router, routed experts (all, or top-k when `active`), shared experts."""
+    """One MoE feed-forward block: router, routed experts (all, or top-k when `active`), shared experts
+    (each of its own width when given) and their gate."""
     assert model.moe is not None
     moe = model.moe
     routed = moe.experts_per_token if active else moe.num_experts
     router = model.hidden_size * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
-    experts = (routed + moe.num_shared_experts) * mlp_params(model, moe.moe_ffn_hidden_size)
-    return router + experts
+    experts = routed * mlp_params(model, moe.moe_ffn_hidden_size)
+    shared_width = moe.shared_expert_ffn_hidden_size or moe.moe_ffn_hidden_size
+    shared = moe.num_shared_experts * mlp_params(model, shared_width)
+    gate = model.hidden_size if moe.shared_expert_gate else 0  # Linear(h, 1), no bias
+    return router + experts + shared + gate
 
 
 def layer_params(model: ModelSpec, *, moe_layer: bool, active: bool = False) -> int:
@@ -85,9 +104,10 @@ def embedding_params(model: ModelSpec) -> int:
 
 
 def head_params(model: ModelSpec) -> int:
-    """Final norm and, when untied, the output projection."""
+    """Final norm and, when untied, the output projection (plus its bias, GPT-J)."""
     lm_head = 0 if model.tied_embeddings else model.vocab_size * model.hidden_size
-    return norm_params(model, model.hidden_size) + lm_head
+    bias = model.vocab_size if model.lm_head_bias else 0
+    return norm_params(model, model.hidden_size) + lm_head + bias
 
 
 @dataclass(frozen=True)

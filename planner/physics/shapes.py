@@ -136,11 +136,14 @@ def layer_shape(model: ModelSpec, *, moe_layer: bool) -> LayerShape:
     small += routed_bias + (moe.num_experts if moe.router_bias else 0)
     if moe.num_shared_experts:
         shared, shared_bias = _mlp_gemms(
-            model, moe.moe_ffn_hidden_size, "shared_", routed=False, copies=moe.num_shared_experts
+            model, moe.shared_expert_ffn_hidden_size or moe.moe_ffn_hidden_size, "shared_", routed=False,
+            copies=moe.num_shared_experts,
         )
         gemms += shared
         small += shared_bias
-    width = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size
+    if moe.shared_expert_gate:  # Qwen2-MoE: h -> 1, replicated like the router
+        gemms += (Gemm("shared_gate", replicated_elements=model.hidden_size),)
+    width = moe.experts_per_token * moe.moe_ffn_hidden_size + moe.shared_ffn_width
     return LayerShape(gemms=gemms, small_params=small, ffn_width=width)
 
 
@@ -184,13 +187,30 @@ def _bias_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: boo
     return column + row
 
 
+def _head_wise_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """q/k norm weights and attention sinks on one rank: shared head_dim norms are replicated; per-head
+    weights and sinks follow their heads (queries split over TP, keys like the K/V heads)."""
+    t = lay.tp.astype(float)
+    d = model.head_size
+    total = np.zeros_like(t)
+    if model.qk_norm:
+        if model.qk_norm_shape == "all_heads":
+            total = total + model.num_attention_heads * d / t + model.kv_heads * d / kv_shard(model, lay.tp)
+        else:
+            total = total + 2 * d
+    if model.attention_sinks:
+        total = total + model.num_attention_heads / t
+    return total
+
+
 def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> RankParams:
     """Parameters of one layer on one rank: matrices split by TP (experts also by EP); norms replicated."""
     gemms = rank_gemms(model, lay.tp, moe_layer=moe_layer)
     matrices = sum((el for g, el in gemms if not g.routed), np.zeros_like(lay.tp, dtype=float))
     routed = sum((el for g, el in gemms if g.routed), np.zeros_like(lay.tp, dtype=float))
-    norms = model.norms_per_layer * norm_params(model, model.hidden_size) + (2 * model.head_size if model.qk_norm else 0)
-    dense = matrices + norms + _bias_params_per_rank(model, lay, moe_layer=moe_layer)
+    norms = model.norms_per_layer * norm_params(model, model.hidden_size)
+    dense = matrices + norms + _bias_params_per_rank(model, lay, moe_layer=moe_layer) + _head_wise_params_per_rank(
+        model, lay)
     if moe_layer and model.moe is not None:
         moe = model.moe
         # Expert MLP biases (rare; Megatron-style layout): fc1's split over TP, fc2's replicated.
@@ -198,8 +218,10 @@ def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: boo
                        if model.mlp_bias else 0.0)
         experts_here = moe.num_experts / lay.ep
         router_bias = moe.num_experts if moe.router_bias else 0  # replicated with the router
+        shared_bias = (((2 if model.mlp_kind == "gated" else 1) * moe.shared_ffn_width / lay.tp
+                        + moe.num_shared_experts * model.hidden_size) if model.mlp_bias else 0.0)
         return RankParams(
-            dense=dense + moe.num_shared_experts * expert_bias + router_bias,
+            dense=dense + shared_bias + router_bias,
             expert=routed / lay.ep + experts_here * expert_bias,
         )
     return RankParams(dense=dense, expert=np.zeros_like(dense))

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 MlpKind = Literal["gated", "standard"]
 PositionEmbedding = Literal["rotary", "alibi", "learned", "none"]
-NormKind = Literal["rmsnorm", "layernorm"]
+NormKind = Literal["rmsnorm", "layernorm", "layernorm_no_bias"]
+QkNormShape = Literal["head_dim", "all_heads"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -35,6 +36,15 @@ class MoESpec(BaseModel):
     router_bias: bool = Field(
         default=False, description="Router carries a per-expert bias term (DeepSeek-V3 e_score_correction_bias)."
     )
+    shared_expert_ffn_hidden_size: PositiveInt | None = Field(
+        default=None,
+        description="Intermediate size of each shared expert when it differs from moe_ffn_hidden_size (Qwen2-MoE's "
+        "shared_expert_intermediate_size); null means moe_ffn_hidden_size.",
+    )
+    shared_expert_gate: bool = Field(
+        default=False,
+        description="A learned sigmoid gate (h -> 1) scales the shared experts' output (Qwen2-MoE): h weights per MoE layer.",
+    )
 
     @model_validator(mode="after")
     def _topk_within_experts(self) -> MoESpec:
@@ -43,6 +53,12 @@ class MoESpec(BaseModel):
                 f"experts_per_token ({self.experts_per_token}) exceeds num_experts ({self.num_experts}); lower experts_per_token"
             )
         return self
+
+    @property
+    def shared_ffn_width(self) -> int:
+        """Intermediate width of all shared experts together (0 without shared experts)."""
+        width = self.shared_expert_ffn_hidden_size or self.moe_ffn_hidden_size
+        return self.num_shared_experts * width
 
 
 class MLASpec(BaseModel):
@@ -82,12 +98,35 @@ class ModelSpec(BaseModel):
     position_embedding: PositionEmbedding = Field(
         default="rotary", description="'learned' adds max_seq_len x hidden parameters; rotary/alibi/none add none."
     )
-    norm_kind: NormKind = Field(default="rmsnorm", description="RMSNorm (weight only) or LayerNorm (weight and bias).")
+    norm_kind: NormKind = Field(
+        default="rmsnorm",
+        description="RMSNorm (weight only), LayerNorm (weight and bias), or LayerNorm without bias (Cohere).",
+    )
     norms_per_layer: PositiveInt = Field(
         default=2, description="Norm layers per transformer layer (2 pre-norm; Gemma 2 uses 4: pre and post)."
     )
     embedding_norm: bool = Field(default=False, description="A norm right after the embedding (BLOOM).")
-    qk_norm: bool = Field(default=False, description="RMSNorm on each query and key head (Qwen3), head_dim weights each.")
+    qk_norm: bool = Field(default=False, description="A norm on the queries and on the keys before attention (Qwen3).")
+    qk_norm_shape: QkNormShape = Field(
+        default="head_dim",
+        description="Weights of the q/k norms: 'head_dim', one head_dim vector shared by all heads (Qwen3, Gemma 3: "
+        "2 d per layer); 'all_heads', a weight for every channel of every head (OLMo 2 normalises the whole "
+        "projection, Cohere and StableLM 2 each head with its own weights: (a + kv) d per layer).",
+    )
+    attention_sinks: bool = Field(
+        default=False, description="A learned sink logit per query head in the softmax (gpt-oss): a weights per layer."
+    )
+    lm_head_bias: bool = Field(default=False, description="Bias on the output projection (GPT-J): V weights.")
+    parallel_attention_mlp: bool = Field(
+        default=False,
+        description="Attention and MLP read the same layer input and both outputs join the residual together "
+        "(GPT-J, Cohere, GPT-NeoX/StableLM use_parallel_residual). Same weights; the norm inputs are stored once.",
+    )
+    rotary_fraction: float = Field(
+        default=1.0, gt=0, le=1,
+        description="Share of each head's channels that rotary embedding rotates (GPT-J rotary_dim/head_dim, "
+        "StableLM/Phi partial_rotary_factor, GPT-NeoX rotary_pct). No weights.",
+    )
     qkv_bias: bool = Field(default=False, description="Bias on the query/key/value projections.")
     attention_output_bias: bool = Field(default=False, description="Bias on the attention output projection.")
     mlp_bias: bool = Field(default=False, description="Bias on the feed-forward projections.")

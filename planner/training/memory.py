@@ -152,13 +152,17 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     g = np.where(lay.fp8, FP8_ACTIVATION_BYTES, ACTIVATION_BYTES)  # GEMM inputs kept for backward
     widths = attention_dims(model)
     kv_div = kv_divisor(model, lay.tp).astype(float)
-    replicated = model.norms_per_layer * e * h + 2 * g * h + 2 * dropout * h
+    if model.parallel_attention_mlp:  # every norm reads the same layer input, kept once; each norm's output
+        norm_inputs, gemm_inputs = 1, model.norms_per_layer  # feeds its GEMMs (one shared for GPT-J/Cohere)
+    else:
+        norm_inputs, gemm_inputs = model.norms_per_layer, 2
+    replicated = norm_inputs * e * h + gemm_inputs * g * h + 2 * dropout * h
     attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + g * widths.output / t
     if moe_layer and model.moe is not None:
         moe = model.moe
         k = moe.experts_per_token
         f_routed = k * moe.moe_ffn_hidden_size
-        f_shared = moe.num_shared_experts * moe.moe_ffn_hidden_size
+        f_shared = moe.shared_ffn_width
         f = f_routed + f_shared
         permuted = k * g * h  # tokens copied to their experts (dispatch buffer kept for fc1's backward)
         router = 4 * moe.num_experts  # fp32 router probabilities

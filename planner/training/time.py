@@ -86,7 +86,10 @@ def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     t = lay.tp.astype(float)
     rep_div = np.where(lay.sequence_parallel, t, 1.0)
     dropout = 1.0 if model.dropout else 0.0
-    replicated = model.norms_per_layer * 4 * h + 2 * (6 * h + dropout * h)
+    # Residual adds: two bias-dropout-adds (read 2h + 2h, write 2h each); a parallel block adds attention and
+    # MLP outputs to the residual in one pass (read 3 x 2h, write 2h), with a dropout mask per branch.
+    residual = 8 * h + 2 * dropout * h if model.parallel_attention_mlp else 2 * (6 * h + dropout * h)
+    replicated = model.norms_per_layer * 4 * h + residual
     widths = attention_dims(model)
     rotary = (
         2 * ACTIVATION_BYTES * (widths.query / t + widths.key / kv_divisor(model, lay.tp))
@@ -95,7 +98,7 @@ def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     )
     if moe_layer and model.moe is not None:
         moe = model.moe
-        f = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size
+        f = moe.experts_per_token * moe.moe_ffn_hidden_size + moe.shared_ffn_width
         permute = 2 * moe.experts_per_token * 4 * h  # dispatch and combine: read and write each copy
     else:
         f = model.ffn_hidden_size
