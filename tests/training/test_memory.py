@@ -187,6 +187,17 @@ def test_flash_attention_replaces_scores_by_an_fp32_lse_per_head():
     assert layer_activation_bytes_per_token(model, lay(recompute="selective"), moe_layer=False).stored.tolist() == [2_192]
 
 
+def test_parallel_block_keeps_the_shared_layer_input_once():
+    # Flash, tp 1: sequential 34h + 4a = 2,192. A parallel block with one norm (GPT-J, Cohere) keeps that norm's
+    # input and its output (the input of both QKV and fc1) once each, 4h, where the sequential layer keeps two
+    # norm inputs and two GEMM inputs, 8h: 4h = 256 fewer, 1,936.
+    model = tiny(parallel_attention_mlp=True, norms_per_layer=1)
+    assert layer_activation_bytes_per_token(model, lay(), moe_layer=False).stored.tolist() == [1_936]
+    # GPT-NeoX's parallel residual keeps its two norms (two GEMM inputs) but both read x, kept once: 2h fewer.
+    neox = tiny(parallel_attention_mlp=True)
+    assert layer_activation_bytes_per_token(neox, lay(), moe_layer=False).stored.tolist() == [2_192 - 128]
+
+
 def test_no_dropout_drops_the_masks():
     # Without dropout: the two 1-byte masks (2h) go, and of the scores only the softmax output (2as) stays:
     # 32h + 2as = 2,048 + 256 = 2,304.

@@ -67,6 +67,14 @@ def test_elementwise_traffic_per_token():
     assert elementwise_bytes_per_token(tiny(), lay(), moe_layer=False).tolist() == [2_944]
 
 
+def test_parallel_block_adds_both_branches_in_one_pass():
+    # GPT-J style (one LayerNorm, attention and MLP in parallel): the residual add reads x, the attention
+    # output and the MLP output (3 x 2h) and writes 2h, plus two 1-byte masks: 8h + 2h = 640 instead of 896;
+    # one norm 4h = 256 instead of 512. Total 2,944 - 256 - 256 = 2,432.
+    model = tiny(parallel_attention_mlp=True, norms_per_layer=1)
+    assert elementwise_bytes_per_token(model, lay(), moe_layer=False).tolist() == [2_432]
+
+
 def test_unfused_softmax_traffic_per_token():
     # a/t x s score elements per token, 4 bytes (softmax read + write) + 5 (dropout read, write, mask):
     # 4 x 32 x 9 = 1,152.
