@@ -32,7 +32,8 @@ def attention_params(model: ModelSpec) -> int:
         kv_proj = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
         kv_proj += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
         out = a * m.v_head_dim * h
-        return q + kv_proj + out
+        out_bias = h if model.attention_output_bias else 0  # projection biases are not modelled for MLA's q/kv
+        return q + kv_proj + out + out_bias + qk_norm_params(model) + sink_params(model)
     q = h * a * d
     k_and_v = 2 * h * kv * d
     out = a * d * h

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.engines.load import load_model
 from planner.physics.params import count_params, kv_cache_bytes_per_token
@@ -355,6 +357,32 @@ def _hf_specs() -> list[tuple[str, ModelSpec]]:
 
 @pytest.mark.parametrize("name,model", _hf_specs(), ids=lambda v: v if isinstance(v, str) else "")
 def test_per_rank_and_serving_shapes_add_up_to_the_count(name, model):
+    _assert_three_paths_agree(model)
+
+
+@settings(max_examples=60, deadline=None)
+@given(qk=st.sampled_from([None, "head_dim", "all_heads"]), sinks=st.booleans(), lm_bias=st.booleans(),
+       norm=st.sampled_from(["rmsnorm", "layernorm", "layernorm_no_bias"]), parallel=st.booleans(),
+       biases=st.booleans(), tied=st.booleans(), moe=st.booleans(), shared=st.integers(0, 2),
+       shared_width=st.sampled_from([None, 6]), gate=st.booleans(), mla=st.booleans())
+def test_new_fields_add_up_the_same_on_every_path(qk, sinks, lm_bias, norm, parallel, biases, tied, moe, shared,
+                                                    shared_width, gate, mla):
+    fields: dict = dict(attention_sinks=sinks, lm_head_bias=lm_bias, norm_kind=norm, parallel_attention_mlp=parallel,
+                        qkv_bias=biases, attention_output_bias=biases, mlp_bias=biases, tied_embeddings=tied)
+    if qk is not None and not mla:
+        fields.update(qk_norm=True, qk_norm_shape=qk)
+    if mla:
+        fields.update(qkv_bias=False, mla=dict(q_lora_rank=None, kv_lora_rank=4, qk_nope_head_dim=2,
+                                               qk_rope_head_dim=2, v_head_dim=2))
+    if moe:
+        fields["moe"] = dict(num_experts=4, experts_per_token=2, moe_ffn_hidden_size=4, num_shared_experts=shared,
+                             shared_expert_ffn_hidden_size=shared_width, shared_expert_gate=gate and shared > 0,
+                             num_dense_layers=1)
+    _assert_three_paths_agree(tiny_llama(**fields))
+
+
+def _assert_three_paths_agree(model: ModelSpec) -> None:
+    """params.py's total equals the per-rank training shapes at tp 1 and the serving shapes, summed."""
     import numpy as np
 
     from planner.physics.shapes import embedding_params_per_rank, head_params_per_rank, layer_params_per_rank
