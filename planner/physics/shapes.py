@@ -188,8 +188,9 @@ def _bias_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: boo
 
 
 def _head_wise_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
-    """q/k norm weights and attention sinks on one rank: shared head_dim norms are replicated; per-head
-    weights and sinks follow their heads (queries split over TP, keys like the K/V heads)."""
+    """q/k norm weights, attention sinks and MLA's latent norms on one rank: shared head_dim norms and the
+    latent norms are replicated; per-head weights and sinks follow their heads (queries split over TP, keys
+    like the K/V heads)."""
     t = lay.tp.astype(float)
     d = model.head_size
     total = np.zeros_like(t)
@@ -200,6 +201,8 @@ def _head_wise_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarra
             total = total + 2 * d
     if model.attention_sinks:
         total = total + model.num_attention_heads / t
+    if model.mla is not None:  # RMSNorms of the query and K/V latents, replicated with the down-projections
+        total = total + (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
     return total
 
 
