@@ -99,8 +99,12 @@ def _detail_table(row: dict[str, Any]) -> Table:
     table.add_row("KV cache (bf16)", f"{row['kv_cache_bytes_per_token']:,} bytes/token")
     if row["moe"]:
         moe = row["moe"]
+        shared_width = moe.get("shared_expert_ffn_hidden_size")
+        shared = f"{moe['num_shared_experts']} shared" + (f" x {shared_width}" if shared_width else "")
+        if moe.get("shared_expert_gate"):
+            shared += " (gated)"
         table.add_row("experts", f"{moe['num_experts']} x {moe['moe_ffn_hidden_size']}, top-{moe['experts_per_token']}, "
-                      f"{moe['num_shared_experts']} shared, {moe['num_dense_layers']} dense layers")
+                      f"{shared}, {moe['num_dense_layers']} dense layers")
     if row["mla"]:
         table.add_row("MLA", ", ".join(f"{k}={v}" for k, v in row["mla"].items()))
     table.add_row("source", row["source"] or "")

@@ -100,6 +100,20 @@ def test_show_hf_config_json(run_cli):
     assert row["id"] == "mixtral-8x7b-v0.1" and row["params"] == 46_702_792_704
 
 
+def test_show_multimodal_hf_config_says_the_vision_tower_is_not_modelled(run_cli):
+    result = run_cli("models", "show", HF / "qwen2.5-vl-7b-instruct.json", "--format", "json")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)
+    # transformers 5.24.0: 7,615,616,512 outside the vision tower (see tests/engines/test_hf_config.py)
+    assert row["params"] == 7_615_616_512 and "vision tower" in row["source"]
+
+
+def test_unknown_architecture_key_in_hf_config_is_one_line_error(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads((HF / "gpt-oss-20b.json").read_text()), "num_mtp_layers": 1}))
+    assert_one_line_error(run_cli("models", "show", path), "num_mtp_layers", "may change the architecture")
+
+
 def test_show_our_yaml(run_cli, tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(GOOD_YAML)
