@@ -783,7 +783,7 @@ class HfImport:
     notes: tuple[str, ...]
 
 
-def _unwrap_multimodal(data: dict[str, Any], source: str, wrapper: str) -> tuple[dict[str, Any], str, str, list[str]]:
+def _unwrap_multimodal(data: dict[str, Any], source: str, wrapper: Any) -> tuple[dict[str, Any], Any, str, list[str]]:
     """The language model's config of a multimodal config, its model_type, the key prefix, and notes."""
     notes = ["text model only: the vision tower and projector are not modelled"]
     nested = data.get("text_config")
@@ -793,12 +793,14 @@ def _unwrap_multimodal(data: dict[str, Any], source: str, wrapper: str) -> tuple
     if not isinstance(nested, dict):
         raise PlannerError("missing or not an object; a multimodal config names its language model in text_config",
                            source=source, field="text_config")
-    text_type = nested.get("model_type") or MULTIMODAL_TEXT_TYPES[wrapper]
-    text = {**NESTED_TEXT_DEFAULTS.get(text_type, {}), **nested}
+    text_type = nested.get("model_type") or MULTIMODAL_TEXT_TYPES.get(wrapper)
+    if wrapper not in MULTIMODAL_TEXT_TYPES:
+        notes.append(f"model_type {wrapper!r} read as a wrapper around its text_config")
+    text = {**(NESTED_TEXT_DEFAULTS.get(text_type, {}) if isinstance(text_type, str) else {}), **nested}
     # transformers 5.x ties the output layer by the wrapper's key when it is given.
     if "tie_word_embeddings" in data:
         text["tie_word_embeddings"] = data["tie_word_embeddings"]
-    elif "tie_word_embeddings" not in nested:
+    elif "tie_word_embeddings" not in nested and wrapper in _WRAPPER_TIED_DEFAULT:
         text["tie_word_embeddings"] = _WRAPPER_TIED_DEFAULT[wrapper]
     if "vocab_size" in data and data["vocab_size"] != text.get("vocab_size"):
         raise PlannerError(f"{data['vocab_size']} contradicts text_config.vocab_size ({text.get('vocab_size')})",
@@ -824,7 +826,9 @@ def read_hf_config(data: dict[str, Any], source: str) -> HfImport:
     model_type = data.get("model_type")
     notes: list[str] = []
     text, text_type, prefix = data, model_type, ""
-    if model_type in MULTIMODAL_TEXT_TYPES:
+    # A known multimodal type, or any config that nests its language model in a text_config (a text
+    # config never has one): read the language model.
+    if model_type in MULTIMODAL_TEXT_TYPES or isinstance(data.get("text_config"), dict):
         text, text_type, prefix, notes = _unwrap_multimodal(data, source, model_type)
     if text_type not in READERS:
         supported = ", ".join(SUPPORTED_MODEL_TYPES)

@@ -466,3 +466,14 @@ def test_unknown_key_without_architecture_words_is_ignored_and_noted():
 def test_unknown_key_with_architecture_words_is_refused(key):
     err = refusal({**fixture("llama-3.1-8b.json"), key: 1})
     assert err.field == key and "may change the architecture" in err.message
+
+
+def test_any_config_with_a_text_config_is_read_as_its_language_model():
+    text = fixture("llama-3.1-8b.json")
+    data = {"model_type": "my_vlm", "text_config": text, "vision_config": {"hidden_size": 1024},
+            "image_token_index": 7, "torch_dtype": "bfloat16"}
+    got = read_hf_config(data, "vlm.json")
+    assert count_params(got.spec).total == 8_030_261_248  # transformers 5.24.0, llama-3.1-8b.json
+    assert any("my_vlm" in note for note in got.notes) and any("vision tower" in note for note in got.notes)
+    assert refusal({**data, "projector_num_layers": 2}).field == "projector_num_layers"
+    assert refusal({**data, "text_config": {"hidden_size": 8}}).field == "text_config.model_type"
