@@ -19,7 +19,7 @@ from planner.physics.comm import (
     group_link,
     p2p_seconds,
 )
-from planner.physics.kernels import peak_16bit_flops
+from planner.physics.kernels import causal_pairs, peak_16bit_flops
 from planner.physics.stages import max_layers_per_stage
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
@@ -114,17 +114,6 @@ def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
 
 
 # --- Work of a pass --------------------------------------------------------------------------
-
-
-def causal_pairs(new_tokens: np.ndarray, window: int = 0) -> np.ndarray:
-    """Query-key pairs a causal prefill of `new_tokens` computes (token i sees i tokens, itself
-    included; at most `window` under a sliding window): n(n+1)/2, or W(W+1)/2 + (n - W) W."""
-    n = np.asarray(new_tokens, dtype=float)
-    full = n * (n + 1) / 2
-    if not window:
-        return full
-    w = float(window)
-    return np.where(n <= w, full, w * (w + 1) / 2 + (n - w) * w)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.physics.kernels import window_work_fraction
 from planner.physics.params import count_params
 from planner.physics.shapes import attention_dims
 from planner.specs.layout import LayoutArrays
@@ -32,9 +33,11 @@ def layer_weight_flop_per_token(model: ModelSpec) -> float:
 
 
 def attention_core_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
-    """Forward QK^T and AV FLOPs per token, all layers, full (non-causal) s x s."""
+    """Forward QK^T and AV FLOPs per token, all layers, full (non-causal) s x s; sliding-window layers
+    count the share of causal query-key pairs their window keeps (window_work_fraction)."""
     widths = attention_dims(model)
-    return model.num_layers * 2.0 * np.asarray(seq_len, dtype=float) * (widths.query + widths.output)
+    s = np.asarray(seq_len, dtype=float)
+    return model.num_layers * 2.0 * s * (widths.query + widths.output) * window_work_fraction(model, s)
 
 
 def lm_head_flop_per_token(model: ModelSpec) -> float:

@@ -37,6 +37,7 @@ from planner.physics.kernels import (
     matmul_seconds,
     memory_seconds,
     peak_16bit_flops,
+    window_work_fraction,
 )
 from planner.physics.shapes import attention_dims, kv_divisor, rank_gemms
 from planner.specs.hardware import HardwareProfile
@@ -144,7 +145,10 @@ def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_
     core_width = widths.query + widths.output
     core_flop = 2 * tokens * lay.seq_len * core_width / lay.tp
     peak16 = peak_16bit_flops(hw)
-    flash_fwd = CAUSAL_WORK_FRACTION * core_flop / (peak16 * hw.efficiency.attention.fraction)
+    # Flash kernels skip the blocks above the diagonal and, on sliding-window layers, those outside the window
+    # (averaged over the model's layers); the unfused path below computes and masks the full s x s scores.
+    window = window_work_fraction(model, lay.seq_len)
+    flash_fwd = CAUSAL_WORK_FRACTION * window * core_flop / (peak16 * hw.efficiency.attention.fraction)
     # Unfused: batched GEMMs per head (size 2 s^2 d) at the matmul curve, plus the softmax traffic.
     per_head_flop = 2.0 * lay.micro_batch * lay.seq_len * lay.seq_len / lay.cp * core_width / model.num_attention_heads
     heads = model.num_attention_heads / lay.tp

@@ -96,3 +96,18 @@ def test_gpt3_175b_step_matches_eq3():
     expected = 72 * 1536 * 2048 * 96 * 12288**2 * (1 + 2048 / (6 * 12288) + 51200 / (12 * 96 * 12288))
     assert model_flop == pytest.approx(expected, rel=1e-3)
     assert model_flop == pytest.approx(3.3862e18, rel=1e-3)
+
+
+def test_sliding_window_layers_count_the_pairs_their_window_keeps():
+    # gpt() with a window on half the layers: those layers keep causal_pairs(s, w) / causal_pairs(s) of the
+    # attention core. s = 256, w = 64: (64*65/2 + 192*64) / (256*257/2) = 14,368 / 32,896.
+    from planner.training.flops import attention_core_flop_per_token
+
+    model = gpt()
+    windowed = gpt(sliding_window_tokens=64, sliding_window_layers=model.num_layers // 2)
+    share = 0.5 + 0.5 * 14_368 / 32_896
+    full = float(attention_core_flop_per_token(model, 256))
+    assert float(attention_core_flop_per_token(windowed, 256)) == pytest.approx(share * full, rel=1e-12)
+    # a window as long as the sequence changes nothing
+    same = gpt(sliding_window_tokens=256, sliding_window_layers=model.num_layers)
+    assert float(attention_core_flop_per_token(same, 256)) == full

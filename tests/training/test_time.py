@@ -95,6 +95,22 @@ def test_one_tiny_layer_forward_and_backward():
     assert float(t.recompute[0]) == 0.0
 
 
+def test_sliding_window_layers_skip_attention_work_outside_the_window():
+    # tiny (2 layers, s = 32) with an 8-token window on one layer: that layer computes 8*9/2 + 24*8 = 228 of
+    # the 32*33/2 = 528 causal pairs; averaged over the 2 layers the flash core does 0.5 + 0.5 * 228/528 of its
+    # work. The full core is 2.62144e-10 s forward (test above) and 2.5x that backward.
+    fraction = 0.5 + 0.5 * 228 / 528
+    full = layer_time(tiny(), HW, lay(), moe_layer=False)
+    windowed = layer_time(tiny(sliding_window_tokens=8, sliding_window_layers=1), HW, lay(), moe_layer=False)
+    saved = (1 - fraction) * 2.62144e-10
+    assert float(full.forward[0] - windowed.forward[0]) == pytest.approx(saved, rel=1e-6)
+    assert float(full.backward[0] - windowed.backward[0]) == pytest.approx(2.5 * saved, rel=1e-6)
+    # The unfused path computes and masks the full scores: no saving.
+    unfused = lay(flash_attention=False)
+    assert float(layer_time(tiny(sliding_window_tokens=8, sliding_window_layers=1), HW, unfused,
+                            moe_layer=False).forward[0]) == float(layer_time(tiny(), HW, unfused, moe_layer=False).forward[0])
+
+
 def test_full_recompute_repeats_the_forward():
     t = layer_time(tiny(), HW, lay(recompute="full"), moe_layer=False)
     assert float(t.recompute[0]) == pytest.approx(float(t.forward[0]))
