@@ -63,7 +63,7 @@ READ_FLAGS: dict[str, str] = {
         "cpu-offloading", "optimizer-cpu-offload", "use-rotary-position-embeddings", "no-position-embedding",
         "multi-latent-attention", "moe-router-enable-expert-bias", "distribute-saved-activations", "squared-relu",
         "openai-gelu", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
-        "fp8-param-gather", "use-precision-aware-optimizer",
+        "fp8-param-gather", "use-precision-aware-optimizer", "moe-shared-expert-gate",
     )},
 }
 
@@ -298,11 +298,13 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
     if args.get("num-experts"):
         moe_ffn = int(args.get("moe-ffn-hidden-size") or ffn)
         shared = int(args.get("moe-shared-expert-intermediate-size") or 0)
-        if shared % moe_ffn:
-            raise PlannerError(f"--moe-shared-expert-intermediate-size {shared} is not a multiple of the expert size "
-                               f"{moe_ffn}; planner counts shared experts in units of one expert", source=source)
+        # Megatron-Core runs the shared experts as one MLP of this width: whole experts when it is a multiple of
+        # the expert size (DeepSeek), else one shared expert of its own width (Qwen2-MoE).
+        shared_experts, shared_width = (shared // moe_ffn, None) if shared % moe_ffn == 0 else (1, shared)
         moe = dict(num_experts=int(args["num-experts"]), experts_per_token=int(args.get("moe-router-topk", 2)),
-                   moe_ffn_hidden_size=moe_ffn, num_shared_experts=shared // moe_ffn,
+                   moe_ffn_hidden_size=moe_ffn, num_shared_experts=shared_experts,
+                   shared_expert_ffn_hidden_size=shared_width,
+                   shared_expert_gate=bool(args.get("moe-shared-expert-gate")) and shared > 0,
                    num_dense_layers=_dense_layers(args.get("moe-layer-freq"), layers, source),
                    router_bias=bool(args.get("moe-router-enable-expert-bias")))
     mla = None
@@ -633,7 +635,7 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
         if moe.num_shared_experts:
             flags.append(["--moe-shared-expert-intermediate-size", str(moe.shared_ffn_width)])
         if moe.shared_expert_gate:
-            missing.append("the shared-expert gate")
+            flags.append(["--moe-shared-expert-gate"])
         if moe.num_dense_layers:
             flags.append(["--moe-layer-freq",
                           f"([0]*{moe.num_dense_layers}+[1]*{model.num_layers - moe.num_dense_layers})"])

@@ -214,3 +214,12 @@ def test_impossible_sizes_are_one_line_errors_not_crashes(flags, fragment):
     assert import_megatron(split_launch_text(base + "--recompute-granularity full --recompute-method uniform "
                                              "--recompute-num-layers 1", "t"), gpus=1, given={}, model=None,
                            source="t").fields["recompute"] == "full"
+
+
+def test_shared_expert_size_not_a_multiple_of_the_expert_size_is_one_shared_expert():
+    args, _ = parse_flags(["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--swiglu",
+                           "--seq-length", "128", "--vocab-size", "128", "--num-experts", "4", "--moe-ffn-hidden-size",
+                           "48", "--moe-shared-expert-intermediate-size", "80", "--moe-shared-expert-gate"], "x")
+    moe = model_from_args(args, tp=1, source="x").moe
+    assert moe is not None
+    assert (moe.num_shared_experts, moe.shared_expert_ffn_hidden_size, moe.shared_expert_gate) == (1, 80, True)

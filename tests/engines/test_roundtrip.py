@@ -153,3 +153,18 @@ def test_deepspeed_without_zero_is_written_as_deepspeed_runs_it(fields, zero, gr
     assert bool(exported.notes) == (exported.layout != layout)
     back = import_deepspeed(json.loads(exported.text), gpus=8, given={}, source="ds.json")
     assert resolve_layout(model, 8, **back.fields) == exported.layout
+
+
+def test_megatron_roundtrip_keeps_a_gated_shared_expert_of_its_own_width():
+    # Qwen1.5-MoE-A2.7B (HF fixture): one shared expert of 5,632 (four experts' worth of 1,408) behind a gate.
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "qwen1.5-moe-a2.7b.json"
+    model = load_model(str(path)).spec
+    layout = resolve_layout(model, 8, tp=2, ep=4, zero=1, micro_batch=1, global_batch=64, seq_len=4096)
+    exported = render_export("megatron", "qwen1.5-moe-a2.7b", model, HW, layout, estimate(model, HW, layout),
+                             hardware_id="h100-sxm")
+    assert "--moe-shared-expert-gate" in exported.text and "--moe-shared-expert-intermediate-size 5632" in exported.text
+    back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=None, source="m").model
+    assert back.moe is not None and back.moe.shared_expert_gate
+    assert back.moe.shared_ffn_width == model.moe.shared_ffn_width == 5632
