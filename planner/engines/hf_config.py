@@ -543,12 +543,15 @@ def _internlm2(r: _Reader) -> None:
 
 
 def _minicpm(r: _Reader) -> None:
-    """MiniCPM (remote code): Llama's modules with muP scalars (scale_emb, dim_model_base, scale_depth)."""
+    """MiniCPM (remote code): Llama's modules with muP scalars (scale_emb, dim_model_base, scale_depth); with
+    `num_experts`, MiniCPM-MoE's Mixtral-style experts (router h x E, experts of intermediate_size)."""
     if r.data.get("tie_word_embeddings") is None:
         raise r.error("tie_word_embeddings", "missing; MiniCPM checkpoints differ (2B ties its output layer, "
                       "2B-128k does not): give true or false")
     _rotary_decoder(r, tied_default=False)
     _attention_bias(r)
+    if r.data.get("num_experts") is not None:  # MiniCPM-MoE: every layer routes to experts of intermediate_size
+        _moe(r, experts="num_experts", ffn="intermediate_size")
 
 
 def _qwen2_vl_text(r: _Reader) -> None:

@@ -17,7 +17,8 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
   stablelm-2-zephyr-1.6b, starcoder2-7b: the hub config.json files as quoted in mlc-ai/mlc-llm,
   python/mlc_llm/model/model_preset.py at commit 79d603f085f50500e9509fa01785ffa7ecfaaa93 (MODEL_PRESETS keys
   aya-23, deepseek_v2_lite, gemma3_1b_it, gpt_bigcode, gpt_j, internlm2_5_7b, llava, minicpm_2b_sft_bf16,
-  olmo2_7b, olmo2_32b, qwen2moe, smollm2_135m, stablelm, stablelm-2-zephyr-1_6b, starcoder2), written out as
+  olmo2_7b, olmo2_32b, qwen2moe, smollm2_135m, stablelm, stablelm-2-zephyr-1_6b, starcoder2; and
+  minicpm-moe-8x2b from the key of that name), written out as
   JSON. mlc's copy of DeepSeek-V2-Lite lacks the hub file's "q_lora_rank": null (planner refuses that; the
   count test adds it back), and its GPT-J copy adds "rope_scaling": {"rope_type": "gptj"}.
 - gpt-oss-20b: EchoCog/gpt-oss-20b, config.json at commit 52971a17bf2f66dd519c8d26217b1405e425a246 (a copy
@@ -41,6 +42,9 @@ LlamaForCausalLM from the same sizes (InternLM2: attention_bias = the config's `
 those of the remote modeling files (InternLM2: wqkv (h, (a + 2 kv) d) and wo with bias=config.bias, SwiGLU
 w1/w3/w2 without bias, RMSNorms: DakeQQ/Native-LLM-for-Android,
 Export_ONNX/InternLM/modeling_modified/modeling_internlm2.py at 0b88045f0248fb53787796c9ab1b510a5ca6f4c0).
+MiniCPM-MoE's oracle is MixtralForCausalLM from the same sizes (num_local_experts = num_experts; the muP
+scalars dropped): vLLM's and mlc-llm's MiniCPM implementations build its MoE layer as Mixtral's, a router
+h x E without bias and E SwiGLU experts of intermediate_size.
 """
 
 from __future__ import annotations
@@ -328,6 +332,7 @@ TRANSFORMERS_COUNTS = [
     ("internlm2.5-7b.json", {"bias": True}, 7_738_036_224),  # likewise
     ("llava-1.5-7b.json", {}, 6_738_939_904),
     ("minicpm-2b-sft-bf16.json", {}, 2_724_880_896),  # LlamaForCausalLM oracle
+    ("minicpm-moe-8x2b.json", {}, 13_873_291_776),  # MixtralForCausalLM oracle, see the module docstring
     ("olmo-2-7b.json", {}, 7_298_617_344),
     ("olmo-2-32b.json", {}, 32_234_279_936),
     ("qwen1.5-moe-a2.7b.json", {}, 14_315_784_192),
@@ -481,3 +486,9 @@ def test_any_config_with_a_text_config_is_read_as_its_language_model():
     assert any("my_vlm" in note for note in got.notes) and any("vision tower" in note for note in got.notes)
     assert refusal({**data, "projector_num_layers": 2}).field == "projector_num_layers"
     assert refusal({**data, "text_config": {"hidden_size": 8}}).field == "text_config.model_type"
+
+
+def test_minicpm_moe_is_mixtral_shaped():
+    spec = imported("minicpm-moe-8x2b.json")
+    assert spec.moe is not None and (spec.moe.num_experts, spec.moe.experts_per_token) == (8, 2)
+    assert spec.moe.moe_ffn_hidden_size == 5760 and spec.tied_embeddings
