@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from planner.cli import cli
-from planner.cli.options import echo_json
+from planner.cli.options import echo_json, warn_if_far
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Tensor-parallel communication overlaps the GEMMs."),
         click.option("--headroom", type=click.FloatRange(0.0, 1.0, max_open=True),
                      help="Share of device memory kept free (default: the cost model's)."),
+        click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     metavar="FILE", help="A profile overlay from 'planner calibrate' (overrides a job's profile:)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -235,18 +237,19 @@ def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None
         if _flags_given(kw) or engine_args:
             raise click.UsageError(f"{', '.join(_flags_given(kw) or ['--engine-args'])} apply to direct engine checks; "
                                    "put them in the job file")
-        resolved = [load_job(path) for path in jobs]
+        resolved = [load_job(path, profile=kw.get("profile_path")) for path in jobs]
     else:
         fmt_name, path = next(iter(engines.items()))
         engine: dict[str, Any] = {"format": fmt_name, "path": str(path)}
         if engine_args:
             engine["args"] = engine_args
         job = _job_from_flags(kw, engine, f"--{fmt_name}")
-        resolved = [resolve_job(job, base=Path("."), source=str(path))]
+        resolved = [resolve_job(job, base=Path("."), source=str(path), profile=kw.get("profile_path"))]
     checked = run_checks(resolved, suggest=not no_suggest)
     for c in checked:
         for warning in c.job.warnings:
             click.echo(f"warning: {warning}", err=True)
+        warn_if_far(c.job.profile, c.job.model, c.job.layout)
     if fmt == "json":
         echo_json([c.to_json() for c in checked])
     elif fmt == "github":
@@ -286,11 +289,12 @@ def export_cmd(job_file: Path | None, to: str, out: Path | None, **kw: Any) -> N
     if job_file is not None:
         if _flags_given(kw):
             raise click.UsageError(f"{', '.join(_flags_given(kw))} cannot be combined with a job file")
-        job = load_job(job_file)
+        job = load_job(job_file, profile=kw.get("profile_path"))
     else:
         if kw.get("model_ref") is None:
             raise click.UsageError("give a job file, or --model, --hardware, --gpus and the layout flags")
-        job = resolve_job(_job_from_flags(kw, None, "planner export"), base=Path("."), source="command line")
+        job = resolve_job(_job_from_flags(kw, None, "planner export"), base=Path("."), source="command line",
+                          profile=kw.get("profile_path"))
     est = estimate(job.model, job.hardware, job.layout, headroom=job.headroom)
     exported = render_export(to, job.model_id, job.model, job.hardware, job.layout, est, hardware_id=job.hardware_id)
     for note in exported.notes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -13,7 +14,10 @@ from planner.cli.options import (
     format_option,
     hardware_option,
     model_option,
+    profile_option,
     training_precision_options,
+    warn_if_far,
+    with_profile,
 )
 from planner.engines.load import load_hardware, load_model
 from planner.training.estimate import DEFAULT_HEADROOM, estimate
@@ -23,6 +27,7 @@ from planner.training.rules import resolve_layout
 @cli.command("estimate")
 @model_option()
 @hardware_option()
+@profile_option()
 @click.option("--gpus", type=POSITIVE, required=True, help="GPUs in the job (= dp x tp x pp x cp).")
 @click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--pp", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel degree.")
@@ -48,7 +53,7 @@ from planner.training.rules import resolve_layout
 @click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_HEADROOM, show_default=True,
               help="Share of device memory kept free (fits = peak <= capacity x (1 - headroom)).")
 @format_option()
-def estimate_command(model_ref: str, hardware_ref: str, gpus: int, headroom: float, fmt: str,
+def estimate_command(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, headroom: float, fmt: str,
                      sequence_parallel: bool | None, recompute_layers: int | None, **fields: Any) -> None:
     """Estimate one training layout: memory per GPU for every pipeline stage, step time, MFU.
 
@@ -60,7 +65,7 @@ def estimate_command(model_ref: str, hardware_ref: str, gpus: int, headroom: flo
           --tp 8 --pp 4 --zero 1 --micro-batch 1 --global-batch 256 --seq-len 8192
     """
     model = load_model(model_ref)
-    hardware = load_hardware(hardware_ref)
+    hardware, overlay = with_profile(load_hardware(hardware_ref), profile_path)
     fields["flash_attention"] = fields.pop("flash_attention")
     fields["overlap_tp_comm"] = fields.pop("tp_comm_overlap")
     if sequence_parallel is None:
@@ -68,6 +73,7 @@ def estimate_command(model_ref: str, hardware_ref: str, gpus: int, headroom: flo
     layout = resolve_layout(model.spec, gpus, sequence_parallel=sequence_parallel,
                             recompute_layers_per_stage=recompute_layers, **fields)
     result = estimate(model.spec, hardware.spec, layout, headroom=headroom)
+    warn_if_far(overlay, model.spec, layout)
     if fmt == "json":
         data = result.to_json()
         echo_json({"model": model.id, "hardware": hardware.id, **data})

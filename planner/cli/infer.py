@@ -7,13 +7,14 @@ and renders a table, JSON or CSV (and, on request, a plot; matplotlib is importe
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
 
 from planner.cli import cli
-from planner.cli.options import echo_json, hardware_option, model_option
+from planner.cli.options import echo_json, hardware_option, model_option, profile_option, with_profile
 from planner.engines.load import load_hardware, load_model
 from planner.search.serving import InferenceSearchResult, SearchSpace, search_inference
 from planner.serving.estimate import BATCHING, REASONS, check_layout, estimate_inference
@@ -70,6 +71,7 @@ def _serving_options(f: Any) -> Any:
         [
             model_option(),
             hardware_option(),
+            profile_option(),
             click.option("--input-len", type=int, required=True, help="Prompt tokens per request."),
             click.option("--output-len", type=int, required=True, help="Generated tokens per request (the first included)."),
             click.option("--batching", type=click.Choice(BATCHING), default="continuous", show_default=True,
@@ -138,7 +140,7 @@ def infer() -> None:
 @click.option("--kv-dtype", type=click.Choice(KV_DTYPES), default="bf16", show_default=True, help="KV-cache dtype.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output format.")
-def estimate_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: int, batching: str, headroom: float,
+def estimate_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, input_len: int, output_len: int, batching: str, headroom: float,
                  decode_attention: str, tp: int, pp: int, gpus: int | None, concurrency: int, weight_dtype: str,
                  kv_dtype: str, fmt: str) -> None:
     """Memory, latency and throughput of one serving layout.
@@ -148,7 +150,7 @@ def estimate_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: 
       planner infer estimate -m llama-2-70b -w h100-sxm --tp 2 --gpus 8 \\
           --input-len 2048 --output-len 256 --concurrency 32 --weight-dtype fp8 --kv-dtype fp8
     """
-    model_entry, hw_entry = load_model(model_ref), load_hardware(hardware_ref)
+    model_entry, (hw_entry, _overlay) = load_model(model_ref), with_profile(load_hardware(hardware_ref), profile_path)
     model, hw = model_entry.spec, hw_entry.spec
     x = InferenceArrays.build(
         tp=tp, pp=pp, concurrency=concurrency, input_len=input_len, output_len=output_len,
@@ -325,7 +327,7 @@ def estimate_notes(hw: Any, weight_dtype: str, kv_dtype: str, tp: int = 1) -> li
               help="Write TPOT vs tokens/s per GPU with the front (.png or .svg; needs matplotlib).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
               help="Output format.")
-def search_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: int, batching: str, headroom: float,
+def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, input_len: int, output_len: int, batching: str, headroom: float,
                decode_attention: str, gpus: int, weight_dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...],
                ttft_max: float | None, tpot_max: float | None, cross_node_tp: bool, max_pp: int | None, top: int,
                pareto: bool, plot_path: str | None, fmt: str) -> None:
@@ -343,7 +345,7 @@ def search_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: in
         from planner.report.plots import check_plot_path
 
         check_plot_path(plot_path)
-    model_entry, hw_entry = load_model(model_ref), load_hardware(hardware_ref)
+    model_entry, (hw_entry, _overlay) = load_model(model_ref), with_profile(load_hardware(hardware_ref), profile_path)
     space = SearchSpace(
         gpus=gpus, input_len=input_len, output_len=output_len, weight_dtypes=weight_dtypes, kv_dtypes=kv_dtypes,
         batching=batching, cross_node_tp=cross_node_tp, max_pp=max_pp, ttft_max_seconds=ttft_max,

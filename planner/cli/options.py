@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -58,3 +59,33 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         f = option(f)
     return f
+
+
+def profile_option() -> Callable[..., Any]:
+    return click.option(
+        "--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+        help="A profile overlay from 'planner calibrate', applied to the hardware profile.",
+    )
+
+
+def with_profile(hardware: Any, profile_path: Path | None) -> tuple[Any, Any]:
+    """The loaded hardware entry with the overlay at `profile_path` applied (and the overlay, or None)."""
+    if profile_path is None:
+        return hardware, None
+    from dataclasses import replace
+
+    from planner.engines.job import overlaid
+
+    spec, overlay = overlaid(hardware.spec, profile_path)
+    return replace(hardware, spec=spec), overlay
+
+
+def warn_if_far(overlay: Any, model: Any, layout: Any) -> None:
+    """A warning on stderr when the layout is far from every run the overlay was calibrated on."""
+    if overlay is None:
+        return
+    from planner.calibrate.distance import far_warning
+
+    message = far_warning(overlay.runs, model, layout)
+    if message:
+        click.echo(f"warning: {message}", err=True)

@@ -18,7 +18,9 @@ from planner.cli.options import (
     echo_json,
     hardware_option,
     model_option,
+    profile_option,
     training_precision_options,
+    with_profile,
 )
 from planner.errors import PlannerError
 from planner.training.estimate import DEFAULT_HEADROOM
@@ -111,6 +113,7 @@ def _filter_options(f: Any) -> Any:
 @cli.command("search")
 @model_option()
 @hardware_option()
+@profile_option()
 @click.option("--gpus", type=POSITIVE, required=True, help="GPUs in the job.")
 @click.option("--global-batch", type=POSITIVE, required=True, help="Sequences per optimizer step.")
 @click.option("--seq-len", type=POSITIVE, required=True, help="Tokens per sequence.")
@@ -136,7 +139,7 @@ def _filter_options(f: Any) -> Any:
               help="Also write the best layout's launch configuration for FORMAT (megatron, deepspeed or torchtitan) "
               "into DIR (created if missing), headed by what planner predicts for it; the path goes to stderr. "
               "Exit 2 when no layout fits or FORMAT cannot run the layout.")
-def search_cmd(model_ref: str, hardware_ref: str, gpus: int, global_batch: int, seq_len: int, dtype: str,
+def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
                grad_dtype: str, optimizer: str, flash_attention: bool, overlap_grad_reduce: bool,
                tp_comm_overlap: bool, headroom: float, objective: str, tokens: float | None, price: float | None,
                top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,
@@ -167,7 +170,7 @@ def search_cmd(model_ref: str, hardware_ref: str, gpus: int, global_batch: int, 
 
         check_plot_path(plot_path)
     model_entry = load_model(model_ref)
-    hw_entry = load_hardware(hardware_ref)
+    hw_entry, _overlay = with_profile(load_hardware(hardware_ref), profile_path)
     if price is None:
         price = hw_entry.spec.price_per_gpu_hour_usd
     if objective == "cost":

@@ -35,12 +35,24 @@ class ResolvedJob:
     headroom: float
     engine: str | None = None
     warnings: tuple[str, ...] = ()
+    profile: Any = None  # the ProfileOverlay applied to `hardware`, if any
 
 
-def load_job(path: Path) -> ResolvedJob:
-    """Read and resolve a job file; paths inside it are relative to it."""
+def load_job(path: Path, *, profile: Path | None = None) -> ResolvedJob:
+    """Read and resolve a job file; paths inside it are relative to it. `profile` (an overlay file) overrides
+    the job's own `profile:`."""
     job = load.load_job_file(path)
-    return resolve_job(job, base=path.parent, source=str(path))
+    return resolve_job(job, base=path.parent, source=str(path), profile=profile)
+
+
+def overlaid(hw: HardwareProfile, profile: Path | None) -> tuple[HardwareProfile, Any]:
+    """`hw` with the profile overlay at `profile` applied (and the overlay), or `hw` as it is."""
+    if profile is None:
+        return hw, None
+    from planner.specs.overlay import apply_overlay
+
+    overlay = load.load_overlay(profile)
+    return apply_overlay(hw, overlay, source=str(profile)), overlay
 
 
 def _model(job: Job, base: Path, source: str) -> load.Loaded | None:
@@ -54,12 +66,17 @@ def _model(job: Job, base: Path, source: str) -> load.Loaded | None:
         raise PlannerError(err.render(), source=source, field="model") from None
 
 
-def resolve_job(job: Job, *, base: Path, source: str) -> ResolvedJob:
+def resolve_job(job: Job, *, base: Path, source: str, profile: Path | None = None) -> ResolvedJob:
     """Resolve a validated Job: load model and hardware, read the engine file, build and check the Layout."""
     try:
         hw = load.load_hardware(load.relative_ref(job.hardware, base))
     except PlannerError as err:
         raise PlannerError(err.render(), source=source, field="hardware") from None
+    if profile is None and job.profile is not None:
+        profile = Path(job.profile) if Path(job.profile).is_absolute() else base / job.profile
+    spec, overlay = overlaid(hw.spec, profile)
+    if overlay is not None:
+        hw = load.Loaded(id=hw.id, spec=spec, source=hw.source, aliases=hw.aliases)
     gpus = job.gpus if job.gpus is not None else job.nodes * hw.spec.node.gpus_per_node  # type: ignore[operator]
     loaded = _model(job, base, source)
     given = job.given_fields()
@@ -90,7 +107,7 @@ def resolve_job(job: Job, *, base: Path, source: str) -> ResolvedJob:
     return ResolvedJob(
         source=source, model_id=loaded.id, model=model, hardware_id=hw.id, hardware=hw.spec, gpus=gpus,
         layout=layout, headroom=job.headroom if job.headroom is not None else DEFAULT_HEADROOM,
-        engine=engine.format if engine else None, warnings=imported.warnings,
+        engine=engine.format if engine else None, warnings=imported.warnings, profile=overlay,
     )
 
 

@@ -220,6 +220,20 @@ def load_job_file(path: Path) -> Any:
     return validate_spec(Job, read_structured(path), str(path))
 
 
+def read_log_file(path: Path) -> str:
+    """A training log as text (planner.engines.logs reads it)."""
+    return read_text(path)
+
+
+def load_overlay(path: Path) -> Any:
+    """A profile overlay written by `planner calibrate` (`--profile FILE`, a job's `profile:`)."""
+    from planner.specs.overlay import ProfileOverlay
+
+    overlay = validate_spec(ProfileOverlay, read_structured(path), str(path))
+    overlay.check_factors(str(path))
+    return overlay
+
+
 def read_engine_file(fmt: str, path: Path) -> Any:
     """An engine config as its engine parses it: DeepSpeed JSON -> dict, torchtitan TOML -> dict,
     Megatron-LM arguments or launch script -> text."""

@@ -149,6 +149,11 @@ class Job(BaseModel):
         default=None,
         description="An engine config that holds the layout; `parallel` and `training` then give only what it lacks.",
     )
+    profile: str | None = Field(
+        default=None,
+        description="A profile overlay written by 'planner calibrate' (path relative to the job file), applied "
+        "to the hardware profile.",
+    )
     headroom: float | None = Field(
         default=None, ge=0.0, lt=1.0,
         description="Share of device memory kept free; the job fits when peak <= capacity x (1 - headroom). "

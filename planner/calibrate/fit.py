@@ -1,0 +1,297 @@
+"""The fit: which factors the runs can identify, their values by least squares in log step time with
+Gaussian priors at the shipped values, the memory reserve from measured peaks, and leave-one-out errors.
+
+Parameters are theta_k = log(value_k / shipped_k). The objective is
+    sum_i ((log t_i(theta) - log m_i) / NOISE_LOG)^2 + sum_k (theta_k / prior_sigma_k)^2
+inside the factors' bounds (projected Gauss-Newton with a backtracking step; the step-time model has a
+few kinks, where overlap starts to hide traffic, so each step is checked to lower the objective).
+
+Which factors: the sensitivity S_ik = d log t_i / d log f_k at the shipped values (central differences).
+A factor is a candidate when its RMS sensitivity over the runs is at least MIN_SENSITIVITY (a 10% change
+moves the predicted steps by 1% or more); candidates are taken in order of sensitivity, each kept only
+while the chosen columns, scaled to unit length, keep a smallest-to-largest singular value ratio of at
+least MIN_SINGULAR_RATIO (the rank check: a factor that moves the runs as another already chosen does
+is not identified by them), and never more than RUNS_PER_FACTOR runs per factor: one run fits one
+factor, the most sensitive, and three runs fit at most one more.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.calibrate.runs import Run, predict_peak_bytes, predict_seconds
+from planner.specs.hardware import HardwareProfile
+from planner.specs.overlay import (
+    FACTOR_BY_NAME,
+    FACTORS,
+    MEMORY_RESERVE_HIGH_BYTES,
+    MEMORY_RESERVE_LOW_BYTES,
+    MEMORY_RESERVE_PRIOR_BYTES,
+    read_factor,
+    with_factors,
+)
+
+# Noise of a measured log step time: the published NeMo tables move by +-6% between revisions of one
+# release (published_runs_modern.yaml notes), so one standard deviation of 5%.
+NOISE_LOG = 0.05
+# Noise of a measured peak: allocator rounding and logging granularity, about 1 GiB.
+NOISE_PEAK_BYTES = 2**30
+MIN_SENSITIVITY = 0.1
+MIN_SINGULAR_RATIO = 0.2
+# Least drop of the objective (a chi-square) that adds a factor: 4 is a two-sigma improvement.
+MIN_GAIN = 4.0
+RUNS_PER_FACTOR = 2  # factors <= ceil(runs / RUNS_PER_FACTOR): 1 run -> 1, 3 runs -> 2
+DIFF_STEP = 0.02  # log step of the central differences
+MAX_ITERATIONS = 25
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A factor the runs can identify, with the reason."""
+
+    name: str
+    sensitivity: float  # RMS over the runs of d log t / d log f
+    why: str
+
+
+@dataclass(frozen=True)
+class FitResult:
+    hardware: HardwareProfile  # the shipped profile
+    fitted: HardwareProfile  # the profile with the fitted values (and reserve)
+    choices: tuple[Choice, ...]
+    shipped: dict[str, float]
+    values: dict[str, float]
+    sigmas: dict[str, float]
+    skipped: dict[str, str]  # factor -> why it was not fitted
+    before: tuple[float, ...]  # relative error of each timed run, shipped profile
+    after: tuple[float, ...]  # same, fitted
+    reserve_bytes: float = 0.0
+    reserve_sigma_bytes: float = 0.0
+    peak_before: tuple[float | None, ...] = field(default_factory=tuple)
+    peak_after: tuple[float | None, ...] = field(default_factory=tuple)
+
+
+def _timed(runs: list[Run]) -> list[Run]:
+    return [r for r in runs if r.measured_seconds is not None]
+
+
+def _log_predictions(runs: list[Run], hw: HardwareProfile, names: list[str], theta: np.ndarray,
+                     shipped: dict[str, float]) -> np.ndarray:
+    values = {n: shipped[n] * math.exp(t) for n, t in zip(names, theta)}
+    profile = with_factors(hw, values)
+    return np.array([math.log(predict_seconds(r, profile)) for r in runs])
+
+
+def _jacobian(runs: list[Run], hw: HardwareProfile, names: list[str], theta: np.ndarray, shipped: dict[str, float],
+              lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    cols = []
+    for k in range(len(names)):
+        up, down = theta.copy(), theta.copy()
+        up[k] = min(theta[k] + DIFF_STEP, hi[k])
+        down[k] = max(theta[k] - DIFF_STEP, lo[k])
+        if up[k] - theta[k] < theta[k] - down[k]:
+            up, down = theta, down  # at the upper bound: a backward difference
+        else:
+            down = theta
+        span = up[k] - down[k]
+        if span <= 0:
+            cols.append(np.zeros(len(runs)))
+            continue
+        cols.append((_log_predictions(runs, hw, names, up, shipped) - _log_predictions(runs, hw, names, down, shipped)) / span)
+    return np.column_stack(cols) if cols else np.zeros((len(runs), 0))
+
+
+def available_factors(hw: HardwareProfile) -> dict[str, float]:
+    """Shipped values of the table's factors that this profile has."""
+    out = {}
+    for factor in FACTORS:
+        value = read_factor(hw, factor)
+        if value is not None:
+            out[factor.name] = value
+    return out
+
+
+def sensitivities(runs: list[Run], hw: HardwareProfile) -> tuple[list[str], np.ndarray]:
+    """d log t_i / d log f_k at the shipped values, for every factor the profile has."""
+    shipped = available_factors(hw)
+    names = list(shipped)
+    lo, hi = _bounds(names, shipped)
+    theta = np.zeros(len(names))
+    return names, _jacobian(runs, hw, names, theta, shipped, lo, hi)
+
+
+def _bounds(names: list[str], shipped: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.array([math.log(FACTOR_BY_NAME[n].low / shipped[n]) for n in names])
+    hi = np.array([math.log(FACTOR_BY_NAME[n].high / shipped[n]) for n in names])
+    return np.minimum(lo, 0.0), np.maximum(hi, 0.0)
+
+
+def screen_factors(names: list[str], jac: np.ndarray) -> tuple[list[int], dict[str, str], np.ndarray]:
+    """Candidates: factors the runs depend on (RMS sensitivity >= MIN_SENSITIVITY), most sensitive first."""
+    rms = np.sqrt(np.mean(jac**2, axis=0)) if jac.size else np.zeros(len(names))
+    order = sorted(range(len(names)), key=lambda k: -rms[k])
+    skipped = {names[k]: f"sensitivity {rms[k]:.3f} < {MIN_SENSITIVITY}: the runs barely depend on it"
+               for k in order if rms[k] < MIN_SENSITIVITY}
+    return [k for k in order if rms[k] >= MIN_SENSITIVITY], skipped, rms
+
+
+def _independent(jac: np.ndarray, columns: list[int]) -> float:
+    """Smallest-to-largest singular value ratio of the unit-scaled columns (1: orthogonal, 0: collinear)."""
+    if len(columns) > jac.shape[0]:
+        return 0.0
+    cols = jac[:, columns] / np.linalg.norm(jac[:, columns], axis=0)
+    sv = np.linalg.svd(cols, compute_uv=False)
+    return float(sv[-1] / sv[0])
+
+
+def _solve(runs: list[Run], hw: HardwareProfile, names: list[str], shipped: dict[str, float]
+           ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Bounded MAP estimate of theta, its posterior covariance, and the objective there."""
+    log_m = np.array([math.log(r.measured_seconds) for r in runs])  # type: ignore[arg-type]
+    prior = np.array([1.0 / FACTOR_BY_NAME[n].prior_sigma ** 2 for n in names])
+    lo, hi = _bounds(names, shipped)
+    theta = np.zeros(len(names))
+
+    def cost(t: np.ndarray) -> tuple[float, np.ndarray]:
+        pred = _log_predictions(runs, hw, names, t, shipped)
+        r = (pred - log_m) / NOISE_LOG
+        return float(r @ r + (t * t) @ prior), pred
+
+    current, pred = cost(theta)
+    jac = np.zeros((len(runs), len(names)))
+    for _ in range(MAX_ITERATIONS):
+        jac = _jacobian(runs, hw, names, theta, shipped, lo, hi)
+        h = jac.T @ jac / NOISE_LOG**2 + np.diag(prior)
+        g = jac.T @ (pred - log_m) / NOISE_LOG**2 + prior * theta
+        step = -np.linalg.solve(h, g)
+        scale, improved = 1.0, False
+        while scale > 1e-2:
+            trial = np.clip(theta + scale * step, lo, hi)
+            value, trial_pred = cost(trial)
+            if value < current - 1e-9:
+                moved = float(np.max(np.abs(trial - theta)))
+                theta, current, pred, improved = trial, value, trial_pred, True
+                break
+            scale /= 2
+        if not improved or moved < 1e-3:
+            break
+    h = jac.T @ jac / NOISE_LOG**2 + np.diag(prior)
+    return theta, np.linalg.inv(h), current
+
+
+def select_and_solve(runs: list[Run], hw: HardwareProfile, shipped: dict[str, float]
+                     ) -> tuple[list[Choice], dict[str, str], dict[str, float], dict[str, float]]:
+    """Forward selection: add, one at a time, the candidate that lowers the objective most, while it lowers it
+    by at least MIN_GAIN, passes the rank check, and the runs allow another factor."""
+    names = list(shipped)
+    lo, hi = _bounds(names, shipped)
+    jac = _jacobian(runs, hw, names, np.zeros(len(names)), shipped, lo, hi)
+    candidates, skipped, rms = screen_factors(names, jac)
+    limit = max(1, math.ceil(len(runs) / RUNS_PER_FACTOR))
+    log_m = np.array([math.log(r.measured_seconds) for r in runs])  # type: ignore[arg-type]
+    base = _log_predictions(runs, hw, [], np.zeros(0), shipped) - log_m
+    current = float(base @ base) / NOISE_LOG**2
+    chosen: list[int] = []
+    choices: list[Choice] = []
+    values: dict[str, float] = {}
+    sigmas: dict[str, float] = {}
+    while True:
+        best = None
+        for k in candidates:
+            if k in chosen:
+                continue
+            if chosen and _independent(jac, chosen + [k]) < MIN_SINGULAR_RATIO:
+                skipped[names[k]] = (f"sensitivity {rms[k]:.2f}, but it moves the runs as the factors already "
+                                     f"chosen do (rank check: singular value ratio < {MIN_SINGULAR_RATIO})")
+                continue
+            if len(chosen) >= limit:
+                skipped[names[k]] = (f"sensitivity {rms[k]:.2f}, but {len(runs)} run(s) fit at most {limit} "
+                                     f"factor(s) ({RUNS_PER_FACTOR} runs per factor)")
+                continue
+            trial = [names[i] for i in chosen + [k]]
+            theta, cov, value = _solve(runs, hw, trial, shipped)
+            if best is None or value < best[1]:
+                best = (k, value, theta, cov)
+        if best is None:
+            break
+        k, value, theta, cov = best
+        gain = current - value
+        if gain < MIN_GAIN:
+            skipped[names[k]] = (f"sensitivity {rms[k]:.2f}, but fitting it lowers the objective by only "
+                                 f"{gain:.1f} < {MIN_GAIN} (the runs agree with the shipped value within noise)")
+            break
+        chosen.append(k)
+        skipped.pop(names[k], None)
+        lead = "the largest gain" if not choices else "the largest further gain"
+        choices.append(Choice(names[k], float(rms[k]), f"RMS sensitivity of log step time {rms[k]:.2f}; "
+                              f"objective -{gain:.1f} ({lead})"))
+        current = value
+        trial_names = [names[i] for i in chosen]
+        values = {n: shipped[n] * math.exp(theta[i]) for i, n in enumerate(trial_names)}
+        sigmas = {n: values[n] * math.sqrt(max(cov[i, i], 0.0)) for i, n in enumerate(trial_names)}
+    return choices, skipped, values, sigmas
+
+
+def _reserve(runs: list[Run], hw: HardwareProfile) -> tuple[float, float, list[float | None]]:
+    """Bytes the measured peaks hold beyond the predicted ones: Gaussian posterior mean with a prior at 0."""
+    gaps: list[float | None] = []
+    for r in runs:
+        gaps.append(None if r.measured_peak_bytes is None else r.measured_peak_bytes - predict_peak_bytes(r, hw))
+    present = [g for g in gaps if g is not None]
+    if not present:
+        return 0.0, 0.0, gaps
+    precision = len(present) / NOISE_PEAK_BYTES**2 + 1 / MEMORY_RESERVE_PRIOR_BYTES**2
+    mean = sum(present) / NOISE_PEAK_BYTES**2 / precision
+    mean = min(max(mean, MEMORY_RESERVE_LOW_BYTES), MEMORY_RESERVE_HIGH_BYTES)
+    return float(mean), float(precision**-0.5), gaps
+
+
+def relative_errors(runs: list[Run], hw: HardwareProfile) -> tuple[float, ...]:
+    return tuple(predict_seconds(r, hw) / r.measured_seconds - 1 for r in _timed(runs))  # type: ignore[operator]
+
+
+def fit(runs: list[Run]) -> FitResult:
+    """Fit the identifiable factors (and the memory reserve) to runs on one hardware profile."""
+    hw = runs[0].hardware
+    timed = _timed(runs)
+    shipped = available_factors(hw)
+    if timed:
+        choices, skipped, values, sigmas = select_and_solve(timed, hw, shipped)
+    else:
+        choices, skipped, values, sigmas = [], {n: "no run has a measured time" for n in shipped}, {}, {}
+    reserve, reserve_sigma, gaps = _reserve(runs, hw)
+    fitted = with_factors(hw, values, reserve)
+    before = relative_errors(runs, hw)
+    after = relative_errors(runs, fitted)
+    peak_before = tuple(None if g is None or r.measured_peak_bytes is None else -g / r.measured_peak_bytes
+                        for g, r in zip(gaps, runs))
+    peak_after = tuple(None if g is None or r.measured_peak_bytes is None else (reserve - g) / r.measured_peak_bytes
+                       for g, r in zip(gaps, runs))
+    return FitResult(hardware=hw, fitted=fitted, choices=tuple(choices), shipped={n: shipped[n] for n in shipped},
+                     values=values, sigmas=sigmas, skipped=skipped, before=before, after=after,
+                     reserve_bytes=reserve, reserve_sigma_bytes=reserve_sigma, peak_before=peak_before,
+                     peak_after=peak_after)
+
+
+def leave_one_out(runs: list[Run]) -> tuple[float | None, ...]:
+    """Each timed run's error when the fit (factor choice included) uses only the other runs."""
+    timed = _timed(runs)
+    if len(timed) < 2:
+        return tuple(None for _ in timed)
+    out: list[float | None] = []
+    for i, run in enumerate(timed):
+        rest = timed[:i] + timed[i + 1:]
+        result = fit(rest)
+        out.append(predict_seconds(run, result.fitted) / run.measured_seconds - 1)  # type: ignore[operator]
+    return tuple(out)
+
+
+def held_out_errors(train: list[Run], test: list[Run]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Errors on `test` before and after a fit on `train` (the benchmark's held-out comparison)."""
+    result = fit(train)
+    before = tuple(predict_seconds(r, result.hardware) / r.measured_seconds - 1 for r in test)  # type: ignore[operator]
+    after = tuple(predict_seconds(r, result.fitted) / r.measured_seconds - 1 for r in test)  # type: ignore[operator]
+    return before, after

@@ -1,0 +1,161 @@
+"""Public runs as calibration runs: planner's own training cases and the project's reference YAMLs.
+
+Pure: parsed data in, `Run`s out (callers read the files through planner.engines.load). Sources:
+- planner/validate/training_cases.yaml (already planner inputs): grouped by their `group`.
+- published_runs_modern.yaml and published_runs_moe.yaml (the reference data's own fields: an HF config
+  or catalog id as `model`, a `layout` in the short names its `about` lists, or Narayanan et al.'s
+  `parallel` block): each case becomes a job; its `source` and hardware name the group.
+Cases planner cannot turn into a job (a model not in the catalog, a layout the rules refuse) are
+returned as skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.calibrate.runs import GIB, Run
+from planner.engines.hf_config import model_from_hf_config
+from planner.engines.load import load_hardware, load_model
+from planner.errors import PlannerError
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+from planner.specs.runs import Measured
+from planner.specs.validation import validate_spec
+from planner.training.flops import step_flop
+from planner.training.rules import resolve_layout
+
+# The systems the reference YAMLs describe in words (hardware_as_published.gpu / hardware.gpu).
+HARDWARE_BY_GPU = {
+    "H100 SXM HBM2e 96GB (2.4 TB/s), 500 W power limit": "h100-sxm-96gb",
+    "H100-SXM5-80GB": "h100-sxm",
+    "A100-SXM4-80GB": "a100-80gb",
+}
+SHORT_LAYOUT = {"mb": "micro_batch", "gbs": "global_batch", "seq": "seq_len", "vp": "interleave",
+                "sp": "sequence_parallel", "tp_overlap": "overlap_tp_comm"}
+IGNORED_LAYOUT = ("gpus", "etp", "dispatcher", "ep_overlap")  # etp is 1 in every case; the others are not modelled
+
+
+def _measured_seconds(model: ModelSpec, layout: Layout, quantity: str, value: float) -> float:
+    flop = step_flop(model, layout.to_arrays())
+    if quantity == "hardware_tflops_per_gpu":
+        return float(flop.hardware_flop[0]) / (value * 1e12 * layout.gpus)
+    if quantity == "model_tflops_per_gpu":
+        return float(flop.model_flop[0]) / (value * 1e12 * layout.gpus)
+    raise ValueError(quantity)
+
+
+def runs_from_training_cases(cases: list[dict[str, Any]]) -> list[Run]:
+    """planner's validation cases (planner.validate.training_cases) as runs, one group per `group`."""
+    runs = []
+    for case in cases:
+        source = f"planner.validate/training_cases.yaml:{case['id']}"
+        model = validate_spec(ModelSpec, case["model"], source)
+        layout = validate_spec(Layout, case["layout"], source)
+        hw = load_hardware(case["hardware"])
+        published = case["published"]
+        value = float(published["value"])
+        if published["quantity"] == "layer_forward_backward_seconds":
+            seconds = value / 1e3 if published["unit"] == "ms" else value
+            quantity = "layer_forward_backward_seconds"
+        else:
+            seconds = _measured_seconds(model, layout, published["quantity"], value)
+            quantity = "step_seconds"
+        runs.append(Run(name=case["id"], model_id=model.name, model=model, hardware_id=hw.id, hardware=hw.spec,
+                        layout=layout, measured_seconds=seconds, quantity=quantity, source=case["source"],
+                        group=case["group"]))
+    return runs
+
+
+def _gpt(m: dict[str, Any]) -> ModelSpec:
+    """Narayanan et al.'s GPT shapes (GeLU MLP, learned positions, LayerNorm, biases, tied embeddings)."""
+    return ModelSpec(
+        name=m["name"], num_layers=m["layers"], hidden_size=m["hidden"], num_attention_heads=m["heads"],
+        ffn_hidden_size=m["ffn"], mlp_kind="standard", vocab_size=m["vocab"], tied_embeddings=True,
+        position_embedding="learned", norm_kind="layernorm", qkv_bias=True, attention_output_bias=True,
+        mlp_bias=True, max_seq_len=m["seq_len"], dropout=True,
+    )
+
+
+def _model(case: dict[str, Any], source: str) -> ModelSpec:
+    m = case["model"]
+    if isinstance(m, str):
+        return load_model(m).spec  # type: ignore[no-any-return]
+    if "model_type" in m:
+        return model_from_hf_config(dict(m), source=source)
+    if "num_layers" in m:  # planner's own spec fields
+        return validate_spec(ModelSpec, {k: v for k, v in m.items() if k != "source"}, source)
+    return _gpt(m)
+
+
+def _group(case: dict[str, Any], hardware_id: str) -> str:
+    source = case["source"]
+    if source.startswith("pytorch/torchtitan"):
+        name = "torchtitan 2024-12 benchmarks"
+    elif source.startswith("NVIDIA/NeMo"):
+        name = "NeMo 24.07 performance summary"
+    elif source.startswith("NVIDIA-NeMo/Megatron-Bridge"):
+        name = "Megatron-Bridge MoE performance summaries"
+    elif "Narayanan" in source:
+        name = "Narayanan et al. 2021, Table 2"
+    else:
+        name = source.split(" ")[0]
+    return f"{name} ({hardware_id})"
+
+
+def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    if "layout" in case:
+        raw = dict(case["layout"])
+        gpus = int(raw["gpus"])
+        fields = {SHORT_LAYOUT.get(k, k): v for k, v in raw.items() if k not in IGNORED_LAYOUT}
+        megatron = not case["source"].startswith("pytorch/torchtitan")
+        fields.setdefault("grad_dtype", "fp32" if megatron else "bf16")  # Megatron: fp32 main gradients
+        return gpus, fields
+    p = case["parallel"]  # Narayanan et al. 2021 Table 2: fp16, fp32 main grads, full recompute, no flash
+    return int(p["gpus"]), {
+        "tp": p["TP"], "pp": p["PP"], "dp": p["DP"], "zero": p["zero_stage"], "micro_batch": p["micro_batch"],
+        "global_batch": p["global_batch"], "seq_len": case["model"]["seq_len"], "dtype": "fp16",
+        "grad_dtype": "fp32", "recompute": "full", "flash_attention": False, "sequence_parallel": False,
+    }
+
+
+def runs_from_reference(cases: list[dict[str, Any]], origin: str) -> tuple[list[Run], dict[str, str]]:
+    """Throughput cases of a reference YAML (modern or MoE) as runs; the others skipped with the reason."""
+    runs: list[Run] = []
+    skipped: dict[str, str] = {}
+    for case in cases:
+        if case.get("kind") != "throughput":
+            continue
+        source = f"{origin}:{case['id']}"
+        hw_ref = case["hardware"] if isinstance(case.get("hardware"), str) else HARDWARE_BY_GPU.get(
+            (case.get("hardware_as_published") or case.get("hardware") or {}).get("gpu", ""))
+        if hw_ref is None:
+            skipped[case["id"]] = "no catalog profile for its hardware"
+            continue
+        try:
+            hw = load_hardware(hw_ref)
+            model = _model(case, source)
+            gpus, fields = _layout_fields(case)
+            layout = resolve_layout(model, gpus, **fields)
+        except PlannerError as err:
+            skipped[case["id"]] = err.message
+            continue
+        measured = case["measured"]
+        tps = measured.get("tokens_per_sec_per_gpu") or measured.get("tokens_per_s_per_gpu")
+        if tps:
+            m = Measured(tokens_per_second_per_gpu=float(tps), peak_memory_gib=measured.get("peak_memory_GiB"))
+            seconds = layout.global_batch * layout.seq_len / (m.tokens_per_second_per_gpu * gpus)  # type: ignore[operator]
+        else:
+            seconds = _measured_seconds(model, layout, "hardware_tflops_per_gpu", float(measured["tflops_per_gpu"]))
+            m = Measured(step_seconds=seconds)
+        peak = m.peak_memory_gib * GIB if m.peak_memory_gib else None
+        runs.append(Run(name=case["id"], model_id=model.name, model=model, hardware_id=hw.id, hardware=hw.spec,
+                        layout=layout, measured_seconds=seconds, measured_peak_bytes=peak, source=case["source"],
+                        group=_group(case, hw.id)))
+    return runs, skipped
+
+
+def by_group(runs: list[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for run in runs:
+        out.setdefault(run.group, []).append(run)
+    return out

@@ -1,0 +1,296 @@
+"""Training logs -> measured step figures: Megatron-LM, torchtitan, DeepSpeed, Hugging Face Trainer.
+
+Pure: text in, values out (`planner.engines.load.read_log_file` reads the file). What each engine prints:
+- Megatron-LM (megatron/training/training.py, training_log): per logged iteration `elapsed time per
+  iteration (ms)` (the average over the log interval) and, with --log-throughput, `throughput per GPU
+  (TFLOP/s/GPU)`; `[Rank r] (after n iterations) memory (MB) | ... | max reserved: x` (MB = 2^20 bytes;
+  the Megatron-Bridge variant prints `memory (GB)` with `-gigabytes` keys); the `arguments` block at
+  start-up (`  name ....... value`, one per line), and `using world size: n, ...`.
+- torchtitan (train.py, metrics logger): `step: n  loss: ...  memory: x GiB(y%)  tps: t  tflops: f  mfu: m%`;
+  tps is tokens per second per GPU, memory the peak reserved memory of the step's window.
+- DeepSpeed (utils/timer.py, ThroughputTimer): `e/step, RunningAvgSamplesPerSec=a, CurrSamplesPerSec=c,
+  MemAllocated=xGB, MaxMemAllocated=yGB` (older: `SamplesPerSec=`); samples are those of the whole
+  train batch (all ranks); GB there is 2^30 bytes.
+- Hugging Face Trainer: the final metrics `{'train_runtime': r, 'train_samples_per_second': s,
+  'train_steps_per_second': t, ...}` (or the `***** train metrics *****` block): averages over the
+  whole run, warm-up included, which is all the Trainer prints.
+
+Warm-up: the first logged step is always dropped (its interval holds the compile/allocator warm-up),
+and so is every step numbered WARMUP_STEPS or less. What is left is summarised by its median.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from planner.errors import PlannerError
+
+LogFormat = Literal["megatron", "torchtitan", "deepspeed", "hf_trainer"]
+LOG_FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "hf_trainer")
+
+WARMUP_STEPS = 3
+MIB = 2**20
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class LogStep:
+    """One logged step (or interval) and what it measured."""
+
+    step: int
+    step_seconds: float | None = None
+    tokens_per_second_per_gpu: float | None = None
+    samples_per_second: float | None = None  # whole job
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+    memory_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class LogReading:
+    """What a log says about the steady state of one run."""
+
+    format: str
+    source: str
+    steps_logged: int
+    steps_used: tuple[int, ...]
+    step_seconds: float | None = None
+    tokens_per_second_per_gpu: float | None = None
+    samples_per_second: float | None = None
+    steps_per_second: float | None = None
+    tflops_per_gpu: float | None = None
+    peak_memory_bytes: float | None = None
+    world_size: int | None = None
+    arguments: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+def detect_format(text: str, source: str) -> str:
+    if "elapsed time per iteration (ms)" in text or "------------------------ arguments" in text:
+        return "megatron"
+    if re.search(r"step:\s*\d+\s+loss:", text) and "tps:" in text:
+        return "torchtitan"
+    if "SamplesPerSec=" in text:
+        return "deepspeed"
+    if "train_samples_per_second" in text or "train_runtime" in text:
+        return "hf_trainer"
+    raise PlannerError("not a log planner can read: no Megatron-LM iteration line, torchtitan step line, DeepSpeed "
+                       "timer line or Hugging Face Trainer metrics; give the format with --log-format", source=source)
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(statistics.median(present)) if present else None
+
+
+def _steady(steps: list[LogStep], fmt: str, source: str, warmup: int) -> list[LogStep]:
+    if not steps:
+        raise PlannerError(f"holds no usable step: no {fmt} line; is this the training log (rank 0)?", source=source)
+    ordered = sorted(steps, key=lambda s: s.step)
+    used = [s for s in ordered[1:] if s.step > warmup]
+    if not used:
+        numbers = ", ".join(str(s.step) for s in ordered)
+        raise PlannerError(f"holds no usable step: the logged steps ({numbers}) are all warm-up (the first logged "
+                           f"step and steps <= {warmup} are left out); log a longer run", source=source)
+    return used
+
+
+_ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+\s*\|(.*)$")
+_MEMORY = re.compile(r"\(after (\d+) iterations\) memory \((MB|GB)\)(.*)$")
+_ARGUMENT = re.compile(r"^\s{1,4}([a-z_][a-z0-9_]*) \.{2,} ?(.*?)\s*$")
+_WORLD = re.compile(r"using world size: (\d+)")
+
+
+def _megatron(text: str, source: str, warmup: int) -> LogReading:
+    steps: list[LogStep] = []
+    peak: float | None = None
+    args: dict[str, str] = {}
+    in_args = False
+    world = None
+    for line in text.splitlines():
+        if "------------------------ arguments" in line:
+            in_args = True
+            continue
+        if "-------------------- end of arguments" in line:
+            in_args = False
+            continue
+        if in_args:
+            m = _ARGUMENT.match(line)
+            if m:
+                args[m.group(1)] = m.group(2)
+                continue
+            in_args = False
+        m = _WORLD.search(line)
+        if m:
+            world = int(m.group(1))
+        m = _ITERATION.search(line)
+        if m:
+            fields = {k.strip(): v.strip() for k, _, v in (part.partition(":") for part in m.group(2).split("|")) if v}
+            ms = fields.get("elapsed time per iteration (ms)")
+            tflops = fields.get("throughput per GPU (TFLOP/s/GPU)")
+            steps.append(LogStep(step=int(m.group(1)), step_seconds=_number(ms) / 1e3 if ms else None,
+                                 tflops_per_gpu=_number(tflops) if tflops else None))
+            continue
+        m = _MEMORY.search(line)
+        if m:
+            unit = MIB if m.group(2) == "MB" else GIB
+            for part in m.group(3).split("|"):
+                key, _, value = part.partition(":")
+                if key.strip().replace("-gigabytes", "") in ("max reserved", "max_reserved", "max allocated",
+                                                              "max_allocated") and value.strip():
+                    peak = max(peak or 0.0, _number(value.strip()) * unit)
+    used = _steady(steps, "Megatron-LM iteration", source, warmup)
+    if not any(s.step_seconds for s in used):
+        raise PlannerError("the iteration lines carry no 'elapsed time per iteration (ms)'", source=source)
+    return LogReading(
+        format="megatron", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
+        step_seconds=_median([s.step_seconds for s in used]), tflops_per_gpu=_median([s.tflops_per_gpu for s in used]),
+        peak_memory_bytes=peak, world_size=world, arguments=args,
+    )
+
+
+_TITAN = re.compile(r"step:\s*(\d+)\s.*?memory:\s*([\d.]+)\s*GiB.*?tps:\s*([\d,]+)(?:.*?tflops:\s*([\d.,]+))?"
+                    r"(?:.*?mfu:\s*([\d.]+)%)?")
+
+
+def _torchtitan(text: str, source: str, warmup: int) -> LogReading:
+    steps: dict[int, LogStep] = {}
+    for line in text.splitlines():
+        m = _TITAN.search(line)
+        if m:
+            n = int(m.group(1))
+            steps.setdefault(n, LogStep(
+                step=n, tokens_per_second_per_gpu=_number(m.group(3)), memory_bytes=float(m.group(2)) * GIB,
+                tflops_per_gpu=_number(m.group(4)) if m.group(4) else None,
+                mfu=float(m.group(5)) / 100 if m.group(5) else None,
+            ))  # one line per rank: the first of each step stands for it
+    used = _steady(list(steps.values()), "torchtitan step", source, warmup)
+    memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
+    return LogReading(
+        format="torchtitan", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
+        tokens_per_second_per_gpu=_median([s.tokens_per_second_per_gpu for s in used]),
+        tflops_per_gpu=_median([s.tflops_per_gpu for s in used]), peak_memory_bytes=max(memory) if memory else None,
+    )
+
+
+_DS = re.compile(r"(\d+)/(\d+), (?:RunningAvgSamplesPerSec=[\d.eE+-]+, )?(?:Curr)?SamplesPerSec=([\d.eE+-]+)"
+                 r"(?:, MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB)?")
+
+
+def _deepspeed(text: str, source: str, warmup: int) -> LogReading:
+    steps: dict[int, LogStep] = {}
+    for line in text.splitlines():
+        m = _DS.search(line)
+        if m:
+            n = int(m.group(2))
+            steps.setdefault(n, LogStep(step=n, samples_per_second=float(m.group(3)),
+                                        memory_bytes=float(m.group(5)) * GIB if m.group(5) else None))
+    used = _steady(list(steps.values()), "DeepSpeed timer", source, warmup)
+    memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
+    return LogReading(
+        format="deepspeed", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
+        samples_per_second=_median([s.samples_per_second for s in used]),
+        peak_memory_bytes=max(memory) if memory else None,
+        warnings=("DeepSpeed's MaxMemAllocated counts allocated tensors, not the allocator's reserve",) if memory else (),
+    )
+
+
+_HF_BLOCK = re.compile(r"^\s*(train_[a-z_]+|epoch)\s*=\s*(\S+)\s*$")
+
+
+def _hf_trainer(text: str, source: str, warmup: int) -> LogReading:
+    metrics: dict[str, Any] = {}
+    for m in re.finditer(r"\{[^{}]*'train_runtime'[^{}]*\}", text, flags=re.S):
+        try:
+            found = ast.literal_eval(m.group(0))
+        except (ValueError, SyntaxError):
+            continue
+        if isinstance(found, dict):
+            metrics = found
+    if not metrics:
+        for line in text.splitlines():
+            m = _HF_BLOCK.match(line)
+            if m:
+                metrics[m.group(1)] = m.group(2)
+    if "train_samples_per_second" not in metrics and "train_steps_per_second" not in metrics:
+        raise PlannerError("holds no usable step: no train_samples_per_second or train_steps_per_second (the "
+                           "Trainer prints them when training ends); log a finished run", source=source)
+
+    def value(key: str) -> float | None:
+        return float(str(metrics[key]).replace(",", "")) if key in metrics else None
+
+    steps = value("train_steps_per_second")
+    warnings = ["the Trainer's figures average the whole run, warm-up steps included; they cannot be left out"]
+    if steps is None:
+        warnings.append("no train_steps_per_second: before transformers 4.7 (PR #11818) the Trainer printed steps "
+                        "per second as train_samples_per_second; check which one this log holds")
+    return LogReading(
+        format="hf_trainer", source=source, steps_logged=1, steps_used=(), samples_per_second=value("train_samples_per_second"),
+        steps_per_second=steps, step_seconds=1.0 / steps if steps else None, warnings=tuple(warnings),
+    )
+
+
+_READERS = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed, "hf_trainer": _hf_trainer}
+
+
+def read_log(text: str, source: str, fmt: str | None = None, *, warmup_steps: int = WARMUP_STEPS) -> LogReading:
+    """The steady-state figures of a training log; PlannerError when it holds no usable step."""
+    fmt = fmt or detect_format(text, source)
+    if fmt not in _READERS:
+        raise PlannerError(f"unknown log format '{fmt}'; use one of {', '.join(LOG_FORMATS)}", source=source)
+    return _READERS[fmt](text, source, warmup_steps)
+
+
+# Megatron's printed arguments -> the flags planner's Megatron importer reads ------------------------------
+def megatron_flags(arguments: dict[str, str], read_flags: dict[str, str]) -> list[str]:
+    """The printed `arguments` block as command-line flags, only those in `read_flags` (flag -> kind)."""
+    tokens: list[str] = []
+    for name, raw in arguments.items():
+        flag = name.replace("_", "-")
+        kind = read_flags.get(flag)
+        if kind is None or raw in ("None", ""):
+            continue
+        if kind == "bool":
+            if raw == "True":
+                tokens.append(f"--{flag}")
+            continue
+        if kind == "list":
+            try:
+                items = ast.literal_eval(raw)
+            except (ValueError, SyntaxError):
+                continue
+            if items:
+                tokens += [f"--{flag}", *(str(i) for i in items)]
+            continue
+        tokens += [f"--{flag}", raw]
+    return tokens
+
+
+def hf_training_arguments_fields(args: dict[str, Any], gpus: int) -> dict[str, Any]:
+    """Layout fields from a Hugging Face TrainingArguments dump (`TrainingArguments.to_dict()`, JSON/YAML)."""
+    out: dict[str, Any] = {}
+    micro = args.get("per_device_train_batch_size")
+    if micro:
+        out["micro_batch"] = int(micro)
+        out["global_batch"] = int(micro) * int(args.get("gradient_accumulation_steps") or 1) * gpus
+    if args.get("bf16"):
+        out["dtype"] = "bf16"
+    elif args.get("fp16"):
+        out["dtype"] = "fp16"
+    if args.get("gradient_checkpointing"):
+        out["recompute"] = "full"
+    fsdp = args.get("fsdp") or ""
+    fsdp_text = " ".join(fsdp) if isinstance(fsdp, list) else str(fsdp)
+    if "full_shard" in fsdp_text:
+        out["zero"] = 3
+    elif "shard_grad_op" in fsdp_text:
+        out["zero"] = 2
+    return out
