@@ -9,7 +9,8 @@ is one group on one hardware profile. For every source with at least 5 runs, up 
 3 calibration runs are drawn (all of them when there are fewer; a fixed seed), `planner calibrate`'s fit
 runs on the 3, and the error on each of the source's other runs is taken with the shipped and with the
 fitted profile. Printed: the mean absolute error over all those held-out predictions, before and after,
-and the share of draws where the held-out mean got worse.
+the share of draws where the held-out mean got worse, and the same errors over the held-out runs within
+FAR_DISTANCE of a calibration run (those `--profile` gives no far-from-calibration warning for).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import itertools
 import random
 from pathlib import Path
 
+from planner.calibrate.distance import FAR_DISTANCE, features, nearest_distance
 from planner.calibrate.fit import fit, held_out_errors
 from planner.calibrate.published import by_group, runs_from_reference, runs_from_training_cases
 from planner.engines.load import read_structured
@@ -53,8 +55,8 @@ def main() -> None:
         draws = list(itertools.combinations(range(len(members)), CALIBRATION_RUNS))
         random.Random(0).shuffle(draws)
         draws = draws[: args.subsets]
-        before_sum = after_sum = 0.0
-        count = worse = 0
+        before_sum = after_sum = near_before = near_after = 0.0
+        count = worse = near = 0
         factors: dict[str, int] = {}
         for draw in draws:
             train = [members[i] for i in draw]
@@ -65,19 +67,29 @@ def main() -> None:
             before_sum += sum(abs(e) for e in before)
             after_sum += sum(abs(e) for e in after)
             count += len(before)
+            known = [features(r.model, r.layout) for r in train]
+            for run, b, a in zip(test, before, after):
+                if nearest_distance(known, features(run.model, run.layout)) <= FAR_DISTANCE:
+                    near += 1
+                    near_before += abs(b)
+                    near_after += abs(a)
             worse += sum(abs(e) for e in after) > sum(abs(e) for e in before) + 1e-9
+        near_cols = (near / count, near_before / near if near else None, near_after / near if near else None)
         rows.append((group, len(members), (len(draws), before_sum / count, after_sum / count, worse / len(draws),
-                                           factors)))
+                                           factors, near_cols)))
     if args.markdown:
-        print("| source | runs | draws of 3 | held-out error, shipped | held-out error, calibrated | draws worse | factors fitted (draws) |")
-        print("|---|---:|---:|---:|---:|---:|---|")
+        print("| source | runs | draws of 3 | held-out error, shipped | held-out error, calibrated | draws worse "
+              "| near share | near: shipped | near: calibrated | factors fitted (draws) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for group, n, res in rows:
             if res is None:
-                print(f"| {group} | {n} | - | - | - | - | fewer than {MIN_RUNS} runs |")
+                print(f"| {group} | {n} | - | - | - | - | - | - | - | fewer than {MIN_RUNS} runs |")
                 continue
-            draws, b, a, w, f = res
+            draws, b, a, w, f, (share, nb, na) = res
             fs = ", ".join(f"{k} ({v})" for k, v in sorted(f.items(), key=lambda kv: -kv[1])) or "none"
-            print(f"| {group} | {n} | {draws} | {b:.1%} | {a:.1%} | {w:.0%} | {fs} |")
+            nbs = "-" if nb is None else f"{nb:.1%}"
+            nas = "-" if na is None else f"{na:.1%}"
+            print(f"| {group} | {n} | {draws} | {b:.1%} | {a:.1%} | {w:.0%} | {share:.0%} | {nbs} | {nas} | {fs} |")
     else:
         for group, n, res in rows:
             print(group, n, res)

@@ -2,8 +2,8 @@
 
 Features of a layout: log2 of the model's parameter count, of the tp, pp, cp, dp and ep degrees and of
 the sequence length, and the compute dtype. The distance between two layouts is the Euclidean norm of
-the differences of the log2 features (one unit = a factor of two) plus DTYPE_DISTANCE when the dtypes
-differ. A layout farther than FAR_DISTANCE from every calibration run gets a warning: the fitted
+the differences of the log2 features (one unit = a factor of two) plus KIND_DISTANCE for each of: the
+dtypes differ, one shards parameters (ZeRO-3) and the other does not. A layout farther than FAR_DISTANCE from every calibration run gets a warning: the fitted
 factors were identified on layouts unlike it (e.g. 4x the model, or 2x tp and 2x pp and 2x seq).
 """
 
@@ -17,7 +17,7 @@ from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
 FAR_DISTANCE = 2.0
-DTYPE_DISTANCE = 2.0
+KIND_DISTANCE = 2.0
 LOG_FEATURES = ("params", "tp", "pp", "cp", "dp", "ep", "seq_len")
 
 
@@ -25,14 +25,20 @@ def features(model: ModelSpec, layout: Layout) -> dict[str, Any]:
     return {
         "params": float(count_params(model).total), "tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
         "dp": layout.dp, "ep": layout.ep, "seq_len": layout.seq_len, "dtype": layout.dtype,
+        "zero3": layout.zero >= 3,
     }
 
 
 def distance(a: dict[str, Any], b: dict[str, Any]) -> float:
     total = sum((math.log2(float(a[k])) - math.log2(float(b[k]))) ** 2 for k in LOG_FEATURES if k in a and k in b)
-    if a.get("dtype") != b.get("dtype"):
-        total += DTYPE_DISTANCE**2
+    for kind in ("dtype", "zero3"):
+        if a.get(kind) != b.get(kind):
+            total += KIND_DISTANCE**2
     return math.sqrt(total)
+
+
+def nearest_distance(known: list[dict[str, Any]], here: dict[str, Any]) -> float:
+    return min(distance(here, f) for f in known)
 
 
 def far_warning(runs: list[dict[str, Any]], model: ModelSpec, layout: Layout) -> str | None:
@@ -40,8 +46,7 @@ def far_warning(runs: list[dict[str, Any]], model: ModelSpec, layout: Layout) ->
     known = [r["features"] for r in runs if isinstance(r.get("features"), dict)]
     if not known:
         return None
-    here = features(model, layout)
-    nearest = min(distance(here, f) for f in known)
+    nearest = nearest_distance(known, features(model, layout))
     if nearest <= FAR_DISTANCE:
         return None
     return (f"this layout is {nearest:.1f} doublings from the nearest calibration run (more than {FAR_DISTANCE}): "

@@ -101,7 +101,8 @@ _WORLD_DEGREES = (("tensor-model-parallel size", "tensor_model_parallel_size"),
                   ("context-parallel size", "context_parallel_size"))
 
 
-def _megatron_job(reading: logs.LogReading, text: str, entry_job: Job | None, hardware: str | None, source: str) -> Job:
+def _megatron_job(reading: logs.LogReading, text: str, entry_job: dict[str, Any] | None, hardware: str | None,
+                  source: str) -> Job:
     """A job for a Megatron-LM log: the printed arguments as engine flags, world size as the GPU count."""
     import re
 
@@ -113,9 +114,7 @@ def _megatron_job(reading: logs.LogReading, text: str, entry_job: Job | None, ha
     if "bf16" not in arguments and "using torch.bfloat16" in text:
         arguments["bf16"] = "True"
     flags = logs.megatron_flags(arguments, megatron.READ_FLAGS)
-    base = entry_job.model_dump(exclude_none=True) if entry_job is not None else {}
-    if entry_job is not None and entry_job.engine is not None:
-        return entry_job  # the job names its own engine file; the log gives only the measurements
+    base = dict(entry_job or {})
     if hardware is not None:
         base["hardware"] = hardware
     if "gpus" not in base and "nodes" not in base:
@@ -136,25 +135,38 @@ def runs_from_entries(data: RunsFile, base: Path, source: str) -> list[Run]:
     return runs
 
 
-def _entry_job(entry: RunEntry, base: Path) -> tuple[Job | None, Path, str | None]:
+def _entry_job(entry: RunEntry, base: Path) -> tuple[dict[str, Any] | None, Path, str | None]:
+    """The run's job as a mapping (validated later), the folder its paths are relative to, and its file."""
     if isinstance(entry.job, str):
         path = Path(entry.job) if Path(entry.job).is_absolute() else base / entry.job
-        return load.load_job_file(path), path.parent, str(path)
+        data = load.read_structured(path)
+        if not isinstance(data, dict):
+            raise PlannerError("expected a mapping of fields (a job)", source=str(path))
+        return data, path.parent, str(path)
     return entry.job, base, None
 
 
 def _run_from_entry(entry: RunEntry, base: Path, where: str, index: int) -> Run:
-    job, job_base, job_source = _entry_job(entry, base)
+    raw, job_base, job_source = _entry_job(entry, base)
+    job_where = job_source or f"{where}: job"
     warnings: list[str] = []
     measured = entry.measured
+    job: Job | None = None
+    megatron_layout = raw is None or ("engine" not in raw and not (raw.get("parallel") or {}).get("tp"))
+    if entry.log is None or not megatron_layout:
+        if raw is None:
+            raise PlannerError("give 'job'", source=where, field="job")
+        job = validate_spec(Job, raw, job_where)
     if entry.log is not None:
         log_path = Path(entry.log.path) if Path(entry.log.path).is_absolute() else base / entry.log.path
         text = load.read_log_file(log_path)
         reading = logs.read_log(text, str(log_path), entry.log.format,
                                 warmup_steps=entry.log.warmup_steps or logs.WARMUP_STEPS)
         warnings += reading.warnings
-        if reading.format == "megatron" and (job is None or (job.engine is None and not job.parallel.tp)):
-            job = _megatron_job(reading, text, job, entry.hardware, str(log_path))
+        if reading.format == "megatron" and megatron_layout:
+            job = _megatron_job(reading, text, raw, entry.hardware, str(log_path))
+        elif job is None and raw is not None:
+            job = validate_spec(Job, raw, job_where)
         if job is None:
             raise PlannerError(f"a {reading.format} log does not hold the layout; give 'job'", source=where, field="job")
         if reading.format == "hf_trainer" and entry.log.training_args:

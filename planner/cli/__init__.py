@@ -102,4 +102,5 @@ COMMANDS: dict[str, str] = {
     "models": "models_cmd",
     "hardware": "hardware_cmd",
     "validate": "validate",
+    "calibrate": "calibrate",
 }

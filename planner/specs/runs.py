@@ -7,11 +7,9 @@ layout (the printed arguments); its run may then give only `hardware` (and what 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
-
-from planner.specs.job import Job
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -55,7 +53,9 @@ class RunEntry(BaseModel):
     model_config = _STRICT
 
     name: str | None = Field(default=None, description="Label in the output (default: the job's or log's name).")
-    job: str | Job | None = Field(default=None, description="Job file (relative path) or the job inline.")
+    job: str | dict[str, Any] | None = Field(
+        default=None, description="Job file (relative path) or the job inline (validated as a job once the log "
+        "has added what it holds: a Megatron-LM log's world size and arguments).")
     hardware: str | None = Field(default=None, description="With a Megatron-LM log and no job: the hardware id.")
     measured: Measured | None = Field(default=None, description="Measured figures.")
     log: LogSource | None = Field(default=None, description="A training log holding the measurements.")

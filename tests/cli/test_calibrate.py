@@ -1,0 +1,158 @@
+"""`planner calibrate` and `--profile FILE` through every command: the overlay written by calibrate is
+read back by estimate, search, check (and a job's `profile:`), export and infer, and changes their
+figures as the fitted factor says; wrong inputs are one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.engines.load import load_hardware, load_model, load_overlay
+from planner.specs.overlay import apply_overlay, with_factors
+from planner.training.estimate import estimate
+from planner.training.rules import resolve_layout
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+RUNS = FIXTURES / "calibrate" / "torchtitan_8b_runs.yaml"
+HW = "h100-sxm-96gb"
+LAYOUT = ["--gpus", "8", "--zero", "3", "--global-batch", "8", "--seq-len", "8192"]
+
+
+@pytest.fixture(scope="module")
+def overlay_file(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from planner.cli import cli
+
+    out = tmp_path_factory.mktemp("cal") / "overlay.yaml"
+    result = CliRunner().invoke(cli, ["calibrate", str(RUNS), "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _json(result):
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_calibrate_prints_errors_and_writes_the_overlay(run_cli, overlay_file):
+    result = run_cli("calibrate", RUNS, "--format", "json")
+    data = _json(result)
+    run = data["runs"][0]
+    assert abs(run["error_after"]) < abs(run["error_before"])
+    fitted = data["factors"]["gemm_plateau"]
+    assert fitted["fitted"] < fitted["shipped"] == pytest.approx(0.64)  # the log's steps are slower than predicted
+    assert set(data["factors"]) == {"gemm_plateau"}  # one run: one factor
+    assert data["fit"]["mean_abs_error_leave_one_out"] is None  # one run: nothing to leave out
+    table = run_cli("calibrate", RUNS)
+    assert table.exit_code == 0 and "left out" in table.stdout and "not fitted: attention" in table.stdout
+    saved = yaml.safe_load(overlay_file.read_text(encoding="utf-8"))
+    assert saved["hardware"] == HW and saved["runs"][0]["source"].endswith("/pull/1287")
+
+
+def _step(run_cli, *extra):
+    data = _json(run_cli("estimate", "-m", "llama-3.1-8b", "-w", HW, *LAYOUT, "--format", "json", *extra))
+    return data["time"]["step_seconds"]
+
+
+def test_estimate_uses_the_fitted_profile(run_cli, overlay_file):
+    plain, calibrated = _step(run_cli), _step(run_cli, "--profile", overlay_file)
+    overlay = load_overlay(overlay_file)
+    hw = load_hardware(HW).spec
+    model = load_model("llama-3.1-8b").spec
+    layout = resolve_layout(model, 8, zero=3, global_batch=8, seq_len=8192)
+    by_hand = with_factors(hw, {"gemm_plateau": overlay.factors["gemm_plateau"].fitted})
+    assert calibrated == pytest.approx(estimate(model, by_hand, layout).scalar("step_seconds"))
+    assert calibrated > plain
+    assert apply_overlay(hw, overlay).efficiency.matmul.peak_fraction == overlay.factors["gemm_plateau"].fitted
+
+
+def test_search_export_and_infer_take_the_profile(run_cli, overlay_file):
+    args = ["-m", "llama-3.1-8b", "-w", HW, "--gpus", "8", "--global-batch", "8", "--seq-len", "8192", "--top", "1",
+            "--format", "json"]
+    plain = _json(run_cli("search", *args))["candidates"][0]["time"]["step_seconds"]
+    calibrated = _json(run_cli("search", *args, "--profile", overlay_file))["candidates"][0]["time"]["step_seconds"]
+    assert calibrated > plain
+    export = ["export", "--to", "megatron", "-m", "llama-3.1-8b", "-w", HW, *LAYOUT]
+    a, b = run_cli(*export), run_cli(*export, "--profile", overlay_file)
+    assert a.exit_code == 0 and b.exit_code == 0 and a.stdout != b.stdout  # the header's prediction moves
+    infer = ["infer", "estimate", "-m", "llama-3.1-8b", "-w", HW, "--input-len", "2048", "--output-len", "128",
+             "--concurrency", "8", "--format", "json"]
+    ttft = _json(run_cli(*infer))["latency"]["ttft_seconds"]
+    ttft_cal = _json(run_cli(*infer, "--profile", overlay_file))["latency"]["ttft_seconds"]
+    assert ttft_cal > ttft  # prefill is GEMM-bound: a lower plateau makes it slower
+    search = run_cli("infer", "search", "-m", "llama-3.1-8b", "-w", HW, "--gpus", "8", "--input-len", "2048",
+                     "--output-len", "128", "--profile", overlay_file)
+    assert search.exit_code == 0, search.output
+
+
+def test_a_job_names_its_profile(run_cli, overlay_file, tmp_path):
+    job = {"model": "llama-3.1-8b", "hardware": HW, "gpus": 8, "parallel": {"zero": 3},
+           "training": {"global_batch": 8, "seq_len": 8192}}
+    plain_path, cal_path = tmp_path / "plain.yaml", tmp_path / "cal.yaml"
+    plain_path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    cal_path.write_text(yaml.safe_dump({**job, "profile": str(overlay_file)}), encoding="utf-8")
+    plain = _json(run_cli("check", plain_path, "--format", "json"))[0]
+    cal = _json(run_cli("check", cal_path, "--format", "json"))[0]
+    overridden = _json(run_cli("check", plain_path, "--profile", overlay_file, "--format", "json"))[0]
+    assert cal["time"]["step_seconds"] > plain["time"]["step_seconds"]
+    assert overridden["time"]["step_seconds"] == cal["time"]["step_seconds"]
+    exported = run_cli("export", cal_path, "--to", "torchtitan")
+    assert exported.exit_code == 0, exported.output
+
+
+def test_a_layout_far_from_the_calibration_runs_warns(run_cli, overlay_file):
+    near = run_cli("estimate", "-m", "llama-3.1-8b", "-w", HW, *LAYOUT, "--profile", overlay_file)
+    assert near.exit_code == 0 and "warning" not in near.stderr
+    far = run_cli("estimate", "-m", "llama-3.1-70b", "-w", HW, "--gpus", "256", "--tp", "8", "--zero", "1",
+                  "--global-batch", "256", "--seq-len", "8192", "--profile", overlay_file)
+    assert far.exit_code == 0 and "doublings from the nearest calibration run" in far.stderr
+
+
+def _one_line_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_an_overlay_of_another_system_is_refused(run_cli, overlay_file):
+    result = run_cli("estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", *LAYOUT, "--profile", overlay_file)
+    _one_line_error(result, str(overlay_file), "was fitted on", "h100-sxm-96gb")
+
+
+def test_a_tampered_overlay_is_refused(run_cli, overlay_file, tmp_path):
+    data = yaml.safe_load(overlay_file.read_text(encoding="utf-8"))
+    data["factors"]["gemm_plateau"]["fitted"] = 1.5
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data), encoding="utf-8")
+    _one_line_error(run_cli("estimate", "-m", "llama-3.1-8b", "-w", HW, *LAYOUT, "--profile", bad),
+                    "factors.gemm_plateau.fitted", "outside")
+
+
+def test_a_log_without_a_usable_step_is_exit_2(run_cli):
+    result = run_cli("calibrate", "--log", FIXTURES / "logs" / "torchtitan_moe_warmup.log", "--job",
+                     FIXTURES / "jobs" / "llama8b_fits.yaml")
+    _one_line_error(result, "no usable step")
+
+
+def test_runs_on_two_systems_are_refused(run_cli, tmp_path):
+    runs = {"runs": [
+        {"job": {"model": "llama-3.1-8b", "hardware": h, "gpus": 8, "training": {"global_batch": 8, "seq_len": 4096}},
+         "measured": {"step_seconds": 1.0}} for h in ("h100-sxm", "a100-80gb")]}
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(runs), encoding="utf-8")
+    _one_line_error(run_cli("calibrate", path), "2 systems")
+
+
+def test_calibrate_from_logs_with_a_job(run_cli):
+    result = run_cli("calibrate", "--log", FIXTURES / "logs" / "deepspeed_timer.log", "--job",
+                     FIXTURES / "jobs" / "llama8b_fits.yaml", "--format", "json")
+    data = _json(result)
+    # step = global batch / samples per second: 64 / 155.10475468488542
+    assert data["runs"][0]["measured_seconds"] == pytest.approx(64 / 155.10475468488542)
