@@ -260,6 +260,9 @@ def select_and_solve(runs: list[Run], hw: HardwareProfile, shipped: dict[str, fl
             trial = [names[i] for i in chosen + [k]]
             start = np.array([math.log(values[n] / shipped[n]) for n in trial[:-1]] + [0.0])
             theta, cov, value = _solve(runs, hw, trial, shipped, start=start)
+            skipped[names[k]] = (f"sensitivity {rms[k]:.2f}, but fitting it lowers the objective by only "
+                                 f"{current - value:.1f} < {MIN_GAIN} (the runs agree with the shipped value within "
+                                 "noise)")
             if best is None or value < best[1]:
                 best = (k, value, theta, cov)
         if best is None:
@@ -267,8 +270,6 @@ def select_and_solve(runs: list[Run], hw: HardwareProfile, shipped: dict[str, fl
         k, value, theta, cov = best
         gain = current - value
         if gain < MIN_GAIN:
-            skipped[names[k]] = (f"sensitivity {rms[k]:.2f}, but fitting it lowers the objective by only "
-                                 f"{gain:.1f} < {MIN_GAIN} (the runs agree with the shipped value within noise)")
             break
         chosen.append(k)
         skipped.pop(names[k], None)

@@ -106,7 +106,7 @@ def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     if "layout" in case:
         raw = dict(case["layout"])
         gpus = int(raw["gpus"])
-        fields = {SHORT_LAYOUT.get(k, k): v for k, v in raw.items() if k not in IGNORED_LAYOUT}
+        fields: dict[str, Any] = {SHORT_LAYOUT.get(str(k), str(k)): v for k, v in raw.items() if k not in IGNORED_LAYOUT}
         megatron = not case["source"].startswith("pytorch/torchtitan")
         fields.setdefault("grad_dtype", "fp32" if megatron else "bf16")  # Megatron: fp32 main gradients
         return gpus, fields

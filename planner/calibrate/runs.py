@@ -211,7 +211,7 @@ def load_runs(path: Path) -> list[Run]:
 def runs_from_logs(log_paths: list[Path], *, job_path: Path | None, hardware: str | None,
                    log_format: str | None = None) -> list[Run]:
     """`planner calibrate --log FILE ... [--job JOB | --hardware HW]`: one run per log, the job shared."""
-    runs = []
+    runs: list[Run] = []
     for path in log_paths:
         entry: dict[str, Any] = {"log": {"path": str(path.resolve())}}
         if log_format:

@@ -217,9 +217,9 @@ def _hf_trainer(text: str, source: str, warmup: int) -> LogReading:
             metrics = found
     if not metrics:
         for line in text.splitlines():
-            m = _HF_BLOCK.match(line)
-            if m:
-                metrics[m.group(1)] = m.group(2)
+            block = _HF_BLOCK.match(line)
+            if block:
+                metrics[block.group(1)] = block.group(2)
     if "train_samples_per_second" not in metrics and "train_steps_per_second" not in metrics:
         raise PlannerError("holds no usable step: no train_samples_per_second or train_steps_per_second (the "
                            "Trainer prints them when training ends); log a finished run", source=source)

@@ -28,7 +28,8 @@ def _plain(value: Any) -> Any:
 
 
 def overlay_text(overlay: ProfileOverlay) -> str:
-    return HEADER + yaml.safe_dump(_plain(overlay.model_dump(exclude_none=True)), sort_keys=False, width=110)
+    body: str = yaml.safe_dump(_plain(overlay.model_dump(exclude_none=True)), sort_keys=False, width=110)
+    return HEADER + body
 
 
 def write_overlay(path: Path, overlay: ProfileOverlay) -> None:

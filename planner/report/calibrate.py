@@ -42,8 +42,12 @@ def render_calibration(overlay: Any) -> str:
     lines = Text()
     if overlay.memory_reserve is not None:
         r = overlay.memory_reserve
-        lines.append(f"memory reserve: {human_bytes(r.fitted_bytes)} ± {human_bytes(r.sigma_bytes)} beyond the model's "
-                     "peak (applied as less usable memory)\n")
+        if r.fitted_bytes > 0:
+            lines.append(f"memory reserve: {human_bytes(r.fitted_bytes)} ± {human_bytes(r.sigma_bytes)} beyond the "
+                         "model's peak (applied as less usable memory)\n")
+        else:
+            lines.append("memory reserve: 0 (the measured peaks are at or below the model's; a reserve is never "
+                         "negative)\n")
     for name, why in fit.get("not_fitted", {}).items():
         lines.append(f"not fitted: {name}: {why}\n")
     summary = (f"mean |error|: {_pct(fit.get('mean_abs_error_before'))} shipped, "
