@@ -83,17 +83,21 @@ def run_from_job(name: str, job: ResolvedJob, measured: Measured, *, source: str
                warnings=(*job.warnings, *warnings))
 
 
-def _measured_from_log(reading: logs.LogReading) -> Measured:
+def _log_figures(reading: logs.LogReading, global_batch: int | None) -> Measured:
+    """The log's steady-state figures as Measured; samples/s (DeepSpeed, HF Trainer: the whole job's)
+    become seconds per step with the job's global batch."""
     values: dict[str, Any] = {}
     if reading.step_seconds is not None:
         values["step_seconds"] = reading.step_seconds
     elif reading.tokens_per_second_per_gpu is not None:
         values["tokens_per_second_per_gpu"] = reading.tokens_per_second_per_gpu
+    elif reading.samples_per_second and global_batch is not None:
+        values["step_seconds"] = global_batch / reading.samples_per_second
     if reading.peak_memory_bytes is not None:
         values["peak_memory_gib"] = reading.peak_memory_bytes / GIB
-    if not values and reading.samples_per_second is None:
+    if not values:
         raise PlannerError("the log holds no step time, throughput or memory figure", source=reading.source)
-    return Measured(**values) if values else Measured(step_seconds=1.0)  # placeholder: replaced from samples/s
+    return Measured(**values)
 
 
 _WORLD_DEGREES = (("tensor-model-parallel size", "tensor_model_parallel_size"),
@@ -181,12 +185,10 @@ def _run_from_entry(entry: RunEntry, base: Path, where: str, index: int) -> Run:
                 section = "training" if key in ("global_batch", "dtype") else "parallel"
                 dump.setdefault(section, {}).setdefault(key, value)
             job = validate_spec(Job, dump, str(args_path))
-        from_log = _measured_from_log(reading)
-        if reading.format in ("deepspeed", "hf_trainer") and reading.step_seconds is None and reading.samples_per_second:
-            resolved = resolve_job(job, base=job_base, source=job_source or where)
-            from_log = Measured(step_seconds=resolved.layout.global_batch / reading.samples_per_second,
-                                peak_memory_gib=from_log.peak_memory_gib)
-        measured = _merge(measured, from_log)
+        global_batch = None
+        if reading.step_seconds is None and reading.samples_per_second:
+            global_batch = resolve_job(job, base=job_base, source=job_source or where).layout.global_batch
+        measured = _merge(measured, _log_figures(reading, global_batch))
     assert job is not None and measured is not None
     resolved = resolve_job(job, base=job_base, source=job_source or where)
     name = entry.name or (Path(entry.log.path).stem if entry.log else Path(job_source or f"run{index + 1}").stem)

@@ -156,3 +156,32 @@ def test_calibrate_from_logs_with_a_job(run_cli):
     data = _json(result)
     # step = global batch / samples per second: 64 / 155.10475468488542
     assert data["runs"][0]["measured_seconds"] == pytest.approx(64 / 155.10475468488542)
+
+
+def test_a_megatron_log_gives_its_own_layout(run_cli, tmp_path):
+    """The log's world size (16, tp 4, dp 4) and printed arguments (ep 8, global batch 128, bf16) become the
+    layout, the job adding only the model and sequence length the stored log lacks; planner's rules then
+    refuse it, since they need ep to divide dp x cp (Megatron-Core lets the expert group span TP ranks),
+    which shows the degrees were read from the log."""
+    log = FIXTURES / "logs" / "megatron_mixtral_16xh100.log"
+    alone = run_cli("calibrate", "--log", log, "--hardware", "h100-sxm")
+    _one_line_error(alone, "--num-layers is missing")  # the stored block has no num_layers: no model in it
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"model": "mixtral-8x7b", "hardware": "h100-sxm", "training": {"seq_len": 4096}}),
+                   encoding="utf-8")
+    _one_line_error(run_cli("calibrate", "--log", log, "--job", job), "ep(8)", "dp(4)")
+
+
+def test_hf_trainer_log_with_training_arguments(run_cli, tmp_path):
+    args = tmp_path / "training_args.json"
+    args.write_text(json.dumps({"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "bf16": True}),
+                    encoding="utf-8")
+    runs = {"runs": [{"log": {"path": str(FIXTURES / "logs" / "hf_trainer_gaudi.log"), "training_args": str(args)},
+                      "job": {"model": "llama-3.1-8b", "hardware": "h100-sxm", "gpus": 8,
+                              "training": {"seq_len": 2048}}}]}
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(runs), encoding="utf-8")
+    data = _json(run_cli("calibrate", path, "--format", "json"))
+    run = data["runs"][0]
+    assert run["measured_seconds"] == pytest.approx(1 / 2.169)  # train_steps_per_second
+    assert run["layout"]["global_batch"] == 4 * 2 * 8 and run["layout"]["micro_batch"] == 4
