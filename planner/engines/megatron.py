@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from pydantic import ValidationError
 
 from planner.engines.common import (
@@ -31,10 +32,11 @@ from planner.engines.common import (
 )
 from planner.engines.shell import first_marker, launch_flags
 from planner.errors import PlannerError
+from planner.physics.stages import layers_on_stage
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
-# kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true)
+# kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true) / path (one value)
 READ_FLAGS: dict[str, str] = {
     **{f: "int" for f in (
         "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
@@ -46,14 +48,17 @@ READ_FLAGS: dict[str, str] = {
         "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "q-lora-rank", "kv-lora-rank",
         "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "decoder-first-pipeline-num-layers",
         "decoder-last-pipeline-num-layers", "mtp-num-layers", "encoder-seq-length", "encoder-num-layers",
+        "zero-stage", "pad-vocab-size-to", "checkpoint-num-layers",
     )},
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
     **{f: "str" for f in (
         "recompute-granularity", "recompute-method", "position-embedding-type", "normalization", "optimizer",
         "attention-backend", "fp8-format", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
-        "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype",
+        "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
+        "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
     )},
+    **{f: "path" for f in ("deepspeed_config", "deepscale_config")},  # read for a warning only: may stay unresolved
     **{f: "list" for f in ("recompute-modules", "rampup-batch-size")},  # nargs='*' in Megatron-LM
     **{f: "bool" for f in (
         "sequence-parallel", "recompute-activations", "checkpoint-activations", "group-query-attention", "swiglu",
@@ -63,7 +68,13 @@ READ_FLAGS: dict[str, str] = {
         "cpu-offloading", "optimizer-cpu-offload", "use-rotary-position-embeddings", "no-position-embedding",
         "multi-latent-attention", "moe-router-enable-expert-bias", "distribute-saved-activations", "squared-relu",
         "openai-gelu", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
-        "fp8-param-gather", "use-precision-aware-optimizer", "moe-shared-expert-gate",
+        "fp8-param-gather", "use-precision-aware-optimizer", "moe-shared-expert-gate", "quick-geglu",
+        "enable-gpt-oss",  # megatron/post_training/arguments.py: GPT-OSS's YaRN RoPE (model_builder.py)
+        # Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed)
+        "deepspeed", "deepspeed-activation-checkpointing", "partition-activations", "embed-layernorm",
+        "no-pipeline-parallel", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "cpu-optimizer",
+        "cpu-torch-adam", "cpu_torch_adam", "checkpoint-in-cpu",
+        "deepscale",
     )},
 }
 
@@ -117,6 +128,17 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "object-storage-cache-path", "mid-level-dataset-surplus", "s3-cache-path", "train-mode", "tokenizer-prompt-format",
     "tiktoken-pattern", "tiktoken-num-special-tokens", "tiktoken-special-tokens", "legacy-tokenizer",
     "decoupled-lr", "decoupled-min-lr", "mmap-bin-files", "no-mmap-bin-files", "rerun-mode", "lr-wsd-decay-style", "lr-wsd-decay-iters", "lr-wsd-decay-samples",
+    # activation details and RoPE scaling that change no shape (gpt-oss: examples/gptoss/02_train.sh)
+    "glu-linear-offset", "activation-func-clamp-value", "export-force-local-attention",
+    "rotary-scaling-factor", "yarn-original-max-position-embeddings", "yarn-beta-fast", "yarn-beta-slow", "mscale",
+    "mscale-all-dim", "no-yarn-correction-range-round-to-int", "disable-bf16-reduced-precision-matmul",
+    "moe-per-layer-logging", "use-tokenizer-model-from-checkpoint-args", "no-use-tokenizer-model-from-checkpoint-args",
+    # Megatron-DeepSpeed: data, logging and kernel checks (BLOOM's tr11-176B-ml.slurm)
+    "sync-tp-duplicated-parameters", "abort-on-unmet-fused-kernel-constraints", "kill-switch-path",
+    "train-weighted-split-paths-path", "valid-weighted-split-paths-path", "valid-num-workers", "data-impl",
+    "tokenizer-name-or-path", "universal-checkpoint", "deepspeed-mpi", "synchronize-each-layer",
+    "profile-backward", "contigious-checkpointing", "contiguous-checkpointing", "skip-train-iteration-range",
+    "reset-progress",
 })
 
 FSDP_STRATEGY_ZERO: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -178,7 +200,7 @@ def parse_flags(tokens: Sequence[str], source: str) -> tuple[dict[str, Any], lis
                 warnings.append(f"{source}: --{flag} is not known to planner and was ignored; if it changes memory, "
                                 "the estimate does not include it")
             continue
-        for v in vals:
+        for v in vals if kind != "path" else ():
             name = first_marker(v)
             if name:
                 raise PlannerError(f"{_undefined(name)}; define it in the file or write the value of --{flag}",
@@ -223,7 +245,7 @@ def _typed(flag: str, kind: str, vals: list[str], source: str) -> Any:
 # int flags that may be 0 (Megatron-LM reads 0 as 'none'); every other int flag is a size or a count >= 1
 NON_NEGATIVE_FLAGS: frozenset[str] = frozenset({
     "moe-shared-expert-intermediate-size", "mtp-num-layers", "decoder-first-pipeline-num-layers",
-    "decoder-last-pipeline-num-layers", "q-lora-rank", "recompute-num-layers",
+    "decoder-last-pipeline-num-layers", "q-lora-rank", "recompute-num-layers", "zero-stage",
 })
 
 
@@ -237,18 +259,19 @@ def ffn_hidden_size(args: Mapping[str, Any]) -> int:
 
 
 def padded_vocab(args: Mapping[str, Any], tp: int, source: str) -> int:
-    """--padded-vocab-size as given, else the tokenizer's vocabulary padded up to a multiple of
-    make-vocab-size-divisible-by (128) x tp, as Megatron-LM's vocab_size_with_padding does."""
+    """--padded-vocab-size (or Megatron-DeepSpeed's --pad-vocab-size-to) as given, else the tokenizer's
+    vocabulary padded up to a multiple of make-vocab-size-divisible-by (128) x tp, as Megatron-LM's
+    vocab_size_with_padding does; without --tokenizer-type, pretrain_gpt.py's GPT2BPETokenizer."""
     if args.get("padded-vocab-size"):
         return int(args["padded-vocab-size"])
+    if args.get("pad-vocab-size-to"):  # Megatron-DeepSpeed (BigScience): the padded size, written out
+        return int(args["pad-vocab-size-to"])
     vocab = args.get("vocab-size")
     if vocab is None:
-        if args.get("tokenizer-type") == "GPT2BPETokenizer":
+        # pretrain_gpt.py passes args_defaults={'tokenizer_type': 'GPT2BPETokenizer'} to initialize_megatron,
+        # so a GPT script without --tokenizer-type runs GPT-2's BPE (NVIDIA's examples/gpt3 scripts rely on it)
+        if args.get("tokenizer-type", "GPT2BPETokenizer") == "GPT2BPETokenizer":
             vocab = GPT2_VOCAB
-        elif args.get("tokenizer-type") is None:
-            raise PlannerError("no --tokenizer-type is given (Megatron-LM requires one; GPT-2's vocab and merge files "
-                               "are --tokenizer-type GPT2BPETokenizer), so the vocabulary size is unknown; add it, or "
-                               "--vocab-size N, or give the model with --model", source=source)
         else:
             raise PlannerError(f"the vocabulary size comes from {args['tokenizer-type']}, which planner does not read; "
                                "add --vocab-size N (or --padded-vocab-size N) to the arguments, or give the model with "
@@ -269,6 +292,35 @@ def _dense_layers(freq: Any, num_layers: int, source: str) -> int:
                        "'([0]*K+[1]*N)' with K + N = --num-layers, or give the model with --model", source=source)
 
 
+def _sliding_window(args: Mapping[str, Any], layers: int, source: str) -> dict[str, Any]:
+    """--window-size LEFT,RIGHT (causal: RIGHT 0) with --window-attn-skip-freq N: one full-attention layer
+    after every N - 1 sliding-window ones (TransformerConfig.window_attn_skip_freq); without it, every layer
+    slides. A window of LEFT tokens before the query plus the query itself is LEFT + 1 tokens."""
+    window = args.get("window-size")
+    if window is None:
+        return {}
+    parts = str(window).strip("()[] ").split(",")
+    try:
+        left, right = (int(p) for p in parts)
+    except ValueError:
+        raise PlannerError(f"--window-size {window!r}: expected LEFT,RIGHT (e.g. 127,0)", source=source) from None
+    if right != 0 or left < 0:
+        raise PlannerError(f"--window-size {window}: planner models causal sliding windows (LEFT,0)", source=source)
+    freq = args.get("window-attn-skip-freq")
+    if freq is None:
+        swa = layers
+    else:
+        try:
+            every = int(freq)
+        except ValueError:
+            raise PlannerError(f"--window-attn-skip-freq {freq!r}: planner reads an integer N (one full-attention "
+                               "layer in N); give the model with --model for a custom pattern", source=source) from None
+        if every < 1:
+            raise PlannerError(f"--window-attn-skip-freq must be positive, got {every}", source=source)
+        swa = layers - layers // every
+    return {"sliding_window_tokens": left + 1, "sliding_window_layers": swa} if swa else {}
+
+
 def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSpec:
     """The ModelSpec a Megatron-LM GPT argument list describes (Megatron's defaults where a flag is absent)."""
     for flag in ("num-layers", "hidden-size", "num-attention-heads"):
@@ -285,14 +337,21 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
                         "learned_absolute")
     if args.get("no-position-embedding"):
         position = "none"
-    positions = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary", "mrope": "rotary", "none": "none"}
+    if args.get("enable-gpt-oss"):  # post_training/model_builder.py sets config.position_embedding_type = "yarn"
+        position = "yarn"
+    positions = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary", "mrope": "rotary", "none": "none",
+                 "alibi": "alibi"}  # alibi: Megatron-DeepSpeed's PositionEmbeddingType
     if position not in positions:
         raise PlannerError(f"--position-embedding-type {position} is not modelled (planner knows learned_absolute, "
-                           "rope, yarn, mrope, none)", source=source)
+                           "rope, yarn, mrope, alibi, none)", source=source)
     norm = str(args.get("normalization", "RMSNorm" if args.get("multi-latent-attention") else "LayerNorm"))
     if norm not in ("LayerNorm", "RMSNorm"):
         raise PlannerError(f"--normalization {norm} is not modelled (LayerNorm or RMSNorm)", source=source)
     bias = not args.get("disable-bias-linear")
+    if args.get("swiglu") and args.get("quick-geglu"):
+        raise PlannerError("--swiglu and --quick-geglu are both set (Megatron-LM asserts not args.swiglu); keep one",
+                           source=source)
+    gated = bool(args.get("swiglu") or args.get("quick-geglu"))  # quick-geglu: gated_linear_unit + quick_gelu
     ffn = ffn_hidden_size(args)
     moe = None
     if args.get("num-experts"):
@@ -321,7 +380,9 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
         name=f"Megatron-LM arguments ({source})", source=source, num_layers=layers, hidden_size=h,
         num_attention_heads=a, num_kv_heads=kv, ffn_hidden_size=ffn,
         head_dim=int(head_dim) if head_dim and (mla is not None or int(head_dim) != h // a) else None,
-        mlp_kind="gated" if args.get("swiglu") else "standard",
+        mlp_kind="gated" if gated else "standard",
+        embedding_norm=bool(args.get("embed-layernorm")),
+        **_sliding_window(args, layers, source),
         vocab_size=padded_vocab(args, tp, source),
         tied_embeddings=not args.get("untie-embeddings-and-output-weights"),
         position_embedding=positions[position], norm_kind="rmsnorm" if norm == "RMSNorm" else "layernorm",
@@ -406,33 +467,56 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
             raise PlannerError(f"--data-parallel-sharding-strategy {strategy} is not known", source=src)
         zero = FSDP_STRATEGY_ZERO[strategy]
     zero_flags = [f for f in ("use-distributed-optimizer", "use-torch-fsdp2", "use-megatron-fsdp") if f in args]
-    got.set("zero", zero, "--" + (zero_flags[-1] if zero_flags else "use-distributed-optimizer"),
-            explicit=bool(zero_flags))
+    if args.get("deepspeed"):
+        _deepspeed_engine(args, got)
+    else:
+        got.set("zero", zero, "--" + (zero_flags[-1] if zero_flags else "use-distributed-optimizer"),
+                explicit=bool(zero_flags))
+    if args.get("fp8-param-gather"):
+        if args.get("use-torch-fsdp2"):
+            got.warn("--fp8-param-gather with --use-torch-fsdp2: Megatron-LM turns it off (Transformer Engine >= 2.0 "
+                     "gathers FSDP2 parameters in bf16); read as off")
+        elif got.values.get("dtype") != "fp8":
+            raise PlannerError("--fp8-param-gather keeps fp8 weights, which needs fp8 training; add --fp8-format "
+                               "hybrid (or e4m3) or remove it", source=src)
+        elif not (zero_flags or args.get("deepspeed")):
+            raise PlannerError("--fp8-param-gather needs --use-distributed-optimizer or FSDP (Megatron-LM asserts "
+                               "it); add --use-distributed-optimizer", source=src)
+        else:
+            got.set("fp8_param_gather", True, "--fp8-param-gather")
     # attention kernel: Megatron-LM picks flash/fused attention (Transformer Engine) unless told otherwise
-    backend = str(args.get("attention-backend", "flash" if args.get("use-flash-attn") else "auto"))
+    # Megatron-DeepSpeed runs its fused softmax unless --use-flash-attn(-v1/-v2/-triton) is given
+    flash_flags = ("use-flash-attn", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton")
+    default = "flash" if any(args.get(f) for f in flash_flags) else ("unfused" if args.get("deepspeed") else "auto")
+    backend = str(args.get("attention-backend", default))
     got.set("flash_attention", backend not in ("unfused", "local"), "--attention-backend",
-            explicit="attention-backend" in args or "use-flash-attn" in args)
+            explicit="attention-backend" in args or any(f in args for f in flash_flags) or "deepspeed" in args)
     _recompute(args, got)
+    if args.get("softmax-type") == "learnable":
+        got.warn("--softmax-type learnable: the attention sinks (one learnable logit per head and layer, "
+                 "num-attention-heads x num-layers parameters) are not counted")
+    elif args.get("softmax-type") not in (None, "vanilla", "off-by-one"):
+        raise PlannerError(f"--softmax-type {args['softmax-type']} is not known (vanilla, off-by-one, learnable)",
+                           source=src)
     for flag, why, fatal in (
         ("cpu-offloading", "activation/weight CPU offloading is not modelled", True),
         ("optimizer-cpu-offload", "optimizer CPU offload is not modelled", True),
         ("distribute-saved-activations", "checkpoints split across tensor-parallel ranks are not modelled (the "
          "activation figure is an upper bound)", False),
-        ("decoder-first-pipeline-num-layers", "planner splits layers its own way (one fewer on the first and "
-         "last stage when they do not divide); the uneven split given is not modelled", False),
-        ("decoder-last-pipeline-num-layers", "the uneven pipeline split is not modelled", False),
         ("pipeline-model-parallel-layout", "a custom pipeline layout is not modelled", False),
-        ("account-for-embedding-in-pipeline-split", "planner splits layers its own way", False),
-        ("account-for-loss-in-pipeline-split", "planner splits layers its own way", False),
         ("moe-expert-capacity-factor", "token dropping at a capacity factor is not modelled (routing is assumed "
          "balanced)", False),
         ("rampup-batch-size", "planner uses the final --global-batch-size", False),
-        ("fp8-param-gather", "fp8 parameter copies are not modelled (weights counted at 16 bits)", False),
+        ("step-batch-size-schedule", "planner uses the final --global-batch-size", False),
+        ("cpu-optimizer", "the optimizer on the CPU (DeepSpeed CPU Adam) is not modelled", True),
+        ("cpu-torch-adam", "the optimizer on the CPU is not modelled", True),
+        ("cpu_torch_adam", "the optimizer on the CPU is not modelled", True),
+        ("checkpoint-in-cpu", "activation checkpoints offloaded to the CPU are not modelled", True),
+        ("partition-activations", "checkpoints split across tensor-parallel ranks are not modelled (the "
+         "activation figure is an upper bound)", False),
         ("use-precision-aware-optimizer", "lower-precision optimizer states are not modelled (counted in fp32)",
          False),
         ("mtp-num-layers", "multi-token-prediction layers are not counted", False),
-        ("checkpoint-activations", "the deprecated flag is read as --recompute-granularity full "
-         "--recompute-method uniform", False),
     ):
         if args.get(flag):
             if fatal:
@@ -445,6 +529,32 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
         got.warn("--num-query-groups is ignored without --group-query-attention (as Megatron-LM does)")
 
 
+def _deepspeed_engine(args: Mapping[str, Any], got: Collected) -> None:
+    """Megatron-DeepSpeed (--deepspeed): DeepSpeed wraps the optimizer. The stage is --zero-stage (default 1
+    in Megatron-DeepSpeed's megatron/arguments.py), which the launch scripts also write into the JSON they
+    pass with --deepspeed_config; planner does not read that JSON (check it with --deepspeed too).
+    bf16 without ZeRO runs DeepSpeed's BF16_Optimizer, which shards the fp32 master weights and optimizer
+    states over data parallelism as ZeRO 1 and accumulates gradients in a full fp32 buffer (DeepSpeed's
+    bf16 default before grad_accum_dtype followed the model dtype; BLOOM-176B's launcher: 'bf16 must use
+    z0! it implements its own zero stage 1 equivalent')."""
+    src = got.source
+    stage = int(args.get("zero-stage", 1))
+    if stage not in (0, 1, 2, 3):
+        raise PlannerError(f"--zero-stage must be 0, 1, 2 or 3, got {stage}", source=src)
+    origin = "--zero-stage" if "zero-stage" in args else "--deepspeed (Megatron-DeepSpeed's --zero-stage default 1)"
+    if stage == 0 and args.get("bf16"):
+        got.set("zero", 1, "--zero-stage 0 with --bf16 (DeepSpeed's BF16_Optimizer shards optimizer states as ZeRO 1)")
+        got.set("grad_dtype", "fp32", "--bf16 with --deepspeed (BF16_Optimizer's fp32 gradient buffer)")
+    else:
+        got.set("zero", stage, origin)
+    if args.get("no-pipeline-parallel") and int(args.get("pipeline-model-parallel-size", 1)) > 1:
+        raise PlannerError("--no-pipeline-parallel with --pipeline-model-parallel-size > 1; Megatron-DeepSpeed then "
+                           "builds no pipeline: set --pipeline-model-parallel-size 1", source=src)
+    if args.get("deepspeed_config") or args.get("deepscale_config"):
+        got.warn("--deepspeed_config is not read: the ZeRO stage comes from --zero-stage and the batch from "
+                 "--micro-batch-size/--global-batch-size; check the JSON itself with planner check --deepspeed")
+
+
 def _recompute(args: Mapping[str, Any], got: Collected) -> None:
     src = got.source
     granularity = args.get("recompute-granularity")
@@ -452,7 +562,14 @@ def _recompute(args: Mapping[str, Any], got: Collected) -> None:
     if args.get("recompute-activations"):
         granularity = "selective"
     if args.get("checkpoint-activations") and granularity is None:
+        # Megatron-LM's deprecated flag and Megatron-DeepSpeed's: every layer (--checkpoint-num-layers, 1)
         granularity, method = "full", "uniform"
+        if not args.get("deepspeed"):
+            got.warn("--checkpoint-activations (deprecated in Megatron-LM) is read as --recompute-granularity full "
+                     "--recompute-method uniform")
+        if args.get("recompute-num-layers") is None:
+            got.set("recompute", "full", "--checkpoint-activations")
+            return
     if granularity is None:
         got.set("recompute", "none", "--recompute-granularity", explicit=False)
         return
@@ -474,6 +591,67 @@ def _recompute(args: Mapping[str, Any], got: Collected) -> None:
     got.set("recompute", "full", "--recompute-granularity")
     if method == "block":
         got.values["_block_layers"] = int(args["recompute-num-layers"])
+
+
+def megatron_split(args: Mapping[str, Any], layers: int, pp: int, source: str) -> list[int] | None:
+    """Transformer layers per pipeline stage as Megatron-LM places them (validate_args and
+    TransformerConfig), or None where planner reads no fixed rule (one stage, a custom layout, or
+    Megatron-DeepSpeed's PipelineModule partition other than 'type:transformer|embedding').
+
+    Without --decoder-first/last-pipeline-num-layers the layers (plus one for the embedding / the loss with
+    --account-for-embedding/loss-in-pipeline-split) must divide by pp: Megatron-LM asserts 'Number of layers
+    should be divisible by the pipeline-model-parallel size'. With them, the first/last stage take the
+    given counts and the stages between divide the rest evenly."""
+    if pp == 1 or args.get("pipeline-model-parallel-layout") or args.get("hybrid-layer-pattern"):
+        return None
+    if args.get("deepspeed") and not args.get("no-pipeline-parallel"):
+        method = str(args.get("pp-partition-method", "parameters")).strip("'\"")
+        if method.replace(" ", "") in ("type:transformer|embedding", "type:transformer|embed") and (layers + 2) % pp == 0:
+            per = (layers + 2) // pp  # the embedding and the (tied) head each count as a layer
+            return [per - 1] + [per] * (pp - 2) + [per - 1]
+        return None
+    first = args.get("decoder-first-pipeline-num-layers")
+    last = args.get("decoder-last-pipeline-num-layers")
+    if first is not None or last is not None:
+        fixed = (first or 0) + (last or 0)
+        between = pp - (first is not None) - (last is not None)
+        rest = layers - fixed
+        if rest < 0 or (between == 0 and rest) or (between and rest % between):
+            raise PlannerError(f"--decoder-first/last-pipeline-num-layers leave {rest} of the {layers} layers for "
+                               f"the {between} stages between, which do not divide them evenly (Megatron-LM asserts "
+                               "it); change the counts", source=source)
+        middle = rest // between if between else 0
+        return [middle if first is None else first] + [middle] * (pp - 2) + [middle if last is None else last]
+    embed = int(bool(args.get("account-for-embedding-in-pipeline-split")))
+    loss = int(bool(args.get("account-for-loss-in-pipeline-split")))
+    total = layers + embed + loss
+    if total % pp:
+        counted = f"{layers} layers" + (f" (+{embed + loss} for the embedding/loss)" if embed + loss else "")
+        raise PlannerError(f"{counted} do not divide by --pipeline-model-parallel-size {pp} (Megatron-LM asserts "
+                           "'Number of layers should be divisible by the pipeline-model-parallel size'); give "
+                           "--decoder-first-pipeline-num-layers and/or --decoder-last-pipeline-num-layers for an uneven "
+                           "split, or change pp", source=source)
+    per = total // pp
+    return [per - embed] + [per] * (pp - 2) + [per - loss]
+
+
+def planner_split(layers: int, pp: int) -> list[int]:
+    """Layers per stage as planner's cost model places them (`planner.physics.stages.layers_on_stage`)."""
+    return [int(n) for n in layers_on_stage(layers, np.asarray(pp), np.arange(pp))]
+
+
+def _check_split(args: Mapping[str, Any], layers: int, pp: int, interleave: int, got: Collected) -> None:
+    split = megatron_split(args, layers, pp, got.source)
+    if split is None:
+        if pp > 1 and (args.get("deepspeed") or args.get("pipeline-model-parallel-layout")):
+            got.warn(f"the pipeline partition is not read; planner places {planner_split(layers, pp)} layers on the "
+                     f"{pp} stages")
+        return
+    if interleave > 1:
+        return  # interleaved splits are validated by _interleave
+    if split != planner_split(layers, pp):
+        got.warn(f"Megatron-LM places {split} layers on the {pp} pipeline stages; planner models its own split "
+                 f"{planner_split(layers, pp)}, so the per-stage figures are approximate")
 
 
 def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str) -> int | None:
@@ -517,6 +695,7 @@ def import_megatron(
         _check_given_model(args, model, source)
     pp = int(merged.get("pp", 1))
     v = _interleave(args, model.num_layers, pp, source)
+    _check_split(args, model.num_layers, pp, v or 1, got)
     if v and v > 1:
         merged = Collected(source, {"interleave": v}, {"interleave": "--num-layers-per-virtual-pipeline-stage"}
                            ).merge(merged)
@@ -526,9 +705,19 @@ def import_megatron(
     dp = data_parallel_degree(gpus, merged, source)
     merged["dp"] = dp
     global_batch = args.get("global-batch-size")
+    if args.get("step-batch-size-schedule") and global_batch is not None:
+        raise PlannerError("--step-batch-size-schedule and --global-batch-size are both set (Megatron-LM raises "
+                           "'Cannot specify both'); keep one", source=source)
     if global_batch is not None and "global_batch" in given and given["global_batch"] != global_batch:
         raise PlannerError(f"training.global_batch = {given['global_batch']} contradicts --global-batch-size = "
                            f"{global_batch} in the engine file; remove it from the job or change the file", source=source)
+    schedule = args.get("step-batch-size-schedule")
+    if schedule and global_batch is None and "global_batch" not in given:
+        try:  # "THRESHOLD:BS THRESHOLD:BS ...": planner takes the final batch size
+            global_batch = int(str(schedule).split()[-1].split(":")[1])
+        except (IndexError, ValueError):
+            raise PlannerError(f"--step-batch-size-schedule {schedule!r}: expected 'THRESHOLD:BS ...'",
+                               source=source) from None
     global_batch = global_batch if global_batch is not None else given.get("global_batch")
     merged["global_batch"], merged["micro_batch"] = resolve_batch(
         global_batch=global_batch, micro_batch=int(merged.get("micro_batch", 1)), grad_accum=None, dp=dp,
@@ -575,6 +764,7 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         notes.append(f"grad_dtype {layout.grad_dtype} -> {half}: Megatron-LM keeps {layout.dtype} gradients in "
                      f"{half} or fp32")
     layout = layout.model_copy(update=changes) if changes else layout
+    _uneven_flags(model, layout)  # raises when Megatron-LM cannot place planner's split
     if layout.interleave > 1 and model.num_layers % (layout.pp * layout.interleave):
         raise PlannerError(f"Megatron-LM's --num-layers-per-virtual-pipeline-stage needs num_layers({model.num_layers}) "
                            f"divisible by pp({layout.pp}) * interleave({layout.interleave}); planner does not write "
@@ -584,6 +774,29 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                            f"interleave({layout.interleave}); Megatron-LM recomputes the same number of layers in "
                            "each virtual stage")
     return layout, tuple(notes)
+
+
+def _uneven_flags(model: ModelSpec, layout: Layout) -> list[list[str]]:
+    """--decoder-first/last-pipeline-num-layers for planner's split when the layers do not divide by pp.
+
+    Megatron-LM asserts even stages unless these flags are given, and then divides what the first and last
+    stage leave evenly over the stages between; planner's split (the remainder on the middle stages first)
+    is expressible when every stage between holds the same count. Otherwise no Megatron-LM file runs it."""
+    layers, pp = model.num_layers, layout.pp
+    if pp == 1 or layers % pp == 0:
+        return []
+    split = planner_split(layers, pp)
+    if len(set(split[1:-1])) > 1:
+        raise PlannerError(f"pp({pp}) with num_layers({layers}): planner places {split} layers on the stages, which "
+                           "Megatron-LM cannot express (it takes uneven counts only on the first and last stage); "
+                           "choose a pp that divides the layers, or one that leaves the remainder on every middle "
+                           "stage")
+    if layout.interleave > 1:
+        raise PlannerError(f"pp({pp}) with num_layers({layers}) and interleave({layout.interleave}): Megatron-LM "
+                           "splits uneven virtual stages only with --num-virtual-stages-per-pipeline-rank, which "
+                           "planner does not write; choose a pp that divides the layers")
+    return [["--decoder-first-pipeline-num-layers", str(split[0])],
+            ["--decoder-last-pipeline-num-layers", str(split[-1])]]
 
 
 def _vocab_divisor(vocab: int, tp: int) -> int:
@@ -673,6 +886,7 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
     ]
     if lay.ep > 1:
         flags.append(["--expert-model-parallel-size", str(lay.ep)])
+    flags += _uneven_flags(model, lay)
     if lay.interleave > 1:
         flags.append(["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // (lay.pp * lay.interleave))])
     if lay.sequence_parallel:
@@ -696,6 +910,8 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
         flags.append(["--bf16"])
         if lay.dtype == "fp8":
             flags.append(["--fp8-format", "hybrid"])
+            if lay.fp8_param_gather:
+                flags.append(["--fp8-param-gather"])
         if lay.grad_dtype != "fp32":
             flags.append(["--grad-reduce-in-bf16"])
     if ZERO_FLAGS[lay.zero]:

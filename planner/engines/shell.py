@@ -615,7 +615,10 @@ def script_index(tokens: list[str]) -> int | None:
     if tokens and tokens[0] in _NOT_LAUNCHERS:
         return None
     for i, tok in enumerate(tokens):
-        if tok.endswith(".py") and not tok.startswith("-") and UNRESOLVED not in tok and not _HAS_BLANK(tok):
+        # the script's own name must be known; a directory from the environment (`$(pwd)/pretrain_gpt.py`,
+        # `$MEGATRON/pretrain_gpt.py`, BLOOM's launcher) is not needed
+        name = tok.rsplit(UNRESOLVED, 1)[-1] if tok.rsplit(UNRESOLVED, 1)[-1].startswith("/") else tok
+        if name.endswith(".py") and not tok.startswith("-") and UNRESOLVED not in name and not _HAS_BLANK(name):
             return i
     return None
 
@@ -657,8 +660,10 @@ def launch_flags(text: str, source: str) -> tuple[list[str], list[str]]:
         flags = tokens[script_index(tokens) + 1 :]  # type: ignore[operator]
     elif script.commands:
         flags = [tok for _, tokens in script.commands for tok in tokens]
-    else:
+    else:  # a file that only defines its flags: arrays, and strings of flags (MODEL_ARGS="--a 1 --b")
         flags = [tok for items in script.variables.arrays.values() for tok in items]
+        flags += [tok for value in script.variables.scalars.values() if value.lstrip().startswith("--")
+                  for tok in value.split()]
     warnings = [f"{source}: line {line}: planner cannot tell whether `if {cond}` holds, so it read every branch "
                 "(the last value of a variable wins); check the flags it read, or give them with --engine-args"
                 for line, cond in sorted(script.uncertain_effects.items())]

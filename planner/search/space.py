@@ -292,6 +292,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         fp8=const(problem.dtype == "fp8", bool),
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
         overlap_tp_comm=const(problem.overlap_tp_comm, bool),
+        fp8_params=const(False, bool),
     )
     if filters.sequence_parallel is None:
         in_space = ~cols["sequence_parallel"] | (cols["tp"] > 1)

@@ -64,11 +64,19 @@ class Layout(BaseModel):
         default=False,
         description="Tensor-parallel collectives overlap the GEMMs (Megatron --tp-comm-overlap, async TP).",
     )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description="fp8 training keeps the transformer layers' compute weights in fp8 and all-gathers them in "
+        "fp8 (Megatron-LM --fp8-param-gather); needs dtype fp8 and a sharded optimizer (zero >= 1).",
+    )
 
     @model_validator(mode="after")
     def _check_flags(self) -> Layout:
         if self.recompute_layers_per_stage is not None and self.recompute != "full":
             raise ValueError("recompute_layers_per_stage applies only with recompute 'full'")
+        if self.fp8_param_gather and (self.dtype != "fp8" or self.zero < 1):
+            raise ValueError("fp8_param_gather needs dtype fp8 and zero >= 1 (Megatron-LM allows it only with the "
+                             "distributed optimizer or FSDP)")
         return self
 
     @property
@@ -111,6 +119,7 @@ class LayoutArrays:
     fp8: np.ndarray
     overlap_grad_reduce: np.ndarray
     overlap_tp_comm: np.ndarray
+    fp8_params: np.ndarray  # transformer-layer weights held in fp8 (fp8_param_gather)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -152,6 +161,7 @@ class LayoutArrays:
         cols["fp8"] = np.array([lay.dtype == "fp8" for lay in layouts], dtype=bool)
         for flag in ("overlap_grad_reduce", "overlap_tp_comm"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
+        cols["fp8_params"] = np.array([lay.fp8_param_gather for lay in layouts], dtype=bool)
         return cls(**cols)
 
     def take(self, index: np.ndarray | int) -> LayoutArrays:
@@ -173,6 +183,7 @@ class LayoutArrays:
             flash_attention=bool(self.flash_attention[i]),
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_tp_comm=bool(self.overlap_tp_comm[i]),
+            fp8_param_gather=bool(self.fp8_params[i]),
             grad_dtype=grad,  # type: ignore[arg-type]
             optimizer=opt,  # type: ignore[arg-type]
             dtype="fp8" if bool(self.fp8[i]) else dtype,  # type: ignore[arg-type]

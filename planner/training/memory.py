@@ -29,6 +29,11 @@ from planner.specs.model import ModelSpec
 # Bytes of a 16-bit weight copy (bf16/fp16); fp8 training keeps 16-bit weights too (Transformer Engine
 # casts per GEMM), so fp8 changes GEMM speed here, not model-state memory.
 WEIGHT_BYTES = 2
+# Megatron-LM --fp8-param-gather: the transformer layers' compute weights are Transformer Engine fp8
+# tensors (1 byte; "keep the compute param in fp8", megatron/training/arguments.py), all-gathered in fp8;
+# the fp32 main copy stays with the optimizer, and the embedding, LM head and router stay 16-bit.
+# The layers' norm weights are counted at 1 byte too (2h per layer, below 0.01% of a layer).
+FP8_WEIGHT_BYTES = 1
 ACTIVATION_BYTES = 2  # 16-bit activations (Korthikanti et al. 2022 Sec. 4.1)
 FP8_ACTIVATION_BYTES = 1  # an fp8 (E4M3) copy of a GEMM input saved for the backward pass
 LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti et al. 2022 Sec. 4.3: 4sbv/t)
@@ -73,6 +78,7 @@ class StageParams:
     largest_layer_expert: np.ndarray  # and its routed experts
     num_layers: np.ndarray
     num_moe_layers: np.ndarray
+    ends: np.ndarray | float = 0.0  # embedding and LM-head parameters within `dense` (16-bit under fp8 params)
 
 
 def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> StageParams:
@@ -96,7 +102,13 @@ def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> Stag
         largest_layer_expert=np.where(has_moe, moe_layer.expert, 0.0),
         num_layers=n,
         num_moe_layers=n_moe,
+        ends=ends,
     )
+
+
+def layer_weight_bytes(lay: LayoutArrays) -> np.ndarray:
+    """Bytes per transformer-layer weight: 16-bit, or fp8 under fp8_param_gather."""
+    return np.where(lay.fp8_params, FP8_WEIGHT_BYTES, WEIGHT_BYTES)
 
 
 def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -114,7 +126,9 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
             np.where(on, sp.dense / shard, sp.dense) + np.where(on, sp.expert / expert_shard, sp.expert)
         )
 
-    weights = sharded(np.asarray(float(WEIGHT_BYTES)), 3)
+    # the layers' weights at their own width; the embedding and LM head stay 16-bit
+    weights = sharded(layer_weight_bytes(lay).astype(float), 3) + (WEIGHT_BYTES - layer_weight_bytes(lay)) * np.where(
+        lay.zero >= 3, sp.ends / shard, sp.ends)
     grads = sharded(lay.grad_bytes.astype(float), 2)
     optim = sharded(lay.optimizer_bytes.astype(float), 1)
     return weights, grads, optim
@@ -248,7 +262,7 @@ def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     gathered = np.minimum(2 * sp.largest_layer_dense, sp.dense) * beyond + np.minimum(
         2 * sp.largest_layer_expert, sp.expert
     ) * beyond_expert
-    zero3 = WEIGHT_BYTES * gathered + lay.grad_bytes * layer
+    zero3 = layer_weight_bytes(lay) * gathered + lay.grad_bytes * layer
     zero2 = lay.grad_bytes * layer
     return np.where(lay.zero >= 3, zero3, np.where(lay.zero == 2, zero2, 0.0))
 

@@ -47,6 +47,7 @@ from planner.training.memory import (
     ACTIVATION_BYTES,
     WEIGHT_BYTES,
     StageParams,
+    layer_weight_bytes,
     tokens_per_microbatch,
 )
 
@@ -254,7 +255,7 @@ def stage_time(
     dp_link = group_link(hw, lay.dp * lay.cp, lay.tp)
     shard = lay.dp * lay.cp
     params_full = sp.dense + sp.expert
-    zero3 = 2 * all_gather_seconds(params_full * WEIGHT_BYTES, shard, dp_link) + reduce_scatter_seconds(
+    zero3 = 2 * all_gather_seconds(params_full * layer_weight_bytes(lay), shard, dp_link) + reduce_scatter_seconds(
         params_full * lay.grad_bytes, shard, dp_link
     )
     zero3_exposed = np.where(lay.zero >= 3, np.maximum(zero3 - DP_OVERLAP_EFFICIENCY * compute, 0.0), 0.0)
@@ -297,8 +298,8 @@ def data_parallel_seconds(
     gather = np.where(
         lay.zero == 0,
         0.0,
-        all_gather_seconds(sp.dense * WEIGHT_BYTES, shard, dp_link)
-        + all_gather_seconds(sp.expert * WEIGHT_BYTES, expert_group, expert_link),
+        all_gather_seconds(sp.dense * layer_weight_bytes(lay), shard, dp_link)
+        + all_gather_seconds(sp.expert * layer_weight_bytes(lay), expert_group, expert_link),
     )
     on = lay.overlap_grad_reduce
     exposed = np.maximum(reduce - np.where(on, DP_OVERLAP_EFFICIENCY * backward, 0.0), 0.0) + np.maximum(

@@ -169,12 +169,19 @@ def test_missing_vocab_from_a_tokenizer_file_is_an_error():
            "--tokenizer-type HuggingFaceTokenizer --tokenizer-model x"
     with pytest.raises(PlannerError, match="--vocab-size"):
         import_megatron(split_launch_text(text, "t"), gpus=1, given={}, model=None, source="t")
-    # Megatron-LM's GPT-3 example passes GPT-2's vocab and merge files without --tokenizer-type (which
-    # Megatron-LM itself rejects): say which tokenizer type those files are
+
+
+def test_no_tokenizer_type_is_pretrain_gpts_gpt2_bpe():
+    """Megatron-LM's GPT-3 example passes GPT-2's vocab and merge files without --tokenizer-type:
+    pretrain_gpt.py's args_defaults make that GPT2BPETokenizer (50,257 tokens, Radford et al. 2019), padded
+    to a multiple of 128 x tp (50,304 at tp 1, 51,200 at tp 8 as GPT-3 175B's 51,200-row embedding)."""
     text = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --bf16 "
             "--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt")
-    with pytest.raises(PlannerError, match="no --tokenizer-type is given .* GPT2BPETokenizer"):
-        import_megatron(split_launch_text(text, "t"), gpus=1, given={}, model=None, source="t")
+    imp = import_megatron(split_launch_text(text, "t"), gpus=1, given={}, model=None, source="t")
+    assert imp.model.vocab_size == 50304
+    imp = import_megatron(split_launch_text(text + " --tensor-model-parallel-size 8", "t"), gpus=8, given={},
+                          model=None, source="t")
+    assert imp.model.vocab_size == 51200
 
 
 def test_distributed_optimizer_and_fsdp_map_to_zero_stages():
