@@ -2,12 +2,18 @@
 
 What the JSON holds: the ZeRO stage, the batch sizes (with DeepSpeed's derivation
 rules and the HuggingFace Trainer's "auto"), bf16/fp16, the gradient-accumulation
-dtype, the optimizer, activation checkpointing, AutoTP's `tensor_parallel.autotp_size`
-and the pipeline engine's `pipeline.stages`. What it does not hold (model, GPU count,
-sequence length, context parallelism, ...) comes from the job, or from the
-`_planner` block that `planner export --to deepspeed` writes (DeepSpeed ignores it).
+dtype, the optimizer, activation checkpointing, AutoTP's `tensor_parallel.autotp_size`,
+the pipeline engine's `pipeline.stages` and Ulysses' `sequence_parallel_size` (read as
+context parallelism: the same split of the sequence). What it does not hold (model, GPU
+count, sequence length, what the model code decides: attention kernel, which layers are
+checkpointed, fp8 through Transformer Engine) comes from the job, or from the `_planner`
+block that `planner export --to deepspeed` writes (DeepSpeed ignores it). Parallel degrees
+are never taken from that block: a layout DeepSpeed keys cannot express is not exported.
 
-CPU/NVMe offload and ZeRO++ secondary partitions are rejected: planner does not model them.
+Refused as DeepSpeed refuses them: bf16 without ZeRO with fp32 gradient accumulation
+(DeepSpeed >= 0.18.5, engine._do_optimizer_sanity_check), ZeRO 2/3 with a pipeline
+(PipelineEngine asserts). CPU/NVMe offload and ZeRO++ secondary partitions are refused
+because planner does not model them (exit 2, naming the setting).
 """
 
 from __future__ import annotations
@@ -42,8 +48,11 @@ IGNORED_KEYS: frozenset[str] = frozenset({
     "eigenvalue", "progressive_layer_drop", "nebula", "compile", "use_data_before_expert_parallelism",
     "zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
     "fp16", "bf16", "bfloat16", "data_types", "optimizer", "activation_checkpointing", "pipeline",
-    "tensor_parallel", "amp", "aio", PLANNER_KEY,
+    "tensor_parallel", "amp", "aio", "sequence_parallel_size", "data_parallel_size", PLANNER_KEY,
 })
+# Layout fields the model code decides (DeepSpeed has no key for them): the only ones read from `_planner`.
+MODEL_CODE_FIELDS: tuple[str, ...] = ("seq_len", "recompute", "recompute_layers_per_stage", "flash_attention",
+                                      "dtype", "optimizer")
 
 # Settings that change memory in ways planner does not model: read the rest, say so on stderr.
 APPROXIMATED_KEYS: dict[str, str] = {
@@ -126,6 +135,11 @@ def _read_zero(config: Mapping[str, Any], got: Collected) -> None:
     if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
         raise PlannerError(f"stage must be 0, 1, 2 or 3, got {stage!r}", source=got.source, field="zero_optimization.stage")
     got.set("zero", stage, "zero_optimization.stage")
+    overlap = zero.get("overlap_comm")
+    if isinstance(overlap, bool):
+        got.set("overlap_grad_reduce", overlap, "zero_optimization.overlap_comm")
+    elif overlap is None or _is_auto(overlap):  # DeepSpeedZeroConfig: None -> on for stage 3 only
+        got.set("overlap_grad_reduce", stage == 3, "zero_optimization.overlap_comm", explicit=False)
     for key in ("offload_optimizer", "offload_param"):
         device = _offload_device(zero.get(key))
         if device not in ("none", ""):
@@ -233,6 +247,19 @@ def _read_checkpointing(config: Mapping[str, Any], got: Collected, *, said: bool
 
 
 def _read_degrees(config: Mapping[str, Any], got: Collected) -> None:
+    sp = config.get("sequence_parallel_size")
+    if sp is not None:
+        if isinstance(sp, bool) or not isinstance(sp, int) or sp < 1:
+            raise PlannerError(f"must be a positive integer, got {sp!r}", source=got.source,
+                               field="sequence_parallel_size")
+        if sp > 1:
+            got.set("cp", sp, "sequence_parallel_size")
+            got.warn(f"sequence_parallel_size {sp} (DeepSpeed Ulysses) is modelled as context parallelism: the same "
+                     "split of the sequence and of the activations; Ulysses' all-to-all of the attention heads is "
+                     "timed as ring attention's exchange")
+    dp_size = config.get("data_parallel_size")
+    if isinstance(dp_size, int) and not isinstance(dp_size, bool) and dp_size >= 1:
+        got.set("dp", dp_size, "data_parallel_size")
     tp_section = config.get("tensor_parallel")
     if isinstance(tp_section, dict):
         size = tp_section.get("autotp_size", tp_section.get("tp_size", 0))
@@ -245,35 +272,38 @@ def _read_degrees(config: Mapping[str, Any], got: Collected) -> None:
             got.set("pp", stages, "pipeline.stages")
 
 
-def _bf16_optimizer(fields: dict[str, Any], got: Collected, given: Mapping[str, Any],
-                    fallback: Mapping[str, Any]) -> None:
-    """bf16 without ZeRO, as DeepSpeed's _do_optimizer_sanity_check picks the optimizer wrapper for it.
+def _bf16_optimizer(fields: dict[str, Any], got: Collected, given: Mapping[str, Any]) -> None:
+    """bf16 without ZeRO, as DeepSpeed's _do_optimizer_sanity_check (>= 0.18.5) picks the optimizer for it.
 
-    - fp32 gradient accumulation, or a pipeline (PipelineModule): BF16_Optimizer, which keeps a full
-      gradient buffer but shards the fp32 master weights and optimizer states over data parallelism,
-      i.e. ZeRO 1 (DeepSpeed before 0.18 chose it for every bf16 run without ZeRO, since it accumulated
-      bf16 gradients in fp32 by default; 0.18+ rejects fp32 accumulation without ZeRO or a pipeline);
-    - otherwise (0.18+, bf16 accumulation): the unsharded FP16_Optimizer in bf16 mode, ZeRO 0."""
-    if fields.get("dtype") not in ("bf16", "fp8") or int(fields.get("zero", 0)) != 0 or "zero" in given:
+    - gradients accumulated in bf16 (the default: grad_accum_dtype follows the model dtype) with a
+      pipeline (PipelineModule): BF16_Optimizer, which shards the fp32 master weights and optimizer states
+      over data parallelism, i.e. ZeRO 1; without a pipeline the unsharded DDP_BFLOAT16 path, ZeRO 0;
+    - fp32 accumulation without ZeRO: DeepSpeed raises NotImplementedError ('unsupported mix of model_dtype
+      and grad_accum_dtype'); 0.18.5 removed the BF16_Optimizer branch that earlier versions took for it
+      (deepspeedai/DeepSpeed commit 09885efe, #7790)."""
+    if fields.get("dtype") not in ("bf16", "fp8") or int(fields.get("zero", 0)) != 0:
         return
-    if fields.get("grad_dtype") == "fp32" or int(fields.get("pp", 1)) > 1:
+    if fields.get("grad_dtype") == "fp32":
+        where = got.origin.get("grad_dtype", "training.grad_dtype")
+        raise PlannerError(f"bf16 without ZeRO with fp32 gradient accumulation ({where}): DeepSpeed >= 0.18.5 "
+                           "refuses it ('unsupported mix of model_dtype and grad_accum_dtype'); use "
+                           "zero_optimization.stage 1 (BF16_Optimizer) or grad_accum_dtype \"bf16\"",
+                           source=got.source, field="data_types.grad_accum_dtype")
+    if int(fields.get("pp", 1)) > 1 and "zero" not in given:
         fields["zero"] = 1
-        got.origin["zero"] = "bf16 without ZeRO (DeepSpeed's BF16_Optimizer shards optimizer states as ZeRO 1)"
-    elif fallback.get("zero") is None:
-        got.warn("bf16 without ZeRO: DeepSpeed 0.18+ accumulates bf16 gradients and keeps the optimizer states "
-                 "unsharded (read so); before 0.18 it accumulated in fp32 with BF16_Optimizer, which shards them "
-                 "as ZeRO 1 -- for those versions set data_types.grad_accum_dtype to \"fp32\"")
+        got.origin["zero"] = "bf16 with a pipeline (DeepSpeed's BF16_Optimizer shards optimizer states as ZeRO 1)"
 
 
 def _planner_fallback(config: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """Layout fields from the `_planner` block an export wrote: used only where nothing else sets them."""
+    """What the model code decides, from the `_planner` block an export wrote: used only where neither the
+    config's keys nor the job set it. Degrees and batch sizes are never read from it."""
     block = config.get(PLANNER_KEY)
     if not isinstance(block, dict):
         return {}
-    layout = block.get("layout")
-    if not isinstance(layout, dict):
+    fields = block.get("model_code", block.get("layout"))
+    if not isinstance(fields, dict):
         return {}
-    return {k: v for k, v in layout.items() if k not in ("global_batch", "micro_batch", "dp")}
+    return {k: v for k, v in fields.items() if k in MODEL_CODE_FIELDS}
 
 
 def import_deepspeed(
@@ -311,7 +341,11 @@ def import_deepspeed(
         # DeepSpeed's engine.get_data_types() (0.18+): gradients accumulate in the model dtype unless
         # data_types.grad_accum_dtype says otherwise (fp8 trains on a bf16 base).
         fields["grad_dtype"] = "bf16" if fields["dtype"] == "fp8" else fields["dtype"]
-    _bf16_optimizer(fields, got, given, fallback)
+    _bf16_optimizer(fields, got, given)
+    if int(fields.get("pp", 1)) > 1 and int(fields.get("zero", 0)) >= 2:
+        raise PlannerError(f"ZeRO {fields['zero']} with pipeline.stages {fields['pp']}: DeepSpeed's PipelineEngine "
+                           "asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'; use stage 0 or 1",
+                           source=source, field="zero_optimization.stage")
 
     dp = data_parallel_degree(gpus, fields, source)
     fields["dp"] = dp
@@ -326,15 +360,22 @@ def import_deepspeed(
     names = ("train_batch_size" if train is not None else "training.global_batch",
              "train_micro_batch_size_per_gpu" if micro is not None else "parallel.micro_batch",
              "gradient_accumulation_steps")
-    train = train if train is not None else given.get("global_batch")
+    # DeepSpeedConfig's batch check counts world_size / sequence_parallel_size ranks, or the pipeline mpu's
+    # data-parallel ranks; AutoTP's groups come after it, so with autotp_size > 1 (and no pipeline) its
+    # train_batch_size counts every tensor-parallel rank too, as the HF Trainer's "auto" fills it
+    # (world_size x per-device batch x accumulation). planner's global batch is sequences per step.
+    replicas = int(fields.get("tp", 1)) if "tp" in got.values and int(fields.get("pp", 1)) == 1 else 1
+    given_train = given.get("global_batch")
+    train = train if train is not None else (given_train * replicas if given_train is not None else None)
     micro = micro if micro is not None else given.get("micro_batch")
     if micro is None and train is None and _is_auto(config.get("train_micro_batch_size_per_gpu")):
         raise PlannerError("train_micro_batch_size_per_gpu is \"auto\" (the HuggingFace Trainer fills it from "
                            "--per_device_train_batch_size); give parallel.micro_batch or --micro-batch",
                            source=source)
-    fields["global_batch"], fields["micro_batch"] = resolve_batch(
-        global_batch=train, micro_batch=micro, grad_accum=accum, dp=dp, source=source, names=names,
+    counted, fields["micro_batch"] = resolve_batch(
+        global_batch=train, micro_batch=micro, grad_accum=accum, dp=dp * replicas, source=source, names=names,
     )
+    fields["global_batch"] = counted // replicas
     require(fields, "seq_len", source, "a DeepSpeed config has no sequence length; add it to the job or pass --seq-len")
     return EngineImport(format="deepspeed", source=source, fields=fields, warnings=tuple(got.warnings),
                         origins=dict(got.origin))
@@ -343,39 +384,72 @@ def import_deepspeed(
 # --- writer ----------------------------------------------------------------------------------------
 # Layout -> DeepSpeed JSON config.
 #
-# JSON has no comments, so planner's prediction goes in a top-level `"_planner"` key,
-# which DeepSpeed's config reader never looks up (it reads the keys it knows). The same
-# block holds the layout fields a DeepSpeed config cannot express (sequence length,
-# context and sequence parallelism, interleaving, the kernels); `planner.engines.deepspeed`
-# uses them only where neither the config's own keys nor the job set a value, so the file
-# alone reads back to the same layout.
+# Every parallel degree is a DeepSpeed key (tensor_parallel.autotp_size, pipeline.stages,
+# sequence_parallel_size for Ulysses), or the layout is not exported. JSON has no comments, so
+# planner's prediction goes in a top-level `"_planner"` key, which DeepSpeed's config reader never
+# looks up; the same block holds what the model code decides and DeepSpeed has no key for (sequence
+# length, which layers are checkpointed, the attention kernel, fp8 through Transformer Engine, the
+# client optimizer), which `planner check` reads back only where the job is silent.
 
 def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
-    """Every layout field is either a DeepSpeed key or carried in the `_planner` block; without ZeRO, DeepSpeed
-    picks its optimizer wrapper from the precisions (engine._do_optimizer_sanity_check): half-precision
-    gradients in the model dtype, or, for bf16 with fp32 gradients or a pipeline, BF16_Optimizer, which shards
-    the optimizer states as ZeRO 1."""
-    if layout.zero != 0:
-        return layout, ()
-    half = "fp16" if layout.dtype == "fp16" else "bf16"
-    if half == "bf16" and (layout.grad_dtype == "fp32" or layout.pp > 1):
-        return layout.model_copy(update={"zero": 1}), (
-            "zero 0 -> 1: DeepSpeed runs bf16 without ZeRO with fp32 gradients or a pipeline through its "
-            "BF16_Optimizer, which shards the optimizer states over data parallelism as ZeRO 1",)
-    if layout.grad_dtype != half:
-        return layout.model_copy(update={"grad_dtype": half}), (
-            f"grad_dtype {layout.grad_dtype} -> {half}: without ZeRO DeepSpeed accumulates {layout.dtype} gradients "
-            f"in {half}",)
-    return layout, ()
+    """The layout DeepSpeed runs for this one, with a note per change; PlannerError when DeepSpeed cannot.
+
+    Refused: expert parallelism (DeepSpeed MoE takes ep_size in the model code), interleaved or GPipe
+    pipelines (the PipelineEngine runs one 1F1B schedule), ZeRO 2/3 with a pipeline (it asserts), fp8
+    parameter gathering, and context parallelism whose degree does not divide the attention and KV heads
+    (Ulysses splits heads). Mapped: AutoTP has no sequence parallelism and no overlapped TP communication;
+    without ZeRO, gradients accumulate in the model dtype (fp32 accumulation needs ZeRO >= 1) and bf16 with
+    a pipeline runs BF16_Optimizer, which shards the optimizer states as ZeRO 1."""
+    if layout.ep > 1:
+        raise PlannerError(f"ep({layout.ep}): DeepSpeed MoE sets ep_size in the model code "
+                           "(deepspeed.moe.layer.MoE), not in its config; export for Megatron-LM or torchtitan")
+    if layout.interleave > 1:
+        raise PlannerError(f"interleave({layout.interleave}): DeepSpeed's pipeline engine has no interleaved "
+                           "schedule; use interleave 1")
+    if layout.pp > 1 and layout.schedule == "gpipe":
+        raise PlannerError("schedule gpipe: DeepSpeed's pipeline engine runs 1F1B; use schedule 1f1b")
+    if layout.pp > 1 and layout.zero >= 2:
+        raise PlannerError(f"zero({layout.zero}) with pp({layout.pp}): DeepSpeed asserts 'ZeRO-2 and ZeRO-3 are "
+                           "incompatible with pipeline parallelism'; use zero 0 or 1")
+    if layout.fp8_param_gather:
+        raise PlannerError("fp8_param_gather: DeepSpeed keeps 16-bit weights; export for Megatron-LM")
+    if layout.cp > 1 and (model.num_attention_heads % layout.cp or model.kv_heads % layout.cp):
+        raise PlannerError(f"cp({layout.cp}): DeepSpeed's Ulysses sequence parallelism splits the attention heads, "
+                           f"and {model.num_attention_heads} query / {model.kv_heads} KV heads do not divide by it")
+    changes: dict[str, Any] = {}
+    notes: list[str] = []
+    if layout.sequence_parallel:
+        changes["sequence_parallel"] = False
+        notes.append("sequence_parallel -> false: DeepSpeed's AutoTP does not split the sequence")
+    if layout.overlap_tp_comm:
+        changes["overlap_tp_comm"] = False
+        notes.append("overlap_tp_comm -> false: DeepSpeed's AutoTP does not overlap its collectives")
+    if layout.pp == 1 and layout.schedule != "1f1b":
+        changes["schedule"] = "1f1b"
+    if layout.zero == 0:
+        half = "fp16" if layout.dtype == "fp16" else "bf16"
+        if layout.grad_dtype != half:
+            changes["grad_dtype"] = half
+            notes.append(f"grad_dtype {layout.grad_dtype} -> {half}: without ZeRO DeepSpeed accumulates {layout.dtype} "
+                         f"gradients in {half} (it refuses other accumulation dtypes)")
+        if half == "bf16" and layout.pp > 1:
+            changes["zero"] = 1
+            notes.append("zero 0 -> 1: DeepSpeed runs bf16 with a pipeline through its BF16_Optimizer, which shards "
+                         "the optimizer states over data parallelism as ZeRO 1")
+    return (layout.model_copy(update=changes) if changes else layout), tuple(notes)
 
 
 def config_dict(ctx: ExportContext) -> dict[str, Any]:
     lay = ctx.layout
-    config: dict[str, Any] = {
-        "train_batch_size": lay.global_batch,
-        "train_micro_batch_size_per_gpu": lay.micro_batch,
-        "gradient_accumulation_steps": lay.global_batch // (lay.micro_batch * lay.dp),
-    }
+    accum = lay.global_batch // (lay.micro_batch * lay.dp)
+    config: dict[str, Any] = {}
+    if lay.tp == 1 or lay.pp > 1:
+        # DeepSpeedConfig._batch_assertion: train = micro x accum x (world / sequence_parallel_size), or the
+        # pipeline's data-parallel ranks. With AutoTP its world counts tensor-parallel ranks too, so the key is
+        # left for DeepSpeed to derive from the two below.
+        config["train_batch_size"] = lay.global_batch
+    config["train_micro_batch_size_per_gpu"] = lay.micro_batch
+    config["gradient_accumulation_steps"] = accum
     if lay.dtype == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     else:  # bf16, and the bf16 base of fp8 training (Transformer Engine casts per GEMM)
@@ -390,16 +464,18 @@ def config_dict(ctx: ExportContext) -> dict[str, Any]:
         config["tensor_parallel"] = {"autotp_size": lay.tp}
     if lay.pp > 1:
         config["pipeline"] = {"stages": lay.pp}
+    if lay.cp > 1:
+        config["sequence_parallel_size"] = lay.cp
     config["gradient_clipping"] = 1.0
     config["steps_per_print"] = 10
     config[PLANNER_KEY] = {
-        "comment": "Written by planner; DeepSpeed ignores this key. 'layout' holds what DeepSpeed keys cannot "
-                   "express; planner check reads it back where the config and the job are silent.",
+        "comment": "Written by planner; DeepSpeed ignores this key. 'model_code' holds what the training script "
+                   "decides (DeepSpeed has no key for it); planner check reads it back where the job is silent.",
         "prediction": prediction_lines(ctx),
         "model": ctx.model_id,
         "hardware": ctx.hardware_id,
         "gpus": lay.gpus,
-        "layout": lay.model_dump(),
+        "model_code": {name: getattr(lay, name) for name in MODEL_CODE_FIELDS},
     }
     return config
 

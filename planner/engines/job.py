@@ -148,18 +148,43 @@ def _import_engine(
     applied = torchtitan.apply_overrides(config, overrides, where)
     name, flavor = torchtitan.model_name(applied)
     mapped = torchtitan.catalog_id(name, flavor)
+    described = f"torchtitan model {name} flavor {flavor}"
+    if name == torchtitan.HF_BACKEND:
+        repo = torchtitan.hf_backend_model(applied, where)
+        mapped, described = _catalog_id_for_hf(repo), f"torchtitan's transformers backend with {repo}"
+    catalog = _catalog_entry(mapped)
     if loaded is None:
-        if mapped is None:
-            raise PlannerError(f"torchtitan model {name} flavor {flavor} has no entry in planner's catalog; give the "
-                               "model (--model or 'model' in the job)", source=where, field="model.flavor")
-        try:
-            loaded = load.load_model(mapped)
-        except PlannerError:
-            raise PlannerError(f"torchtitan model {name} flavor {flavor} maps to '{mapped}', which is not in planner's "
-                               "catalog; give the model (--model or 'model' in the job)", source=where,
-                               field="model.flavor") from None
-    elif mapped is not None and isinstance(job.model, str) and mapped != loaded.id:
-        raise PlannerError(f"the job's model '{loaded.id}' contradicts torchtitan's model {name} flavor {flavor} "
-                           f"('{mapped}'); remove one", source=source, field="model")
+        if catalog is None:
+            known = f"maps to '{mapped}', which is not in planner's catalog" if mapped else "has no entry in planner's catalog"
+            raise PlannerError(f"{described} {known}; give the model (--model or 'model' in the job: a catalog id, a "
+                               "YAML spec or the model's config.json)", source=where, field="model.flavor")
+        loaded = catalog
+    elif catalog is not None and not same_architecture(catalog.spec, loaded.spec):
+        raise PlannerError(f"the job's model '{loaded.id}' is not {described} ('{catalog.id}'), which the file "
+                           "trains; remove the model from the job or change the file", source=source, field="model")
     imported = torchtitan.import_torchtitan(config, overrides, gpus=gpus, given=given, model=loaded.spec, source=where)
     return imported, loaded
+
+
+def _catalog_entry(model_id: str | None) -> load.Loaded | None:
+    if model_id is None:
+        return None
+    try:
+        return load.load_model(model_id)
+    except PlannerError:
+        return None
+
+
+def _catalog_id_for_hf(repo: str) -> str | None:
+    """The catalog model whose source names Hugging Face id `repo`, or whose alias is its name."""
+    for entry in load.model_catalog():
+        if torchtitan.hf_repo_id(entry.spec) == repo:
+            return entry.id
+    name = repo.rsplit("/", 1)[-1].lower()
+    return name if _catalog_entry(name) is not None else None
+
+
+def same_architecture(a: ModelSpec, b: ModelSpec) -> bool:
+    """Two specs describe the same network (names, sources and the context limit aside)."""
+    skip = {"name", "source", "max_seq_len"}
+    return a.model_dump(exclude=skip) == b.model_dump(exclude=skip)

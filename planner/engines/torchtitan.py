@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -57,6 +58,13 @@ CATALOG_IDS: dict[tuple[str, str], str] = {
 }
 FLAVOR_SUFFIXES = ("_flex_attn", "_varlen_attn", "_flex", "_varlen", "_irope")
 DEFAULT_MODEL = ("llama3", "debugmodel")  # JobConfig.model defaults
+# torchtitan's Hugging Face transformers backend (torchtitan/experiments/transformers_modeling_backend, v0.2.x):
+# [model] name = HF_BACKEND, flavor "full" builds [hf_transformers] model (a Hugging Face id) as published;
+# "debugmodel" shrinks it to 2 layers of width 256. It runs dense models with FSDP/TP/PP/CP, MoE models with
+# FSDP only (its README: "Missing TP/PP/EP supports for MoE"), and needs
+# --job.custom_config_module=torchtitan.experiments.transformers_modeling_backend.job_config.
+HF_BACKEND = "transformers_modeling_backend"
+HF_BACKEND_CONFIG_MODULE = "torchtitan.experiments.transformers_modeling_backend.job_config"
 
 SINGLE_STAGE = {"1f1b": "1f1b", "gpipe": "gpipe"}
 MULTI_STAGE = {"interleaved1f1b", "loopedbfs", "interleavedzerobubble", "zbvzerobubble", "dualpipev"}
@@ -92,7 +100,7 @@ KNOWN: dict[str, frozenset[str]] = {
                             "beta1", "beta2"}),
 }
 OTHER_SECTIONS = frozenset({
-    "job", "profiling", "metrics", "lr_scheduler", "checkpoint", "compile", "quantize", "comm", "memory_estimation",
+    "job", "hf_transformers", "profiling", "metrics", "lr_scheduler", "checkpoint", "compile", "quantize", "comm", "memory_estimation",
     "fault_tolerance", "experimental", "validation", "debug", "float8", "mx",
 })
 
@@ -166,6 +174,30 @@ def catalog_id(name: str, flavor: str) -> str | None:
             flavor = flavor[: -len(suffix)]
             break
     return CATALOG_IDS.get((name, flavor))
+
+
+def hf_backend_model(config: Mapping[str, Any], source: str) -> str:
+    """The Hugging Face id a transformers-backend config trains ([hf_transformers] model, flavor full)."""
+    _, flavor = model_name(config)
+    section = config.get("hf_transformers") if isinstance(config.get("hf_transformers"), dict) else {}
+    repo = section.get("model")
+    if not isinstance(repo, str) or not repo:
+        raise PlannerError(f"[model] name = \"{HF_BACKEND}\" needs [hf_transformers] model = \"<Hugging Face id>\"",
+                           source=source, field="hf_transformers.model")
+    if flavor != "full":
+        raise PlannerError(f"flavor {flavor!r} of torchtitan's transformers backend is not {repo} as published "
+                           "(debugmodel trains 2 layers of width 256); use flavor \"full\", or give the model it "
+                           "builds with --model", source=source, field="model.flavor")
+    return repo
+
+
+HF_SOURCE = re.compile(r"\bHF ([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)")
+
+
+def hf_repo_id(model: ModelSpec) -> str | None:
+    """The Hugging Face id a catalog model's source names ('HF org/name config.json'), or None."""
+    match = HF_SOURCE.search(model.source or "")
+    return match.group(1) if match else None
 
 
 def flavor_for(model_id: str) -> tuple[str, str] | None:
@@ -443,12 +475,28 @@ def _layers_per_stage(model: ModelSpec, lay: Layout) -> int | None:
     return per
 
 
+def hf_backend_repo(model_id: str, model: ModelSpec, layout: Layout) -> str:
+    """The Hugging Face id to train a model torchtitan has no flavor for through its transformers backend;
+    PlannerError when there is none or the backend cannot run the layout (MoE: FSDP only)."""
+    repo = hf_repo_id(model)
+    if repo is None:
+        raise PlannerError(f"torchtitan has no model flavor for '{model_id}', and its source names no Hugging Face "
+                           "id for torchtitan's transformers backend; export for Megatron-LM or DeepSpeed")
+    if model.moe is not None and (layout.tp > 1 or layout.pp > 1 or layout.ep > 1):
+        raise PlannerError(f"tp({layout.tp}) pp({layout.pp}) ep({layout.ep}): torchtitan trains {repo} through its "
+                           "transformers backend, which runs MoE models with FSDP only; use tp 1, pp 1, ep 1")
+    return repo
+
+
 def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
     """The layout torchtitan would run for this one, and a note per change."""
     if layout.dtype == "fp16":
         raise PlannerError("torchtitan trains in bf16 (or fp8), not fp16; use dtype bf16")
     if layout.optimizer != "adam":
         raise PlannerError(f"torchtitan's optimizers are Adam/AdamW; '{layout.optimizer}' cannot be exported")
+    if layout.fp8_param_gather:
+        raise PlannerError("fp8_param_gather: torchtitan keeps bf16 weights (its float8 all-gather casts only the "
+                           "communication); export for Megatron-LM")
     changes: dict[str, Any] = {}
     notes: list[str] = []
     sharded = (layout.zero > 0 and layout.dp > 1) or layout.cp > 1  # torchtitan wraps CP in FSDP
@@ -497,7 +545,12 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
     lay, model = ctx.layout, ctx.model
     out: dict[str, dict[str, Any]] = {"job": {"description": f"{ctx.model_id} on {lay.gpus} GPUs (planner export)"}}
     named = flavor_for(ctx.model_id)
-    out["model"] = {"name": named[0], "flavor": named[1]} if named else {}
+    if named:
+        out["model"] = {"name": named[0], "flavor": named[1]}
+    else:  # torchtitan's transformers backend builds the published Hugging Face model
+        repo = hf_backend_repo(ctx.model_id, model, lay)
+        out["model"] = {"name": HF_BACKEND, "flavor": "full", "hf_assets_path": f"./assets/hf/{repo.split('/')[-1]}"}
+        out["hf_transformers"] = {"model": repo}
     if lay.dtype == "fp8":
         out["model"]["converters"] = ["quantize.linear.float8"]
     training: dict[str, Any] = {"seq_len": lay.seq_len, "global_batch_size": lay.global_batch,
@@ -536,11 +589,14 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
 
 def render(ctx: ExportContext) -> str:
     lines = [f"# {line}" for line in prediction_lines(ctx)]
-    lines.append(f"# Run: NGPU={min(ctx.layout.gpus, ctx.hardware.node.gpus_per_node)} CONFIG_FILE=<this file> "
-                 "./run_train.sh (on each node)")
+    run = (f"# Run: NGPU={min(ctx.layout.gpus, ctx.hardware.node.gpus_per_node)} CONFIG_FILE=<this file> "
+           "./run_train.sh")
     if flavor_for(ctx.model_id) is None:
-        lines.append(f"# Note: torchtitan has no flavor for '{ctx.model_id}'; set [model] name and flavor, and pass "
-                     f"--model {ctx.model_id} to planner check.")
+        lines.append(f"{run} --job.custom_config_module={HF_BACKEND_CONFIG_MODULE} (on each node)")
+        lines.append(f"# torchtitan has no flavor for '{ctx.model_id}': its transformers backend builds the Hugging "
+                     "Face model named under [hf_transformers].")
+    else:
+        lines.append(f"{run} (on each node)")
     for name, table in tables(ctx).items():
         lines += ["", f"[{name}]"]
         lines += [f"{key} = {_toml_value(value)}" for key, value in table.items()]

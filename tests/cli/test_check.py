@@ -216,6 +216,12 @@ def test_export_then_check_gives_the_same_layout_and_estimate(run_cli, tmp_path,
     if fmt == "torchtitan":  # torchtitan fixes ZeRO 3 and fp32 gradients; the file's header says so
         assert "Note: zero 1 -> 3" in out.read_text()
         return
+    if fmt == "deepspeed":  # AutoTP runs no sequence parallelism: the file holds the layout without it
+        assert "Note: sequence_parallel -> false" in " ".join(json.loads(out.read_text())["_planner"]["prediction"])
+        assert back["config"]["sequence_parallel"] is False
+        job_without_sp = tmp_path / "job.yaml"
+        job_without_sp.write_text(job.read_text().replace("sequence_parallel: true", "sequence_parallel: false"))
+        job = job_without_sp
     original = json.loads(run_cli("check", job, "--format", "json").stdout)[0]
     assert back["config"] == original["config"]
     assert back["memory"] == original["memory"]

@@ -57,22 +57,35 @@ def test_zero3_json_gives_same_memory_as_equivalent_estimate():
 
 
 def test_bf16_without_zero_is_read_as_deepspeed_picks_its_optimizer_wrapper():
-    """DeepSpeed 0.18+ (engine.get_data_types / _do_optimizer_sanity_check): bf16 without ZeRO accumulates in
-    bf16 with the unsharded FP16_Optimizer (ZeRO 0); fp32 accumulation or a pipeline selects BF16_Optimizer,
-    which shards the fp32 master weights and optimizer states over data parallelism (ZeRO 1). Before 0.18 every
-    bf16 run without ZeRO took the BF16_Optimizer path; the warning says how to check that."""
+    """DeepSpeed >= 0.18.5 (engine.get_data_types / _do_optimizer_sanity_check): bf16 without ZeRO accumulates in
+    bf16, unsharded (ZeRO 0); with a pipeline it takes BF16_Optimizer, which shards the fp32 master weights and
+    optimizer states over data parallelism (ZeRO 1); fp32 accumulation without ZeRO raises NotImplementedError
+    ('unsupported mix of model_dtype and grad_accum_dtype'), since commit 09885efe (#7790) removed the
+    BF16_Optimizer branch earlier versions took."""
     config = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True}}
     imp = import_deepspeed(config, gpus=8, given={"seq_len": 2048}, source="ds.json")
     assert (imp.fields.get("zero", 0), imp.fields["grad_dtype"]) == (0, "bf16")
-    assert any("before 0.18" in w and "grad_accum_dtype" in w for w in imp.warnings)
-    fp32 = import_deepspeed({**config, "data_types": {"grad_accum_dtype": "fp32"}}, gpus=8, given={"seq_len": 2048},
-                            source="ds.json")
-    assert (fp32.fields["zero"], fp32.fields["grad_dtype"]) == (1, "fp32")
+    with pytest.raises(PlannerError, match="unsupported mix") as err:
+        import_deepspeed({**config, "data_types": {"grad_accum_dtype": "fp32"}}, gpus=8, given={"seq_len": 2048},
+                         source="ds.json")
+    assert err.value.field == "data_types.grad_accum_dtype"
+    with pytest.raises(PlannerError, match="unsupported mix"):  # also when the job asks for fp32 gradients
+        import_deepspeed(config, gpus=8, given={"seq_len": 2048, "grad_dtype": "fp32"}, source="ds.json")
+    zero1 = import_deepspeed({**config, "data_types": {"grad_accum_dtype": "fp32"}, "zero_optimization":
+                              {"stage": 1}}, gpus=8, given={"seq_len": 2048}, source="ds.json")
+    assert (zero1.fields["zero"], zero1.fields["grad_dtype"]) == (1, "fp32")
     pipe = import_deepspeed({**config, "pipeline": {"stages": 2}}, gpus=8, given={"seq_len": 2048}, source="ds.json")
     assert (pipe.fields["zero"], pipe.fields["grad_dtype"], pipe.fields["pp"]) == (1, "bf16", 2)
     fp16 = import_deepspeed({**config, "bf16": {"enabled": False}, "fp16": {"enabled": True}}, gpus=8,
                             given={"seq_len": 2048}, source="ds.json")
     assert (fp16.fields.get("zero", 0), fp16.fields["grad_dtype"]) == (0, "fp16")
+
+
+def test_zero2_with_a_pipeline_is_refused_as_deepspeed_asserts():
+    config = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}, "pipeline": {"stages": 2},
+              "zero_optimization": {"stage": 2}}
+    with pytest.raises(PlannerError, match="incompatible with pipeline parallelism"):
+        import_deepspeed(config, gpus=8, given={"seq_len": 2048}, source="ds.json")
 
 
 def test_fp16_zero1_derives_train_batch_and_warns_about_buckets():

@@ -1,0 +1,59 @@
+"""Upstream torchtitan train configs, and the model they name, read as torchtitan reads them.
+
+Fixtures: tests/fixtures/engines/upstream/torchtitan/ (repository, path and commit in ../SOURCES.md); the HF
+configs are tests/fixtures/hf/ (provenance in tests/engines/test_hf_config.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+UPSTREAM = FIXTURES / "engines" / "upstream" / "torchtitan"
+
+
+def _check(run_cli, toml: Path, *more: str):
+    return run_cli("check", "--torchtitan", toml, "--hardware", "h100-sxm", "--gpus", "8", "--format", "json",
+                   "--no-suggest", *more)
+
+
+def test_flavor_names_the_catalog_model(run_cli):
+    result = _check(run_cli, UPSTREAM / "llama3_8b.toml")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["model"] == "llama-3.1-8b"
+
+
+def test_the_flavors_hf_config_is_not_a_contradiction_whatever_its_file_is_called(run_cli, tmp_path):
+    """A Hugging Face config.json of the model the flavor builds was refused as a 'contradiction' unless its file
+    was named like the catalog id (Qwen3-32B/config.json is not 'qwen3-32b'); the architecture decides now."""
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "hf" / "qwen3-8b.json", folder / "config.json")
+    toml = tmp_path / "qwen3_8b.toml"
+    toml.write_text((UPSTREAM / "qwen3_32b.toml").read_text().replace('flavor = "32B"', 'flavor = "8B"'))
+    result = _check(run_cli, toml, "--model", folder / "config.json")
+    assert result.exit_code in (0, 1), result.output
+    # a config of another model is still a contradiction, named as such
+    other = _check(run_cli, toml, "--model", FIXTURES / "hf" / "llama-3.2-3b.json")
+    assert other.exit_code == 2 and "is not torchtitan model qwen3 flavor 8B" in other.output
+
+
+def test_a_flavor_planner_has_no_spec_for_takes_the_given_config(run_cli, tmp_path):
+    """deepseek_v3 16B maps to DeepSeek-V2-Lite, which planner's catalog lacks: planner asks for the model, and
+    the model given is then used (it was refused as contradicting the missing catalog id)."""
+    asked = _check(run_cli, UPSTREAM / "deepseek_v3_16b.toml")
+    assert asked.exit_code == 2 and "give the model" in asked.output and "deepseek-v2-lite" in asked.output
+    spec = tmp_path / "config.json"
+    shutil.copy(FIXTURES / "hf" / "qwen3-30b-a3b.json", spec)  # any HF config the reader accepts
+    result = _check(run_cli, UPSTREAM / "deepseek_v3_16b.toml", "--model", spec)
+    assert "contradict" not in result.output and result.exit_code in (0, 1), result.output
+
+
+def test_transformers_backend_config_names_its_hf_model(run_cli):
+    """torchtitan's transformers backend trains [hf_transformers] model (Qwen3-4B-Instruct-2507 here, not in
+    planner's catalog): planner says which model it needs."""
+    result = _check(run_cli, UPSTREAM / "transformers_backend_full.toml")
+    assert result.exit_code == 2
+    assert "transformers backend with Qwen/Qwen3-4B-Instruct-2507" in result.output and "give the model" in result.output
