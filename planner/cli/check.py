@@ -105,7 +105,11 @@ class Checked:
     searched: bool = True  # False with --no-suggest: no changes were looked for
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"job": self.job.source, "model": self.job.model_id, "hardware": self.job.hardware_id}
+        from planner.physics.params import count_params
+
+        counted = count_params(self.job.model)
+        data: dict[str, Any] = {"job": self.job.source, "model": self.job.model_id, "hardware": self.job.hardware_id,
+                                "params": counted.total, "active_params": counted.active}
         data.update(self.estimate.to_json())
         data["warnings"] = list(self.job.warnings)
         if not self.estimate.fits:
@@ -117,7 +121,6 @@ class Checked:
 def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
     """Estimate every job; diagnose and fix those that do not fit."""
     from planner.search.suggest import diagnose
-    from planner.search.suggest import suggest as find_fixes
     from planner.training.estimate import estimate
 
     out: list[Checked] = []
@@ -129,9 +132,32 @@ def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
         if est.fits:
             out.append(Checked(job, est, None, ()))
         else:
-            fixes = tuple(find_fixes(job.model, job.hardware, est, engine=_engine_mapper(job.engine))) if suggest else ()
+            fixes = _fixes(job, est) if suggest else ()
             out.append(Checked(job, est, diagnose(est), fixes, searched=suggest))
     return out
+
+
+def _fixes(job: Any, est: Any) -> tuple[Any, ...]:
+    """The smallest changes that fit: layout changes on the job's GPUs; when none fits, precision changes on
+    them and the fewest GPUs of the same kind on which some layout fits (a search at each count)."""
+    from planner.search.engine import fewest_gpus_fix
+    from planner.search.suggest import keeps_gpus, suggest
+
+    mapper = _engine_mapper(job.engine)
+    fixes = list(suggest(job.model, job.hardware, est, engine=mapper))
+    if any(keeps_gpus(f) and not _precision(f) for f in fixes):
+        return tuple(fixes)
+    fewest = fewest_gpus_fix(job.model, job.hardware, est, engine=mapper)
+    if fewest is None:
+        return tuple(fixes)
+    kept = [f for f in fixes if keeps_gpus(f) or f.gpus < fewest.gpus]
+    return (*kept, fewest)
+
+
+def _precision(fix: Any) -> bool:
+    from planner.search.suggest import is_precision_change
+
+    return is_precision_change(fix)
 
 
 def _engine_mapper(engine: str | None) -> EngineMapper | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -279,3 +280,63 @@ def longest_sequence(
     """The search at the longest of seq_len / 2 ... / 16 where something fits, if any."""
     values = [problem.seq_len // f for f in SCALE_STEPS if problem.seq_len % f == 0]
     return relax(model, hw, problem, filters, headroom=headroom, field="seq_len", values=values)
+
+
+# the fewest GPUs ----------------------------------------------------------------------------------------
+MAX_GPU_FACTOR = 16  # look up to 16x the job's GPU count
+TRIES_PER_COUNT = 20  # fitting layouts tried per GPU count when the engine cannot run the fastest ones
+
+
+def fewest_gpus_fix(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    est: TrainingEstimate,
+    *,
+    engine: Any = None,
+) -> Suggestion | None:
+    """The fewest GPUs of the job's kind on which some layout fits, and the fastest such layout, re-estimated.
+
+    GPU counts go up by one node once the job spans a node (else by one GPU) to 16x the job's count; at each
+    the whole layout space is searched with the job's batch, sequence, precisions and optimizer. With
+    `engine` (an engine writer's `engine_layout`) the layout is the one that engine runs, or the next."""
+    base = est.layout
+    node = hw.node.gpus_per_node
+    step = node if base.gpus >= node else 1
+    start = (base.gpus // step + 1) * step
+    for gpus in range(start, base.gpus * MAX_GPU_FACTOR + 1, step):
+        problem = Problem(gpus=gpus, global_batch=base.global_batch, seq_len=base.seq_len, dtype=base.dtype,
+                          grad_dtype=base.grad_dtype, flash_attention=base.flash_attention, optimizer=base.optimizer,
+                          overlap_grad_reduce=base.overlap_grad_reduce, overlap_tp_comm=base.overlap_tp_comm)
+        try:
+            result = run_search(model, hw, problem, headroom=est.headroom)
+        except PlannerError:
+            continue
+        if result.feasible == 0:
+            continue
+        order = result.fits[np.argsort(result.results.step_seconds[result.fits], kind="stable")]
+        for pos in order[:TRIES_PER_COUNT]:
+            layout = result.layout(int(pos))
+            if engine is not None:
+                try:
+                    layout, _ = engine(model, layout)
+                except PlannerError:
+                    continue
+            again = estimate(model, hw, layout, headroom=est.headroom)
+            if not again.fits:
+                continue
+            description, diff = _describe_move(base, layout)
+            peak = float(again.stages[again.peak_stage].total_bytes)
+            base_peak = float(est.stages[est.peak_stage].total_bytes)
+            step_seconds = again.scalar("step_seconds")
+            return Suggestion(description=description, changes=diff, layout=layout, gpus=layout.gpus,
+                              peak_bytes=peak, saves_bytes=base_peak - peak, step_seconds=step_seconds,
+                              step_change=step_seconds / est.scalar("step_seconds") - 1.0)
+    return None
+
+
+def _describe_move(base: Layout, layout: Layout) -> tuple[str, dict[str, tuple[Any, Any]]]:
+    diff: dict[str, tuple[Any, Any]] = {"gpus": (base.gpus, layout.gpus)}
+    diff.update({name: (getattr(base, name), getattr(layout, name)) for name in Layout.model_fields
+                 if getattr(base, name) != getattr(layout, name)})
+    shown = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in diff.items() if k != "gpus")
+    return f"gpus {base.gpus} -> {layout.gpus} ({shown})", diff

@@ -138,6 +138,13 @@ def _moves(model: ModelSpec, hw: HardwareProfile, base: Layout, gpus: int) -> It
             found += 1
             if found == MAX_STEPS_PER_KNOB:
                 break
+    # precision: offered only when no layout change on the job's GPUs fits (they change the numerics)
+    if base.grad_dtype == "fp32":
+        yield "grad_dtype", {"grad_dtype": "fp16" if base.dtype == "fp16" else "bf16"}
+    if base.dtype == "bf16" and "fp8" in hw.accelerator.peak_flops_per_s:
+        yield "dtype", {"dtype": "fp8"}
+        if base.zero >= 1:
+            yield "dtype", {"dtype": "fp8", "fp8_param_gather": True}
     for factor in MORE_GPUS_FACTORS:
         yield "gpus", {"dp": base.dp * factor}
 
@@ -264,5 +271,21 @@ def suggest(
     # a single knob's change may carry what the engine pairs with it (tp -> sequence parallelism on torchtitan),
     # so singles and pairs are told apart by the knobs tried, not by the description
     ranked = sorted(chosen.items(), key=lambda kv: ("+" in kv[0], "gpus" in kv[1].changes, kv[1].step_seconds))
+    # layout changes on the job's GPUs first; a precision change or more GPUs only when none of those fits
+    same_gpus = [(f, s) for f, s in ranked if "gpus" not in s.changes and not PRECISION & set(f.split("+"))]
+    if same_gpus:
+        ranked = same_gpus
     singles_fit = [s for family, s in ranked if "+" not in family]
     return (singles_fit or [s for _, s in ranked])[:limit]
+
+
+PRECISION = frozenset({"dtype", "grad_dtype"})
+
+
+def keeps_gpus(fix: Suggestion) -> bool:
+    """A change of the layout on the job's own GPUs (not of their number)."""
+    return "gpus" not in fix.changes
+
+
+def is_precision_change(fix: Suggestion) -> bool:
+    return bool({"dtype", "grad_dtype", "fp8_param_gather"} & set(fix.changes))

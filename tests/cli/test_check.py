@@ -316,3 +316,50 @@ def test_dtype_the_hardware_lacks_names_the_engine_setting(run_cli, tmp_path):
         'flavor = "8B"', 'flavor = "8B"\nconverters = ["float8"]'))
     assert_one_line_error(run_cli("check", "--torchtitan", toml, "--hardware", "a100-80gb", "--gpus", "64"),
                           "fp8.toml", "has no fp8 peak", "model.converters")
+
+
+# what check says when nothing on the job's GPUs fits ----------------------------------------------------------
+def test_json_carries_the_parameter_count(run_cli):
+    """Llama 3.1 70B: 70,553,706,496 parameters, as transformers counts meta-llama/Llama-3.1-70B."""
+    got = json.loads(run_cli("check", JOBS / "llama70b_oom.yaml", "--format", "json").stdout)[0]
+    assert got["params"] == got["active_params"] == 70_553_706_496
+
+
+def test_70b_with_adam_on_8_gpus_is_told_the_fewest_gpus_that_fit(run_cli, tmp_path):
+    """70B with Adam needs about 16 bytes a parameter of model state (1.1 TB): no layout of 8 x 80 GB holds it,
+    so check names the fewest H100s on which some layout fits, with that layout, re-estimated."""
+    from planner.engines.load import load_hardware, load_model
+    from planner.search.engine import run_search
+    from planner.search.space import Problem
+    from planner.specs.layout import Layout
+    from planner.training.estimate import estimate
+
+    job = tmp_path / "j.yaml"
+    job.write_text("model: llama-3.1-70b\nhardware: h100-sxm\ngpus: 8\nparallel: {tp: 8, zero: 1, recompute: full}\n"
+                   "training: {global_batch: 64, seq_len: 4096}\n")
+    result = run_cli("check", job, "--format", "json")
+    assert result.exit_code == 1
+    fixes = json.loads(result.stdout)[0]["suggestions"]
+    more = [f for f in fixes if "gpus" in f["changes"]]
+    assert len(more) == 1 and more[0]["changes"]["gpus"] == {"from": 8, "to": 16}
+    hw, model = load_hardware("h100-sxm").spec, load_model("llama-3.1-70b").spec
+    # no layout at all fits on the job's 8 GPUs (the next count, one node more, is 16)
+    assert run_search(model, hw, Problem(gpus=8, global_batch=64, seq_len=4096)).feasible == 0
+    table = run_cli("check", job)
+    assert "gpus 8 -> 16" in table.output and "try 'planner search'" not in table.output
+    # the suggested layout fits when estimated again
+    layout = Layout(**{**{k: v for k, v in json.loads(result.stdout)[0]["config"].items()
+                          if k not in ("gpus", "num_micro_batches")},
+                       **{k: v["to"] for k, v in more[0]["changes"].items() if k != "gpus"}})
+    assert layout.gpus == 16 and estimate(model, hw, layout).fits
+
+
+def test_a_precision_change_is_offered_when_no_layout_change_fits(run_cli, tmp_path):
+    """One GPU leaves no degree or ZeRO stage to change; Llama 3.2 3B at 28,672 tokens with full recompute fits
+    with bf16 gradients (16 bytes a parameter of model state) but not with fp32 ones (18)."""
+    job = tmp_path / "j.yaml"
+    job.write_text("model: llama-3.2-3b\nhardware: h100-sxm\ngpus: 1\nparallel: {recompute: full}\n"
+                   "training: {global_batch: 1, seq_len: 28672, grad_dtype: fp32}\n")
+    result = run_cli("check", job, "--format", "json")
+    fixes = json.loads(result.stdout)[0]["suggestions"]
+    assert fixes[0]["changes"] == {"grad_dtype": {"from": "fp32", "to": "bf16"}} and fixes[0]["verified"]
