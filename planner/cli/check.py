@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from planner.search.suggest import EngineMapper
 
 GIB = float(1 << 30)
-ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torchtitan": "torchtitan"}
+ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torchtitan": "torchtitan",
+                  "hf_trainer": "hf_trainer", "accelerate_config": "accelerate"}
 # Layout flags, named as `planner estimate` names them; for direct engine checks they give what the file lacks.
 PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "recompute_layers_per_stage",
                   "micro_batch", "interleave", "schedule", "flash_attention", "overlap_grad_reduce", "overlap_tp_comm")
@@ -226,15 +227,22 @@ def _render_github(checked: list[Checked]) -> None:
               help="Check Megatron-LM arguments or a launch script (with --hardware, --gpus).")
 @click.option("--torchtitan", "torchtitan", type=click.Path(dir_okay=False, path_type=Path),
               help="Check a torchtitan TOML job config (with --hardware, --gpus).")
+@click.option("--hf-trainer", "hf_trainer", metavar="SCRIPT|COMMAND",
+              help="Check a Hugging Face Trainer launch: a launch script, or the command line itself "
+                   "('torchrun --nproc_per_node 8 train.py --model_name_or_path ... --fsdp \"full_shard auto_wrap\" ...').")
+@click.option("--accelerate-config", "accelerate_config", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check an accelerate config YAML (FSDP or DeepSpeed plugin); the Trainer command line in --engine-args.")
 @click.option("--engine-args", metavar="FLAGS",
-              help="More engine flags as one string: Megatron-LM arguments, or torchtitan --section.option overrides.")
+              help="More engine flags as one string: Megatron-LM arguments, torchtitan --section.option overrides, or "
+                   "the Trainer command line for --accelerate-config.")
 @layout_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True,
               help="table for people, json for tools, github for GitHub Actions annotations.")
 @click.option("--no-suggest", is_flag=True, help="Skip searching for changes that make a failing job fit.")
 @click.pass_context
 def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None, megatron_args: Path | None,
-              torchtitan: Path | None, engine_args: str | None, fmt: str, no_suggest: bool, **kw: Any) -> None:
+              torchtitan: Path | None, hf_trainer: str | None, accelerate_config: Path | None, engine_args: str | None,
+              fmt: str, no_suggest: bool, **kw: Any) -> None:
     """Check that training jobs fit in GPU memory: exit 0 if all fit, 1 if any does not, 2 on bad input.
 
     JOBS are job files (YAML; see 'planner schema job' and docs/check.md). Or check an engine config
@@ -248,17 +256,22 @@ def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None
       planner check --deepspeed ds_config.json --model llama-3.1-8b --hardware h100-sxm --gpus 64 --seq-len 4096
       planner check --megatron-args train_llama.sh --hardware h100-sxm --gpus 512
       planner check --torchtitan llama3_8b.toml --hardware h100-sxm --gpus 64
+      planner check --hf-trainer "torchrun --nproc_per_node 8 train.py --model_name_or_path Qwen/Qwen2.5-7B
+        --fsdp 'full_shard auto_wrap' --bf16 true --per_device_train_batch_size 1" --hardware h100-sxm --seq-len 4096
+      planner check --accelerate-config fsdp.yaml --engine-args "accelerate launch train.py ..." --hardware h100-sxm
     """
     from planner.engines.job import load_job, resolve_job
 
     engines = {ENGINE_OPTIONS[k]: v for k, v in (("deepspeed", deepspeed), ("megatron_args", megatron_args),
-                                                  ("torchtitan", torchtitan)) if v is not None}
+                                                  ("torchtitan", torchtitan), ("hf_trainer", hf_trainer),
+                                                  ("accelerate_config", accelerate_config)) if v is not None}
+    names = "--deepspeed, --megatron-args, --torchtitan, --hf-trainer, --accelerate-config"
     if len(engines) > 1:
-        raise click.UsageError("give one of --deepspeed, --megatron-args, --torchtitan")
+        raise click.UsageError(f"give one of {names}")
     if engines and jobs:
-        raise click.UsageError("give job files or an engine config (--deepspeed/--megatron-args/--torchtitan), not both")
+        raise click.UsageError(f"give job files or an engine config ({names}), not both")
     if not engines and not jobs:
-        raise click.UsageError("give job files, or an engine config with --deepspeed, --megatron-args or --torchtitan")
+        raise click.UsageError(f"give job files, or an engine config with one of {names}")
     if jobs:
         if _flags_given(kw) or engine_args:
             raise click.UsageError(f"{', '.join(_flags_given(kw) or ['--engine-args'])} apply to direct engine checks; "
@@ -267,9 +280,16 @@ def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None
     else:
         fmt_name, path = next(iter(engines.items()))
         engine: dict[str, Any] = {"format": fmt_name, "path": str(path)}
+        if fmt_name == "hf_trainer" and not Path(str(path)).is_file() and len(str(path).split()) > 1:
+            engine = {"format": fmt_name, "args": str(path)}  # the command line itself
+            path = Path("command line")
         if engine_args:
             engine["args"] = engine_args
-        job = _job_from_flags(kw, engine, f"--{fmt_name}")
+        if kw.get("gpus") is None and fmt_name in ("hf_trainer", "accelerate"):
+            from planner.engines.job import launch_gpus
+
+            kw["gpus"] = launch_gpus(fmt_name, Path(engine["path"]) if "path" in engine else None, engine.get("args"))
+        job = _job_from_flags(kw, engine, f"--{fmt_name.replace('_', '-')}")
         resolved = [resolve_job(job, base=Path("."), source=str(path), profile=kw.get("profile_path"))]
     checked = run_checks(resolved, suggest=not no_suggest)
     for c in checked:
@@ -288,7 +308,7 @@ def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None
 # export -------------------------------------------------------------------------------------------
 @cli.command("export")
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[JOB]")
-@click.option("--to", "to", required=True, type=click.Choice(["megatron", "deepspeed", "torchtitan"]),
+@click.option("--to", "to", required=True, type=click.Choice(["megatron", "deepspeed", "torchtitan", "hf_trainer"]),
               help="Engine format to write.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
               help="File to write (default: print to stdout).")

@@ -25,7 +25,7 @@ from planner.cli.options import (
 from planner.errors import PlannerError
 from planner.training.estimate import DEFAULT_HEADROOM
 
-EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan")  # planner.engines.export.EXPORT_FORMATS, without its imports
+EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "hf_trainer")  # planner.engines.export.EXPORT_FORMATS, without its imports
 # Search options that keep a field as an engine would set it, for when the engine changes the best layout.
 ENGINE_HINTS = {"grad_dtype": "--grad-dtype fp32", "zero": "--zero 0,3", "overlap_grad_reduce": "--overlap-grad-reduce",
                 "flash_attention": "--flash-attention"}

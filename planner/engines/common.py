@@ -151,7 +151,8 @@ def require(fields: Mapping[str, Any], name: str, source: str, hint: str) -> Non
 
 # --- what the writers share --------------------------------------------------------------------------
 GIB = float(1 << 30)
-CHECK_FLAGS: dict[str, str] = {"megatron": "--megatron-args", "deepspeed": "--deepspeed", "torchtitan": "--torchtitan"}
+CHECK_FLAGS: dict[str, str] = {"megatron": "--megatron-args", "deepspeed": "--deepspeed", "torchtitan": "--torchtitan",
+                               "hf_trainer": "--hf-trainer"}
 
 
 @dataclass(frozen=True)
@@ -214,4 +215,6 @@ def _model_flag(ctx: ExportContext) -> str:
         in_catalog = False
     if in_catalog:
         return f" --model {ctx.model_id}"
-    return "" if ctx.format == "megatron" else " --model <the model: a catalog id, a YAML spec or a config.json>"
+    if ctx.format in ("megatron", "hf_trainer"):  # the arguments describe or name the model themselves
+        return ""
+    return " --model <the model: a catalog id, a YAML spec or a config.json>"

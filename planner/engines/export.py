@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from planner.engines import deepspeed, megatron, torchtitan
+from planner.engines import deepspeed, hf_trainer, megatron, torchtitan
 from planner.engines.common import ExportContext, ExportFile
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareProfile
@@ -21,11 +21,12 @@ from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 from planner.training.estimate import TrainingEstimate, estimate
 
-EXPORT_FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan")
+EXPORT_FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan", "hf_trainer")
 DEFAULT_NAMES: dict[str, str] = {
     "megatron": "megatron_args.sh",
     "deepspeed": "ds_config.json",
     "torchtitan": "torchtitan.toml",
+    "hf_trainer": "train_hf.sh",
 }
 
 
@@ -34,7 +35,7 @@ Mapper = Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]]
 
 
 def exporter(fmt: str) -> tuple[Mapper, Renderer]:
-    modules = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan}
+    modules = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan, "hf_trainer": hf_trainer}
     if fmt not in modules:
         raise PlannerError(f"unknown export format '{fmt}'; use one of {', '.join(EXPORT_FORMATS)}")
     return modules[fmt].engine_layout, modules[fmt].render

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.engines import deepspeed, load, megatron, torchtitan
+from planner.engines import deepspeed, hf_trainer, load, megatron, torchtitan
 from planner.engines.common import EngineImport, require
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareProfile
@@ -107,7 +107,7 @@ def resolve_job(job: Job, *, base: Path, source: str, profile: Path | None = Non
     return ResolvedJob(
         source=source, model_id=loaded.id, model=model, hardware_id=hw.id, hardware=hw.spec, gpus=gpus,
         layout=layout, headroom=job.headroom if job.headroom is not None else DEFAULT_HEADROOM,
-        engine=engine.format if engine else None, warnings=imported.warnings, profile=overlay,
+        engine=imported.format if engine else None, warnings=imported.warnings, profile=overlay,
     )
 
 
@@ -126,6 +126,8 @@ def _import_engine(
                                field="model")
         data = load.read_engine_file("deepspeed", path)  # type: ignore[arg-type]
         return deepspeed.import_deepspeed(data, gpus=gpus, given=given, source=where), loaded
+    if engine.format in ("hf_trainer", "accelerate"):
+        return _import_hf_trainer(job, loaded, gpus, given, base, path, source)
     if engine.format == "megatron":
         tokens: list[str] = []
         notes: list[str] = []
@@ -188,3 +190,103 @@ def same_architecture(a: ModelSpec, b: ModelSpec) -> bool:
     """Two specs describe the same network (names, sources and the context limit aside)."""
     skip = {"name", "source", "max_seq_len"}
     return a.model_dump(exclude=skip) == b.model_dump(exclude=skip)
+
+
+def _import_hf_trainer(
+    job: Job, loaded: load.Loaded | None, gpus: int, given: dict[str, Any], base: Path, path: Path | None,
+    source: str,
+) -> tuple[EngineImport, load.Loaded]:
+    """A Hugging Face Trainer run: its command line (a launch script, or `args`), the accelerate config it names
+    or the job gives, and the DeepSpeed config it points to; the model from --model_name_or_path or the job."""
+    engine = job.engine
+    assert engine is not None
+    accelerate_config = None
+    text, where, folder = engine.args, f"{source}: engine.args", base
+    if engine.format == "accelerate":
+        assert path is not None
+        accelerate_config = load.read_structured(path)
+        if not isinstance(accelerate_config, dict):
+            raise PlannerError("an accelerate config is a YAML mapping", source=str(path))
+        where = str(path)
+    elif path is not None:
+        text, where, folder = load.read_engine_file("hf_trainer", path), str(path), path.parent
+    command = hf_trainer.parse_command(text, where) if text else None
+    if command is not None and command.accelerate_config_path and accelerate_config is None:
+        accel_path = _relative(command.accelerate_config_path, folder)
+        accelerate_config = load.read_structured(accel_path)
+    ds_ref = command.deepspeed_path if command else None
+    if accelerate_config is not None and ds_ref is None:
+        ds_ref = (accelerate_config.get("deepspeed_config") or {}).get("deepspeed_config_file") \
+            if isinstance(accelerate_config.get("deepspeed_config"), dict) else None
+        folder = path.parent if engine.format == "accelerate" and path is not None else folder
+    deepspeed_import = None
+    if ds_ref:
+        ds_path = _relative(ds_ref, folder)
+        data = load.read_engine_file("deepspeed", ds_path)
+        args = command.args if command else {}
+        micro = args.get("per_device_train_batch_size")
+        accum = args.get("gradient_accumulation_steps")
+        dtype = "bf16" if hf_trainer.flag_value(args, "bf16", where) else ("fp16" if hf_trainer.flag_value(args, "fp16", where)
+                                                                       else None)
+        if dtype is None and isinstance(accelerate_config, dict):
+            precision = str(accelerate_config.get("mixed_precision", "no"))
+            dtype = precision if precision in ("bf16", "fp16") else None
+        filled = hf_trainer.fill_deepspeed_auto(
+            data if isinstance(data, dict) else {}, micro=int(micro) if isinstance(micro, str) else None,
+            accum=int(accum) if isinstance(accum, str) else None, world=gpus, dtype=dtype, source=str(ds_path))
+        ds_given = {k: v for k, v in given.items() if k in ("seq_len", "recompute")}
+        seq = next((args[n] for n in hf_trainer.SEQ_FLAGS if isinstance(args.get(n), str)), None)
+        if seq is not None and "seq_len" not in ds_given:
+            ds_given["seq_len"] = int(seq)
+        ds_given.setdefault("seq_len", 1)  # the Trainer's sequence length is checked below, not in the JSON
+        if hf_trainer.flag_value(args, "gradient_checkpointing", where) is not None:
+            ds_given["recompute"] = "full" if hf_trainer.flag_value(args, "gradient_checkpointing", where) else "none"
+        deepspeed_import = deepspeed.import_deepspeed(filled, gpus=gpus, given=ds_given, source=str(ds_path))
+    model_ref = command.model_ref if command else None
+    if model_ref is not None:
+        named = _hf_model(model_ref, folder, where)
+        if loaded is not None and not same_architecture(named.spec, loaded.spec):
+            raise PlannerError(f"the job's model '{loaded.id}' is not --model_name_or_path {model_ref}; remove one",
+                               source=source, field="model")
+        loaded = loaded or named
+    if loaded is None:
+        raise PlannerError("model is required: give --model_name_or_path in the command line or the job's model",
+                           source=source, field="model")
+    imported = hf_trainer.import_hf_trainer(command, accelerate_config, gpus=gpus, given=given,
+                                            deepspeed_import=deepspeed_import, source=where)
+    return imported, loaded
+
+
+def _relative(ref: str, folder: Path) -> Path:
+    return Path(ref) if Path(ref).is_absolute() else folder / ref
+
+
+def _hf_model(ref: str, folder: Path, source: str) -> load.Loaded:
+    """--model_name_or_path: a model folder or config.json, a catalog id, or a Hugging Face id in the catalog."""
+    candidate = _relative(ref, folder)
+    if candidate.is_dir() and (candidate / "config.json").is_file():
+        return load.load_model(str(candidate / "config.json"))
+    if candidate.is_file():
+        return load.load_model(str(candidate))
+    catalog_id = _catalog_id_for_hf(ref) if "/" in ref else ref
+    entry = _catalog_entry(catalog_id)
+    if entry is None:
+        raise PlannerError(f"--model_name_or_path {ref} is not in planner's catalog and not a local folder; give its "
+                           "config.json with --model (or 'model' in the job)", source=source, field="model")
+    return entry
+
+
+def launch_gpus(fmt: str, path: Path | None, args: str | None) -> int | None:
+    """The GPU count a Trainer launch (torchrun --nproc_per_node x --nnodes, accelerate's num_processes) states,
+    for a direct check without --gpus; None when it does not say."""
+    if fmt not in ("hf_trainer", "accelerate"):
+        return None
+    if fmt == "accelerate" and path is not None:
+        config = load.read_structured(path)
+        if isinstance(config, dict) and config.get("num_processes") is not None:
+            return int(config["num_processes"])
+        path = None
+    text = load.read_engine_file("hf_trainer", path) if path is not None else args
+    if not text:
+        return None
+    return hf_trainer.parse_command(text, str(path) if path else "command line").gpus

@@ -27,8 +27,8 @@ from pydantic import (
 from planner.specs.layout import ComputeDtype, GradDtype, Optimizer, Recompute, Schedule
 from planner.specs.model import ModelSpec
 
-EngineFormat = Literal["deepspeed", "megatron", "torchtitan"]
-ENGINE_FORMATS: tuple[str, ...] = ("deepspeed", "megatron", "torchtitan")
+EngineFormat = Literal["deepspeed", "megatron", "torchtitan", "hf_trainer", "accelerate"]
+ENGINE_FORMATS: tuple[str, ...] = ("deepspeed", "megatron", "torchtitan", "hf_trainer", "accelerate")
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -101,16 +101,21 @@ class EngineSection(BaseModel):
 
     model_config = _STRICT
 
-    format: EngineFormat = Field(description="deepspeed (JSON config), megatron (arguments) or torchtitan (TOML).")
+    format: EngineFormat = Field(
+        description="deepspeed (JSON config), megatron (arguments), torchtitan (TOML), hf_trainer (a Hugging Face "
+        "Trainer launch: torchrun / accelerate launch ... train.py TrainingArguments) or accelerate (an accelerate "
+        "config YAML, with the Trainer command line as 'args').")
     path: str | None = Field(
         default=None,
         description="The engine file, relative to the job file: a DeepSpeed JSON, a file of Megatron-LM arguments "
-        "or a launch script, a torchtitan TOML job config.",
+        "or a launch script, a torchtitan TOML job config, a Hugging Face Trainer launch script, an accelerate "
+        "config YAML.",
     )
     args: str | None = Field(
         default=None,
-        description="Command-line flags as one string: Megatron-LM arguments (instead of, or after, `path`), or "
-        "torchtitan `--section.option value` overrides applied on top of the TOML.",
+        description="Command-line flags as one string: Megatron-LM arguments (instead of, or after, `path`), "
+        "torchtitan `--section.option value` overrides applied on top of the TOML, or the Hugging Face Trainer "
+        "command line (hf_trainer, accelerate).",
     )
 
     @model_validator(mode="after")
@@ -121,6 +126,9 @@ class EngineSection(BaseModel):
             raise ValueError("a deepspeed engine needs 'path' (the DeepSpeed JSON); 'args' is for megatron/torchtitan")
         if self.format == "deepspeed" and self.args is not None:
             raise ValueError("'args' does not apply to deepspeed; put the settings in the JSON or in 'parallel'")
+        if self.format == "accelerate" and self.path is None:
+            raise ValueError("an accelerate engine needs 'path' (the accelerate config YAML); 'args' is the Trainer "
+                             "command line")
         return self
 
 

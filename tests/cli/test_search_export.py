@@ -14,6 +14,7 @@ from planner.cli.search import EXPORT_FORMATS, search_cmd
 from planner.engines.deepspeed import import_deepspeed
 from planner.engines.export import DEFAULT_NAMES
 from planner.engines.export import EXPORT_FORMATS as EXPORTER_FORMATS
+from planner.engines.hf_trainer import import_hf_trainer, parse_command
 from planner.engines.load import load_model, parse_toml
 from planner.engines.megatron import import_megatron, split_launch_text
 from planner.engines.torchtitan import import_torchtitan
@@ -41,6 +42,13 @@ def _for_format(fmt: str, case: tuple) -> tuple | None:
         extra = _without(extra, "--interleave")
         extra = (*extra, "--zero", "0,1") if "--pp" in extra and "--zero" not in extra else extra
         return (*case[:4], (*extra, "--ep", "1", "--interleave", "1", "--sequence-parallel", "off"))
+    if fmt == "hf_trainer":  # the Trainer runs data parallelism (DDP, FSDP) with bf16/fp16 only
+        if "fp8" in extra or "--no-flash-attention" in extra:
+            return None
+        for flag in ("--tp", "--pp", "--interleave", "--zero"):
+            extra = _without(extra, flag)
+        return (*case[:4], (*extra, "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "1", "--zero", "0,2,3",
+                            "--recompute", "none,full"))
     if fmt != "torchtitan":
         return case
     if "sgd" in extra:
@@ -80,6 +88,8 @@ def _import(fmt: str, path, model, gpus: int) -> Layout:
         got = import_megatron(split_launch_text(text, path.name), gpus=gpus, given={}, model=model, source=path.name)
     elif fmt == "deepspeed":
         got = import_deepspeed(json.loads(text), gpus=gpus, given={}, source=path.name)
+    elif fmt == "hf_trainer":
+        got = import_hf_trainer(parse_command(text, path.name), None, gpus=gpus, given={}, source=path.name)
     else:
         got = import_torchtitan(parse_toml(text, path.name), [], gpus=gpus, given={}, model=model, source=path.name)
     return resolve_layout(model, gpus, **got.fields)
@@ -119,6 +129,9 @@ def test_search_export_import_estimate_roundtrip(run_cli, tmp_path, fmt, model_i
     if fmt == "torchtitan":  # torchtitan fixes some settings itself; each change is noted on stderr and in the file
         assert changed <= {"grad_dtype", "zero", "sequence_parallel", "overlap_grad_reduce", "flash_attention"}, changed
         assert bool(changed) == ("note:" in result.stderr) == ("# Note:" in path.read_text())
+    elif fmt == "hf_trainer":  # DDP/FSDP keep fp32 gradients and overlap their reduction; each change is noted
+        assert changed <= {"grad_dtype", "overlap_grad_reduce", "overlap_tp_comm"}, changed
+        assert bool(changed) == ("note:" in result.stderr) == ("Note:" in path.read_text())
     elif fmt == "deepspeed":  # AutoTP has no sequence parallelism or TP overlap; each change is noted
         assert changed <= {"overlap_tp_comm", "grad_dtype", "zero"}, changed
         assert bool(changed) == ("note:" in result.stderr) == ("Note:" in path.read_text())

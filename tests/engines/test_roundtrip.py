@@ -16,6 +16,7 @@ import pytest
 
 from planner.engines.deepspeed import import_deepspeed
 from planner.engines.export import EXPORT_FORMATS, render_export
+from planner.engines.hf_trainer import import_hf_trainer, parse_command
 from planner.engines.load import load_hardware, load_model, parse_toml
 from planner.engines.megatron import import_megatron, split_launch_text
 from planner.engines.torchtitan import import_torchtitan
@@ -54,6 +55,10 @@ CASES: dict[str, tuple[str, int, dict]] = {
     "cp3-of-32-heads": ("llama-3.1-8b", 24, dict(cp=3, zero=1, global_batch=48, seq_len=12288)),
     "sgd": ("llama-3.1-8b", 8, dict(optimizer="sgd", zero=1, global_batch=64, seq_len=4096)),
     "gpipe-pp2": ("llama-3.1-8b", 8, dict(pp=2, schedule="gpipe", global_batch=16, seq_len=1024, zero=1)),
+    "fsdp-full-shard": ("llama-3.1-8b", 16, dict(zero=3, recompute="full", micro_batch=2, global_batch=64,
+                                                 seq_len=4096, grad_dtype="fp32")),
+    "zero2-fp16-ddp-overlap-off": ("llama-3.2-3b", 8, dict(zero=2, dtype="fp16", grad_dtype="fp32", global_batch=32,
+                                                           seq_len=2048, overlap_grad_reduce=False)),
 }
 
 # (case, engine) -> what the refusal names
@@ -71,6 +76,13 @@ REFUSED: dict[tuple[str, str], str] = {
     ("sgd", "torchtitan"): "Adam",
     ("gpipe-pp2", "megatron"): "GPipe",
     ("gpipe-pp2", "deepspeed"): "gpipe",
+    ("zero2-fp16-ddp-overlap-off", "torchtitan"): "fp16",
+    # the Hugging Face Trainer runs data parallelism only (DDP, FSDP), whole-layer checkpointing, bf16/fp16
+    **{(name, "hf_trainer"): why for name, why in (
+        ("tp2-sp-zero1-selective", "tp(2)"), ("tp8-pp4-vpp2-fp32grads-tpoverlap", "tp(8)"), ("cp2-zero3", "cp(2)"),
+        ("tp4-pp2-zero2-block-fp8", "tp(4)"), ("moe-tp2-pp2-ep8", "tp(2)"), ("fp16-tp8-pp8-noflash", "tp(8)"),
+        ("uneven-126-on-pp16", "tp(8)"), ("uneven-61-on-pp8", "tp(8)"), ("fp8-param-gather", "zero(1)"),
+        ("cp3-of-32-heads", "cp(3)"), ("sgd", "zero(1)"), ("gpipe-pp2", "pp(2)"))},
 }
 
 MATRIX = [pytest.param(name, fmt, id=f"{fmt}-{name}") for name in CASES for fmt in EXPORT_FORMATS]
@@ -88,6 +100,8 @@ def _read_back(fmt: str, text: str, model, gpus: int):
         imported = import_megatron(split_launch_text(text, "m.sh"), gpus=gpus, given={}, model=model, source="m.sh")
     elif fmt == "deepspeed":
         imported = import_deepspeed(json.loads(text), gpus=gpus, given={}, source="ds.json")
+    elif fmt == "hf_trainer":
+        imported = import_hf_trainer(parse_command(text, "train.sh"), None, gpus=gpus, given={}, source="train.sh")
     else:
         imported = import_torchtitan(parse_toml(text, "t.toml"), [], gpus=gpus, given={}, model=model,
                                      source="t.toml")

@@ -45,7 +45,7 @@ def test_bf16_zero0_with_fp32_accumulation_is_refused_as_deepspeed_refuses_it():
 @pytest.mark.parametrize("name", ["zero_stage1_config.json", "zero_stage2_config.json", "zero_stage3_config.json"])
 def test_accelerate_templates_read_with_the_trainers_auto_batch(name):
     """accelerate's templates leave the batch "auto" (the Trainer fills it): the job's micro batch applies."""
-    imp = import_deepspeed(_config(f"accelerate/{name}"), gpus=8, given={"seq_len": 4096, "micro_batch": 2},
+    imp = import_deepspeed(_config(f"accelerate/deepspeed_config_templates/{name}"), gpus=8, given={"seq_len": 4096, "micro_batch": 2},
                            source=name)
     stage = int(name[len("zero_stage")])
     assert (imp.fields["zero"], imp.fields["micro_batch"], imp.fields["global_batch"]) == (stage, 2, 16)
@@ -58,7 +58,7 @@ def test_accelerate_templates_read_with_the_trainers_auto_batch(name):
 ])
 def test_accelerate_offload_templates_are_refused_naming_the_setting(run_cli, name, field):
     """CPU offload is not in the cost model (a later issue): exit 2, one line, naming the setting."""
-    result = run_cli("check", "--deepspeed", UPSTREAM / "accelerate" / name, "--model", "llama-3.1-8b", "--hardware",
+    result = run_cli("check", "--deepspeed", UPSTREAM / "accelerate" / "deepspeed_config_templates" / name, "--model", "llama-3.1-8b", "--hardware",
                      "h100-sxm", "--gpus", "8", "--seq-len", "4096", "--micro-batch", "1")
     assert result.exit_code == 2 and len(result.output.splitlines()) == 1
     assert field in result.output and "offload" in result.output

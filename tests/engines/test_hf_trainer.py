@@ -1,0 +1,142 @@
+"""Hugging Face Trainer launches (TrainingArguments command lines, accelerate configs) -> layouts, and back.
+
+Upstream fixtures: tests/fixtures/engines/upstream/accelerate/ (repository, path, commit in ../SOURCES.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from planner.engines.hf_trainer import import_hf_trainer, parse_command
+from planner.errors import PlannerError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ACCELERATE = FIXTURES / "engines" / "upstream" / "accelerate"
+SEED = ('torchrun --nproc_per_node=4 train.py --model_name_or_path Qwen/Qwen2.5-7B --fsdp "full_shard auto_wrap" '
+        '--bf16 true --gradient_checkpointing true --per_device_train_batch_size 2 --gradient_accumulation_steps 8')
+
+
+def _check(run_cli, *args: str):
+    result = run_cli("check", *args, "--hardware", "h100-sxm", "--format", "json", "--no-suggest")
+    return result, (json.loads(result.stdout)[0] if result.exit_code in (0, 1) else None)
+
+
+def test_seed_command_line_is_fsdp_full_shard_on_the_launchers_gpus(run_cli):
+    """torchrun starts 4 processes; --fsdp full_shard is ZeRO 3 over them, --gradient_checkpointing recomputes
+    every layer, FSDP keeps fp32 gradients under bf16 autocast; global batch = 2 x 8 x 4 = 64."""
+    result, got = _check(run_cli, "--hf-trainer", SEED, "--seq-len", "4096")
+    assert result.exit_code in (0, 1), result.output
+    c = got["config"]
+    assert got["model"] == "qwen2.5-7b" and c["gpus"] == 4
+    assert (c["dp"], c["zero"], c["recompute"], c["dtype"], c["grad_dtype"]) == (4, 3, "full", "bf16", "fp32")
+    assert (c["micro_batch"], c["global_batch"], c["seq_len"]) == (2, 64, 4096)
+    assert got["params"] == 7_615_616_512  # transformers' count for Qwen/Qwen2.5-7B
+
+
+def test_python_m_torch_distributed_run_and_the_scripts_sequence_flag():
+    cmd = parse_command("python -m torch.distributed.run --nproc_per_node 8 --nnodes 2 train.py "
+                        "--model_name_or_path x --bf16 --max_seq_length 8192 --per_device_train_batch_size 1", "t")
+    assert cmd.launcher == "torchrun" and cmd.gpus == 16
+    imp = import_hf_trainer(cmd, None, gpus=16, given={}, source="t")
+    assert (imp.fields["seq_len"], imp.fields["zero"], imp.fields["recompute"]) == (8192, 0, "none")  # DDP
+    with pytest.raises(PlannerError, match="starts 16 processes"):
+        import_hf_trainer(cmd, None, gpus=8, given={}, source="t")
+
+
+def test_accelerate_fsdp_template(run_cli):
+    """accelerate's examples/config_yaml_templates/fsdp.yaml: FULL_SHARD over its 2 processes, bf16, no
+    activation checkpointing."""
+    result, got = _check(run_cli, "--accelerate-config", ACCELERATE / "config_yaml_templates" / "fsdp.yaml",
+                         "--engine-args", "accelerate launch train.py --model_name_or_path meta-llama/Llama-3.1-8B "
+                         "--per_device_train_batch_size 1 --gradient_accumulation_steps 4", "--seq-len", "4096")
+    assert result.exit_code in (0, 1), result.output
+    c = got["config"]
+    assert (c["gpus"], c["zero"], c["recompute"], c["dtype"], c["grad_dtype"], c["global_batch"]) == \
+        (2, 3, "none", "bf16", "fp32", 8)
+
+
+def test_accelerate_deepspeed_template_reads_its_json(run_cli):
+    """examples/config_yaml_templates/deepspeed.yaml points at ../deepspeed_config_templates/zero_stage1_config.json
+    (fp16, ZeRO 1, gradient_accumulation_steps 1, batch sizes "auto")."""
+    config = ACCELERATE / "config_yaml_templates" / "deepspeed.yaml"
+    cmd = ("accelerate launch train.py --model_name_or_path meta-llama/Llama-3.1-8B --fp16 true "
+           "--per_device_train_batch_size 2 --gradient_checkpointing true")
+    result, got = _check(run_cli, "--accelerate-config", config, "--engine-args", cmd, "--seq-len", "4096")
+    assert result.exit_code in (0, 1), result.output
+    c = got["config"]
+    assert (c["gpus"], c["zero"], c["dtype"], c["grad_dtype"], c["recompute"], c["global_batch"]) == \
+        (2, 1, "fp16", "fp16", "full", 4)
+    # the Trainer refuses a DeepSpeed config that disagrees with its flags: fp16.enabled true with --bf16
+    bad, _ = _check(run_cli, "--accelerate-config", config, "--engine-args", cmd.replace("--fp16", "--bf16"),
+                    "--seq-len", "4096")
+    assert bad.exit_code == 2 and "fp16.enabled" in bad.output
+
+
+def test_fsdp2_reshard_after_forward_false_is_zero2():
+    imp = import_hf_trainer(None, {"distributed_type": "FSDP", "mixed_precision": "bf16", "num_processes": 8,
+                                   "fsdp_config": {"fsdp_version": 2, "fsdp_reshard_after_forward": False,
+                                                   "fsdp_activation_checkpointing": True}},
+                            gpus=8, given={"seq_len": 2048, "micro_batch": 1}, source="a.yaml")
+    assert (imp.fields["zero"], imp.fields["recompute"]) == (2, "full")
+
+
+@pytest.mark.parametrize(("args", "setting"), [
+    (("--hf-trainer", SEED.replace("full_shard auto_wrap", "full_shard offload auto_wrap")), "--fsdp"),
+    (("--hf-trainer", SEED.replace('--fsdp "full_shard auto_wrap"', "--deepspeed " + str(
+        ACCELERATE / "deepspeed_config_templates" / "zero_stage3_offload_config.json"))
+      .replace("--bf16", "--fp16").replace("--gradient_accumulation_steps 8", "--gradient_accumulation_steps 1")),
+     "zero_optimization.offload_optimizer.device"),
+])
+def test_offload_is_refused_naming_the_setting(run_cli, args, setting):
+    """The cost model has no CPU offload yet: exit 2, one line, naming the setting (docs/check.md)."""
+    result, _ = _check(run_cli, *args, "--seq-len", "4096")
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1 and setting in result.output
+
+
+def test_accelerate_fsdp_offload_params_is_refused(run_cli, tmp_path):
+    config = tmp_path / "fsdp.yaml"
+    config.write_text((ACCELERATE / "config_yaml_templates" / "fsdp.yaml").read_text()
+                      .replace("fsdp_offload_params: false", "fsdp_offload_params: true"))
+    result, _ = _check(run_cli, "--accelerate-config", config, "--engine-args",
+                       "accelerate launch train.py --model_name_or_path meta-llama/Llama-3.1-8B", "--seq-len", "4096")
+    assert result.exit_code == 2 and "fsdp_config.fsdp_offload_params" in result.output
+
+
+def test_model_from_a_config_json_folder_and_unknown_ids(run_cli, tmp_path):
+    folder = tmp_path / "my-qwen"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "hf" / "qwen3-8b.json", folder / "config.json")
+    result, got = _check(run_cli, "--hf-trainer", SEED.replace("Qwen/Qwen2.5-7B", str(folder)), "--seq-len", "4096")
+    assert result.exit_code in (0, 1), result.output
+    assert got["params"] == 8_190_735_360  # transformers' count for Qwen/Qwen3-8B
+    unknown, _ = _check(run_cli, "--hf-trainer", SEED.replace("Qwen/Qwen2.5-7B", "someone/unknown-model"),
+                        "--seq-len", "4096")
+    assert unknown.exit_code == 2 and "not in planner's catalog" in unknown.output
+
+
+def test_job_file_with_an_hf_trainer_engine(run_cli, tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text(f"hardware: h100-sxm\ngpus: 4\ntraining: {{seq_len: 4096}}\nengine:\n  format: hf_trainer\n"
+                   f"  args: {json.dumps(SEED)}\n")
+    result = run_cli("check", job, "--format", "json", "--no-suggest")
+    assert result.exit_code in (0, 1), result.output
+    assert json.loads(result.stdout)[0]["config"]["zero"] == 3
+
+
+def test_export_then_check_gives_the_same_layout(run_cli, tmp_path):
+    out = tmp_path / "train_hf.sh"
+    exported = run_cli("export", "--to", "hf_trainer", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus",
+                       "16", "--zero", "3", "--recompute", "full", "--micro-batch", "2", "--global-batch", "64",
+                       "--seq-len", "4096", "--grad-dtype", "fp32", "--out", out)
+    assert exported.exit_code == 0, exported.output
+    text = out.read_text()
+    assert "--fsdp 'full_shard auto_wrap'" in text and "--model_name_or_path meta-llama/Llama-3.1-8B" in text
+    result, got = _check(run_cli, "--hf-trainer", out)
+    assert result.exit_code == 0, result.output
+    c = got["config"]
+    assert (c["gpus"], c["zero"], c["recompute"], c["micro_batch"], c["global_batch"], c["seq_len"]) == \
+        (16, 3, "full", 2, 64, 4096)
