@@ -307,7 +307,9 @@ def _fsdp_plugin(fsdp: Mapping[str, Any], got: Collected) -> None:
 
 # --- TrainingArguments -> fields -------------------------------------------------------------------
 def _fsdp_option(value: str | bool, got: Collected) -> None:
-    words = str(value).replace(",", " ").split() if not isinstance(value, bool) else ["full_shard"]
+    if isinstance(value, bool) or value.lower() in TRUE + FALSE:  # transformers v5: --fsdp true + fsdp_config
+        value = "full_shard" if value is True or str(value).lower() in TRUE else "no_shard"
+    words = str(value).replace(",", " ").split()
     if "offload" in words:
         raise PlannerError("--fsdp offload moves parameters and gradients to the CPU, which planner does not model "
                            "yet; remove 'offload' to check the on-GPU layout", source=got.source, field="--fsdp")

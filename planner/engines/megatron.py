@@ -742,8 +742,10 @@ def import_megatron(
 ZERO_FLAGS: dict[int, list[str]] = {
     0: [],
     1: ["--use-distributed-optimizer"],
-    2: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"],
-    3: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"],
+    # validate_args: "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format"
+    2: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads", "--ckpt-format", "fsdp_dtensor"],
+    3: ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params", "--ckpt-format",
+        "fsdp_dtensor"],
 }
 POSITION = {"rotary": "rope", "learned": "learned_absolute", "none": "none"}
 
