@@ -382,6 +382,7 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
         head_dim=int(head_dim) if head_dim and (mla is not None or int(head_dim) != h // a) else None,
         mlp_kind="gated" if gated else "standard",
         embedding_norm=bool(args.get("embed-layernorm")),
+        attention_sinks=args.get("softmax-type") == "learnable",  # one learnable sink logit per head and layer
         **_sliding_window(args, layers, source),
         vocab_size=padded_vocab(args, tp, source),
         tied_embeddings=not args.get("untie-embeddings-and-output-weights"),
@@ -492,10 +493,7 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     got.set("flash_attention", backend not in ("unfused", "local"), "--attention-backend",
             explicit="attention-backend" in args or any(f in args for f in flash_flags) or "deepspeed" in args)
     _recompute(args, got)
-    if args.get("softmax-type") == "learnable":
-        got.warn("--softmax-type learnable: the attention sinks (one learnable logit per head and layer, "
-                 "num-attention-heads x num-layers parameters) are not counted")
-    elif args.get("softmax-type") not in (None, "vanilla", "off-by-one"):
+    if args.get("softmax-type") not in (None, "vanilla", "off-by-one", "learnable"):
         raise PlannerError(f"--softmax-type {args['softmax-type']} is not known (vanilla, off-by-one, learnable)",
                            source=src)
     for flag, why, fatal in (
@@ -809,6 +807,18 @@ def _vocab_divisor(vocab: int, tp: int) -> int:
     return 1
 
 
+def _window_flags(model: ModelSpec) -> list[list[str]] | None:
+    """--window-size and --window-attn-skip-freq for the model's sliding-window layers (the reader's rule:
+    every layer, or all but one in N), or None when the count has no such spelling."""
+    layers, swa, tokens = model.num_layers, model.sliding_window_layers, model.sliding_window_tokens
+    assert tokens is not None
+    size = ["--window-size", f"{tokens - 1},0"]
+    if swa == layers:
+        return [size]
+    every = next((n for n in range(2, layers + 1) if layers - layers // n == swa), None)
+    return None if every is None else [size, ["--window-attn-skip-freq", str(every)]]
+
+
 def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
     """Megatron flags that describe the architecture, and what they cannot express."""
     flags: list[list[str]] = [
@@ -864,7 +874,11 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
         flags += [["--kv-lora-rank", str(mla.kv_lora_rank)], ["--qk-head-dim", str(mla.qk_nope_head_dim)],
                   ["--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim)], ["--v-head-dim", str(mla.v_head_dim)]]
     if model.sliding_window_layers:
-        missing.append("sliding-window attention")
+        window = _window_flags(model)
+        if window is None:
+            missing.append("sliding-window attention on these layers")
+        else:
+            flags += window
     if model.norms_per_layer != 2 or model.embedding_norm:
         missing.append("extra norm layers")
     if model.norm_kind == "layernorm_no_bias":
@@ -872,7 +886,7 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
     if model.qk_norm and model.qk_norm_shape == "all_heads":
         missing.append("q/k norms with weights per head (Megatron's --qk-layernorm shares head_dim weights)")
     if model.attention_sinks:
-        missing.append("attention sinks")
+        flags.append(["--softmax-type", "learnable"])
     if model.lm_head_bias:
         missing.append("a bias on the output layer")
     if model.parallel_attention_mlp:

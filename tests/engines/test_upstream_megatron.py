@@ -99,20 +99,27 @@ def test_fp8_param_gather_needs_fp8_and_a_sharded_optimizer():
 def test_gpt_oss_20b_from_megatron_flags_counts_20_91_billion():
     """examples/post_training/modelopt/conf/openai/gpt-oss-20b.sh: --quick-geglu is a gated MLP (gated_linear_unit
     with quick_gelu in argument_utils.py), biases stay on (no --disable-bias-linear), --enable-gpt-oss sets YaRN
-    RoPE (no position table). Hand count, h 2880, 64 query heads and 8 KV heads of 64, 32 experts of 2880:
+    RoPE (no position table), --softmax-type learnable adds a sink logit per head. Hand count, h 2880, 64 query
+    heads and 8 KV heads of 64, 32 experts of 2880:
       embedding and untied head 2 x 201,088 x 2,880 = 1,158,266,880; final norm 2,880
-      attention 2 x 2880 x 4096 + 2 x 2880 x 512 = 26,542,080, biases 4096 + 512 + 512 + 2880 = 8,000
+      attention 2 x 2880 x 4096 + 2 x 2880 x 512 = 26,542,080, biases 4096 + 512 + 512 + 2880 = 8,000, sinks 64
       experts 32 x (2880 x 5760 + 5760 + 2880 x 2880 + 2880) = 796,538,880; router 2880 x 32 = 92,160; norms 5,760
-      per layer 823,186,880; x 24 = 19,756,485,120; total 20,914,754,880.
-    transformers counts 20,914,757,184 for openai/gpt-oss-20b: 2,304 more, the router's biases (24 x 32) and the
-    attention sinks (24 x 64), which Megatron's flags do not express and planner does not count."""
+      per layer 823,186,944; x 24 = 19,756,486,656; total 20,914,756,416.
+    transformers counts 20,914,757,184 for openai/gpt-oss-20b: 768 more, the router's biases (24 x 32), which
+    Megatron's router does not have."""
     imp, _ = _import("gpt-oss-20b.sh", 8, {"global_batch": 8})
     model = imp.model
-    assert model.mlp_kind == "gated" and model.position_embedding == "rotary"
+    assert model.mlp_kind == "gated" and model.position_embedding == "rotary" and model.attention_sinks
     assert (model.sliding_window_tokens, model.sliding_window_layers) == (128, 12)  # --window-size 127,0, skip 2
-    assert _total(model) == 20_914_754_880
+    assert _total(model) == 20_914_756_416
     assert round(_total(model) / 1e9, 2) == 20.91
-    assert any("attention sinks" in w for w in imp.warnings)
+    # written back, the flags describe the same model
+    hw = load_hardware("h100-sxm").spec
+    lay = resolve_layout(model, 8, **imp.fields)
+    exported = render_export("megatron", "gpt-oss", model, hw, lay, estimate(model, hw, lay))
+    assert "--window-attn-skip-freq 2" in exported.text and "--softmax-type learnable" in exported.text
+    back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=None, source="m")
+    assert _total(back.model) == _total(model)
 
 
 def test_swiglu_and_quick_geglu_together_are_refused():

@@ -40,14 +40,23 @@ def test_the_flavors_hf_config_is_not_a_contradiction_whatever_its_file_is_calle
     assert other.exit_code == 2 and "is not torchtitan model qwen3 flavor 8B" in other.output
 
 
+def test_deepseek_v3_16b_flavor_is_the_catalogs_deepseek_v2_lite(run_cli):
+    """torchtitan's deepseek_v3 16B flavor is DeepSeek-V2-Lite's architecture, in planner's catalog."""
+    alone = _check(run_cli, UPSTREAM / "deepseek_v3_16b.toml")
+    assert alone.exit_code in (0, 1), alone.output
+    assert json.loads(alone.stdout)[0]["model"] == "deepseek-v2-lite"
+
+
 def test_a_flavor_planner_has_no_spec_for_takes_the_given_config(run_cli, tmp_path):
-    """deepseek_v3 16B maps to DeepSeek-V2-Lite, which planner's catalog lacks: planner asks for the model, and
-    the model given is then used (it was refused as contradicting the missing catalog id)."""
-    asked = _check(run_cli, UPSTREAM / "deepseek_v3_16b.toml")
-    assert asked.exit_code == 2 and "give the model" in asked.output and "deepseek-v2-lite" in asked.output
+    """qwen3 4B maps to qwen3-4b, which planner's catalog lacks: planner asks for the model, and the model given
+    is then used (it was refused as contradicting the missing catalog id)."""
+    toml = tmp_path / "qwen3_4b.toml"
+    toml.write_text((UPSTREAM / "qwen3_32b.toml").read_text().replace('flavor = "32B"', 'flavor = "4B"'))
+    asked = _check(run_cli, toml)
+    assert asked.exit_code == 2 and "give the model" in asked.output and "qwen3-4b" in asked.output
     spec = tmp_path / "config.json"
-    shutil.copy(FIXTURES / "hf" / "qwen3-30b-a3b.json", spec)  # any HF config the reader accepts
-    result = _check(run_cli, UPSTREAM / "deepseek_v3_16b.toml", "--model", spec)
+    shutil.copy(FIXTURES / "hf" / "qwen3-8b.json", spec)  # any HF config the reader accepts
+    result = _check(run_cli, toml, "--model", spec)
     assert "contradict" not in result.output and result.exit_code in (0, 1), result.output
 
 
