@@ -179,7 +179,8 @@ def catalog_id(name: str, flavor: str) -> str | None:
 def hf_backend_model(config: Mapping[str, Any], source: str) -> str:
     """The Hugging Face id a transformers-backend config trains ([hf_transformers] model, flavor full)."""
     _, flavor = model_name(config)
-    section = config.get("hf_transformers") if isinstance(config.get("hf_transformers"), dict) else {}
+    found = config.get("hf_transformers")
+    section: Mapping[str, Any] = found if isinstance(found, dict) else {}
     repo = section.get("model")
     if not isinstance(repo, str) or not repo:
         raise PlannerError(f"[model] name = \"{HF_BACKEND}\" needs [hf_transformers] model = \"<Hugging Face id>\"",
