@@ -296,41 +296,72 @@ def fewest_gpus_fix(
 ) -> Suggestion | None:
     """The fewest GPUs of the job's kind on which some layout fits, and the fastest such layout, re-estimated.
 
-    GPU counts go up by one node once the job spans a node (else by one GPU) to 16x the job's count; at each
-    the whole layout space is searched with the job's batch, sequence, precisions and optimizer. With
-    `engine` (an engine writer's `engine_layout`) the layout is the one that engine runs, or the next."""
+    GPU counts are whole nodes once the job spans a node (else single GPUs). The count is doubled until
+    something fits (up to 16x the job's), then the counts between the last miss and that hit are tried in
+    order, at most MAX_PROBES of them (evenly spaced when there are more), so the answer is the fewest to
+    within that spacing. At each count the whole layout space is searched with the job's batch, sequence,
+    precisions and optimizer. With `engine` (an engine writer's `engine_layout`) the layout is the one that
+    engine runs, or the next fastest."""
     base = est.layout
     node = hw.node.gpus_per_node
     step = node if base.gpus >= node else 1
-    start = (base.gpus // step + 1) * step
-    for gpus in range(start, base.gpus * MAX_GPU_FACTOR + 1, step):
-        problem = Problem(gpus=gpus, global_batch=base.global_batch, seq_len=base.seq_len, dtype=base.dtype,
-                          grad_dtype=base.grad_dtype, flash_attention=base.flash_attention, optimizer=base.optimizer,
-                          overlap_grad_reduce=base.overlap_grad_reduce, overlap_tp_comm=base.overlap_tp_comm)
-        try:
-            result = run_search(model, hw, problem, headroom=est.headroom)
-        except PlannerError:
-            continue
-        if result.feasible == 0:
-            continue
-        order = result.fits[np.argsort(result.results.step_seconds[result.fits], kind="stable")]
-        for pos in order[:TRIES_PER_COUNT]:
-            layout = result.layout(int(pos))
-            if engine is not None:
-                try:
-                    layout, _ = engine(model, layout)
-                except PlannerError:
-                    continue
-            again = estimate(model, hw, layout, headroom=est.headroom)
-            if not again.fits:
+    miss, hit = base.gpus, None
+    count = base.gpus
+    while count < base.gpus * MAX_GPU_FACTOR:
+        count = min(count * 2, base.gpus * MAX_GPU_FACTOR)
+        count = -(-count // step) * step
+        found = _fit_at(model, hw, est, count, engine)
+        if found is not None:
+            hit = (count, found)
+            break
+        miss = count
+    if hit is None:
+        return None
+    between = list(range((miss // step + 1) * step, hit[0], step))
+    if len(between) > MAX_PROBES:
+        stride = -(-len(between) // MAX_PROBES)
+        between = between[::stride]
+    for count in between:
+        found = _fit_at(model, hw, est, count, engine)
+        if found is not None:
+            return found
+    return hit[1]
+
+
+MAX_PROBES = 32
+
+
+def _fit_at(model: ModelSpec, hw: HardwareProfile, est: TrainingEstimate, gpus: int, engine: Any
+            ) -> Suggestion | None:
+    """The fastest layout on `gpus` GPUs that fits (as `engine` runs it), as a Suggestion; None if none does."""
+    base = est.layout
+    problem = Problem(gpus=gpus, global_batch=base.global_batch, seq_len=base.seq_len, dtype=base.dtype,
+                      grad_dtype=base.grad_dtype, flash_attention=base.flash_attention, optimizer=base.optimizer,
+                      overlap_grad_reduce=base.overlap_grad_reduce, overlap_tp_comm=base.overlap_tp_comm)
+    try:
+        result = run_search(model, hw, problem, headroom=est.headroom)
+    except PlannerError:
+        return None
+    if result.feasible == 0:
+        return None
+    order = result.fits[np.argsort(result.results.step_seconds[result.fits], kind="stable")]
+    for pos in order[:TRIES_PER_COUNT]:
+        layout = result.layout(int(pos))
+        if engine is not None:
+            try:
+                layout, _ = engine(model, layout)
+            except PlannerError:
                 continue
-            description, diff = _describe_move(base, layout)
-            peak = float(again.stages[again.peak_stage].total_bytes)
-            base_peak = float(est.stages[est.peak_stage].total_bytes)
-            step_seconds = again.scalar("step_seconds")
-            return Suggestion(description=description, changes=diff, layout=layout, gpus=layout.gpus,
-                              peak_bytes=peak, saves_bytes=base_peak - peak, step_seconds=step_seconds,
-                              step_change=step_seconds / est.scalar("step_seconds") - 1.0)
+        again = estimate(model, hw, layout, headroom=est.headroom)
+        if not again.fits:
+            continue
+        description, diff = _describe_move(base, layout)
+        peak = float(again.stages[again.peak_stage].total_bytes)
+        base_peak = float(est.stages[est.peak_stage].total_bytes)
+        step_seconds = again.scalar("step_seconds")
+        return Suggestion(description=description, changes=diff, layout=layout, gpus=layout.gpus,
+                          peak_bytes=peak, saves_bytes=base_peak - peak, step_seconds=step_seconds,
+                          step_change=step_seconds / est.scalar("step_seconds") - 1.0)
     return None
 
 
