@@ -49,6 +49,7 @@ READ_FLAGS: dict[str, str] = {
         "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "decoder-first-pipeline-num-layers",
         "decoder-last-pipeline-num-layers", "mtp-num-layers", "encoder-seq-length", "encoder-num-layers",
         "zero-stage", "pad-vocab-size-to", "checkpoint-num-layers",
+        "moe-expert-parallel-size", "topk", "expert-interval",  # Megatron-DeepSpeed's DeepSpeed-MoE flags
     )},
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
     **{f: "str" for f in (
@@ -138,7 +139,9 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "train-weighted-split-paths-path", "valid-weighted-split-paths-path", "valid-num-workers", "data-impl",
     "tokenizer-name-or-path", "universal-checkpoint", "deepspeed-mpi", "synchronize-each-layer",
     "profile-backward", "contigious-checkpointing", "contiguous-checkpointing", "skip-train-iteration-range",
-    "reset-progress",
+    "reset-progress", "moe-loss-coeff", "moe-train-capacity-factor", "moe-eval-capacity-factor", "moe-min-capacity",
+    "create-moe-param-group", "disable-moe-token-dropping", "mlp-type", "train-tokens", "lr-decay-tokens",
+    "lr-warmup-tokens", "override-opt_param-scheduler", "override-lr-scheduler",
 })
 
 FSDP_STRATEGY_ZERO: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -354,18 +357,25 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
     gated = bool(args.get("swiglu") or args.get("quick-geglu"))  # quick-geglu: gated_linear_unit + quick_gelu
     ffn = ffn_hidden_size(args)
     moe = None
-    if args.get("num-experts"):
+    # one expert is a dense MLP: Megatron-DeepSpeed's --num-experts defaults to [1] and its dense examples pass 1
+    if args.get("num-experts") and int(args["num-experts"]) > 1:
         moe_ffn = int(args.get("moe-ffn-hidden-size") or ffn)
         shared = int(args.get("moe-shared-expert-intermediate-size") or 0)
         # Megatron-Core runs the shared experts as one MLP of this width: whole experts when it is a multiple of
         # the expert size (DeepSeek), else one shared expert of its own width (Qwen2-MoE).
         shared_experts, shared_width = (shared // moe_ffn, None) if shared % moe_ffn == 0 else (1, shared)
-        moe = dict(num_experts=int(args["num-experts"]), experts_per_token=int(args.get("moe-router-topk", 2)),
+        # Megatron-DeepSpeed's DeepSpeed-MoE: top-1 unless --topk, and experts on every --expert-interval-th
+        # layer (default 2; megatron/model/transformer.py get_num_experts_per_layer), counted here as that many
+        # MoE layers after the dense ones
+        deepspeed_moe = bool(args.get("deepspeed"))
+        topk = args.get("moe-router-topk") or args.get("topk") or (1 if deepspeed_moe else 2)
+        dense = (layers - layers // int(args.get("expert-interval", 2)) if deepspeed_moe
+                 else _dense_layers(args.get("moe-layer-freq"), layers, source))
+        moe = dict(num_experts=int(args["num-experts"]), experts_per_token=int(topk),
                    moe_ffn_hidden_size=moe_ffn, num_shared_experts=shared_experts,
                    shared_expert_ffn_hidden_size=shared_width,
                    shared_expert_gate=bool(args.get("moe-shared-expert-gate")) and shared > 0,
-                   num_dense_layers=_dense_layers(args.get("moe-layer-freq"), layers, source),
-                   router_bias=bool(args.get("moe-router-enable-expert-bias")))
+                   num_dense_layers=dense, router_bias=bool(args.get("moe-router-enable-expert-bias")))
     mla = None
     if args.get("multi-latent-attention"):
         if args.get("kv-lora-rank") is None:
@@ -428,6 +438,8 @@ def _check_given_model(args: Mapping[str, Any], model: ModelSpec, source: str) -
 # Values -> Layout fields -----------------------------------------------------------------------
 def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     src = got.source
+    if "moe-expert-parallel-size" in args and "expert-model-parallel-size" not in args:
+        args = {**args, "expert-model-parallel-size": args["moe-expert-parallel-size"]}  # Megatron-DeepSpeed
     for flag, name in (("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
                        ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep"),
                        ("micro-batch-size", "micro_batch"), ("batch-size", "micro_batch"),
@@ -694,6 +706,9 @@ def import_megatron(
     pp = int(merged.get("pp", 1))
     v = _interleave(args, model.num_layers, pp, source)
     _check_split(args, model.num_layers, pp, v or 1, got)
+    if args.get("deepspeed") and model.moe is not None and pp > 1:
+        got.warn("DeepSpeed-MoE puts experts on every --expert-interval-th layer; planner counts them after the "
+                 "dense layers, so per-stage figures are approximate with pipeline parallelism")
     if v and v > 1:
         merged = Collected(source, {"interleave": v}, {"interleave": "--num-layers-per-virtual-pipeline-stage"}
                            ).merge(merged)

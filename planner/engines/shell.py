@@ -638,6 +638,18 @@ def _inner_command(tokens: list[str]) -> list[str] | None:
     return None
 
 
+_REDIRECTION = re.compile(r"^(?:\d*>>?|&>>?|\d*<|\||\|\||&&|&)(?:&\d+)?")
+
+
+def _before_redirection(tokens: list[str]) -> list[str]:
+    """The command's arguments up to a redirection or pipe (`&> log`, `2>&1 | tee x`, `> out`), which bash
+    does not pass to the program (Megatron-DeepSpeed's examples end their launch with `&> ${LOG}`)."""
+    for i, tok in enumerate(tokens):
+        if _REDIRECTION.match(tok):
+            return tokens[:i]
+    return tokens
+
+
 def launch_flags(text: str, source: str) -> tuple[list[str], list[str]]:
     """The arguments a launch script (or an arguments file) passes to its training script, and warnings.
 
@@ -657,7 +669,7 @@ def launch_flags(text: str, source: str) -> tuple[list[str], list[str]]:
     chosen = (training or launches)[-1:] if launches else []
     if chosen:
         tokens = chosen[0]
-        flags = tokens[script_index(tokens) + 1 :]  # type: ignore[operator]
+        flags = _before_redirection(tokens[script_index(tokens) + 1 :])  # type: ignore[operator]
     elif script.commands:
         flags = [tok for _, tokens in script.commands for tok in tokens]
     else:  # a file that only defines its flags: arrays, and strings of flags (MODEL_ARGS="--a 1 --b")

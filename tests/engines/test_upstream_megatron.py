@@ -198,3 +198,20 @@ def test_uneven_export_is_refused_on_the_command_line(run_cli):
                      "512", "--tp", "8", "--pp", "8", "--ep", "8", "--zero", "1", "--recompute", "full",
                      "--global-batch", "512", "--seq-len", "4096")
     assert result.exit_code == 2 and "num_layers(61)" in result.output and "Traceback" not in result.output
+
+
+def test_megatron_deepspeed_moe_example_is_the_52b_deepspeed_moe_model(run_cli):
+    """microsoft/Megatron-DeepSpeed's examples_deepspeed/MoE/ds_pretrain_gpt_1.3B_MoE128.sh: GPT 1.3B (24 layers,
+    h 2048) with 128 top-1 experts on every second layer (--expert-interval default 2), expert parallelism
+    min(128, 64 GPUs) = 64, fp16, ZeRO from --zero-stage. Rajbhandari et al. 2022 (DeepSpeed-MoE, Table 1) give
+    this '1.3B+MoE-128' model 52 B parameters. The launch ends in '&> ${LOG}', which bash does not pass on."""
+    imp, _ = _import("ds_pretrain_gpt_1.3B_MoE128.sh", 64)
+    model = imp.model
+    assert (model.moe.num_experts, model.moe.experts_per_token, model.num_moe_layers) == (128, 1, 12)
+    assert round(_total(model) / 1e9) == 52
+    lay = resolve_layout(model, 64, **imp.fields)
+    assert (lay.ep, lay.dp, lay.dtype, lay.micro_batch, lay.global_batch) == (64, 64, "fp16", 8, 512)
+    assert not [w for w in imp.warnings if "is not known" in w]
+    result = run_cli("check", "--megatron-args", UPSTREAM / "ds_pretrain_gpt_1.3B_MoE128.sh", "--hardware",
+                     "a100-80gb", "--gpus", "64")
+    assert result.exit_code in (0, 1), result.output
