@@ -140,3 +140,11 @@ def test_export_then_check_gives_the_same_layout(run_cli, tmp_path):
     c = got["config"]
     assert (c["gpus"], c["zero"], c["recompute"], c["micro_batch"], c["global_batch"], c["seq_len"]) == \
         (16, 3, "full", 2, 64, 4096)
+
+
+def test_accelerate_config_without_mixed_precision_is_fp32_training_refused(run_cli):
+    """accelerate's tests/test_configs/latest_fsdp.yaml has mixed_precision 'no': fp32 training, not modelled."""
+    result, _ = _check(run_cli, "--accelerate-config", ACCELERATE / "test_configs" / "latest_fsdp.yaml",
+                       "--engine-args", "accelerate launch train.py --model_name_or_path meta-llama/Llama-3.1-8B",
+                       "--seq-len", "2048")
+    assert result.exit_code == 2 and "fp32" in result.output and len(result.output.splitlines()) == 1
