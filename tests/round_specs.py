@@ -1,8 +1,9 @@
 """Hand-checkable specs shared by the cost-model tests: round hardware numbers and a tiny GPT.
 
 Round hardware: 1 PFLOP/s bf16 (2 fp8), 2 TB/s HBM, 8 GPUs per node on a 400 GB/s (one direction)
-fabric with 3 us latency, 50 GB/s per GPU of network with 10 us; efficiencies 0.8 matmul (half
-saturation at 1 GFLOP), 0.5 attention, 0.9 memory, 0.8 network and, unless given, 0.5 node fabric.
+fabric with 3 us latency, 50 GB/s per GPU of network with 10 us; efficiencies 0.8 matmul (each GEMM
+paying GEMM_FIXED_SECONDS = 10 us of peak work, i.e. half saturation at 10 GFLOP), 0.7 fp8 matmul,
+0.5 attention plateau, 0.9 memory, 0.8 network and, unless given, 0.5 node fabric.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def round_hw(peaks: dict | None = None, memory_bytes: int = 80 * 10**9,
                          peak_flops_per_s=peaks or {"bf16": 1e15, "fp8": 2e15}, source="test"),
         node=dict(gpus_per_node=8, link_kind="nvlink", bandwidth_bytes_per_s=400e9, latency_s=3e-6, source="test"),
         network=dict(kind="infiniband", bandwidth_bytes_per_s=50e9, latency_s=10e-6, source="test"),
-        efficiency=dict(matmul=dict(peak_fraction=0.8, half_saturation_flop=1e9, note=note),
+        efficiency=dict(matmul=dict(peak_fraction=0.8, note=note),
+                        matmul_fp8=dict(fraction=0.7, note=note) if "fp8" in (peaks or {"fp8": 1}) else None,
                         attention=dict(fraction=0.5, note=note), memory_bandwidth=dict(fraction=0.9, note=note),
                         intra_node_link=dict(fraction=intra_node_fraction, note=note),
                         inter_node_link=dict(fraction=0.8, note=note)),

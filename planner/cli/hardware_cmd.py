@@ -20,6 +20,7 @@ from rich.text import Text
 from planner.cli import cli
 from planner.cli.options import echo_json, format_option
 from planner.engines.load import Loaded, hardware_catalog, load_hardware
+from planner.physics.kernels import GEMM_FIXED_SECONDS, peak_16bit_flops
 from planner.specs.hardware import HardwareProfile
 
 GIB = 2**30
@@ -190,8 +191,11 @@ def _profile_renderables(entry: Loaded) -> list[RenderableType]:
     table.add_column("what", no_wrap=True, style="bold")
     table.add_column("value", no_wrap=True)
     table.add_column("note")
-    table.add_row("matmul", Text(f"{eff.matmul.peak_fraction:g} x GEMM/(GEMM + {eff.matmul.half_saturation_flop:.3g} FLOP)"),
+    fixed_flop = peak_16bit_flops(hw) * GEMM_FIXED_SECONDS
+    table.add_row("matmul", Text(f"{eff.matmul.peak_fraction:g} x GEMM/(GEMM + {fixed_flop:.3g} FLOP)"),
                   Text(eff.matmul.note))
+    if eff.matmul_fp8 is not None:
+        table.add_row("matmul fp8", f"{eff.matmul_fp8.fraction:g} of the fp8 peak", Text(eff.matmul_fp8.note))
     for label, fraction in (("attention", eff.attention), ("memory bandwidth", eff.memory_bandwidth),
                             ("intra-node link", eff.intra_node_link), ("inter-node link", eff.inter_node_link)):
         table.add_row(label, f"{fraction.fraction:g}", Text(fraction.note))

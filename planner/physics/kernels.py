@@ -1,8 +1,9 @@
-"""Kernel times shared by training and serving: GEMMs on the matmul efficiency curve, memory-bound traffic,
-the attention core's work, and which peak each dtype runs at.
+"""Kernel times shared by training and serving: GEMMs on the matmul efficiency curve of their dtype,
+the FP8 casts around them, memory-bound traffic, and the fused attention core on its own curve.
 
-Every function broadcasts over numpy arrays. The efficiencies are the hardware profile's (its `efficiency`
-block, with a note on how each was chosen); the constants here are properties of the kernels themselves.
+Every function broadcasts over numpy arrays. The plateaus are the hardware profile's (its `efficiency`
+block, with a note on how each was chosen); the constants here are properties of the kernels
+themselves, one value for every chip, each with its source.
 """
 
 from __future__ import annotations
@@ -13,11 +14,18 @@ from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import LayoutArrays
 from planner.specs.model import ModelSpec
 
-# Flash attention with a causal mask skips the blocks above the diagonal: about half the s x s work
-# (Dao 2023, FlashAttention-2, Sec. 3.1.1, "causal masking ... skip ... about 2x speedup").
-CAUSAL_WORK_FRACTION = 0.5
-# FlashAttention-2's backward runs 5 matmuls against the forward's 2 (it recomputes S and P): 2.5x.
-FLASH_BACKWARD_TO_FORWARD = 2.5
+# --- GEMMs --------------------------------------------------------------------------------------------
+
+GEMM_FIXED_SECONDS = 10e-6
+"""Fixed cost of one GEMM, in seconds of peak-rate work: a GEMM of x FLOP takes
+(x / peak + GEMM_FIXED_SECONDS) / plateau. It stands for the launch, the prologue and the last,
+partly filled wave of tiles, which no FLOP count sees. The efficiency curve this makes,
+plateau x x / (x + peak x GEMM_FIXED_SECONDS), reaches half its plateau at 9.9 GFLOP on an H100
+(a 1,024 x 2,048 x 2,048 bf16 GEMM) and 90% of it at 89 GFLOP (about 3,500 cubed); the measured
+H100 bf16 square GEMMs climb from 177 TFLOP/s at 1,024 cubed to 677 at 2,048 and 789 at 4,096
+(zzc0721/torch-performance-test-data issue #79, torch 2.7), the same shape. Fitted, one value for
+every chip, by benchmarks/calibrate_training.py on the published training runs (grid 0-40 us)."""
+
 
 def causal_pairs(new_tokens: np.ndarray, window: int = 0) -> np.ndarray:
     """Query-key pairs a causal prefill of `new_tokens` computes (token i sees i tokens, itself
@@ -48,17 +56,58 @@ def peak_16bit_flops(hw: HardwareProfile) -> float:
     return peaks.get("bf16", peaks.get("fp16", 0.0))
 
 
+def fp8_gemm_plateau(hw: HardwareProfile) -> float:
+    """Plateau fraction of the fp8 peak that large fp8 GEMMs reach (the profile's efficiency.matmul_fp8;
+    nan on a chip without fp8 tensor cores, where no fp8 layout is allowed)."""
+    eff = hw.efficiency.matmul_fp8
+    return eff.fraction if eff is not None else float("nan")
+
+
 def gemm_peak_flops(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
-    """Peak for the GEMMs: fp8 where the layout trains in fp8 (the attention core stays 16-bit)."""
+    """Peak for the layer GEMMs: fp8 where the layout trains in fp8 (the attention core, the router and
+    the LM head stay 16-bit), which is also the peak MFU is measured against."""
     return np.where(lay.fp8, hw.accelerator.peak_flops_per_s.get("fp8", np.nan), peak_16bit_flops(hw))
 
 
-def matmul_seconds(hw: HardwareProfile, flop: np.ndarray, peak: np.ndarray | float) -> np.ndarray:
-    """One GEMM of `flop` FLOP at the profile's size-dependent efficiency."""
-    curve = hw.efficiency.matmul
+def gemm_plateau(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
+    """Plateau efficiency of the layer GEMMs, of their own dtype's peak (see gemm_peak_flops)."""
+    return np.where(lay.fp8, fp8_gemm_plateau(hw), hw.efficiency.matmul.peak_fraction)
+
+
+def matmul_seconds(
+    hw: HardwareProfile, flop: np.ndarray, peak: np.ndarray | float, plateau: np.ndarray | float | None = None
+) -> np.ndarray:
+    """One GEMM of `flop` FLOP: (flop / peak + GEMM_FIXED_SECONDS) / plateau. `plateau` defaults to the
+    profile's 16-bit matmul plateau; fp8 GEMMs pass gemm_plateau's."""
+    if plateau is None:
+        plateau = hw.efficiency.matmul.peak_fraction
     flop = np.asarray(flop, dtype=float)
-    efficiency = curve.peak_fraction * flop / (flop + curve.half_saturation_flop)
-    return np.where(flop > 0, flop / (peak * np.maximum(efficiency, 1e-12)), 0.0)
+    return np.where(flop > 0, (flop / peak + GEMM_FIXED_SECONDS) / plateau, 0.0)
+
+
+# --- FP8 casts ----------------------------------------------------------------------------------------
+
+FP8_CAST_BYTES_PER_ELEMENT = 6.0
+"""HBM bytes the FP8 recipe moves per element of a GEMM input it quantizes (an activation in the
+forward, an output gradient in the backward): read the bf16 tensor once for its amax (current
+scaling; per-tensor "FP8-CS" in NeMo, torchao's dynamic tensorwise) and once to cast it (2 + 2),
+write the fp8 copy and the fp8 transposed copy that the backward's other GEMM needs (1 + 1):
+Hopper's fp8 tensor cores take only the TN layout, so Transformer Engine's fused cast-transpose
+writes both. On Blackwell MXFP8 the row-wise and column-wise quantized copies replace the
+transpose, at the same count plus 1/32 of a byte of scales each. torchao's float8 README measures
+this overhead as memory-bound and positive for every shape (H100: a 1,024 x 2,048 x 1,024
+float8 linear runs at 0.80x of bf16, a 4,096 x 8,192 x 16,384 one at 1.39x; pytorch/ao
+torchao/float8/README.md, "Performance"). Counted, not fitted."""
+
+FP8_WEIGHT_CAST_BYTES_PER_ELEMENT = 6.0
+"""The same per weight element, once per step: engines cast a weight to fp8 on its first
+micro-batch and reuse the copy (Transformer Engine's is_first_microbatch weight caching; torchao's
+float8 all-gather casts before the gather). Amortised over the step's micro-batches."""
+
+
+def fp8_cast_seconds(hw: HardwareProfile, elements: np.ndarray) -> np.ndarray:
+    """Memory-bound FP8 quantization of `elements` GEMM-input elements (see FP8_CAST_BYTES_PER_ELEMENT)."""
+    return memory_seconds(hw, np.asarray(elements, dtype=float) * FP8_CAST_BYTES_PER_ELEMENT)
 
 
 def memory_seconds(hw: HardwareProfile, nbytes: np.ndarray) -> np.ndarray:
@@ -66,3 +115,50 @@ def memory_seconds(hw: HardwareProfile, nbytes: np.ndarray) -> np.ndarray:
     return np.asarray(nbytes, dtype=float) / bandwidth
 
 
+# --- Fused (flash) attention ----------------------------------------------------------------------------
+
+# Flash attention with a causal mask skips the blocks above the diagonal: about half the s x s work
+# (Dao 2023, FlashAttention-2, Sec. 3.1.1, "causal masking ... skip ... about 2x speedup").
+CAUSAL_WORK_FRACTION = 0.5
+# FlashAttention-2's backward runs 5 matmuls against the forward's 2 (it recomputes S and P): 2.5x, the
+# FLOP convention of the FlashAttention benchmarks (Dao-AILab/flash-attention benchmarks/
+# benchmark_flash_attention.py: bwd = 2.5 x fwd FLOP). The curve below is for forward + backward
+# together, so the backward's lower rate (FA3 bwd 561 vs fwd 648 TFLOP/s, hd128 16k) is in it.
+FLASH_BACKWARD_TO_FORWARD = 2.5
+
+ATTENTION_HALF_SATURATION_TOKENS_CAUSAL = 550.0
+"""Key length (tokens per sequence block) at which a causal flash-attention kernel reaches half its
+plateau: efficiency = plateau x s / (s + s_half). Short blocks run slower because each query tile
+loops over fewer key tiles (prologue and epilogue dominate) and, causally, the diagonal tiles that
+are computed in full but half masked are a larger share. Fitted by hand to the published kernel
+benchmarks, which all fall on this one shape (batch x seq = 16k, 2,048 hidden): FlashAttention-2
+fwd+bwd hd128 causal on A100, 99 TFLOP/s at 512 to 189 at 16k (Dao 2023, Fig. 4), s_half 495;
+the same on H100, 163 to 328 (Dao-AILab/flash-attention assets/flash2_h100_fwd_bwd_benchmark.png),
+552; FlashAttention-3 fwd hd128 causal on H100, 292 to 616 (Shah et al. 2024, Fig. 5), 608."""
+
+ATTENTION_HALF_SATURATION_TOKENS_NONCAUSAL = 200.0
+"""The same for a kernel without a mask (the off-diagonal blocks of ring attention): FA2 fwd+bwd hd128
+on A100 151 -> 203 (s_half 184), on H100 248 -> 338 (194); FA3 fwd hd128 on H100 467 -> 648 (207)."""
+
+ATTENTION_HEAD_DIM_HALF_SATURATION = 32.0
+"""Head dimension at which the kernel would reach half its hd128 rate, up to head dim 128:
+factor(d) = [min(d,128) / (min(d,128) + 32)] / [128 / 160]. hd64 then runs at 0.83x of hd128; the
+benchmarks give 0.90x (FA2 fwd+bwd causal 16k, A100: 171/189) and 0.77x (FA3 fwd causal 16k, H100:
+473/616). Beyond 128 the fwd kernels gain a little (FA3 hd256 causal 642 vs 616) and the bwd loses
+(shared memory); held at 1."""
+
+ATTENTION_CURVE_REFERENCE_TOKENS = 16384.0
+"""The sequence length at which the profiles' attention plateau notes quote the benchmarks (16k)."""
+
+
+def attention_efficiency(
+    hw: HardwareProfile, block_tokens: np.ndarray, head_dim: float, causal: bool | np.ndarray
+) -> np.ndarray:
+    """Fraction of the dense 16-bit peak a fused attention kernel (forward + backward) reaches on
+    blocks of `block_tokens` keys per sequence, for `head_dim` and a causal or full mask."""
+    s = np.maximum(np.asarray(block_tokens, dtype=float), 1.0)
+    half = np.where(causal, ATTENTION_HALF_SATURATION_TOKENS_CAUSAL, ATTENTION_HALF_SATURATION_TOKENS_NONCAUSAL)
+    d = min(float(head_dim), 128.0)
+    k = ATTENTION_HEAD_DIM_HALF_SATURATION
+    head = (d / (d + k)) / (128.0 / (128.0 + k))
+    return np.asarray(hw.efficiency.attention.fraction * head * s / (s + half))

@@ -19,7 +19,7 @@ from planner.physics.comm import (
     group_link,
     p2p_seconds,
 )
-from planner.physics.kernels import causal_pairs, peak_16bit_flops
+from planner.physics.kernels import GEMM_FIXED_SECONDS, causal_pairs, fp8_gemm_plateau, peak_16bit_flops
 from planner.physics.stages import max_layers_per_stage
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
@@ -56,12 +56,6 @@ PASS_OVERHEAD_SECONDS = 0.25e-3
 """Fixed cost per forward pass of one pipeline stage: sampling, host-side scheduling and the
 synchronization that ends a step. Fitted (grid 0, 0.25, 0.5, 1, 2 ms) to the published cases."""
 
-FP8_GEMM_EFFICIENCY_RATIO = 0.9
-"""fp8 GEMMs reach this share of the plateau fraction that 16-bit GEMMs reach, measured against
-their own (twice as high) peak: activation quantization and scaling epilogues eat into the doubled
-peak. Fitted (grid 0.5-1.0) to the H100 fp8 cases; with the h100-sxm plateau of 0.64 it gives
-0.58 x 1,979 = 1.14 PFLOP/s for large fp8 GEMMs, 1.8 times the 0.63 PFLOP/s of bf16."""
-
 GEMM_COMPUTE_MEMORY_OVERLAP = 0.25
 """How much of the smaller of a GEMM's compute time and weight-streaming time is hidden under the
 larger: time = max(c, m) + (1 - overlap) x min(c, m). 1 is the ideal roofline (time = max);
@@ -91,20 +85,21 @@ class Rates:
 
 
 def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
-    """GEMMs at the matmul plateau of the compute dtype's peak (fp8 weights: fp8 tensor cores where
-    the chip has them, scaled by FP8_GEMM_EFFICIENCY_RATIO; int8/int4 weight-only: 16-bit compute)."""
+    """GEMMs at the matmul plateau of the compute dtype's peak (fp8 weights: fp8 tensor cores at the
+    profile's fp8 plateau, efficiency.matmul_fp8, where the chip has them; int8/int4 weight-only: 16-bit
+    compute). Each GEMM's fixed cost is physics.kernels.GEMM_FIXED_SECONDS of 16-bit peak work."""
     eff = hw.efficiency
     p16 = peak_16bit_flops(hw)
     peaks = hw.accelerator.peak_flops_per_s
-    has_fp8 = "fp8" in peaks
+    has_fp8 = "fp8" in peaks and eff.matmul_fp8 is not None
     fp8 = x.fp8_compute & has_fp8
     peak = np.where(fp8, float(peaks.get("fp8", p16)), p16)
-    fraction = eff.matmul.peak_fraction * np.where(fp8, FP8_GEMM_EFFICIENCY_RATIO, 1.0)
+    fraction = np.where(fp8, fp8_gemm_plateau(hw), eff.matmul.peak_fraction)
     bw = hw.accelerator.memory_bandwidth_bytes_per_s
     return Rates(
         gemm_flop_per_s=peak * fraction,
         gemm_peak_flop_per_s=peak,
-        gemm_overhead_flop=eff.matmul.half_saturation_flop,
+        gemm_overhead_flop=p16 * GEMM_FIXED_SECONDS,
         head_flop_per_s=p16 * eff.matmul.peak_fraction,
         attention_flop_per_s=p16 * eff.attention.fraction,
         attention_peak_flop_per_s=p16,

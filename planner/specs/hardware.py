@@ -120,16 +120,16 @@ class NetworkSpec(BaseModel):
 
 
 class MatmulEfficiency(BaseModel):
-    """Achievable fraction of dense peak for matrix multiplies, as a saturating curve over GEMM size.
+    """Achievable fraction of dense peak for 16-bit matrix multiplies, as a saturating curve over GEMM size.
 
-    efficiency(x) = peak_fraction * x / (x + half_saturation_flop), x = FLOP of one GEMM on one GPU.
-    Large training GEMMs sit on the plateau; thin TP shards and small micro-batches fall below it.
+    efficiency(x) = peak_fraction * x / (x + peak * GEMM_FIXED_SECONDS), x = FLOP of one GEMM on one GPU:
+    every GEMM pays a fixed time on top of its ideal one (planner/physics/kernels.py, one value for every
+    chip). Large training GEMMs sit on the plateau; thin TP shards and small micro-batches fall below it.
     """
 
     model_config = _STRICT
 
-    peak_fraction: Number = Field(gt=0, le=1, description="Plateau fraction of dense peak for large GEMMs.")
-    half_saturation_flop: Number = Field(ge=0, description="GEMM size (FLOP) at which half the plateau is reached.")
+    peak_fraction: Number = Field(gt=0, le=1, description="Plateau fraction of dense 16-bit peak for large GEMMs.")
     note: str = Field(description="How the values were chosen.")
 
     _check_note = field_validator("note")(_non_empty)
@@ -151,8 +151,16 @@ class EfficiencySpec(BaseModel):
 
     model_config = _STRICT
 
-    matmul: MatmulEfficiency = Field(description="GEMM efficiency curve.")
-    attention: Fraction = Field(description="Fused (flash) attention kernels, fraction of dense peak.")
+    matmul: MatmulEfficiency = Field(description="16-bit GEMM efficiency curve.")
+    matmul_fp8: Fraction | None = Field(
+        default=None,
+        description="Plateau fraction of the fp8 peak that large fp8 GEMMs reach (same fixed cost per GEMM as "
+        "16-bit); required when the accelerator has an fp8 peak.",
+    )
+    attention: Fraction = Field(
+        description="Fused (flash) attention forward + backward on long blocks: the plateau of the attention "
+        "curve (planner/physics/kernels.py attention_efficiency), fraction of dense 16-bit peak."
+    )
     memory_bandwidth: Fraction = Field(description="Streaming (memory-bound) kernels, fraction of HBM bandwidth.")
     intra_node_link: Fraction = Field(description="Collective bus bandwidth reached inside a node (NCCL busbw / link).")
     inter_node_link: Fraction = Field(description="Collective bus bandwidth reached across nodes (NCCL busbw / NIC).")
@@ -184,6 +192,11 @@ class HardwareProfile(BaseModel):
                     f"network.bandwidth_bytes_per_s ({net.bandwidth_bytes_per_s:.4g}) disagrees with "
                     f"nics_per_node x nic_bits_per_s / 8 / gpus_per_node ({implied:.4g}); make them agree"
                 )
+        if "fp8" in self.accelerator.peak_flops_per_s and self.efficiency.matmul_fp8 is None:
+            raise ValueError(
+                "efficiency.matmul_fp8: required when accelerator.peak_flops_per_s has an fp8 peak; give the plateau "
+                "fraction of the fp8 peak large fp8 GEMMs reach, with a note"
+            )
         if self.price_per_gpu_hour_usd is not None and not self.price_source:
             raise ValueError("price_per_gpu_hour_usd needs a price_source")
         return self

@@ -33,7 +33,12 @@ from planner.physics.comm import (
 from planner.physics.kernels import (
     CAUSAL_WORK_FRACTION,
     FLASH_BACKWARD_TO_FORWARD,
+    FP8_WEIGHT_CAST_BYTES_PER_ELEMENT,
+    GEMM_FIXED_SECONDS,
+    attention_efficiency,
+    fp8_cast_seconds,
     gemm_peak_flops,
+    gemm_plateau,
     matmul_seconds,
     memory_seconds,
     peak_16bit_flops,
@@ -75,6 +80,13 @@ STEP_OVERHEAD_SECONDS = 0.075
 # attention 0.45, this share 0.10) lowers the worst error only from 10.4% to 10.3%, within the noise of
 # the published figures, so the round 0.25 stays with the seven-parameter values.
 TP_OVERLAP_EXPOSED_FRACTION = 0.25
+# Bytes per element each extra ring step of context parallelism moves to merge its partial result: read
+# the step's bf16 partial output (2) and read and write the fp32 running output (4 + 4), rescaled by the
+# log-sum-exps; in the backward the same for the dQ, dK and dV accumulators (Transformer Engine's
+# AttnFuncWithCPAndKVP2P keeps them in fp32). Counted, not fitted.
+CP_MERGE_BYTES_PER_ELEMENT = 10.0
+# The router GEMM (shapes.py names it so) stays 16-bit under fp8 recipes.
+ROUTER_GEMM = "router"
 
 
 def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
@@ -116,11 +128,69 @@ def softmax_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
     return model.num_attention_heads / lay.tp * lay.seq_len * (4.0 + 5.0 * dropout)
 
 
+def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) GEMM-input elements per token one rank quantizes to fp8 in one layer: the input
+    of every fp8 GEMM in the forward (QKV and fc1 read the full hidden state, gathered under SP; the output
+    projection and fc2 their TP shard) and the output gradient entering each in the backward. The router
+    stays 16-bit. MoE: each routed copy of a token is an input of its expert's GEMMs."""
+    h = model.hidden_size
+    t = lay.tp.astype(float)
+    widths = attention_dims(model)
+    qkv_out = widths.query / t + (widths.key + widths.value) / kv_divisor(model, lay.tp)
+    if moe_layer and model.moe is not None:
+        copies = float(model.moe.experts_per_token + model.moe.num_shared_experts)
+        f = copies * model.moe.moe_ffn_hidden_size
+    else:
+        copies, f = 1.0, float(model.ffn_hidden_size)
+    up = 2.0 if model.mlp_kind == "gated" else 1.0
+    forward = h + widths.output / t + copies * h + f / t
+    backward = qkv_out + h + up * f / t + copies * h
+    return forward, backward
+
+
+def attention_core_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of the fused attention core of one layer, one micro-batch, one rank.
+
+    Without context parallelism: one causal kernel over sequences of s keys, at the attention curve's
+    efficiency for s (physics/kernels.py attention_efficiency). Ring context parallelism (Megatron-Core /
+    Transformer Engine, load-balanced: the sequence cut into 2 cp chunks, rank i holding chunks i and
+    2 cp - 1 - i, so every rank has the same causal work): of a rank's work, 1/cp is the causal diagonal
+    block of s/cp keys, the rest cp - 1 unmasked steps, half of them over s/(2 cp) keys (all local queries
+    against the sending rank's early chunk) and half over s/cp (the late local chunk against both). Each
+    extra step launches its own attention kernel and a kernel merging the partial outputs by their
+    log-sum-exp, at the fixed cost of a kernel, and moves the running fp32 output (forward) or the fp32
+    dQ, dK, dV accumulators (backward) through HBM."""
+    widths = attention_dims(model)
+    tokens = tokens_per_microbatch(lay)
+    t = lay.tp.astype(float)
+    cp = lay.cp.astype(float)
+    # Flash kernels skip the blocks above the diagonal and, on sliding-window layers, those outside the window
+    # (averaged over the model's layers); the unfused path computes and masks the full s x s scores.
+    window = window_work_fraction(model, lay.seq_len)
+    work = CAUSAL_WORK_FRACTION * window * 2 * tokens * lay.seq_len * (widths.query + widths.output) / t
+    peak16 = peak_16bit_flops(hw)
+    head_dim = widths.query / model.num_attention_heads
+    block = lay.seq_len / cp
+    diagonal = 1.0 / attention_efficiency(hw, block, head_dim, causal=True)
+    off_diagonal = 0.5 / attention_efficiency(hw, block / 2, head_dim, causal=False) + 0.5 / attention_efficiency(
+        hw, block, head_dim, causal=False
+    )
+    kernel_fwd = work / peak16 * (diagonal / cp + (1 - 1 / cp) * off_diagonal)
+    steps = cp - 1
+    q_elements = tokens * widths.query / t
+    kv_elements = tokens * (widths.key + widths.value) / kv_divisor(model, lay.tp)
+    merge_fwd = steps * (2 * GEMM_FIXED_SECONDS + memory_seconds(hw, q_elements * CP_MERGE_BYTES_PER_ELEMENT))
+    merge_bwd = steps * (
+        2 * GEMM_FIXED_SECONDS + memory_seconds(hw, (q_elements + kv_elements) * CP_MERGE_BYTES_PER_ELEMENT)
+    )
+    return kernel_fwd + merge_fwd, FLASH_BACKWARD_TO_FORWARD * kernel_fwd + merge_bwd
+
+
 @dataclass(frozen=True)
 class LayerTime:
     """Seconds per micro-batch of one layer on one rank, by part."""
 
-    forward: np.ndarray  # GEMMs + attention core + element-wise, forward
+    forward: np.ndarray  # GEMMs + attention core + element-wise (+ fp8 casts), forward
     backward: np.ndarray
     recompute: np.ndarray  # extra forward work under recompute
     tp_comm: np.ndarray  # exposed TP traffic, forward + backward + recomputed forward
@@ -131,37 +201,46 @@ class LayerTime:
 def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool) -> LayerTime:
     tokens = tokens_per_microbatch(lay)
     peak_gemm = gemm_peak_flops(hw, lay)
+    plateau_gemm = gemm_plateau(hw, lay)
+    peak16 = peak_16bit_flops(hw)
     gemm = np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(peak_gemm)))
+    fp8_weights = np.zeros_like(gemm)
     for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
-        if g.routed:
+        if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
+            gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
+        elif g.routed:
             assert model.moe is not None
             # Each local expert is one GEMM over the tokens routed to it: k of E experts per token, and the
             # tokens of the ep ranks that share the expert group arrive at its ep-th part of the experts.
             tokens_per_expert = tokens * model.moe.experts_per_token * lay.ep / model.moe.num_experts
             local_experts = g.copies / lay.ep
-            gemm = gemm + local_experts * matmul_seconds(hw, 2 * tokens_per_expert * elements / g.copies, peak_gemm)
+            gemm = gemm + local_experts * matmul_seconds(
+                hw, 2 * tokens_per_expert * elements / g.copies, peak_gemm, plateau_gemm
+            )
+            fp8_weights = fp8_weights + elements / lay.ep
         else:
-            gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak_gemm)
+            gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak_gemm, plateau_gemm)
+            fp8_weights = fp8_weights + elements
+    cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer)
+    weight_cast = memory_seconds(hw, fp8_weights * FP8_WEIGHT_CAST_BYTES_PER_ELEMENT) / lay.num_micro_batches
+    cast_fwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_fwd_elements) + weight_cast, 0.0)
+    cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements), 0.0)
+
     widths = attention_dims(model)
-    core_width = widths.query + widths.output
-    core_flop = 2 * tokens * lay.seq_len * core_width / lay.tp
-    peak16 = peak_16bit_flops(hw)
-    # Flash kernels skip the blocks above the diagonal and, on sliding-window layers, those outside the window
-    # (averaged over the model's layers); the unfused path below computes and masks the full s x s scores.
-    window = window_work_fraction(model, lay.seq_len)
-    flash_fwd = CAUSAL_WORK_FRACTION * window * core_flop / (peak16 * hw.efficiency.attention.fraction)
+    flash_fwd, flash_bwd = attention_core_seconds(model, hw, lay)
     # Unfused: batched GEMMs per head (size 2 s^2 d) at the matmul curve, plus the softmax traffic.
+    core_width = widths.query + widths.output
     per_head_flop = 2.0 * lay.micro_batch * lay.seq_len * lay.seq_len / lay.cp * core_width / model.num_attention_heads
     heads = model.num_attention_heads / lay.tp
     unfused_gemm = heads * matmul_seconds(hw, per_head_flop, peak16)
     unfused_fwd = unfused_gemm + memory_seconds(hw, tokens * softmax_bytes_per_token(model, lay))
     core_fwd = np.where(lay.flash_attention, flash_fwd, unfused_fwd)
     core_bwd = np.where(
-        lay.flash_attention, FLASH_BACKWARD_TO_FORWARD * flash_fwd, 2 * unfused_gemm + BACKWARD_TO_FORWARD_TRAFFIC * (unfused_fwd - unfused_gemm)
+        lay.flash_attention, flash_bwd, 2 * unfused_gemm + BACKWARD_TO_FORWARD_TRAFFIC * (unfused_fwd - unfused_gemm)
     )
     elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
-    forward = gemm + core_fwd + elementwise
-    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise
+    forward = gemm + core_fwd + elementwise + cast_fwd
+    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + cast_bwd
     recompute = np.where(
         lay.recompute == 2, forward, np.where((lay.recompute == 1) & ~lay.flash_attention, unfused_fwd, 0.0)
     )
@@ -179,11 +258,17 @@ def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_
     # Ring attention (Liu et al. 2023; Megatron-LM context parallelism's default point-to-point ring):
     # the forward passes each rank's K/V chunk around the ring in cp - 1 sequential steps, every step as
     # slow as its slowest hop (a node boundary once the ring leaves the node); the backward passes K/V
-    # again plus dK/dV, twice the forward. Each step hides behind the attention core of the previous one.
+    # again plus dK/dV, twice the forward. Each transfer hides behind the attention of one ring step (the
+    # step before it), not behind the whole core: short blocks leave it exposed step by step. Under full
+    # recompute the forward ring runs again.
     kv_bytes = lay.micro_batch * lay.seq_len * (widths.key + widths.value) * ACTIVATION_BYTES / kv_divisor(model, lay.tp)
     cp_link = group_link(hw, lay.cp, lay.tp)
-    cp_fwd = np.where(lay.cp > 1, (lay.cp - 1) * p2p_seconds(kv_bytes / lay.cp, cp_link), 0.0)
-    cp_comm = np.maximum(cp_fwd - core_fwd, 0.0) + np.maximum(2 * cp_fwd - core_bwd, 0.0)
+    steps = lay.cp - 1
+    per_step = np.where(lay.cp > 1, p2p_seconds(kv_bytes / lay.cp, cp_link), 0.0)
+    step_fwd = flash_fwd / lay.cp
+    step_bwd = flash_bwd / lay.cp
+    cp_fwd = steps * np.maximum(per_step - step_fwd, 0.0)
+    cp_comm = (1.0 + (lay.recompute == 2)) * cp_fwd + steps * np.maximum(2 * per_step - step_bwd, 0.0)
 
     if moe_layer and model.moe is not None:
         ep_link = group_link(hw, lay.ep, lay.tp * lay.cp)
@@ -239,7 +324,8 @@ def stage_time(
     tokens = tokens_per_microbatch(lay)
     is_last = np.asarray(stage) == lay.pp - 1
     logits = tokens * model.vocab_size / lay.tp
-    head_gemm = matmul_seconds(hw, 2 * logits * model.hidden_size, gemm_peak_flops(hw, lay))
+    # The LM head stays 16-bit under fp8 recipes (Transformer Engine / torchao convert the layers' Linears only).
+    head_gemm = matmul_seconds(hw, 2 * logits * model.hidden_size, peak_16bit_flops(hw))
     head = np.where(is_last, 3 * head_gemm + memory_seconds(hw, logits * LOGIT_TRAFFIC_BYTES), 0.0)
     compute = forward + backward + recompute + head
 

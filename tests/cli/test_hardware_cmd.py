@@ -44,7 +44,7 @@ def small_profile() -> dict[str, Any]:
             "source": "made up for the test",
         },
         "efficiency": {
-            "matmul": {"peak_fraction": 0.7, "half_saturation_flop": 1.0e9, "note": "test matmul note"},
+            "matmul": {"peak_fraction": 0.7, "note": "test matmul note"},
             "attention": {"fraction": 0.5, "note": "test attention note"},
             "memory_bandwidth": {"fraction": 0.8, "note": "test memory note"},
             "intra_node_link": {"fraction": 0.7, "note": "test intra note"},

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.engines.load import load_hardware
+from planner.physics.kernels import GEMM_FIXED_SECONDS
 from planner.serving.estimate import InferenceArrays, estimate_inference
 from planner.serving.inputs import model_shapes
 from planner.serving.time import (
@@ -135,8 +136,7 @@ def test_batch_one_decode_is_memory_bound_and_tp_helps() -> None:
     bw = H100.accelerator.memory_bandwidth_bytes_per_s * H100.efficiency.memory_bandwidth.fraction
     weight_seconds = 2 * LAYERS * LAYER_MATRICES / np.array([1, 2, 4, 8]) / bw
     assert np.all(d.gemm_seconds >= weight_seconds)
-    fixed = 4 * LAYERS * H100.efficiency.matmul.half_saturation_flop / (
-        H100.peak_flops("bf16") * H100.efficiency.matmul.peak_fraction)
+    fixed = 4 * LAYERS * GEMM_FIXED_SECONDS / H100.efficiency.matmul.peak_fraction
     assert np.all(d.gemm_seconds <= weight_seconds + 2 * fixed)
 
 

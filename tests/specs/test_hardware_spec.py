@@ -45,7 +45,7 @@ def base_profile() -> dict[str, Any]:
             "source": "made up for the test",
         },
         "efficiency": {
-            "matmul": {"peak_fraction": 0.8, "half_saturation_flop": 1.0e9, "note": "test"},
+            "matmul": {"peak_fraction": 0.8, "note": "test"},
             "attention": {"fraction": 0.5, "note": "test"},
             "memory_bandwidth": {"fraction": 0.9, "note": "test"},
             "intra_node_link": {"fraction": 0.8, "note": "test"},
@@ -252,10 +252,17 @@ def test_matmul_peak_fraction_of_one_is_allowed() -> None:
     assert build(efficiency__matmul__peak_fraction=1).efficiency.matmul.peak_fraction == 1.0
 
 
-def test_half_saturation_may_be_zero_but_not_negative() -> None:
-    assert build(efficiency__matmul__half_saturation_flop=0).efficiency.matmul.half_saturation_flop == 0
-    message = rejected(efficiency__matmul__half_saturation_flop=-1)
-    assert message == "test.yaml: efficiency.matmul.half_saturation_flop: Input should be greater than or equal to 0"
+def test_half_saturation_is_no_longer_a_profile_field() -> None:
+    # The fixed GEMM cost is one named constant (physics/kernels.py GEMM_FIXED_SECONDS), not a per-profile field.
+    message = rejected(efficiency__matmul__half_saturation_flop=1e9)
+    assert message == "test.yaml: efficiency.matmul.half_saturation_flop: unknown key; remove it or check its spelling"
+
+
+def test_an_fp8_peak_needs_an_fp8_matmul_efficiency() -> None:
+    message = rejected(accelerator__peak_flops_per_s__fp8=2e15)
+    assert "efficiency.matmul_fp8: required" in message
+    hw = build(accelerator__peak_flops_per_s__fp8=2e15, efficiency__matmul_fp8={"fraction": 0.6, "note": "test"})
+    assert hw.efficiency.matmul_fp8 is not None and hw.efficiency.matmul_fp8.fraction == 0.6
 
 
 @pytest.mark.parametrize("block", ["attention", "memory_bandwidth", "intra_node_link", "inter_node_link"])

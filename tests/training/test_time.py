@@ -2,7 +2,7 @@
 and how evaluate() assembles them.
 
 A round-number profile makes the arithmetic checkable by hand: 1 PFLOP/s bf16 (2 fp8), matmul plateau
-0.8 with half-saturation 1 GFLOP, so one GEMM of x FLOP takes (x + 1e9) / 0.8e15 s; HBM 2 TB/s at 90% =
+0.8 (fp8 0.7) and the fixed GEMM cost of 10 us, so one bf16 GEMM of x FLOP takes (x / 1e15 + 1e-5) / 0.8 s; HBM 2 TB/s at 90% =
 1.8 TB/s; NVLink 400 GB/s at 50% = 200 GB/s, alpha 3 us. Tiny GPT: L = 2, h = 64, a = 4, f = 256, V = 100,
 LayerNorm, GeLU, no biases, dropout, rotary.
 """
@@ -14,6 +14,9 @@ import pytest
 from round_specs import lay, round_hw, tiny  # noqa: E402
 
 from planner.physics.kernels import (
+    GEMM_FIXED_SECONDS,
+    attention_efficiency,
+    fp8_cast_seconds,
     gemm_peak_flops,
     matmul_seconds,
     memory_seconds,
@@ -24,10 +27,13 @@ from planner.training.estimate import evaluate
 from planner.training.memory import stage_params
 from planner.training.time import (
     STEP_OVERHEAD_SECONDS,
+    attention_core_seconds,
     elementwise_bytes_per_token,
+    fp8_cast_elements_per_token,
     layer_time,
     optimizer_seconds,
     softmax_bytes_per_token,
+    stage_time,
 )
 
 HW = round_hw()
@@ -38,10 +44,13 @@ PSI = 111_744  # tiny GPT's parameters, counted by hand in test_memory.py
 
 # Kernels ------------------------------------------------------------------------------------------
 def test_matmul_on_the_saturating_curve():
-    # efficiency(x) = 0.8 x / (x + 1e9): x = 1e9 -> 0.4 -> 1e9 / (1e15 x 0.4) = 2.5e-6 s;
-    # x = 9e9 -> 0.72 -> 9e9 / 0.72e15 = 1.25e-5 s; no work, no time.
-    got = matmul_seconds(HW, np.array([1e9, 9e9, 0.0]), 1e15)
-    assert got.tolist() == pytest.approx([2.5e-6, 1.25e-5, 0.0])
+    # (x / peak + 10 us) / 0.8: x = 1e10 at 1e15 -> (1e-5 + 1e-5)/0.8 = 2.5e-5 s (half the plateau: efficiency
+    # 0.4); x = 9e10 -> (9e-5 + 1e-5)/0.8 = 1.25e-4 s (efficiency 0.72); no work, no time. fp8: its own
+    # peak and plateau, (1e10 / 2e15 + 1e-5) / 0.7 = 2.142857e-5 s.
+    got = matmul_seconds(HW, np.array([1e10, 9e10, 0.0]), 1e15)
+    assert got.tolist() == pytest.approx([2.5e-5, 1.25e-4, 0.0])
+    assert float(matmul_seconds(HW, 1e10, 2e15, 0.7)) == pytest.approx(1.5e-5 / 0.7)
+    assert GEMM_FIXED_SECONDS == 10e-6
 
 
 def test_memory_bound_kernels_at_achievable_bandwidth():
@@ -83,15 +92,16 @@ def test_unfused_softmax_traffic_per_token():
 
 def test_one_tiny_layer_forward_and_backward():
     # b s = 32 tokens, tp 1, flash. GEMM FLOP = 2 x 32 x weights: QKV 12,288 -> 786,432; out 4,096 -> 262,144;
-    # fc1 and fc2 16,384 each -> 1,048,576 each. Each takes (x + 1e9)/0.8e15, so the four together
-    # (3,145,728 + 4e9)/0.8e15 = 5.00393216e-6 s.
-    # Core: 2 x 32 x 32 x (64 + 64) = 262,144 FLOP, half of it skipped by the causal mask, at 50% of 1e15:
-    # 2.62144e-10 s. Element-wise: 32 x 2,944 bytes / 1.8e12 = 5.233778e-8 s.
-    # Forward 5.00393216e-6 + 2.62144e-10 + 5.233778e-8 = 5.05653209e-6.
-    # Backward: GEMMs x 2, flash core x 2.5, element-wise x 2 = 1.000786432e-5 + 6.5536e-10 + 1.0467556e-7.
+    # fc1 and fc2 16,384 each -> 1,048,576 each. Each takes (x / 1e15 + 1e-5)/0.8, so the four together
+    # (3,145,728e-15 + 4e-5)/0.8 = 5.000393216e-5 s.
+    # Core: 2 x 32 x 32 x (64 + 64) = 262,144 FLOP, half of it skipped by the causal mask (131,072), at the
+    # attention curve: plateau 0.5 x head-dim factor (16/48)/(128/160) = 0.41667 x 32/(32 + 550) = 0.0114548
+    # -> 1.14425856e-8 s. Element-wise: 32 x 2,944 bytes / 1.8e12 = 5.233778e-8 s.
+    # Forward 5.000393216e-5 + 1.14425856e-8 + 5.233778e-8 = 5.00677125e-5.
+    # Backward: GEMMs x 2, flash core x 2.5, element-wise x 2 = 1.000078643e-4 + 2.8606464e-8 + 1.0467556e-7.
     t = layer_time(tiny(), HW, lay(), moe_layer=False)
-    assert float(t.forward[0]) == pytest.approx(5.05653209e-6, rel=1e-7)
-    assert float(t.backward[0]) == pytest.approx(1.000786432e-5 + 6.5536e-10 + 1.0467556e-7, rel=1e-7)
+    assert float(t.forward[0]) == pytest.approx(5.00677125e-5, rel=1e-7)
+    assert float(t.backward[0]) == pytest.approx(1.000078643e-4 + 2.8606464e-8 + 1.0467556e-7, rel=1e-7)
     assert float(t.recompute[0]) == 0.0
 
 
@@ -191,10 +201,98 @@ def test_optimizer_time_includes_the_fixed_step_overhead():
     assert r.optimizer_seconds.tolist() == pytest.approx([1.73824e-6 + STEP_OVERHEAD_SECONDS])
 
 
-def test_fp8_speeds_up_the_gemms_only():
+def test_fp8_speeds_up_large_gemms_and_slows_small_ones():
+    # A 4,096-wide layer on 8,192 tokens, 4 micro-batches a step: fp8 GEMMs at 2 PFLOP/s x 0.7 beat bf16 at
+    # 1 x 0.8 even after the casts (the weight casts, 6 bytes per weight, are shared by the micro-batches).
+    # The tiny GEMMs of a 512-wide layer on 1,024 tokens are dominated by the fixed cost, which the lower
+    # fp8 plateau and the casts make longer (torchao measures 0.80x at 1,024 x 2,048 x 1,024).
+    big = tiny(hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384)
+    a16 = lay(seq_len=8192, micro_batch=1, global_batch=4)
+    a8 = Layout(seq_len=8192, micro_batch=1, global_batch=4, dtype="fp8").to_arrays()
+    assert float(layer_time(big, HW, a8, moe_layer=False).forward[0]) < float(layer_time(big, HW, a16, moe_layer=False).forward[0])
+    small = tiny(hidden_size=512, ffn_hidden_size=2048)
     a16 = lay(seq_len=128, micro_batch=8, global_batch=8)
     a8 = Layout(seq_len=128, micro_batch=8, global_batch=8, dtype="fp8").to_arrays()
-    model = tiny(hidden_size=512, ffn_hidden_size=2048)
-    t16 = layer_time(model, HW, a16, moe_layer=False)
-    t8 = layer_time(model, HW, a8, moe_layer=False)
-    assert float(t8.forward[0]) < float(t16.forward[0])
+    assert float(layer_time(small, HW, a8, moe_layer=False).forward[0]) > float(layer_time(small, HW, a16, moe_layer=False).forward[0])
+
+
+def test_fp8_cast_traffic_per_token():
+    # tiny GPT (h 64, q = o = 64, K + V = 128, f 256, standard MLP), tp 1:
+    # forward inputs: QKV h 64 + out-proj 64 + fc1 h 64 + fc2 f 256 = 448;
+    # backward output gradients: QKV 64 + 128 = 192, out-proj h 64, fc1 f 256, fc2 h 64 = 576.
+    fwd, bwd = fp8_cast_elements_per_token(tiny(), lay(), moe_layer=False)
+    assert (float(np.asarray(fwd).ravel()[0]), float(np.asarray(bwd).ravel()[0])) == (448.0, 576.0)
+    # 6 bytes each at 1.8e12 B/s.
+    assert float(fp8_cast_seconds(HW, 1.8e12 / 6)) == pytest.approx(1.0)
+
+
+def test_fp8_forward_adds_exactly_the_casts_to_the_gemm_change():
+    # Same layer in fp8 and bf16: the forward differs by the GEMM time change plus the input casts
+    # (tokens x 448 x 6 bytes) and the weight casts amortised over the micro-batches (weights x 6 bytes / m).
+    model = tiny()
+    a16, a8 = lay(), Layout(global_batch=1, seq_len=32, dtype="fp8").to_arrays()
+    t16, t8 = layer_time(model, HW, a16, moe_layer=False), layer_time(model, HW, a8, moe_layer=False)
+    flop = 2 * 32 * np.array([12_288, 4_096, 16_384, 16_384])
+    gemm16 = float(np.sum((flop / 1e15 + 1e-5) / 0.8))
+    gemm8 = float(np.sum((flop / 2e15 + 1e-5) / 0.7))
+    casts = (32 * 448 * 6 + 49_152 * 6) / 1.8e12
+    assert float(t8.forward[0] - t16.forward[0]) == pytest.approx(gemm8 - gemm16 + casts, rel=1e-9)
+
+
+def test_the_lm_head_and_attention_core_stay_16_bit_under_fp8():
+    model = tiny(vocab_size=50_000)
+    a16 = lay(seq_len=512, global_batch=1)
+    a8 = Layout(global_batch=1, seq_len=512, dtype="fp8").to_arrays()
+    assert attention_core_seconds(model, HW, a8)[0].tolist() == attention_core_seconds(model, HW, a16)[0].tolist()
+    last = np.zeros(1, dtype=np.int64)
+    head16 = stage_time(model, HW, a16, last, stage_params(model, a16, last)).compute
+    head8 = stage_time(model, HW, a8, last, stage_params(model, a8, last)).compute
+    layers16 = 2 * sum(getattr(layer_time(model, HW, a16, moe_layer=False), f) for f in ("forward", "backward"))
+    layers8 = 2 * sum(getattr(layer_time(model, HW, a8, moe_layer=False), f) for f in ("forward", "backward"))
+    assert float((head8 - layers8)[0]) == pytest.approx(float((head16 - layers16)[0]), rel=1e-12)
+
+
+# Attention curve and context parallelism ----------------------------------------------------------------------------
+def test_attention_efficiency_saturates_with_the_block():
+    # plateau 0.5, head dim 128 (factor 1): causal 0.5 x s/(s + 550), full mask 0.5 x s/(s + 200).
+    got = attention_efficiency(HW, np.array([550.0, 16384.0]), 128, causal=True)
+    assert got.tolist() == pytest.approx([0.25, 0.5 * 16384 / 16934])
+    assert float(attention_efficiency(HW, 200.0, 128, causal=False)) == pytest.approx(0.25)
+    # head dim 64: (64/96)/(128/160) = 0.8333 of head dim 128; 256 is held at 128's rate.
+    ratio = attention_efficiency(HW, 4096.0, 64, causal=True) / attention_efficiency(HW, 4096.0, 128, causal=True)
+    assert float(ratio) == pytest.approx(0.8333333, rel=1e-6)
+    assert float(attention_efficiency(HW, 4096.0, 256, causal=True)) == float(attention_efficiency(HW, 4096.0, 128, causal=True))
+
+
+def test_attention_time_per_flop_falls_with_sequence_length():
+    # Per token the causal work grows as s, the time a little faster at short s (lower efficiency), so
+    # time / s falls towards the plateau as s grows.
+    model = tiny(hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384)
+    per_s = [float(attention_core_seconds(model, HW, lay(seq_len=s, global_batch=1))[0][0]) / s**2 for s in (1024, 4096, 16384)]
+    assert per_s[0] > per_s[1] > per_s[2]
+    plateau = 0.5 * 2 * 1 * (4096 + 4096) / 1e15 / 0.5  # causal half of 2 s^2 (q + o) at 0.5 of 1e15, per s^2
+    assert per_s[2] == pytest.approx(plateau * (16384 + 550) / 16384, rel=1e-9)
+
+
+def test_ring_context_parallelism_pays_for_small_blocks_and_launches():
+    # cp 4 on 8k tokens: each rank does a quarter of the causal work, but the off-diagonal steps run
+    # unmasked on blocks of 1,024 and 2,048 keys, the diagonal on 2,048, plus 3 extra steps of two kernels
+    # (2 x 10 us) and the merge traffic: more than a quarter of the cp 1 time.
+    model = tiny(hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384)
+    one = attention_core_seconds(model, HW, lay(seq_len=8192, global_batch=1))
+    four = attention_core_seconds(model, HW, lay(seq_len=8192, global_batch=1, cp=4))
+    assert float(four[0][0]) > float(one[0][0]) / 4
+    work = 0.5 * 2 * 2048 * 8192 * 8192 / 1e15  # causal work on the rank, seconds at peak
+    eff = lambda s, c: float(attention_efficiency(HW, s, 128, causal=c))  # noqa: E731
+    kernels = work * (0.25 / eff(2048, True) + 0.75 * (0.5 / eff(1024, False) + 0.5 / eff(2048, False)))
+    merge = 3 * (2e-5 + 2048 * 4096 * 10 / 1.8e12)
+    assert float(four[0][0]) == pytest.approx(kernels + merge, rel=1e-9)
+
+
+def test_ring_exchange_is_exposed_per_step_when_blocks_are_small():
+    # The same K/V bytes per step; short sequences give each step too little attention to hide behind.
+    model = tiny(hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384, num_kv_heads=32)
+    short = layer_time(model, HW, lay(seq_len=2048, global_batch=1, cp=8, dp=1), moe_layer=False)
+    long = layer_time(model, HW, lay(seq_len=65536, global_batch=1, cp=8, dp=1), moe_layer=False)
+    assert float(short.cp_comm[0]) > 0.0
+    assert float(long.cp_comm[0]) == 0.0
