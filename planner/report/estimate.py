@@ -14,7 +14,7 @@ from planner.report.tables import (
     render,
     simple_table,
 )
-from planner.training.estimate import TrainingEstimate
+from planner.training.estimate import MFU_PLAUSIBILITY_MARGIN, TrainingEstimate
 
 MEMORY_PARTS = (
     ("weights", "weights_bytes"),
@@ -90,4 +90,10 @@ def render_estimate(est: TrainingEstimate, model_id: str, hardware_id: str) -> s
         f"throughput: {human_count(s('tokens_per_second'))} tokens/s, {s('model_tflops_per_gpu'):.0f} model TFLOP/s per GPU "
         f"(MFU {percent(s('mfu'))}), {s('hardware_tflops_per_gpu'):.0f} hardware TFLOP/s (HFU {percent(s('hfu'))})"
     )
+    if bool(est.result.implausible_mfu[0]):
+        throughput.append(
+            f"\nimplausible: MFU {percent(s('mfu'))} is more than {percent(MFU_PLAUSIBILITY_MARGIN)} above the best "
+            f"published {percent(s('best_published_mfu'))} for this chip and dtype; the estimate is probably missing a cost",
+            style="bold yellow",
+        )
     return render(head, _stages_table(est), _time_table(est), throughput)

@@ -14,7 +14,7 @@ import numpy as np
 from planner.search.engine import NearMiss, SearchResult
 from planner.search.rank import Selection, TrainingCost, training_cost
 from planner.specs.layout import RECOMPUTE_NAMES
-from planner.training.estimate import estimate
+from planner.training.estimate import MFU_PLAUSIBILITY_MARGIN, estimate
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ CSV_RESULTS = (
     "peak_bytes", "peak_stage", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
     "other_bytes", "step_seconds", "compute_seconds", "communication_seconds", "bubble_seconds",
     "optimizer_seconds", "recompute_seconds", "tokens_per_second", "model_tflops_per_gpu",
-    "hardware_tflops_per_gpu", "mfu", "hfu",
+    "hardware_tflops_per_gpu", "mfu", "hfu", "implausible_mfu",
 )
 
 
@@ -201,7 +201,8 @@ def candidates_table(view: SearchView, model_id: str, hardware_id: str) -> Any:
             lay.zero[pos], "on" if lay.sequence_parallel[pos] else "-", RECOMPUTE_NAMES[int(lay.recompute[pos])],
             lay.micro_batch[pos], lay.interleave[pos],
             memory_bar(float(res.peak_bytes[pos]), res.capacity_bytes, res.usable_bytes),
-            human_seconds(step), human_count(float(res.tokens_per_second[pos])), percent(float(res.mfu[pos])),
+            human_seconds(step), human_count(float(res.tokens_per_second[pos])),
+            percent(float(res.mfu[pos])) + (" !" if bool(res.implausible_mfu[pos]) else ""),
             percent(float(res.bubble_seconds[pos]) / step), percent(float(res.communication_seconds[pos]) / step),
         ]
         if view.cost is not None:
@@ -213,6 +214,10 @@ def candidates_table(view: SearchView, model_id: str, hardware_id: str) -> Any:
     caption = ("bubble, comm: share of the step lost to the pipeline bubble and to communication not hidden "
                "behind compute. v: interleaved stages per rank. A layout equal in degrees, step time and memory "
                "to a better one shares its rank and is not repeated.")
+    if bool(res.implausible_mfu[view.shown].any()):
+        best = float(np.nanmax(res.best_published_mfu[view.shown]))
+        caption += (f" MFU !: more than {MFU_PLAUSIBILITY_MARGIN:.0%} above the best published MFU for this chip and "
+                    f"dtype ({best:.0%}); implausible, the estimate probably misses a cost.")
     if view.cost is not None:
         price = view.cost.price_per_gpu_hour_usd
         caption += (f" Train hours for {view.cost.tokens:.3g} tokens"

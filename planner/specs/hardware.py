@@ -146,6 +146,19 @@ class Fraction(BaseModel):
     _check_note = field_validator("note")(_non_empty)
 
 
+class PublishedMfu(BaseModel):
+    """The best model-FLOPs utilisation published for this chip, per GEMM dtype (of that dtype's dense peak):
+    the ceiling of the plausibility guard (training/estimate.py)."""
+
+    model_config = _STRICT
+
+    bf16: Number | None = Field(default=None, gt=0, le=1, description="Best published bf16/fp16 MFU, of the 16-bit peak.")
+    fp8: Number | None = Field(default=None, gt=0, le=1, description="Best published fp8 MFU, of the fp8 peak.")
+    note: str = Field(description="Which runs, with their sources.")
+
+    _check_note = field_validator("note")(_non_empty)
+
+
 class EfficiencySpec(BaseModel):
     """What real kernels and collectives reach, as fractions of datasheet peaks."""
 
@@ -164,6 +177,9 @@ class EfficiencySpec(BaseModel):
     memory_bandwidth: Fraction = Field(description="Streaming (memory-bound) kernels, fraction of HBM bandwidth.")
     intra_node_link: Fraction = Field(description="Collective bus bandwidth reached inside a node (NCCL busbw / link).")
     inter_node_link: Fraction = Field(description="Collective bus bandwidth reached across nodes (NCCL busbw / NIC).")
+    best_published_mfu: PublishedMfu | None = Field(
+        default=None, description="Best published training MFU on this chip per dtype; estimates above it are flagged."
+    )
 
 
 class HardwareProfile(BaseModel):

@@ -38,6 +38,12 @@ from planner.training.time import (
 # fragmentation in memory.py): a margin for what no estimate sees (framework workspaces, memory
 # spikes in the loss, uneven MoE routing). 5% of 80 GB is 4 GB.
 DEFAULT_HEADROOM = 0.05
+# The plausibility guard flags an estimate whose MFU exceeds the best published MFU for the chip and
+# dtype (the profile's efficiency.best_published_mfu) by more than this share of it: 10%, about the
+# model's in-sample error on the published sources (docs/validation.md) and the spread between
+# revisions of the same published table (NeMo 24.07: 1,533 / 1,549 / 1,524 tokens/s). Above that the
+# estimate is more likely missing a cost than beating every published run.
+MFU_PLAUSIBILITY_MARGIN = 0.10
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class TrainingArrays:
     hardware_tflops_per_gpu: np.ndarray
     mfu: np.ndarray
     hfu: np.ndarray
+    best_published_mfu: np.ndarray  # for the chip and dtype; nan where none is published
+    implausible_mfu: np.ndarray  # mfu > best_published_mfu x (1 + MFU_PLAUSIBILITY_MARGIN)
 
     def take(self, index: np.ndarray) -> TrainingArrays:
         values = {
@@ -147,6 +155,8 @@ def evaluate(
     peak = gemm_peak_flops(hw, lay)
     model_tflops = flop.model_flop / step / gpus / 1e12
     hardware_tflops = flop.hardware_flop / step / gpus / 1e12
+    mfu = model_tflops * 1e12 / peak
+    best = best_published_mfu(hw, lay)
     return TrainingArrays(
         weights_bytes=pick_mem["weights_bytes"],
         gradients_bytes=pick_mem["gradients_bytes"],
@@ -174,9 +184,19 @@ def evaluate(
         tokens_per_second=tokens / step,
         model_tflops_per_gpu=model_tflops,
         hardware_tflops_per_gpu=hardware_tflops,
-        mfu=model_tflops * 1e12 / peak,
+        mfu=mfu,
         hfu=hardware_tflops * 1e12 / peak,
+        best_published_mfu=best,
+        implausible_mfu=np.nan_to_num(mfu - best * (1 + MFU_PLAUSIBILITY_MARGIN), nan=-1.0) > 0,
     )
+
+
+def best_published_mfu(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
+    """The profile's best published MFU for each candidate's GEMM dtype (nan where none is recorded)."""
+    pub = hw.efficiency.best_published_mfu
+    bf16 = pub.bf16 if pub is not None and pub.bf16 is not None else np.nan
+    fp8 = pub.fp8 if pub is not None and pub.fp8 is not None else np.nan
+    return np.where(lay.fp8, fp8, bf16) * np.ones(np.shape(lay.fp8))
 
 
 MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
@@ -264,6 +284,11 @@ class TrainingEstimate:
                 "hardware_tflops_per_gpu": s("hardware_tflops_per_gpu"),
                 "mfu": s("mfu"),
                 "hfu": s("hfu"),
+            },
+            "plausibility": {
+                "best_published_mfu": None if np.isnan(s("best_published_mfu")) else s("best_published_mfu"),
+                "margin": MFU_PLAUSIBILITY_MARGIN,
+                "implausible_mfu": bool(self.result.implausible_mfu[0]),
             },
             "flop": {"model_flop_per_step": s("model_flop"), "hardware_flop_per_step": s("hardware_flop")},
         }

@@ -37,6 +37,18 @@ FP8_WEIGHT_BYTES = 1
 ACTIVATION_BYTES = 2  # 16-bit activations (Korthikanti et al. 2022 Sec. 4.1)
 FP8_ACTIVATION_BYTES = 1  # an fp8 (E4M3) copy of a GEMM input saved for the backward pass
 LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti et al. 2022 Sec. 4.3: 4sbv/t)
+# At the loss's peak (its backward) a vocabulary element of the last micro-batch holds the fp32 softmax kept
+# for the backward (4) and the bf16 gradient of the logits written from it for the LM head's backward (2):
+# 6 bytes, not Korthikanti's 4. Megatron-Core's vocab-parallel cross-entropy upcasts the bf16 logits (freed
+# then), exponentiates in place and turns the saved softmax into the gradient in place. PyTorch's
+# cross_entropy on upcast logits (torchtitan: pred.float()) keeps the bf16 logits, the fp32 copy and a new
+# fp32 gradient at once, 10 bytes; there is no engine field to tell them apart yet, and the Megatron
+# recipes dominate the published runs. With a 128K vocabulary at tp 1 this is 0.77 MB per token.
+LOSS_PEAK_BYTES_PER_LOGIT = LOGITS_BYTES + 2
+# Not counted: Transformer Engine's fp8 copies of the weights (an fp8 weight and its transpose, 2 bytes per
+# layer parameter). The fp8 recipes of the published runs gather fp8 parameters (Megatron --fp8-param-gather,
+# torchao's float8 all-gather), so the fp8 copy replaces the 16-bit one; counting it on top called six of the
+# published fp8 runs that ran (NeMo, Megatron-Bridge) "does not fit".
 LSE_BYTES = 4  # flash attention keeps an fp32 log-sum-exp per query row and head (Dao et al. 2022, Alg. 1)
 
 # The allocator's unusable slack, a share of the activation memory that churns within a step
@@ -237,7 +249,7 @@ def stage_activation_bytes(
     # Last stage: final-norm input and LM-head input (2h each) and the fp32 logits for the loss.
     head = np.where(
         is_last,
-        tokens * (2 * ACTIVATION_BYTES * h / rep_div + LOGITS_BYTES * model.vocab_size / lay.tp),
+        tokens * (2 * ACTIVATION_BYTES * h / rep_div + LOSS_PEAK_BYTES_PER_LOGIT * model.vocab_size / lay.tp),
         0.0,
     )
     largest_working = np.maximum(np.where(n_dense > 0, dense.working, 0.0), np.where(n_moe > 0, moe.working, 0.0))

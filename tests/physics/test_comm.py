@@ -20,7 +20,7 @@ from planner.physics.comm import (
 )
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
-from planner.training.time import layer_time
+from planner.training.time import TP_OVERLAP_EXPOSED_FRACTION, layer_time
 
 INTRA_BW, INTRA_LAT = 200e9, 3e-6
 INTER_BW, INTER_LAT = 40e9, 10e-6
@@ -162,13 +162,14 @@ def test_tp_comm_of_one_layer():
 
 def test_tp_comm_repeats_for_the_recomputed_forward_and_hides_with_overlap():
     # Full recompute runs the forward twice: 6 one-shot all-reduces = 6 x 3.02048e-6 = 1.812288e-5.
-    # With --tp-comm-overlap a quarter stays exposed: 1.208192e-5 / 4 = 3.02048e-6.
+    # With --tp-comm-overlap TP_OVERLAP_EXPOSED_FRACTION (0.1, fitted) stays exposed: 1.208192e-5 x 0.1.
     hw = HW
     full = layer_time(tiny(), hw, Layout(tp=2, global_batch=1, seq_len=32, recompute="full").to_arrays(), moe_layer=False)
     assert float(full.tp_comm[0]) == pytest.approx(1.812288e-5)
     over = layer_time(tiny(), hw, Layout(tp=2, global_batch=1, seq_len=32, overlap_tp_comm=True).to_arrays(),
                       moe_layer=False)
-    assert float(over.tp_comm[0]) == pytest.approx(3.02048e-6)
+    assert TP_OVERLAP_EXPOSED_FRACTION == 0.1
+    assert float(over.tp_comm[0]) == pytest.approx(1.208192e-6)
 
 
 def test_no_tp_no_tp_comm():

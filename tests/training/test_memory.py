@@ -226,56 +226,58 @@ def test_stage_activations_one_stage():
     # pp = 1, one micro-batch in flight, tokens b s = 32, no flash:
     #   layers     L x 2,816 x 32                 = 180,224
     #   embedding  dropout mask, 1 byte x s h    =   2,048
-    #   head       final-norm and LM-head inputs 2 x 2h, fp32 logits 4V: 32 x (256 + 400) = 20,992
-    #   total                                     = 203,264
-    # (Korthikanti's extra term for p = 1: sbhp + 4sbh(1 + V/h) = 2,048 + 8,192 + 12,800 = 23,040 = 2,048 + 20,992.)
+    #   head       final-norm and LM-head inputs 2 x 2h, and at the loss's peak the fp32 softmax and the
+    #              bf16 gradient of the logits, 6V: 32 x (256 + 600) = 27,392
+    #   total                                     = 209,664
+    # (Korthikanti's extra term for p = 1, sbhp + 4sbh(1 + V/h) = 2,048 + 8,192 + 12,800, counts only the fp32
+    # logits: 4V instead of 6V, 6,400 bytes less.)
     a = lay(flash_attention=False)
     sp = stage_params(tiny(), a, np.zeros(1, dtype=np.int64))
     held, working = stage_activation_bytes(tiny(), a, np.zeros(1, dtype=np.int64), sp)
-    assert held.tolist() == [203_264]
+    assert held.tolist() == [209_664]
     assert working.tolist() == [0]
 
 
 def test_stage_activations_two_stages_1f1b():
     # pp = 2, m = 4: stage 0 holds min(2, 4) = 2 micro-batches of its one layer, stage 1 holds 1.
     #   stage 0: 2 x 2,816 x 32 + embedding masks 2 x 32 x 64 = 180,224 + 4,096 = 184,320
-    #   stage 1: 1 x 2,816 x 32 + head 20,992                 =  90,112 + 20,992 = 111,104
+    #   stage 1: 1 x 2,816 x 32 + head 27,392                 =  90,112 + 27,392 = 117,504
     a = lay(pp=2, global_batch=4, flash_attention=False)
     st = stages(a)
     held, _ = stage_activation_bytes(tiny(), a, st, stage_params(tiny(), a, st))
-    assert held.tolist() == [184_320, 111_104]
+    assert held.tolist() == [184_320, 117_504]
 
 
 def test_full_recompute_keeps_inputs_and_a_working_set():
     # Full recompute, pp = 1: each layer keeps its 2h input: 2 x 128 x 32 = 8,192, + embedding 2,048 + head
-    # 20,992 = 31,232; while one layer is recomputed the rest of its activations are live again: its
+    # 27,392 = 37,632; while one layer is recomputed the rest of its activations are live again: its
     # 2,816 per token less the 128 already held as the checkpoint, 2,688 x 32 = 86,016.
     a = lay(recompute="full", flash_attention=False)
     z = np.zeros(1, dtype=np.int64)
     held, working = stage_activation_bytes(tiny(), a, z, stage_params(tiny(), a, z))
-    assert held.tolist() == [31_232]
+    assert held.tolist() == [37_632]
     assert working.tolist() == [86_016]
 
 
 def test_selective_recompute_holds_one_layers_scores_in_backward():
     # Selective, no flash, pp = 1: each layer keeps 34h = 2,176 per token: 2 x 2,176 x 32 = 139,264, + embedding
-    # 2,048 + head 20,992 = 162,304; the backward recomputes one layer's scores, 5as = 640 per token: 20,480.
+    # 2,048 + head 27,392 = 168,704; the backward recomputes one layer's scores, 5as = 640 per token: 20,480.
     # With flash attention there are no scores to drop or to recompute: no working set.
     z = np.zeros(1, dtype=np.int64)
     a = lay(recompute="selective", flash_attention=False)
     held, working = stage_activation_bytes(tiny(), a, z, stage_params(tiny(), a, z))
-    assert (held.tolist(), working.tolist()) == ([162_304], [20_480])
+    assert (held.tolist(), working.tolist()) == ([168_704], [20_480])
     a = lay(recompute="selective")
     assert stage_activation_bytes(tiny(), a, z, stage_params(tiny(), a, z))[1].tolist() == [0]
 
 
 def test_block_recompute_recomputes_only_k_layers():
     # recompute_layers_per_stage = 1 of 2: layer one keeps 2h (128), layer two keeps everything (2,816):
-    # (128 + 2,816) x 32 = 94,208, + embedding 2,048 + head 20,992 = 117,248.
+    # (128 + 2,816) x 32 = 94,208, + embedding 2,048 + head 27,392 = 123,648.
     a = lay(recompute="full", recompute_layers_per_stage=1, flash_attention=False)
     z = np.zeros(1, dtype=np.int64)
     held, _ = stage_activation_bytes(tiny(), a, z, stage_params(tiny(), a, z))
-    assert held.tolist() == [117_248]
+    assert held.tolist() == [123_648]
 
 
 # Buffers and reserve ----------------------------------------------------------------------------
@@ -298,16 +300,16 @@ def test_zero_buffers(zero, expected):
 
 def test_stage_memory_adds_up_by_hand():
     # pp = 1, tp = 1, dp = 1, ZeRO 0, no flash, no recompute:
-    #   model states 16 x 111,744 = 1,787,904; activations 203,264; buffers 0;
+    #   model states 16 x 111,744 = 1,787,904; activations 209,664; buffers 0;
     #   reserve: CUDA context 512 MiB + library workspaces 256 MiB = 805,306,368, no NCCL communicator
-    #   (every degree is 1), + 5% of 203,264 = 805,306,368 + 10,163.2.
+    #   (every degree is 1), + 5% of 209,664 = 805,306,368 + 10,483.2.
     mem = stage_memory(tiny(), lay(flash_attention=False), np.zeros(1, dtype=np.int64))
     assert mem.weights_bytes.tolist() == [2 * PSI]
     assert mem.gradients_bytes.tolist() == [2 * PSI]
     assert mem.optimizer_bytes.tolist() == [12 * PSI]
-    assert mem.activations_bytes.tolist() == [203_264]
-    assert float(mem.other_bytes[0]) == pytest.approx(805_306_368 + 10_163.2, abs=1e-3)
-    assert float(mem.total_bytes[0]) == pytest.approx(1_787_904 + 203_264 + 805_306_368 + 10_163.2, abs=1e-3)
+    assert mem.activations_bytes.tolist() == [209_664]
+    assert float(mem.other_bytes[0]) == pytest.approx(805_306_368 + 10_483.2, abs=1e-3)
+    assert float(mem.total_bytes[0]) == pytest.approx(1_787_904 + 209_664 + 805_306_368 + 10_483.2, abs=1e-3)
 
 
 def test_reserve_counts_one_nccl_communicator_per_parallel_dimension():
@@ -383,3 +385,4 @@ def test_fp8_keeps_gemm_inputs_in_one_byte():
     bf16 = layer_activation_bytes_per_token(tiny(), lay(), moe_layer=False).stored
     fp8 = layer_activation_bytes_per_token(tiny(), lay(dtype="fp8"), moe_layer=False).stored
     assert (bf16 - fp8).tolist() == [448]
+
