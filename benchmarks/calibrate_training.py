@@ -15,8 +15,9 @@ What is fitted (four parameters, one value each for every chip):
 - step_overhead_s, tp_overlap_exposed: training/time.py's STEP_OVERHEAD_SECONDS and
   TP_OVERLAP_EXPOSED_FRACTION.
 Held: GEMM_FIXED_SECONDS at 5 us, from the H100 square-GEMM benchmark (physics/kernels.py; the runs
-barely constrain it: fits wander between 0 and 30 us with the choice of sources); DP_OVERLAP_EFFICIENCY at 1.0 (the data-parallel and ZeRO-3 overlap model is being reworked
-separately; fitting it here would tie its value to the old form).
+barely constrain it: fits wander between 0 and 30 us with the choice of sources); DP_OVERLAP_EFFICIENCY
+at 1.0 (the data-parallel and ZeRO-3 overlap model is being reworked separately; fitting it here would tie
+its value to the old form).
 Not fitted: the attention curve (kernel benchmarks), the fp8 casts (counted bytes), the link efficiencies.
 
 Objective: the mean over sources of each source's mean |step-time error| (each clipped at 25%), so a large table does not
@@ -167,8 +168,13 @@ def main() -> None:
              + " |" if loso else ""))
     print()
     errs = errors(params, cases)
+    position: dict[str, int] = defaultdict(int)
     for case, err in zip(cases, errs):
-        print(f"{case['id']:55s} {100 * err:+6.1f}%" + (f"  LOSO {100 * loso[case['group']][[c['id'] for c in cases if c['group'] == case['group']].index(case['id'])]:+6.1f}%" if loso else ""))
+        line = f"{case['id']:55s} {100 * err:+6.1f}%"
+        if loso:
+            line += f"  LOSO {100 * loso[case['group']][position[case['group']]]:+6.1f}%"
+        position[case["group"]] += 1
+        print(line)
 
 
 if __name__ == "__main__":
