@@ -2,7 +2,7 @@
 
 Round hardware: 1 PFLOP/s bf16 (2 fp8), 2 TB/s HBM, 8 GPUs per node on a 400 GB/s (one direction)
 fabric with 3 us latency, 50 GB/s per GPU of network with 10 us; efficiencies 0.8 matmul (each GEMM
-paying GEMM_FIXED_SECONDS = 5 us of peak work, i.e. half saturation at 5 GFLOP), 0.7 fp8 matmul,
+paying GEMM_FIXED_SECONDS = 7.5 us of peak work, i.e. half saturation at 7.5 GFLOP), 0.7 fp8 matmul,
 0.5 attention plateau, 0.9 memory, 0.8 network and, unless given, 0.5 node fabric.
 """
 

@@ -16,18 +16,18 @@ from planner.specs.model import ModelSpec
 
 # --- GEMMs --------------------------------------------------------------------------------------------
 
-GEMM_FIXED_SECONDS = 5e-6
+GEMM_FIXED_SECONDS = 7.5e-6
 """Fixed cost of one GEMM, in seconds of peak-rate work: a GEMM of x FLOP takes
 (x / peak + GEMM_FIXED_SECONDS) / plateau. It stands for the launch, the prologue and the last,
 partly filled wave of tiles, which no FLOP count sees. Set from the measured H100 bf16 square GEMMs
 (zzc0721/torch-performance-test-data issue #79, torch 2.7: 177, 677, 789 TFLOP/s at 1,024, 2,048,
 4,096 cubed, against a best-shape 794.5): solving efficiency = plateau x x / (x + peak x T0) for T0
 gives 7.6 us at 1,024 cubed, 3.1 us at 2,048 and 1.5 us at 4,096 (wave quantization makes it fall with
-size). 5 us sits between the 2,048 and 1,024 cubed values, where thin training shards and serving's
-prefill and decode GEMMs are; serving's TensorRT-LLM cases bound it from below (at 3 us the Llama-2-70B
-tp 4 first token at 128 tokens comes out 25.7% fast, outside its tolerance). Held, not fitted: the
-published training runs barely constrain it (benchmarks/calibrate_training.py fits moved between 0 and
-30 us with the choice of sources, at under 1% change of the objective)."""
+size). 7.5 us is the 1,024-cubed value, the size of serving's prefill and decode GEMMs and of thin
+training shards; serving's TensorRT-LLM cases bound it from below (at 3 or 5 us the Llama-2-70B tp 4
+first token at 128 tokens comes out 25.7% fast, outside its tolerance). Held, not fitted: the published
+training runs barely constrain it (benchmarks/calibrate_training.py fits moved between 0 and 30 us
+with the choice of sources, at under 1% change of the objective)."""
 
 
 def causal_pairs(new_tokens: np.ndarray, window: int = 0) -> np.ndarray:

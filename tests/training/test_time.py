@@ -2,7 +2,7 @@
 and how evaluate() assembles them.
 
 A round-number profile makes the arithmetic checkable by hand: 1 PFLOP/s bf16 (2 fp8), matmul plateau
-0.8 (fp8 0.7) and the fixed GEMM cost of 5 us, so one bf16 GEMM of x FLOP takes (x / 1e15 + 5e-6) / 0.8 s; HBM 2 TB/s at 90% =
+0.8 (fp8 0.7) and the fixed GEMM cost of 7.5 us, so one bf16 GEMM of x FLOP takes (x / 1e15 + 7.5e-6) / 0.8 s; HBM 2 TB/s at 90% =
 1.8 TB/s; NVLink 400 GB/s at 50% = 200 GB/s, alpha 3 us. Tiny GPT: L = 2, h = 64, a = 4, f = 256, V = 100,
 LayerNorm, GeLU, no biases, dropout, rotary.
 """
@@ -44,13 +44,13 @@ PSI = 111_744  # tiny GPT's parameters, counted by hand in test_memory.py
 
 # Kernels ------------------------------------------------------------------------------------------
 def test_matmul_on_the_saturating_curve():
-    # (x / peak + 5 us) / 0.8: x = 5e9 at 1e15 -> (5e-6 + 5e-6)/0.8 = 1.25e-5 s (half the plateau: efficiency
-    # 0.4); x = 4.5e10 -> (4.5e-5 + 5e-6)/0.8 = 6.25e-5 s (efficiency 0.72); no work, no time. fp8: its own
-    # peak and plateau, (5e9 / 2e15 + 5e-6) / 0.7 = 7.5e-6 / 0.7 s.
-    got = matmul_seconds(HW, np.array([5e9, 4.5e10, 0.0]), 1e15)
-    assert got.tolist() == pytest.approx([1.25e-5, 6.25e-5, 0.0])
-    assert float(matmul_seconds(HW, 5e9, 2e15, 0.7)) == pytest.approx(7.5e-6 / 0.7)
-    assert GEMM_FIXED_SECONDS == 5e-6
+    # (x / peak + 7.5 us) / 0.8: x = 7.5e9 at 1e15 -> (7.5e-6 + 7.5e-6)/0.8 = 1.875e-5 s (half the plateau:
+    # efficiency 0.4); x = 6.75e10 -> (6.75e-5 + 7.5e-6)/0.8 = 9.375e-5 s (efficiency 0.72); no work, no time.
+    # fp8: its own peak and plateau, (7.5e9 / 2e15 + 7.5e-6) / 0.7 = 1.125e-5 / 0.7 s.
+    got = matmul_seconds(HW, np.array([7.5e9, 6.75e10, 0.0]), 1e15)
+    assert got.tolist() == pytest.approx([1.875e-5, 9.375e-5, 0.0])
+    assert float(matmul_seconds(HW, 7.5e9, 2e15, 0.7)) == pytest.approx(1.125e-5 / 0.7)
+    assert GEMM_FIXED_SECONDS == 7.5e-6
 
 
 def test_memory_bound_kernels_at_achievable_bandwidth():
@@ -92,16 +92,16 @@ def test_unfused_softmax_traffic_per_token():
 
 def test_one_tiny_layer_forward_and_backward():
     # b s = 32 tokens, tp 1, flash. GEMM FLOP = 2 x 32 x weights: QKV 12,288 -> 786,432; out 4,096 -> 262,144;
-    # fc1 and fc2 16,384 each -> 1,048,576 each. Each takes (x / 1e15 + 5e-6)/0.8, so the four together
-    # (3,145,728e-15 + 2e-5)/0.8 = 2.500393216e-5 s.
+    # fc1 and fc2 16,384 each -> 1,048,576 each. Each takes (x / 1e15 + 7.5e-6)/0.8, so the four together
+    # (3,145,728e-15 + 3e-5)/0.8 = 3.750393216e-5 s.
     # Core: 2 x 32 x 32 x (64 + 64) = 262,144 FLOP, half of it skipped by the causal mask (131,072), at the
     # attention curve: plateau 0.5 x head-dim factor (16/48)/(128/160) = 0.41667 x 32/(32 + 550) = 0.0114548
     # -> 1.14425856e-8 s. Element-wise: 32 x 2,944 bytes / 1.8e12 = 5.233778e-8 s.
-    # Forward 2.500393216e-5 + 1.14425856e-8 + 5.233778e-8 = 2.50677125e-5.
-    # Backward: GEMMs x 2, flash core x 2.5, element-wise x 2 = 5.000786432e-5 + 2.8606464e-8 + 1.0467556e-7.
+    # Forward 3.750393216e-5 + 1.14425856e-8 + 5.233778e-8 = 3.75677125e-5.
+    # Backward: GEMMs x 2, flash core x 2.5, element-wise x 2 = 7.500786432e-5 + 2.8606464e-8 + 1.0467556e-7.
     t = layer_time(tiny(), HW, lay(), moe_layer=False)
-    assert float(t.forward[0]) == pytest.approx(2.50677125e-5, rel=1e-7)
-    assert float(t.backward[0]) == pytest.approx(5.000786432e-5 + 2.8606464e-8 + 1.0467556e-7, rel=1e-7)
+    assert float(t.forward[0]) == pytest.approx(3.75677125e-5, rel=1e-7)
+    assert float(t.backward[0]) == pytest.approx(7.500786432e-5 + 2.8606464e-8 + 1.0467556e-7, rel=1e-7)
     assert float(t.recompute[0]) == 0.0
 
 
@@ -233,8 +233,8 @@ def test_fp8_forward_adds_exactly_the_casts_to_the_gemm_change():
     a16, a8 = lay(), Layout(global_batch=1, seq_len=32, dtype="fp8").to_arrays()
     t16, t8 = layer_time(model, HW, a16, moe_layer=False), layer_time(model, HW, a8, moe_layer=False)
     flop = 2 * 32 * np.array([12_288, 4_096, 16_384, 16_384])
-    gemm16 = float(np.sum((flop / 1e15 + 5e-6) / 0.8))
-    gemm8 = float(np.sum((flop / 2e15 + 5e-6) / 0.7))
+    gemm16 = float(np.sum((flop / 1e15 + 7.5e-6) / 0.8))
+    gemm8 = float(np.sum((flop / 2e15 + 7.5e-6) / 0.7))
     casts = (32 * 448 * 6 + 49_152 * 6) / 1.8e12
     assert float(t8.forward[0] - t16.forward[0]) == pytest.approx(gemm8 - gemm16 + casts, rel=1e-9)
 
@@ -277,7 +277,7 @@ def test_attention_time_per_flop_falls_with_sequence_length():
 def test_ring_context_parallelism_pays_for_small_blocks_and_launches():
     # cp 4 on 8k tokens: each rank does a quarter of the causal work, but the off-diagonal steps run
     # unmasked on blocks of 1,024 and 2,048 keys, the diagonal on 2,048, plus 3 extra steps of two kernels
-    # (2 x 5 us) and the merge traffic: more than a quarter of the cp 1 time.
+    # (2 x 7.5 us) and the merge traffic: more than a quarter of the cp 1 time.
     model = tiny(hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384)
     one = attention_core_seconds(model, HW, lay(seq_len=8192, global_batch=1))
     four = attention_core_seconds(model, HW, lay(seq_len=8192, global_batch=1, cp=4))
@@ -285,7 +285,7 @@ def test_ring_context_parallelism_pays_for_small_blocks_and_launches():
     work = 0.5 * 2 * 2048 * 8192 * 8192 / 1e15  # causal work on the rank, seconds at peak
     eff = lambda s, c: float(attention_efficiency(HW, s, 128, causal=c))  # noqa: E731
     kernels = work * (0.25 / eff(2048, True) + 0.75 * (0.5 / eff(1024, False) + 0.5 / eff(2048, False)))
-    merge = 3 * (1e-5 + 2048 * 4096 * 10 / 1.8e12)
+    merge = 3 * (1.5e-5 + 2048 * 4096 * 10 / 1.8e12)
     assert float(four[0][0]) == pytest.approx(kernels + merge, rel=1e-9)
 
 
