@@ -83,6 +83,13 @@ TP_OVERLAP_EXPOSED_FRACTION = 0.1
 # log-sum-exps; in the backward the same for the dQ, dK and dV accumulators (Transformer Engine's
 # AttnFuncWithCPAndKVP2P keeps them in fp32). Counted, not fitted.
 CP_MERGE_BYTES_PER_ELEMENT = 10.0
+# Kernels each extra ring step launches, forward and backward alike: the attention kernel, the two merges
+# of the partial result (Transformer Engine's flash_attn_fwd_softmax_lse_correction and
+# flash_attn_fwd_out_correction in the forward; the dQ and dK/dV accumulations in the backward) and the
+# point-to-point exchange (flash_attn_p2p_communicate); NVIDIA/TransformerEngine
+# transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py. Each pays the fixed
+# kernel cost GEMM_FIXED_SECONDS. Counted, not fitted.
+CP_RING_STEP_KERNELS = 4
 # The router GEMM (shapes.py names it so) stays 16-bit under fp8 recipes.
 ROUTER_GEMM = "router"
 
@@ -155,8 +162,7 @@ def attention_core_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArr
     2 cp - 1 - i, so every rank has the same causal work): of a rank's work, 1/cp is the causal diagonal
     block of s/cp keys, the rest cp - 1 unmasked steps, half of them over s/(2 cp) keys (all local queries
     against the sending rank's early chunk) and half over s/cp (the late local chunk against both). Each
-    extra step launches its own attention kernel and a kernel merging the partial outputs by their
-    log-sum-exp, at the fixed cost of a kernel, and moves the running fp32 output (forward) or the fp32
+    extra step launches CP_RING_STEP_KERNELS kernels at the fixed cost of a kernel, and moves the running fp32 output (forward) or the fp32
     dQ, dK, dV accumulators (backward) through HBM."""
     widths = attention_dims(model)
     tokens = tokens_per_microbatch(lay)
@@ -177,10 +183,9 @@ def attention_core_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArr
     steps = cp - 1
     q_elements = tokens * widths.query / t
     kv_elements = tokens * (widths.key + widths.value) / kv_divisor(model, lay.tp)
-    merge_fwd = steps * (2 * GEMM_FIXED_SECONDS + memory_seconds(hw, q_elements * CP_MERGE_BYTES_PER_ELEMENT))
-    merge_bwd = steps * (
-        2 * GEMM_FIXED_SECONDS + memory_seconds(hw, (q_elements + kv_elements) * CP_MERGE_BYTES_PER_ELEMENT)
-    )
+    launches = CP_RING_STEP_KERNELS * GEMM_FIXED_SECONDS
+    merge_fwd = steps * (launches + memory_seconds(hw, q_elements * CP_MERGE_BYTES_PER_ELEMENT))
+    merge_bwd = steps * (launches + memory_seconds(hw, (q_elements + kv_elements) * CP_MERGE_BYTES_PER_ELEMENT))
     return kernel_fwd + merge_fwd, FLASH_BACKWARD_TO_FORWARD * kernel_fwd + merge_bwd
 
 
