@@ -52,8 +52,11 @@ GRID: dict[str, np.ndarray] = {
     "step_overhead_s": np.array([0.0, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2]),
     "tp_overlap_exposed": np.array([0.0, 0.1, 0.25, 0.5, 0.75, 1.0]),
 }
-START = {"gemm_scale": 1.0, "gemm_fixed_s": 7.5e-6, "memory_bw": 0.8, "dp_overlap": 1.0, "step_overhead_s": 0.075,
-         "tp_overlap_exposed": 0.25}
+# The descent starts at the values in use (the profiles and time.py), so a rerun says whether they are
+# still a local optimum; the objective is flat along HBM efficiency, step overhead and TP-overlap share
+# (other starts end 0.1-0.2 points away with those three moved together).
+START = {"gemm_scale": 1.0, "gemm_fixed_s": 7.5e-6, "memory_bw": 0.8, "dp_overlap": 1.0, "step_overhead_s": 0.2,
+         "tp_overlap_exposed": 0.1}
 # A case's |error| counts up to this much in the objective: a run missed by more is missing a feature the
 # model does not have (an MoE dispatcher, an overlap), and letting it pull on the shared physical
 # parameters would move every other source.
@@ -139,7 +142,8 @@ def main() -> None:
     cases = all_training_cases()
     fitted = [c for c in cases if c["group"] not in NOT_FITTED]
     params = fit(fitted, args.passes)
-    print("fitted on all sources:", {k: (f"{v:.3g}") for k, v in params.items()})
+    print("fitted on all sources:", {k: (f"{v:.3g}") for k, v in params.items()},
+          f"objective {score(params, fitted):.4f} (at the start {score(dict(START), fitted):.4f})")
     in_sample = by_source(cases, errors(params, cases))
 
     loso: dict[str, list[float]] = {}
