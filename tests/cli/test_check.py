@@ -355,11 +355,11 @@ def test_70b_with_adam_on_8_gpus_is_told_the_fewest_gpus_that_fit(run_cli, tmp_p
 
 
 def test_a_precision_change_is_offered_when_no_layout_change_fits(run_cli, tmp_path):
-    """One GPU leaves no degree or ZeRO stage to change; Llama 3.2 3B at 28,672 tokens with full recompute fits
+    """One GPU leaves no degree or ZeRO stage to change; Llama 3.2 3B at 24,576 tokens with full recompute fits
     with bf16 gradients (16 bytes a parameter of model state) but not with fp32 ones (18)."""
     job = tmp_path / "j.yaml"
     job.write_text("model: llama-3.2-3b\nhardware: h100-sxm\ngpus: 1\nparallel: {recompute: full}\n"
-                   "training: {global_batch: 1, seq_len: 28672, grad_dtype: fp32}\n")
+                   "training: {global_batch: 1, seq_len: 24576, grad_dtype: fp32}\n")
     result = run_cli("check", job, "--format", "json")
     fixes = json.loads(result.stdout)[0]["suggestions"]
     assert fixes[0]["changes"] == {"grad_dtype": {"from": "fp32", "to": "bf16"}} and fixes[0]["verified"]
