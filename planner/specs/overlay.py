@@ -40,10 +40,10 @@ class Factor:
 FACTORS: tuple[Factor, ...] = (
     Factor("gemm_plateau", "efficiency.matmul.peak_fraction", 0.20, 1.0, 0.15,
            "plateau fraction of dense peak reached by large GEMMs"),
-    Factor("gemm_half_saturation", "efficiency.matmul.half_saturation_flop", 1e8, 1e12, 1.0,
-           "GEMM size (FLOP) at half the plateau: the fixed cost of small GEMMs"),
+    Factor("gemm_fp8_plateau", "efficiency.matmul_fp8.fraction", 0.20, 1.0, 0.15,
+           "plateau fraction of the fp8 peak reached by large fp8 GEMMs"),
     Factor("attention", "efficiency.attention.fraction", 0.10, 1.0, 0.30,
-           "flash-attention kernels, fraction of dense 16-bit peak"),
+           "plateau of the flash-attention curve, fraction of dense 16-bit peak"),
     Factor("memory_bound", "efficiency.memory_bandwidth.fraction", 0.20, 1.0, 0.20,
            "element-wise and optimizer kernels, fraction of HBM bandwidth"),
     Factor("intra_node_link", "efficiency.intra_node_link.fraction", 0.20, 1.0, 0.25,
