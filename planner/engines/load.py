@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+import os
+import re
+import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import yaml
 from pydantic import BaseModel
 
 from planner.errors import PlannerError
+from planner.specs.bounds import MAX_FILE_BYTES, MAX_NESTING
 from planner.specs.hardware import HardwareProfile
 from planner.specs.model import ModelSpec
 from planner.specs.validation import validate_spec
@@ -39,35 +45,167 @@ class Loaded:
 
 
 def read_text(path: Path) -> str:
+    """A regular file's text: a FIFO, a device (/dev/zero) or a directory is an error, not a hang, and so is
+    a file above MAX_FILE_BYTES or one that is not UTF-8."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise PlannerError("file not found; check the path", source=str(path)) from None
     except IsADirectoryError:
         raise PlannerError("is a directory, not a file", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise PlannerError(f"cannot read: {err}", source=str(path)) from None
+    except OSError as err:
+        raise PlannerError(f"cannot read: {err.strerror or err}", source=str(path)) from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise PlannerError("is a directory, not a file", source=str(path))
+        if not stat.S_ISREG(info.st_mode):
+            raise PlannerError("is not a regular file (a pipe, device or socket); give a file", source=str(path))
+        if info.st_size > MAX_FILE_BYTES:
+            raise PlannerError(f"is {info.st_size:,} bytes, above planner's limit of {MAX_FILE_BYTES:,} for a config "
+                               "file", source=str(path))
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise PlannerError(f"cannot read: {err.strerror or err}", source=str(path)) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise PlannerError(f"is above planner's limit of {MAX_FILE_BYTES:,} bytes for a config file", source=str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PlannerError(f"is not UTF-8 text (byte {err.start}); give a text file", source=str(path)) from None
 
 
-# libyaml's C parser when PyYAML was built with it (several times faster; `planner check` reads many files).
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _DuplicateKey(Exception):
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+def _yaml_loader() -> type:
+    """PyYAML's safe loader (libyaml's C parser when built with it; `planner check` reads many files), where
+    a key given twice in one mapping is an error naming both lines, and `80e9` is a number as in YAML 1.2."""
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[misc,valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.get(key)
+                    except TypeError:
+                        continue  # an unhashable key: PyYAML's own error names it
+                    line = key_node.start_mark.line + 1
+                    if first is not None:
+                        raise _DuplicateKey(f"duplicate key {key!r} at lines {first} and {line}; keep one")
+                    seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    return Loader
+
+
+_YAML_LOADER = _yaml_loader()
+
+
+def _check_structure(data: Any, source: str) -> Any:
+    """Parsed data no deeper than MAX_NESTING and with only finite numbers (iterative; shared YAML aliases
+    are walked once)."""
+    stack: list[tuple[Any, int, str]] = [(data, 0, "")]
+    seen: set[int] = set()
+    while stack:
+        value, depth, where = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PlannerError(f"{value} is not a finite number; give a finite value", source=source,
+                               field=where or None)
+        if isinstance(value, (dict, list)):
+            if depth >= MAX_NESTING:
+                raise PlannerError(f"nested more than {MAX_NESTING} levels deep (planner's limit)", source=source,
+                                   field=where or None)
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                stack.append((item, depth + 1, f"{where}.{key}" if where else str(key)))
+    return data
 
 
 def parse_yaml(text: str, source: str) -> Any:
     try:
-        return yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+        data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+    except _DuplicateKey as err:
+        raise PlannerError(err.message, source=source) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or "invalid YAML"
         raise PlannerError(f"malformed YAML{where}: {problem}", source=source) from None
+    except RecursionError:
+        raise PlannerError(f"nested more than {MAX_NESTING} levels deep (planner's limit)", source=source) from None
+    return _check_structure(data, source)
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of [ and { in JSON text, outside strings."""
+    bare = _JSON_STRING.sub("", text)
+    codes = np.frombuffer(bare.encode("utf-8", "replace"), dtype=np.uint8)
+    steps = np.isin(codes, (ord("["), ord("{"))).astype(np.int64) - np.isin(codes, (ord("]"), ord("}")))
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of a float's range")
+    return value
 
 
 def parse_json(text: str, source: str) -> Any:
+    if _json_depth(text) > MAX_NESTING:
+        raise PlannerError(f"nested more than {MAX_NESTING} levels deep (planner's limit)", source=source)
     try:
-        return json.loads(text)
+        data = json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_reject_constant,
+                          parse_float=_finite_float)
+    except _DuplicateKey as err:
+        key = err.message
+        lines = [text.count("\n", 0, m.start()) + 1
+                 for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:", text)][:2]
+        where = f" at lines {lines[0]} and {lines[1]}" if len(lines) == 2 else ""
+        raise PlannerError(f"duplicate key {key!r}{where}; keep one", source=source) from None
     except json.JSONDecodeError as err:
         raise PlannerError(f"malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}", source=source) from None
+    except ValueError as err:
+        raise PlannerError(f"malformed JSON: {err}", source=source) from None
+    except RecursionError:
+        raise PlannerError(f"nested more than {MAX_NESTING} levels deep (planner's limit)", source=source) from None
+    return _check_structure(data, source)
 
 
 def read_structured(path: Path) -> Any:
@@ -197,9 +335,12 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
             raise PlannerError("reading TOML needs Python 3.11+ or the 'tomli' package; pip install tomli",
                                source=source) from None
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise PlannerError(f"malformed TOML: {err}", source=source) from None
+    except RecursionError:
+        raise PlannerError(f"nested more than {MAX_NESTING} levels deep (planner's limit)", source=source) from None
+    return _check_structure(data, source)  # type: ignore[no-any-return]
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -21,34 +22,45 @@ from pydantic import (
     model_validator,
 )
 
+
+from planner.specs.bounds import Bounded, check
+
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4"]
 
 
 def _number(value: Any) -> Any:
-    """A YAML scalar as a number: no true/false, no inf/nan; reads the '80e9' that YAML 1.1 leaves a string."""
+    """A YAML scalar as a number: no true/false, no text, no inf/nan (planner's YAML reader reads `80e9` as
+    a number, as YAML 1.2 does)."""
     if isinstance(value, bool):
         raise ValueError(f"expected a number, got {str(value).lower()}")
     if isinstance(value, str):
-        try:
-            value = float(value.strip().replace("_", ""))
-        except ValueError:
-            raise ValueError(f"expected a number, got '{value}'") from None
+        raise ValueError(f"expected a number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"expected a finite number, got {value}")
     return value
 
 
-def _optional_number(value: Any) -> Any:
-    return None if value is None else _number(value)
+def _whole_number(value: Any) -> Any:
+    """A byte count: an integer, or a float with no fraction (`80e9`) read as that integer."""
+    value = _number(value)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"expected a whole number of bytes, got {value} (it has a fractional part)")
+        return int(value)
+    return value
 
 
-PosInt = Annotated[PositiveInt, BeforeValidator(_number)]
-PosFloat = Annotated[PositiveFloat, BeforeValidator(_number)]
+def _within(kind: str) -> AfterValidator:
+    return AfterValidator(lambda value: check(kind, value))
+
+
+Bytes = Annotated[PositiveInt, BeforeValidator(_whole_number), _within("memory_bytes")]
+Bandwidth = Annotated[PositiveFloat, BeforeValidator(_number), _within("bandwidth")]
+Flops = Annotated[PositiveFloat, BeforeValidator(_number), _within("flops")]
+Latency = Annotated[PositiveFloat, BeforeValidator(_number), _within("latency_s")]
 Number = Annotated[float, BeforeValidator(_number)]
-OptPosInt = Annotated[PositiveInt | None, BeforeValidator(_optional_number)]
-OptPosFloat = Annotated[PositiveFloat | None, BeforeValidator(_optional_number)]
 
 
 def _non_empty(value: str) -> str:
@@ -63,9 +75,9 @@ class AcceleratorSpec(BaseModel):
     model_config = _STRICT
 
     name: str = Field(description="Marketing name, e.g. 'NVIDIA H100 SXM5 80GB'.")
-    memory_bytes: PosInt = Field(description="Device memory in bytes (GB = 1e9 on datasheets).")
-    memory_bandwidth_bytes_per_s: PosFloat = Field(description="Peak device-memory bandwidth, bytes/s.")
-    peak_flops_per_s: dict[PeakDtype, PosFloat] = Field(
+    memory_bytes: Bytes = Field(description="Device memory in bytes (GB = 1e9 on datasheets).")
+    memory_bandwidth_bytes_per_s: Bandwidth = Field(description="Peak device-memory bandwidth, bytes/s.")
+    peak_flops_per_s: dict[PeakDtype, Flops] = Field(
         description="Dense peak FLOP/s (or OP/s for int) per dtype; no sparsity."
     )
     source: str = Field(description="Datasheet or paper the figures come from.")
@@ -85,12 +97,12 @@ class NodeSpec(BaseModel):
 
     model_config = _STRICT
 
-    gpus_per_node: PosInt = Field(description="GPUs sharing the intra-node fabric (the NVLink/xGMI domain).")
+    gpus_per_node: Annotated[int, Bounded("gpus")] = Field(description="GPUs sharing the intra-node fabric (the NVLink/xGMI domain).")
     link_kind: Literal["nvlink", "xgmi", "pcie"] = Field(description="Intra-node interconnect.")
-    bandwidth_bytes_per_s: PosFloat = Field(
+    bandwidth_bytes_per_s: Bandwidth = Field(
         description="Per-GPU intra-node bandwidth, ONE direction (half the datasheet's bidirectional total)."
     )
-    latency_s: PosFloat = Field(description="Per-message latency (alpha) of an intra-node collective step, seconds.")
+    latency_s: Latency = Field(description="Per-message latency (alpha) of an intra-node collective step, seconds.")
     source: str = Field(description="Where the bandwidth and latency figures come from.")
 
     _check_source = field_validator("source")(_non_empty)
@@ -102,12 +114,12 @@ class NetworkSpec(BaseModel):
     model_config = _STRICT
 
     kind: Literal["infiniband", "roce", "ethernet"] = Field(description="Scale-out network technology.")
-    bandwidth_bytes_per_s: PosFloat = Field(
+    bandwidth_bytes_per_s: Bandwidth = Field(
         description="Per-GPU inter-node bandwidth, one direction: NICs x link speed / GPUs per node."
     )
-    nics_per_node: OptPosInt = Field(default=None, description="Compute NICs per node (documentation, checked).")
-    nic_bits_per_s: OptPosFloat = Field(default=None, description="Line rate of one NIC in bits/s (checked).")
-    latency_s: PosFloat = Field(description="Per-message latency (alpha) across the network, seconds.")
+    nics_per_node: Annotated[int, Bounded("gpus")] | None = Field(default=None, description="Compute NICs per node (documentation, checked).")
+    nic_bits_per_s: Bandwidth | None = Field(default=None, description="Line rate of one NIC in bits/s (checked).")
+    latency_s: Latency = Field(description="Per-message latency (alpha) across the network, seconds.")
     source: str = Field(description="Where the figures come from.")
 
     _check_source = field_validator("source")(_non_empty)
@@ -193,7 +205,7 @@ class HardwareProfile(BaseModel):
     node: NodeSpec
     network: NetworkSpec | None = Field(default=None, description="Scale-out network; null for a single-node system.")
     efficiency: EfficiencySpec
-    price_per_gpu_hour_usd: OptPosFloat = Field(
+    price_per_gpu_hour_usd: Annotated[PositiveFloat, BeforeValidator(_number), _within("price_usd")] | None = Field(
         default=None, description="Typical on-demand cloud price per GPU-hour (USD), for the cost objective."
     )
     price_source: str | None = Field(default=None, description="Where the price comes from.")

@@ -12,18 +12,31 @@ This module only describes the file; `planner.engines.load.load_job` reads it an
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
-    PositiveInt,
+    StrictBool,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from planner.specs.bounds import (
+    Degree,
+    GlobalBatch,
+    GpuCount,
+    Interleave,
+    Layers,
+    MicroBatch,
+    NodeCount,
+    SeqLen,
+    ZeroStage,
+    strict_float,
+)
 from planner.specs.layout import ComputeDtype, GradDtype, Optimizer, Recompute, Schedule
 from planner.specs.model import ModelSpec
 
@@ -39,18 +52,18 @@ class ParallelSection(BaseModel):
 
     model_config = _STRICT
 
-    tp: PositiveInt | None = Field(default=None, description="Tensor-parallel degree (default 1).")
-    pp: PositiveInt | None = Field(default=None, description="Pipeline-parallel degree, stages (default 1).")
-    cp: PositiveInt | None = Field(default=None, description="Context-parallel degree (default 1).")
-    dp: PositiveInt | None = Field(
+    tp: Degree | None = Field(default=None, description="Tensor-parallel degree (default 1).")
+    pp: Degree | None = Field(default=None, description="Pipeline-parallel degree, stages (default 1).")
+    cp: Degree | None = Field(default=None, description="Context-parallel degree (default 1).")
+    dp: Degree | None = Field(
         default=None, description="Data-parallel degree; derived as gpus / (tp * pp * cp) when left out."
     )
-    ep: PositiveInt | None = Field(default=None, description="Expert-parallel degree, MoE models only (default 1).")
-    zero: int | None = Field(
-        default=None, ge=0, le=3,
+    ep: Degree | None = Field(default=None, description="Expert-parallel degree, MoE models only (default 1).")
+    zero: ZeroStage | None = Field(
+        default=None,
         description="ZeRO stage: 0 none, 1 optimizer states, 2 + gradients, 3 + parameters (FSDP) (default 0).",
     )
-    sequence_parallel: bool | None = Field(
+    sequence_parallel: StrictBool | None = Field(
         default=None,
         description="Megatron sequence parallelism; needs tp > 1 (default: on when tp > 1, as 'planner estimate'; "
         "with an engine file, that engine's setting).",
@@ -58,24 +71,24 @@ class ParallelSection(BaseModel):
     recompute: Recompute | None = Field(
         default=None, description="Activation recomputation: none, selective (attention core) or full (default none)."
     )
-    recompute_layers_per_stage: PositiveInt | None = Field(
+    recompute_layers_per_stage: Layers | None = Field(
         default=None,
         description="With recompute full: layers recomputed per pipeline stage (Megatron 'block'); default all.",
     )
-    micro_batch: PositiveInt | None = Field(
+    micro_batch: MicroBatch | None = Field(
         default=None, description="Sequences per micro-batch per data-parallel rank (default 1)."
     )
-    interleave: PositiveInt | None = Field(
+    interleave: Interleave | None = Field(
         default=None, description="Virtual pipeline stages per rank, interleaved 1F1B (default 1 = plain)."
     )
     schedule: Schedule | None = Field(default=None, description="Pipeline schedule: 1f1b or gpipe (default 1f1b).")
-    flash_attention: bool | None = Field(
+    flash_attention: StrictBool | None = Field(
         default=None, description="Fused attention that stores no s x s score matrix (default true)."
     )
-    overlap_grad_reduce: bool | None = Field(
+    overlap_grad_reduce: StrictBool | None = Field(
         default=None, description="Gradient reduction overlaps the backward pass (default true)."
     )
-    overlap_tp_comm: bool | None = Field(
+    overlap_tp_comm: StrictBool | None = Field(
         default=None, description="Tensor-parallel collectives overlap the GEMMs (default false)."
     )
 
@@ -85,10 +98,10 @@ class TrainingSection(BaseModel):
 
     model_config = _STRICT
 
-    global_batch: PositiveInt | None = Field(
+    global_batch: GlobalBatch | None = Field(
         default=None, description="Sequences per optimizer step, all data-parallel replicas together."
     )
-    seq_len: PositiveInt | None = Field(default=None, description="Tokens per sequence.")
+    seq_len: SeqLen | None = Field(default=None, description="Tokens per sequence.")
     dtype: ComputeDtype | None = Field(default=None, description="Compute precision: bf16, fp16 or fp8 (default bf16).")
     grad_dtype: GradDtype | None = Field(
         default=None, description="Gradient precision: bf16, fp16 or fp32 (default bf16)."
@@ -147,8 +160,8 @@ class Job(BaseModel):
     hardware: str = Field(
         description="Hardware catalog id or alias ('planner hardware'), or a path to a YAML profile."
     )
-    gpus: PositiveInt | None = Field(default=None, description="Total GPUs of the run. Give this or 'nodes'.")
-    nodes: PositiveInt | None = Field(
+    gpus: GpuCount | None = Field(default=None, description="Total GPUs of the run. Give this or 'nodes'.")
+    nodes: NodeCount | None = Field(
         default=None, description="Nodes of the run; gpus = nodes x the hardware's gpus_per_node. Give this or 'gpus'."
     )
     parallel: ParallelSection = Field(default_factory=ParallelSection, description="Parallel degrees and memory strategies.")
@@ -162,7 +175,7 @@ class Job(BaseModel):
         description="A profile overlay written by 'planner calibrate' (path relative to the job file), applied "
         "to the hardware profile.",
     )
-    headroom: float | None = Field(
+    headroom: Annotated[float, BeforeValidator(strict_float)] | None = Field(
         default=None, ge=0.0, lt=1.0,
         description="Share of device memory kept free; the job fits when peak <= capacity x (1 - headroom). "
         "Default: the cost model's DEFAULT_HEADROOM.",

@@ -12,7 +12,9 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+
+from planner.specs.bounds import Degree, GlobalBatch, Interleave, Layers, MicroBatch, SeqLen, ZeroStage
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
@@ -34,33 +36,33 @@ class Layout(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tp: PositiveInt = Field(default=1, description="Tensor-parallel degree (Megatron intra-layer split).")
-    pp: PositiveInt = Field(default=1, description="Pipeline-parallel degree (stages).")
-    cp: PositiveInt = Field(default=1, description="Context-parallel degree (sequence split across GPUs, ring attention).")
-    dp: PositiveInt = Field(default=1, description="Data-parallel degree (replicas, or shards under ZeRO/FSDP).")
-    ep: PositiveInt = Field(default=1, description="Expert-parallel degree (MoE only); experts split across DP ranks.")
-    zero: int = Field(default=0, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters (FSDP).")
-    sequence_parallel: bool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
+    tp: Degree = Field(default=1, description="Tensor-parallel degree (Megatron intra-layer split).")
+    pp: Degree = Field(default=1, description="Pipeline-parallel degree (stages).")
+    cp: Degree = Field(default=1, description="Context-parallel degree (sequence split across GPUs, ring attention).")
+    dp: Degree = Field(default=1, description="Data-parallel degree (replicas, or shards under ZeRO/FSDP).")
+    ep: Degree = Field(default=1, description="Expert-parallel degree (MoE only); experts split across DP ranks.")
+    zero: ZeroStage = Field(default=0, description="ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters (FSDP).")
+    sequence_parallel: StrictBool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
     recompute: Recompute = Field(default="none", description="Activation recomputation: none, selective (attention core), full.")
-    recompute_layers_per_stage: PositiveInt | None = Field(
+    recompute_layers_per_stage: Layers | None = Field(
         default=None,
         description="With full recompute: how many layers per stage are recomputed (Megatron 'block'); null = all.",
     )
-    micro_batch: PositiveInt = Field(default=1, description="Sequences per micro-batch per data-parallel rank.")
-    global_batch: PositiveInt = Field(description="Sequences per optimizer step, all replicas together.")
-    seq_len: PositiveInt = Field(description="Tokens per sequence.")
-    interleave: PositiveInt = Field(default=1, description="Virtual pipeline stages per rank (interleaved 1F1B); 1 = plain.")
+    micro_batch: MicroBatch = Field(default=1, description="Sequences per micro-batch per data-parallel rank.")
+    global_batch: GlobalBatch = Field(description="Sequences per optimizer step, all replicas together.")
+    seq_len: SeqLen = Field(description="Tokens per sequence.")
+    interleave: Interleave = Field(default=1, description="Virtual pipeline stages per rank (interleaved 1F1B); 1 = plain.")
     schedule: Schedule = Field(default="1f1b", description="Pipeline schedule: 1f1b (PipeDream-Flush) or gpipe.")
     dtype: ComputeDtype = Field(default="bf16", description="Compute precision of the matrix multiplies.")
     grad_dtype: GradDtype = Field(default="bf16", description="Gradient precision (fp32 = Megatron's main grads).")
     optimizer: Optimizer = Field(default="adam", description="Optimizer (sets the optimizer-state bytes per parameter).")
-    flash_attention: bool = Field(default=True, description="Fused attention: no s x s score matrix is stored.")
-    overlap_grad_reduce: bool = Field(
+    flash_attention: StrictBool = Field(default=True, description="Fused attention: no s x s score matrix is stored.")
+    overlap_grad_reduce: StrictBool = Field(
         default=True,
         description="Data-parallel gradient reduction overlaps the backward pass (PyTorch DDP/FSDP, "
         "Megatron --overlap-grad-reduce); false for a reduction after backward (Megatron 2021 'local' DDP).",
     )
-    overlap_tp_comm: bool = Field(
+    overlap_tp_comm: StrictBool = Field(
         default=False,
         description="Tensor-parallel collectives overlap the GEMMs (Megatron --tp-comm-overlap, async TP).",
     )

@@ -7,9 +7,11 @@ of elements; bytes appear only where a dtype is named.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
+
+from planner.specs.bounds import Experts, ExpertsOrNone, Heads, Layers, LayersOrNone, SeqLen, Vocab, Width, strict_float
 
 MlpKind = Literal["gated", "standard"]
 PositionEmbedding = Literal["rotary", "alibi", "learned", "none"]
@@ -24,24 +26,24 @@ class MoESpec(BaseModel):
 
     model_config = _STRICT
 
-    num_experts: PositiveInt = Field(description="Routed experts per MoE layer.")
-    experts_per_token: PositiveInt = Field(description="Routed experts each token is sent to (top-k).")
-    moe_ffn_hidden_size: PositiveInt = Field(description="Intermediate size of one routed expert.")
-    num_shared_experts: int = Field(
-        default=0, ge=0, description="Always-active shared experts per MoE layer (DeepSeek), each of moe_ffn_hidden_size."
+    num_experts: Experts = Field(description="Routed experts per MoE layer.")
+    experts_per_token: Experts = Field(description="Routed experts each token is sent to (top-k).")
+    moe_ffn_hidden_size: Width = Field(description="Intermediate size of one routed expert.")
+    num_shared_experts: ExpertsOrNone = Field(
+        default=0, description="Always-active shared experts per MoE layer (DeepSeek), each of moe_ffn_hidden_size."
     )
-    num_dense_layers: int = Field(
-        default=0, ge=0, description="Leading layers with a dense FFN (ffn_hidden_size) before the first MoE layer."
+    num_dense_layers: LayersOrNone = Field(
+        default=0, description="Leading layers with a dense FFN (ffn_hidden_size) before the first MoE layer."
     )
-    router_bias: bool = Field(
+    router_bias: StrictBool = Field(
         default=False, description="Router carries a per-expert bias term (DeepSeek-V3 e_score_correction_bias)."
     )
-    shared_expert_ffn_hidden_size: PositiveInt | None = Field(
+    shared_expert_ffn_hidden_size: Width | None = Field(
         default=None,
         description="Intermediate size of each shared expert when it differs from moe_ffn_hidden_size (Qwen2-MoE's "
         "shared_expert_intermediate_size); null means moe_ffn_hidden_size.",
     )
-    shared_expert_gate: bool = Field(
+    shared_expert_gate: StrictBool = Field(
         default=False,
         description="A learned sigmoid gate (h -> 1) scales the shared experts' output (Qwen2-MoE): h weights per MoE layer.",
     )
@@ -66,13 +68,13 @@ class MLASpec(BaseModel):
 
     model_config = _STRICT
 
-    q_lora_rank: PositiveInt | None = Field(
+    q_lora_rank: Width | None = Field(
         default=None, description="Rank of the query compression; null means queries are projected directly."
     )
-    kv_lora_rank: PositiveInt = Field(description="Rank of the joint K/V latent (what the KV cache stores).")
-    qk_nope_head_dim: PositiveInt = Field(description="Per-head query/key dimension without rotary embedding.")
-    qk_rope_head_dim: PositiveInt = Field(description="Per-head query/key dimension carrying rotary embedding (shared key).")
-    v_head_dim: PositiveInt = Field(description="Per-head value dimension.")
+    kv_lora_rank: Width = Field(description="Rank of the joint K/V latent (what the KV cache stores).")
+    qk_nope_head_dim: Width = Field(description="Per-head query/key dimension without rotary embedding.")
+    qk_rope_head_dim: Width = Field(description="Per-head query/key dimension carrying rotary embedding (shared key).")
+    v_head_dim: Width = Field(description="Per-head value dimension.")
 
 
 class ModelSpec(BaseModel):
@@ -82,19 +84,19 @@ class ModelSpec(BaseModel):
 
     name: str = Field(description="Human-readable model name.")
     source: str | None = Field(default=None, description="Where the figures come from (paper, HF config, ...).")
-    num_layers: PositiveInt = Field(description="Transformer layers (L).")
-    hidden_size: PositiveInt = Field(description="Model width (h).")
-    num_attention_heads: PositiveInt = Field(description="Query heads (a).")
-    num_kv_heads: PositiveInt | None = Field(
+    num_layers: Layers = Field(description="Transformer layers (L).")
+    hidden_size: Width = Field(description="Model width (h).")
+    num_attention_heads: Heads = Field(description="Query heads (a).")
+    num_kv_heads: Heads | None = Field(
         default=None, description="Key/value heads (GQA/MQA); defaults to num_attention_heads (MHA)."
     )
-    head_dim: PositiveInt | None = Field(default=None, description="Per-head dimension; defaults to hidden_size / heads.")
-    ffn_hidden_size: PositiveInt = Field(description="Intermediate size of the dense feed-forward block.")
+    head_dim: Width | None = Field(default=None, description="Per-head dimension; defaults to hidden_size / heads.")
+    ffn_hidden_size: Width = Field(description="Intermediate size of the dense feed-forward block.")
     mlp_kind: MlpKind = Field(
         default="gated", description="'gated' (SwiGLU/GeGLU, three matrices) or 'standard' (GeLU, two matrices)."
     )
-    vocab_size: PositiveInt = Field(description="Vocabulary size (padded, as the embedding table is allocated).")
-    tied_embeddings: bool = Field(default=False, description="Output projection shares the input embedding matrix.")
+    vocab_size: Vocab = Field(description="Vocabulary size (padded, as the embedding table is allocated).")
+    tied_embeddings: StrictBool = Field(default=False, description="Output projection shares the input embedding matrix.")
     position_embedding: PositionEmbedding = Field(
         default="rotary", description="'learned' adds max_seq_len x hidden parameters; rotary/alibi/none add none."
     )
@@ -102,45 +104,45 @@ class ModelSpec(BaseModel):
         default="rmsnorm",
         description="RMSNorm (weight only), LayerNorm (weight and bias), or LayerNorm without bias (Cohere).",
     )
-    norms_per_layer: PositiveInt = Field(
+    norms_per_layer: Layers = Field(
         default=2, description="Norm layers per transformer layer (2 pre-norm; Gemma 2 uses 4: pre and post)."
     )
-    embedding_norm: bool = Field(default=False, description="A norm right after the embedding (BLOOM).")
-    qk_norm: bool = Field(default=False, description="A norm on the queries and on the keys before attention (Qwen3).")
+    embedding_norm: StrictBool = Field(default=False, description="A norm right after the embedding (BLOOM).")
+    qk_norm: StrictBool = Field(default=False, description="A norm on the queries and on the keys before attention (Qwen3).")
     qk_norm_shape: QkNormShape = Field(
         default="head_dim",
         description="Weights of the q/k norms: 'head_dim', one head_dim vector shared by all heads (Qwen3, Gemma 3: "
         "2 d per layer); 'all_heads', a weight for every channel of every head (OLMo 2 normalises the whole "
         "projection, Cohere and StableLM 2 each head with its own weights: (a + kv) d per layer).",
     )
-    attention_sinks: bool = Field(
+    attention_sinks: StrictBool = Field(
         default=False, description="A learned sink logit per query head in the softmax (gpt-oss): a weights per layer."
     )
-    lm_head_bias: bool = Field(default=False, description="Bias on the output projection (GPT-J): V weights.")
-    parallel_attention_mlp: bool = Field(
+    lm_head_bias: StrictBool = Field(default=False, description="Bias on the output projection (GPT-J): V weights.")
+    parallel_attention_mlp: StrictBool = Field(
         default=False,
         description="Attention and MLP read the same layer input and both outputs join the residual together "
         "(GPT-J, Cohere, GPT-NeoX/StableLM use_parallel_residual). Same weights; the norm inputs are stored once.",
     )
-    rotary_fraction: float = Field(
+    rotary_fraction: Annotated[float, BeforeValidator(strict_float)] = Field(
         default=1.0, gt=0, le=1,
         description="Share of each head's channels that rotary embedding rotates (GPT-J rotary_dim/head_dim, "
         "StableLM/Phi partial_rotary_factor, GPT-NeoX rotary_pct). No weights.",
     )
-    qkv_bias: bool = Field(default=False, description="Bias on the query/key/value projections.")
-    attention_output_bias: bool = Field(default=False, description="Bias on the attention output projection.")
-    mlp_bias: bool = Field(default=False, description="Bias on the feed-forward projections.")
-    max_seq_len: PositiveInt = Field(description="Longest context the model supports (tokens).")
-    dropout: bool = Field(
+    qkv_bias: StrictBool = Field(default=False, description="Bias on the query/key/value projections.")
+    attention_output_bias: StrictBool = Field(default=False, description="Bias on the attention output projection.")
+    mlp_bias: StrictBool = Field(default=False, description="Bias on the feed-forward projections.")
+    max_seq_len: SeqLen = Field(description="Longest context the model supports (tokens).")
+    dropout: StrictBool = Field(
         default=False,
         description="Trained with hidden and attention dropout (GPT-3, BLOOM); adds 1-byte masks to activations "
         "(Korthikanti et al. 2022, Sec. 4.1). Modern recipes (Llama, Mistral, Qwen) use none.",
     )
-    sliding_window_tokens: PositiveInt | None = Field(
+    sliding_window_tokens: SeqLen | None = Field(
         default=None, description="Attention window of the sliding-window layers; null when every layer attends globally."
     )
-    sliding_window_layers: int = Field(
-        default=0, ge=0, description="How many layers use the sliding window (Gemma 2: half; Mistral v0.1: all)."
+    sliding_window_layers: LayersOrNone = Field(
+        default=0, description="How many layers use the sliding window (Gemma 2: half; Mistral v0.1: all)."
     )
     moe: MoESpec | None = Field(default=None, description="Mixture-of-experts settings; null for a dense model.")
     mla: MLASpec | None = Field(default=None, description="Multi-head latent attention settings; null for standard attention.")

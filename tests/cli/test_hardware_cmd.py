@@ -229,7 +229,7 @@ def test_wrong_type(run_cli, tmp_path: Path) -> None:
     data["node"]["gpus_per_node"] = "two"
     path = write_profile(tmp_path, data)
     assert_one_line_error(run_cli("hardware", "show", str(path)), str(path), "node.gpus_per_node",
-                          "expected a number, got 'two'")
+                          "expected an integer, got 'two'")
 
 
 def test_non_positive_value(run_cli, tmp_path: Path) -> None:

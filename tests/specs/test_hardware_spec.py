@@ -12,6 +12,7 @@ import pydantic
 import pytest
 import yaml
 
+from planner.engines.load import parse_yaml
 from planner.errors import PlannerError
 from planner.specs.hardware import HardwareProfile
 from planner.specs.validation import validate_spec
@@ -198,14 +199,23 @@ def test_memory_bytes_must_be_whole() -> None:
 
 
 # Types ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("field", ["node__gpus_per_node", "node__bandwidth_bytes_per_s", "efficiency__attention__fraction"])
+@pytest.mark.parametrize("field", ["node__bandwidth_bytes_per_s", "efficiency__attention__fraction"])
 def test_boolean_is_not_a_number(field: str) -> None:
     assert rejected(**{field: True}) == f"test.yaml: {field.replace('__', '.')}: expected a number, got true"
 
 
-@pytest.mark.parametrize("field", ["accelerator__memory_bytes", "node__latency_s", "network__nics_per_node"])
+def test_boolean_is_not_a_count() -> None:
+    assert rejected(node__gpus_per_node=True) == "test.yaml: node.gpus_per_node: expected an integer, got true"
+
+
+@pytest.mark.parametrize("field", ["accelerator__memory_bytes", "node__latency_s"])
 def test_word_is_not_a_number(field: str) -> None:
     assert rejected(**{field: "eight"}) == f"test.yaml: {field.replace('__', '.')}: expected a number, got 'eight'"
+
+
+@pytest.mark.parametrize("value", ["8", 8.0])
+def test_count_must_be_an_integer(value: object) -> None:
+    assert rejected(network__nics_per_node=value) == f"test.yaml: network.nics_per_node: expected an integer, got {value!r}"
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("nan")])
@@ -214,10 +224,12 @@ def test_non_finite_number_is_rejected(value: float) -> None:
 
 
 def test_yaml_exponent_without_sign_is_read_as_a_number() -> None:
-    # YAML 1.1 (PyYAML) leaves `80e9` and `1.5e12` as strings; the schema reads them as numbers.
+    # YAML 1.1 (PyYAML's safe_load) leaves `80e9` and `1.5e12` as strings; planner's reader reads them as
+    # numbers, as YAML 1.2 does, and the schema takes a whole float as a byte count.
     text = "memory_bytes: 80e9\nmemory_bandwidth_bytes_per_s: 1.5e12\n"
-    parsed = yaml.safe_load(text)
-    assert parsed == {"memory_bytes": "80e9", "memory_bandwidth_bytes_per_s": "1.5e12"}
+    assert yaml.safe_load(text) == {"memory_bytes": "80e9", "memory_bandwidth_bytes_per_s": "1.5e12"}
+    parsed = parse_yaml(text, "test.yaml")
+    assert parsed == {"memory_bytes": 80e9, "memory_bandwidth_bytes_per_s": 1.5e12}
     hw = build(accelerator__memory_bytes=parsed["memory_bytes"],
                accelerator__memory_bandwidth_bytes_per_s=parsed["memory_bandwidth_bytes_per_s"])
     assert hw.accelerator.memory_bytes == 80 * 10**9
