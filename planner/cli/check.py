@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from planner.cli import cli
-from planner.cli.options import echo_json, warn_if_far
+from planner.cli.options import HEADROOM, count, echo_json, warn_if_far
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -36,21 +36,21 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--model", "-m", "model_ref", metavar="MODEL", help="Catalog id, our YAML spec or an HF config.json."),
         click.option("--hardware", "-w", "hardware_ref", metavar="HW", help="Hardware catalog id or YAML profile."),
-        click.option("--gpus", type=click.IntRange(min=1), help="Total GPUs."),
-        click.option("--tp", type=click.IntRange(min=1), help="Tensor-parallel degree."),
-        click.option("--pp", type=click.IntRange(min=1), help="Pipeline-parallel degree."),
-        click.option("--cp", type=click.IntRange(min=1), help="Context-parallel degree."),
-        click.option("--dp", type=click.IntRange(min=1), help="Data-parallel degree (derived when omitted)."),
-        click.option("--ep", type=click.IntRange(min=1), help="Expert-parallel degree."),
+        click.option("--gpus", type=count("gpus"), help="Total GPUs."),
+        click.option("--tp", type=count("tp"), help="Tensor-parallel degree."),
+        click.option("--pp", type=count("pp"), help="Pipeline-parallel degree."),
+        click.option("--cp", type=count("cp"), help="Context-parallel degree."),
+        click.option("--dp", type=count("dp"), help="Data-parallel degree (derived when omitted)."),
+        click.option("--ep", type=count("ep"), help="Expert-parallel degree."),
         click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage 0-3."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Megatron sequence parallelism."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Activation recomputation."),
-        click.option("--recompute-layers", "recompute_layers_per_stage", type=click.IntRange(min=1),
+        click.option("--recompute-layers", "recompute_layers_per_stage", type=count("recompute_layers"),
                      help="With --recompute full: layers per stage recomputed (Megatron 'block')."),
-        click.option("--micro-batch", type=click.IntRange(min=1), help="Sequences per micro-batch."),
-        click.option("--global-batch", type=click.IntRange(min=1), help="Sequences per optimizer step."),
-        click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence."),
-        click.option("--interleave", type=click.IntRange(min=1), help="Virtual pipeline stages per rank."),
+        click.option("--micro-batch", type=count("micro_batch"), help="Sequences per micro-batch."),
+        click.option("--global-batch", type=count("global_batch"), help="Sequences per optimizer step."),
+        click.option("--seq-len", type=count("seq_len"), help="Tokens per sequence."),
+        click.option("--interleave", type=count("interleave"), help="Virtual pipeline stages per rank."),
         click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), help="Pipeline schedule."),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), help="Compute precision."),
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Gradient precision."),
@@ -60,7 +60,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Gradient reduction overlaps backward."),
         click.option("--tp-comm-overlap/--no-tp-comm-overlap", "overlap_tp_comm", default=None,
                      help="Tensor-parallel communication overlaps the GEMMs."),
-        click.option("--headroom", type=click.FloatRange(0.0, 1.0, max_open=True),
+        click.option("--headroom", type=HEADROOM,
                      help="Share of device memory kept free (default: the cost model's)."),
         click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      metavar="FILE", help="A profile overlay from 'planner calibrate' (overrides a job's profile:)."),

@@ -9,7 +9,8 @@ import click
 
 from planner.cli import cli
 from planner.cli.options import (
-    POSITIVE,
+    HEADROOM,
+    count,
     echo_json,
     format_option,
     hardware_option,
@@ -28,29 +29,29 @@ from planner.training.rules import resolve_layout
 @model_option()
 @hardware_option()
 @profile_option()
-@click.option("--gpus", type=POSITIVE, required=True, help="GPUs in the job (= dp x tp x pp x cp).")
-@click.option("--tp", type=POSITIVE, default=1, show_default=True, help="Tensor-parallel degree.")
-@click.option("--pp", type=POSITIVE, default=1, show_default=True, help="Pipeline-parallel degree.")
-@click.option("--cp", type=POSITIVE, default=1, show_default=True, help="Context-parallel degree.")
-@click.option("--dp", type=POSITIVE, default=None, help="Data-parallel degree  [default: gpus / (tp pp cp)]")
-@click.option("--ep", type=POSITIVE, default=1, show_default=True, help="Expert-parallel degree (MoE).")
+@click.option("--gpus", type=count("gpus"), required=True, help="GPUs in the job (= dp x tp x pp x cp).")
+@click.option("--tp", type=count("tp"), default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--pp", type=count("pp"), default=1, show_default=True, help="Pipeline-parallel degree.")
+@click.option("--cp", type=count("cp"), default=1, show_default=True, help="Context-parallel degree.")
+@click.option("--dp", type=count("dp"), default=None, help="Data-parallel degree  [default: gpus / (tp pp cp)]")
+@click.option("--ep", type=count("ep"), default=1, show_default=True, help="Expert-parallel degree (MoE).")
 @click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
               help="ZeRO stage: 1 optimizer, 2 +gradients, 3 +parameters (FSDP).")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Megatron sequence parallelism  [default: on when tp > 1]")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True,
               help="Activation recomputation.")
-@click.option("--recompute-layers", type=POSITIVE, default=None,
+@click.option("--recompute-layers", type=count("recompute_layers"), default=None,
               help="With --recompute full: layers per stage recomputed (Megatron 'block').")
-@click.option("--micro-batch", type=POSITIVE, default=1, show_default=True, help="Sequences per micro-batch.")
-@click.option("--global-batch", type=POSITIVE, required=True, help="Sequences per optimizer step.")
-@click.option("--seq-len", type=POSITIVE, required=True, help="Tokens per sequence.")
-@click.option("--interleave", type=POSITIVE, default=1, show_default=True,
+@click.option("--micro-batch", type=count("micro_batch"), default=1, show_default=True, help="Sequences per micro-batch.")
+@click.option("--global-batch", type=count("global_batch"), required=True, help="Sequences per optimizer step.")
+@click.option("--seq-len", type=count("seq_len"), required=True, help="Tokens per sequence.")
+@click.option("--interleave", type=count("interleave"), default=1, show_default=True,
               help="Virtual pipeline stages per rank (interleaved 1F1B).")
 @click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b", show_default=True,
               help="Pipeline schedule.")
 @training_precision_options
-@click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_HEADROOM, show_default=True,
+@click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM, show_default=True,
               help="Share of device memory kept free (fits = peak <= capacity x (1 - headroom)).")
 @format_option()
 def estimate_command(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, headroom: float, fmt: str,

@@ -14,12 +14,13 @@ import click
 import numpy as np
 
 from planner.cli import cli
-from planner.cli.options import echo_json, hardware_option, model_option, profile_option, with_profile
+from planner.cli.options import HEADROOM, count, echo_json, hardware_option, model_option, profile_option, with_profile
 from planner.engines.load import load_hardware, load_model
 from planner.search.serving import InferenceSearchResult, SearchSpace, search_inference
 from planner.serving.estimate import BATCHING, REASONS, check_layout, estimate_inference
 from planner.serving.inputs import KV_DTYPES, WEIGHT_DTYPES, InferenceArrays
 from planner.serving.memory import DEFAULT_HEADROOM
+from planner.specs.bounds import over_limit
 
 DECODE_ATTENTION = ("grouped", "per-head")
 
@@ -39,6 +40,9 @@ class Seconds(click.ParamType):
         if not match:
             self.fail(f"'{value}' is not a duration; give seconds (0.05) or milliseconds (50ms)", param, ctx)
         seconds = float(match.group(1)) / (1000.0 if match.group(2) == "ms" else 1.0)
+        problem = over_limit("seconds", seconds)
+        if problem:
+            self.fail(f"'{value}': {problem}", param, ctx)
         if seconds <= 0:
             self.fail(f"'{value}' must be above zero", param, ctx)
         return seconds
@@ -72,12 +76,12 @@ def _serving_options(f: Any) -> Any:
             model_option(),
             hardware_option(),
             profile_option(),
-            click.option("--input-len", type=int, required=True, help="Prompt tokens per request."),
-            click.option("--output-len", type=int, required=True, help="Generated tokens per request (the first included)."),
+            click.option("--input-len", type=count("input_len"), required=True, help="Prompt tokens per request."),
+            click.option("--output-len", type=count("output_len"), required=True, help="Generated tokens per request (the first included)."),
             click.option("--batching", type=click.Choice(BATCHING), default="continuous", show_default=True,
                          help="static: one batch prefilled then decoded together; continuous: steady state of "
                          "in-flight batching."),
-            click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_HEADROOM,
+            click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM,
                          show_default=True, help="Fraction of device memory kept free."),
             click.option("--decode-attention", type=click.Choice(DECODE_ATTENTION), default="grouped",
                          show_default=True, help="grouped: the decode kernel reads K/V once per KV head "
@@ -130,10 +134,10 @@ def infer() -> None:
 
 @infer.command("estimate")
 @_serving_options
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree of a replica.")
-@click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree of a replica.")
-@click.option("--gpus", type=int, default=None, help="GPUs in all; replicas = gpus / (tp x pp)  [default: tp x pp]")
-@click.option("--concurrency", type=int, default=1, show_default=True,
+@click.option("--tp", type=count("tp"), default=1, show_default=True, help="Tensor-parallel degree of a replica.")
+@click.option("--pp", type=count("pp"), default=1, show_default=True, help="Pipeline-parallel degree of a replica.")
+@click.option("--gpus", type=count("gpus"), default=None, help="GPUs in all; replicas = gpus / (tp x pp)  [default: tp x pp]")
+@click.option("--concurrency", type=count("concurrency"), default=1, show_default=True,
               help="Requests in flight per replica (the batch, for static batching).")
 @click.option("--weight-dtype", type=click.Choice(WEIGHT_DTYPES), default="bf16", show_default=True,
               help="Weights of the transformer layers (fp8 also computes in fp8; int8/int4 are weight-only).")
@@ -312,7 +316,7 @@ def estimate_notes(hw: Any, weight_dtype: str, kv_dtype: str, tp: int = 1) -> li
 
 @infer.command("search")
 @_serving_options
-@click.option("--gpus", type=int, required=True, help="GPUs to serve on; split into replicas of tp x pp.")
+@click.option("--gpus", type=count("gpus"), required=True, help="GPUs to serve on; split into replicas of tp x pp.")
 @click.option("--weight-dtype", "weight_dtypes", type=Choices(WEIGHT_DTYPES), default="bf16", show_default=True,
               help="Weight dtypes to try, comma-separated.")
 @click.option("--kv-dtype", "kv_dtypes", type=Choices(KV_DTYPES), default="bf16", show_default=True,
@@ -320,8 +324,8 @@ def estimate_notes(hw: Any, weight_dtype: str, kv_dtype: str, tp: int = 1) -> li
 @click.option("--ttft-max", type=Seconds(), default=None, help="Largest acceptable TTFT (seconds, or e.g. 500ms).")
 @click.option("--tpot-max", type=Seconds(), default=None, help="Largest acceptable TPOT (seconds, or e.g. 50ms).")
 @click.option("--cross-node-tp", is_flag=True, help="Also try tp larger than a node.")
-@click.option("--max-pp", type=click.IntRange(min=1), default=None, help="Largest pipeline degree to try.")
-@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Layouts to show.")
+@click.option("--max-pp", type=count("max_pp"), default=None, help="Largest pipeline degree to try.")
+@click.option("--top", type=count("top"), default=10, show_default=True, help="Layouts to show.")
 @click.option("--pareto", is_flag=True, help="Show the front of TPOT against output tokens/s per GPU instead.")
 @click.option("--plot", "plot_path", default=None, metavar="FILE",
               help="Write TPOT vs tokens/s per GPU with the front (.png or .svg; needs matplotlib).")

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+
+from planner.specs.bounds import FIELD_KINDS, describe, over_limit
 
 FORMAT_TABLE_JSON = click.Choice(["table", "json"])
 
@@ -37,7 +41,54 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-POSITIVE = click.IntRange(min=1)
+class Count(click.ParamType):
+    """A whole number from `minimum` up to planner's limit for its kind (planner.specs.bounds.LIMITS)."""
+
+    name = "integer"
+
+    def __init__(self, kind: str, minimum: int = 1) -> None:
+        self.kind = kind
+        self.minimum = minimum
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "INTEGER"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            if not re.fullmatch(r"[+-]?[0-9]+", text):
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+            if len(text) > 30:
+                self.fail(f"{text[:12]}... ({len(text)} digits) is above planner's limit of {describe(self.kind)}; "
+                          "see docs/errors.md", param, ctx)
+            number = int(text)
+        if number < self.minimum:
+            self.fail(f"must be at least {self.minimum}, got {number}", param, ctx)
+        problem = over_limit(self.kind, number)
+        if problem:
+            self.fail(problem, param, ctx)
+        return number
+
+
+class Finite(click.FloatRange):
+    """A float range that also rejects nan and inf (click's FloatRange lets nan through every bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+POSITIVE = Count("gpus")
+HEADROOM = Finite(0, 1, max_open=True)
+
+
+def count(flag: str) -> Count:
+    """The option type of a count flag (`gpus`, `tp`, `seq_len`, ...), bounded by its kind's limit."""
+    return Count(FIELD_KINDS[flag])
 
 
 def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -15,6 +15,9 @@ import click
 
 from planner.cli import cli
 from planner.cli.options import (
+    HEADROOM,
+    Finite,
+    count,
     echo_json,
     hardware_option,
     model_option,
@@ -23,6 +26,7 @@ from planner.cli.options import (
     with_profile,
 )
 from planner.errors import PlannerError
+from planner.specs.bounds import maximum, over_limit
 from planner.training.estimate import DEFAULT_HEADROOM
 
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "hf_trainer")  # planner.engines.export.EXPORT_FORMATS, without its imports
@@ -79,6 +83,9 @@ class TokenCount(click.ParamType):
                 number = float(match.group(1)) * _SUFFIXES[match.group(2).lower()]
             except ValueError:
                 number = -1.0
+            problem = over_limit("tokens", number)
+            if problem:
+                self.fail(f"'{value}': {problem}", param, ctx)
             if number > 0:
                 return number
             if number == 0:
@@ -86,23 +93,25 @@ class TokenCount(click.ParamType):
         self.fail(f"'{value}' is not a token count (e.g. 15T, 300B, 15e12)", param, ctx)
 
 
-POSITIVE = click.IntRange(min=1)
-INT_LIST = CommaList(POSITIVE, "N[,N...]")
+def _int_list(flag: str) -> CommaList:
+    return CommaList(count(flag), "N[,N...]")
+
+
 FILTERS = ("tp", "pp", "cp", "dp", "ep", "zero", "recompute", "micro_batch", "interleave", "sequence_parallel")
 
 
 def _filter_options(f: Any) -> Any:
     specs = [
-        ("--tp", INT_LIST, "Tensor-parallel degrees to try (default: divisors of the head count)."),
-        ("--pp", INT_LIST, "Pipeline stages to try (default: divisors of --gpus up to the layer count)."),
-        ("--cp", INT_LIST, "Context-parallel degrees (default: 1, 2, 4, 8, 16 for seq_len >= 8192, else 1)."),
-        ("--dp", INT_LIST, "Data-parallel degrees (default: whatever --gpus / (tp * pp * cp) gives)."),
-        ("--ep", INT_LIST, "Expert-parallel degrees, MoE models (default: divisors of the expert count)."),
+        ("--tp", _int_list("tp"), "Tensor-parallel degrees to try (default: divisors of the head count)."),
+        ("--pp", _int_list("pp"), "Pipeline stages to try (default: divisors of --gpus up to the layer count)."),
+        ("--cp", _int_list("cp"), "Context-parallel degrees (default: 1, 2, 4, 8, 16 for seq_len >= 8192, else 1)."),
+        ("--dp", _int_list("dp"), "Data-parallel degrees (default: whatever --gpus / (tp * pp * cp) gives)."),
+        ("--ep", _int_list("ep"), "Expert-parallel degrees, MoE models (default: divisors of the expert count)."),
         ("--zero", CommaList(click.IntRange(0, 3), "0-3[,...]"), "ZeRO stages (default: 0,1,2,3)."),
         ("--recompute", CommaList(click.Choice(["none", "selective", "full"]), "none|selective|full[,...]"),
          "Activation recompute settings (default: all three)."),
-        ("--micro-batch", INT_LIST, "Micro-batch sizes (default: divisors of --global-batch up to 16)."),
-        ("--interleave", INT_LIST, "Virtual stages per rank (default: every value the layer split allows)."),
+        ("--micro-batch", _int_list("micro_batch"), "Micro-batch sizes (default: divisors of --global-batch up to 16)."),
+        ("--interleave", _int_list("interleave"), "Virtual stages per rank (default: every value the layer split allows)."),
         ("--sequence-parallel", CommaList(OnOff(), "on|off[,...]"), "Sequence parallelism (default: on,off; on needs tp > 1)."),
     ]
     for name, kind, text in reversed(specs):
@@ -114,20 +123,20 @@ def _filter_options(f: Any) -> Any:
 @model_option()
 @hardware_option()
 @profile_option()
-@click.option("--gpus", type=POSITIVE, required=True, help="GPUs in the job.")
-@click.option("--global-batch", type=POSITIVE, required=True, help="Sequences per optimizer step.")
-@click.option("--seq-len", type=POSITIVE, required=True, help="Tokens per sequence.")
+@click.option("--gpus", type=count("gpus"), required=True, help="GPUs in the job.")
+@click.option("--global-batch", type=count("global_batch"), required=True, help="Sequences per optimizer step.")
+@click.option("--seq-len", type=count("seq_len"), required=True, help="Tokens per sequence.")
 @_filter_options
 @training_precision_options
-@click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=DEFAULT_HEADROOM, show_default=True,
+@click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM, show_default=True,
               help="Share of GPU memory kept free on top of the modelled reserve.")
 @click.option("--objective", type=click.Choice(["throughput", "memory", "cost"]), default="throughput",
               show_default=True, help="throughput: shortest step; memory: lowest peak per GPU; cost: hours and "
               "dollars to train --tokens (the same order as throughput, since the GPU count is fixed).")
 @click.option("--tokens", type=TokenCount(), default=None, help="Tokens to train, for hours and dollars (e.g. 15T).")
-@click.option("--price-per-gpu-hour", "price", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--price-per-gpu-hour", "price", type=Finite(min=0, min_open=True, max=maximum("price_usd")), default=None,
               help="USD per GPU-hour (default: the hardware profile's price, when it has one).")
-@click.option("--top", type=click.IntRange(min=1), default=None, help="Layouts to show  [default: 10; all of the front with --pareto]")
+@click.option("--top", type=count("top"), default=None, help="Layouts to show  [default: 10; all of the front with --pareto]")
 @click.option("--pareto", is_flag=True, help="Show only the layouts on the front of step time against peak memory.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
               help="table: the top layouts; json: them with estimate's keys; csv: every feasible layout.")

@@ -22,7 +22,6 @@ from pydantic import (
     model_validator,
 )
 
-
 from planner.specs.bounds import Bounded, check
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
