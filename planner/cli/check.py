@@ -289,7 +289,8 @@ def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None
             from planner.engines.job import launch_gpus
 
             kw["gpus"] = launch_gpus(fmt_name, Path(engine["path"]) if "path" in engine else None, engine.get("args"))
-        job = _job_from_flags(kw, engine, f"--{fmt_name.replace('_', '-')}")
+        flag = {"megatron": "--megatron-args"}.get(fmt_name, f"--{fmt_name.replace('_', '-')}")
+        job = _job_from_flags(kw, engine, flag)
         resolved = [resolve_job(job, base=Path("."), source=str(path), profile=kw.get("profile_path"))]
     checked = run_checks(resolved, suggest=not no_suggest)
     for c in checked:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import click
 
+from planner.errors import PlannerError
 from planner.specs.bounds import FIELD_KINDS, describe, over_limit
 
 FORMAT_TABLE_JSON = click.Choice(["table", "json"])
@@ -140,3 +142,47 @@ def warn_if_far(overlay: Any, model: Any, layout: Any) -> None:
     message = far_warning(overlay.runs, model, layout)
     if message:
         click.echo(f"warning: {message}", err=True)
+
+
+class Outputs:
+    """What a command writes and prints, held back until the whole command has succeeded.
+
+    `temp(path)` names a scratch file next to `path` (same suffix, so matplotlib picks the format); `echo`
+    keeps a line for stdout or stderr. `commit()` moves every scratch file onto its target and prints what
+    was kept; when the command fails first, `discard()` removes the scratch files and nothing is printed,
+    so an error leaves no file and no partial table behind (docs/errors.md).
+    """
+
+    def __init__(self) -> None:
+        self.moves: list[tuple[Path, Path]] = []
+        self.lines: list[tuple[str, bool, bool]] = []
+
+    def temp(self, target: str | Path) -> Path:
+        target = Path(target)
+        scratch = target.with_name(f".{target.stem}.{os.getpid()}.partial{target.suffix}")
+        self.moves.append((scratch, target))
+        return scratch
+
+    def echo(self, text: str = "", *, nl: bool = True, err: bool = False) -> None:
+        self.lines.append((text, nl, err))
+
+    def commit(self) -> None:
+        for scratch, target in self.moves:
+            try:
+                os.replace(scratch, target)
+            except OSError as error:
+                self.discard()
+                raise PlannerError(f"cannot write: {error.strerror or error}", source=str(target)) from None
+        self.moves.clear()
+        for text, nl, err in self.lines:
+            click.echo(text, nl=nl, err=err)
+        self.lines.clear()
+
+    def discard(self) -> None:
+        for scratch, _ in self.moves:
+            try:
+                scratch.unlink()
+            except OSError:
+                pass
+        self.moves.clear()
+        self.lines.clear()

@@ -6,6 +6,7 @@ rich and matplotlib are imported only when a table or a plot is drawn.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -17,8 +18,8 @@ from planner.cli import cli
 from planner.cli.options import (
     HEADROOM,
     Finite,
+    Outputs,
     count,
-    echo_json,
     hardware_option,
     model_option,
     profile_option,
@@ -196,25 +197,32 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,
                       cost=cost_over(result, tokens, price), seconds=time.perf_counter() - started)
     misses, more_gpus, shorter = _when_nothing_fits(view, filters) if result.feasible == 0 and fmt != "csv" else ([], None, None)
-    if plot_path is not None:
-        if result.feasible:
-            _plot(view, plot_path, model_entry.id, hw_entry.id)
-        else:
-            click.echo(f"note: {plot_path} not written, since no layout fits", err=True)
-    _emit(view, fmt, model_entry.id, hw_entry.id, misses, more_gpus, shorter)
-    if export is not None:
-        _export(view, *export, model_entry.id, hw_entry.id)
+    out = Outputs()  # nothing is printed or written unless every step below succeeds
+    try:
+        exported = _export_file(view, export[0], model_entry.id, hw_entry.id) if export is not None else None
+        if plot_path is not None:
+            if result.feasible:
+                _plot(view, str(out.temp(plot_path)), model_entry.id, hw_entry.id)
+            else:
+                out.echo(f"note: {plot_path} not written, since no layout fits", err=True)
+        _emit(view, fmt, model_entry.id, hw_entry.id, misses, more_gpus, shorter, out.echo)
+        if export is not None and exported is not None:
+            _write_export(view, exported, export[1], model_entry.id, hw_entry.id, out)
+    except BaseException:
+        out.discard()
+        raise
+    out.commit()
 
 
-def _export(view: Any, fmt: str, directory: Path, model_id: str, hardware_id: str) -> None:
-    """Write the winner's launch configuration for `fmt` into `directory`; PlannerError (exit 2) when no
-    layout fits, when the engine cannot run the winner, or when what the engine would run does not fit."""
-    from planner.engines.export import render_export, write_export
+def _export_file(view: Any, fmt: str, model_id: str, hardware_id: str) -> Any:
+    """The winner's launch configuration for `fmt` (not yet written); PlannerError (exit 2) when no layout
+    fits, when the engine cannot run the winner, or when what the engine would run does not fit."""
+    from planner.engines.export import render_export
     from planner.training.estimate import estimate
 
     r = view.result
     if view.winner is None:
-        raise PlannerError(f"nothing to export to {fmt}: no layout fits (the output says what to change)")
+        raise PlannerError(f"nothing to export to {fmt}: no layout fits; run without --export to see what to change")
     layout = r.layout(view.winner)
     est = estimate(r.model, r.hardware, layout, headroom=r.headroom)
     try:
@@ -231,10 +239,27 @@ def _export(view: Any, fmt: str, directory: Path, model_id: str, hardware_id: st
                 f"cannot export the best layout to {fmt}: {fmt} would run it changed ({'; '.join(exported.notes)}), "
                 f"and then it needs {peak / GIB:.1f} GiB per GPU, over the {mapped.usable_bytes / GIB:.1f} GiB usable; "
                 f"search only layouts {fmt} runs as they are" + (f" ({' '.join(hints)})" if hints else ""))
+    return exported
+
+
+def _write_export(view: Any, exported: Any, directory: Path, model_id: str, hardware_id: str, out: Any) -> None:
+    """Write the export into `directory` as a scratch file that `out.commit()` renames into place."""
+    from planner.engines.export import write_export
+    from planner.training.estimate import estimate
+
+    r = view.result
+    layout = r.layout(view.winner)
+    est = estimate(r.model, r.hardware, layout, headroom=r.headroom)
     for note in exported.notes:
-        click.echo(f"note: {note}", err=True)
-    path = write_export(fmt, model_id, r.model, r.hardware, layout, est, directory, hardware_id=hardware_id)
-    click.echo(f"wrote {path}", err=True)
+        out.echo(f"note: {note}", err=True)
+    target = directory / exported.name
+    scratch = out.temp(target)
+    try:
+        write_export(exported.format, model_id, r.model, r.hardware, layout, est, directory, hardware_id=hardware_id,
+                     name=scratch.name)
+    except PlannerError as err:
+        raise PlannerError(err.message, source=str(target)) from None
+    out.echo(f"wrote {target}", err=True)
 
 
 def _when_nothing_fits(view: Any, filters: Any) -> tuple[list[Any], Any, Any]:
@@ -266,25 +291,25 @@ def _plot(view: Any, path: str, model_id: str, hardware_id: str) -> None:
 
 
 def _emit(view: Any, fmt: str, model_id: str, hardware_id: str, misses: list[Any], more_gpus: Any,
-          shorter: Any) -> None:
+          shorter: Any, echo: Any) -> None:
     from planner.report import search as out
 
     if fmt == "json":
-        echo_json(out.to_json(view, misses=misses, more_gpus=more_gpus, shorter_seq=shorter))
+        echo(json.dumps(out.to_json(view, misses=misses, more_gpus=more_gpus, shorter_seq=shorter), indent=2))
         return
     if fmt == "csv":
         from planner.report.csv import to_csv
 
         rows = view.shown if view.pareto else view.order
-        click.echo(to_csv(out.csv_columns(view, rows)), nl=False)
+        echo(to_csv(out.csv_columns(view, rows)), nl=False)
         if not view.result.feasible:
-            click.echo("note: no layout fits, so the CSV has no rows; run without --format csv to see what to "
-                       "change", err=True)
+            echo("note: no layout fits, so the CSV has no rows; run without --format csv to see what to "
+                 "change", err=True)
         return
     from planner.report.tables import render
 
     if view.result.feasible:
-        click.echo(render(out.candidates_table(view, model_id, hardware_id)), nl=False)
+        echo(render(out.candidates_table(view, model_id, hardware_id)), nl=False)
     else:
-        click.echo("\n".join(out.nothing_fits_lines(view, misses, more_gpus, shorter)))
-    click.echo("\n".join(out.summary_lines(view)))
+        echo("\n".join(out.nothing_fits_lines(view, misses, more_gpus, shorter)))
+    echo("\n".join(out.summary_lines(view)))

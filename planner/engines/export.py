@@ -10,6 +10,7 @@ the header is re-estimated for it, so the header always describes the file. Rend
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -76,9 +77,13 @@ def write_export(
     """Render and write the launch configuration into `directory` (created if missing); returns its path."""
     exported = render_export(fmt, model_id, model, hw, layout, est, hardware_id=hardware_id)
     target = Path(directory) / (name or exported.name)
+    scratch = target.with_name(f".{target.name}.partial")  # renamed into place once whole
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(exported.text, encoding="utf-8")
+        scratch.write_text(exported.text, encoding="utf-8")
+        os.replace(scratch, target)
     except OSError as err:
+        if scratch.parent.is_dir():
+            scratch.unlink(missing_ok=True)
         raise PlannerError(f"cannot write: {err.strerror or err}", source=str(target)) from None
     return target

@@ -22,12 +22,25 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import math
 import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from planner.errors import PlannerError
+from planner.specs.bounds import MAX_SHELL_EXPANSION_CHARS, MAX_SHELL_INT_BITS, MAX_SHELL_WORDS
+
 UNRESOLVED = "\x00"
+
+
+class ShellError(ValueError):
+    """What bash would reject, or what planner will not expand (a limit of planner.specs.bounds), at a line."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        self.message = message
+        self.line = line
+        super().__init__(message)
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _KEYWORDS_PASS = frozenset({"then", "do", "else"})
@@ -54,6 +67,7 @@ def statements(text: str) -> list[tuple[int, str]]:
     out: list[tuple[int, str]] = []
     buf: list[str] = []
     quote = ""
+    quote_line = 1
     depth = 0
     line = 1
     start = 1
@@ -90,6 +104,7 @@ def statements(text: str) -> list[tuple[int, str]]:
                 quote = ""
         elif ch in "'\"":
             quote = ch
+            quote_line = line
             buf.append(ch)
         elif ch == "#" and (not buf or buf[-1][-1:].isspace() or buf[-1][-1:] in ";("):
             while i < n and text[i] != "\n":
@@ -120,6 +135,9 @@ def statements(text: str) -> list[tuple[int, str]]:
         if ch == "\n" and quote:
             line += 1
         i += 1
+    if quote and "<<" not in text:  # (a here-document's text is not read as words; planner does not parse them)
+        raise ShellError(f"unexpected EOF while looking for matching `{quote}' (the quote opened on this line is never "
+                         "closed, so bash rejects the script); close it", quote_line)
     flush()
     return out
 
@@ -135,7 +153,7 @@ def _arith(node: ast.AST) -> int:
     if isinstance(node, ast.Expression):
         return _arith(node.body)
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return node.value
+        return _in_range(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _arith(node.operand)
         return -value if isinstance(node.op, ast.USub) else value
@@ -146,11 +164,21 @@ def _arith(node: ast.AST) -> int:
                 raise ValueError("division by zero")
             quotient = abs(left) // abs(right)  # bash truncates toward zero
             return quotient if (left >= 0) == (right >= 0) else -quotient
-        if isinstance(node.op, ast.Pow) and not 0 <= right <= 64:
-            raise ValueError("exponent out of range")  # bash wraps at 64 bits; a huge power would not end
+        if isinstance(node.op, ast.Pow):
+            if not 0 <= right <= MAX_SHELL_INT_BITS:
+                raise ValueError("exponent out of range")
+            if abs(left) > 1 and right * math.log2(abs(left)) >= MAX_SHELL_INT_BITS:
+                raise ValueError("power out of 64-bit range")  # bash wraps; planner does not guess
         if type(node.op) in _OPS:
-            return _OPS[type(node.op)](left, right)
+            return _in_range(_OPS[type(node.op)](left, right))
     raise ValueError("not integer arithmetic")
+
+
+def _in_range(value: int) -> int:
+    """An arithmetic value within bash's 64 bits (planner refuses to wrap, as bash does, silently)."""
+    if not -(1 << (MAX_SHELL_INT_BITS - 1)) <= value < 1 << (MAX_SHELL_INT_BITS - 1):
+        raise ValueError("out of 64-bit range")
+    return value
 
 
 def _find_close(text: str, start: int, open_: str, close: str, depth: int = 1) -> int | None:
@@ -227,20 +255,32 @@ class _Words:
     cur: list[str] = field(default_factory=list)
     started: bool = False  # the current word exists (a quoted empty string makes one)
     only_empty_array: bool = False  # ... only because of a quoted empty "${A[@]}", which makes none
+    size: int = 0  # characters produced so far, against MAX_SHELL_EXPANSION_CHARS
+
+    def grow(self, chars: int) -> None:
+        self.size += chars
+        if self.size > MAX_SHELL_EXPANSION_CHARS:
+            raise ShellError(f"expands to more than {MAX_SHELL_EXPANSION_CHARS:,} characters (planner's limit for a "
+                             "launch script; see docs/errors.md)")
 
     def push(self) -> None:
         if self.started and not (self.only_empty_array and not "".join(self.cur)):
+            if len(self.words) >= MAX_SHELL_WORDS:
+                raise ShellError(f"expands to more than {MAX_SHELL_WORDS:,} words (planner's limit for a launch "
+                                 "script; see docs/errors.md)")
             self.words.append("".join(self.cur))
         self.cur.clear()
         self.started = self.only_empty_array = False
 
     def literal(self, text: str) -> None:
+        self.grow(len(text))
         self.cur.append(text)
         self.started = True
         self.only_empty_array = self.only_empty_array and not text
 
     def expanded(self, value: str, quoted: bool) -> None:
         if quoted or not self.split:
+            self.grow(len(value))
             self.cur.append(value)
             self.started = self.started or quoted or bool(value)
             self.only_empty_array = self.only_empty_array and not value
@@ -258,6 +298,9 @@ class _Words:
             self.push()
 
     def array(self, items: list[str], quoted: bool) -> None:
+        if len(items) > MAX_SHELL_WORDS:
+            raise ShellError(f"expands to more than {MAX_SHELL_WORDS:,} words (planner's limit for a launch script; "
+                             "see docs/errors.md)")
         if not self.split:
             self.expanded(" ".join(items), quoted)
             return
@@ -503,11 +546,21 @@ class Script:
     commands: list[tuple[int, list[str]]] = field(default_factory=list)
     variables: Variables = field(default_factory=Variables)
     uncertain_effects: dict[int, str] = field(default_factory=dict)  # if-line -> its condition
+    line: int = 0  # the statement being run
 
 
 def run_script(text: str, source: str) -> Script:
-    """Walk the script's statements, keeping variables and the (expanded) commands."""
+    """Walk the script's statements, keeping variables and the (expanded) commands; a PlannerError naming the
+    line where bash would reject the script or where an expansion passes planner's limits."""
     script = Script()
+    try:
+        _run_script(text, script)
+    except ShellError as err:
+        raise PlannerError(f"line {err.line or script.line}: {err.message}", source=source) from None
+    return script
+
+
+def _run_script(text: str, script: Script) -> None:
     var = script.variables
     stack: list[_Branch] = []
 
@@ -520,6 +573,7 @@ def run_script(text: str, source: str) -> Script:
                 script.uncertain_effects.setdefault(branch.line, branch.condition)
 
     for line, stmt in statements(text):
+        script.line = line
         words = stmt.split(None, 1)
         head = words[0]
         rest = words[1] if len(words) > 1 else ""
@@ -564,7 +618,7 @@ def run_script(text: str, source: str) -> Script:
             continue
         if not running():
             continue
-        if _assign(stmt, var, source):
+        if _assign(stmt, var):
             note_effect()
             continue
         tokens = var.words(stmt)
@@ -572,7 +626,6 @@ def run_script(text: str, source: str) -> Script:
             script.commands.append((line, tokens))
             if script_index(tokens) is not None:
                 note_effect()
-    return script
 
 
 _DECLARE = frozenset({"export", "declare", "local", "readonly", "typeset"})
@@ -580,7 +633,7 @@ _ARRAY = re.compile(rf"^(?:(?:export|declare|local|readonly|typeset)\s+(?:-\w+\s
 _SCALAR = re.compile(rf"^({_NAME})(\+?)=(.*)$", re.S)
 
 
-def _assign(stmt: str, var: Variables, source: str) -> bool:
+def _assign(stmt: str, var: Variables) -> bool:
     """Apply `stmt` when it only assigns variables (`NAME=value`, `NAME+=( ... )`, `export A=1 B=2`)."""
     array = _ARRAY.match(stmt)
     if array:
@@ -588,6 +641,9 @@ def _assign(stmt: str, var: Variables, source: str) -> bool:
         items = var.words(body)
         if append:
             items = var.arrays.get(name, [var.scalars[name]] if name in var.scalars else []) + items
+        if len(items) > MAX_SHELL_WORDS:
+            raise ShellError(f"array {name} holds more than {MAX_SHELL_WORDS:,} words (planner's limit for a launch "
+                             "script; see docs/errors.md)")
         var.arrays[name] = items
         var.scalars.pop(name, None)
         return True
@@ -605,6 +661,9 @@ def _assign(stmt: str, var: Variables, source: str) -> bool:
         value = var.string(text)
         if append:
             value = (var.value(name) or "") + value
+        if len(value) > MAX_SHELL_EXPANSION_CHARS:
+            raise ShellError(f"variable {name} holds more than {MAX_SHELL_EXPANSION_CHARS:,} characters (planner's "
+                             "limit for a launch script; see docs/errors.md)")
         var.scalars[name] = value
         var.arrays.pop(name, None)
     return True

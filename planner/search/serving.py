@@ -10,6 +10,7 @@ functions run once on the expanded arrays. Rejections are counted by reason code
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,7 +73,11 @@ class InferenceSearchResult:
 
 
 def _divisors(n: int) -> np.ndarray:
-    return np.array([d for d in range(1, n + 1) if n % d == 0], dtype=np.int64)
+    """Positive divisors of n, ascending: pairs (d, n // d) for d up to sqrt(n), so the work grows with
+    sqrt(n), not n (n is at most planner's GPU limit, planner.specs.bounds)."""
+    small = np.arange(1, math.isqrt(n) + 1, dtype=np.int64)
+    small = small[n % small == 0]
+    return np.unique(np.concatenate([small, n // small]))
 
 
 def structural_grid(model: ModelSpec, hw: HardwareProfile, space: SearchSpace) -> tuple[dict[str, np.ndarray], dict[str, int]]:

@@ -28,6 +28,7 @@ have pruned are then kept, so the rules can say why they fail.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from functools import cached_property
 
@@ -96,7 +97,7 @@ class Filters:
 
 def divisors(n: int) -> np.ndarray:
     """Positive divisors of n, ascending."""
-    small = np.arange(1, int(np.sqrt(n)) + 1)
+    small = np.arange(1, math.isqrt(n) + 1, dtype=np.int64)
     small = small[n % small == 0]
     return np.unique(np.concatenate([small, n // small]))
 

@@ -184,12 +184,23 @@ def _one_error_line(result, *needles: str) -> None:
         assert needle in lines[0], lines[0]
 
 
-def test_export_when_nothing_fits_is_an_error_after_the_explanation(run_cli, tmp_path):
+def test_export_when_nothing_fits_is_an_error_with_nothing_printed(run_cli, tmp_path):
     out = tmp_path / "out"
     result = _search(run_cli, "llama-3.1-405b", 64, 256, 8192, (), "--export", "megatron", out)
-    _one_error_line(result, "no layout fits")
-    assert "Nothing fits" in result.stdout  # what to change is still printed
+    _one_error_line(result, "no layout fits; run without --export to see what to change")
+    assert result.stdout == ""  # an error prints no table (docs/errors.md); the search without --export does
     assert not out.exists()
+
+
+def test_failed_export_leaves_no_plot_and_prints_no_table(run_cli, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    plot = tmp_path / "p.png"
+    result = _search(run_cli, "llama-3.1-8b", 8, 64, 4096, (), "--plot", plot, "--export", "megatron",
+                     blocker / "sub")
+    _one_error_line(result, f"{blocker / 'sub' / 'megatron_args.sh'}: cannot write")
+    assert result.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
 
 @pytest.mark.parametrize(
