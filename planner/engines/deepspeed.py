@@ -32,8 +32,10 @@ from planner.engines.common import (
     resolve_batch,
 )
 from planner.errors import PlannerError
+from planner.specs.bounds import over_limit
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
+from planner.specs.validation import field_problem
 
 PLANNER_KEY = "_planner"
 
@@ -102,7 +104,14 @@ def _int_or_auto(config: Mapping[str, Any], key: str, source: str) -> int | None
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise PlannerError(f"must be a positive integer or \"auto\", got {value!r}", source=source, field=key)
+    problem = over_limit(_KEY_LIMITS.get(key, "count"), value)
+    if problem:
+        raise PlannerError(problem, source=source, field=key)
     return value
+
+
+_KEY_LIMITS = {"train_batch_size": "global_batch", "train_micro_batch_size_per_gpu": "micro_batch",
+               "gradient_accumulation_steps": "grad_accum"}
 
 
 def _enabled(section: Any, key: str, source: str) -> bool | None:
@@ -303,7 +312,13 @@ def _planner_fallback(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     fields = block.get("model_code", block.get("layout"))
     if not isinstance(fields, dict):
         return {}
-    return {k: v for k, v in fields.items() if k in MODEL_CODE_FIELDS}
+    out = {k: v for k, v in fields.items() if k in MODEL_CODE_FIELDS}
+    where = "model_code" if "model_code" in block else "layout"
+    for key, value in out.items():  # checked as Layout checks them, before any arithmetic uses them
+        problem = field_problem(Layout, key, value)
+        if problem:
+            raise PlannerError(problem, source=source, field=f"{PLANNER_KEY}.{where}.{key}")
+    return out
 
 
 def import_deepspeed(

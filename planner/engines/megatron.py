@@ -13,6 +13,7 @@ flags known not to change memory are skipped; any other flag is a warning.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from planner.engines.common import (
 from planner.engines.shell import first_marker, launch_flags
 from planner.errors import PlannerError
 from planner.physics.stages import layers_on_stage
+from planner.specs.bounds import over_limit
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
@@ -237,12 +239,37 @@ def _typed(flag: str, kind: str, vals: list[str], source: str) -> Any:
             if value < (0 if flag in NON_NEGATIVE_FLAGS else 1):
                 raise PlannerError(f"--{flag} must be {'>= 0' if flag in NON_NEGATIVE_FLAGS else 'positive'}, got "
                                    f"{value}", source=source)
+            problem = over_limit(FLAG_LIMITS.get(flag, "count"), value)
+            if problem:
+                raise PlannerError(f"--{flag}: {problem}", source=source)
             return value
         if kind == "float":
-            return float(vals[0])
+            number = float(vals[0])
+            if not math.isfinite(number):
+                raise PlannerError(f"--{flag} needs a finite number, got {vals[0]!r}", source=source)
+            return number
     except ValueError:
         raise PlannerError(f"--{flag} needs a {kind}, got {vals[0]!r}", source=source) from None
     return vals[0]
+
+
+# The kind of quantity (planner.specs.bounds.LIMITS) of the flags that size the model or the layout; any other
+# int flag (iterations, intervals, seeds) is only bounded by "count".
+FLAG_LIMITS: dict[str, str] = {
+    **dict.fromkeys(("tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
+                     "expert-model-parallel-size", "expert-tensor-parallel-size"), "degree"),
+    "micro-batch-size": "micro_batch", "global-batch-size": "global_batch",
+    **dict.fromkeys(("seq-length", "max-position-embeddings"), "seq_len"),
+    **dict.fromkeys(("num-layers", "num-layers-per-virtual-pipeline-stage", "recompute-num-layers",
+                     "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "mtp-num-layers"), "layers"),
+    "num-virtual-stages-per-pipeline-rank": "interleave",
+    **dict.fromkeys(("hidden-size", "ffn-hidden-size", "kv-channels", "moe-ffn-hidden-size",
+                     "moe-shared-expert-intermediate-size", "kv-lora-rank", "q-lora-rank", "qk-head-dim",
+                     "qk-pos-emb-head-dim", "v-head-dim"), "width"),
+    **dict.fromkeys(("num-attention-heads", "num-query-groups"), "heads"),
+    **dict.fromkeys(("padded-vocab-size", "vocab-size", "make-vocab-size-divisible-by"), "vocab"),
+    **dict.fromkeys(("num-experts", "moe-router-topk"), "experts"),
+}
 
 
 # int flags that may be 0 (Megatron-LM reads 0 as 'none'); every other int flag is a size or a count >= 1

@@ -31,6 +31,7 @@ from planner.engines.common import (
     resolve_batch,
 )
 from planner.errors import PlannerError
+from planner.specs.bounds import over_limit
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
@@ -225,6 +226,15 @@ def _has(config: Mapping[str, Any], *paths: str) -> bool:
     return _get(config, *paths, default=marker) is not marker
 
 
+# The kind of quantity (planner.specs.bounds.LIMITS) of each integer setting read, by its last name part.
+_PATH_LIMITS: dict[str, str] = {"local_batch_size": "micro_batch", "batch_size": "micro_batch",
+                                "global_batch_size": "global_batch", "seq_len": "seq_len",
+                                "pipeline_parallel_microbatch_size": "micro_batch"}
+_PATH_LIMITS.update({name: "degree" for name in ("data_parallel_replicate_degree", "data_parallel_shard_degree",
+                                                 "tensor_parallel_degree", "pipeline_parallel_degree",
+                                                 "context_parallel_degree", "expert_parallel_degree")})
+
+
 class _Picker:
     """A setting from the file when it is written there, else from the job, else torchtitan's default;
     a job value that contradicts the file is an error."""
@@ -237,6 +247,9 @@ class _Picker:
             value = _get(self.config, *paths)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise PlannerError(f"must be an integer, got {value!r}", source=self.source, field=paths[0])
+            problem = over_limit(_PATH_LIMITS.get(paths[0].rsplit(".", 1)[-1], "count"), value)
+            if problem:
+                raise PlannerError(problem, source=self.source, field=paths[0])
             if name and name in self.given and self.given[name] != value:
                 raise PlannerError(f"{name} = {self.given[name]} in the job contradicts {paths[0]} = {value} in the "
                                    "engine file; remove it from the job or change the file", source=self.source)

@@ -54,6 +54,7 @@ LIMITS: dict[str, Limit] = {
     "price_usd": Limit(1e6, "USD per GPU-hour"),
     "tokens": Limit(1e18, "tokens"),
     "seconds": Limit(1e6, "seconds"),
+    "count": Limit(1 << 53, ""),  # any other integer setting of an engine file (iterations, intervals, seeds)
 }
 
 # Files planner reads: the largest size and nesting it parses.
@@ -72,7 +73,7 @@ def describe(kind: str) -> str:
     limit = LIMITS[kind]
     value = limit.maximum
     shown = f"{int(value):,}" if float(value).is_integer() and value < 1e15 else f"{value:g}"
-    return f"{shown} {limit.unit}"
+    return f"{shown} {limit.unit}".rstrip()
 
 
 def over_limit(kind: str, value: Any) -> str | None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from planner.errors import PlannerError
 
@@ -33,3 +33,16 @@ def validate_spec(cls: type[T], data: Any, source: str) -> T:
         return cls.model_validate(data)
     except ValidationError as err:
         raise PlannerError(describe_validation_error(err), source=source) from None
+
+
+def field_problem(cls: type[BaseModel], name: str, value: Any) -> str | None:
+    """Why `value` is not valid for field `name` of `cls` on its own (type and bounds), or None."""
+    info = cls.model_fields.get(name)
+    if info is None:
+        return "unknown key; remove it or check its spelling"
+    try:
+        kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation  # type: ignore[valid-type]
+        TypeAdapter(kind).validate_python(value)
+    except ValidationError as err:
+        return describe_validation_error(err).split(": ", 1)[-1]
+    return None

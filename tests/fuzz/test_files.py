@@ -1,0 +1,361 @@
+"""Hostile and malformed files of every kind planner reads: job YAML, model YAML, HuggingFace config.json,
+hardware YAML, DeepSpeed JSON, Megatron-LM launch scripts and torchtitan TOML. Each is exit 2 with one
+`error:` line naming the file and the field, no traceback, nothing written, in bounded time (docs/errors.md).
+
+A table of hand-written hostile files (a FIFO, /dev/zero, nesting 100,000 deep, duplicate keys, expansion
+bombs, numbers beyond 64 bits, NaN), then Hypothesis drawing malformed values for every field of each format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fuzz.contract import assert_rejected, invoke
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.specs.bounds import LIMITS, MAX_FILE_BYTES
+
+REPO = Path(__file__).resolve().parents[2]
+FIX = REPO / "tests/fixtures"
+HUGE = 99999999999999999999999  # beyond 64 bits
+MEGATRON = (FIX / "engines/megatron/train_llama3_8b.sh").read_text()
+GPT3_ARGS = (FIX / "engines/megatron/gpt3_175b_args.txt").read_text()
+TORCHTITAN = (FIX / "engines/torchtitan/llama3_8b.toml").read_text()
+DEEPSPEED = json.loads((FIX / "engines/deepspeed/zero3_bf16.json").read_text())
+HF_LLAMA = json.loads((FIX / "hf/llama-3.1-8b.json").read_text())
+HARDWARE = (REPO / "hardware_profiles/h100-sxm.yaml").read_text()
+JOB = "model: llama-3.1-8b\nhardware: h100-sxm\ngpus: 8\nparallel:\n  tp: 2\ntraining:\n  global_batch: 64\n  seq_len: 4096\n"
+MODEL = ("name: tiny\nnum_layers: 2\nhidden_size: 64\nnum_attention_heads: 4\nffn_hidden_size: 128\nvocab_size: 100\n"
+         "max_seq_len: 1024\n")
+FUZZ = settings(max_examples=12, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def command(kind: str, path: Path) -> list[object]:
+    """The command that reads a file of `kind`."""
+    return {
+        "job": ["check", path],
+        "model": ["models", "show", path],
+        "hf": ["models", "show", path],
+        "hardware": ["hardware", "show", path],
+        "deepspeed": ["check", "--deepspeed", path, "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "64",
+                      "--seq-len", "4096"],
+        "megatron": ["check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8"],
+        "megatron_args": ["check", "--megatron-args", path, "--hardware", "a100-80gb", "--gpus", "1024"],
+        "torchtitan": ["check", "--torchtitan", path, "--hardware", "h100-sxm", "--gpus", "64"],
+        "estimate_model": ["estimate", "--model", path, "--hardware", "h100-sxm", "--gpus", "8", "--global-batch", "8",
+                           "--seq-len", "128"],
+        "estimate_hardware": ["estimate", "--model", "llama-3.1-8b", "--hardware", path, "--gpus", "8",
+                              "--global-batch", "8", "--seq-len", "128"],
+    }[kind]
+
+
+SUFFIX = {"job": ".yaml", "model": ".yaml", "hf": ".json", "hardware": ".yaml", "deepspeed": ".json", "megatron": ".sh",
+          "megatron_args": ".txt", "torchtitan": ".toml", "estimate_model": ".yaml", "estimate_hardware": ".yaml"}
+
+
+def hf(**changes: Any) -> str:
+    return json.dumps({**HF_LLAMA, **changes})
+
+
+def ds(**changes: Any) -> str:
+    return json.dumps({**DEEPSPEED, **changes})
+
+
+def replace_line(text: str, key: str, value: str, sep: str = ":") -> str:
+    out, n = re.subn(rf"(?m)^(\s*){re.escape(key)}\s*{sep}.*$", lambda m: f"{m.group(1)}{key}{' ' if sep == '=' else ''}{sep} {value}",
+                     text, count=1)
+    assert n == 1, key
+    return out
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+BOMB = "A=xxxxxxxxxx\n" + "".join(f"{b}=${a}${a}${a}${a}${a}${a}${a}${a}${a}${a}\n" for a, b in zip("ABCDEFG", "BCDEFGH"))
+HOSTILE: list[tuple[str, str, str, tuple[str, ...]]] = [
+    # (id, kind, text, needles)
+    ("job-duplicate-key", "job", JOB + "gpus: 16\n", ("duplicate key 'gpus' at lines 3 and 9",)),
+    ("job-gpus-true", "job", JOB.replace("gpus: 8", "gpus: true"), ("gpus", "expected an integer, got true")),
+    ("job-tp-string", "job", JOB.replace("tp: 2", "tp: '2'"), ("parallel.tp", "expected an integer, got '2'")),
+    ("job-tp-float", "job", JOB.replace("tp: 2", "tp: 2.0"), ("parallel.tp", "expected an integer, got 2.0")),
+    ("job-gpus-huge", "job", JOB.replace("gpus: 8", f"gpus: {HUGE}"), ("gpus", "limit of 1,048,576 GPUs")),
+    ("job-seq-huge", "job", JOB.replace("seq_len: 4096", f"seq_len: {HUGE}"), ("training.seq_len", "limit of")),
+    ("job-batch-1e30", "job", JOB.replace("global_batch: 64", "global_batch: 1.0e+30"), ("training.global_batch",)),
+    ("job-headroom-nan", "job", JOB + "headroom: .nan\n", ("headroom", "finite")),
+    ("job-sp-yes", "job", JOB.replace("tp: 2", "tp: 2\n  sequence_parallel: 'yes'"), ("parallel.sequence_parallel",)),
+    ("job-deep", "job", "model: " + DEEP, ("nest",)),
+    ("job-python-tag", "job", "!!python/object/apply:os.system ['echo hacked']\n", ("malformed YAML",)),
+    ("job-list", "job", "- 1\n- 2\n", ("expected a mapping",)),
+    ("job-binary", "job", "\x00\x01\x02", ("malformed YAML",)),
+    ("job-inline-model-huge", "job", JOB.replace("model: llama-3.1-8b", "model: {" + MODEL.strip().replace("\n", ", ")
+                                                 .replace("hidden_size: 64", f"hidden_size: {HUGE}") + "}"), ("hidden_size",)),
+    ("model-hidden-huge", "model", MODEL.replace("hidden_size: 64", f"hidden_size: {HUGE}"), ("hidden_size", "limit of")),
+    ("model-hidden-string", "model", MODEL.replace("hidden_size: 64", "hidden_size: '64'"), ("hidden_size",)),
+    ("model-layers-float", "model", MODEL.replace("num_layers: 2", "num_layers: 2.0"), ("num_layers",)),
+    ("model-vocab-inf", "model", MODEL.replace("vocab_size: 100", "vocab_size: .inf"), ("vocab_size", "finite")),
+    ("model-duplicate", "model", MODEL + "num_layers: 4\n", ("duplicate key 'num_layers' at lines 2 and 8",)),
+    ("hf-hidden-1e20", "hf", hf(hidden_size=1e20), ("hidden_size",)),
+    ("hf-layers-huge", "hf", hf(num_hidden_layers=10**30), ("num_hidden_layers", "limit of")),
+    ("hf-heads-true", "hf", hf(num_attention_heads=True), ("num_attention_heads",)),
+    ("hf-deep", "hf", DEEP, ("nest",)),
+    ("hf-duplicate", "hf", '{"model_type": "llama",\n "hidden_size": 4096,\n "hidden_size": 8192}',
+     ("duplicate key 'hidden_size' at lines 2 and 3",)),
+    ("hf-nan", "hf", json.dumps(HF_LLAMA)[:-1] + ', "x_fuzz_value": NaN}', ("x_fuzz_value", "not a finite number")),
+    ("hf-1e400", "hf", json.dumps(HF_LLAMA)[:-1] + ', "x_fuzz_value": 1e400}', ("x_fuzz_value", "not a finite number")),
+    ("hardware-memory-huge", "hardware", replace_line(HARDWARE, "memory_bytes", str(HUGE)), ("memory_bytes", "limit of")),
+    ("hardware-memory-true", "hardware", replace_line(HARDWARE, "memory_bytes", "true"), ("memory_bytes",)),
+    ("hardware-gpus-float", "hardware", replace_line(HARDWARE, "gpus_per_node", "8.0"), ("gpus_per_node",)),
+    ("hardware-gpus-string", "hardware", replace_line(HARDWARE, "gpus_per_node", "'8'"), ("gpus_per_node",)),
+    ("hardware-latency-nan", "hardware", replace_line(HARDWARE, "latency_s", ".nan"), ("latency_s",)),
+    ("deepspeed-batch-1e30", "deepspeed", ds(train_batch_size=1e30), ("train_batch_size",)),
+    ("deepspeed-batch-huge", "deepspeed", ds(train_batch_size=HUGE), ("train_batch_size",)),
+    ("deepspeed-batch-true", "deepspeed", ds(train_batch_size=True), ("train_batch_size",)),
+    ("deepspeed-batch-string", "deepspeed", ds(train_batch_size="512"), ("train_batch_size",)),
+    ("deepspeed-micro-huge", "deepspeed", ds(train_micro_batch_size_per_gpu=HUGE), ("train_micro_batch_size_per_gpu",)),
+    ("deepspeed-stage-7", "deepspeed", ds(zero_optimization={"stage": 7}), ("stage",)),
+    ("deepspeed-planner-layout", "deepspeed", ds(_planner={"layout": {"tp": "x"}}), ("_planner",)),
+    ("deepspeed-deep", "deepspeed", DEEP, ("nest",)),
+    ("deepspeed-duplicate", "deepspeed", '{"train_batch_size": 64,\n"train_batch_size": 128}',
+     ("duplicate key 'train_batch_size' at lines 1 and 2",)),
+    ("megatron-unterminated-quote", "megatron", MEGATRON.replace("--tensor-model-parallel-size", "'--tensor-model-parallel-size", 1),
+     ("unexpected EOF while looking for matching `''",)),
+    ("megatron-expansion-bomb", "megatron", BOMB + MEGATRON, ("expands to more than",)),
+    ("megatron-array-bomb", "megatron", "A=(x x x x x x x x)\n" + "A+=(${A[@]})\n" * 30 + MEGATRON, ("more than 65,536 words",)),
+    ("megatron-power", "megatron_args", GPT3_ARGS + "\n--seq-length $(( (9**64)**64 ))\n", ("--seq-length",)),
+    ("megatron-seq-huge", "megatron_args", GPT3_ARGS + f"\n--seq-length {HUGE}\n", ("seq",)),
+    ("megatron-hidden-huge", "megatron_args", GPT3_ARGS + f"\n--hidden-size {HUGE}\n", ("hidden",)),
+    ("megatron-layers-1e30", "megatron_args", GPT3_ARGS + "\n--num-layers 1e30\n", ("--num-layers",)),
+    ("torchtitan-batch-huge", "torchtitan", replace_line(TORCHTITAN, "local_batch_size", str(HUGE), "="), ("local_batch_size",)),
+    ("torchtitan-seq-huge", "torchtitan", replace_line(TORCHTITAN, "seq_len", str(HUGE), "="), ("seq_len",)),
+    ("torchtitan-tp-true", "torchtitan", replace_line(TORCHTITAN, "tensor_parallel_degree", "true", "="),
+     ("tensor_parallel_degree",)),
+    ("torchtitan-tp-string", "torchtitan", replace_line(TORCHTITAN, "tensor_parallel_degree", '"2"', "="),
+     ("tensor_parallel_degree",)),
+    ("torchtitan-seq-nan", "torchtitan", replace_line(TORCHTITAN, "seq_len", "nan", "="), ("seq_len",)),
+    ("torchtitan-deep", "torchtitan", "x = " + "[" * 5000 + "]" * 5000 + "\n", ("nest",)),
+    ("torchtitan-duplicate-table", "torchtitan", TORCHTITAN + "\n[training]\nseq_len = 5\n", ("malformed TOML",)),
+    ("estimate-model-huge", "estimate_model", MODEL.replace("hidden_size: 64", f"hidden_size: {HUGE}"), ("hidden_size",)),
+    ("estimate-hardware-huge", "estimate_hardware", replace_line(HARDWARE, "memory_bytes", str(HUGE)), ("memory_bytes",)),
+]
+
+
+@pytest.mark.parametrize(("kind", "text", "needles"), [case[1:] for case in HOSTILE], ids=[case[0] for case in HOSTILE])
+def test_hostile_file(tmp_path: Path, kind: str, text: str, needles: tuple[str, ...]) -> None:
+    path = tmp_path / f"input{SUFFIX[kind]}"
+    path.write_text(text, encoding="utf-8")
+    assert_rejected(command(kind, path), str(path), *needles, folder=tmp_path)
+
+
+SPECIAL_KINDS = ["job", "hf", "hardware", "deepspeed", "megatron", "torchtitan", "estimate_model"]
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+def test_fifo_is_refused_without_blocking(tmp_path: Path, kind: str) -> None:
+    fifo = tmp_path / f"input{SUFFIX[kind]}"
+    os.mkfifo(fifo)
+    assert_rejected(command(kind, fifo), str(fifo), "not a regular file", folder=tmp_path)
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+def test_device_is_refused(kind: str) -> None:
+    assert_rejected(command(kind, Path("/dev/zero")), "/dev/zero", "not a regular file")
+
+
+@pytest.mark.parametrize("kind", ["job", "hf", "megatron"])
+def test_file_above_the_size_limit_is_refused(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / f"big{SUFFIX[kind]}"
+    path.write_bytes(b"#" * (MAX_FILE_BYTES + 1))
+    assert_rejected(command(kind, path), str(path), f"limit of {MAX_FILE_BYTES:,}")
+
+
+def test_directory_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "job.yaml"
+    folder.mkdir()
+    assert_rejected(["models", "show", folder], str(folder), "directory")
+
+
+def test_unterminated_quote_in_engine_args_of_a_job(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("hardware: h100-sxm\ngpus: 8\nengine:\n  format: megatron\n  path: train.sh\n  args: \"--seq-length '8\"\n")
+    (tmp_path / "train.sh").write_text(MEGATRON)
+    assert_rejected(["check", job], "engine.args", "unexpected EOF")
+
+
+# --- Hypothesis: malformed values for every field ------------------------------------------------------------------
+def over(kind: str) -> st.SearchStrategy[int]:
+    limit = int(LIMITS[kind].maximum)
+    return st.one_of(st.integers(limit + 1, 4 * limit), st.integers(2**63, 10**30))
+
+
+NOT_AN_INTEGER = st.one_of(
+    st.booleans(), st.sampled_from(["2", "8", "1e3", "", "two"]), st.floats(allow_nan=True, allow_infinity=True),
+    st.lists(st.integers(1, 4), max_size=2), st.just({"a": 1}),
+)
+
+
+def bad_count(kind: str, minimum: int = 1) -> st.SearchStrategy[Any]:
+    return st.one_of(NOT_AN_INTEGER, over(kind), st.integers(max_value=minimum - 1))
+
+
+NOT_A_BOOL = st.one_of(st.integers(), st.sampled_from(["yes", "true", "on", "1", ""]), st.floats(), st.just([True]))
+NOT_A_CHOICE = st.one_of(st.integers(), st.booleans(), st.sampled_from(["BF16", "fp64", "", "1F1B", "zero", "all"]))
+
+JOB_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "gpus": bad_count("gpus"),
+    **{f"parallel.{f}": bad_count("degree") for f in ("tp", "pp", "cp", "dp", "ep")},
+    "parallel.zero": st.one_of(NOT_AN_INTEGER, st.integers(4, 10**30), st.integers(max_value=-1)),
+    "parallel.micro_batch": bad_count("micro_batch"),
+    "parallel.interleave": bad_count("interleave"),
+    "parallel.recompute_layers_per_stage": bad_count("layers"),
+    **{f"parallel.{f}": NOT_A_BOOL for f in ("sequence_parallel", "flash_attention", "overlap_grad_reduce",
+                                              "overlap_tp_comm")},
+    "parallel.recompute": NOT_A_CHOICE,
+    "parallel.schedule": NOT_A_CHOICE,
+    "training.global_batch": bad_count("global_batch"),
+    "training.seq_len": bad_count("seq_len"),
+    "training.dtype": NOT_A_CHOICE,
+    "training.grad_dtype": NOT_A_CHOICE,
+    "training.optimizer": NOT_A_CHOICE,
+    "headroom": st.one_of(st.booleans(), st.just("0.1"), st.floats(min_value=1.0), st.floats(max_value=-1e-9),
+                          st.just(float("nan")), st.just(float("inf"))),
+}
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for name in parents:
+        node = node.setdefault(name, {})
+    node[leaf] = value
+    return data
+
+
+@pytest.mark.parametrize("field", sorted(JOB_FIELDS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_job_field(tmp_path: Path, field: str, data: st.DataObject) -> None:
+    value = data.draw(JOB_FIELDS[field])
+    job = _set(yaml.safe_load(JOB), field, value)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert_rejected(["check", path], str(path), field, folder=tmp_path)
+
+
+MODEL_FIELDS = {
+    "num_layers": "layers", "hidden_size": "width", "num_attention_heads": "heads", "ffn_hidden_size": "width",
+    "vocab_size": "vocab", "max_seq_len": "seq_len", "num_kv_heads": "heads", "head_dim": "width",
+}
+
+
+@pytest.mark.parametrize("field", sorted(MODEL_FIELDS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_model_field(tmp_path: Path, field: str, data: st.DataObject) -> None:
+    value = data.draw(bad_count(MODEL_FIELDS[field]))
+    spec = {**yaml.safe_load(MODEL), field: value}
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert_rejected(["models", "show", path], str(path), field, folder=tmp_path)
+
+
+HF_FIELDS = {"num_hidden_layers": "layers", "hidden_size": "width", "num_attention_heads": "heads",
+             "num_key_value_heads": "heads", "intermediate_size": "width", "vocab_size": "vocab",
+             "max_position_embeddings": "seq_len"}
+
+
+@pytest.mark.parametrize("key", sorted(HF_FIELDS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_hf_config_key(tmp_path: Path, key: str, data: st.DataObject) -> None:
+    value = data.draw(bad_count(HF_FIELDS[key]).filter(lambda v: v is not None))
+    path = tmp_path / "config.json"
+    path.write_text(hf(**{key: value}))  # json.dumps writes nan/inf as NaN/Infinity, as a hostile file would
+    assert_rejected(["models", "show", path], str(path), key, folder=tmp_path)
+
+
+HARDWARE_FIELDS = ["memory_bytes", "memory_bandwidth_bytes_per_s", "gpus_per_node", "bandwidth_bytes_per_s", "latency_s"]
+NOT_A_NUMBER = st.one_of(st.booleans(), st.sampled_from(["8", "80e9", "", "fast"]), st.just(float("nan")),
+                         st.just(float("inf")), st.just(-1), st.just(0), st.integers(10**20, 10**30))
+
+
+@pytest.mark.parametrize("field", HARDWARE_FIELDS)
+@FUZZ
+@given(value=NOT_A_NUMBER)
+def test_malformed_hardware_field(tmp_path: Path, field: str, value: Any) -> None:
+    path = tmp_path / "hw.yaml"
+    text = json.dumps(value) if isinstance(value, str) else yaml.safe_dump(value).removesuffix("\n...\n").strip()
+    path.write_text(replace_line(HARDWARE, field, text))  # a string quoted, as a hostile file would write it
+    assert_rejected(["hardware", "show", path], str(path), field, folder=tmp_path)
+
+
+DEEPSPEED_KEYS = {"train_batch_size": "global_batch", "train_micro_batch_size_per_gpu": "micro_batch",
+                  "gradient_accumulation_steps": "grad_accum"}
+
+
+@pytest.mark.parametrize("key", sorted(DEEPSPEED_KEYS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_deepspeed_setting(tmp_path: Path, key: str, data: st.DataObject) -> None:
+    value = data.draw(bad_count(DEEPSPEED_KEYS[key]).filter(lambda v: v is not None))
+    path = tmp_path / "ds.json"
+    path.write_text(ds(**{key: value}))
+    assert_rejected(command("deepspeed", path), str(path), key, folder=tmp_path)
+
+
+MEGATRON_FLAGS = {"--tensor-model-parallel-size": "degree", "--pipeline-model-parallel-size": "degree",
+                  "--micro-batch-size": "micro_batch", "--global-batch-size": "global_batch", "--seq-length": "seq_len",
+                  "--num-layers": "layers", "--hidden-size": "width", "--num-attention-heads": "heads"}
+
+
+@pytest.mark.parametrize("flag", sorted(MEGATRON_FLAGS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_megatron_flag(tmp_path: Path, flag: str, data: st.DataObject) -> None:
+    value = data.draw(st.one_of(over(MEGATRON_FLAGS[flag]), st.integers(max_value=0),
+                                st.sampled_from(["1.5", "1e30", "nan", "inf", "two", "0x10"])))
+    path = tmp_path / "args.txt"
+    path.write_text(f"{GPT3_ARGS}\n{flag} {value}\n")
+    assert_rejected(command("megatron_args", path), str(path), flag, folder=tmp_path)
+
+
+TORCHTITAN_KEYS = {"local_batch_size": "micro_batch", "seq_len": "seq_len", "tensor_parallel_degree": "degree",
+                   "pipeline_parallel_degree": "degree", "context_parallel_degree": "degree"}
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, float):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf") if abs(value) == float("inf") else repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return str(value)
+
+
+@pytest.mark.parametrize("key", sorted(TORCHTITAN_KEYS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_torchtitan_setting(tmp_path: Path, key: str, data: st.DataObject) -> None:
+    value = data.draw(bad_count(TORCHTITAN_KEYS[key]))
+    path = tmp_path / "tt.toml"
+    path.write_text(replace_line(TORCHTITAN, key, _toml(value), "="))
+    assert_rejected(command("torchtitan", path), str(path), key, folder=tmp_path)
+
+
+def test_valid_files_still_pass() -> None:
+    for args in (["check", FIX / "jobs/llama8b_fits.yaml"], ["models", "show", FIX / "hf/llama-3.1-8b.json"],
+                 command("deepspeed", FIX / "engines/deepspeed/zero3_bf16.json"),
+                 command("torchtitan", FIX / "engines/torchtitan/llama3_8b.toml"),
+                 command("megatron", FIX / "engines/megatron/train_llama3_8b.sh")):
+        result, _ = invoke(args)
+        assert result.exit_code in (0, 1), result.output
