@@ -25,6 +25,11 @@ from planner.errors import PlannerError
 INTERNAL_ERROR_EXIT_CODE = 3
 
 
+def _one_line(message: str) -> str:
+    """An error message on one line (stderr carries exactly one line on error; docs/errors.md)."""
+    return "; ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
 def _usage_hint(err: click.UsageError) -> str:
     if err.ctx is not None and " " in err.ctx.command_path:
         return f" (see '{err.ctx.command_path} --help')"
@@ -49,10 +54,13 @@ class PlannerGroup(click.Group):
             rv = super().main(args=args, prog_name=prog_name or "planner", complete_var=complete_var,
                               standalone_mode=False, **extra)
         except PlannerError as err:
-            click.echo(f"error: {err.render()}", err=True)
+            click.echo(f"error: {_one_line(err.render())}", err=True)
             sys.exit(2)
+        except click.exceptions.NoArgsIsHelpError as err:  # `planner infer` alone: its help, as asked for
+            click.echo(err.format_message())
+            sys.exit(0)
         except click.UsageError as err:
-            click.echo(f"error: {err.format_message()}{_usage_hint(err)}", err=True)
+            click.echo(f"error: {_one_line(err.format_message())}{_usage_hint(err)}", err=True)
             sys.exit(2)
         except click.exceptions.Exit as err:
             sys.exit(err.exit_code)
@@ -60,12 +68,12 @@ class PlannerGroup(click.Group):
             click.echo("error: aborted", err=True)
             sys.exit(130)
         except click.ClickException as err:
-            click.echo(f"error: {err.format_message()}", err=True)
+            click.echo(f"error: {_one_line(err.format_message())}", err=True)
             sys.exit(err.exit_code)
         except Exception as err:  # a bug: keep the 0/1/2 contract (1 means "does not fit" to CI)
             if os.environ.get("PLANNER_DEBUG"):
                 raise
-            click.echo(f"error: internal error ({type(err).__name__}: {err}); this is a bug in planner: "
+            click.echo(f"error: internal error ({type(err).__name__}: {_one_line(str(err))}); this is a bug in planner: "
                        "rerun with PLANNER_DEBUG=1 for the traceback and report it", err=True)
             sys.exit(INTERNAL_ERROR_EXIT_CODE)
         sys.exit(rv if isinstance(rv, int) else 0)

@@ -123,3 +123,24 @@ def test_search_time_does_not_grow_with_the_gpu_count(command: str, gpus: str) -
 @pytest.mark.parametrize("command", ["search", "infer search"])
 def test_a_billion_gpus_is_refused_at_once(command: str) -> None:
     assert_rejected(with_flag(command, "--gpus", "1000000000"), "'--gpus'", "limit of 1,048,576 GPUs")
+
+
+USAGE_ERRORS = [
+    (["estimate", "--nope"], "--nope"),
+    (["search", "-m", "llama-3.1-8b"], "--hardware"),
+    (["schema", "nope"], "nope"),
+    (["models", "show", "no-such-model"], "no-such-model"),
+    (["hardware", "show", "no-such-gpu"], "no-such-gpu"),
+    (["check"], "job files"),
+    (["check", "--megatron-args", MEGATRON, "--gpus", "8"], "--megatron-args needs --hardware"),
+    (["check", "--deepspeed", REPO / "tests/fixtures/engines/deepspeed/zero3_bf16.json", "--hardware", "h100-sxm"],
+     "--deepspeed needs --gpus"),
+    (["export", "--to", "megatron"], "give a job file"),
+    (["infer", "search", *SERVE], "--gpus"),
+    (["validate", "--nope"], "--nope"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), USAGE_ERRORS, ids=[" ".join(map(str, a[:2])) for a, _ in USAGE_ERRORS])
+def test_usage_error_is_one_line_naming_the_flag(args: list[object], needle: str) -> None:
+    assert_rejected(args, needle)
