@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError, create_model
 
 from planner.errors import PlannerError
 
@@ -40,9 +40,9 @@ def field_problem(cls: type[BaseModel], name: str, value: Any) -> str | None:
     info = cls.model_fields.get(name)
     if info is None:
         return "unknown key; remove it or check its spelling"
+    annotation: Any = info.annotation
     try:
-        kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation  # type: ignore[valid-type]
-        TypeAdapter(kind).validate_python(value)
+        create_model("Field", field=(annotation, info)).model_validate({"field": value})
     except ValidationError as err:
         return describe_validation_error(err).split(": ", 1)[-1]
     return None
