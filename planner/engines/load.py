@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel
 
 from planner.errors import PlannerError
-from planner.specs.bounds import MAX_FILE_BYTES, MAX_NESTING
+from planner.specs.bounds import MAX_FILE_BYTES, MAX_LOG_BYTES, MAX_NESTING
 from planner.specs.hardware import HardwareProfile
 from planner.specs.model import ModelSpec
 from planner.specs.validation import validate_spec
@@ -44,9 +44,9 @@ class Loaded:
     aliases: tuple[str, ...] = ()
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, *, limit: int = MAX_FILE_BYTES) -> str:
     """A regular file's text: a FIFO, a device (/dev/zero) or a directory is an error, not a hang, and so is
-    a file above MAX_FILE_BYTES or one that is not UTF-8."""
+    a file above `limit` bytes (MAX_FILE_BYTES for a config file) or one that is not UTF-8."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
@@ -61,17 +61,17 @@ def read_text(path: Path) -> str:
             raise PlannerError("is a directory, not a file", source=str(path))
         if not stat.S_ISREG(info.st_mode):
             raise PlannerError("is not a regular file (a pipe, device or socket); give a file", source=str(path))
-        if info.st_size > MAX_FILE_BYTES:
-            raise PlannerError(f"is {info.st_size:,} bytes, above planner's limit of {MAX_FILE_BYTES:,} for a config "
-                               "file", source=str(path))
+        if info.st_size > limit:
+            raise PlannerError(f"is {info.st_size:,} bytes, above planner's limit of {limit:,} bytes "
+                               "for this kind of file", source=str(path))
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+            data = handle.read(limit + 1)
     except OSError as err:
         raise PlannerError(f"cannot read: {err.strerror or err}", source=str(path)) from None
     finally:
         os.close(fd)
-    if len(data) > MAX_FILE_BYTES:
-        raise PlannerError(f"is above planner's limit of {MAX_FILE_BYTES:,} bytes for a config file", source=str(path))
+    if len(data) > limit:
+        raise PlannerError(f"is above planner's limit of {limit:,} bytes for this kind of file", source=str(path))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -348,8 +348,8 @@ def load_job_file(path: Path) -> Any:
 
 
 def read_log_file(path: Path) -> str:
-    """A training log as text (planner.engines.logs reads it)."""
-    return read_text(path)
+    """A training log as text (planner.engines.logs reads it); logs may be far larger than a config file."""
+    return read_text(path, limit=MAX_LOG_BYTES)
 
 
 def load_overlay(path: Path) -> Any:

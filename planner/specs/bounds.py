@@ -59,6 +59,7 @@ LIMITS: dict[str, Limit] = {
 
 # Files planner reads: the largest size and nesting it parses.
 MAX_FILE_BYTES = 16 << 20  # 16 MiB; a real config.json, job or launch script is a few KiB
+MAX_LOG_BYTES = 256 << 20  # a training log read by `planner calibrate`
 MAX_NESTING = 64  # YAML/JSON/TOML containers inside containers
 MAX_SHELL_EXPANSION_CHARS = 1 << 20  # a launch script's variables, expanded, at most 1 MiB each
 MAX_SHELL_WORDS = 1 << 16  # words in one expanded command or array
