@@ -54,6 +54,10 @@ LIMITS: dict[str, Limit] = {
     "price_usd": Limit(1e6, "USD per GPU-hour"),
     "tokens": Limit(1e18, "tokens"),
     "seconds": Limit(1e6, "seconds"),
+    "tokens_per_second": Limit(1e9, "tokens/s per GPU"),
+    "tflops": Limit(1e7, "TFLOP/s per GPU"),
+    "memory_gib": Limit(float(1 << 20), "GiB"),
+    "steps": Limit(1 << 30, "steps"),
     "count": Limit(1 << 53, ""),  # any other integer setting of an engine file (iterations, intervals, seeds)
 }
 

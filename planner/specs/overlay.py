@@ -17,12 +17,15 @@ never negative (see MEMORY_RESERVE_LOW_BYTES).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from planner.errors import PlannerError
+from planner.specs.bounds import strict_float
 from planner.specs.hardware import HardwareProfile
+
+FiniteFloat = Annotated[float, BeforeValidator(strict_float)]  # no true/false, no text, no nan/inf
 
 
 @dataclass(frozen=True)
@@ -99,18 +102,18 @@ class FittedFactor(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(description="Field of the hardware profile (dotted).")
-    shipped: float = Field(description="Value in the profile the fit started from.")
-    fitted: float = Field(description="Fitted value; what commands use with --profile.")
-    sigma: float = Field(ge=0, description="One standard deviation of the fitted value (posterior, Gaussian).")
+    shipped: FiniteFloat = Field(description="Value in the profile the fit started from.")
+    fitted: FiniteFloat = Field(description="Fitted value; what commands use with --profile.")
+    sigma: FiniteFloat = Field(ge=0, description="One standard deviation of the fitted value (posterior, Gaussian).")
     why: str | None = Field(default=None, description="Why the runs could identify this factor.")
 
 
 class MemoryReserve(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    shipped_bytes: float = Field(default=0.0, description="Reserve the shipped model adds (0: none beyond its own).")
-    fitted_bytes: float = Field(description="Bytes the measured peaks hold beyond the model's peak.")
-    sigma_bytes: float = Field(ge=0, description="One standard deviation of fitted_bytes.")
+    shipped_bytes: FiniteFloat = Field(default=0.0, description="Reserve the shipped model adds (0: none beyond its own).")
+    fitted_bytes: FiniteFloat = Field(description="Bytes the measured peaks hold beyond the model's peak.")
+    sigma_bytes: FiniteFloat = Field(ge=0, description="One standard deviation of fitted_bytes.")
 
 
 class ProfileOverlay(BaseModel):

@@ -7,11 +7,18 @@ layout (the printed arguments); its run may then give only `hardware` (and what 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
+
+from planner.specs.bounds import Bounded, BoundedReal
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+
+Seconds = Annotated[PositiveFloat, BoundedReal("seconds")]
+TokensPerSecond = Annotated[PositiveFloat, BoundedReal("tokens_per_second")]
+TeraFlops = Annotated[PositiveFloat, BoundedReal("tflops")]
+GiB = Annotated[PositiveFloat, BoundedReal("memory_gib")]
 
 
 class Measured(BaseModel):
@@ -19,13 +26,13 @@ class Measured(BaseModel):
 
     model_config = _STRICT
 
-    step_seconds: PositiveFloat | None = Field(default=None, description="Seconds per optimizer step (steady state).")
-    tokens_per_second_per_gpu: PositiveFloat | None = Field(default=None, description="Training tokens/s per GPU.")
-    model_tflops_per_gpu: PositiveFloat | None = Field(
+    step_seconds: Seconds | None = Field(default=None, description="Seconds per optimizer step (steady state).")
+    tokens_per_second_per_gpu: TokensPerSecond | None = Field(default=None, description="Training tokens/s per GPU.")
+    model_tflops_per_gpu: TeraFlops | None = Field(
         default=None, description="Model TFLOP/s per GPU (6N-style count without recompute), as MFU tables report.")
-    hardware_tflops_per_gpu: PositiveFloat | None = Field(
+    hardware_tflops_per_gpu: TeraFlops | None = Field(
         default=None, description="Hardware TFLOP/s per GPU (recomputed forward included), as Narayanan et al. report.")
-    peak_memory_gib: PositiveFloat | None = Field(default=None, description="Peak device memory per GPU, GiB (2^30).")
+    peak_memory_gib: GiB | None = Field(default=None, description="Peak device memory per GPU, GiB (2^30).")
 
     @model_validator(mode="after")
     def _something(self) -> Measured:
@@ -44,7 +51,7 @@ class LogSource(BaseModel):
         default=None, description="Engine that wrote it; detected from the text when left out.")
     training_args: str | None = Field(
         default=None, description="Hugging Face Trainer only: the TrainingArguments as JSON/YAML (to_dict()).")
-    warmup_steps: PositiveInt | None = Field(default=None, description="Steps left out at the start (default 3).")
+    warmup_steps: Annotated[int, Bounded("steps")] | None = Field(default=None, description="Steps left out at the start (default 3).")
 
 
 class RunEntry(BaseModel):

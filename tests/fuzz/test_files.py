@@ -54,11 +54,16 @@ def command(kind: str, path: Path) -> list[object]:
                            "--seq-len", "128"],
         "estimate_hardware": ["estimate", "--model", "llama-3.1-8b", "--hardware", path, "--gpus", "8",
                               "--global-batch", "8", "--seq-len", "128"],
+        "runs": ["calibrate", path],
+        "log": ["calibrate", "--log", path, "--hardware", "h100-sxm"],
+        "profile": ["estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--profile", path, "--gpus", "8",
+                    "--global-batch", "8", "--seq-len", "128"],
     }[kind]
 
 
 SUFFIX = {"job": ".yaml", "model": ".yaml", "hf": ".json", "hardware": ".yaml", "deepspeed": ".json", "megatron": ".sh",
-          "megatron_args": ".txt", "torchtitan": ".toml", "estimate_model": ".yaml", "estimate_hardware": ".yaml"}
+          "megatron_args": ".txt", "torchtitan": ".toml", "estimate_model": ".yaml", "estimate_hardware": ".yaml",
+          "runs": ".yaml", "log": ".log", "profile": ".yaml"}
 
 
 def hf(**changes: Any) -> str:
@@ -76,6 +81,8 @@ def replace_line(text: str, key: str, value: str, sep: str = ":") -> str:
     return out
 
 
+RUNS = ("runs:\n  - job: {model: llama-3.1-8b, hardware: h100-sxm, gpus: 8, training: {global_batch: 64, seq_len: 4096}}\n"
+        "    measured: {step_seconds: 1.5}\n")
 DEEP = "[" * 100_000 + "]" * 100_000
 BOMB = "A=xxxxxxxxxx\n" + "".join(f"{b}=${a}${a}${a}${a}${a}${a}${a}${a}${a}${a}\n" for a, b in zip("ABCDEFG", "BCDEFGH"))
 HOSTILE: list[tuple[str, str, str, tuple[str, ...]]] = [
@@ -140,6 +147,14 @@ HOSTILE: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("torchtitan-seq-nan", "torchtitan", replace_line(TORCHTITAN, "seq_len", "nan", "="), ("seq_len",)),
     ("torchtitan-deep", "torchtitan", "x = " + "[" * 5000 + "]" * 5000 + "\n", ("nest",)),
     ("torchtitan-duplicate-table", "torchtitan", TORCHTITAN + "\n[training]\nseq_len = 5\n", ("malformed TOML",)),
+    ("runs-step-nan", "runs", RUNS.replace("1.5", ".nan"), ("step_seconds", "finite")),
+    ("runs-step-string", "runs", RUNS.replace("1.5", "'1.5'"), ("step_seconds",)),
+    ("runs-step-huge", "runs", RUNS.replace("1.5", "1.0e+30"), ("step_seconds", "limit of")),
+    ("runs-duplicate", "runs", RUNS.replace("step_seconds: 1.5", "step_seconds: 1.5, step_seconds: 2.0"),
+     ("duplicate key 'step_seconds'",)),
+    ("runs-gpus-true", "runs", RUNS.replace("gpus: 8", "gpus: true"), ("gpus",)),
+    ("profile-deep", "profile", "factors: " + DEEP, ("nest",)),
+    ("profile-nan", "profile", "kind: x\nfactors: {a: {fitted: .nan}}\n", ("factors.a.fitted", "finite")),
     ("estimate-model-huge", "estimate_model", MODEL.replace("hidden_size: 64", f"hidden_size: {HUGE}"), ("hidden_size",)),
     ("estimate-hardware-huge", "estimate_hardware", replace_line(HARDWARE, "memory_bytes", str(HUGE)), ("memory_bytes",)),
 ]
@@ -152,7 +167,8 @@ def test_hostile_file(tmp_path: Path, kind: str, text: str, needles: tuple[str, 
     assert_rejected(command(kind, path), str(path), *needles, folder=tmp_path)
 
 
-SPECIAL_KINDS = ["job", "hf", "hardware", "deepspeed", "megatron", "torchtitan", "estimate_model"]
+SPECIAL_KINDS = ["job", "hf", "hardware", "deepspeed", "megatron", "torchtitan", "estimate_model", "runs", "log",
+                 "profile"]
 
 
 @pytest.mark.parametrize("kind", SPECIAL_KINDS)
