@@ -43,7 +43,7 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-class Count(click.ParamType):
+class Count(click.ParamType):  # type: ignore[type-arg]  # click 8.2+ is generic, older click is not
     """A whole number from `minimum` up to planner's limit for its kind (planner.specs.bounds.LIMITS)."""
 
     name = "integer"
