@@ -15,9 +15,9 @@ What is fitted (four parameters, one value each for every chip):
 - step_overhead_s, tp_overlap_exposed: training/time.py's STEP_OVERHEAD_SECONDS and
   TP_OVERLAP_EXPOSED_FRACTION.
 Held: GEMM_FIXED_SECONDS at 7.5 us, from the H100 square-GEMM benchmark (physics/kernels.py; the runs
-barely constrain it: fits wander between 0 and 30 us with the choice of sources); DP_OVERLAP_EFFICIENCY
-at 1.0 (the data-parallel and ZeRO-3 overlap model is being reworked separately; fitting it here would tie
-its value to the old form).
+barely constrain it: fits wander between 0 and 30 us with the choice of sources); the DP overlap
+share at 1.0 (now the megatron engine profile's efficiency.dp_overlap_efficiency; ZeRO-3 has its own per-unit
+model with engine factors, docs/engines.md).
 Not fitted: the attention curve (kernel benchmarks), the fp8 casts (counted bytes), the link efficiencies.
 
 Objective: the mean over sources of each source's mean |step-time error| (each clipped at 25%), so a large table does not
