@@ -53,6 +53,8 @@ def runs_from_training_cases(cases: list[dict[str, Any]]) -> list[Run]:
         layout = validate_spec(Layout, case["layout"], source)
         hw = load_hardware(case["hardware"])
         published = case["published"]
+        if published["quantity"] == "peak_bytes":
+            continue  # memory rows (torchtitan peak memory) are not step-time runs
         value = float(published["value"])
         if published["quantity"] == "layer_forward_backward_seconds":
             seconds = value / 1e3 if published["unit"] == "ms" else value

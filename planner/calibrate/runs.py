@@ -14,6 +14,7 @@ from typing import Any
 from planner.engines import load, logs, megatron
 from planner.engines.job import ResolvedJob, resolve_job
 from planner.errors import PlannerError
+from planner.specs.engine import engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.job import EngineSection, Job
 from planner.specs.layout import Layout
@@ -52,11 +53,11 @@ def predict_seconds(run: Run, hw: HardwareProfile) -> float:
     if run.quantity == "layer_forward_backward_seconds":
         t = layer_time(run.model, hw, lay, moe_layer=False)
         return float((t.forward + t.backward + t.recompute + t.tp_comm)[0])
-    return float(evaluate(run.model, hw, lay).step_seconds[0])
+    return float(evaluate(run.model, hw, lay, engine=engine_profile(run.layout.engine)).step_seconds[0])
 
 
 def predict_peak_bytes(run: Run, hw: HardwareProfile) -> float:
-    return float(evaluate(run.model, hw, run.layout.to_arrays()).peak_bytes[0])
+    return float(evaluate(run.model, hw, run.layout.to_arrays(), engine=engine_profile(run.layout.engine)).peak_bytes[0])
 
 
 def measured_step_seconds(model: ModelSpec, layout: Layout, m: Measured, source: str) -> float | None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from planner.cli import cli
-from planner.cli.options import HEADROOM, count, echo_json, warn_if_far
+from planner.cli.options import HEADROOM, Count, count, echo_json, engine_option, warn_if_far
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -27,8 +27,9 @@ ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torcht
                   "hf_trainer": "hf_trainer", "accelerate_config": "accelerate"}
 # Layout flags, named as `planner estimate` names them; for direct engine checks they give what the file lacks.
 PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "recompute_layers_per_stage",
-                  "micro_batch", "interleave", "schedule", "flash_attention", "overlap_grad_reduce", "overlap_tp_comm")
-TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "grad_dtype", "optimizer")
+                  "micro_batch", "interleave", "schedule", "flash_attention", "overlap_grad_reduce", "overlap_tp_comm",
+                  "offload_optimizer", "offload_params", "offload_activation_layers", "recompute_modules", "shard_group")
+TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "grad_dtype", "optimizer", "engine", "compile")
 
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,7 +45,8 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--ep", type=count("ep"), help="Expert-parallel degree."),
         click.option("--zero", type=click.IntRange(0, 3), help="ZeRO stage 0-3."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Megatron sequence parallelism."),
-        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), help="Activation recomputation."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full", "op"]),
+                     help="Activation recomputation (op: torchtitan op-level selective AC)."),
         click.option("--recompute-layers", "recompute_layers_per_stage", type=count("recompute_layers"),
                      help="With --recompute full: layers per stage recomputed (Megatron 'block')."),
         click.option("--micro-batch", type=count("micro_batch"), help="Sequences per micro-batch."),
@@ -60,6 +62,18 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Gradient reduction overlaps backward."),
         click.option("--tp-comm-overlap/--no-tp-comm-overlap", "overlap_tp_comm", default=None,
                      help="Tensor-parallel communication overlaps the GEMMs."),
+        engine_option(default=None),
+        click.option("--offload-optimizer/--no-offload-optimizer", default=None,
+                     help="Optimizer states and their step on the CPU."),
+        click.option("--offload-params/--no-offload-params", default=None, help="Parameter shards on the host (zero 3)."),
+        click.option("--offload-activation-layers", type=Count("layers", minimum=0),
+                     help="Layers per stage whose activations go to the host."),
+        click.option("--shard-group", type=count("shard_group"),
+                     help="Hybrid sharding (HSDP): ZeRO shard group size (dp x cp ranks)."),
+        click.option("--recompute-modules", callback=lambda ctx, param, v: None if v is None else tuple(
+                     m.strip() for m in v.split(",") if m.strip()), metavar="LIST",
+                     help="With --recompute selective: Megatron --recompute-modules, comma list."),
+        click.option("--compile/--no-compile", "compile", default=None, help="torch.compile on (torch engines)."),
         click.option("--headroom", type=HEADROOM,
                      help="Share of device memory kept free (default: the cost model's)."),
         click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -168,13 +182,29 @@ def _engine_mapper(engine: str | None) -> EngineMapper | None:
     return exporter(engine)[0] if engine in EXPORT_FORMATS else None
 
 
+def _host_text(est: Any) -> str:
+    """Host memory and the CPU optimizer step, when the layout offloads anything."""
+    host = est.scalar("host_bytes")
+    if host <= 0:
+        return ""
+    capacity = est.result.host_capacity_bytes
+    of = f" of {capacity / GIB:.0f} GiB" if capacity != float("inf") else ""
+    return (f"; host {host / GIB:.1f} GiB per node{of}, CPU optimizer step "
+            f"{est.scalar('cpu_optimizer_seconds'):.3g} s")
+
+
 def _headline(c: Checked) -> str:
     j, est = c.job, c.estimate
     who = f"{j.model_id} on {j.gpus} x {j.hardware_id}"
+    peak = est.stages[est.peak_stage].total_bytes
     if est.fits:
-        peak = est.stages[est.peak_stage].total_bytes
         return (f"{who}: fits, peak {peak / GIB:.1f} GiB of {est.usable_bytes / GIB:.1f} GiB usable (stage "
-                f"{est.peak_stage}); step {est.scalar('step_seconds'):.3g} s, MFU {est.scalar('mfu'):.1%}")
+                f"{est.peak_stage}); step {est.scalar('step_seconds'):.3g} s, MFU {est.scalar('mfu'):.1%}"
+                + _host_text(est))
+    if peak <= est.usable_bytes:  # the GPUs fit; the host does not
+        return (f"{who}: does not fit: host memory {est.scalar('host_bytes') / GIB:.1f} GiB per node exceeds "
+                f"{est.result.host_capacity_bytes * (1 - est.headroom) / GIB:.1f} GiB usable; offload less or use "
+                f"more nodes")
     d = c.diagnosis
     return (f"{who}: does not fit: stage {d.stage} needs {d.peak_bytes / GIB:.1f} GiB, {d.over_bytes / GIB:.1f} GiB "
             f"({d.over_bytes:,.0f} bytes) over the {d.usable_bytes / GIB:.1f} GiB usable; largest term: {d.dominant} "

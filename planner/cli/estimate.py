@@ -10,6 +10,7 @@ import click
 from planner.cli import cli
 from planner.cli.options import (
     HEADROOM,
+    Count,
     count,
     echo_json,
     format_option,
@@ -39,8 +40,8 @@ from planner.training.rules import resolve_layout
               help="ZeRO stage: 1 optimizer, 2 +gradients, 3 +parameters (FSDP).")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None,
               help="Megatron sequence parallelism  [default: on when tp > 1]")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True,
-              help="Activation recomputation.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full", "op"]), default="none",
+              show_default=True, help="Activation recomputation (op: torchtitan op-level selective AC).")
 @click.option("--recompute-layers", type=count("recompute_layers"), default=None,
               help="With --recompute full: layers per stage recomputed (Megatron 'block').")
 @click.option("--micro-batch", type=count("micro_batch"), default=1, show_default=True, help="Sequences per micro-batch.")
@@ -51,6 +52,19 @@ from planner.training.rules import resolve_layout
 @click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b", show_default=True,
               help="Pipeline schedule.")
 @training_precision_options
+@click.option("--offload-optimizer/--no-offload-optimizer", default=False, show_default=True,
+              help="Optimizer states and their step on the CPU (ZeRO-Offload, FSDP CPUOffload).")
+@click.option("--offload-params/--no-offload-params", default=False, show_default=True,
+              help="Parameter shards on the host (ZeRO-Infinity, FSDP CPUOffload; needs --zero 3).")
+@click.option("--cpu-optimizer", type=click.Choice(["fused", "torch"]), default=None,
+              help="CPU Adam of offloaded states: fused (DeepSpeedCPUAdam) or torch  [default: the engine's]")
+@click.option("--offload-activation-layers", type=Count("layers", minimum=0), default=0, show_default=True,
+              help="Layers per stage whose activations go to the host (Megatron-Core --cpu-offloading-num-layers).")
+@click.option("--shard-group", type=count("shard_group"), default=None,
+              help="Hybrid sharding (HSDP): ZeRO shards over groups of this many dp x cp ranks, replicas across.")
+@click.option("--recompute-modules", default=None, metavar="LIST",
+              help="With --recompute selective: Megatron --recompute-modules, comma list (core_attn, mlp, moe_act, "
+              "layernorm, moe, shared_experts, mla_up_proj).")
 @click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM, show_default=True,
               help="Share of device memory kept free (fits = peak <= capacity x (1 - headroom)).")
 @format_option()
@@ -69,6 +83,10 @@ def estimate_command(model_ref: str, hardware_ref: str, profile_path: Path | Non
     hardware, overlay = with_profile(load_hardware(hardware_ref), profile_path)
     fields["flash_attention"] = fields.pop("flash_attention")
     fields["overlap_tp_comm"] = fields.pop("tp_comm_overlap")
+    fields["compile"] = fields.pop("compile_")
+    modules = fields.pop("recompute_modules")
+    if modules is not None:
+        fields["recompute_modules"] = tuple(m.strip() for m in modules.split(",") if m.strip())
     if sequence_parallel is None:
         sequence_parallel = fields["tp"] > 1
     layout = resolve_layout(model.spec, gpus, sequence_parallel=sequence_parallel,

@@ -93,6 +93,17 @@ def count(flag: str) -> Count:
     return Count(FIELD_KINDS[flag])
 
 
+ENGINES = ("megatron", "nemo", "torchtitan", "fsdp", "deepspeed")  # planner.specs.engine.ENGINE_NAMES
+
+
+def engine_option(default: str | None = "megatron") -> Callable[..., Any]:
+    return click.option(
+        "--engine", type=click.Choice(list(ENGINES)), default=default, show_default=default is not None,
+        help="Training engine whose profile (kernels, ZeRO implementation, what it can run) applies; "
+        "see docs/engines.md.",
+    )
+
+
 def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Layout-independent training options shared by estimate and search (precision, kernels, overlap)."""
     options = [
@@ -108,6 +119,9 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Data-parallel gradient reduction overlaps the backward pass."),
         click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=False, show_default=True,
                      help="Tensor-parallel collectives overlap the GEMMs (Megatron --tp-comm-overlap)."),
+        engine_option(),
+        click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
+                     help="torch.compile on (torch engines: torchtitan, fsdp, deepspeed): element-wise kernels fused."),
     ]
     for option in reversed(options):
         f = option(f)

@@ -151,7 +151,7 @@ def _filter_options(f: Any) -> Any:
               "Exit 2 when no layout fits or FORMAT cannot run the layout.")
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
                grad_dtype: str, optimizer: str, flash_attention: bool, overlap_grad_reduce: bool,
-               tp_comm_overlap: bool, headroom: float, objective: str, tokens: float | None, price: float | None,
+               tp_comm_overlap: bool, engine: str, compile_: bool, headroom: float, objective: str, tokens: float | None, price: float | None,
                top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,
                **filter_values: Any) -> None:
     """Search every layout (tp x pp x cp x dp x ZeRO x SP x recompute x micro-batch x interleave, and ep
@@ -191,7 +191,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
     filters = Filters(**{name: filter_values[name] for name in FILTERS})
     problem = Problem(gpus=gpus, global_batch=global_batch, seq_len=seq_len, dtype=dtype, grad_dtype=grad_dtype,
                       optimizer=optimizer, flash_attention=flash_attention, overlap_grad_reduce=overlap_grad_reduce,
-                      overlap_tp_comm=tp_comm_overlap)
+                      overlap_tp_comm=tp_comm_overlap, engine=engine, compile=compile_)
     result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)
     selection = select(result.layouts, result.results, result.fits, objective, top=top, pareto=pareto)
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,

@@ -12,8 +12,9 @@ are never taken from that block: a layout DeepSpeed keys cannot express is not e
 
 Refused as DeepSpeed refuses them: bf16 without ZeRO with fp32 gradient accumulation
 (DeepSpeed >= 0.18.5, engine._do_optimizer_sanity_check), ZeRO 2/3 with a pipeline
-(PipelineEngine asserts). CPU/NVMe offload and ZeRO++ secondary partitions are refused
-because planner does not model them (exit 2, naming the setting).
+(PipelineEngine asserts). CPU offload of optimizer states and parameters is read (offload_optimizer,
+offload_param, torch_adam); NVMe offload and ZeRO++ secondary partitions are refused because planner
+does not model them (exit 2, naming the setting).
 """
 
 from __future__ import annotations
@@ -149,19 +150,20 @@ def _read_zero(config: Mapping[str, Any], got: Collected) -> None:
         got.set("overlap_grad_reduce", overlap, "zero_optimization.overlap_comm")
     elif overlap is None or _is_auto(overlap):  # DeepSpeedZeroConfig: None -> on for stage 3 only
         got.set("overlap_grad_reduce", stage == 3, "zero_optimization.overlap_comm", explicit=False)
-    for key in ("offload_optimizer", "offload_param"):
+    for key, name in (("offload_optimizer", "offload_optimizer"), ("offload_param", "offload_params")):
         device = _offload_device(zero.get(key))
-        if device not in ("none", ""):
+        if device == "cpu":
+            got.set(name, True, f"zero_optimization.{key}.device")
+        elif device not in ("none", ""):
             raise PlannerError(
-                f"{device.upper()} offload is not modelled by planner (it moves "
-                f"{'optimizer states' if key == 'offload_optimizer' else 'parameters'} off the GPU and changes "
-                "step time); remove it to check the on-GPU layout",
+                f"{device.upper()} offload is not modelled by planner (only CPU offload is: it moves "
+                f"{'optimizer states' if key == 'offload_optimizer' else 'parameters'} to host memory); use "
+                "device cpu or none",
                 source=got.source, field=f"zero_optimization.{key}.device",
             )
-    for key in ("cpu_offload", "cpu_offload_param"):
+    for key, name in (("cpu_offload", "offload_optimizer"), ("cpu_offload_param", "offload_params")):
         if zero.get(key):
-            raise PlannerError("CPU offload is not modelled by planner; remove it to check the on-GPU layout",
-                               source=got.source, field=f"zero_optimization.{key}")
+            got.set(name, True, f"zero_optimization.{key}")
     hpz = zero.get("zero_hpz_partition_size", 1)
     if isinstance(hpz, int) and hpz > 1:
         raise PlannerError("ZeRO++ hierarchical partitioning keeps a secondary parameter copy that planner does "
@@ -214,9 +216,9 @@ def _read_optimizer(config: Mapping[str, Any], got: Collected) -> None:
     name = str(opt["type"]).lower().replace("_", "")
     if name in ADAM_LIKE:
         got.set("optimizer", "adam", "optimizer.type")
-        if name in ("cpuadam", "deepspeedcpuadam"):
-            raise PlannerError("DeepSpeedCPUAdam runs the optimizer on the CPU (offload), which planner does not "
-                               "model", source=got.source, field="optimizer.type")
+        params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
+        if params.get("torch_adam") is True:  # with offload: torch.optim's Adam steps the CPU states
+            got.set("cpu_optimizer", "torch", "optimizer.params.torch_adam")
     elif name in ONE_STATE:
         got.set("optimizer", "sgd", "optimizer.type")
         if name != "sgd":
@@ -328,6 +330,7 @@ def import_deepspeed(
     if not isinstance(config, dict):
         raise PlannerError("a DeepSpeed config is a JSON object", source=source)
     got = Collected(source=source)
+    got.set("engine", "deepspeed", "the engine file", explicit=False)  # the engine that reads it runs it
     for key, note in APPROXIMATED_KEYS.items():
         if key in config:
             got.warn(f"{key}: {note}")
@@ -361,6 +364,8 @@ def import_deepspeed(
         raise PlannerError(f"ZeRO {fields['zero']} with pipeline.stages {fields['pp']}: DeepSpeed's PipelineEngine "
                            "asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'; use stage 0 or 1",
                            source=source, field="zero_optimization.stage")
+    if not fields.get("offload_optimizer"):
+        fields.pop("cpu_optimizer", None)  # torch_adam picks the CPU optimizer only for offloaded states
 
     dp = data_parallel_degree(gpus, fields, source)
     fields["dp"] = dp
@@ -472,6 +477,12 @@ def config_dict(ctx: ExportContext) -> dict[str, Any]:
     config["data_types"] = {"grad_accum_dtype": lay.grad_dtype}
     config["zero_optimization"] = {"stage": lay.zero, "overlap_comm": lay.overlap_grad_reduce,
                                    "contiguous_gradients": True}
+    if lay.offload_optimizer:
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if lay.cpu_optimizer == "torch":
+            config["optimizer"] = {"type": "AdamW", "params": {"torch_adam": True}}
+    if lay.offload_params:
+        config["zero_optimization"]["offload_param"] = {"device": "cpu", "pin_memory": True}
     if lay.recompute == "full":
         config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
                                               "contiguous_memory_optimization": False}

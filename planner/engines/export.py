@@ -21,6 +21,7 @@ from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 from planner.training.estimate import TrainingEstimate, estimate
+from planner.training.rules import check_layout
 
 EXPORT_FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan", "hf_trainer")
 DEFAULT_NAMES: dict[str, str] = {
@@ -42,6 +43,15 @@ def exporter(fmt: str) -> tuple[Mapper, Renderer]:
     return modules[fmt].engine_layout, modules[fmt].render
 
 
+def engine_of_format(fmt: str, engine: str) -> str:
+    """The engine that runs a file of format `fmt`: the format's own, except that Megatron arguments keep a
+    NeMo layout NeMo's (NeMo runs Megatron-Core), and a Hugging Face Trainer command runs PyTorch FSDP/DDP
+    (the fsdp profile), or DeepSpeed when the layout is DeepSpeed's."""
+    if fmt == "hf_trainer":
+        return "deepspeed" if engine == "deepspeed" else "fsdp"
+    return engine if (fmt, engine) == ("megatron", "nemo") else fmt
+
+
 def render_export(
     fmt: str,
     model_id: str,
@@ -55,6 +65,12 @@ def render_export(
     """The launch configuration for `layout` in `fmt`, with planner's prediction in its header."""
     mapper, renderer = exporter(fmt)
     mapped, notes = mapper(model, layout)
+    runs = engine_of_format(fmt, mapped.engine)
+    if mapped.engine != runs:  # the file is run by its format's engine (Megatron arguments also by NeMo)
+        notes = (*notes, f"engine {mapped.engine} -> {runs}: the file is run by {runs}, whose profile the "
+                 "prediction uses")
+        mapped = mapped.model_copy(update={"engine": runs})
+    check_layout(model, mapped, mapped.gpus)  # a setting the engine cannot run: a PlannerError naming it
     if mapped != layout:
         est = estimate(model, hw, mapped, headroom=est.headroom)
     ctx = ExportContext(format=fmt, model_id=model_id, model=model, hardware_id=hardware_id or hw.name, hardware=hw,

@@ -382,12 +382,16 @@ def import_hf_trainer(
     the Trainer's "auto" values filled by `fill_deepspeed_auto`); its fields take precedence for ZeRO and
     precision, as DeepSpeed then runs the optimizer."""
     got = Collected(source=source, warnings=list(command.warnings) if command else [])
+    # the Trainer runs DeepSpeed when pointed at its config, else PyTorch DDP/FSDP (the fsdp engine profile)
+    got.set("engine", "deepspeed" if deepspeed_import is not None else "fsdp", "the Trainer's backend", explicit=False)
     if command is not None and command.gpus is not None and command.gpus != gpus:
         raise PlannerError(f"the launcher starts {command.gpus} processes but the job has gpus({gpus}); make them "
                            "agree", source=source)
     extra: dict[str, Any] = {}
     if accelerate is not None:
         extra = _accelerate_fields(accelerate, got)
+        if extra.get("inline_deepspeed") or extra.get("deepspeed_config_file"):
+            got.set("engine", "deepspeed", "distributed_type DEEPSPEED", explicit=False)
         if extra.get("gpus") is not None and extra["gpus"] != gpus:
             raise PlannerError(f"num_processes({extra['gpus']}) in the accelerate config disagrees with gpus({gpus})",
                                source=source, field="num_processes")
@@ -454,7 +458,8 @@ def import_hf_trainer(
     if deepspeed_import is not None:
         ds_fields = dict(deepspeed_import.fields)
         got.warnings.extend(deepspeed_import.warnings)
-        for name in ("zero", "dtype", "grad_dtype", "optimizer", "tp", "pp", "cp", "dp", "overlap_grad_reduce"):
+        for name in ("zero", "dtype", "grad_dtype", "optimizer", "tp", "pp", "cp", "dp", "overlap_grad_reduce",
+                     "offload_optimizer", "offload_params", "cpu_optimizer"):
             if name in ds_fields:
                 got.set(name, ds_fields[name], deepspeed_import.origins.get(name, "the DeepSpeed config"))
         if "recompute" in ds_fields and "recompute" not in got.values:

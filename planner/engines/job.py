@@ -13,6 +13,7 @@ from typing import Any
 from planner.engines import deepspeed, hf_trainer, load, megatron, torchtitan
 from planner.engines.common import EngineImport, require
 from planner.errors import PlannerError
+from planner.specs.engine import ENGINE_PROFILES
 from planner.specs.hardware import HardwareProfile
 from planner.specs.job import Job
 from planner.specs.layout import Layout
@@ -93,6 +94,9 @@ def resolve_job(job: Job, *, base: Path, source: str, profile: Path | None = Non
         imported = EngineImport(format="job", source=source, fields=fields)
     else:
         imported, loaded = _import_engine(job, loaded, gpus, given, base, source)
+        # The engine that reads the file runs it, unless the job names another (NeMo runs Megatron arguments).
+        if engine.format in ENGINE_PROFILES:
+            imported = replace(imported, fields={"engine": engine.format, **imported.fields})
     assert loaded is not None
     model = imported.model if imported.model is not None else loaded.spec
     try:

@@ -35,7 +35,7 @@ from planner.engines.shell import first_marker, launch_flags
 from planner.errors import PlannerError
 from planner.physics.stages import layers_on_stage
 from planner.specs.bounds import over_limit
-from planner.specs.layout import Layout
+from planner.specs.layout import RECOMPUTE_MODULE_BITS, Layout
 from planner.specs.model import ModelSpec
 
 # kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true) / path (one value)
@@ -52,6 +52,7 @@ READ_FLAGS: dict[str, str] = {
         "decoder-last-pipeline-num-layers", "mtp-num-layers", "encoder-seq-length", "encoder-num-layers",
         "zero-stage", "pad-vocab-size-to", "checkpoint-num-layers",
         "moe-expert-parallel-size", "topk", "expert-interval",  # Megatron-DeepSpeed's DeepSpeed-MoE flags
+        "cpu-offloading-num-layers",
     )},
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
     **{f: "str" for f in (
@@ -535,9 +536,12 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     if args.get("softmax-type") not in (None, "vanilla", "off-by-one", "learnable"):
         raise PlannerError(f"--softmax-type {args['softmax-type']} is not known (vanilla, off-by-one, learnable)",
                            source=src)
+    if args.get("cpu-offloading"):  # Megatron-Core CPU offloading of the activations of N layers
+        got.set("offload_activation_layers", int(args.get("cpu-offloading-num-layers") or 0),
+                "--cpu-offloading-num-layers")
+    if args.get("optimizer-cpu-offload"):
+        got.set("offload_optimizer", True, "--optimizer-cpu-offload")
     for flag, why, fatal in (
-        ("cpu-offloading", "activation/weight CPU offloading is not modelled", True),
-        ("optimizer-cpu-offload", "optimizer CPU offload is not modelled", True),
         ("distribute-saved-activations", "checkpoints split across tensor-parallel ranks are not modelled (the "
          "activation figure is an upper bound)", False),
         ("pipeline-model-parallel-layout", "a custom pipeline layout is not modelled", False),
@@ -614,10 +618,14 @@ def _recompute(args: Mapping[str, Any], got: Collected) -> None:
         raise PlannerError(f"--recompute-granularity must be full or selective, got {granularity}", source=src)
     if granularity == "selective":
         modules = args.get("recompute-modules") or ["core_attn"]
-        if list(modules) != ["core_attn"]:
-            got.warn(f"--recompute-modules {' '.join(modules)}: planner's selective recompute is the attention core "
-                     "only (Korthikanti et al. 2022)")
+        known = set(RECOMPUTE_MODULE_BITS)
+        unknown = [m for m in modules if m not in known]
+        if unknown:
+            raise PlannerError(f"--recompute-modules {' '.join(unknown)} is not known to planner (it knows "
+                               f"{', '.join(known)})", source=src)
         got.set("recompute", "selective", "--recompute-granularity")
+        if list(modules) != ["core_attn"]:
+            got.set("recompute_modules", tuple(modules), "--recompute-modules")
         return
     if method not in ("uniform", "block"):
         raise PlannerError("--recompute-granularity full needs --recompute-method uniform or block (Megatron-LM "
@@ -720,6 +728,7 @@ def import_megatron(
                                    f"--{flag}", source=source)
             args[flag] = args.pop(alias)
     got = Collected(source=source, warnings=list(warnings))
+    got.set("engine", "megatron", "the engine file", explicit=False)  # the engine that reads it runs it
     _layout_fields(args, got)
     block = got.values.pop("_block_layers", None)
     merged = got.merge({k: v for k, v in given.items() if k != "global_batch"})
@@ -951,6 +960,8 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
         flags.append(["--sequence-parallel"])
     if lay.recompute == "selective":
         flags.append(["--recompute-granularity", "selective"])
+        if lay.recompute_modules is not None:
+            flags.append(["--recompute-modules", *lay.recompute_modules])
     elif lay.recompute == "full":
         flags.append(["--recompute-granularity", "full"])
         if lay.recompute_layers_per_stage is None:
@@ -982,6 +993,10 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
         flags.append(["--overlap-grad-reduce"])
     if lay.overlap_tp_comm:
         flags.append(["--tp-comm-overlap"])
+    if lay.offload_activation_layers:
+        flags.append(["--cpu-offloading", "--cpu-offloading-num-layers", str(lay.offload_activation_layers)])
+    if lay.offload_optimizer:
+        flags.append(["--optimizer-cpu-offload"])
     return flags
 
 

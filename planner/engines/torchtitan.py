@@ -8,8 +8,8 @@ the `--section.option` flags that still override them are read (give them as `ar
 
 Mapping: FSDP (data_parallel_shard_degree > 1, or context parallelism, which torchtitan
 always wraps in FSDP) -> ZeRO 3 over dp = replicate x shard; DDP (replicate only) -> ZeRO 0;
-HSDP (replicate > 1 and shard > 1) -> ZeRO 3 over all dp ranks with a warning, since
-torchtitan shards over the shard group only. Tensor parallelism always comes with sequence
+HSDP (replicate > 1 and shard > 1) -> ZeRO 3 with shard_group = shard x cp (torchtitan shards over the
+shard group and replicates across groups). Tensor parallelism always comes with sequence
 parallelism (torchtitan's TP plans shard the norms along the sequence). Gradients are fp32
 (FSDP reduces and keeps sharded gradients in fp32; DDP autocasts fp32 parameters).
 """
@@ -293,10 +293,8 @@ def _degrees(pick: _Picker, gpus: int, got: Collected) -> dict[str, int]:
         raise PlannerError(f"dp_replicate({rep}) * dp_shard({shard}) * cp({cp}) * tp({tp}) * pp({pp}) = "
                            f"{rep * shard * cp * tp * pp} != gpus({gpus}); change a degree or the GPU count",
                            source=src)
-    if rep > 1 and shard > 1:
-        got.warn(f"HSDP (replicate {rep} x shard {shard}): planner shards weights, gradients and optimizer states "
-                 f"over all {rep * shard} data-parallel ranks (x cp), torchtitan over the {shard} of a shard group "
-                 f"(x cp), so the model-state figures are {rep}x too low")
+    if rep > 1 and shard > 1:  # HSDP: FSDP over the shard group (x cp, which torchtitan folds into FSDP)
+        got.set("shard_group", shard * cp, "parallelism.data_parallel_shard_degree")
     return {"rep": rep, "shard": shard, "tp": tp, "pp": pp, "cp": cp, "ep": ep}
 
 
@@ -349,9 +347,7 @@ def _recompute(config: Mapping[str, Any], given: Mapping[str, Any], model: Model
                 got.warn(f"selective_ac_option {every} (full checkpointing of one layer in {every}) is modelled as "
                          f"full recompute of {layers} of the {per_stage} layers per stage")
         elif option == "op":
-            got.set("recompute", "selective", origin)
-            got.warn("selective_ac_option 'op' (torchtitan's per-op policy: keeps matmul and attention outputs) is "
-                     "modelled as selective recompute of the attention core")
+            got.set("recompute", "op", origin)  # op-level selective AC, modelled as such
         else:
             raise PlannerError(f"selective_ac_option must be 'op' or a positive integer, got {option!r}",
                                source=got.source, field="activation_checkpoint.selective_ac_option")
@@ -388,9 +384,12 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
     if name not in ("adamw", "adam"):
         raise PlannerError(f"optimizer {name!r} is not modelled (Adam or AdamW)", source=src, field="optimizer.name")
     got.set("optimizer", "adam", "optimizer.name")
-    if _get(config, "training.enable_cpu_offload"):
-        raise PlannerError("FSDP CPU offload is not modelled; set it to false to check the on-GPU layout", source=src,
-                           field="training.enable_cpu_offload")
+    if _get(config, "training.enable_cpu_offload"):  # FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer step
+        got.set("offload_params", True, "training.enable_cpu_offload")
+        got.set("offload_optimizer", True, "training.enable_cpu_offload")
+    compiled = next((path for path in ("compile.enable", "training.compile") if _get(config, path) is True), None)
+    if compiled is not None:
+        got.set("compile", True, compiled)
     if str(_get(config, "parallelism.fsdp_reshard_after_forward", default="default")) == "never":
         got.warn("fsdp_reshard_after_forward 'never' keeps gathered parameters from forward to backward; planner "
                  "counts ZeRO-3's one-layer gather buffers only")
@@ -412,6 +411,7 @@ def import_torchtitan(
     config = apply_overrides(config, overrides, source)
     pick = _Picker(config, given, source)
     got = Collected(source=source)
+    got.set("engine", "torchtitan", "the engine file", explicit=False)  # the engine that reads it runs it
     _check_keys(config, got)
     deg = _degrees(pick, gpus, got)
     dp = deg["rep"] * deg["shard"]
@@ -533,6 +533,11 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     if not layout.flash_attention:
         changes["flash_attention"] = True
         notes.append("flash_attention -> true: torchtitan uses fused SDPA/flex attention")
+    if layout.recompute == "selective":
+        changes["recompute"] = "op"
+        changes["recompute_modules"] = None
+        notes.append("recompute selective -> op: torchtitan's selective AC is op-level (every second matmul output "
+                     "and all non-matmul ops recomputed); it has no attention-core-only mode")
     rl = layout.recompute_layers_per_stage
     if rl is not None:
         per_stage = -(-model.num_layers // layout.pp)
@@ -572,9 +577,11 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
     training["local_batch_size"] = lay.micro_batch if lay.pp == 1 else lay.global_batch // lay.dp
     out["training"] = training
     fsdp = lay.zero == 3
+    # HSDP: the shard group (x cp, folded into FSDP) and its replicas
+    shard = (lay.shard_group // lay.cp if lay.shard_group else lay.dp) if fsdp else 1
     parallelism: dict[str, Any] = {
-        "data_parallel_replicate_degree": 1 if fsdp else lay.dp,
-        "data_parallel_shard_degree": lay.dp if fsdp else 1,
+        "data_parallel_replicate_degree": lay.dp // shard,
+        "data_parallel_shard_degree": shard,
         "tensor_parallel_degree": lay.tp,
         "pipeline_parallel_degree": lay.pp,
         "context_parallel_degree": lay.cp,
@@ -592,12 +599,16 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
             parallelism["pipeline_parallel_layers_per_stage"] = per
     out["parallelism"] = parallelism
     ac: dict[str, Any] = {"mode": lay.recompute}
-    if lay.recompute == "selective":
-        ac["selective_ac_option"] = "op"
+    if lay.recompute in ("selective", "op"):
+        ac = {"mode": "selective", "selective_ac_option": "op"}
     elif lay.recompute == "full" and lay.recompute_layers_per_stage is not None:
         per_stage = -(-model.num_layers // lay.pp)
         ac = {"mode": "selective", "selective_ac_option": str(per_stage // lay.recompute_layers_per_stage)}
     out["activation_checkpoint"] = ac
+    if lay.compile:
+        out["compile"] = {"enable": True}
+    if lay.offload_params or lay.offload_optimizer:
+        out.setdefault("training", {})["enable_cpu_offload"] = True
     return out
 
 

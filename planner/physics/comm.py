@@ -135,3 +135,23 @@ def p2p_seconds(nbytes: ArrayLike, link: Link) -> np.ndarray:
         link.intra_latency_s + nbytes / link.intra_bandwidth_bytes_per_s,
     )
     return np.where(nbytes > 0, seconds, 0.0)
+
+
+def ring_latency_seconds(link: Link) -> np.ndarray:
+    """Latency of one ring all-gather or reduce-scatter over the whole group, as NCCL's tuning model counts
+    it (NVIDIA/nccl src/graph/tuning.cc, commit 01afd20, ring: (nsteps - nInterSteps) x intraLat +
+    nInterSteps x interLat): n - 1 sequential steps, N - 1 of them crossing the network. This grows
+    with the group size n, unlike the hierarchical (k - 1) + (N - 1) steps the bandwidth formulas above
+    count; a ring over n ranks is what NCCL runs for all-gather and reduce-scatter."""
+    n_nodes = link.nodes.astype(float)
+    ranks = link.members_per_node.astype(float) * n_nodes
+    return np.where(
+        ranks > 1, (ranks - n_nodes) * link.intra_latency_s + (n_nodes - 1) * link.inter_latency_s, 0.0
+    )
+
+
+def hierarchical_latency_seconds(link: Link) -> np.ndarray:
+    """The latency all_gather_seconds / reduce_scatter_seconds include: (k - 1) node steps + (N - 1) network steps."""
+    n_nodes = link.nodes.astype(float)
+    k = link.members_per_node.astype(float)
+    return (k - 1) * link.intra_latency_s + np.where(n_nodes > 1, (n_nodes - 1) * link.inter_latency_s, 0.0)

@@ -67,8 +67,10 @@ def _time_table(est: TrainingEstimate) -> Table:
         ("expert-parallel all-to-all", est.scalar("ep_comm_seconds")),
         ("pipeline point-to-point", est.scalar("pp_comm_seconds")),
         ("data-parallel / ZeRO comm (exposed)", est.scalar("dp_comm_seconds")),
+        ("host copies, offload (exposed)", est.scalar("offload_seconds") - est.scalar("cpu_optimizer_seconds")),
         ("pipeline bubble", est.scalar("bubble_seconds")),
         ("optimizer + fixed step overhead", est.scalar("optimizer_seconds")),
+        ("  of which CPU optimizer (offload)", est.scalar("cpu_optimizer_seconds")),
     ]
     rows = [[name, human_seconds(value), percent(value / step)] for name, value in parts if value > 0 or name.startswith("compute")]
     rows.append(["step", human_seconds(step), "100.0%"])
@@ -86,6 +88,13 @@ def render_estimate(est: TrainingEstimate, model_id: str, hardware_id: str) -> s
         f"{human_bytes(est.capacity_bytes)} with {percent(est.headroom)} headroom)"
     )
     s = est.scalar
+    if s("host_bytes") > 0:
+        capacity = est.result.host_capacity_bytes
+        head.append(
+            f"\nhost memory (offload): {human_bytes(s('host_bytes'))} per node"
+            + (f" of {human_bytes(capacity)}" if capacity != float("inf") else "")
+            + f"; CPU optimizer step {human_seconds(s('cpu_optimizer_seconds'))}, engine {est.layout.engine}"
+        )
     throughput = Text(
         f"throughput: {human_count(s('tokens_per_second'))} tokens/s, {s('model_tflops_per_gpu'):.0f} model TFLOP/s per GPU "
         f"(MFU {percent(s('mfu'))}), {s('hardware_tflops_per_gpu'):.0f} hardware TFLOP/s (HFU {percent(s('hfu'))})"

@@ -107,7 +107,8 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
                     "dtype": r.problem.dtype, "grad_dtype": r.problem.grad_dtype, "optimizer": r.problem.optimizer,
                     "flash_attention": r.problem.flash_attention,
                     "overlap_grad_reduce": r.problem.overlap_grad_reduce,
-                    "overlap_tp_comm": r.problem.overlap_tp_comm, "headroom": r.headroom},
+                    "overlap_tp_comm": r.problem.overlap_tp_comm, "engine": r.problem.engine,
+                    "compile": r.problem.compile, "headroom": r.headroom},
         "seconds": {"search": view.seconds, "grid": r.grid_seconds, "evaluate": r.evaluate_seconds},
     }
     if r.feasible == 0:

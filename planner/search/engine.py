@@ -16,6 +16,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.search.space import Filters, Points, Problem, Space, build_space, flatten
 from planner.search.suggest import Diagnosis, Suggestion, diagnose, suggest
+from planner.specs.engine import EngineProfile, engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -63,7 +64,7 @@ class SearchResult:
     def layout(self, pos: int) -> Layout:
         """The candidate at `pos` in `layouts` as a `Layout`, with the problem's precisions (the grid holds
         bytes, which do not tell fp16 gradients from bf16 ones)."""
-        layout = self.layouts.to_layout(int(pos), dtype=self.problem.dtype)
+        layout = self.layouts.to_layout(int(pos), dtype=self.problem.dtype, engine=self.problem.engine)
         if layout.grad_dtype != self.problem.grad_dtype:
             layout = layout.model_copy(update={"grad_dtype": self.problem.grad_dtype})
         return layout
@@ -99,7 +100,7 @@ def _concat_results(parts: list[TrainingArrays]) -> TrainingArrays:
 
 def evaluate_space(
     model: ModelSpec, hw: HardwareProfile, space: Space, flat_index: np.ndarray, *, headroom: float,
-    chunk: int = CHUNK,
+    chunk: int = CHUNK, engine: EngineProfile | None = None,
 ) -> TrainingArrays:
     """`evaluate` over the broadcast grid, a block of structural rows at a time (about `chunk` points
     each), keeping the points at `flat_index` (C order over space.shape, ascending) as 1-d arrays."""
@@ -113,25 +114,27 @@ def evaluate_space(
         if lo == hi:
             continue
         block = space.rows(start, stop)
-        res = evaluate(model, hw, block.grid, headroom=headroom)
+        res = evaluate(model, hw, block.grid, headroom=headroom, engine=engine)
         parts.append(_flatten_results(res, block.shape, flat_index[lo:hi] - start * per_row))
     return _concat_results(parts)
 
 
 def evaluate_chunked(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, headroom: float, chunk: int = CHUNK
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, headroom: float, chunk: int = CHUNK,
+    engine: EngineProfile | None = None,
 ) -> TrainingArrays:
     """`evaluate` over a plain list of layouts in chunks of `chunk`, joined back into one TrainingArrays."""
     if lay.size <= chunk:
-        return evaluate(model, hw, lay, headroom=headroom)
+        return evaluate(model, hw, lay, headroom=headroom, engine=engine)
     return _concat_results([
-        evaluate(model, hw, lay.take(np.arange(start, min(start + chunk, lay.size))), headroom=headroom)
+        evaluate(model, hw, lay.take(np.arange(start, min(start + chunk, lay.size))), headroom=headroom,
+                 engine=engine)
         for start in range(0, lay.size, chunk)
     ])
 
 
 def _all_rejected_message(model: ModelSpec, space: Space, broken: dict[str, np.ndarray], reason: np.ndarray,
-                          gpus: int) -> str:
+                          gpus: int, engine: str = "megatron") -> str:
     """A rule every candidate breaks (a problem-level mistake such as seq_len > max_seq_len), else the
     most common first-broken rule, with the arithmetic of one candidate that breaks it."""
     in_space = np.broadcast_to(space.in_space, space.shape)
@@ -143,7 +146,7 @@ def _all_rejected_message(model: ModelSpec, space: Space, broken: dict[str, np.n
     # stands in the way), else the first that breaks it.
     n_broken = sum(np.broadcast_to(np.asarray(b, dtype=bool), space.shape).astype(np.int64) for b in broken.values())
     only = np.flatnonzero(breaks & (n_broken == 1))
-    example = flatten(space.grid, only[:1] if only.size else np.flatnonzero(breaks)[:1]).to_layout(0)
+    example = flatten(space.grid, only[:1] if only.size else np.flatnonzero(breaks)[:1]).to_layout(0, engine=engine)
     tally = ", ".join(f"{RULES[pos].code} {n:,}" for pos, n in sorted(enumerate(counts.tolist()), key=lambda p: -p[1])
                       if n)
     label = f"tp {example.tp} pp {example.pp} cp {example.cp} dp {example.dp} mb {example.micro_batch}"
@@ -181,16 +184,17 @@ def run_search(
     check_dtype(hw, problem.dtype)
     start = time.perf_counter()
     space = build_space(model, problem, filters)
-    broken = violations(model, space.grid, problem.gpus)
+    engine = engine_profile(problem.engine)
+    broken = violations(model, space.grid, problem.gpus, engine)
     # reason: -2 outside the space, -1 valid, else the position in RULES of the first rule broken
     reason = np.where(np.broadcast_to(space.in_space, space.shape), first_broken_rule(broken, space.shape), -2)
     valid = np.flatnonzero(reason == -1)
     if valid.size == 0:
-        raise PlannerError(_all_rejected_message(model, space, broken, reason, problem.gpus))
+        raise PlannerError(_all_rejected_message(model, space, broken, reason, problem.gpus, problem.engine))
     layouts = flatten(space.grid, valid)
     grid_done = time.perf_counter()
     with np.errstate(divide="ignore", invalid="ignore"):  # points that break a rule are costed too, then dropped
-        results = evaluate_space(model, hw, space, valid, headroom=headroom, chunk=chunk)
+        results = evaluate_space(model, hw, space, valid, headroom=headroom, chunk=chunk, engine=engine)
     evaluated_at = time.perf_counter()
     fits = np.flatnonzero(results.fits)
     counts = np.bincount(reason[reason >= 0], minlength=len(RULES)).tolist() + [layouts.size - fits.size]

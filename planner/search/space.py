@@ -22,6 +22,11 @@ cannot be a layout at all or where a default prunes it (documented in docs/searc
 - micro_batch: divisors of global_batch up to MICRO_BATCH_CAP; those that do not divide
   global_batch / dp stay in the grid and are rejected as `batch_not_divisible`.
 
+The defaults offer only what the problem's engine can run (its profile's `schedules`: no tp,
+pp, cp, ep, interleaving, sequence parallelism, ZeRO stage or recompute mode it lacks);
+combinations across axes it cannot run (DeepSpeed's pipeline with ZeRO-2/3) are rejected by
+the engine rules (training.rules.ENGINE_RULES) with their own reason codes.
+
 A filter replaces an axis's default list by the values given; values the defaults would
 have pruned are then kept, so the rules can say why they fail.
 """
@@ -35,10 +40,12 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.specs.engine import DEFAULT_ENGINE, engine_profile
 from planner.specs.layout import (
     OPTIMIZER_STATE_BYTES_PER_PARAM,
     RECOMPUTE_CODES,
     LayoutArrays,
+    recompute_module_mask,
 )
 from planner.specs.model import ModelSpec
 
@@ -63,8 +70,11 @@ class Problem:
     optimizer: str = "adam"
     overlap_grad_reduce: bool = True
     overlap_tp_comm: bool = False
+    engine: str = DEFAULT_ENGINE
+    compile: bool = False
 
     def __post_init__(self) -> None:
+        engine_profile(self.engine)  # a PlannerError naming the engines there are
         for name in ("gpus", "global_batch", "seq_len"):
             if getattr(self, name) < 1:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be positive")
@@ -135,11 +145,13 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
 def _structural(model: ModelSpec, problem: Problem, filters: Filters) -> dict[str, np.ndarray]:
     """(tp, pp, cp, dp) with tp * pp * cp * dp = gpus, then ep and interleave."""
     g = problem.gpus
+    can = engine_profile(problem.engine).schedules
+    one = np.array([1], dtype=np.int64)
     heads = divisors(model.num_attention_heads)
-    tp_v = _values(filters.tp, heads[heads <= g])
+    tp_v = _values(filters.tp, heads[heads <= g] if can.tensor_parallel else one)
     stages = divisors(g)
-    pp_v = _values(filters.pp, stages[stages <= min(model.num_layers, g)])
-    cp_v = _values(filters.cp, default_cp(problem.seq_len))
+    pp_v = _values(filters.pp, stages[stages <= min(model.num_layers, g)] if can.pipeline else one)
+    cp_v = _values(filters.cp, default_cp(problem.seq_len) if can.context_parallel else one)
     tp, pp, cp = _product(tp_v, pp_v, cp_v)
     model_parallel = tp * pp * cp
     divides = g % model_parallel == 0
@@ -152,12 +164,12 @@ def _structural(model: ModelSpec, problem: Problem, filters: Filters) -> dict[st
     cols = _keep({"tp": tp, "pp": pp, "cp": cp, "dp": dp}, keep)
 
     experts = model.moe.num_experts if model.moe is not None else 1
-    ep_v = _values(filters.ep, divisors(experts))
+    ep_v = _values(filters.ep, divisors(experts) if can.expert_parallel else one)
     cols = _cross(cols, {"ep": ep_v})
     if filters.ep is None:
         cols = _keep(cols, (cols["dp"] * cols["cp"]) % cols["ep"] == 0)
 
-    v_v = _values(filters.interleave, divisors(model.num_layers))
+    v_v = _values(filters.interleave, divisors(model.num_layers) if can.interleaved else one)
     cols = _cross(cols, {"interleave": v_v})
     if filters.interleave is None:
         v, p = cols["interleave"], cols["pp"]
@@ -180,11 +192,14 @@ def _no_structure_message(
 
 def _inner_axes(problem: Problem, filters: Filters) -> dict[str, np.ndarray]:
     """The axes crossed with every structural row: zero, sequence_parallel, recompute, micro_batch."""
-    names = filters.recompute if filters.recompute is not None else tuple(RECOMPUTE_CODES)
+    can = engine_profile(problem.engine).schedules
+    runs = tuple(name for name in RECOMPUTE_CODES if name in can.recompute)
+    names = filters.recompute if filters.recompute is not None else runs
     mb_default = divisors(problem.global_batch)
-    sp = filters.sequence_parallel if filters.sequence_parallel is not None else (False, True)
+    default_sp = (False, True) if can.sequence_parallel else (False,)
+    sp = filters.sequence_parallel if filters.sequence_parallel is not None else default_sp
     return {
-        "zero": _values(filters.zero, np.arange(4)),
+        "zero": _values(filters.zero, np.asarray(can.zero_stages)),
         "sequence_parallel": np.unique(np.asarray(sp, dtype=bool)),
         "recompute": np.array(sorted({RECOMPUTE_CODES[n] for n in names}), dtype=np.int64),
         "micro_batch": _values(filters.micro_batch, mb_default[mb_default <= MICRO_BATCH_CAP]),
@@ -284,6 +299,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
     grid = LayoutArrays(
         **cols,
         recompute_layers=const(-1, np.int64),
+        recompute_modules=const(recompute_module_mask(None), np.int64),
         global_batch=const(problem.global_batch, np.int64),
         seq_len=const(problem.seq_len, np.int64),
         gpipe=const(False, bool),
@@ -294,6 +310,12 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
         overlap_tp_comm=const(problem.overlap_tp_comm, bool),
         fp8_params=const(False, bool),
+        compile=const(problem.compile, bool),
+        offload_optimizer=const(False, bool),
+        offload_params=const(False, bool),
+        torch_cpu_adam=const(False, bool),
+        offload_activation_layers=const(0, np.int64),
+        shard_group=const(0, np.int64),
     )
     if filters.sequence_parallel is None:
         in_space = ~cols["sequence_parallel"] | (cols["tp"] > 1)

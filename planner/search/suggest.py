@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.specs.engine import engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -247,9 +248,10 @@ def suggest(
         return []
     arrays = LayoutArrays.from_layouts([layout for _, _, layout in tried])
     broken = np.zeros(arrays.size, dtype=bool)
-    for mask in violations(model, arrays, arrays.gpus).values():  # type: ignore[arg-type]
+    profile = engine_profile(base.engine)
+    for mask in violations(model, arrays, arrays.gpus, profile).values():  # type: ignore[arg-type]
         broken |= mask
-    result = evaluate(model, hw, arrays, headroom=est.headroom)
+    result = evaluate(model, hw, arrays, headroom=est.headroom, engine=profile)
     base_step = est.scalar("step_seconds")
     base_peak = float(est.stages[est.peak_stage].total_bytes)
 

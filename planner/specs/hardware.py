@@ -193,6 +193,23 @@ class EfficiencySpec(BaseModel):
     )
 
 
+class HostSpec(BaseModel):
+    """The node's host (CPU side), as offload sees it: host memory, its bandwidth, the GPU-host link."""
+
+    model_config = _STRICT
+
+    cpu: str = Field(description="CPUs of the node, e.g. '2x AMD EPYC 7742'.")
+    memory_bytes: Bytes = Field(description="Host memory of the node, bytes.")
+    memory_bandwidth_bytes_per_s: Bandwidth = Field(description="Peak host-memory bandwidth of the node (all sockets), bytes/s.")
+    link_bandwidth_bytes_per_s: Bandwidth = Field(
+        description="GPU <-> host bandwidth one GPU gets in one direction when all GPUs of the node transfer at once "
+        "(PCIe lanes shared through switches, or NVLink-C2C), bytes/s."
+    )
+    source: str = Field(description="Where the figures come from.")
+
+    _check_source = field_validator("source")(_non_empty)
+
+
 class HardwareProfile(BaseModel):
     """An accelerator, how many share a node, how nodes connect, and what is achievable."""
 
@@ -204,6 +221,9 @@ class HardwareProfile(BaseModel):
     node: NodeSpec
     network: NetworkSpec | None = Field(default=None, description="Scale-out network; null for a single-node system.")
     efficiency: EfficiencySpec
+    host: HostSpec | None = Field(
+        default=None, description="The node's host (CPU memory and GPU-host link), for offload; null when not known."
+    )
     price_per_gpu_hour_usd: Annotated[PositiveFloat, BeforeValidator(_number), _within("price_usd")] | None = Field(
         default=None, description="Typical on-demand cloud price per GPU-hour (USD), for the cost objective."
     )

@@ -31,13 +31,15 @@ from planner.specs.bounds import (
     GpuCount,
     Interleave,
     Layers,
+    LayersOrNone,
     MicroBatch,
     NodeCount,
     SeqLen,
     ZeroStage,
     strict_float,
 )
-from planner.specs.layout import ComputeDtype, GradDtype, Optimizer, Recompute, Schedule
+from planner.specs.engine import EngineName
+from planner.specs.layout import ComputeDtype, GradDtype, Optimizer, Recompute, RecomputeModule, Schedule
 from planner.specs.model import ModelSpec
 
 EngineFormat = Literal["deepspeed", "megatron", "torchtitan", "hf_trainer", "accelerate"]
@@ -69,7 +71,14 @@ class ParallelSection(BaseModel):
         "with an engine file, that engine's setting).",
     )
     recompute: Recompute | None = Field(
-        default=None, description="Activation recomputation: none, selective (attention core) or full (default none)."
+        default=None,
+        description="Activation recomputation: none, selective (Megatron modules, default the attention core), full, "
+        "or op (torchtitan op-level selective AC) (default none).",
+    )
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None,
+        description="With recompute selective: Megatron-Core --recompute-modules (core_attn, mlp, moe_act, layernorm, "
+        "moe, shared_experts, mla_up_proj); default core_attn.",
     )
     recompute_layers_per_stage: Layers | None = Field(
         default=None,
@@ -91,6 +100,21 @@ class ParallelSection(BaseModel):
     overlap_tp_comm: StrictBool | None = Field(
         default=None, description="Tensor-parallel collectives overlap the GEMMs (default false)."
     )
+    offload_optimizer: StrictBool | None = Field(
+        default=None, description="Optimizer states and their step on the CPU (ZeRO-Offload; default false)."
+    )
+    offload_params: StrictBool | None = Field(
+        default=None, description="Parameter shards on the host (ZeRO-Infinity / FSDP CPUOffload; zero 3; default false)."
+    )
+    cpu_optimizer: Literal["fused", "torch"] | None = Field(
+        default=None, description="CPU Adam of offloaded states: fused (DeepSpeedCPUAdam) or torch (default: the engine's)."
+    )
+    shard_group: Degree | None = Field(
+        default=None, description="Hybrid sharding (HSDP): ZeRO shards over groups of this many dp x cp ranks."
+    )
+    offload_activation_layers: LayersOrNone | None = Field(
+        default=None, description="Layers per stage whose activations go to the host (default 0)."
+    )
 
 
 class TrainingSection(BaseModel):
@@ -107,6 +131,12 @@ class TrainingSection(BaseModel):
         default=None, description="Gradient precision: bf16, fp16 or fp32 (default bf16)."
     )
     optimizer: Optimizer | None = Field(default=None, description="Optimizer: adam or sgd (default adam).")
+    engine: EngineName | None = Field(
+        default=None,
+        description="Training engine whose profile applies: megatron, nemo, torchtitan, fsdp or deepspeed "
+        "(default: the engine file's format, else megatron; see docs/engines.md).",
+    )
+    compile: StrictBool | None = Field(default=None, description="torch.compile on (torch engines; default false).")
 
 
 class EngineSection(BaseModel):

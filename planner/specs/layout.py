@@ -14,11 +14,32 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from planner.specs.bounds import Degree, GlobalBatch, Interleave, Layers, MicroBatch, SeqLen, ZeroStage
+from planner.specs.bounds import Degree, GlobalBatch, Interleave, Layers, LayersOrNone, MicroBatch, SeqLen, ZeroStage
+from planner.specs.engine import DEFAULT_ENGINE, EngineName, engine_profile
 
-Recompute = Literal["none", "selective", "full"]
-RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+# none; selective (Megatron --recompute-granularity selective: the modules in `recompute_modules`, by
+# default the attention core); full (every layer, or k per stage); op (torchtitan's op-level selective
+# activation checkpointing: every second matmul output and every non-matmul op recomputed).
+Recompute = Literal["none", "selective", "full", "op"]
+RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2, "op": 3}
 RECOMPUTE_NAMES: dict[int, str] = {code: name for name, code in RECOMPUTE_CODES.items()}
+
+# Megatron-Core --recompute-modules (megatron/core/transformer/transformer_config.py recompute_modules):
+# which parts of a layer selective recompute drops and recomputes. Stored as a bit mask per candidate.
+RecomputeModule = Literal["core_attn", "mlp", "moe_act", "layernorm", "moe", "shared_experts", "mla_up_proj"]
+RECOMPUTE_MODULE_BITS: dict[str, int] = {
+    name: 1 << i
+    for i, name in enumerate(("core_attn", "mlp", "moe_act", "layernorm", "moe", "shared_experts", "mla_up_proj"))
+}
+DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)  # Megatron-Core's default list
+
+
+def recompute_module_mask(modules: tuple[str, ...] | None) -> int:
+    return sum(RECOMPUTE_MODULE_BITS[name] for name in set(modules or DEFAULT_RECOMPUTE_MODULES))
+
+
+def recompute_module_names(mask: int) -> tuple[str, ...]:
+    return tuple(name for name, bit in RECOMPUTE_MODULE_BITS.items() if mask & bit)
 
 ComputeDtype = Literal["bf16", "fp16", "fp8"]
 GradDtype = Literal["bf16", "fp16", "fp32"]
@@ -43,7 +64,17 @@ class Layout(BaseModel):
     ep: Degree = Field(default=1, description="Expert-parallel degree (MoE only); experts split across DP ranks.")
     zero: ZeroStage = Field(default=0, description="ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters (FSDP).")
     sequence_parallel: StrictBool = Field(default=False, description="Megatron sequence parallelism (needs tp > 1).")
-    recompute: Recompute = Field(default="none", description="Activation recomputation: none, selective (attention core), full.")
+    recompute: Recompute = Field(
+        default="none",
+        description="Activation recomputation: none; selective (Megatron: the modules of recompute_modules, by default "
+        "the attention core); full (every layer, or recompute_layers_per_stage of them); op (torchtitan op-level "
+        "selective AC: every second matmul output and all non-matmul ops recomputed).",
+    )
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None,
+        description="With recompute selective: Megatron-Core --recompute-modules (core_attn, mlp, moe_act, layernorm, "
+        "moe, shared_experts, mla_up_proj); null = core_attn (Megatron's default).",
+    )
     recompute_layers_per_stage: Layers | None = Field(
         default=None,
         description="With full recompute: how many layers per stage are recomputed (Megatron 'block'); null = all.",
@@ -66,10 +97,42 @@ class Layout(BaseModel):
         default=False,
         description="Tensor-parallel collectives overlap the GEMMs (Megatron --tp-comm-overlap, async TP).",
     )
-    fp8_param_gather: bool = Field(
+    fp8_param_gather: StrictBool = Field(
         default=False,
         description="fp8 training keeps the transformer layers' compute weights in fp8 and all-gathers them in "
         "fp8 (Megatron-LM --fp8-param-gather); needs dtype fp8 and a sharded optimizer (zero >= 1).",
+    )
+    offload_optimizer: StrictBool = Field(
+        default=False,
+        description="Optimizer states and their step on the CPU (ZeRO-Offload, FSDP CPUOffload, Megatron "
+        "--optimizer-cpu-offload).",
+    )
+    offload_params: StrictBool = Field(
+        default=False, description="16-bit parameter shards kept on the host (ZeRO-Infinity / FSDP CPUOffload; zero 3)."
+    )
+    cpu_optimizer: Literal["fused", "torch"] | None = Field(
+        default=None,
+        description="The CPU Adam of offloaded states: fused (DeepSpeedCPUAdam) or torch (torch.optim); null = the "
+        "engine's.",
+    )
+    offload_activation_layers: LayersOrNone = Field(
+        default=0,
+        description="Layers per stage whose activations go to the host in forward and come back in backward "
+        "(Megatron-Core --cpu-offloading-num-layers, DeepSpeed cpu_checkpointing for all checkpointed layers).",
+    )
+    shard_group: Degree | None = Field(
+        default=None,
+        description="Hybrid sharding (HSDP, ZeRO++ hpZ/MiCS): ZeRO shards over groups of this many data-parallel "
+        "ranks (dp x cp) and replicates across groups; null = one group of all dp x cp ranks.",
+    )
+    engine: EngineName = Field(
+        default="megatron",  # planner.specs.engine.DEFAULT_ENGINE
+        description="The training engine that runs the layout (planner.specs.engine profiles: megatron, nemo, "
+        "torchtitan, fsdp, deepspeed); its profile sets kernels, ZeRO implementation and what it can run.",
+    )
+    compile: StrictBool = Field(
+        default=False,
+        description="torch.compile on (torch engines): element-wise kernels fused as the compiler fuses them.",
     )
 
     @model_validator(mode="after")
@@ -79,6 +142,16 @@ class Layout(BaseModel):
         if self.fp8_param_gather and (self.dtype != "fp8" or self.zero < 1):
             raise ValueError("fp8_param_gather needs dtype fp8 and zero >= 1 (Megatron-LM allows it only with the "
                              "distributed optimizer or FSDP)")
+        if self.recompute_modules is not None and self.recompute != "selective":
+            raise ValueError("recompute_modules applies only with recompute 'selective'")
+        if self.offload_params and self.zero != 3:
+            raise ValueError("offload_params needs zero 3 (parameters are offloaded as shards)")
+        if self.shard_group is not None and (self.dp * self.cp) % self.shard_group != 0:
+            raise ValueError(
+                f"shard_group({self.shard_group}) must divide dp({self.dp}) * cp({self.cp}) = {self.dp * self.cp}"
+            )
+        if self.cpu_optimizer is not None and not self.offload_optimizer:
+            raise ValueError("cpu_optimizer applies only with offload_optimizer")
         return self
 
     @property
@@ -96,7 +169,8 @@ _INT_FIELDS = ("tp", "pp", "cp", "dp", "ep", "zero", "micro_batch", "global_batc
 class LayoutArrays:
     """Layouts as parallel numpy arrays (shape (n,)); the cost model's only input besides the specs.
 
-    `recompute` holds RECOMPUTE_CODES; `recompute_layers` is -1 where all layers are recomputed.
+    `recompute` holds RECOMPUTE_CODES; `recompute_layers` is -1 where all layers are recomputed;
+    `recompute_modules` a RECOMPUTE_MODULE_BITS mask (read with recompute selective).
     `sequence_parallel`, `flash_attention` and `gpipe` are booleans; precisions are per-candidate too,
     as bytes and as peak-FLOP keys, so mixed grids stay possible.
     """
@@ -110,6 +184,7 @@ class LayoutArrays:
     sequence_parallel: np.ndarray
     recompute: np.ndarray
     recompute_layers: np.ndarray
+    recompute_modules: np.ndarray
     micro_batch: np.ndarray
     global_batch: np.ndarray
     seq_len: np.ndarray
@@ -122,6 +197,12 @@ class LayoutArrays:
     overlap_grad_reduce: np.ndarray
     overlap_tp_comm: np.ndarray
     fp8_params: np.ndarray  # transformer-layer weights held in fp8 (fp8_param_gather)
+    compile: np.ndarray
+    offload_optimizer: np.ndarray
+    offload_params: np.ndarray
+    torch_cpu_adam: np.ndarray
+    offload_activation_layers: np.ndarray
+    shard_group: np.ndarray
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -139,6 +220,16 @@ class LayoutArrays:
         return self.tp * self.pp * self.cp * self.dp
 
     @property
+    def shard_degree(self) -> np.ndarray:
+        """Ranks a ZeRO shard group spans: the HSDP shard group, or all dp x cp ranks."""
+        return np.where(self.shard_group > 0, self.shard_group, self.dp * self.cp)
+
+    @property
+    def replicas(self) -> np.ndarray:
+        """Shard groups that hold the same shards (HSDP replicas): dp x cp / shard_degree."""
+        return np.maximum(self.dp * self.cp // np.maximum(self.shard_degree, 1), 1)
+
+    @property
     def num_micro_batches(self) -> np.ndarray:
         """Micro-batches per step per pipeline (gradient-accumulation steps); floor where indivisible."""
         return np.maximum(self.global_batch // np.maximum(self.dp * self.micro_batch, 1), 1)
@@ -154,6 +245,9 @@ class LayoutArrays:
             [-1 if lay.recompute_layers_per_stage is None else lay.recompute_layers_per_stage for lay in layouts],
             dtype=np.int64,
         )
+        cols["recompute_modules"] = np.array(
+            [recompute_module_mask(lay.recompute_modules) for lay in layouts], dtype=np.int64
+        )
         cols["gpipe"] = np.array([lay.schedule == "gpipe" for lay in layouts], dtype=bool)
         cols["flash_attention"] = np.array([lay.flash_attention for lay in layouts], dtype=bool)
         cols["grad_bytes"] = np.array([4 if lay.grad_dtype == "fp32" else 2 for lay in layouts], dtype=np.int64)
@@ -161,9 +255,15 @@ class LayoutArrays:
             [OPTIMIZER_STATE_BYTES_PER_PARAM[lay.optimizer] for lay in layouts], dtype=np.int64
         )
         cols["fp8"] = np.array([lay.dtype == "fp8" for lay in layouts], dtype=bool)
-        for flag in ("overlap_grad_reduce", "overlap_tp_comm"):
+        for flag in ("overlap_grad_reduce", "overlap_tp_comm", "compile", "offload_optimizer", "offload_params"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
         cols["fp8_params"] = np.array([lay.fp8_param_gather for lay in layouts], dtype=bool)
+        cols["torch_cpu_adam"] = np.array(
+            [(lay.cpu_optimizer or engine_profile(lay.engine).offload.cpu_optimizer) == "torch" for lay in layouts],
+            dtype=bool,
+        )
+        cols["offload_activation_layers"] = np.array([lay.offload_activation_layers for lay in layouts], dtype=np.int64)
+        cols["shard_group"] = np.array([lay.shard_group or 0 for lay in layouts], dtype=np.int64)
         return cls(**cols)
 
     def take(self, index: np.ndarray | int) -> LayoutArrays:
@@ -171,22 +271,42 @@ class LayoutArrays:
         idx = np.atleast_1d(index)
         return LayoutArrays(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
 
-    def to_layout(self, i: int, *, dtype: str = "bf16") -> Layout:
-        """Candidate i back as a `Layout` (the compute dtype is passed, as grids share one)."""
+    def _cpu_optimizer_of(self, i: int, engine: str) -> str | None:
+        if not bool(self.offload_optimizer[i]):
+            return None
+        chosen = "torch" if bool(self.torch_cpu_adam[i]) else "fused"
+        return None if chosen == engine_profile(engine).offload.cpu_optimizer else chosen
+
+    def _modules_of(self, i: int) -> tuple[str, ...] | None:
+        mask = int(self.recompute_modules[i])
+        if int(self.recompute[i]) != RECOMPUTE_CODES["selective"] or mask == recompute_module_mask(None):
+            return None
+        return recompute_module_names(mask)
+
+    def to_layout(self, i: int, *, dtype: str = "bf16", engine: str = DEFAULT_ENGINE) -> Layout:
+        """Candidate i back as a `Layout` (the compute dtype and the engine are passed, as grids share one)."""
         rl = int(self.recompute_layers[i])
         grad = {4: "fp32", 2: "bf16"}[int(self.grad_bytes[i])]
         opt = {v: k for k, v in OPTIMIZER_STATE_BYTES_PER_PARAM.items()}[int(self.optimizer_bytes[i])]
         return Layout(
             **{name: int(getattr(self, name)[i]) for name in _INT_FIELDS},
             sequence_parallel=bool(self.sequence_parallel[i]),
-            recompute=RECOMPUTE_NAMES[int(self.recompute[i])],  # type: ignore[arg-type]
+            recompute=RECOMPUTE_NAMES[int(self.recompute[i])],
             recompute_layers_per_stage=None if rl < 0 else rl,
+            recompute_modules=self._modules_of(i),
             schedule="gpipe" if bool(self.gpipe[i]) else "1f1b",
             flash_attention=bool(self.flash_attention[i]),
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_tp_comm=bool(self.overlap_tp_comm[i]),
             fp8_param_gather=bool(self.fp8_params[i]),
-            grad_dtype=grad,  # type: ignore[arg-type]
-            optimizer=opt,  # type: ignore[arg-type]
-            dtype="fp8" if bool(self.fp8[i]) else dtype,  # type: ignore[arg-type]
+            compile=bool(self.compile[i]),
+            offload_optimizer=bool(self.offload_optimizer[i]),
+            offload_params=bool(self.offload_params[i]),
+            offload_activation_layers=int(self.offload_activation_layers[i]),
+            shard_group=int(self.shard_group[i]) or None,
+            cpu_optimizer=self._cpu_optimizer_of(i, engine),
+            engine=engine,
+            grad_dtype=grad,
+            optimizer=opt,
+            dtype="fp8" if bool(self.fp8[i]) else dtype,
         )

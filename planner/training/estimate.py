@@ -20,6 +20,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics.kernels import gemm_peak_flops
 from planner.physics.stages import candidate_stages, layers_on_stage
+from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -30,6 +31,7 @@ from planner.training.time import (
     STEP_OVERHEAD_SECONDS,
     StageTime,
     data_parallel_seconds,
+    offload_step_seconds,
     optimizer_seconds,
     stage_time,
 )
@@ -57,6 +59,10 @@ class TrainingArrays:
     other_bytes: np.ndarray
     peak_bytes: np.ndarray
     peak_stage: np.ndarray
+    host_bytes: np.ndarray  # offloaded states and activations in host memory, per node
+    host_capacity_bytes: float  # the node's host memory (inf when the profile does not say)
+    offload_seconds: np.ndarray  # exposed GPU <-> host copies + the CPU optimizer step
+    cpu_optimizer_seconds: np.ndarray  # the CPU optimizer step of offloaded states (inside optimizer_seconds)
     capacity_bytes: float
     usable_bytes: float
     fits: np.ndarray
@@ -114,13 +120,20 @@ class _StagePicker:
 
 
 def evaluate(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, headroom: float = DEFAULT_HEADROOM
+    model: ModelSpec,
+    hw: HardwareProfile,
+    lay: LayoutArrays,
+    *,
+    headroom: float = DEFAULT_HEADROOM,
+    engine: EngineProfile | None = None,
 ) -> TrainingArrays:
-    """Memory and time of every candidate in `lay` (no rule checks: see rules.violations)."""
+    """Memory and time of every candidate in `lay` under `engine` (default: the default engine's profile;
+    no rule checks: see rules.violations)."""
+    engine = engine if engine is not None else engine_profile(DEFAULT_ENGINE)
     stages = candidate_stages(model.num_layers, model.num_dense_layers, lay.pp)
     params = stage_params(model, lay, stages)
-    mem: StageMemory = stage_memory(model, lay, stages, params)
-    times: StageTime = stage_time(model, hw, lay, stages, params)
+    mem: StageMemory = stage_memory(model, lay, stages, params, engine)
+    times: StageTime = stage_time(model, hw, lay, stages, params, engine)
 
     heaviest = _StagePicker(np.argmax(mem.total_bytes, axis=0), stages.shape[0])
     pick_mem = {
@@ -136,17 +149,26 @@ def evaluate(
     m = lay.num_micro_batches.astype(float)
     v = lay.interleave.astype(float)
     bubble = (lay.pp - 1) / v * t_stage  # Narayanan et al. 2021, eq. (1)/(2): (p - 1)/v micro-batch slots idle
-    dp_exposed = np.max(data_parallel_seconds(hw, lay, params, times.backward, times.forward), axis=0)
-    optimizer = np.max(optimizer_seconds(hw, lay, params), axis=0)
+    dp_exposed = np.max(data_parallel_seconds(hw, lay, params, times.backward, times.forward, engine), axis=0)
+    gpu_optimizer = np.where(lay.offload_optimizer, 0.0, optimizer_seconds(hw, lay, params))
+    optimizer = np.max(gpu_optimizer, axis=0) * engine.optimizer.step_traffic_factor
+    cpu_step, host_copies = offload_step_seconds(hw, lay, params, times.backward, engine)
+    cpu_step, host_copies = np.max(cpu_step, axis=0), np.max(host_copies, axis=0)
+    host_bytes = heaviest(mem.host_bytes) * np.minimum(hw.node.gpus_per_node, lay.gpus)
+    host_capacity = float(hw.host.memory_bytes) if hw.host is not None else np.inf
 
     def slowest_part(name: str) -> np.ndarray:
         return m * slowest(getattr(times, name))
 
     compute = slowest_part("compute")
-    comm_parts = {name: slowest_part(name) for name in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero3_comm")}
+    comm_parts = {
+        name: slowest_part(name) for name in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero3_comm", "offload_comm")
+    }
     dp_comm = comm_parts.pop("zero3_comm") + dp_exposed
-    communication = sum(comm_parts.values()) + dp_comm
-    optimizer = optimizer + STEP_OVERHEAD_SECONDS
+    offload = comm_parts.pop("offload_comm") + host_copies + cpu_step
+    # the copies count as communication; the CPU step is in the optimizer's time
+    communication = sum(comm_parts.values()) + dp_comm + (offload - cpu_step)
+    optimizer = optimizer + cpu_step + STEP_OVERHEAD_SECONDS
     step = compute + communication + bubble + optimizer
 
     flop = step_flop(model, lay)
@@ -167,7 +189,11 @@ def evaluate(
         peak_stage=heaviest(stages),
         capacity_bytes=capacity,
         usable_bytes=usable,
-        fits=pick_mem["total_bytes"] <= usable,
+        fits=(pick_mem["total_bytes"] <= usable) & (host_bytes <= host_capacity * (1.0 - headroom)),
+        host_bytes=host_bytes,
+        host_capacity_bytes=host_capacity,
+        offload_seconds=offload,
+        cpu_optimizer_seconds=cpu_step,
         step_seconds=step,
         compute_seconds=compute,
         recompute_seconds=slowest_part("recompute"),
@@ -257,6 +283,9 @@ class TrainingEstimate:
         config["num_micro_batches"] = self.layout.global_batch // (self.layout.dp * self.layout.micro_batch)
         memory = {name: getattr(peak, name) for name in MEMORY_KEYS}
         memory.update(capacity_bytes=self.capacity_bytes, usable_bytes=self.usable_bytes, peak_stage=self.peak_stage)
+        host_capacity = self.result.host_capacity_bytes
+        memory.update(host_bytes_per_node=self.scalar("host_bytes"),
+                      host_capacity_bytes=None if not np.isfinite(host_capacity) else host_capacity)
         s = self.scalar
         return {
             "config": config,
@@ -270,6 +299,8 @@ class TrainingEstimate:
                 "bubble_seconds": s("bubble_seconds"),
                 "optimizer_seconds": s("optimizer_seconds"),
                 "recompute_seconds": s("recompute_seconds"),
+                "offload_seconds": s("offload_seconds"),
+                "cpu_optimizer_seconds": s("cpu_optimizer_seconds"),
                 "communication": {
                     "tensor_parallel_seconds": s("tp_comm_seconds"),
                     "context_parallel_seconds": s("cp_comm_seconds"),
@@ -311,9 +342,9 @@ def estimate(
     check_layout(model, layout, layout.gpus)
     check_dtype(hw, layout.dtype)
     lay = layout.to_arrays()
-    result = evaluate(model, hw, lay, headroom=headroom)
+    result = evaluate(model, hw, lay, headroom=headroom, engine=engine_profile(layout.engine))
     all_stages = np.arange(layout.pp)[:, None]  # (p, 1): every stage of the one layout
-    mem = stage_memory(model, lay, all_stages)
+    mem = stage_memory(model, lay, all_stages, engine=engine_profile(layout.engine))
     layers = layers_on_stage(model.num_layers, lay.pp, all_stages)
     stages = tuple(
         StageBreakdown(

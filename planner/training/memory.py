@@ -23,7 +23,8 @@ from planner.physics.shapes import (
     layer_params_per_rank,
 )
 from planner.physics.stages import microbatches_in_flight, stage_layer_split
-from planner.specs.layout import LayoutArrays
+from planner.specs.engine import EngineProfile
+from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays
 from planner.specs.model import ModelSpec
 
 # Bytes of a 16-bit weight copy (bf16/fp16); fp8 training keeps 16-bit weights too (Transformer Engine
@@ -42,8 +43,8 @@ LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti
 # 6 bytes, not Korthikanti's 4. Megatron-Core's vocab-parallel cross-entropy upcasts the bf16 logits (freed
 # then), exponentiates in place and turns the saved softmax into the gradient in place. PyTorch's
 # cross_entropy on upcast logits (torchtitan: pred.float()) keeps the bf16 logits, the fp32 copy and a new
-# fp32 gradient at once, 10 bytes; there is no engine field to tell them apart yet, and the Megatron
-# recipes dominate the published runs. With a 128K vocabulary at tp 1 this is 0.77 MB per token.
+# fp32 gradient at once, 10 bytes: the engine profile's kernels.loss_bytes_per_logit tells them apart
+# (planner.specs.engine); this constant is the Megatron value. With a 128K vocabulary at tp 1 this is 0.77 MB per token.
 LOSS_PEAK_BYTES_PER_LOGIT = LOGITS_BYTES + 2
 # Not counted: Transformer Engine's fp8 copies of the weights (an fp8 weight and its transpose, 2 bytes per
 # layer parameter). The fp8 recipes of the published runs gather fp8 parameters (Megatron --fp8-param-gather,
@@ -68,6 +69,7 @@ class StageMemory:
     buffers_bytes: np.ndarray  # ZeRO-3 gathered parameters, gradient buckets, recompute working set
     reserve_bytes: np.ndarray  # CUDA context, NCCL, allocator fragmentation
     params: np.ndarray  # parameters held by this rank before ZeRO sharding
+    host_bytes: np.ndarray  # offloaded states and activations this rank keeps in host memory
 
     @cached_property
     def other_bytes(self) -> np.ndarray:
@@ -129,7 +131,7 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
     Dense parameters shard over dp x cp (Megatron's distributed optimizer and FSDP both shard over the
     data-parallel group that includes context-parallel ranks); routed experts over dp x cp / ep.
     """
-    shard = (lay.dp * lay.cp).astype(float)
+    shard = lay.shard_degree.astype(float)  # dp x cp, or the HSDP shard group
     expert_shard = np.maximum(shard / lay.ep, 1.0)
 
     def sharded(bytes_per_param: np.ndarray, from_stage: int) -> np.ndarray:
@@ -143,7 +145,29 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
         lay.zero >= 3, sp.ends / shard, sp.ends)
     grads = sharded(lay.grad_bytes.astype(float), 2)
     optim = sharded(lay.optimizer_bytes.astype(float), 1)
+    # Offload (ZeRO-Offload / ZeRO-Infinity, FSDP CPUOffload): optimizer states live on the host; parameter
+    # shards too with offload_params; under ZeRO-3 the gradient partitions are reduced into host buffers
+    # (DeepSpeed stage3 with offload, FSDP CPUOffload), while ZeRO 1-2 keep theirs on the GPU until copied.
+    optim = np.where(lay.offload_optimizer, 0.0, optim)
+    weights = np.where(lay.offload_params, 0.0, weights)
+    grads = np.where((lay.offload_optimizer | lay.offload_params) & (lay.zero >= 3), 0.0, grads)
     return weights, grads, optim
+
+
+# Host bytes per parameter of an offloaded shard: fp32 master weights, momentum and variance (the optimizer
+# states, K = 12 for Adam) plus the fp32 gradient copy the CPU optimizer steps on (4); 16-bit parameters (2).
+HOST_GRAD_BYTES = 4
+
+
+def host_state_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
+    """Bytes one rank keeps in host memory for offloaded model states (its ZeRO shard)."""
+    shard = lay.shard_degree.astype(float)
+    expert_shard = np.maximum(shard / lay.ep, 1.0)
+    on = lay.zero >= 1
+    params = np.where(on, sp.dense / shard + sp.expert / expert_shard, sp.dense + sp.expert)
+    optimizer = np.where(lay.offload_optimizer, params * (lay.optimizer_bytes + HOST_GRAD_BYTES), 0.0)
+    weights = np.where(lay.offload_params, params * WEIGHT_BYTES, 0.0)
+    return optimizer + weights
 
 
 @dataclass(frozen=True)
@@ -198,20 +222,59 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
         router = 0.0
     # Elements per token: gated keeps fc1's output (gate and up, 2f) and the activation output (f); standard
     # keeps fc1's output (f) and GeLU's output (f): Korthikanti's 8sbh + 8sbh bytes for f = 4h.
-    mlp = ((2 if model.mlp_kind == "gated" else 1) * e + g) * f / t + permuted + router
+    up = 2 if model.mlp_kind == "gated" else 1
+    mlp = (up * e + g) * f / t + permuted + router
     heads_per_rank = model.num_attention_heads / t
     # Scores per token: softmax output (2 bytes) + with dropout its mask (1) and output (2): a*s*(2+3) bytes.
     scores = heads_per_rank * lay.seq_len * (e + dropout * (1 + e))
     lse = heads_per_rank * LSE_BYTES
-    keeps_scores = ~lay.flash_attention & (lay.recompute == 0)
+
+    # Selective recompute drops the tensors of the modules it recomputes (Megatron-Core --recompute-modules;
+    # the default list is the attention core alone, which with flash attention keeps nothing extra anyway).
+    selective = lay.recompute == 1
+
+    def has(module: str) -> np.ndarray:
+        return selective & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS[module]) != 0)
+
+    core_drop = np.where(has("core_attn") & ~lay.flash_attention, scores, 0.0)
+    norm_drop = np.where(has("layernorm"), 2 * g * h / rep_div, 0.0)  # the two norm outputs (GEMM inputs)
+    mla_drop = (
+        np.where(has("mla_up_proj"), e * widths.query / t + e * (widths.key + widths.value) / kv_div, 0.0)
+        if model.mla is not None
+        else 0.0
+    )
+    if moe_layer and model.moe is not None:
+        routed_act = g * f_routed / t
+        shared_internal = (up * e + g) * f_shared / t
+        mlp_drop = np.where(
+            has("moe"), mlp, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared_internal, 0.0)
+        )
+    else:
+        mlp_drop = np.where(has("mlp"), (up * e + g) * f / t, 0.0)
+    module_drop = norm_drop + mla_drop + mlp_drop
+
+    keeps_scores = ~lay.flash_attention & (lay.recompute == 0) | (selective & ~has("core_attn") & ~lay.flash_attention)
     core = np.where(lay.flash_attention, lse, np.where(keeps_scores, scores, 0.0))
     full = replicated / rep_div + attention + mlp + np.where(lay.flash_attention, lse, scores)
-    stored_no_full = replicated / rep_div + attention + mlp + core
+    stored_no_full = replicated / rep_div + attention + mlp + core - module_drop
     checkpoint = e * h / rep_div  # full recompute: the layer input only
-    stored = np.where(lay.recompute == 2, checkpoint, stored_no_full)
+    # torchtitan op-level selective AC (torchtitan/models/llama3/infra/parallelize.py, _apply_ac_to_transformer_block,
+    # op mode): in the block's forward the matmuls run wq, wk, wv, wo, w1, (w3,) w2; the output of every second one
+    # is recomputed (wk, wo, w3; standard MLP: w2), the others' and the attention kernel's outputs are saved, and
+    # every other op is recomputed. Kept: the block input, wq and wv outputs, the attention output (+ its
+    # log-sum-exp), w1's output and, gated, w2's output (the block output before the residual add).
+    saved_attention = e * widths.query / t + e * widths.value / kv_div + e * widths.output / t
+    saved_mlp = e * f / t + (e * h / rep_div if model.mlp_kind == "gated" else 0.0) + permuted + router
+    stored_op = checkpoint + saved_attention + saved_mlp + np.where(lay.flash_attention, lse, 0.0)
+    stored = np.where(lay.recompute == 2, checkpoint, np.where(lay.recompute == 3, stored_op, stored_no_full))
     # During its backward a recomputed layer holds again what was dropped: everything but the checkpointed
-    # input under full recompute; the attention scores under selective recompute without flash attention.
-    working = np.where(lay.recompute == 2, full - checkpoint, np.where(keeps_scores | lay.flash_attention, 0.0, scores))
+    # input under full recompute, everything not saved under op-level AC, the dropped modules' tensors (and
+    # the attention scores without flash attention) under selective recompute.
+    working = np.where(
+        lay.recompute == 2,
+        full - checkpoint,
+        np.where(lay.recompute == 3, np.maximum(full - stored_op, 0.0), np.where(selective, core_drop + module_drop, 0.0)),
+    )
     return LayerActivations(stored=stored, full=full, working=working)
 
 
@@ -221,9 +284,14 @@ def tokens_per_microbatch(lay: LayoutArrays) -> np.ndarray:
 
 
 def stage_activation_bytes(
-    model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams
+    model: ModelSpec,
+    lay: LayoutArrays,
+    stage: np.ndarray,
+    sp: StageParams,
+    loss_bytes_per_logit: float = LOSS_PEAK_BYTES_PER_LOGIT,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(activations held at the peak, recompute working set) in bytes on one rank of `stage`."""
+    """(activations held at the peak, recompute working set) in bytes on one rank of `stage` (what activation
+    offload moves to the host is not held: see offloaded_activation_bytes)."""
     tokens = tokens_per_microbatch(lay)
     dense = layer_activation_bytes_per_token(model, lay, moe_layer=False)
     moe = layer_activation_bytes_per_token(model, lay, moe_layer=True)
@@ -239,22 +307,36 @@ def stage_activation_bytes(
         k_dense * dense.stored + (n_dense - k_dense) * dense.full + k_moe * moe.stored + (n_moe - k_moe) * moe.full,
         n_dense * dense.stored + n_moe * moe.stored,
     ) * tokens
-    held = microbatches_in_flight(lay, stage) * per_microbatch
+    held = microbatches_in_flight(lay, stage) * per_microbatch - offloaded_activation_bytes(model, lay, stage, sp)
     h = model.hidden_size
     rep_div = np.where(lay.sequence_parallel, lay.tp, 1)
     is_first = np.asarray(stage) == 0
     is_last = np.asarray(stage) == lay.pp - 1
     # First stage: the embedding's dropout mask per micro-batch in flight (Korthikanti et al. 2022, eq. 6).
     embed = np.where(is_first & model.dropout, microbatches_in_flight(lay, stage) * tokens * h / rep_div, 0.0)
-    # Last stage: final-norm input and LM-head input (2h each) and the fp32 logits for the loss.
+    # Last stage: final-norm input and LM-head input (2h each) and what the engine's loss keeps live per
+    # logit at its peak (LOSS_PEAK_BYTES_PER_LOGIT for Megatron).
     head = np.where(
         is_last,
-        tokens * (2 * ACTIVATION_BYTES * h / rep_div + LOSS_PEAK_BYTES_PER_LOGIT * model.vocab_size / lay.tp),
+        tokens * (2 * ACTIVATION_BYTES * h / rep_div + loss_bytes_per_logit * model.vocab_size / lay.tp),
         0.0,
     )
     largest_working = np.maximum(np.where(n_dense > 0, dense.working, 0.0), np.where(n_moe > 0, moe.working, 0.0))
     working = largest_working * tokens
     return held + embed + head, working
+
+
+def offloaded_activation_bytes(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams) -> np.ndarray:
+    """Activation offload (Megatron-Core --cpu-offloading-num-layers, DeepSpeed cpu_checkpointing): the stored
+    activations of the stage's first `offload_activation_layers` layers, for every micro-batch in flight, go to
+    the host in forward and come back for their backward; one rank's bytes on the host."""
+    tokens = tokens_per_microbatch(lay)
+    n_dense = sp.num_layers - sp.num_moe_layers
+    offloaded = np.minimum(lay.offload_activation_layers, sp.num_layers)
+    off_dense = np.minimum(offloaded, n_dense)
+    dense = layer_activation_bytes_per_token(model, lay, moe_layer=False).stored
+    moe = layer_activation_bytes_per_token(model, lay, moe_layer=True).stored
+    return microbatches_in_flight(lay, stage) * tokens * (off_dense * dense + (offloaded - off_dense) * moe)
 
 
 def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
@@ -267,7 +349,7 @@ def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     gradients. Only the part beyond the rank's own shard is extra: (1 - 1/N) of it for a shard group
     of N, so a higher stage never needs more memory than the one below it.
     """
-    shard = lay.dp * lay.cp
+    shard = lay.shard_degree
     beyond = 1.0 - 1.0 / shard
     beyond_expert = 1.0 - 1.0 / np.maximum(shard // lay.ep, 1)
     layer = sp.largest_layer_dense * beyond + sp.largest_layer_expert * beyond_expert
@@ -286,13 +368,21 @@ def reserve_bytes(lay: LayoutArrays, churn_bytes: np.ndarray) -> np.ndarray:
     return PROCESS_BYTES + NCCL_BYTES_PER_COMMUNICATOR * groups + FRAGMENTATION_FRACTION * churn_bytes
 
 
-def stage_memory(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams | None = None) -> StageMemory:
+def stage_memory(
+    model: ModelSpec,
+    lay: LayoutArrays,
+    stage: np.ndarray,
+    sp: StageParams | None = None,
+    engine: EngineProfile | None = None,
+) -> StageMemory:
     """Everything on one GPU of `stage` at the step's peak (`stage` broadcasts against the layouts: shape
     (n,) for one stage per candidate, or (k, n) for k stages of each)."""
     if sp is None:
         sp = stage_params(model, lay, stage)
     weights, grads, optim = model_state_bytes(lay, sp)
-    held, working = stage_activation_bytes(model, lay, stage, sp)
+    loss_bytes = engine.kernels.loss_bytes_per_logit if engine is not None else LOSS_PEAK_BYTES_PER_LOGIT
+    held, working = stage_activation_bytes(model, lay, stage, sp, loss_bytes)
+    host_activations = offloaded_activation_bytes(model, lay, stage, sp)
     buffers = buffer_bytes(lay, sp) + working
     reserve = reserve_bytes(lay, held + working)
     return StageMemory(
@@ -303,4 +393,5 @@ def stage_memory(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: Sta
         buffers_bytes=buffers,
         reserve_bytes=reserve,
         params=sp.dense + sp.expert,
+        host_bytes=host_state_bytes(lay, sp) + host_activations,
     )

@@ -10,15 +10,78 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.specs.layout import Layout, LayoutArrays
+from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
+from planner.specs.layout import RECOMPUTE_CODES, Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 
 
 @dataclass(frozen=True)
 class Rule:
     code: str  # stable reason code, e.g. "heads_not_divisible"
-    broken: Callable[[ModelSpec, LayoutArrays, int], np.ndarray]
+    broken: Callable[[ModelSpec, LayoutArrays, int], np.ndarray] | None
     message: Callable[[ModelSpec, Layout, int], str]
+    # Rules of what the engine can run read its profile instead of the GPU count.
+    engine_broken: Callable[[LayoutArrays, EngineProfile], np.ndarray] | None = None
+
+    def mask(self, model: ModelSpec, lay: LayoutArrays, gpus: int, engine: EngineProfile) -> np.ndarray:
+        if self.engine_broken is not None:
+            return np.asarray(self.engine_broken(lay, engine))
+        assert self.broken is not None
+        return np.asarray(self.broken(model, lay, gpus))
+
+
+def _engine_rule(code: str, broken: Callable[[LayoutArrays, EngineProfile], np.ndarray], setting: Callable[[Layout], str],
+                 field: str) -> Rule:
+    """A capability of the engine: the message names the setting, the engine and the profile's source."""
+
+    def message(m: ModelSpec, lay: Layout, g: int) -> str:
+        profile = engine_profile(lay.engine)
+        section, name = field.split(".")
+        source = getattr(profile, section).sources[name]
+        return (f"engine {lay.engine} cannot run {setting(lay)} ({source}); change it or choose another --engine")
+
+    return Rule(code, None, message, broken)
+
+
+def _recompute_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
+    codes = [RECOMPUTE_CODES[mode] for mode in e.schedules.recompute if mode in RECOMPUTE_CODES]
+    return ~np.isin(lay.recompute, np.asarray(codes, dtype=np.int64))
+
+
+ENGINE_RULES: tuple[Rule, ...] = (
+    _engine_rule("engine_no_tp", lambda a, e: (a.tp > 1) & (not e.schedules.tensor_parallel),
+                 lambda l: f"tp({l.tp})", "schedules.tensor_parallel"),
+    _engine_rule("engine_no_sp", lambda a, e: a.sequence_parallel & (not e.schedules.sequence_parallel),
+                 lambda l: "sequence_parallel", "schedules.sequence_parallel"),
+    _engine_rule("engine_no_cp", lambda a, e: (a.cp > 1) & (not e.schedules.context_parallel),
+                 lambda l: f"cp({l.cp})", "schedules.context_parallel"),
+    _engine_rule("engine_no_ep", lambda a, e: (a.ep > 1) & (not e.schedules.expert_parallel),
+                 lambda l: f"ep({l.ep})", "schedules.expert_parallel"),
+    _engine_rule("engine_no_pp", lambda a, e: (a.pp > 1) & (not e.schedules.pipeline),
+                 lambda l: f"pp({l.pp})", "schedules.pipeline"),
+    _engine_rule("engine_no_interleave", lambda a, e: (a.interleave > 1) & (not e.schedules.interleaved),
+                 lambda l: f"interleave({l.interleave})", "schedules.interleaved"),
+    _engine_rule("engine_no_gpipe", lambda a, e: a.gpipe & (a.pp > 1) & (not e.schedules.gpipe),
+                 lambda l: "schedule gpipe", "schedules.gpipe"),
+    _engine_rule("engine_zero_stage", lambda a, e: ~np.isin(a.zero, np.asarray(e.schedules.zero_stages)),
+                 lambda l: f"zero({l.zero})", "schedules.zero_stages"),
+    _engine_rule("engine_pp_with_zero", lambda a, e: (a.pp > 1) & (a.zero > e.schedules.max_zero_with_pp),
+                 lambda l: f"pp({l.pp}) with zero({l.zero})", "schedules.max_zero_with_pp"),
+    _engine_rule("engine_recompute", _recompute_unsupported, lambda l: f"recompute {l.recompute}", "schedules.recompute"),
+    _engine_rule("engine_block_recompute", lambda a, e: (a.recompute_layers > 0) & (not e.schedules.block_recompute),
+                 lambda l: f"recompute_layers_per_stage({l.recompute_layers_per_stage})", "schedules.block_recompute"),
+    _engine_rule("engine_no_optimizer_offload", lambda a, e: a.offload_optimizer & (not e.offload.optimizer),
+                 lambda l: "offload_optimizer", "offload.optimizer"),
+    _engine_rule("engine_no_param_offload", lambda a, e: a.offload_params & (not e.offload.params),
+                 lambda l: "offload_params", "offload.params"),
+    _engine_rule("engine_no_activation_offload",
+                 lambda a, e: (a.offload_activation_layers > 0) & (not e.offload.activations),
+                 lambda l: f"offload_activation_layers({l.offload_activation_layers})", "offload.activations"),
+    _engine_rule("engine_no_hsdp", lambda a, e: (a.shard_group > 0) & (not e.zero.supports_hsdp),
+                 lambda l: f"shard_group({l.shard_group})", "zero.supports_hsdp"),
+    _engine_rule("engine_no_compile", lambda a, e: a.compile & (not e.kernels.supports_compile),
+                 lambda l: "compile", "kernels.supports_compile"),
+)
 
 
 def _moe_experts(model: ModelSpec) -> int:
@@ -88,17 +151,22 @@ RULES: tuple[Rule, ...] = (
     ),
 )
 
+RULES = RULES + ENGINE_RULES
 RULE_CODES: tuple[str, ...] = tuple(rule.code for rule in RULES)
 
 
-def violations(model: ModelSpec, lay: LayoutArrays, gpus: int) -> dict[str, np.ndarray]:
-    """One boolean array per rule code: True where the candidate breaks the rule."""
-    return {rule.code: np.broadcast_to(np.asarray(rule.broken(model, lay, gpus)), lay.shape) for rule in RULES}
+def violations(
+    model: ModelSpec, lay: LayoutArrays, gpus: int, engine: EngineProfile | None = None
+) -> dict[str, np.ndarray]:
+    """One boolean array per rule code: True where the candidate breaks the rule (the engine's capability
+    rules with `engine`'s profile, the default engine's when none is given)."""
+    profile = engine if engine is not None else engine_profile(DEFAULT_ENGINE)
+    return {rule.code: np.broadcast_to(rule.mask(model, lay, gpus, profile), lay.shape) for rule in RULES}
 
 
 def check_layout(model: ModelSpec, layout: Layout, gpus: int) -> None:
-    """Raise a PlannerError with the arithmetic of the first rule `layout` breaks."""
-    broken = violations(model, layout.to_arrays(), gpus)
+    """Raise a PlannerError with the arithmetic of the first rule `layout` breaks (its engine's rules included)."""
+    broken = violations(model, layout.to_arrays(), gpus, engine_profile(layout.engine))
     for rule in RULES:
         if bool(broken[rule.code][0]):
             raise PlannerError(rule.message(model, layout, gpus))

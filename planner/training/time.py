@@ -22,13 +22,16 @@ from functools import cached_property
 
 import numpy as np
 
+from planner.errors import PlannerError
 from planner.physics.comm import (
     all_gather_seconds,
     all_reduce_seconds,
     all_to_all_seconds,
     group_link,
+    hierarchical_latency_seconds,
     p2p_seconds,
     reduce_scatter_seconds,
+    ring_latency_seconds,
 )
 from planner.physics.kernels import (
     CAUSAL_WORK_FRACTION,
@@ -44,15 +47,18 @@ from planner.physics.kernels import (
     peak_16bit_flops,
     window_work_fraction,
 )
-from planner.physics.shapes import attention_dims, kv_divisor, rank_gemms
+from planner.physics.shapes import Gemm, attention_dims, gemm_elements_per_rank, kv_divisor, rank_gemms
+from planner.physics.stages import microbatches_in_flight
+from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
 from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import LayoutArrays
+from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays
 from planner.specs.model import ModelSpec
 from planner.training.memory import (
     ACTIVATION_BYTES,
     WEIGHT_BYTES,
     StageParams,
     layer_weight_bytes,
+    offloaded_activation_bytes,
     tokens_per_microbatch,
 )
 
@@ -62,12 +68,9 @@ BACKWARD_TO_FORWARD_TRAFFIC = 2.0
 # Logits traffic per element over forward and backward: bf16 write (2), fp32 upcast read+write (2+4),
 # softmax-cross-entropy read+write (4+4), gradient write (2) - 18 bytes, rounded to the count below.
 LOGIT_TRAFFIC_BYTES = 18.0
-# Share of the overlap window (the last micro-batch's backward for gradients, the first micro-batch's
-# forward for weight gathers) that hides data-parallel traffic when overlap is on. Fitted by
-# benchmarks/calibrate_training.py on the published runs (grid 0.5-1.0); the fit prefers 1.0: traffic
-# up to the window's length hides completely, anything longer is exposed. Contention of the collectives
-# with compute is not modelled separately; the fitted matmul efficiencies absorb it.
-DP_OVERLAP_EFFICIENCY = 1.0
+# The share of the overlap window that hides data-parallel traffic is the engine profile's
+# efficiency.dp_overlap_efficiency (planner.specs.engine; 1.0 for Megatron-LM, fitted by
+# benchmarks/calibrate_training.py on the published runs).
 # A fixed cost per optimizer step that no FLOP or byte count captures: the framework's Python work,
 # kernel launches of the optimizer over hundreds of tensors, gradient-norm and loss reductions, the data
 # loader's hand-off and logging. Published end-to-end step times include it (Megatron-LM's README:
@@ -92,6 +95,31 @@ CP_MERGE_BYTES_PER_ELEMENT = 10.0
 CP_RING_STEP_KERNELS = 4
 # The router GEMM (shapes.py names it so) stays 16-bit under fp8 recipes.
 ROUTER_GEMM = "router"
+
+
+# Offload. The CPU Adam step is memory-bound on the host: per parameter it reads and writes the fp32 master,
+# momentum and variance (12 + 12 bytes), reads the gradient and writes the 16-bit copy: about 28 bytes
+# (kernel_figures 7.3, a roofline count). The one measured figure we have - DeepSpeedCPUAdam, 11.6B
+# parameters in 8.2 s, torch.optim.Adam 56 s (microsoft/DeepSpeed PR #735, 2021, maintainer's measurement)
+# - is 1.41e9 parameters/s, 39.6 GB/s at 28 bytes; taking the host as a DGX-2's (2 sockets x 6 channels
+# DDR4-2666, 256 GB/s; the PR does not name it: an assumption) that is 15.5% of its memory bandwidth. Other
+# hosts scale by their memory bandwidth (the CPU class's figure), torch's Adam is 56/8.2 = 6.8x slower.
+CPU_ADAM_BYTES_PER_PARAM = 28.0
+CPU_ADAM_MEMORY_EFFICIENCY = 0.155
+TORCH_CPU_ADAM_SLOWDOWN = 56.0 / 8.2
+# Pinned host <-> GPU copies reach about 80% of the PCIe link's per-direction rate (cudaMemcpy of pinned
+# buffers; an assumption of the usual order, not a measured figure of these systems).
+HOST_LINK_EFFICIENCY = 0.8
+
+
+def host_link_bytes_per_s(hw: HardwareProfile) -> float:
+    """What one GPU's host link moves per second, or a PlannerError when the profile has no host section."""
+    if hw.host is None:
+        raise PlannerError(
+            f"hardware {hw.name} has no 'host' section (host memory, host bandwidth, GPU-host link), which offload "
+            "needs; add one to the profile (see docs/hardware.md) or turn offload off"
+        )
+    return hw.host.link_bandwidth_bytes_per_s * HOST_LINK_EFFICIENCY
 
 
 def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
@@ -285,6 +313,92 @@ def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_
     return LayerTime(forward, backward, recompute, tp_comm, cp_comm, ep_comm)
 
 
+def _gemm_forward_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, moe_layer: bool, share: dict[str, float]
+) -> np.ndarray:
+    """Forward seconds of the layer's GEMMs named in `share`, each counted with its share (the matmul model
+    of layer_time, applied to a subset). The key 'qkv:k' stands for the K projection inside the fused QKV."""
+    tokens = tokens_per_microbatch(lay)
+    peak = gemm_peak_flops(hw, lay)
+    total = np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(peak)))
+    for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
+        if g.name == "qkv" and "qkv:k" in share:
+            k_part = Gemm("k", kv_elements_per_head=g.kv_elements_per_head // 2)
+            total = total + share["qkv:k"] * matmul_seconds(
+                hw, 2 * tokens * gemm_elements_per_rank(k_part, model.kv_heads, lay.tp), peak
+            )
+        weight = share.get(g.name, 0.0)
+        if weight == 0.0:
+            continue
+        if g.routed:
+            assert model.moe is not None
+            tokens_per_expert = tokens * model.moe.experts_per_token * lay.ep / model.moe.num_experts
+            total = total + weight * (g.copies / lay.ep) * matmul_seconds(
+                hw, 2 * tokens_per_expert * elements / g.copies, peak
+            )
+        else:
+            total = total + weight * matmul_seconds(hw, 2 * tokens * elements, peak)
+    return total
+
+
+def recompute_extra_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, layer: LayerTime, *, moe_layer: bool,
+    eager_factor: np.ndarray,
+) -> np.ndarray:
+    """Recompute time of op-level selective AC and of Megatron's recompute modules beyond the attention core
+    (layer_time charges full recompute and the unfused attention core), per micro-batch of one layer.
+
+    op (torchtitan): the forward of every second matmul (wk, wo, w3; standard MLP: fc2) and every
+    element-wise op. Modules: layernorm - the norms; mlp - the dense MLP's GEMMs and activation; moe_act -
+    the experts' activation; shared_experts - the shared experts' GEMMs; moe - the whole MoE block (router,
+    experts, shared experts, activation, permutation and its all-to-all again). Element-wise traffic is the
+    fused count times the engine's eager factor where it runs unfused.
+    """
+    tokens = tokens_per_microbatch(lay)
+    h = model.hidden_size
+    t = lay.tp.astype(float)
+    rep_div = np.where(lay.sequence_parallel, t, 1.0)
+    gated = model.mlp_kind == "gated"
+    moe = model.moe if moe_layer else None
+    f = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size if moe is not None else model.ffn_hidden_size
+    activation_bytes = (6 if gated else 4) * f / t
+
+    def traffic(bytes_per_token: np.ndarray | float) -> np.ndarray:
+        return eager_factor * memory_seconds(hw, tokens * bytes_per_token)
+
+    selective = lay.recompute == 1
+
+    def has(module: str) -> np.ndarray:
+        return selective & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS[module]) != 0)
+
+    mlp_names = ("mlp_up", "mlp_down")
+    expert_names = ("router", "expert_up", "expert_down", "shared_up", "shared_down")
+    op_share = {"qkv:k": 1.0, "attn_out": 1.0}
+    if gated:
+        op_share.update({"mlp_up": 0.5, "expert_up": 0.5, "shared_up": 0.5})
+    else:
+        op_share.update({"mlp_down": 1.0, "expert_down": 1.0, "shared_down": 1.0})
+    op = _gemm_forward_seconds(model, hw, lay, moe_layer, op_share) + traffic(
+        elementwise_bytes_per_token(model, lay, moe_layer=moe_layer)
+    )
+    modules = np.where(has("layernorm"), traffic(model.norms_per_layer * 4 * h / rep_div), 0.0)
+    if moe is not None:
+        whole = (
+            _gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(expert_names, 1.0))
+            + traffic(activation_bytes + 2 * moe.experts_per_token * 4 * h)
+            + layer.ep_comm / 2.0
+        )
+        routed_act = traffic((6 if gated else 4) * moe.experts_per_token * moe.moe_ffn_hidden_size / t)
+        shared = _gemm_forward_seconds(model, hw, lay, moe_layer, {"shared_up": 1.0, "shared_down": 1.0})
+        modules = modules + np.where(
+            has("moe"), whole, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared, 0.0)
+        )
+    else:
+        mlp = _gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(mlp_names, 1.0)) + traffic(activation_bytes)
+        modules = modules + np.where(has("mlp"), mlp, 0.0)
+    return np.where(lay.recompute == 3, op, modules)
+
+
 @dataclass(frozen=True)
 class StageTime:
     """Seconds for one micro-batch (forward + backward) on one stage, by part."""
@@ -298,10 +412,11 @@ class StageTime:
     ep_comm: np.ndarray  # expert-parallel all-to-all
     pp_comm: np.ndarray  # pipeline point-to-point sends
     zero3_comm: np.ndarray  # ZeRO-3 parameter gathers and gradient reduce-scatters not hidden
+    offload_comm: np.ndarray  # activation offload transfers not hidden behind the stage's compute
 
     @cached_property
     def communication(self) -> np.ndarray:
-        return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero3_comm
+        return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero3_comm + self.offload_comm
 
     @cached_property
     def total(self) -> np.ndarray:
@@ -309,8 +424,14 @@ class StageTime:
 
 
 def stage_time(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, stage: np.ndarray, sp: StageParams
+    model: ModelSpec,
+    hw: HardwareProfile,
+    lay: LayoutArrays,
+    stage: np.ndarray,
+    sp: StageParams,
+    engine: EngineProfile | None = None,
 ) -> StageTime:
+    engine = engine if engine is not None else engine_profile(DEFAULT_ENGINE)
     dense = layer_time(model, hw, lay, moe_layer=False)
     moe = layer_time(model, hw, lay, moe_layer=True) if model.moe is not None else dense
     n_moe = sp.num_moe_layers
@@ -321,10 +442,37 @@ def stage_time(
 
     # Block recompute recomputes only k layers of the stage.
     k = np.where(lay.recompute_layers < 0, sp.num_layers, np.minimum(lay.recompute_layers, sp.num_layers))
-    recompute = total("recompute") * np.where(sp.num_layers > 0, k / np.maximum(sp.num_layers, 1), 0.0)
+    recompute_share = np.where(sp.num_layers > 0, k / np.maximum(sp.num_layers, 1), 0.0)
+    recompute = total("recompute") * recompute_share
     forward, backward = total("forward"), total("backward")
 
     tokens = tokens_per_microbatch(lay)
+    # Engines that run the element-wise kernels eagerly (no fusion, no torch.compile) move more bytes
+    # than the fused count layer_time uses: the profile's traffic factor, forward, backward and recompute.
+    eager = (not engine.kernels.fused_elementwise) & ~(lay.compile & engine.kernels.supports_compile)
+    extra_traffic = np.where(eager, engine.kernels.eager_elementwise_traffic_factor - 1.0, 0.0)
+    if np.any(extra_traffic > 0):
+        def elementwise(moe_layer: bool) -> np.ndarray:
+            return memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
+
+        ew_dense = elementwise(False)
+        ew_moe = elementwise(True) if model.moe is not None else ew_dense
+        ew_fwd = extra_traffic * (n_dense * ew_dense + n_moe * ew_moe)
+        forward = forward + ew_fwd
+        backward = backward + BACKWARD_TO_FORWARD_TRAFFIC * ew_fwd
+        recompute = recompute + np.where(lay.recompute == 2, ew_fwd * recompute_share, 0.0)
+
+    # op-level AC and Megatron recompute modules (beyond the attention core that layer_time charges).
+    eager_factor = 1.0 + extra_traffic
+    if np.any((lay.recompute == 1) | (lay.recompute == 3)):
+        extra_dense = recompute_extra_seconds(model, hw, lay, dense, moe_layer=False, eager_factor=eager_factor)
+        extra_moe = (
+            recompute_extra_seconds(model, hw, lay, moe, moe_layer=True, eager_factor=eager_factor)
+            if model.moe is not None
+            else extra_dense
+        )
+        recompute = recompute + n_dense * extra_dense + n_moe * extra_moe
+
     is_last = np.asarray(stage) == lay.pp - 1
     logits = tokens * model.vocab_size / lay.tp
     # The LM head stays 16-bit under fp8 recipes (Transformer Engine / torchao convert the layers' Linears only).
@@ -346,16 +494,19 @@ def stage_time(
     hidden_p2p = 2 * lay.interleave * np.maximum(per_transfer - chunk, 0.0)
     p2p = np.where(lay.interleave > 1, hidden_p2p, p2p)
 
-    # ZeRO-3: each micro-batch gathers the stage's parameters in forward and again in backward and
-    # reduce-scatters its gradients (Rajbhandari et al. 2020, Sec. 7.2.2: 1.5x the all-reduce volume),
-    # prefetched behind the micro-batch's compute.
-    dp_link = group_link(hw, lay.dp * lay.cp, lay.tp)
-    shard = lay.dp * lay.cp
-    params_full = sp.dense + sp.expert
-    zero3 = 2 * all_gather_seconds(params_full * layer_weight_bytes(lay), shard, dp_link) + reduce_scatter_seconds(
-        params_full * lay.grad_bytes, shard, dp_link
+    zero3_exposed = np.where(
+        lay.zero >= 3,
+        zero3_seconds(hw, lay, sp, engine, forward=forward, backward=backward + recompute),
+        0.0,
     )
-    zero3_exposed = np.where(lay.zero >= 3, np.maximum(zero3 - DP_OVERLAP_EFFICIENCY * compute, 0.0), 0.0)
+    # Activation offload: the offloaded layers' activations go down during forward and back up during
+    # backward, each beside the stage's compute of that pass (copy engines run apart from the SMs).
+    if np.any(lay.offload_activation_layers > 0):
+        moved = offloaded_activation_bytes(model, lay, stage, sp) / microbatches_in_flight(lay, stage)
+        copy = moved / host_link_bytes_per_s(hw)
+        offload = np.maximum(copy - forward, 0.0) + np.maximum(copy - backward, 0.0)
+    else:
+        offload = np.zeros_like(p2p)
     return StageTime(
         compute=compute,
         recompute=recompute,
@@ -366,11 +517,97 @@ def stage_time(
         ep_comm=total("ep_comm"),
         pp_comm=p2p,
         zero3_comm=zero3_exposed,
+        offload_comm=offload,
     )
 
 
+def _overlapped(comm: np.ndarray, compute: np.ndarray, contention: float) -> np.ndarray:
+    """What a collective running beside `compute` adds to it: the part longer than the compute, plus the
+    compute's slowdown while they share the GPU (`contention` x the overlapped time)."""
+    return np.maximum(comm - compute, 0.0) + contention * np.minimum(comm, compute)
+
+
+def zero3_seconds(
+    hw: HardwareProfile,
+    lay: LayoutArrays,
+    sp: StageParams,
+    engine: EngineProfile,
+    *,
+    forward: np.ndarray,
+    backward: np.ndarray,
+) -> np.ndarray:
+    """Exposed ZeRO-3 / FSDP time of one micro-batch on one stage (Rajbhandari et al. 2020, Sec. 7.2.2;
+    Zhao et al. 2023, PyTorch FSDP, Sec. 3).
+
+    The stage's parameters are gathered a unit (one transformer layer) at a time: in forward, again in
+    backward when the engine reshards after forward, once more for the recomputed forward when the engine
+    gathers for it; each unit's gradients are reduce-scattered in backward. Every unit issues the
+    engine's `collectives_per_layer` collectives, each paying the ring latency over the whole shard group
+    (NCCL rings: it grows with the group size) and the engine's host-side overhead. With prefetch of one
+    unit ahead a unit's traffic runs beside the previous unit's compute: only the first gather of each
+    pass and the last reduce-scatter are exposed when compute is the longer, the comm-bound excess
+    otherwise, plus the compute's slowdown while NCCL kernels share the GPU (the engine's contention
+    factor). Without prefetch every collective waits.
+    """
+    z = engine.zero
+    shard = lay.shard_degree  # HSDP: gathers and reduce-scatters inside the shard group
+    link = group_link(hw, shard, lay.tp)
+    expert_group = np.maximum(shard // lay.ep, 1)
+    expert_link = group_link(hw, expert_group, lay.tp * lay.cp * lay.ep)
+    units = np.maximum(sp.num_layers, 1).astype(float)
+    per_collective = z.collectives_per_layer * (ring_latency_seconds(link) + z.collective_overhead_seconds)
+
+    def bandwidth(seconds_fn, params: np.ndarray, nbytes: np.ndarray, lk, size) -> np.ndarray:  # type: ignore[no-untyped-def]
+        moved = seconds_fn(params * nbytes, size, lk)
+        return np.where(params > 0, moved - hierarchical_latency_seconds(lk), 0.0)
+
+    unit_dense, unit_expert = sp.dense / units, sp.expert / units
+    reduce_bytes = np.where(z.reduce_in_fp32, 4, lay.grad_bytes)
+    gather = (
+        bandwidth(all_gather_seconds, unit_dense, layer_weight_bytes(lay), link, shard)
+        + bandwidth(all_gather_seconds, unit_expert, layer_weight_bytes(lay), expert_link, expert_group)
+        + np.where(shard > 1, per_collective, 0.0)
+    )
+    scatter = (
+        bandwidth(reduce_scatter_seconds, unit_dense, reduce_bytes, link, shard)
+        + bandwidth(reduce_scatter_seconds, unit_expert, reduce_bytes, expert_link, expert_group)
+        + np.where(shard > 1, per_collective, 0.0)
+    )
+    # Parameters offloaded to the host (ZeRO-Infinity, FSDP CPUOffload): each gather first copies the rank's
+    # shard of the unit to the GPU over its host link.
+    if np.any(lay.offload_params):
+        shard_copy = (unit_dense / shard + unit_expert / expert_group) * WEIGHT_BYTES / host_link_bytes_per_s(hw)
+        gather = gather + np.where(lay.offload_params, shard_copy, 0.0)
+    backward_gathers = float(z.reshard_after_forward) + np.where(
+        (lay.recompute == 2) & z.regather_for_recompute, 1.0, 0.0
+    )
+    forward_comm = gather
+    backward_comm = backward_gathers * gather + scatter
+    # Share of a unit's traffic that is in flight ahead of its use: the prefetch depth in units (or the
+    # prefetch budget over the unit's parameters), at most 1 (deeper prefetch hides no more per unit).
+    unit_params = unit_dense + unit_expert
+    depth = (
+        float(z.prefetch_units)
+        if z.prefetch_bucket_params is None
+        else z.prefetch_bucket_params / np.maximum(unit_params, 1.0)
+    )
+    ahead = np.minimum(depth, 1.0)
+    kappa = engine.efficiency.nccl_compute_contention
+    overlapped = units * (
+        _overlapped(forward_comm, forward / units, kappa) + _overlapped(backward_comm, backward / units, kappa)
+    ) + gather + np.where(backward_gathers > 0, gather, 0.0) + scatter  # the first gather of each pass, last scatter
+    serial = units * (forward_comm + backward_comm)
+    exposed = ahead * np.minimum(overlapped, serial) + (1.0 - ahead) * serial
+    return np.where(shard > 1, exposed, 0.0)
+
+
 def data_parallel_seconds(
-    hw: HardwareProfile, lay: LayoutArrays, sp: StageParams, backward: np.ndarray, forward: np.ndarray
+    hw: HardwareProfile,
+    lay: LayoutArrays,
+    sp: StageParams,
+    backward: np.ndarray,
+    forward: np.ndarray,
+    engine: EngineProfile | None = None,
 ) -> np.ndarray:
     """Exposed gradient synchronisation and weight gathering per step (ZeRO 0-2; ZeRO-3 pays per micro-batch).
 
@@ -398,17 +635,68 @@ def data_parallel_seconds(
         all_gather_seconds(sp.dense * layer_weight_bytes(lay), shard, dp_link)
         + all_gather_seconds(sp.expert * layer_weight_bytes(lay), expert_group, expert_link),
     )
-    on = lay.overlap_grad_reduce
-    exposed = np.maximum(reduce - np.where(on, DP_OVERLAP_EFFICIENCY * backward, 0.0), 0.0) + np.maximum(
-        gather - np.where(on, DP_OVERLAP_EFFICIENCY * forward, 0.0), 0.0
+    # Hybrid sharding (shard_group): the reduce-scatter and all-gather run inside the shard group, and each
+    # shard's gradients are all-reduced across the replicas once per step (PyTorch HSDP; ZeRO++ hpZ).
+    hybrid = lay.shard_group > 0
+    group = lay.shard_degree
+    group_link_ = group_link(hw, group, lay.tp)
+    replica_link = group_link(hw, lay.replicas, lay.tp * group)
+    reduce_bytes = np.where(lay.zero >= 3, np.where(engine_reduce_fp32(engine), 4, grad_bytes), grad_bytes)
+    hybrid_reduce = reduce_scatter_seconds(sp.dense * grad_bytes, group, group_link_) + all_reduce_seconds(
+        (sp.dense + sp.expert) / group * reduce_bytes, lay.replicas, replica_link
     )
-    return np.where(lay.zero >= 3, 0.0, exposed)
+    hybrid_gather = all_gather_seconds(sp.dense * layer_weight_bytes(lay), group, group_link_)
+    reduce = np.where(hybrid & (lay.zero >= 1), np.where(lay.zero >= 3, 0.0, hybrid_reduce), reduce)
+    gather = np.where(hybrid & (lay.zero >= 1), np.where(lay.zero >= 3, 0.0, hybrid_gather), gather)
+    replica_only = all_reduce_seconds((sp.dense + sp.expert) / group * reduce_bytes, lay.replicas, replica_link)
+    on = lay.overlap_grad_reduce
+    eff = (engine if engine is not None else engine_profile(DEFAULT_ENGINE)).efficiency.dp_overlap_efficiency
+    exposed = np.maximum(reduce - np.where(on, eff * backward, 0.0), 0.0) + np.maximum(
+        gather - np.where(on, eff * forward, 0.0), 0.0
+    )
+    # ZeRO-3 pays its gathers and reduce-scatters per micro-batch (zero3_seconds); with HSDP the replicas'
+    # all-reduce of the reduced shards remains, once per step behind the last backward.
+    zero3_replica = np.where(hybrid, np.maximum(replica_only - np.where(on, eff * backward, 0.0), 0.0), 0.0)
+    return np.where(lay.zero >= 3, zero3_replica, exposed)
+
+
+def engine_reduce_fp32(engine: EngineProfile | None) -> bool:
+    return (engine if engine is not None else engine_profile(DEFAULT_ENGINE)).zero.reduce_in_fp32
 
 
 def optimizer_seconds(hw: HardwareProfile, lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     """The optimizer step streams its states once: Adam reads master weights, momentum, variance and the
     gradient and writes all but the gradient plus the 16-bit weights (memory-bound, fused multi-tensor)."""
-    shard = np.where(lay.zero >= 1, lay.dp * lay.cp, 1)
-    params = sp.dense / shard + sp.expert / np.maximum(np.where(lay.zero >= 1, lay.dp * lay.cp // lay.ep, 1), 1)
+    shard = np.where(lay.zero >= 1, lay.shard_degree, 1)
+    params = sp.dense / shard + sp.expert / np.maximum(np.where(lay.zero >= 1, lay.shard_degree // lay.ep, 1), 1)
     bytes_per_param = 2 * lay.optimizer_bytes + lay.grad_bytes + WEIGHT_BYTES
     return memory_seconds(hw, params * bytes_per_param)
+
+
+def offload_step_seconds(
+    hw: HardwareProfile, lay: LayoutArrays, sp: StageParams, backward: np.ndarray, engine: EngineProfile | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(CPU optimizer step, exposed GPU <-> host copies) per step with offloaded optimizer states.
+
+    The node's ranks step their shards on the shared host (CPU Adam at the host's memory bandwidth, see
+    CPU_ADAM_*); the gradients go down during the last micro-batch's backward (DeepSpeed overlap_comm) and
+    what does not fit behind it is exposed; the updated 16-bit parameters come back up after the step unless
+    they live on the host (offload_params), where the next gathers fetch them.
+    """
+    if not np.any(lay.offload_optimizer):
+        zero = np.zeros(np.shape(sp.dense))
+        return zero, zero
+    link = host_link_bytes_per_s(hw)
+    assert hw.host is not None
+    shard = np.where(lay.zero >= 1, lay.shard_degree, 1).astype(float)
+    expert_shard = np.maximum(np.where(lay.zero >= 1, lay.shard_degree // lay.ep, 1), 1)
+    params = sp.dense / shard + sp.expert / expert_shard
+    ranks_per_node = np.minimum(hw.node.gpus_per_node, lay.gpus)
+    fused_rate = hw.host.memory_bandwidth_bytes_per_s * CPU_ADAM_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAM
+    rate = np.where(lay.torch_cpu_adam, fused_rate / TORCH_CPU_ADAM_SLOWDOWN, fused_rate)
+    cpu_step = ranks_per_node * params / rate
+    eff = (engine if engine is not None else engine_profile(DEFAULT_ENGINE)).efficiency.dp_overlap_efficiency
+    down = np.maximum(params * lay.grad_bytes / link - eff * backward, 0.0)
+    up = np.where(lay.offload_params, 0.0, params * WEIGHT_BYTES / link)
+    on = lay.offload_optimizer
+    return np.where(on, cpu_step, 0.0), np.where(on, down + up, 0.0)

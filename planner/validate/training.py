@@ -63,6 +63,8 @@ def predict_training_case(case: dict[str, Any], hardware: dict[str, HardwareProf
         t = layer_time(model, hw, layout.to_arrays(), moe_layer=False)
         return float((t.forward + t.backward + t.recompute + t.tp_comm)[0])
     result = estimate(model, hw, layout)
+    if quantity == "peak_bytes" and case["published"]["unit"] == "GiB":
+        return result.scalar(quantity) / GIB
     return result.scalar(quantity)
 
 

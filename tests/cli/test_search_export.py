@@ -101,7 +101,7 @@ def _estimate_args(model_id: str, layout: Layout) -> list[str]:
     for key in ("tp", "pp", "cp", "dp", "ep", "zero", "micro_batch", "global_batch", "seq_len", "interleave"):
         args += [f"--{key.replace('_', '-')}", str(getattr(layout, key))]
     args += ["--recompute", layout.recompute, "--schedule", layout.schedule, "--dtype", layout.dtype,
-             "--grad-dtype", layout.grad_dtype, "--optimizer", layout.optimizer]
+             "--grad-dtype", layout.grad_dtype, "--optimizer", layout.optimizer, "--engine", layout.engine]
     for flag, on in (("sequence-parallel", layout.sequence_parallel), ("flash-attention", layout.flash_attention),
                      ("overlap-grad-reduce", layout.overlap_grad_reduce), ("tp-comm-overlap", layout.overlap_tp_comm)):
         args.append(f"--{flag}" if on else f"--no-{flag}")
@@ -113,8 +113,9 @@ def _estimate_args(model_id: str, layout: Layout) -> list[str]:
 @pytest.mark.parametrize(("fmt", "model_id", "gpus", "batch", "seq", "extra"), PARAMS)
 def test_search_export_import_estimate_roundtrip(run_cli, tmp_path, fmt, model_id, gpus, batch, seq, extra):
     out = tmp_path / "launch" / "configs"  # created, parents too
+    # searched under the engine that runs the file, so the winner is a layout that engine runs
     result = _search(run_cli, model_id, gpus, batch, seq, extra, "--format", "json", "--top", "1",
-                     "--export", fmt, out)
+                     "--engine", {"hf_trainer": "fsdp"}.get(fmt, fmt), "--export", fmt, out)
     assert result.exit_code == 0, result.output
     best = json.loads(result.stdout)["candidates"][0]  # stdout stays the JSON document
     path = out / DEFAULT_NAMES[fmt]
@@ -156,7 +157,7 @@ def test_search_export_import_estimate_roundtrip(run_cli, tmp_path, fmt, model_i
 def test_torchtitan_export_of_a_layout_it_runs_unchanged(run_cli, tmp_path):
     """With the settings torchtitan fixes given to the search, the file holds exactly the winner."""
     result = _search(run_cli, "llama-3.1-8b", 16, 64, 8192, ("--grad-dtype", "fp32", "--zero", "0,3", "--tp", "1"),
-                     "--format", "json", "--top", "1", "--export", "torchtitan", tmp_path)
+                     "--format", "json", "--top", "1", "--engine", "torchtitan", "--export", "torchtitan", tmp_path)
     assert result.exit_code == 0, result.output
     best = json.loads(result.stdout)["candidates"][0]
     assert "note:" not in result.stderr

@@ -51,7 +51,7 @@ def test_zero3_json_gives_same_memory_as_equivalent_estimate():
     imp = import_deepspeed(read("zero3_bf16.json"), gpus=64, given={"seq_len": 4096}, source="ds.json")
     from_json = estimate(model, hw, resolve_layout(model, 64, **imp.fields))
     direct = estimate(model, hw, resolve_layout(model, 64, zero=3, micro_batch=2, global_batch=512, seq_len=4096,
-                                                recompute="full", dtype="bf16", grad_dtype="bf16"))
+                                                recompute="full", dtype="bf16", grad_dtype="bf16", engine="deepspeed"))
     assert from_json.to_json()["memory"] == direct.to_json()["memory"]
     assert from_json.layout == direct.layout
 
@@ -130,11 +130,17 @@ def test_auto_precision_without_job_dtype_is_an_error():
                          source="ds.json")
 
 
-def test_cpu_offload_is_rejected_clearly():
-    with pytest.raises(PlannerError) as err:
-        import_deepspeed(read("offload_cpu.json"), gpus=8, given={"seq_len": 4096}, source="ds.json")
-    assert "CPU offload is not modelled" in str(err.value)
-    assert "zero_optimization.offload_optimizer.device" in str(err.value)
+def test_cpu_offload_sections_are_read():
+    fields = import_deepspeed(read("offload_cpu.json"), gpus=8, given={"seq_len": 4096}, source="ds.json").fields
+    assert fields["offload_optimizer"] is True and fields["offload_params"] is True
+    assert "cpu_optimizer" not in fields  # DeepSpeedCPUAdam, the deepspeed engine's default
+
+
+def test_accelerate_zero2_offload_template_runs_torch_adam_on_the_cpu():
+    fields = import_deepspeed(read("../upstream/accelerate/deepspeed_config_templates/zero_stage2_offload_config.json"), gpus=8,
+                              given={"seq_len": 4096, "global_batch": 8, "micro_batch": 1}, source="ds.json").fields
+    assert fields["zero"] == 2 and fields["offload_optimizer"] is True and "offload_params" not in fields
+    assert fields["cpu_optimizer"] == "torch"  # "torch_adam": true in the template
 
 
 def test_nvme_param_offload_is_rejected():

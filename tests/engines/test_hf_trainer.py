@@ -84,12 +84,9 @@ def test_fsdp2_reshard_after_forward_false_is_zero2():
     assert (imp.fields["zero"], imp.fields["recompute"]) == (2, "full")
 
 
+# (A DeepSpeed JSON with CPU offload is modelled now: see test_trainer_with_a_deepspeed_offload_config_is_estimated.)
 @pytest.mark.parametrize(("args", "setting"), [
     (("--hf-trainer", SEED.replace("full_shard auto_wrap", "full_shard offload auto_wrap")), "--fsdp"),
-    (("--hf-trainer", SEED.replace('--fsdp "full_shard auto_wrap"', "--deepspeed " + str(
-        ACCELERATE / "deepspeed_config_templates" / "zero_stage3_offload_config.json"))
-      .replace("--bf16", "--fp16").replace("--gradient_accumulation_steps 8", "--gradient_accumulation_steps 1")),
-     "zero_optimization.offload_optimizer.device"),
 ])
 def test_offload_is_refused_naming_the_setting(run_cli, args, setting):
     """The cost model has no CPU offload yet: exit 2, one line, naming the setting (docs/check.md)."""
@@ -148,3 +145,16 @@ def test_accelerate_config_without_mixed_precision_is_fp32_training_refused(run_
                        "--engine-args", "accelerate launch train.py --model_name_or_path meta-llama/Llama-3.1-8B",
                        "--seq-len", "2048")
     assert result.exit_code == 2 and "fp32" in result.output and len(result.output.splitlines()) == 1
+
+
+def test_trainer_with_a_deepspeed_offload_config_is_estimated(run_cli):
+    """The Trainer pointed at accelerate's ZeRO-3 CPU-offload template runs under the deepspeed engine, with host
+    memory and the CPU optimizer step reported."""
+    seed = SEED.replace('--fsdp "full_shard auto_wrap"', "--deepspeed " + str(
+        ACCELERATE / "deepspeed_config_templates" / "zero_stage3_offload_config.json")).replace(
+        "--bf16", "--fp16").replace("--gradient_accumulation_steps 8", "--gradient_accumulation_steps 1")
+    result = run_cli("check", "--hf-trainer", seed, "--hardware", "h100-sxm", "--seq-len", "2048", "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    got = json.loads(result.stdout)[0]
+    assert got["config"]["engine"] == "deepspeed" and got["config"]["offload_optimizer"] is True
+    assert got["memory"]["host_bytes_per_node"] > 0 and got["time"]["cpu_optimizer_seconds"] > 0

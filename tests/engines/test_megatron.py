@@ -143,9 +143,27 @@ def test_undefined_variable_in_an_ignored_flag_is_fine():
     assert imp.fields["seq_len"] == 128
 
 
-def test_cpu_offload_is_rejected():
-    with pytest.raises(PlannerError, match="--optimizer-cpu-offload: optimizer CPU offload is not modelled"):
-        import_megatron(tokens("cpu_offload.txt"), gpus=8, given={}, model=None, source="c")
+def test_optimizer_cpu_offload_is_read():
+    imp = import_megatron(tokens("cpu_offload.txt"), gpus=8, given={}, model=None, source="c")
+    assert imp.fields["offload_optimizer"] is True and imp.fields["engine"] == "megatron"
+
+
+BASE_ARGS = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 512 --bf16 "
+             "--micro-batch-size 1 --global-batch-size 8 ")
+
+
+def test_recompute_modules_and_activation_offload_are_read():
+    text = BASE_ARGS + ("--recompute-granularity selective --recompute-modules core_attn mlp layernorm "
+                        "--cpu-offloading --cpu-offloading-num-layers 1")
+    f = import_megatron(split_launch_text(text, "t"), gpus=8, given={}, model=None, source="t").fields
+    assert f["recompute"] == "selective" and f["recompute_modules"] == ("core_attn", "mlp", "layernorm")
+    assert f["offload_activation_layers"] == 1
+
+
+def test_unknown_recompute_module_names_itself():
+    text = BASE_ARGS + "--recompute-granularity selective --recompute-modules attention_core"
+    with pytest.raises(PlannerError, match="--recompute-modules attention_core is not known"):
+        import_megatron(split_launch_text(text, "t"), gpus=8, given={}, model=None, source="t")
 
 
 def test_fp32_and_full_recompute_without_method_are_rejected():
@@ -230,3 +248,15 @@ def test_shared_expert_size_not_a_multiple_of_the_expert_size_is_one_shared_expe
     moe = model_from_args(args, tp=1, source="x").moe
     assert moe is not None
     assert (moe.num_shared_experts, moe.shared_expert_ffn_hidden_size, moe.shared_expert_gate) == (1, 80, True)
+
+
+def test_recompute_modules_and_offload_survive_export_and_import():
+    from planner.engines.export import render_export
+    from planner.specs.layout import Layout
+
+    model, hw = load_model("llama-3.1-8b").spec, load_hardware("h100-sxm").spec
+    layout = Layout(dp=8, zero=1, recompute="selective", recompute_modules=("core_attn", "mlp"), global_batch=8,
+                    seq_len=4096, offload_activation_layers=2, offload_optimizer=True)
+    exported = render_export("megatron", "llama-3.1-8b", model, hw, layout, estimate(model, hw, layout))
+    back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=model, source="m.sh")
+    assert resolve_layout(model, 8, **back.fields) == exported.layout == layout

@@ -234,7 +234,7 @@ def test_gpipe_without_pipeline_is_exported_as_no_schedule(fmt):
     """With one pipeline stage the schedule means nothing: Megatron-LM rejected it and torchtitan read it back as
     1f1b (a different layout than exported)."""
     model, layout, est = _estimate("llama-3.1-8b", 8, dict(schedule="gpipe", global_batch=16, seq_len=1024, zero=3,
-                                                           grad_dtype="fp32"))
+                                                           grad_dtype="fp32", engine=fmt))
     exported = render_export(fmt, "llama-3.1-8b", model, HW, layout, est, hardware_id="h100-sxm")
     assert exported.layout == layout.model_copy(update={"schedule": "1f1b"})
     assert estimate(model, HW, exported.layout).to_json()["memory"] == estimate(model, HW, layout).to_json()["memory"]

@@ -1,0 +1,496 @@
+"""The training engine: what the framework that runs a layout does with it, as data.
+
+The same layout runs at different speeds and needs different memory under Megatron-LM,
+NeMo, torchtitan, PyTorch FSDP or DeepSpeed. An `EngineProfile` says how: which
+element-wise kernels are fused (natively or by `torch.compile`), how ZeRO-3/FSDP is
+implemented (gather granularity, prefetch depth, reshard after forward, regather for
+recompute, reduce dtype, bucket sizes), which schedules and combinations the engine
+can run, its optimizer semantics, and a few named efficiency factors. Every section
+carries `sources`: a source and a note for each of its fields (checked: no field
+without one). The cost model reads the fields, never the engine's name.
+
+The built-in profiles are `ENGINE_PROFILES` below (Python data, so the pure core needs
+no file access); docs/engines.md describes each one and how its factors were chosen.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
+
+from planner.errors import PlannerError
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+EngineName = Literal["megatron", "nemo", "torchtitan", "fsdp", "deepspeed"]
+RecomputeMode = Literal["none", "selective", "full", "op", "modules"]
+
+
+class _Sourced(BaseModel):
+    """A section whose every field has an entry in `sources` ("where from - why this value")."""
+
+    model_config = _STRICT
+
+    sources: dict[str, str] = Field(description="Per field: its source and a note on how the value was chosen.")
+
+    @model_validator(mode="after")
+    def _every_field_sourced(self) -> _Sourced:
+        missing = [name for name in type(self).model_fields if name != "sources" and not self.sources.get(name, "").strip()]
+        if missing:
+            raise ValueError(f"sources lacks an entry for {', '.join(missing)}; say where each value comes from")
+        extra = sorted(set(self.sources) - set(type(self).model_fields))
+        if extra:
+            raise ValueError(f"sources names unknown fields {', '.join(extra)}")
+        return self
+
+
+class KernelSection(_Sourced):
+    """Which kernels run fused. The element-wise model (training.time) counts the traffic of Megatron-LM's
+    fused kernels (bias-GeLU, bias-dropout-add, fused norms); an engine that runs them eagerly moves more."""
+
+    fused_elementwise: bool = Field(description="Element-wise kernels fused as Megatron-LM / Transformer Engine fuse them.")
+    supports_compile: bool = Field(description="torch.compile can be turned on (`--compile`): fuses element-wise ops.")
+    eager_elementwise_traffic_factor: float = Field(
+        ge=1.0, description="Element-wise HBM traffic of the unfused (eager) kernels relative to the fused count."
+    )
+    loss_bytes_per_logit: float = Field(
+        gt=0.0, description="Bytes per logit element live at the loss's peak (the last stage, start of backward)."
+    )
+
+
+class ZeroSection(_Sourced):
+    """How the engine implements ZeRO / FSDP sharding."""
+
+    collectives_per_layer: PositiveInt = Field(
+        description="Parameter all-gathers (and gradient reduce-scatters) one transformer layer issues per pass: "
+        "1 for a per-block FSDP unit, more where the engine gathers per sub-module."
+    )
+    prefetch_units: NonNegativeInt = Field(
+        description="Units gathered ahead of the one computing (0: each gather waits, nothing overlaps)."
+    )
+    prefetch_bucket_params: PositiveInt | None = Field(
+        description="Where prefetch is a parameter budget rather than a unit count: parameters gathered ahead "
+        "(a layer larger than it is only partly prefetched); null to use prefetch_units."
+    )
+    reshard_after_forward: bool = Field(
+        description="ZeRO-3 frees gathered parameters after a unit's forward and gathers them again for backward."
+    )
+    regather_for_recompute: bool = Field(
+        description="Full recompute gathers the parameters once more for the recomputed forward."
+    )
+    reduce_in_fp32: bool = Field(description="Gradients are reduced in fp32 whatever the gradient dtype.")
+    reduce_bucket_params: PositiveInt = Field(
+        description="Parameters per gradient-reduction bucket under ZeRO 0-2 (one collective per bucket)."
+    )
+    supports_hsdp: bool = Field(description="Hybrid sharding: shard inside a group, replicate across groups.")
+    collective_overhead_seconds: NonNegativeFloat = Field(
+        description="Fixed host-side cost of each ZeRO-3 collective (hooks, flattening, stream sync), per collective."
+    )
+
+
+class ScheduleSection(_Sourced):
+    """Which parallelisms, schedules and combinations the engine runs (search and check offer only these)."""
+
+    tensor_parallel: bool
+    sequence_parallel: bool
+    context_parallel: bool
+    expert_parallel: bool
+    pipeline: bool
+    interleaved: bool = Field(description="Interleaved (virtual-stage) 1F1B.")
+    gpipe: bool
+    zero_stages: tuple[int, ...] = Field(description="ZeRO stages it implements.")
+    max_zero_with_pp: int = Field(ge=0, le=3, description="Highest ZeRO stage it runs together with pp > 1.")
+    recompute: tuple[RecomputeMode, ...] = Field(description="Recompute modes it can run.")
+    block_recompute: bool = Field(description="Recompute of only k layers per stage (Megatron 'block').")
+
+
+class OptimizerSection(_Sourced):
+    """The optimizer's implementation, as it changes memory and step time."""
+
+    implementation: str = Field(description="The optimizer the engine runs by default.")
+    fused_step: bool = Field(description="One fused multi-tensor kernel (else a loop of per-tensor kernels).")
+    state_bytes_per_param: dict[str, int] = Field(
+        description="Optimizer-state bytes per parameter beyond 16-bit weights and gradients, by optimizer."
+    )
+    step_traffic_factor: float = Field(
+        ge=1.0, description="HBM traffic of the optimizer step relative to one fused pass over its states."
+    )
+
+
+class OffloadSection(_Sourced):
+    """What the engine can move to the host, and the CPU optimizer it runs for offloaded states."""
+
+    optimizer: bool = Field(description="Optimizer states (fp32 master, moments) and their step on the CPU.")
+    params: bool = Field(description="16-bit parameter shards on the host (ZeRO-3 / FSDP only).")
+    activations: bool = Field(description="Activations of some layers moved to the host during forward.")
+    cpu_optimizer: Literal["fused", "torch"] = Field(
+        description="The CPU Adam it runs by default: a vectorised one (DeepSpeedCPUAdam) or torch.optim's."
+    )
+
+
+class EfficiencySection(_Sourced):
+    """Named efficiency factors of this engine."""
+
+    nccl_compute_contention: NonNegativeFloat = Field(
+        description="Share by which compute slows while a collective overlaps it (NCCL kernels hold SMs and HBM)."
+    )
+    dp_overlap_efficiency: float = Field(
+        gt=0.0, le=1.0, description="Share of the overlap window that hides data-parallel traffic."
+    )
+
+
+class EngineProfile(BaseModel):
+    """One training engine: kernels, ZeRO implementation, what it can run, optimizer, efficiency factors."""
+
+    model_config = _STRICT
+
+    name: EngineName
+    description: str
+    kernels: KernelSection
+    zero: ZeroSection
+    schedules: ScheduleSection
+    optimizer: OptimizerSection
+    offload: OffloadSection
+    efficiency: EfficiencySection
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shared source strings
+_MEGATRON_FUSED = (
+    "NVIDIA/Megatron-LM megatron/core/fusions/ (fused_bias_gelu, fused_bias_dropout, fused_layer_norm); the "
+    "element-wise traffic in training/time.py counts these fused kernels - the calibrated baseline"
+)
+_EAGER_FACTOR = (
+    "fitted: pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (8B FSDP on 8 H100: 5,762 tok/s eager "
+    "vs 6,667 with torch.compile, 1.16x; on 128 H100 5,605 vs 6,514, 1.16x; in ../shared/reference/"
+    "published_runs_modern.yaml) - the factor by which eager element-wise kernels move more bytes than the fused "
+    "count, chosen (grid 2.0-3.5 in steps of 0.5) so that turning compile on gives the measured gain with op-level "
+    "AC: 2.5 gives 1.163x and 1.160x; an eager fp32 RMSNorm, residual add and SiLU-mul each read and write their "
+    "tensors in several kernels"
+)
+_CONTENTION = (
+    "kernel_figures 7.1: NVIDIA Developer Forums 'Compute-Communication Overlap Causes Severe GEMM Performance "
+    "Degradation' (H100: a concurrent 24-CTA ncclAllGather takes ~24/132 = 18% of the SMs; one-wave GEMMs "
+    "lose up to 1.7x); 0.18 taken for multi-wave training GEMMs (an estimate, not a fit)"
+)
+_FSDP_UNIT = (
+    "torch.distributed.fsdp.fully_shard applied per transformer block (pytorch/torchtitan "
+    "torchtitan/models/llama3/infra/parallelize.py apply_fsdp): one all-gather and one reduce-scatter per block"
+)
+_FSDP_PREFETCH = (
+    "FSDP2 prefetches the next unit's all-gather in forward and backward (PyTorch FSDP paper, Zhao et al. 2023, "
+    "Sec. 3.3 'backward/forward prefetch'; fully_shard default): 1"
+)
+_MEGATRON_BUCKET = (
+    "NVIDIA/Megatron-LM megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40,000,000, "
+    "1,000,000 x dp) parameters by default; 40M taken"
+)
+_ADAM = "Rajbhandari et al. 2020 (ZeRO) Sec. 3.1: K = 12 for mixed-precision Adam; SGD with momentum 8"
+_NO_CONTENTION_CALIBRATED = (
+    "0.0 for ZeRO 0-2 as calibrated (benchmarks/calibrate_training.py: the fitted matmul efficiencies absorb it); "
+    "ZeRO-3 traffic uses the same value"
+)
+
+
+_MEGATRON = EngineProfile(
+    name="megatron",
+    description="Megatron-LM / Megatron-Core: fused kernels, distributed optimizer, (interleaved) 1F1B, TP/SP/CP/EP; "
+    "the calibrated default (planner's behaviour before engines were inputs).",
+    kernels=KernelSection(
+        fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
+        sources={
+            "loss_bytes_per_logit": "training/memory.py LOSS_PEAK_BYTES_PER_LOGIT: at the loss's backward the fp32 "
+            "softmax kept for it (4, Korthikanti et al. 2022 Sec. 4.3's 4sbv/t) and the bf16 logit gradient written "
+            "from it (2); Megatron-Core's vocab-parallel cross entropy works in place: 6",
+            "fused_elementwise": _MEGATRON_FUSED,
+            "supports_compile": "Megatron-LM has no torch.compile switch for the model (fusions are hand-written)",
+            "eager_elementwise_traffic_factor": "unused when fused_elementwise is true; 1.0",
+        },
+    ),
+    zero=ZeroSection(
+        collectives_per_layer=1, prefetch_units=1, prefetch_bucket_params=None, reshard_after_forward=True,
+        regather_for_recompute=False, reduce_in_fp32=False, reduce_bucket_params=40_000_000, supports_hsdp=True, collective_overhead_seconds=0.0,
+        sources={
+            "collectives_per_layer": "Megatron-Core custom FSDP (--use-custom-fsdp, data_parallel_sharding_strategy "
+            "optim_grads_params) shards per transformer layer: megatron/core/distributed/custom_fsdp/",
+            "prefetch_units": "Megatron-Core custom FSDP prefetches the next layer's parameters: 1",
+            "prefetch_bucket_params": "prefetch counted in units: null",
+            "reshard_after_forward": "optim_grads_params frees the gathered parameters after forward (ZeRO-3 semantics)",
+            "regather_for_recompute": "recompute runs inside the layer's backward, after its gather: no extra gather",
+            "reduce_in_fp32": "the gradient dtype of the layout decides (--grad-reduce-in-bf16 / fp32 main grads)",
+            "reduce_bucket_params": _MEGATRON_BUCKET,
+            "supports_hsdp": "Megatron-Core --num-distributed-optimizer-instances (partial sharding) / custom FSDP HSDP",
+            "collective_overhead_seconds": "no host-side overhead beyond NCCL's own latency assumed (calibrated default)",
+        },
+    ),
+    schedules=ScheduleSection(
+        tensor_parallel=True, sequence_parallel=True, context_parallel=True, expert_parallel=True, pipeline=True,
+        interleaved=True, gpipe=True, zero_stages=(0, 1, 2, 3), max_zero_with_pp=3,
+        recompute=("none", "selective", "full", "modules"), block_recompute=True,
+        sources={
+            "tensor_parallel": "Shoeybi et al. 2019; --tensor-model-parallel-size",
+            "sequence_parallel": "Korthikanti et al. 2022; --sequence-parallel",
+            "context_parallel": "Megatron-Core --context-parallel-size",
+            "expert_parallel": "Megatron-Core --expert-model-parallel-size",
+            "pipeline": "Narayanan et al. 2021; --pipeline-model-parallel-size",
+            "interleaved": "Narayanan et al. 2021 Sec. 2.2.2; --num-layers-per-virtual-pipeline-stage",
+            "gpipe": "kept as before (planner's default space never proposes gpipe; a layout may name it)",
+            "zero_stages": "distributed optimizer (ZeRO-1), custom FSDP optim_grads (2) and optim_grads_params (3)",
+            "max_zero_with_pp": "as before engines were inputs: every stage accepted with pp > 1",
+            "recompute": "--recompute-granularity selective|full, --recompute-modules (Megatron-Core)",
+            "block_recompute": "--recompute-method block --recompute-num-layers k",
+        },
+    ),
+    optimizer=OptimizerSection(
+        implementation="Megatron distributed optimizer (fp32 main params, Adam states sharded over DP)",
+        fused_step=True, state_bytes_per_param={"adam": 12, "sgd": 8}, step_traffic_factor=1.0,
+        sources={
+            "implementation": "megatron/core/optimizer/distrib_optimizer.py",
+            "fused_step": "Apex / Transformer Engine FusedAdam multi-tensor apply",
+            "state_bytes_per_param": _ADAM,
+            "step_traffic_factor": "one fused pass over the states (the calibrated optimizer model): 1.0",
+        },
+    ),
+    offload=OffloadSection(
+        optimizer=True, params=False, activations=True, cpu_optimizer="torch",
+        sources={
+            "optimizer": "Megatron-Core --optimizer-cpu-offload (megatron/core/optimizer/cpu_offloading/, "
+            "HybridDeviceOptimizer)",
+            "params": "Megatron-Core keeps parameters on the GPU",
+            "activations": "Megatron-Core --cpu-offloading-num-layers (Transformer Engine CPU offload)",
+            "cpu_optimizer": "HybridDeviceOptimizer steps torch.optim AdamW on the CPU part",
+        },
+    ),
+    efficiency=EfficiencySection(
+        nccl_compute_contention=0.0, dp_overlap_efficiency=1.0,
+        sources={
+            "nccl_compute_contention": _NO_CONTENTION_CALIBRATED,
+            "dp_overlap_efficiency": "benchmarks/calibrate_training.py on the published runs (grid 0.5-1.0): 1.0",
+        },
+    ),
+)
+
+
+def _derive(base: EngineProfile, name: str, description: str, **sections: dict[str, object]) -> EngineProfile:
+    """`base` with some fields of some sections replaced; each replaced field brings its own source."""
+    data = base.model_dump()
+    data["name"] = name
+    data["description"] = description
+    for section, changes in sections.items():
+        sources = dict(changes.pop("sources", {}))  # type: ignore[call-overload]
+        data[section].update(changes)
+        data[section]["sources"].update(sources)
+    return EngineProfile.model_validate(data)
+
+
+_NEMO = _derive(
+    _MEGATRON, "nemo",
+    "NeMo (Megatron-Core underneath, Transformer Engine kernels) with Apex DistributedFusedAdam, which shards "
+    "optimizer states and gradients (ZeRO-2) - the NeMo 24.07 recipes.",
+    optimizer={
+        "implementation": "Apex DistributedFusedAdam (optimizer states and gradients sharded over DP)",
+        "sources": {"implementation": "NeMo 24.07 recipes, optim.name distributed_fused_adam (published_runs_modern.yaml notes)"},
+    },
+    schedules={
+        "zero_stages": (0, 1, 2, 3),
+        "sources": {"zero_stages": "Megatron-Core distributed optimizer (1), Apex DistributedFusedAdam (2), "
+                    "NeMo 2 FSDP strategy (3)"},
+    },
+)
+
+_TORCH_LOSS = (
+    "pytorch/torchtitan torchtitan/components/loss.py (2024-12: cross_entropy(pred.flatten(0, 1).float(), labels)): "
+    "the fp32 upcast feeds log_softmax, whose fp32 output is saved (4 bytes); its backward makes an fp32 gradient (4) "
+    "and the cast back a bf16 one (2): 10 bytes per logit at the loss's peak, where Megatron keeps 6"
+)
+_TORCH_EAGER = {
+    "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 2.5,
+    "loss_bytes_per_logit": 10.0,
+    "sources": {
+        "loss_bytes_per_logit": _TORCH_LOSS,
+        "fused_elementwise": "PyTorch eager modules: RMSNorm, residual add, SiLU x up each a separate kernel",
+        "supports_compile": "torchtitan [compile] enable / torch.compile per block (`--compile` here)",
+        "eager_elementwise_traffic_factor": _EAGER_FACTOR,
+    },
+}
+
+_TORCHTITAN = _derive(
+    _MEGATRON, "torchtitan",
+    "torchtitan: FSDP2 per transformer block, TP/SP (DTensor), CP, PP schedules including interleaved 1F1B, "
+    "selective op-level or full AC, optional torch.compile.",
+    offload={
+        "optimizer": True, "params": True, "activations": False, "cpu_optimizer": "torch",
+        "sources": {
+            "optimizer": "torchtitan [training] enable_cpu_offload: FSDP2 OffloadPolicy (parameters, gradients and "
+            "the optimizer step on the CPU)",
+            "params": "FSDP2 CPUOffloadPolicy",
+            "activations": "no activation offload in torchtitan's config",
+            "cpu_optimizer": "torch.optim AdamW steps the CPU parameters",
+        },
+    },
+    kernels=dict(_TORCH_EAGER),
+    zero={
+        "collectives_per_layer": 1, "prefetch_units": 1, "reshard_after_forward": True,
+        "regather_for_recompute": False, "reduce_in_fp32": True, "collective_overhead_seconds": 0.0,
+        "sources": {
+            "collectives_per_layer": _FSDP_UNIT,
+            "prefetch_units": _FSDP_PREFETCH,
+            "reshard_after_forward": "torchtitan fsdp_reshard_after_forward 'default': True without PP (with PP the "
+            "reference data models it as zero 1)",
+            "regather_for_recompute": "AC wraps the block inside its FSDP unit: the backward gather serves the "
+            "recomputed forward",
+            "reduce_in_fp32": "torchtitan [training] mixed_precision_reduce = 'float32' (MixedPrecisionPolicy)",
+            "collective_overhead_seconds": "FSDP2 issues one flat all-gather per unit; no overhead beyond NCCL's assumed",
+        },
+    },
+    schedules={
+        "gpipe": True, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 3, "block_recompute": True,
+        "recompute": ("none", "op", "full"),
+        "sources": {
+            "gpipe": "torch.distributed.pipelining ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B",
+            "zero_stages": "FSDP2 (3); DDP (0); with PP FSDP does not reshard (1-like)",
+            "max_zero_with_pp": "torchtitan composes PP with FSDP",
+            "recompute": "torchtitan [activation_checkpoint] mode none|selective|full; selective_ac_option 'op' is "
+            "op-level AC (planner's 'op'), an integer k checkpoints every k-th layer (planner's full with k layers); "
+            "it has no attention-core-only mode",
+            "block_recompute": "selective_ac_option = k checkpoints every k-th block: layers/k per stage (the "
+            "importer's mapping)",
+        },
+    },
+    optimizer={
+        "implementation": "torch.optim.AdamW (foreach) on FSDP2 fp32 sharded parameters",
+        "fused_step": False, "step_traffic_factor": 1.0,
+        "sources": {
+            "implementation": "torchtitan [optimizer] name AdamW, implementation 'foreach'",
+            "fused_step": "foreach: horizontally fused per tensor group, not one kernel",
+            "step_traffic_factor": "foreach kernels stream the states once: 1.0 (an assumption)",
+        },
+    },
+    efficiency={
+        "nccl_compute_contention": 0.18,
+        "sources": {"nccl_compute_contention": _CONTENTION},
+    },
+)
+
+_FSDP = _derive(
+    _TORCHTITAN, "fsdp",
+    "Plain PyTorch FSDP (Hugging Face Trainer / accelerate style): per-block units, no TP/CP/PP, eager kernels.",
+    offload={
+        "optimizer": True, "params": True, "activations": False, "cpu_optimizer": "torch",
+        "sources": {
+            "optimizer": "FSDP CPUOffload(offload_params=True) keeps the sharded parameters, gradients and optimizer "
+            "step on the CPU (torch.distributed.fsdp.CPUOffload; accelerate fsdp_offload_params)",
+            "params": "CPUOffload(offload_params=True)",
+            "activations": "no activation offload switch in the Trainer FSDP path (torch's offload hooks aside)",
+            "cpu_optimizer": "the optimizer the user built (torch.optim AdamW) steps on the CPU parameters",
+        },
+    },
+    schedules={
+        "tensor_parallel": False, "sequence_parallel": False, "context_parallel": False, "expert_parallel": False,
+        "pipeline": False, "interleaved": False, "gpipe": False, "max_zero_with_pp": 0,
+        "recompute": ("none", "full"),
+        "sources": {
+            "tensor_parallel": "accelerate FSDP plugin shards only (no DTensor TP in the Trainer path)",
+            "sequence_parallel": "not available without TP",
+            "context_parallel": "not available in the Trainer FSDP path",
+            "expert_parallel": "not available in the Trainer FSDP path",
+            "pipeline": "FSDP alone has no pipeline schedule",
+            "interleaved": "no pipeline",
+            "gpipe": "no pipeline",
+            "max_zero_with_pp": "no pipeline",
+            "recompute": "gradient_checkpointing (per block) or none",
+        },
+    },
+)
+
+_DEEPSPEED = _derive(
+    _MEGATRON, "deepspeed",
+    "DeepSpeed: ZeRO 1-3 with per-sub-module parameter gathers, pipeline engine (plain 1F1B, ZeRO 0-1 only), "
+    "eager PyTorch kernels unless the model brings fused ones, BF16_Optimizer.",
+    offload={
+        "optimizer": True, "params": True, "activations": True, "cpu_optimizer": "fused",
+        "sources": {
+            "optimizer": "ZeRO-Offload: zero_optimization.offload_optimizer.device cpu (Ren et al. 2021)",
+            "params": "ZeRO-Infinity: zero_optimization.offload_param.device cpu (stage 3 only)",
+            "activations": "activation_checkpointing.cpu_checkpointing (checkpoints moved to the host)",
+            "cpu_optimizer": "DeepSpeedCPUAdam (deepspeed/ops/adam/cpu_adam.py); optimizer.params.torch_adam true "
+            "selects torch.optim instead",
+        },
+    },
+    kernels=dict(_TORCH_EAGER, sources={
+        "fused_elementwise": "DeepSpeed runs the user's PyTorch modules (eager kernels)",
+        "supports_compile": "DeepSpeed config 'compile' / engine.compile()",
+        "eager_elementwise_traffic_factor": _EAGER_FACTOR,
+        "loss_bytes_per_logit": "Hugging Face causal-LM loss: logits.float() then cross_entropy, as torchtitan: " + _TORCH_LOSS,
+    }),
+    zero={
+        "collectives_per_layer": 20, "prefetch_units": 1, "prefetch_bucket_params": 50_000_000,
+        "reshard_after_forward": True,
+        "regather_for_recompute": True, "reduce_in_fp32": False, "reduce_bucket_params": 500_000_000,
+        "supports_hsdp": True, "collective_overhead_seconds": 0.0,
+        "sources": {
+            "collectives_per_layer": "fitted: Narayanan et al. 2021 Table 2 ZeRO-3 rows (175B on 384-1536 and 530B on "
+            "640-2240 A100; published_runs_modern.yaml), grid 4-24 x overhead 0-3 ms: 20 ring-latency-bound "
+            "collectives per layer and pass, overhead 0 (max |error| 14.5%). DeepSpeed gathers per sub-module "
+            "and parameter (deepspeed/runtime/zero/partitioned_param_coordinator.py); a GPT layer has 12 "
+            "parameter tensors, so 20 also absorbs per-collective costs the model has no other term for",
+            "prefetch_units": "unused: DeepSpeed's prefetch is a parameter budget (prefetch_bucket_params)",
+            "prefetch_bucket_params": "stage3_prefetch_bucket_size default 5e7 parameters (deepspeed/runtime/zero/config.py, "
+            "DeepSpeed config docs); a GPT-3 175B layer (1.8e9 parameters) is 3% prefetched",
+            "reshard_after_forward": "stage3_max_reuse_distance / release after forward: parameters freed, regathered "
+            "in backward",
+            "regather_for_recompute": "deepspeed activation checkpointing re-runs the forward hooks: another gather",
+            "reduce_in_fp32": "communication_data_type defaults to the model dtype (fp16/bf16)",
+            "reduce_bucket_params": "DeepSpeed ZeRO config reduce_bucket_size default 5e8 (deepspeed/runtime/zero/config.py)",
+            "supports_hsdp": "ZeRO++ hpZ (zero_hpz_partition_size) / MiCS (mics_shard_size)",
+            "collective_overhead_seconds": "fitted with collectives_per_layer (above): 0 - the NCCL ring latency over "
+            "the whole group explains the growth with GPU count",
+        },
+    },
+    schedules={
+        "tensor_parallel": True, "sequence_parallel": True, "context_parallel": True, "expert_parallel": True,
+        "pipeline": True, "interleaved": False, "gpipe": False, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1,
+        "recompute": ("none", "selective", "full"), "block_recompute": False,
+        "sources": {
+            "tensor_parallel": "Megatron-DeepSpeed mpu / AutoTP (the DeepSpeed JSON carries no TP; the launcher does)",
+            "sequence_parallel": "Megatron-DeepSpeed --sequence-parallel (Megatron-style SP comes with its model code)",
+            "context_parallel": "DeepSpeed-Ulysses (sequence_parallel_size), read as context parallelism: the same "
+            "sequence split, priced as planner's ring CP (an approximation: Ulysses exchanges heads by all-to-all)",
+            "expert_parallel": "deepspeed.moe (ep_size)",
+            "pipeline": "deepspeed/runtime/pipe/engine.py PipelineEngine",
+            "interleaved": "deepspeed/runtime/pipe/schedule.py TrainSchedule is plain 1F1B: no virtual stages",
+            "gpipe": "the pipeline engine runs TrainSchedule (1F1B) only",
+            "zero_stages": "ZeRO stages 0-3 (deepspeed/runtime/zero/)",
+            "max_zero_with_pp": "deepspeed/runtime/pipe/engine.py asserts zero stage < 2 with pipeline parallelism",
+            "recompute": "deepspeed.checkpointing.checkpoint per layer (full); selective through Megatron-DeepSpeed's "
+            "--recompute-granularity selective (the model code's)",
+            "block_recompute": "checkpointing is per wrapped layer, every layer",
+        },
+    },
+    optimizer={
+        "implementation": "DeepSpeed FusedAdam under ZeRO (fp32 master + Adam states), BF16_Optimizer with bf16",
+        "fused_step": True, "step_traffic_factor": 1.0,
+        "sources": {
+            "implementation": "deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, deepspeed/runtime/bf16_optimizer.py",
+            "fused_step": "deepspeed/ops/adam/fused_adam.py multi-tensor apply",
+            "step_traffic_factor": "one fused pass: 1.0",
+        },
+    },
+    efficiency={
+        "nccl_compute_contention": 0.18,
+        "sources": {"nccl_compute_contention": _CONTENTION},
+    },
+)
+
+ENGINE_PROFILES: dict[str, EngineProfile] = {p.name: p for p in (_MEGATRON, _NEMO, _TORCHTITAN, _FSDP, _DEEPSPEED)}
+ENGINE_NAMES: tuple[str, ...] = tuple(ENGINE_PROFILES)
+DEFAULT_ENGINE = "megatron"
+
+
+def engine_profile(name: str) -> EngineProfile:
+    """The built-in profile `name`, or a PlannerError listing the engines there are."""
+    try:
+        return ENGINE_PROFILES[name]
+    except KeyError:
+        raise PlannerError(f"engine({name}) is not known; choose one of {', '.join(ENGINE_NAMES)}") from None
