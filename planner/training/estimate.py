@@ -107,7 +107,7 @@ class _StagePicker:
             return np.broadcast_to(per_stage, np.broadcast_shapes(per_stage.shape, self.index.shape))
         if per_stage.shape[0] == 1:
             return np.broadcast_to(per_stage[0], np.broadcast_shapes(per_stage.shape[1:], self.index.shape))
-        picked = per_stage[-1]
+        picked: np.ndarray = per_stage[-1]
         for k in range(len(self.masks) - 1, -1, -1):
             picked = np.where(self.masks[k], per_stage[k], picked)
         return picked
@@ -140,7 +140,8 @@ def evaluate(
     optimizer = np.max(optimizer_seconds(hw, lay, params), axis=0)
 
     def slowest_part(name: str) -> np.ndarray:
-        return m * slowest(getattr(times, name))
+        seconds: np.ndarray = m * slowest(getattr(times, name))
+        return seconds
 
     compute = slowest_part("compute")
     comm_parts = {name: slowest_part(name) for name in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "zero3_comm")}
