@@ -20,7 +20,12 @@ from planner.cli.options import HEADROOM, count, echo_json, warn_if_far
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
-    from planner.search.suggest import EngineMapper
+    from pydantic import BaseModel
+
+    from planner.engines.job import ResolvedJob
+    from planner.search.suggest import Diagnosis, EngineMapper, Suggestion
+    from planner.specs.job import Job
+    from planner.training.estimate import TrainingEstimate
 
 GIB = float(1 << 30)
 ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torchtitan": "torchtitan",
@@ -70,7 +75,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _job_from_flags(kw: dict[str, Any], engine: dict[str, Any] | None, what: str):  # -> Job
+def _job_from_flags(kw: dict[str, Any], engine: dict[str, Any] | None, what: str) -> Job:
     from planner.specs.job import Job
     from planner.specs.validation import validate_spec
 
@@ -99,10 +104,10 @@ def _flags_given(kw: dict[str, Any]) -> list[str]:
 # check --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Checked:
-    job: Any  # ResolvedJob
-    estimate: Any  # TrainingEstimate
-    diagnosis: Any | None
-    suggestions: tuple[Any, ...]
+    job: ResolvedJob
+    estimate: TrainingEstimate
+    diagnosis: Diagnosis | None  # set exactly when the estimate does not fit
+    suggestions: tuple[Suggestion, ...]
     searched: bool = True  # False with --no-suggest: no changes were looked for
 
     def to_json(self) -> dict[str, Any]:
@@ -114,6 +119,7 @@ class Checked:
         data.update(self.estimate.to_json())
         data["warnings"] = list(self.job.warnings)
         if not self.estimate.fits:
+            assert self.diagnosis is not None  # run_checks diagnoses every job that does not fit
             data["diagnosis"] = self.diagnosis.to_json()
             data["suggestions"] = [s.to_json() for s in self.suggestions]
         return data
@@ -176,6 +182,7 @@ def _headline(c: Checked) -> str:
         return (f"{who}: fits, peak {peak / GIB:.1f} GiB of {est.usable_bytes / GIB:.1f} GiB usable (stage "
                 f"{est.peak_stage}); step {est.scalar('step_seconds'):.3g} s, MFU {est.scalar('mfu'):.1%}")
     d = c.diagnosis
+    assert d is not None  # run_checks diagnoses every job that does not fit
     return (f"{who}: does not fit: stage {d.stage} needs {d.peak_bytes / GIB:.1f} GiB, {d.over_bytes / GIB:.1f} GiB "
             f"({d.over_bytes:,.0f} bytes) over the {d.usable_bytes / GIB:.1f} GiB usable; largest term: {d.dominant} "
             f"({d.dominant_bytes / GIB:.1f} GiB)")
@@ -240,7 +247,7 @@ def _render_github(checked: list[Checked]) -> None:
               help="table for people, json for tools, github for GitHub Actions annotations.")
 @click.option("--no-suggest", is_flag=True, help="Skip searching for changes that make a failing job fit.")
 @click.pass_context
-def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None, megatron_args: Path | None,
+def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | None, megatron_args: Path | None,
               torchtitan: Path | None, hf_trainer: str | None, accelerate_config: Path | None, engine_args: str | None,
               fmt: str, no_suggest: bool, **kw: Any) -> None:
     """Check that training jobs fit in GPU memory: exit 0 if all fit, 1 if any does not, 2 on bad input.
@@ -374,5 +381,6 @@ def schema_cmd(kind: str) -> None:
         from planner.specs.layout import Layout
         from planner.specs.model import ModelSpec
 
-        schema = {"model": ModelSpec, "hardware": HardwareProfile, "layout": Layout}[kind].model_json_schema()
+        specs: dict[str, type[BaseModel]] = {"model": ModelSpec, "hardware": HardwareProfile, "layout": Layout}
+        schema = specs[kind].model_json_schema()
     click.echo(json.dumps(schema, indent=2))
