@@ -125,7 +125,7 @@ class Checked:
         return data
 
 
-def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
+def run_checks(resolved: list[ResolvedJob], *, suggest: bool = True) -> list[Checked]:
     """Estimate every job; diagnose and fix those that do not fit."""
     from planner.search.suggest import diagnose
     from planner.training.estimate import estimate
@@ -144,7 +144,7 @@ def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
     return out
 
 
-def _fixes(job: Any, est: Any) -> tuple[Any, ...]:
+def _fixes(job: ResolvedJob, est: TrainingEstimate) -> tuple[Suggestion, ...]:
     """The smallest changes that fit: layout changes on the job's GPUs; when none fits, precision changes on
     them and the fewest GPUs of the same kind on which some layout fits (a search at each count)."""
     from planner.search.engine import fewest_gpus_fix
@@ -161,7 +161,7 @@ def _fixes(job: Any, est: Any) -> tuple[Any, ...]:
     return (*kept, fewest)
 
 
-def _precision(fix: Any) -> bool:
+def _precision(fix: Suggestion) -> bool:
     from planner.search.suggest import is_precision_change
 
     return is_precision_change(fix)
