@@ -20,7 +20,12 @@ from planner.cli.options import HEADROOM, Count, count, echo_json, engine_option
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
-    from planner.search.suggest import EngineMapper
+    from pydantic import BaseModel
+
+    from planner.engines.job import ResolvedJob
+    from planner.search.suggest import Diagnosis, EngineMapper, Suggestion
+    from planner.specs.job import Job
+    from planner.training.estimate import TrainingEstimate
 
 GIB = float(1 << 30)
 ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torchtitan": "torchtitan",
@@ -84,7 +89,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _job_from_flags(kw: dict[str, Any], engine: dict[str, Any] | None, what: str):  # -> Job
+def _job_from_flags(kw: dict[str, Any], engine: dict[str, Any] | None, what: str) -> Job:
     from planner.specs.job import Job
     from planner.specs.validation import validate_spec
 
@@ -113,10 +118,10 @@ def _flags_given(kw: dict[str, Any]) -> list[str]:
 # check --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Checked:
-    job: Any  # ResolvedJob
-    estimate: Any  # TrainingEstimate
-    diagnosis: Any | None
-    suggestions: tuple[Any, ...]
+    job: ResolvedJob
+    estimate: TrainingEstimate
+    diagnosis: Diagnosis | None  # set exactly when the estimate does not fit
+    suggestions: tuple[Suggestion, ...]
     searched: bool = True  # False with --no-suggest: no changes were looked for
 
     def to_json(self) -> dict[str, Any]:
@@ -128,12 +133,13 @@ class Checked:
         data.update(self.estimate.to_json())
         data["warnings"] = list(self.job.warnings)
         if not self.estimate.fits:
+            assert self.diagnosis is not None  # run_checks diagnoses every job that does not fit
             data["diagnosis"] = self.diagnosis.to_json()
             data["suggestions"] = [s.to_json() for s in self.suggestions]
         return data
 
 
-def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
+def run_checks(resolved: list[ResolvedJob], *, suggest: bool = True) -> list[Checked]:
     """Estimate every job; diagnose and fix those that do not fit."""
     from planner.search.suggest import diagnose
     from planner.training.estimate import estimate
@@ -152,7 +158,7 @@ def run_checks(resolved: list[Any], *, suggest: bool = True) -> list[Checked]:
     return out
 
 
-def _fixes(job: Any, est: Any) -> tuple[Any, ...]:
+def _fixes(job: ResolvedJob, est: TrainingEstimate) -> tuple[Suggestion, ...]:
     """The smallest changes that fit: layout changes on the job's GPUs; when none fits, precision changes on
     them and the fewest GPUs of the same kind on which some layout fits (a search at each count)."""
     from planner.search.engine import fewest_gpus_fix
@@ -169,7 +175,7 @@ def _fixes(job: Any, est: Any) -> tuple[Any, ...]:
     return (*kept, fewest)
 
 
-def _precision(fix: Any) -> bool:
+def _precision(fix: Suggestion) -> bool:
     from planner.search.suggest import is_precision_change
 
     return is_precision_change(fix)
@@ -206,6 +212,7 @@ def _headline(c: Checked) -> str:
                 f"{est.result.host_capacity_bytes * (1 - est.headroom) / GIB:.1f} GiB usable; offload less or use "
                 f"more nodes")
     d = c.diagnosis
+    assert d is not None  # run_checks diagnoses every job that does not fit
     return (f"{who}: does not fit: stage {d.stage} needs {d.peak_bytes / GIB:.1f} GiB, {d.over_bytes / GIB:.1f} GiB "
             f"({d.over_bytes:,.0f} bytes) over the {d.usable_bytes / GIB:.1f} GiB usable; largest term: {d.dominant} "
             f"({d.dominant_bytes / GIB:.1f} GiB)")
@@ -270,7 +277,7 @@ def _render_github(checked: list[Checked]) -> None:
               help="table for people, json for tools, github for GitHub Actions annotations.")
 @click.option("--no-suggest", is_flag=True, help="Skip searching for changes that make a failing job fit.")
 @click.pass_context
-def check_cmd(ctx: click.Context, jobs: tuple[Path, ...], deepspeed: Path | None, megatron_args: Path | None,
+def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | None, megatron_args: Path | None,
               torchtitan: Path | None, hf_trainer: str | None, accelerate_config: Path | None, engine_args: str | None,
               fmt: str, no_suggest: bool, **kw: Any) -> None:
     """Check that training jobs fit in GPU memory: exit 0 if all fit, 1 if any does not, 2 on bad input.
@@ -404,5 +411,6 @@ def schema_cmd(kind: str) -> None:
         from planner.specs.layout import Layout
         from planner.specs.model import ModelSpec
 
-        schema = {"model": ModelSpec, "hardware": HardwareProfile, "layout": Layout}[kind].model_json_schema()
+        specs: dict[str, type[BaseModel]] = {"model": ModelSpec, "hardware": HardwareProfile, "layout": Layout}
+        schema = specs[kind].model_json_schema()
     click.echo(json.dumps(schema, indent=2))

@@ -174,7 +174,7 @@ def _profile_renderables(entry: Loaded) -> list[RenderableType]:
         out.append(_key_values("Network", [("scale-out", "none: a single-node system; "
                                                             "cross-node groups use the node figures")]))
     else:
-        network = [("kind", net.kind)]
+        network: list[tuple[str, str]] = [("kind", net.kind)]
         if net.nics_per_node and net.nic_bits_per_s:
             network.append(("NICs per node", f"{net.nics_per_node} x {net.nic_bits_per_s / 1e9:g} Gb/s"))
         network += [

@@ -39,12 +39,12 @@ GIB = float(1 << 30)
 _SUFFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 
-class CommaList(click.ParamType):
+class CommaList(click.ParamType):  # type: ignore[type-arg]  # click 8.2+ is generic, older click is not
     """One value or a comma-separated list: '8' or '4,8'; each item converted by `item`."""
 
     name = "LIST"
 
-    def __init__(self, item: click.ParamType, metavar: str) -> None:
+    def __init__(self, item: click.ParamType[Any], metavar: str) -> None:
         self.item = item
         self.metavar = metavar
 
@@ -60,7 +60,7 @@ class CommaList(click.ParamType):
         return tuple(dict.fromkeys(self.item.convert(p, param, ctx) for p in parts))
 
 
-class OnOff(click.ParamType):
+class OnOff(click.ParamType):  # type: ignore[type-arg]  # click 8.2+ is generic, older click is not
     name = "on|off"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
@@ -72,7 +72,7 @@ class OnOff(click.ParamType):
         self.fail(f"'{value}' is not on or off", param, ctx)
 
 
-class TokenCount(click.ParamType):
+class TokenCount(click.ParamType):  # type: ignore[type-arg]  # click 8.2+ is generic, older click is not
     """A token count: 15e12, 15T, 300B, 2.5M."""
 
     name = "TOKENS"

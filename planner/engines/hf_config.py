@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Literal, overload
 
 from pydantic import ValidationError
 
@@ -81,6 +81,13 @@ class _Reader:
     def raw(self, key: str) -> Any:
         self.used.add(key)
         return self.data.get(key)
+
+    @overload
+    def int_(self, key: str, default: int, *, required: bool = ...) -> int: ...
+    @overload
+    def int_(self, key: str, default: None = None, *, required: Literal[True] = True) -> int: ...
+    @overload
+    def int_(self, key: str, default: None = None, *, required: bool) -> int | None: ...
 
     def int_(self, key: str, default: int | None = None, *, required: bool = True) -> int | None:
         """A positive integer; missing or null means `default` (an error when required and no default)."""
@@ -184,7 +191,7 @@ def _count_layer_types(r: _Reader) -> int | None:
     if unknown:
         raise r.error("layer_types", f"unsupported attention type {unknown[0]!r}; planner knows "
                       "'full_attention' and 'sliding_attention'")
-    return sum(t == "sliding_attention" for t in types)
+    return sum(1 for t in types if t == "sliding_attention")
 
 
 def _qwen_window(r: _Reader) -> None:
@@ -772,8 +779,9 @@ def _check_leftovers(r: _Reader) -> None:
 def _name(data: dict[str, Any], source: str) -> str:
     """`_name_or_path` when the file has one, else the folder of a config.json, else the file name."""
     for key in _DISPLAY_NAMES:
-        if isinstance(data.get(key), str) and data[key]:
-            return data[key]
+        value = data.get(key)
+        if isinstance(value, str) and value:
+            return value
     path = PurePath(source)
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 

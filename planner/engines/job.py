@@ -78,7 +78,11 @@ def resolve_job(job: Job, *, base: Path, source: str, profile: Path | None = Non
     spec, overlay = overlaid(hw.spec, profile)
     if overlay is not None:
         hw = load.Loaded(id=hw.id, spec=spec, source=hw.source, aliases=hw.aliases)
-    gpus = job.gpus if job.gpus is not None else job.nodes * hw.spec.node.gpus_per_node  # type: ignore[operator]
+    if job.gpus is not None:
+        gpus = job.gpus
+    else:
+        assert job.nodes is not None  # Job._gpus_or_nodes: exactly one of gpus and nodes is given
+        gpus = job.nodes * hw.spec.node.gpus_per_node
     loaded = _model(job, base, source)
     given = job.given_fields()
     engine = job.engine

@@ -316,7 +316,7 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
         import tomllib  # type: ignore[import-not-found]
     except ModuleNotFoundError:  # Python 3.10
         try:
-            import tomli as tomllib  # type: ignore[import-not-found,no-redef]
+            import tomli as tomllib  # type: ignore[import-not-found]
         except ModuleNotFoundError:
             raise PlannerError("reading TOML needs Python 3.11+ or the 'tomli' package; pip install tomli",
                                source=source) from None

@@ -705,7 +705,8 @@ def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str) -> i
         if layers % pp or (layers // pp) % per_stage:
             raise PlannerError(f"--num-layers-per-virtual-pipeline-stage {per_stage} does not divide the "
                                f"{layers} / {pp} layers per pipeline stage", source=source)
-        return (layers // pp) // per_stage
+        chunks: int = (layers // pp) // per_stage
+        return chunks
     v = args.get("num-virtual-stages-per-pipeline-rank") or args.get("virtual-pipeline-model-parallel-size")
     return int(v) if v else None
 

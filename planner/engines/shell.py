@@ -238,8 +238,8 @@ def _skip(text: str, i: int) -> int:
         return len(text) if end < 0 else end + 1
     if ch == "$" and i + 1 < len(text) and text[i + 1] in "({":
         close = ")" if text[i + 1] == "(" else "}"
-        end = _find_close(text, i + 2, text[i + 1], close)
-        return len(text) if end is None else end
+        closed = _find_close(text, i + 2, text[i + 1], close)
+        return len(text) if closed is None else closed
     return i + 1
 
 

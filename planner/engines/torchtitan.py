@@ -137,6 +137,7 @@ def apply_overrides(config: Mapping[str, Any], args: Sequence[str], source: str)
         *path, key = name.replace("-", "_").split(".")
         if path in (["job"],) and key == "config_file":
             continue
+        parsed: Any  # a flag's value: bool, scalar or list, as the flag was written
         if key.startswith("no_") and not values:
             key, parsed = key[3:], False
         elif not values:

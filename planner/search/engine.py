@@ -81,7 +81,7 @@ def first_broken_rule(broken: dict[str, np.ndarray], shape: int | tuple[int, ...
 
 def _flatten_results(res: TrainingArrays, shape: tuple[int, ...], flat_index: np.ndarray) -> TrainingArrays:
     points = Points.of(shape, flat_index)
-    values = {}
+    values: dict[str, Any] = {}  # arrays and the scalar fields, as TrainingArrays declares them
     for f in fields(TrainingArrays):
         v = getattr(res, f.name)
         values[f.name] = points.gather(v) if isinstance(v, np.ndarray) else v
@@ -91,7 +91,7 @@ def _flatten_results(res: TrainingArrays, shape: tuple[int, ...], flat_index: np
 def _concat_results(parts: list[TrainingArrays]) -> TrainingArrays:
     if len(parts) == 1:
         return parts[0]
-    joined = {}
+    joined: dict[str, Any] = {}
     for f in fields(TrainingArrays):
         values = [getattr(p, f.name) for p in parts]
         joined[f.name] = np.concatenate(values) if isinstance(values[0], np.ndarray) else values[0]
@@ -259,7 +259,8 @@ def relax(
     """The search with `problem.<field>` set to each of `values` in turn: the first where something fits."""
     for value in values:
         try:
-            found = run_search(model, hw, replace(problem, **{field: value}), filters, headroom=headroom)
+            changed: dict[str, Any] = {field: value}  # a field name known only at run time
+            found = run_search(model, hw, replace(problem, **changed), filters, headroom=headroom)
         except PlannerError:
             continue
         if found.feasible:

@@ -163,7 +163,7 @@ def _candidate(base: Layout, changes: dict[str, Any]) -> Layout | None:
         return None
 
 
-def _describe(base: Layout, gpus: int, changes: dict[str, Any], new_gpus: int) -> tuple[str, dict[str, tuple]]:
+def _describe(base: Layout, gpus: int, changes: dict[str, Any], new_gpus: int) -> tuple[str, dict[str, tuple[Any, Any]]]:
     diff = {k: (getattr(base, k), v) for k, v in changes.items() if getattr(base, k) != v}
     parts: list[str] = []
     if new_gpus != gpus:

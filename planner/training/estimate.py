@@ -113,7 +113,7 @@ class _StagePicker:
             return np.broadcast_to(per_stage, np.broadcast_shapes(per_stage.shape, self.index.shape))
         if per_stage.shape[0] == 1:
             return np.broadcast_to(per_stage[0], np.broadcast_shapes(per_stage.shape[1:], self.index.shape))
-        picked = per_stage[-1]
+        picked: np.ndarray = per_stage[-1]
         for k in range(len(self.masks) - 1, -1, -1):
             picked = np.where(self.masks[k], per_stage[k], picked)
         return picked
@@ -158,7 +158,8 @@ def evaluate(
     host_capacity = float(hw.host.memory_bytes) if hw.host is not None else np.inf
 
     def slowest_part(name: str) -> np.ndarray:
-        return m * slowest(getattr(times, name))
+        seconds: np.ndarray = m * slowest(getattr(times, name))
+        return seconds
 
     compute = slowest_part("compute")
     comm_parts = {

@@ -37,7 +37,8 @@ def attention_core_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.n
     count the share of causal query-key pairs their window keeps (window_work_fraction)."""
     widths = attention_dims(model)
     s = np.asarray(seq_len, dtype=float)
-    return model.num_layers * 2.0 * s * (widths.query + widths.output) * window_work_fraction(model, s)
+    flop: np.ndarray = model.num_layers * 2.0 * s * (widths.query + widths.output) * window_work_fraction(model, s)
+    return flop
 
 
 def lm_head_flop_per_token(model: ModelSpec) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -172,13 +173,16 @@ def check_layout(model: ModelSpec, layout: Layout, gpus: int) -> None:
             raise PlannerError(rule.message(model, layout, gpus))
 
 
-def resolve_layout(model: ModelSpec, gpus: int, **fields: object) -> Layout:
-    """A validated Layout; dp is derived as gpus / (tp * pp * cp) when not given."""
+def resolve_layout(model: ModelSpec, gpus: int, **fields: Any) -> Layout:
+    """A validated Layout; dp is derived as gpus / (tp * pp * cp) when not given.
+
+    `fields` are raw values as a reader or the CLI gathered them; Layout validates them.
+    """
     if gpus < 1:
         raise PlannerError(f"gpus({gpus}) must be positive")
     given = {k: v for k, v in fields.items() if v is not None}
     if "dp" not in given:
-        model_parallel = int(given.get("tp", 1)) * int(given.get("pp", 1)) * int(given.get("cp", 1))  # type: ignore[arg-type]
+        model_parallel = int(given.get("tp", 1)) * int(given.get("pp", 1)) * int(given.get("cp", 1))
         if gpus % model_parallel != 0:
             raise PlannerError(
                 f"gpus({gpus}) is not divisible by tp({given.get('tp', 1)}) * pp({given.get('pp', 1)}) * "
@@ -186,7 +190,7 @@ def resolve_layout(model: ModelSpec, gpus: int, **fields: object) -> Layout:
             )
         given["dp"] = gpus // model_parallel
     try:
-        layout = Layout(**given)  # type: ignore[arg-type]
+        layout = Layout(**given)
     except Exception as err:  # pydantic ValidationError -> one line naming the field
         from pydantic import ValidationError
 

@@ -14,7 +14,7 @@ import numpy as np
 from planner.engines.load import load_hardware, read_package_yaml
 from planner.physics.params import count_params
 from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import Layout
+from planner.specs.layout import Layout, Recompute
 from planner.specs.model import ModelSpec
 from planner.specs.validation import validate_spec
 from planner.training.estimate import estimate
@@ -117,7 +117,7 @@ def model_state_rows() -> list[ValidationRow]:
     return rows
 
 
-ACTIVATION_VARIANTS = {  # Korthikanti's columns -> (sequence_parallel, recompute)
+ACTIVATION_VARIANTS: dict[str, tuple[bool, Recompute]] = {  # Korthikanti's columns -> (sequence_parallel, recompute)
     "tp": (False, "none"),
     "tp_sp": (True, "none"),
     "tp_sp_selective": (True, "selective"),
@@ -132,7 +132,7 @@ def activation_rows() -> list[ValidationRow]:
         model = _gpt(int(case["num_layers"]), int(case["hidden_size"]), int(case["num_attention_heads"]))
         sp, recompute = ACTIVATION_VARIANTS[case["variant"]]
         layout = Layout(tp=int(case["tp"]), micro_batch=int(case["micro_batch"]), global_batch=int(case["micro_batch"]),
-                        seq_len=int(case["seq_len"]), sequence_parallel=sp, recompute=recompute,  # type: ignore[arg-type]
+                        seq_len=int(case["seq_len"]), sequence_parallel=sp, recompute=recompute,
                         flash_attention=False).to_arrays()
         per_token = layer_activation_bytes_per_token(model, layout, moe_layer=False).stored
         total = float(per_token[0]) * case["micro_batch"] * case["seq_len"] * case["num_layers"]
