@@ -199,6 +199,8 @@ def _profile_renderables(entry: Loaded) -> list[RenderableType]:
     for label, fraction in (("attention", eff.attention), ("memory bandwidth", eff.memory_bandwidth),
                             ("intra-node link", eff.intra_node_link), ("inter-node link", eff.inter_node_link)):
         table.add_row(label, f"{fraction.fraction:g}", Text(fraction.note))
+        if label == "attention" and eff.attention_flash2 is not None:
+            table.add_row("attention (FA2)", f"{eff.attention_flash2.fraction:g}", Text(eff.attention_flash2.note))
     out.append(table)
 
     sources = Table(title="Sources", title_justify="left")

@@ -154,14 +154,27 @@ ATTENTION_CURVE_REFERENCE_TOKENS = 16384.0
 """The sequence length at which the profiles' attention plateau notes quote the benchmarks (16k)."""
 
 
+def attention_plateau(hw: HardwareProfile, kernel: str = "fused") -> float:
+    """The attention curve's plateau for the engine's attention kernel (planner.specs.engine KernelSection):
+    `fused` the chip's best fused kernel, `flash2` FlashAttention-2 where the profile gives it a plateau of its
+    own (Hopper: PyTorch SDPA's flash backend against Transformer Engine's cuDNN attention)."""
+    fa2 = hw.efficiency.attention_flash2
+    if kernel == "flash2" and fa2 is not None:
+        return float(fa2.fraction)
+    return float(hw.efficiency.attention.fraction)
+
+
 def attention_efficiency(
-    hw: HardwareProfile, block_tokens: np.ndarray, head_dim: float, causal: bool | np.ndarray
+    hw: HardwareProfile, block_tokens: np.ndarray, head_dim: float, causal: bool | np.ndarray,
+    plateau: float | None = None,
 ) -> np.ndarray:
     """Fraction of the dense 16-bit peak a fused attention kernel (forward + backward) reaches on
-    blocks of `block_tokens` keys per sequence, for `head_dim` and a causal or full mask."""
+    blocks of `block_tokens` keys per sequence, for `head_dim` and a causal or full mask; `plateau` is the
+    kernel's (attention_plateau), the profile's fused plateau by default."""
     s = np.maximum(np.asarray(block_tokens, dtype=float), 1.0)
     half = np.where(causal, ATTENTION_HALF_SATURATION_TOKENS_CAUSAL, ATTENTION_HALF_SATURATION_TOKENS_NONCAUSAL)
     d = min(float(head_dim), 128.0)
     k = ATTENTION_HEAD_DIM_HALF_SATURATION
     head = (d / (d + k)) / (128.0 / (128.0 + k))
-    return np.asarray(hw.efficiency.attention.fraction * head * s / (s + half))
+    top = hw.efficiency.attention.fraction if plateau is None else plateau
+    return np.asarray(top * head * s / (s + half))

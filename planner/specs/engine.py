@@ -57,6 +57,12 @@ class KernelSection(_Sourced):
     loss_bytes_per_logit: float = Field(
         gt=0.0, description="Bytes per logit element live at the loss's peak (the last stage, start of backward)."
     )
+    attention_kernel: Literal["fused", "flash2"] = Field(
+        description="The attention core's kernel: fused = the chip's best fused kernel (Transformer Engine's cuDNN "
+        "fused attention on Hopper, FlashAttention-2 on Ampere), the hardware profile's attention plateau; flash2 = "
+        "FlashAttention-2, PyTorch scaled_dot_product_attention's default flash backend, at the profile's "
+        "attention_flash2 plateau where the chip has a faster kernel."
+    )
 
 
 class ZeroSection(_Sourced):
@@ -199,7 +205,10 @@ _MEGATRON = EngineProfile(
     "the calibrated default (planner's behaviour before engines were inputs).",
     kernels=KernelSection(
         fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
+        attention_kernel="fused",
         sources={
+            "attention_kernel": "Megatron-Core's TEDotProductAttention: Transformer Engine picks cuDNN fused attention "
+            "on Hopper (NVIDIA/TransformerEngine docs, attention backend selection)",
             "loss_bytes_per_logit": "training/memory.py LOSS_PEAK_BYTES_PER_LOGIT: at the loss's backward the fp32 "
             "softmax kept for it (4, Korthikanti et al. 2022 Sec. 4.3's 4sbv/t) and the bf16 logit gradient written "
             "from it (2); Megatron-Core's vocab-parallel cross entropy works in place: 6",
@@ -304,10 +313,17 @@ _TORCH_LOSS = (
     "the fp32 upcast feeds log_softmax, whose fp32 output is saved (4 bytes); its backward makes an fp32 gradient (4) "
     "and the cast back a bf16 one (2): 10 bytes per logit at the loss's peak, where Megatron keeps 6"
 )
+_SDPA_FLASH2 = (
+    "torch.nn.functional.scaled_dot_product_attention dispatches its FlashAttention-2 backend on H100: cuDNN "
+    "attention was made opt-in, lowest precedence (pytorch/pytorch#138522, Oct 2024, torch 2.5); torchtitan on H100 "
+    "dispatches SDPBackend.FLASH_ATTENTION and gains ~10% end to end by forcing cuDNN (pytorch/torchtitan#1042, "
+    "Llama 3 8B, seq 8192)"
+)
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 2.5,
-    "loss_bytes_per_logit": 10.0,
+    "loss_bytes_per_logit": 10.0, "attention_kernel": "flash2",
     "sources": {
+        "attention_kernel": _SDPA_FLASH2,
         "loss_bytes_per_logit": _TORCH_LOSS,
         "fused_elementwise": "PyTorch eager modules: RMSNorm, residual add, SiLU x up each a separate kernel",
         "supports_compile": "torchtitan [compile] enable / torch.compile per block (`--compile` here)",
@@ -419,6 +435,7 @@ _DEEPSPEED = _derive(
         },
     },
     kernels=dict(_TORCH_EAGER, sources={
+        "attention_kernel": "Hugging Face models' default attn_implementation 'sdpa': " + _SDPA_FLASH2,
         "fused_elementwise": "DeepSpeed runs the user's PyTorch modules (eager kernels)",
         "supports_compile": "DeepSpeed config 'compile' / engine.compile()",
         "eager_elementwise_traffic_factor": _EAGER_FACTOR,

@@ -185,6 +185,12 @@ class EfficiencySpec(BaseModel):
         description="Fused (flash) attention forward + backward on long blocks: the plateau of the attention "
         "curve (planner/physics/kernels.py attention_efficiency), fraction of dense 16-bit peak."
     )
+    attention_flash2: Fraction | None = Field(
+        default=None,
+        description="FlashAttention-2 (PyTorch SDPA's default flash backend) where the chip has a faster fused "
+        "kernel: the plateau of the same attention curve, fraction of dense 16-bit peak; null where "
+        "FlashAttention-2 is the chip's best kernel (the attention plateau applies).",
+    )
     memory_bandwidth: Fraction = Field(description="Streaming (memory-bound) kernels, fraction of HBM bandwidth.")
     intra_node_link: Fraction = Field(description="Collective bus bandwidth reached inside a node (NCCL busbw / link).")
     inter_node_link: Fraction = Field(description="Collective bus bandwidth reached across nodes (NCCL busbw / NIC).")

@@ -39,6 +39,7 @@ from planner.physics.kernels import (
     FP8_WEIGHT_CAST_BYTES_PER_ELEMENT,
     GEMM_FIXED_SECONDS,
     attention_efficiency,
+    attention_plateau,
     fp8_cast_seconds,
     gemm_peak_flops,
     gemm_plateau,
@@ -181,7 +182,9 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     return forward, backward
 
 
-def attention_core_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
+def attention_core_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, plateau: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of the fused attention core of one layer, one micro-batch, one rank.
 
     Without context parallelism: one causal kernel over sequences of s keys, at the attention curve's
@@ -203,9 +206,9 @@ def attention_core_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArr
     peak16 = peak_16bit_flops(hw)
     head_dim = widths.query / model.num_attention_heads
     block = lay.seq_len / cp
-    diagonal = 1.0 / attention_efficiency(hw, block, head_dim, causal=True)
-    off_diagonal = 0.5 / attention_efficiency(hw, block / 2, head_dim, causal=False) + 0.5 / attention_efficiency(
-        hw, block, head_dim, causal=False
+    diagonal = 1.0 / attention_efficiency(hw, block, head_dim, causal=True, plateau=plateau)
+    off_diagonal = 0.5 / attention_efficiency(hw, block / 2, head_dim, causal=False, plateau=plateau) + (
+        0.5 / attention_efficiency(hw, block, head_dim, causal=False, plateau=plateau)
     )
     kernel_fwd = work / peak16 * (diagonal / cp + (1 - 1 / cp) * off_diagonal)
     steps = cp - 1
@@ -229,7 +232,10 @@ class LayerTime:
     ep_comm: np.ndarray  # expert-parallel all-to-all
 
 
-def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool) -> LayerTime:
+def layer_time(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, attention_plateau: float | None = None
+) -> LayerTime:
+    """One layer's time; `attention_plateau` is the engine's attention kernel's (kernels.attention_plateau)."""
     tokens = tokens_per_microbatch(lay)
     peak_gemm = gemm_peak_flops(hw, lay)
     plateau_gemm = gemm_plateau(hw, lay)
@@ -258,7 +264,7 @@ def layer_time(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_
     cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements), 0.0)
 
     widths = attention_dims(model)
-    flash_fwd, flash_bwd = attention_core_seconds(model, hw, lay)
+    flash_fwd, flash_bwd = attention_core_seconds(model, hw, lay, attention_plateau)
     # Unfused: batched GEMMs per head (size 2 s^2 d) at the matmul curve, plus the softmax traffic.
     core_width = widths.query + widths.output
     per_head_flop = 2.0 * lay.micro_batch * lay.seq_len * lay.seq_len / lay.cp * core_width / model.num_attention_heads
@@ -432,8 +438,9 @@ def stage_time(
     engine: EngineProfile | None = None,
 ) -> StageTime:
     engine = engine if engine is not None else engine_profile(DEFAULT_ENGINE)
-    dense = layer_time(model, hw, lay, moe_layer=False)
-    moe = layer_time(model, hw, lay, moe_layer=True) if model.moe is not None else dense
+    plateau = attention_plateau(hw, engine.kernels.attention_kernel)
+    dense = layer_time(model, hw, lay, moe_layer=False, attention_plateau=plateau)
+    moe = layer_time(model, hw, lay, moe_layer=True, attention_plateau=plateau) if model.moe is not None else dense
     n_moe = sp.num_moe_layers
     n_dense = sp.num_layers - n_moe
 
