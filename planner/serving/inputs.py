@@ -71,6 +71,9 @@ class InferenceArrays:
     per_head_decode_attention: the decode-attention kernel streams K/V once per query head
         (TensorRT-LLM <= 0.6 masked MHA, vLLM's first paged-attention kernel) instead of once
         per KV head (FlashInfer, FlashAttention decode, TensorRT-LLM XQA).
+    request_rate: requests per second arriving at one replica (open loop, Poisson); 0: a closed loop
+        of `concurrency` clients (continuous batching only).
+    max_batched_tokens: most tokens one forward pass carries (the chunked-prefill budget).
     """
 
     tp: np.ndarray
@@ -82,6 +85,8 @@ class InferenceArrays:
     fp8_compute: np.ndarray
     kv_bytes: np.ndarray
     per_head_decode_attention: np.ndarray
+    request_rate: np.ndarray
+    max_batched_tokens: np.ndarray
 
     @classmethod
     def build(
@@ -95,6 +100,8 @@ class InferenceArrays:
         weight_dtype: object = "bf16",
         kv_dtype: object = "bf16",
         per_head_decode_attention: object = False,
+        request_rate: object = 0.0,
+        max_batched_tokens: object = PREFILL_CHUNK_TOKENS,
     ) -> InferenceArrays:
         """Broadcast scalars or arrays (dtypes as names, or arrays of names) into one shape."""
         wd = np.asarray(weight_dtype)
@@ -115,6 +122,8 @@ class InferenceArrays:
             wd == "fp8",
             kv_bytes,
             np.asarray(per_head_decode_attention, dtype=bool),
+            np.asarray(request_rate, dtype=float),
+            np.asarray(max_batched_tokens, dtype=np.int64),
         )
         return cls(*(np.array(a) for a in arrays))
 

@@ -19,7 +19,6 @@ from planner.serving.inputs import (
     EMBEDDING_BYTES_PER_ELEMENT,
     LOGIT_BYTES_PER_ELEMENT,
     NORM_BYTES_PER_ELEMENT,
-    PREFILL_CHUNK_TOKENS,
     InferenceArrays,
     LayerShape,
     ModelShapes,
@@ -128,9 +127,9 @@ def kv_bytes_per_sequence_replica(shapes: ModelShapes, x: InferenceArrays, conte
 
 
 def prefill_pass_tokens(x: InferenceArrays, concurrency: np.ndarray | None = None) -> np.ndarray:
-    """Tokens in one prefill forward pass: all prompts packed, at most PREFILL_CHUNK_TOKENS."""
+    """Tokens in one prefill forward pass: all prompts packed, at most max_batched_tokens."""
     c = x.concurrency if concurrency is None else concurrency
-    return np.minimum(c * x.input_len, PREFILL_CHUNK_TOKENS)
+    return np.minimum(c * x.input_len, x.max_batched_tokens)
 
 
 def activation_bytes_per_token(shapes: ModelShapes, tp: np.ndarray) -> np.ndarray:
@@ -208,7 +207,7 @@ def max_concurrency(shapes: ModelShapes, x: InferenceArrays, usable_bytes: float
     u = kv_bytes_per_sequence_per_gpu(shapes, x, x.context_len) + shapes.vocab / x.tp * LOGIT_BYTES_PER_ELEMENT
     room = usable_bytes - base
     c1 = np.floor(room / (u + a * x.input_len))
-    c2 = np.floor((room - a * PREFILL_CHUNK_TOKENS) / u)
+    c2 = np.floor((room - a * x.max_batched_tokens) / u)
     c = np.maximum(np.maximum(c1, c2), 0).astype(np.int64)
     over = memory_total_bytes(shapes, x, c) > usable_bytes
     return np.maximum(np.where(over, c - 1, c), 0)

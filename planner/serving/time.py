@@ -21,11 +21,11 @@ from planner.physics.comm import (
 )
 from planner.physics.kernels import GEMM_FIXED_SECONDS, causal_pairs, fp8_gemm_plateau, peak_16bit_flops
 from planner.physics.stages import max_layers_per_stage
+from planner.serving.continuous import SteadyState, steady_state
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
     EMBEDDING_BYTES_PER_ELEMENT,
     LOGIT_BYTES_PER_ELEMENT,
-    PREFILL_CHUNK_TOKENS,
     InferenceArrays,
     LayerShape,
     ModelShapes,
@@ -272,25 +272,43 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
 
 @dataclass(frozen=True)
 class ServingTimes:
-    """Latency and throughput of one batching discipline (per replica unless said per GPU)."""
+    """Latency and throughput of one batching discipline (per replica unless said per GPU).
+
+    ttft_seconds / tpot_seconds are means; the *_p50/_p90/_p99 fields their percentiles over requests
+    (static batching: every request of the batch alike). in_flight: requests in the system per replica;
+    request_rate: requests/s per replica; stable: the engine keeps up with the load (else inf latencies).
+    """
 
     ttft_seconds: np.ndarray
     tpot_seconds: np.ndarray
     e2e_seconds: np.ndarray
     output_tokens_per_second: np.ndarray
     output_tokens_per_second_per_gpu: np.ndarray
+    ttft_p50_seconds: np.ndarray
+    ttft_p90_seconds: np.ndarray
+    ttft_p99_seconds: np.ndarray
+    tpot_p50_seconds: np.ndarray
+    tpot_p90_seconds: np.ndarray
+    tpot_p99_seconds: np.ndarray
+    in_flight: np.ndarray
+    request_rate: np.ndarray
+    stable: np.ndarray
+
+    def percentile(self, name: str, q: int) -> np.ndarray:
+        """`ttft` or `tpot` at percentile 50, 90 or 99; 0 means the mean."""
+        return getattr(self, f"{name}_seconds" if q == 0 else f"{name}_p{q}_seconds")  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
 class InferenceTimes:
     """Times of each serving layout.
 
-    static: the whole batch (= concurrency) prefilled in passes of at most PREFILL_CHUNK_TOKENS,
+    static: the whole batch (= concurrency) prefilled in passes of at most max_batched_tokens,
     then decoded together; TPOT at the mean context over the decode, S + O/2.
-    continuous: steady state with `concurrency` sequences in flight; each iteration decodes one
-    token of every running sequence and prefills the prompts of the C/O sequences that replace
-    those finishing (chunked prefill, piggybacked on the decode).
-    prefill / decode: one static prefill pass and one static decode micro-batch, term by term.
+    continuous: steady state of a continuously batched engine (planner.serving.continuous) with
+    `concurrency` clients in a closed loop, or requests arriving at `request_rate`.
+    prefill / decode: one static prefill pass and one static decode micro-batch, term by term;
+    iteration: the mean continuous-batching iteration, term by term; steady: the steady state.
     """
 
     prefill: PassTime
@@ -301,6 +319,7 @@ class InferenceTimes:
     prefill_seconds: np.ndarray
     static: ServingTimes
     continuous: ServingTimes
+    steady: SteadyState
 
 
 def _pipelined(p: PassTime, rounds: np.ndarray) -> np.ndarray:
@@ -314,17 +333,20 @@ def _round(p: PassTime, micro_batches: np.ndarray) -> np.ndarray:
     all (micro_batches stage slots), and none can start its next token before its last crossed every
     stage (the traversal). With as many micro-batches as stages that is pp stage slots; with fewer (one
     sequence on pp stages) the traversal: a single micro-batch cannot keep the pipeline busy, but it
-    does not wait on stages it is not in either."""
+    does not wait on stages it is not in either. This is the pipeline bubble of decoding: the stages
+    idle for (pp - micro_batches) stage slots per round."""
     return np.maximum(micro_batches * p.stage_seconds, p.traversal_seconds)
 
 
-def _serving(ttft: np.ndarray, tpot: np.ndarray, x: InferenceArrays, tokens_per_s: np.ndarray) -> ServingTimes:
+def _static(ttft: np.ndarray, tpot: np.ndarray, x: InferenceArrays, c: np.ndarray) -> ServingTimes:
+    e2e = ttft + (x.output_len - 1) * tpot
+    tokens_per_s = c * x.output_len / e2e
     return ServingTimes(
-        ttft_seconds=ttft,
-        tpot_seconds=tpot,
-        e2e_seconds=ttft + (x.output_len - 1) * tpot,
-        output_tokens_per_second=tokens_per_s,
+        ttft_seconds=ttft, tpot_seconds=tpot, e2e_seconds=e2e, output_tokens_per_second=tokens_per_s,
         output_tokens_per_second_per_gpu=tokens_per_s / x.gpus_per_replica,
+        ttft_p50_seconds=ttft, ttft_p90_seconds=ttft, ttft_p99_seconds=ttft,
+        tpot_p50_seconds=tpot, tpot_p90_seconds=tpot, tpot_p99_seconds=tpot,
+        in_flight=c + 0.0 * ttft, request_rate=c / e2e, stable=np.ones(np.shape(e2e), dtype=bool),
     )
 
 
@@ -333,28 +355,45 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
     c = x.concurrency.astype(float)
     s = x.input_len.astype(float)
     o = x.output_len.astype(float)
+    budget = x.max_batched_tokens.astype(float)
     zeros = np.zeros(np.broadcast_shapes(c.shape, x.tp.shape))
+    mean_context = s + o / 2
     # static prefill: packed prompts in chunks; enough micro-batches to fill the pipeline
-    passes = np.maximum(np.ceil(c * s / PREFILL_CHUNK_TOKENS), np.minimum(c, x.pp))
+    passes = np.maximum(np.ceil(c * s / budget), np.minimum(c, x.pp))
     prefill = forward_pass(shapes, hw, x, r, Work(c * s / passes, c / passes, c / passes, s, zeros, zeros))
     prefill_seconds = _pipelined(prefill, passes)
     # static decode: the batch split into min(c, pp) micro-batches, one token each per round
     micro = np.minimum(c, x.pp)
-    mean_context = s + o / 2
     decode = forward_pass(shapes, hw, x, r, Work(c / micro, c / micro, zeros, s, c / micro, mean_context))
     tpot = _round(decode, micro)
-    total = prefill_seconds + (o - 1) * tpot
-    static = _serving(prefill_seconds, tpot, x, c * o / total)
-    # continuous: per iteration C(O-1)/O sequences decode and C/O new prompts are prefilled
-    joining = c / o
-    steady = Work(c * (o - 1) / o + joining * s, c, joining, s, c * (o - 1) / o, mean_context)
-    iteration = forward_pass(shapes, hw, x, r, steady.scaled(1 / micro))
-    t_iter = _round(iteration, micro)
-    own = np.maximum(joining, 1.0)  # the iteration that carries this request's own prompt
-    with_prompt = Work(c * (o - 1) / o + own * s, c, own, s, c * (o - 1) / o, mean_context)
-    first = forward_pass(shapes, hw, x, r, with_prompt.scaled(1 / micro))
-    ttft = _round(first, micro)
-    continuous = _serving(ttft, t_iter, x, c / t_iter)
+    static = _static(prefill_seconds, tpot, x, c)
+
+    def work(decoding: np.ndarray, prefill_tokens: np.ndarray) -> Work:
+        prompts = prefill_tokens / s
+        return Work(decoding + prefill_tokens, decoding + prompts, prompts, s, decoding, mean_context)
+
+    def iteration_seconds(decoding: np.ndarray, prefill_tokens: np.ndarray) -> np.ndarray:
+        # the running batch in as many micro-batches as the pipeline has stages (fewer when it holds fewer)
+        m = np.clip(decoding + prefill_tokens / s, 1.0, x.pp)
+        return _round(forward_pass(shapes, hw, x, r, work(decoding, prefill_tokens).scaled(1 / m)), m)
+
+    steady = steady_state(iteration_seconds, concurrency=c, request_rate=x.request_rate, input_len=s,
+                          output_len=o, max_batched_tokens=budget)
+    tokens = np.where(steady.stable, steady.decoding, 0.0)
+    prefill_tokens = np.where(steady.stable, steady.prefill_tokens_per_iteration, 0.0)
+    m_iter = np.clip(tokens + prefill_tokens / s, 1.0, x.pp)
+    iteration = forward_pass(shapes, hw, x, r, work(tokens, prefill_tokens).scaled(1 / m_iter))
+    e2e = steady.ttft_seconds + (o - 1) * steady.tpot_seconds
+    tokens_per_s = np.where(steady.stable, steady.request_rate * o, 0.0)
+    q = steady.ttft_percentile_seconds
+    qt = steady.tpot_percentile_seconds
+    continuous = ServingTimes(
+        ttft_seconds=steady.ttft_seconds, tpot_seconds=steady.tpot_seconds, e2e_seconds=e2e,
+        output_tokens_per_second=tokens_per_s, output_tokens_per_second_per_gpu=tokens_per_s / x.gpus_per_replica,
+        ttft_p50_seconds=q[50], ttft_p90_seconds=q[90], ttft_p99_seconds=q[99],
+        tpot_p50_seconds=qt[50], tpot_p90_seconds=qt[90], tpot_p99_seconds=qt[99],
+        in_flight=steady.in_flight, request_rate=steady.request_rate, stable=steady.stable,
+    )
     return InferenceTimes(
         prefill=prefill,
         decode=decode,
@@ -364,4 +403,5 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
         prefill_seconds=prefill_seconds,
         static=static,
         continuous=continuous,
+        steady=steady,
     )
