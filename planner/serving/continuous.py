@@ -19,7 +19,8 @@ iterations that prefill it, rho = lambda t_p the share of engine time spent pref
   and the n_seen others, stretched by the others' prefill chunks the iterations also carry.
   TPOT p90/p99: the prompts per iteration are Poisson, so an iteration's time varies;
   a request's TPOT is the mean over its O - 1 iterations (central limit theorem).
-- TTFT: the residual of the running iteration (uniform, mean T/2), the wait for prefill work queued
+- TTFT: the residual of the running iteration (open loop: uniform, mean T/2; closed loop: a client
+  resends as its answer leaves, just after the next iteration began: all of T), the wait for prefill work queued
   ahead (M/D/1, planner.serving.queueing, in wall time: while a backlog drains each iteration spends
   a share phi of its time on prefill), then the iterations of its own prompt while the others decode.
 - Little's law closes the loop: n = lambda (O - 1) TPOT, and in a closed loop c = lambda (TTFT +
@@ -110,7 +111,9 @@ def _terms(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.ndarray
     e2e_no_residual = wait + prompt + (o - 1) * tpot
     occupancy = lam * e2e_no_residual  # requests in the system, residual aside (open loop)
     busy = np.where(closed, busy, 1 - np.exp(-np.where(stable, occupancy, 0.0)))
-    residual = busy * iteration / 2
+    # open loop: an arrival lands anywhere in the running iteration (mean T/2); closed loop: a client resends
+    # as its response leaves, just after the next iteration began, and waits all of it
+    residual = busy * iteration * np.where(closed, 1.0, 0.5)
     ttft = residual + wait + prompt
     return {
         "lam": lam, "rho": rho, "rho_seen": rho_seen, "stable": stable, "chunks": chunks, "t_chunk": t_chunk,
@@ -156,9 +159,11 @@ def steady_state(cost: IterationCost, *, concurrency: np.ndarray, request_rate: 
     n = np.where(decodes, v, 0.0)
     ttft = np.where(stable, t["ttft"], inf)
     tpot = np.where(stable, t["tpot"], inf)
+    uniform = np.where(closed, 0.0, t["busy"])  # closed loop: the residual is the whole iteration, fixed
+    fixed = np.where(closed, t["residual"], 0.0)
     quantiles = {
-        q: np.where(stable, t["prompt"] + wait_quantile(q / 100, t["iteration"], t["busy"], t["rho_seen"], t["wait"]),
-                    inf)
+        q: np.where(stable, t["prompt"] + fixed + wait_quantile(q / 100, t["iteration"], uniform, t["rho_seen"],
+                                                                 t["wait"]), inf)
         for q in PERCENTILES
     }
     # TPOT spread: prompt chunks per iteration ~ Poisson(lambda T chunks), each adding (t_chunk - t0)

@@ -38,8 +38,9 @@ REASONS: dict[str, str] = {
     "pp_layers": "more pipeline stages than layers",
     "context": "input + output longer than the model's max_seq_len",
     "memory": "does not fit in memory",
-    "ttft": "TTFT above --ttft-max",
-    "tpot": "TPOT above --tpot-max",
+    "overload": "the request rate is above what a replica can serve",
+    "ttft": "TTFT (at --percentile) above --ttft-max",
+    "tpot": "TPOT (at --percentile) above --tpot-max",
 }
 """Why a serving layout is rejected; `layout_problems` and the search report these codes."""
 
@@ -120,7 +121,11 @@ def estimate_inference(
     """Memory and times for every layout in `x` (pure; invalid layouts give meaningless numbers,
     so mask them with `layout_problems` first)."""
     s = shapes or model_shapes(model)
-    return InferenceEstimate(
-        memory=inference_memory(model, hw, x, headroom=headroom, shapes=s),
-        times=inference_times(s, hw, x),
-    )
+    times = inference_times(s, hw, x)
+    # an open loop holds as many requests as arrive during one's stay (Little's law): memory is sized for them
+    in_flight = times.continuous.in_flight
+    held = np.where(np.isfinite(in_flight), np.ceil(np.where(np.isfinite(in_flight), in_flight, 1.0)), 1.0)
+    open_loop = x.request_rate > 0
+    if np.any(open_loop):
+        x = x.with_concurrency(np.where(open_loop, np.maximum(held, 1.0), x.concurrency).astype(np.int64))
+    return InferenceEstimate(memory=inference_memory(model, hw, x, headroom=headroom, shapes=s), times=times)

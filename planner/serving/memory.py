@@ -185,6 +185,7 @@ class InferenceMemory:
     fits: np.ndarray
     max_concurrency: np.ndarray
     stage_weights: StageWeights
+    concurrency: np.ndarray  # the sequences in flight the figures are for
 
 
 def memory_total_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.ndarray) -> np.ndarray:
@@ -245,4 +246,45 @@ def inference_memory(
         fits=total <= usable,
         max_concurrency=max_concurrency(s, x, usable),
         stage_weights=stages,
+        concurrency=x.concurrency,
     )
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes per GPU on each of the given pipeline stages (arrays over the stages)."""
+
+    stage: np.ndarray
+    layers: np.ndarray
+    weights_bytes: np.ndarray
+    kv_cache_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    other_bytes: np.ndarray
+
+    @property
+    def total_bytes(self) -> np.ndarray:
+        return self.weights_bytes + self.kv_cache_bytes + self.activations_bytes + self.other_bytes
+
+
+def stage_memory(shapes: ModelShapes, x: InferenceArrays, stages: np.ndarray) -> StageMemory:
+    """Memory per GPU of every stage in `stages` for one layout (0-d `x`): the stage's layers (the split
+    of `stage_weight_bytes`), the embedding on the first and the head on the last, the KV cache of its
+    layers (global and windowed in the model's proportion, as `stage_layer_mix`), the same activation
+    workspace and reserve on every stage. The most loaded stage equals `inference_memory`'s figures."""
+    stages = np.asarray(stages)
+    dense_b = layer_weight_bytes_per_gpu(shapes, shapes.dense, x)
+    moe_b = layer_weight_bytes_per_gpu(shapes, shapes.moe, x) if shapes.moe else dense_b
+    n, n_moe = stage_layer_split(shapes.num_layers, shapes.num_dense_layers, x.pp, stages)
+    emb = shapes.embedding_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
+    head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
+    head = head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
+    weights = (n - n_moe) * dense_b + n_moe * moe_b + np.where(stages == 0, emb, 0.0) + np.where(
+        stages == x.pp - 1, head, 0.0)
+    global_layers = -(-(n * shapes.global_layers()) // shapes.num_layers)
+    full, capped = cached_tokens(shapes, x.context_len)
+    per_token_layer = shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes
+    kv = x.concurrency * per_token_layer * (global_layers * full + (n - global_layers) * capped)
+    act = activation_workspace_bytes(shapes, x, x.concurrency) + np.zeros(stages.shape)
+    other = reserve_bytes(x) + np.zeros(stages.shape)
+    return StageMemory(stage=stages, layers=n, weights_bytes=weights, kv_cache_bytes=kv, activations_bytes=act,
+                       other_bytes=other)
