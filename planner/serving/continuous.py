@@ -74,7 +74,7 @@ class SteadyState:
     prefill_tokens_per_iteration: np.ndarray
     queue_wait_seconds: np.ndarray  # mean wait for the prefill work ahead (wall time)
     residual_seconds: np.ndarray  # mean wait for the running iteration to end
-    prompt_seconds: np.ndarray  # own prompt's iterations
+    prompt_seconds: np.ndarray  # own prompt's iterations, and the request's host-side first-token latency
     ttft_seconds: np.ndarray  # mean
     ttft_percentile_seconds: dict[int, np.ndarray]
     tpot_seconds: np.ndarray  # mean
@@ -83,7 +83,7 @@ class SteadyState:
 
 
 def _terms(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.ndarray, s: np.ndarray,
-           o: np.ndarray, budget: np.ndarray, rho_o1: np.ndarray) -> dict[str, np.ndarray]:
+           o: np.ndarray, budget: np.ndarray, rho_o1: np.ndarray, first: float) -> dict[str, np.ndarray]:
     """Every figure of the steady state with n sequences decoding (the bisection's variable)."""
     seen_share = np.where(closed, (c - 1) / np.maximum(c, 1), 1.0)  # arrival theorem / PASTA
     n_seen = n * seen_share
@@ -107,7 +107,7 @@ def _terms(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.ndarray
     busy = np.where(closed, (c > 1).astype(float), 1.0)  # open loop: set below from the occupancy
     phi = np.maximum(t_room - t0, 1e-300) / t_room  # prefill share of an iteration while a backlog drains
     wait = md1_mean_wait_seconds(rho_seen, t_p) / phi
-    prompt = chunks * t_chunk
+    prompt = chunks * t_chunk + first
     e2e_no_residual = wait + prompt + (o - 1) * tpot
     occupancy = lam * e2e_no_residual  # requests in the system, residual aside (open loop)
     busy = np.where(closed, busy, 1 - np.exp(-np.where(stable, occupancy, 0.0)))
@@ -123,8 +123,10 @@ def _terms(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.ndarray
 
 
 def steady_state(cost: IterationCost, *, concurrency: np.ndarray, request_rate: np.ndarray, input_len: np.ndarray,
-                 output_len: np.ndarray, max_batched_tokens: np.ndarray) -> SteadyState:
-    """The steady state at `concurrency` clients (where request_rate is 0) or at `request_rate` requests/s."""
+                 output_len: np.ndarray, max_batched_tokens: np.ndarray,
+                 first_token_seconds: float = 0.0) -> SteadyState:
+    """The steady state at `concurrency` clients (where request_rate is 0) or at `request_rate` requests/s.
+    first_token_seconds: host-side latency of a request before its first token, beyond its iterations."""
     c = np.asarray(concurrency, dtype=float)
     rate = np.asarray(request_rate, dtype=float)
     s = np.asarray(input_len, dtype=float)
@@ -142,7 +144,7 @@ def steady_state(cost: IterationCost, *, concurrency: np.ndarray, request_rate: 
 
     def excess(v: np.ndarray) -> np.ndarray:
         n = np.where(decodes, v, 0.0)
-        t = _terms(cost, n, closed, c, s, o, budget, np.where(decodes, 0.0, v))
+        t = _terms(cost, n, closed, c, s, o, budget, np.where(decodes, 0.0, v), first_token_seconds)
         return np.where(closed, np.where(t["stable"], t["in_flight"], np.inf) - c, t["lam"] - rate), t
 
     for _ in range(BISECTION_STEPS):

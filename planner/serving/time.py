@@ -44,31 +44,65 @@ ELEMENTWISE_FFN_PASSES = 3
 """ffn-wide vectors per token per layer for the activation function (read gate and up, write
 one); on ffn / tp elements per GPU."""
 
-LAYER_OVERHEAD_SECONDS = 40e-6
+# The five values below are fitted together by benchmarks/calibrate_serving.py (mean squared log error over
+# the 47 public serving rows of planner/validate/inference_cases.yaml; method and leave-one-source-out
+# errors in docs/inference.md). Rerun it after changing any formula here: it exits 1 when these differ.
+
+LAYER_OVERHEAD_SECONDS = 45e-6
 """Fixed cost per transformer layer per forward pass of the kernels the roofline terms do not
 charge: launch gaps and tails of the ~8-10 non-GEMM kernels of a layer (norms, rotary, attention
 setup, activation, residual adds) at a few microseconds each. The GEMMs' own fixed cost is the
-hardware's matmul half-saturation size. Set, not fitted: fits to the TensorRT-LLM 0.5/0.6.1 cases
-alone push it towards 80 us, but engines that capture decode steps in CUDA graphs pay less, and
-40 us already meets the held-out 0.9.0 first-token latencies (docs/inference.md)."""
+hardware's matmul half-saturation size over the plateau rate, once per GEMM. Fitted (grid 0-100 us)."""
 
-PASS_OVERHEAD_SECONDS = 0.25e-3
-"""Fixed cost per forward pass of one pipeline stage: sampling, host-side scheduling and the
-synchronization that ends a step. Fitted (grid 0, 0.25, 0.5, 1, 2 ms) to the published cases."""
+PASS_OVERHEAD_SECONDS = 0.0
+"""Fixed cost per forward pass of one pipeline stage beyond its layers: sampling, host-side
+scheduling and the synchronization that ends a step. Fitted (grid 0-2 ms): the rows leave nothing
+to it once the layers' fixed costs and FIRST_TOKEN_OVERHEAD_SECONDS are charged."""
 
-GEMM_COMPUTE_MEMORY_OVERLAP = 0.25
-"""How much of the smaller of a GEMM's compute time and weight-streaming time is hidden under the
-larger: time = max(c, m) + (1 - overlap) x min(c, m). 1 is the ideal roofline (time = max);
-0 adds them. Fitted (grid 0, 0.25, 0.5, 0.75, 1); it matters only where the two are close (a few
-hundred prompt tokens at once, or a large decode batch), where real GEMM kernels do not reach both
-peaks at the same time."""
+FIRST_TOKEN_OVERHEAD_SECONDS = 1.75e-3
+"""Host-side latency of a request before its first token that no forward pass carries: request setup,
+copying the prompt in, the first sampling and its return. Added to TTFT (not to engine time). Fitted
+(grid 0-5 ms), by the batch-1 first-token latencies of the 0.5 and 0.9.0 tables."""
 
-PER_HEAD_KV_L2_HIT_FRACTION = 0.6
+FP8_GEMM_EFFICIENCY_RATIO = 0.95
+"""fp8 GEMMs reach this share of the plateau fraction that 16-bit GEMMs reach, measured against
+their own (twice as high) peak: activation quantization and scaling epilogues eat into the doubled
+peak. Fitted (grid 0.5-1.0) on the H100 fp8 rows; with the h100-sxm plateau of 0.64 it gives
+0.61 x 1,979 = 1.20 PFLOP/s for large fp8 GEMMs, 1.9 times the 0.63 PFLOP/s of bf16 (the best-shape
+measurements give 1.77x: ml-engineering MAMF, 1,403 against 794 TFLOP/s on H100 SXM)."""
+
+PER_HEAD_KV_L2_HIT_FRACTION = 0.45
 """When the decode-attention kernel streams K/V once per query head (TensorRT-LLM <= 0.6 masked
 MHA, before its XQA kernel), this fraction of the repeated reads of a GQA group hits L2; the rest
-comes from HBM again: traffic = 1 + (group - 1) x (1 - hit) times the cache. Fitted (grid 0-0.7)
-to the GQA throughput cases of the 0.6.1 tables; Llama-2-70B (group 8) then reads K/V 3.8 times."""
+comes from HBM again: traffic = 1 + (group - 1) x (1 - hit) times the cache. Fitted (grid 0-0.9)
+on the GQA rows of the 0.6.1 tables; Llama-2-70B (group 8) then reads K/V 4.9 times."""
 
+GEMM_COMPUTE_MEMORY_OVERLAP = 0.77
+"""How much of the smaller of a GEMM's compute time and weight-streaming time is hidden under the
+larger: time = max(c, m) + (1 - overlap) x min(c, m); 1 is the ideal roofline (time = max), 0 adds
+them. Chosen from kernel measurements, not from the serving rows: vLLM PR #19566 (vllm-project/vllm,
+"[Perf] Further tunings for SM100 FP8 CUTLASS kernel", table for N = K = 4096 bf16 torch GEMMs on B200)
+measures 561 / 893 / 1,336 / 1,363 TFLOP/s at M = 128 / 256 / 512 / 1024 tokens. Taking m as the
+memory-bound time measured at M = 16-64 (7.4 us: the 33.5 MB of weights) and c as the FLOPs at the
+M = 2048 plateau (1,444 TFLOP/s), the overlap that fits those four times best (least squares on log
+time) is 0.77; 0.25 (the previous, fitted value) misses them by 23% rms, 0.77 by 6%.
+`benchmarks/calibrate_serving.py` recomputes it from the table; tests/serving/test_kernel_overlap.py
+checks it."""
+
+SERVING_MEMORY_BANDWIDTH_FRACTION = 0.85
+"""Share of datasheet HBM bandwidth that serving's long streams (weights in decode GEMMs, the KV cache
+in decode attention, activations) reach. Not training's fitted element-wise value (0.8 in the
+profiles): STREAM-like kernels on H200 reach 4.00-4.15 TB/s of 4.8 (copy/mul/add/triad, 83-86%;
+Azure/AI-benchmarking-guide Azure_Results/ND_H200_v5_results.md, commit 7f20e5fa), and decode
+attention with paged KV 50-85% of peak once a step reads more than ~100 MB (FlashInfer, Ye et al.
+MLSys 2025: 70-83%; FlashAttention-3 paged decode at 2-4k context: 54-55%, Dao-AILab/flash-attention
+issue #1572). 0.85 is the STREAM figure; the fixed costs of small kernels are charged separately
+(the GEMM half-saturation size, LAYER_OVERHEAD_SECONDS)."""
+
+KV_PAGE_TOKENS = 16
+"""Tokens per KV-cache page (vLLM's default block_size 16; TensorRT-LLM's paged KV cache uses
+tokens_per_block). Decode attention reads whole pages: half a page of padding per sequence on
+average."""
 
 @dataclass(frozen=True)
 class Rates:
@@ -103,7 +137,7 @@ def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
         head_flop_per_s=p16 * eff.matmul.peak_fraction,
         attention_flop_per_s=p16 * eff.attention.fraction,
         attention_peak_flop_per_s=p16,
-        memory_bytes_per_s=bw * eff.memory_bandwidth.fraction,
+        memory_bytes_per_s=bw * SERVING_MEMORY_BANDWIDTH_FRACTION,
         memory_peak_bytes_per_s=bw,
     )
 
@@ -185,7 +219,10 @@ def _gemm_seconds(
         elements = gemm_elements_per_gpu(shapes, g, x.tp)
         f = 2.0 * tokens * elements * (k_over_e if g.routed else 1.0)
         b = elements * wbytes * (touched if g.routed else 1.0)
-        t = _roofline((f + r.gemm_overhead_flop) / r.gemm_flop_per_s, b / r.memory_bytes_per_s)
+        # the matmul curve's fixed cost (launch, tail wave: half-saturation size / plateau rate) is paid
+        # once per kernel, outside the roofline: it hides under neither the FLOPs nor the weight stream
+        fixed = r.gemm_overhead_flop / r.gemm_flop_per_s
+        t = _roofline(f / r.gemm_flop_per_s, b / r.memory_bytes_per_s) + fixed
         seconds, flop, nbytes = seconds + t, flop + f, nbytes + b
     return seconds, flop, nbytes
 
@@ -212,7 +249,8 @@ def _attention(shapes: ModelShapes, x: InferenceArrays, r: Rates, w: Work) -> tu
     group = heads_gpu / shapes.kv_heads_per_gpu(x.tp)
     reread = 1 + (group - 1) * (1 - PER_HEAD_KV_L2_HIT_FRACTION)
     amplification = np.where(x.per_head_decode_attention & (not shapes.mla), reread, 1.0)
-    kv_read = w.decode_seqs * seen * kv_per_token_layer
+    padded = seen + shapes.num_layers * KV_PAGE_TOKENS / 2  # half a page per sequence and layer
+    kv_read = w.decode_seqs * padded * kv_per_token_layer
     seconds = prefill_flop / r.attention_flop_per_s + np.maximum(
         decode_flop / r.attention_flop_per_s, kv_read * amplification / r.memory_bytes_per_s
     )
@@ -240,7 +278,8 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
     # output head, split over TP by vocabulary, then the logits gathered on every TP rank
     head_flop = 2.0 * w.sampled * shapes.vocab * shapes.hidden / x.tp
     head_bytes = shapes.head_matrix_params() * EMBEDDING_BYTES_PER_ELEMENT / x.tp  # tied or not, V x h read
-    head = _roofline((head_flop + r.gemm_overhead_flop) / r.head_flop_per_s, head_bytes / r.memory_bytes_per_s)
+    head = _roofline(head_flop / r.head_flop_per_s, head_bytes / r.memory_bytes_per_s) + (
+        r.gemm_overhead_flop / r.head_flop_per_s)
     head = head + all_gather_seconds(w.sampled * shapes.vocab * LOGIT_BYTES_PER_ELEMENT, x.tp, tp_link)
     overhead = layers * LAYER_OVERHEAD_SECONDS + np.zeros_like(gemm)
     pp_link = group_link(hw, x.pp, x.tp)
@@ -366,7 +405,7 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
     micro = np.minimum(c, x.pp)
     decode = forward_pass(shapes, hw, x, r, Work(c / micro, c / micro, zeros, s, c / micro, mean_context))
     tpot = _round(decode, micro)
-    static = _static(prefill_seconds, tpot, x, c)
+    static = _static(prefill_seconds + FIRST_TOKEN_OVERHEAD_SECONDS, tpot, x, c)
 
     def work(decoding: np.ndarray, prefill_tokens: np.ndarray) -> Work:
         prompts = prefill_tokens / s
@@ -378,7 +417,7 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
         return _round(forward_pass(shapes, hw, x, r, work(decoding, prefill_tokens).scaled(1 / m)), m)
 
     steady = steady_state(iteration_seconds, concurrency=c, request_rate=x.request_rate, input_len=s,
-                          output_len=o, max_batched_tokens=budget)
+                          output_len=o, max_batched_tokens=budget, first_token_seconds=FIRST_TOKEN_OVERHEAD_SECONDS)
     tokens = np.where(steady.stable, steady.decoding, 0.0)
     prefill_tokens = np.where(steady.stable, steady.prefill_tokens_per_iteration, 0.0)
     m_iter = np.clip(tokens + prefill_tokens / s, 1.0, x.pp)

@@ -55,6 +55,29 @@ def predict_case(case: dict[str, Any], hardware: dict[str, HardwareProfile] | No
     return float(getattr(serving, case["measured"]["name"]))
 
 
+def predict_cases(cases: list[dict[str, Any]], hardware: dict[str, HardwareProfile] | None = None) -> list[float]:
+    """`predict_case` for many cases at once: one array evaluation per (model, hardware) pair (what the
+    calibration's many trials need); the same numbers as predict_case, case by case."""
+    out: list[float] = [0.0] * len(cases)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, case in enumerate(cases):
+        groups.setdefault((case["model"], case["hardware"]), []).append(i)
+    for (model_id, hw_id), idx in groups.items():
+        model = load_model(model_id).spec
+        hw = (hardware or {}).get(hw_id) or load_hardware(hw_id).spec
+        picked = [cases[i] for i in idx]
+        x = InferenceArrays.build(
+            tp=[c["tp"] for c in picked], pp=[c["pp"] for c in picked], concurrency=[c["batch"] for c in picked],
+            input_len=[c["input_len"] for c in picked], output_len=[c["output_len"] for c in picked],
+            weight_dtype=[c["weight_dtype"] for c in picked], kv_dtype=[c["kv_dtype"] for c in picked],
+            per_head_decode_attention=[c["decode_attention"] == "per-head" for c in picked],
+        )
+        est = estimate_inference(model, hw, x)
+        for j, (i, case) in enumerate(zip(idx, picked, strict=True)):
+            out[i] = float(getattr(est.serving(case["batching"]), case["measured"]["name"])[j])
+    return out
+
+
 def measured_si(case: dict[str, Any]) -> float:
     measured = case["measured"]
     return float(measured["value"]) * _UNIT_SCALE[measured["unit"]]

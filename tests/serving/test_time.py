@@ -16,6 +16,8 @@ from planner.physics.kernels import GEMM_FIXED_SECONDS
 from planner.serving.estimate import InferenceArrays, estimate_inference
 from planner.serving.inputs import model_shapes
 from planner.serving.time import (
+    FIRST_TOKEN_OVERHEAD_SECONDS,
+    KV_PAGE_TOKENS,
     PASS_OVERHEAD_SECONDS,
     PER_HEAD_KV_L2_HIT_FRACTION,
     causal_pairs,
@@ -183,7 +185,8 @@ def test_pipeline_with_fewer_micro_batches_than_stages_takes_the_traversal() -> 
     x = arrays(tp=2, pp=np.array([1, 2, 3, 4, 8]), concurrency=1, input_len=512, output_len=64)
     t = inference_times(model_shapes(model), H100, x)
     np.testing.assert_allclose(t.static.tpot_seconds, t.decode.traversal_seconds)
-    np.testing.assert_allclose(t.static.ttft_seconds, t.prefill.traversal_seconds)  # one prefill pass
+    # one prefill pass, and the request's host-side latency
+    np.testing.assert_allclose(t.static.ttft_seconds, t.prefill.traversal_seconds + FIRST_TOKEN_OVERHEAD_SECONDS)
     # one client: nobody else's prompt interleaves with its decode, so its TPOT is the static one
     np.testing.assert_allclose(t.continuous.tpot_seconds, t.static.tpot_seconds)
     pp = x.pp
@@ -202,7 +205,8 @@ def test_pipeline_with_fewer_micro_batches_than_stages_takes_the_traversal() -> 
     np.testing.assert_allclose(t8.static.tpot_seconds, x8.pp * t8.decode.stage_seconds)
     passes = t8.prefill_passes
     np.testing.assert_allclose(t8.static.ttft_seconds,
-                               t8.prefill.traversal_seconds + (passes - 1) * t8.prefill.stage_seconds)
+                               t8.prefill.traversal_seconds + (passes - 1) * t8.prefill.stage_seconds
+                               + FIRST_TOKEN_OVERHEAD_SECONDS)
 
 
 def test_decode_reads_the_tied_output_head() -> None:
@@ -291,7 +295,8 @@ def test_mla_decode_reads_the_whole_latent_on_every_tp_rank() -> None:
                kv_dtype="fp8")
     d = inference_times(model_shapes(model), H100, x).decode
     context = 1000 + 500
-    assert d.kv_bytes_read.tolist() == [32 * context * 61 * 576] * 2
+    # whole pages: half a page of padding per sequence and layer on average
+    assert d.kv_bytes_read.tolist() == [32 * (context + KV_PAGE_TOKENS / 2) * 61 * 576] * 2
     # absorbed attention: 2 x heads/tp x (576 + 512) per cached token per layer
     assert d.attention_flop[0] == pytest.approx(32 * context * 61 * 2 * 16 * (576 + 512))
     assert d.attention_flop[1] == pytest.approx(d.attention_flop[0] / 2)
