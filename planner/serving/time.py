@@ -412,9 +412,20 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
         return Work(decoding + prefill_tokens, decoding + prompts, prompts, s, decoding, mean_context)
 
     def iteration_seconds(decoding: np.ndarray, prefill_tokens: np.ndarray) -> np.ndarray:
-        # the running batch in as many micro-batches as the pipeline has stages (fewer when it holds fewer)
+        """The running batch in as many micro-batches as the pipeline has stages (fewer when it holds fewer).
+        Decodes split evenly; a prompt's chunk is not split, so one micro-batch carries up to a prompt more
+        prefill than the mean. With pp > 1 that heavy micro-batch sets the cycle: it must cross every stage
+        before its next iteration (the traversal), while the others wait behind it at each stage - the
+        pipeline bubble of non-uniform micro-batches (Sarathi-Serve, Agrawal et al. OSDI 2024, Sec. 3.3)."""
         m = np.clip(decoding + prefill_tokens / s, 1.0, x.pp)
-        return _round(forward_pass(shapes, hw, x, r, work(decoding, prefill_tokens).scaled(1 / m)), m)
+        heavy_p = np.minimum(prefill_tokens, prefill_tokens / m + np.minimum(prefill_tokens, s) * (1 - 1 / m))
+        light_p = (prefill_tokens - heavy_p) / np.maximum(m - 1, 1e-9)
+        heavy = forward_pass(shapes, hw, x, r, work(decoding / m, heavy_p))
+        if np.all(x.pp == 1):
+            return heavy.traversal_seconds
+        light = forward_pass(shapes, hw, x, r, work(decoding / m, light_p))
+        busy = (m - 1) * light.stage_seconds + heavy.stage_seconds  # the most loaded stage runs every micro-batch
+        return np.maximum(busy, heavy.traversal_seconds)
 
     steady = steady_state(iteration_seconds, concurrency=c, request_rate=x.request_rate, input_len=s,
                           output_len=o, max_batched_tokens=budget, first_token_seconds=FIRST_TOKEN_OVERHEAD_SECONDS)
