@@ -27,10 +27,10 @@ from planner.report.serving import (
     search_tables,
 )
 from planner.search.serving import SearchSpace, search_inference
-from planner.serving.estimate import BATCHING, check_layout, estimate_inference
+from planner.serving.estimate import BATCHING, estimate_inference
 from planner.serving.inputs import KV_DTYPES, PREFILL_CHUNK_TOKENS, WEIGHT_DTYPES, InferenceArrays
-from planner.serving.memory import DEFAULT_HEADROOM
-from planner.specs.bounds import over_limit
+from planner.serving.memory import SERVING_FREE_MEMORY_FRACTION
+from planner.serving.rules import resolve_layout
 
 DECODE_ATTENTION = ("grouped", "per-head")
 
@@ -91,7 +91,7 @@ def _serving_options(f: Any) -> Any:
             click.option("--batching", type=click.Choice(BATCHING), default="continuous", show_default=True,
                          help="static: one batch prefilled then decoded together; continuous: steady state of "
                          "in-flight batching."),
-            click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM,
+            click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=SERVING_FREE_MEMORY_FRACTION,
                          show_default=True, help="Fraction of device memory kept free."),
             click.option("--decode-attention", type=click.Choice(DECODE_ATTENTION), default="grouped",
                          show_default=True, help="grouped: the decode kernel reads K/V once per KV head "
@@ -158,14 +158,12 @@ def estimate_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: 
         raise PlannerError("--request-rate needs --batching continuous: static batching has no arrival process")
     model_entry, hw_entry = load_model(model_ref), load_hardware(hardware_ref)
     model, hw = model_entry.spec, hw_entry.spec
-    total_gpus = tp * pp if gpus is None else gpus
-    replicas = max(total_gpus // max(tp * pp, 1), 1)
-    x = InferenceArrays.build(
-        tp=tp, pp=pp, concurrency=concurrency, input_len=input_len, output_len=output_len,
-        weight_dtype=weight_dtype, kv_dtype=kv_dtype, per_head_decode_attention=decode_attention == "per-head",
-        request_rate=0.0 if request_rate is None else request_rate / replicas, max_batched_tokens=max_batched_tokens,
-    )
-    check_layout(model, x, gpus=total_gpus)
+    layout = resolve_layout(model, tp=tp, pp=pp, gpus=gpus, input_len=input_len, output_len=output_len,
+                            concurrency=concurrency, request_rate=request_rate, weight_dtype=weight_dtype,
+                            kv_dtype=kv_dtype, batching=batching, decode_attention=decode_attention,
+                            max_batched_tokens=max_batched_tokens)
+    total_gpus, replicas = layout.gpus_total, layout.replicas
+    x = InferenceArrays.from_layout(layout)
     est = estimate_inference(model, hw, x, headroom=headroom)
     config = {
         "model": model_entry.id, "model_name": model.name, "hardware": hw_entry.id, "hardware_name": hw.name,

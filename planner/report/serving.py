@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from planner.search.serving import InferenceSearchResult
-from planner.serving.estimate import BATCHING, REASONS
+from planner.serving.estimate import BATCHING
+from planner.serving.rules import REASONS
 
 
 def _gb(nbytes: float) -> str:

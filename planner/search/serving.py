@@ -5,7 +5,7 @@ Two array passes, no per-candidate Python loop: the structural grid (tp, pp, dty
 for memory first, which gives each layout's largest concurrency; then every layout is expanded to
 its concurrencies (powers of two up to that maximum, and the maximum) and the same estimate
 functions run once on the expanded arrays. Rejections are counted by reason code
-(`planner.serving.estimate.REASONS`).
+(`planner.serving.rules.REASONS`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.serving.estimate import (
-    InferenceEstimate,
-    estimate_inference,
-    layout_problems,
-)
+from planner.serving.estimate import InferenceEstimate, estimate_inference
 from planner.serving.inputs import PREFILL_CHUNK_TOKENS, InferenceArrays, model_shapes
-from planner.serving.memory import DEFAULT_HEADROOM, inference_memory
+from planner.serving.memory import SERVING_FREE_MEMORY_FRACTION, inference_memory
+from planner.serving.rules import violations
 from planner.serving.time import ServingTimes
 from planner.specs.hardware import HardwareProfile
 from planner.specs.model import ModelSpec
@@ -42,7 +39,7 @@ class SearchSpace:
     max_pp: int | None = None
     ttft_max_seconds: float | None = None
     tpot_max_seconds: float | None = None
-    headroom: float = DEFAULT_HEADROOM
+    headroom: float = SERVING_FREE_MEMORY_FRACTION
     per_head_decode_attention: bool = False
     request_rate: float | None = None  # requests/s over all replicas (open loop); None: closed loops
     max_batched_tokens: int = PREFILL_CHUNK_TOKENS
@@ -155,7 +152,7 @@ def search_inference(model: ModelSpec, hw: HardwareProfile, space: SearchSpace) 
         per_head_decode_attention=space.per_head_decode_attention, max_batched_tokens=space.max_batched_tokens,
     )
     bad = np.zeros(layouts.tp.shape, dtype=bool)
-    for reason, mask in layout_problems(model, layouts).items():
+    for reason, mask in violations(model, layouts).items():
         fresh = mask & ~bad
         rejected[reason] = rejected.get(reason, 0) + int(fresh.sum())
         bad |= mask

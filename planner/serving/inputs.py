@@ -21,6 +21,7 @@ from planner.physics.params import (
 from planner.physics.shapes import Gemm, LayerShape, gemm_elements_per_rank, layer_shape
 from planner.specs.dtypes import bytes_per_element
 from planner.specs.model import ModelSpec
+from planner.specs.serving import DEFAULT_MAX_BATCHED_TOKENS, ServingLayout
 
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int8", "int4")
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
@@ -47,11 +48,11 @@ are negligible."""
 LOGIT_BYTES_PER_ELEMENT = 4
 """Logits of the sampled position are materialized in fp32 for sampling."""
 
-PREFILL_CHUNK_TOKENS = 8192
-"""Most tokens one forward pass processes: prompts are packed (no padding) and split into
-passes of at most this many tokens. 8192 is TensorRT-LLM's default max_num_tokens and vLLM's
-default max_num_batched_tokens with chunked prefill. It sizes the activation workspace and the
-number of prefill passes."""
+PREFILL_CHUNK_TOKENS = DEFAULT_MAX_BATCHED_TOKENS
+"""Default of the most tokens one forward pass processes (`max_batched_tokens`): prompts are packed
+(no padding) and split into passes of at most this many tokens. 8192 is TensorRT-LLM's default
+max_num_tokens and vLLM's default max_num_batched_tokens with chunked prefill. It sizes the
+activation workspace and the number of prefill passes."""
 
 
 # --- Inputs ----------------------------------------------------------------------------------
@@ -126,6 +127,16 @@ class InferenceArrays:
             np.asarray(max_batched_tokens, dtype=np.int64),
         )
         return cls(*(np.array(a) for a in arrays))
+
+    @classmethod
+    def from_layout(cls, layout: ServingLayout) -> InferenceArrays:
+        """One layout as 0-d arrays (the request rate per replica)."""
+        return cls.build(
+            tp=layout.tp, pp=layout.pp, concurrency=layout.concurrency, input_len=layout.input_len,
+            output_len=layout.output_len, weight_dtype=layout.weight_dtype, kv_dtype=layout.kv_dtype,
+            per_head_decode_attention=layout.decode_attention == "per-head",
+            request_rate=layout.request_rate_per_replica, max_batched_tokens=layout.max_batched_tokens,
+        )
 
     @property
     def gpus_per_replica(self) -> np.ndarray:

@@ -33,7 +33,7 @@ COMM_BUFFER_BYTES = 2 * NCCL_BYTES_PER_COMMUNICATOR
 """Communication buffers when a replica spans more than one GPU: an NCCL communicator plus the
 engine's custom all-reduce / IPC staging buffers, taken as a second communicator's worth."""
 
-DEFAULT_HEADROOM = 0.05
+SERVING_FREE_MEMORY_FRACTION = 0.05
 """Fraction of device memory kept free for allocator fragmentation and paged-KV block rounding
 (vLLM's default gpu_memory_utilization=0.9 leaves 10% for this and for activations, which we
 count separately)."""
@@ -215,7 +215,7 @@ def max_concurrency(shapes: ModelShapes, x: InferenceArrays, usable_bytes: float
 
 
 def inference_memory(
-    model: ModelSpec, hw: HardwareProfile, x: InferenceArrays, *, headroom: float = DEFAULT_HEADROOM,
+    model: ModelSpec, hw: HardwareProfile, x: InferenceArrays, *, headroom: float = SERVING_FREE_MEMORY_FRACTION,
     shapes: ModelShapes | None = None,
 ) -> InferenceMemory:
     """Memory per GPU of each serving layout in `x`."""

@@ -12,8 +12,10 @@ from typing import Any
 
 from planner.engines.load import load_hardware, load_model, parse_yaml
 from planner.physics.params import kv_cache_bytes_per_token
-from planner.serving.estimate import InferenceArrays, check_layout, estimate_inference
+from planner.serving.estimate import InferenceArrays, estimate_inference
+from planner.serving.rules import check_layout
 from planner.specs.hardware import HardwareProfile
+from planner.specs.serving import ServingLayout
 from planner.validate import ValidationRow
 
 PACKAGE = "planner.validate"
@@ -34,12 +36,16 @@ def inference_cases() -> dict[str, Any]:
     return dict(parse_yaml(text, f"{PACKAGE}/{CASES_FILE}"))
 
 
-def case_arrays(case: dict[str, Any]) -> InferenceArrays:
-    return InferenceArrays.build(
+def case_layout(case: dict[str, Any]) -> ServingLayout:
+    return ServingLayout(
         tp=case["tp"], pp=case["pp"], concurrency=case["batch"], input_len=case["input_len"],
         output_len=case["output_len"], weight_dtype=case["weight_dtype"], kv_dtype=case["kv_dtype"],
-        per_head_decode_attention=case["decode_attention"] == "per-head",
+        batching=case["batching"], decode_attention=case["decode_attention"],
     )
+
+
+def case_arrays(case: dict[str, Any]) -> InferenceArrays:
+    return InferenceArrays.from_layout(case_layout(case))
 
 
 def predict_case(case: dict[str, Any], hardware: dict[str, HardwareProfile] | None = None) -> float:
@@ -49,8 +55,8 @@ def predict_case(case: dict[str, Any], hardware: dict[str, HardwareProfile] | No
     """
     model = load_model(case["model"]).spec
     hw = (hardware or {}).get(case["hardware"]) or load_hardware(case["hardware"]).spec
+    check_layout(model, case_layout(case))
     x = case_arrays(case)
-    check_layout(model, x)
     serving = estimate_inference(model, hw, x).serving(case["batching"])
     return float(getattr(serving, case["measured"]["name"]))
 
