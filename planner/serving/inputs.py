@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.physics.elementwise import elementwise_bytes_per_token
 from planner.physics.params import (
     count_params,
     kv_cache_elements_per_token_per_layer,
@@ -181,6 +182,15 @@ class ModelShapes:
     decode_v_dim: int  # per head, decode (MLA absorbed: kv_lora)
     sliding_window_tokens: int  # 0 when none
     sliding_window_layers: int
+    spec: ModelSpec  # what the shared physics functions take
+
+    def elementwise_bytes_per_token(self, tp: np.ndarray) -> np.ndarray:
+        """Element-wise bytes per token of one dense layer on one GPU (planner.physics.elementwise, the
+        function training uses; inference has no dropout and no sequence parallelism)."""
+        return elementwise_bytes_per_token(self.spec, tp, moe_layer=False)
+
+    def elementwise_bytes_per_token_moe(self, tp: np.ndarray) -> np.ndarray:
+        return elementwise_bytes_per_token(self.spec, tp, moe_layer=True)
 
     def kv_heads_per_gpu(self, tp: np.ndarray) -> np.ndarray:
         """K/V heads each GPU holds: kv_heads / tp, at least one (replicated when kv_heads < tp)."""
@@ -232,6 +242,7 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
         decode_v_dim=mla.kv_lora_rank if mla else model.head_size,
         sliding_window_tokens=model.sliding_window_tokens or 0,
         sliding_window_layers=model.sliding_window_layers,
+        spec=model,
     )
 
 

@@ -36,14 +36,6 @@ from planner.specs.hardware import HardwareProfile
 
 # --- Inference-specific efficiency parameters (how each was chosen: docs/inference.md) ---------
 
-ELEMENTWISE_HIDDEN_PASSES = 10
-"""h-wide vectors read or written per token per layer by unfused element-wise kernels: two
-norms (read, write: 2 x 2) and two residual adds (read two, write one: 2 x 3)."""
-
-ELEMENTWISE_FFN_PASSES = 3
-"""ffn-wide vectors per token per layer for the activation function (read gate and up, write
-one); on ffn / tp elements per GPU."""
-
 # The five values below are fitted together by benchmarks/calibrate_serving.py (mean squared log error over
 # the 47 public serving rows of planner/validate/inference_cases.yaml; method and leave-one-source-out
 # errors in docs/inference.md). Rerun it after changing any formula here: it exits 1 when these differ.
@@ -266,8 +258,8 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
     for layer, count in _layer_counts(shapes):
         t, f, b = _gemm_seconds(shapes, layer, x, r, tokens)
         gemm, flop, wbytes = gemm + count * t, flop + count * f, wbytes + count * b
-        vectors = ELEMENTWISE_HIDDEN_PASSES * shapes.hidden + ELEMENTWISE_FFN_PASSES * layer.ffn_width / x.tp
-        elementwise_bytes = elementwise_bytes + count * tokens * vectors * ACTIVATION_BYTES_PER_ELEMENT
+        per_token = shapes.elementwise_bytes_per_token_moe if layer is shapes.moe else shapes.elementwise_bytes_per_token
+        elementwise_bytes = elementwise_bytes + count * tokens * per_token(x.tp)
     kv_write = tokens * shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes * shapes.num_layers
     elementwise = (elementwise_bytes + kv_write) / r.memory_bytes_per_s
     attention, attention_flop, kv_read = _attention(shapes, x, r, w)

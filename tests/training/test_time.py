@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from round_specs import lay, round_hw, tiny  # noqa: E402
 
+from planner.physics.elementwise import elementwise_bytes_per_token
 from planner.physics.kernels import (
     GEMM_FIXED_SECONDS,
     attention_efficiency,
@@ -27,9 +28,6 @@ from planner.training.estimate import evaluate
 from planner.training.memory import stage_params
 from planner.training.time import (
     STEP_OVERHEAD_SECONDS,
-    attention_core_seconds,
-    elementwise_bytes_per_token,
-    fp8_cast_elements_per_token,
     layer_time,
     optimizer_seconds,
     softmax_bytes_per_token,
@@ -73,7 +71,9 @@ def test_elementwise_traffic_per_token():
     #   GeLU, read 2f + write 2f:                            4f = 1,024
     #   rotary, read + write Q and K: 2 x 2 x (64 + 64)         = 512
     #   total 2,944 bytes
-    assert elementwise_bytes_per_token(tiny(), lay(), moe_layer=False).tolist() == [2_944]
+    m, a = tiny(), lay()
+    got = elementwise_bytes_per_token(m, a.tp, moe_layer=False, dropout=m.dropout, sequence_parallel=a.sequence_parallel)
+    assert got.tolist() == [2_944]
 
 
 def test_parallel_block_adds_both_branches_in_one_pass():
