@@ -300,3 +300,38 @@ def test_mla_decode_reads_the_whole_latent_on_every_tp_rank() -> None:
     # absorbed attention: 2 x heads/tp x (576 + 512) per cached token per layer
     assert d.attention_flop[0] == pytest.approx(32 * context * 61 * 2 * 16 * (576 + 512))
     assert d.attention_flop[1] == pytest.approx(d.attention_flop[0] / 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2]),
+    c=st.integers(1, 1024),
+    s=st.integers(1, 3000),
+    o=st.integers(2, 1000),
+    wd=st.sampled_from(["bf16", "fp8", "int4"]),
+    rate=st.sampled_from([0.0, 0.5, 5.0, 50.0]),
+    hw=st.sampled_from([H100, A100]),
+)
+def test_physics_bounds_under_load(tp: int, pp: int, c: int, s: int, o: int, wd: str, rate: float,
+                                   hw: HardwareProfile) -> None:
+    # Whatever the load (a closed loop of c clients, or `rate` requests/s): no percentile of TPOT is below a
+    # GPU's share of the layer matrices plus one sequence's KV cache over the datasheet bandwidth, and the
+    # output tokens/s per GPU never need more FLOPs than the peak: every output token costs its own
+    # decode pass and its share of the prompt, (S + O - 1) / O passes through every layer matrix.
+    x = arrays(tp=tp, pp=pp, concurrency=c, input_len=s, output_len=o, weight_dtype=wd, request_rate=rate)
+    t = inference_times(model_shapes(llama2_70b()), hw, x)
+    weight_bytes = {"bf16": 2, "fp8": 1, "int4": 0.5}[wd]
+    stage_matrices = -(-LAYERS // pp) * LAYER_MATRICES / tp
+    kv_one = -(-LAYERS // pp) * s * 2 * max(KV // tp, 1) * 128 * 2
+    bound = (stage_matrices * weight_bytes + kv_one) / hw.accelerator.memory_bandwidth_bytes_per_s
+    peak = hw.peak_flops("fp8") if wd == "fp8" and "fp8" in hw.accelerator.peak_flops_per_s else hw.peak_flops("bf16")
+    flop_per_output_token = 2 * LAYERS * LAYER_MATRICES * (s + o - 1) / o
+    for serving in (t.static, t.continuous):
+        if not bool(serving.stable):
+            assert rate > 0 and np.isinf(serving.ttft_seconds)
+            continue
+        for q in (0, 50, 90, 99):
+            assert float(serving.percentile("tpot", q)) >= bound
+            assert float(serving.percentile("ttft", q)) > 0
+        assert float(serving.output_tokens_per_second_per_gpu) * flop_per_output_token <= peak
