@@ -118,7 +118,7 @@ def _terms(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.ndarray
     return {
         "lam": lam, "rho": rho, "rho_seen": rho_seen, "stable": stable, "chunks": chunks, "t_chunk": t_chunk,
         "t0": t0, "tpot": tpot, "iteration": iteration, "busy": busy, "wait": wait, "prompt": prompt,
-        "residual": residual, "ttft": ttft, "in_flight": lam * (ttft + (o - 1) * tpot),
+        "residual": residual, "ttft": ttft, "in_flight": lam * (ttft + (o - 1) * tpot), "seen_share": seen_share,
     }
 
 
@@ -168,9 +168,10 @@ def steady_state(cost: IterationCost, *, concurrency: np.ndarray, request_rate: 
                                                                  t["wait"]), inf)
         for q in PERCENTILES
     }
-    # TPOT spread: prompt chunks per iteration ~ Poisson(lambda T chunks), each adding (t_chunk - t0)
+    # TPOT spread: the others' prompt chunks per iteration ~ Poisson(lambda_seen T chunks), each adding
+    # (t_chunk - t0)
     per_chunk = np.maximum(t["t_chunk"] - t["t0"], 0.0)
-    variance = t["lam"] * t["iteration"] * t["chunks"] * per_chunk**2
+    variance = t["lam"] * t["seen_share"] * t["iteration"] * t["chunks"] * per_chunk**2
     sigma = np.sqrt(np.where(stable, variance, 0.0) / np.maximum(o - 1, 1))
     tpot_q = {q: np.where(stable, t["tpot"] + Z_SCORES[q] * sigma, inf) for q in PERCENTILES}
     lam = np.where(closed | stable, t["lam"], rate)

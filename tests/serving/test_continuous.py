@@ -110,6 +110,7 @@ def test_one_client_waits_for_nobody() -> None:
     assert float(st.ttft_seconds) == pytest.approx(A + G_PRE * 3000)
     assert float(st.ttft_percentile_seconds[99]) == pytest.approx(float(st.ttft_seconds))
     assert float(st.tpot_seconds) == pytest.approx(A + B_DEC)
+    assert float(st.tpot_percentile_seconds[99]) == pytest.approx(float(st.tpot_seconds))
 
 
 def test_open_loop_above_capacity_is_unstable() -> None:
