@@ -39,8 +39,8 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray, *, moe_layer: 
     )
     if moe_layer and model.moe is not None:
         moe = model.moe
-        f = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size
-        permute = 2 * moe.experts_per_token * 4 * h  # dispatch and combine: read and write each copy
+        f: float = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size
+        permute = 2.0 * moe.experts_per_token * 4 * h  # dispatch and combine: read and write each copy
     else:
         f = model.ffn_hidden_size
         permute = 0.0

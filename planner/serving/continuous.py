@@ -142,7 +142,7 @@ def steady_state(cost: IterationCost, *, concurrency: np.ndarray, request_rate: 
     lo = np.zeros(shape)
     hi_v = np.where(decodes, hi, 1.0)
 
-    def excess(v: np.ndarray) -> np.ndarray:
+    def excess(v: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         n = np.where(decodes, v, 0.0)
         t = _terms(cost, n, closed, c, s, o, budget, np.where(decodes, 0.0, v), first_token_seconds)
         return np.where(closed, np.where(t["stable"], t["in_flight"], np.inf) - c, t["lam"] - rate), t

@@ -105,7 +105,7 @@ def resolve_layout(model: ModelSpec, **fields: object) -> ServingLayout:
     from planner.specs.validation import describe_validation_error
 
     try:
-        layout = ServingLayout(**{k: v for k, v in fields.items() if v is not None})  # type: ignore[arg-type]
+        layout = ServingLayout(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as err:
         first = err.errors()[0]
         if first["type"] == "greater_than" and first["loc"]:
