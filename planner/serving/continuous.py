@@ -50,8 +50,11 @@ MIN_PREFILL_ROOM_FRACTION = 0.125
 batch (vLLM max_num_seqs, TensorRT-LLM max_batch_size) below the budget, so prompts always advance;
 with the default 8,192 budget this floor (1,024 tokens) matters only past ~7,000 running sequences."""
 
-BISECTION_STEPS = 40
-"""Halvings of the bracket for the number of decoding sequences (relative precision 2^-40)."""
+BISECTION_STEPS = 32
+"""Halvings of the bracket for the number of decoding sequences (relative precision 2^-32)."""
+
+OPEN_LOOP_BRACKET_FLOOR = 1e-15
+"""Bottom of the open loop's geometric bracket, as a share of its top."""
 
 PERCENTILES = (50, 90, 99)
 Z_SCORES = {50: 0.0, 90: 1.2815515655446004, 99: 2.3263478740408408}  # standard normal quantiles
@@ -147,15 +150,17 @@ def steady_state(cost: IterationCost, *, concurrency: np.ndarray, request_rate: 
         t = _terms(cost, n, closed, c, s, o, budget, np.where(decodes, 0.0, v), first_token_seconds)
         return np.where(closed, np.where(t["stable"], t["in_flight"], np.inf) - c, t["lam"] - rate), t
 
+    # open loop: servable only where the most the bracket allows (budget-many decoding) reaches the rate
+    reached = closed | (excess(hi_v)[0] >= 0)
+    # open loop: geometric bisection from 1e-15 of the bracket (a trickle of requests decodes ~1e-4 sequences)
+    lo = np.where(closed, lo, hi_v * OPEN_LOOP_BRACKET_FLOOR)
     for _ in range(BISECTION_STEPS):
-        mid = (lo + hi_v) / 2
+        mid = np.where(closed, (lo + hi_v) / 2, np.sqrt(lo * hi_v))
         over = excess(mid)[0] > 0
         hi_v = np.where(over, mid, hi_v)
         lo = np.where(over, lo, mid)
     v = np.where(closed, lo, lo)
     _, t = excess(v)
-    # open loop: stable only where the rate was reached inside the bracket
-    reached = np.where(closed, True, np.abs(t["lam"] - rate) <= 1e-6 * np.maximum(rate, 1e-300))
     stable = t["stable"] & reached
     inf = np.full(shape, np.inf)
     n = np.where(decodes, v, 0.0)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-BISECTION_STEPS = 60
-"""Halvings of the search interval for a quantile (2^-60 of the bracket: exact to float precision)."""
+BISECTION_STEPS = 40
+"""Halvings of the search interval for a quantile (2^-40 of the bracket)."""
 
 
 def md1_mean_wait_seconds(rho: np.ndarray, service_seconds: np.ndarray) -> np.ndarray:

@@ -119,6 +119,11 @@ def test_open_loop_above_capacity_is_unstable() -> None:
                       input_len=np.array(1000.0), output_len=np.array(100.0), max_batched_tokens=np.array(8192.0))
     assert st.stable.tolist() == [True, False]
     assert np.isinf(st.ttft_seconds[1])
+    # a trickle of requests is served alone: TTFT is one prompt's prefill, and Little's law holds
+    low = steady_state(cost, concurrency=np.array(1.0), request_rate=np.array(1e-4), input_len=np.array(1000.0),
+                       output_len=np.array(100.0), max_batched_tokens=np.array(8192.0))
+    assert bool(low.stable) and float(low.request_rate) == pytest.approx(1e-4, rel=1e-6)
+    assert float(low.ttft_seconds) == pytest.approx(A + G_PRE * 1000, rel=1e-3)
 
 
 def test_ttft_grows_with_load_and_percentiles_are_ordered() -> None:
