@@ -85,7 +85,7 @@ class SteadyState:
     stable: np.ndarray
 
 
-def _terms(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.ndarray, s: np.ndarray,
+def _terms_inner(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.ndarray, s: np.ndarray,
            o: np.ndarray, budget: np.ndarray, rho_o1: np.ndarray, first: float) -> dict[str, np.ndarray]:
     """Every figure of the steady state with n sequences decoding (the bisection's variable)."""
     seen_share = np.where(closed, (c - 1) / np.maximum(c, 1), 1.0)  # arrival theorem / PASTA
@@ -123,6 +123,12 @@ def _terms(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.ndarray
         "t0": t0, "tpot": tpot, "iteration": iteration, "busy": busy, "wait": wait, "prompt": prompt,
         "residual": residual, "ttft": ttft, "in_flight": lam * (ttft + (o - 1) * tpot), "seen_share": seen_share,
     }
+
+
+def _terms(*args: object) -> dict[str, np.ndarray]:
+    """`_terms_inner` with the inf and nan of overloaded candidates left quiet (they are masked as unstable)."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return _terms_inner(*args)  # type: ignore[arg-type]
 
 
 def steady_state(cost: IterationCost, *, concurrency: np.ndarray, request_rate: np.ndarray, input_len: np.ndarray,
