@@ -144,7 +144,7 @@ def infer() -> None:
 @click.option("--kv-dtype", type=click.Choice(KV_DTYPES), default="bf16", show_default=True, help="KV-cache dtype.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output format.")
-def estimate_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: int, batching: str, headroom: float,
+def estimate_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, input_len: int, output_len: int, batching: str, headroom: float,
                  decode_attention: str, request_rate: float | None, max_batched_tokens: int, tp: int, pp: int,
                  gpus: int | None, concurrency: int, weight_dtype: str, kv_dtype: str, fmt: str) -> None:
     """Memory, latency and throughput of one serving layout.
@@ -156,7 +156,7 @@ def estimate_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: 
     """
     if request_rate is not None and batching != "continuous":
         raise PlannerError("--request-rate needs --batching continuous: static batching has no arrival process")
-    model_entry, hw_entry = load_model(model_ref), load_hardware(hardware_ref)
+    model_entry, (hw_entry, _overlay) = load_model(model_ref), with_profile(load_hardware(hardware_ref), profile_path)
     model, hw = model_entry.spec, hw_entry.spec
     layout = resolve_layout(model, tp=tp, pp=pp, gpus=gpus, input_len=input_len, output_len=output_len,
                             concurrency=concurrency, request_rate=request_rate, weight_dtype=weight_dtype,
@@ -203,7 +203,7 @@ def estimate_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: 
               help="Write TPOT vs tokens/s per GPU with the front (.png or .svg; needs matplotlib).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
               help="Output format.")
-def search_cmd(model_ref: str, hardware_ref: str, input_len: int, output_len: int, batching: str, headroom: float,
+def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, input_len: int, output_len: int, batching: str, headroom: float,
                decode_attention: str, request_rate: float | None, max_batched_tokens: int, gpus: int,
                weight_dtypes: tuple[str, ...], kv_dtypes: tuple[str, ...], ttft_max: float | None,
                tpot_max: float | None, percentile: str, cross_node_tp: bool, max_pp: int | None, top: int,
