@@ -344,3 +344,15 @@ def test_search_at_a_request_rate(run_cli) -> None:
     assert e2e == sorted(e2e)  # same load for all: ranked by end-to-end latency
     heavy = json.loads(run_cli(*SEARCH, "--request-rate", "100000", "--format", "json").stdout)
     assert heavy["results"] == [] and heavy["rejected"].get("overload", 0) > 0
+
+
+def test_a_smaller_token_budget_chunks_the_prompt(run_cli) -> None:
+    # 8,000-token prompts among 16 clients: a 2,048-token budget splits each prompt over several iterations,
+    # which lowers TPOT (shorter iterations) and raises TTFT (its prompt waits for more of them)
+    base = ["infer", "estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--input-len", "8000", "--output-len", "200",
+            "--concurrency", "16", "--format", "json"]
+    big = json.loads(run_cli(*base).stdout)
+    small = json.loads(run_cli(*base, "--max-batched-tokens", "2048").stdout)
+    assert big["steady_state"]["prefill_chunks"] == 1 and small["steady_state"]["prefill_chunks"] == 4
+    assert small["latency"]["tpot_p99_seconds"] < big["latency"]["tpot_p99_seconds"]
+    assert small["latency"]["ttft_seconds"] > big["latency"]["ttft_seconds"]
