@@ -10,11 +10,12 @@ project's shared/reference/published_runs.yaml, entered in planner's schema).
 Chosen outside the fit, and recomputed here for the record:
 - GEMM_COMPUTE_MEMORY_OVERLAP from the B200 GEMM table of vLLM PR #19566 (see planner/serving/time.py);
 - SERVING_MEMORY_BANDWIDTH_FRACTION = 0.85, the STREAM figure of the Azure H200 benchmarks (cited there).
+The GEMM plateaus (16-bit and fp8) and the fixed GEMM cost are the shared kernel layer's (the hardware
+profiles' efficiency block and planner.physics.kernels.GEMM_FIXED_SECONDS), fitted on training runs.
 
-Fitted (five parameters, one value each for every GPU and model): LAYER_OVERHEAD_SECONDS (fixed cost of a
+Fitted (four parameters, one value each for every GPU and model): LAYER_OVERHEAD_SECONDS (fixed cost of a
 layer's non-GEMM kernels per pass), PASS_OVERHEAD_SECONDS (per pass per stage), FIRST_TOKEN_OVERHEAD_SECONDS
-(a request's host-side latency before its first token), FP8_GEMM_EFFICIENCY_RATIO
-(fp8 GEMM plateau against the 16-bit one, per its own peak) and PER_HEAD_KV_L2_HIT_FRACTION (the L2 hits of
+(a request's host-side latency before its first token) and PER_HEAD_KV_L2_HIT_FRACTION (the L2 hits of
 per-query-head decode attention, TensorRT-LLM <= 0.6). Objective: the mean squared log error of all rows
 (a 10% over- and under-prediction weigh alike). Coordinate descent over a grid per parameter, from the
 shipped values. Then leave-one-source-out: for each source (the `group` of a case: one table of one
@@ -38,7 +39,6 @@ GRID: dict[str, np.ndarray] = {
     "LAYER_OVERHEAD_SECONDS": np.round(np.arange(0, 101e-6, 5e-6), 9),
     "PASS_OVERHEAD_SECONDS": np.array([0.0, 0.1e-3, 0.25e-3, 0.5e-3, 0.75e-3, 1e-3, 1.5e-3, 2e-3]),
     "FIRST_TOKEN_OVERHEAD_SECONDS": np.round(np.arange(0, 5.01e-3, 0.25e-3), 6),
-    "FP8_GEMM_EFFICIENCY_RATIO": np.round(np.arange(0.5, 1.001, 0.05), 2),
     "PER_HEAD_KV_L2_HIT_FRACTION": np.round(np.arange(0.0, 0.91, 0.05), 2),
 }
 

@@ -36,7 +36,7 @@ from planner.specs.hardware import HardwareProfile
 
 # --- Inference-specific efficiency parameters (how each was chosen: docs/inference.md) ---------
 
-# The five values below are fitted together by benchmarks/calibrate_serving.py (mean squared log error over
+# The four values below are fitted together by benchmarks/calibrate_serving.py (mean squared log error over
 # the 47 public serving rows of planner/validate/inference_cases.yaml; method and leave-one-source-out
 # errors in docs/inference.md). Rerun it after changing any formula here: it exits 1 when these differ.
 
@@ -55,13 +55,6 @@ FIRST_TOKEN_OVERHEAD_SECONDS = 1.75e-3
 """Host-side latency of a request before its first token that no forward pass carries: request setup,
 copying the prompt in, the first sampling and its return. Added to TTFT (not to engine time). Fitted
 (grid 0-5 ms), by the batch-1 first-token latencies of the 0.5 and 0.9.0 tables."""
-
-FP8_GEMM_EFFICIENCY_RATIO = 0.95
-"""fp8 GEMMs reach this share of the plateau fraction that 16-bit GEMMs reach, measured against
-their own (twice as high) peak: activation quantization and scaling epilogues eat into the doubled
-peak. Fitted (grid 0.5-1.0) on the H100 fp8 rows; with the h100-sxm plateau of 0.64 it gives
-0.61 x 1,979 = 1.20 PFLOP/s for large fp8 GEMMs, 1.9 times the 0.63 PFLOP/s of bf16 (the best-shape
-measurements give 1.77x: ml-engineering MAMF, 1,403 against 794 TFLOP/s on H100 SXM)."""
 
 PER_HEAD_KV_L2_HIT_FRACTION = 0.45
 """When the decode-attention kernel streams K/V once per query head (TensorRT-LLM <= 0.6 masked
@@ -200,8 +193,8 @@ def _roofline(compute_seconds: np.ndarray, memory_seconds: np.ndarray) -> np.nda
 def _gemm_seconds(
     shapes: ModelShapes, layer: LayerShape, x: InferenceArrays, r: Rates, tokens: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One layer's GEMMs: each the slower of its compute ((flop + half-saturation) / plateau rate,
-    the matmul efficiency curve) and reading its weights once. Routed experts: top-k of E per token
+    """One layer's GEMMs: each the roofline of its compute (flop / plateau rate) and reading its weights
+    once, plus its fixed cost. Routed experts: top-k of E per token
     for FLOPs; the experts any of the `tokens` picks, 1 - (1 - k/E)^tokens of them, for bytes."""
     wbytes = quantized_bytes_per_element(x.weight_bytes)
     k_over_e = shapes.experts_per_token / shapes.experts
@@ -211,9 +204,9 @@ def _gemm_seconds(
         elements = gemm_elements_per_gpu(shapes, g, x.tp)
         f = 2.0 * tokens * elements * (k_over_e if g.routed else 1.0)
         b = elements * wbytes * (touched if g.routed else 1.0)
-        # the matmul curve's fixed cost (launch, tail wave: half-saturation size / plateau rate) is paid
-        # once per kernel, outside the roofline: it hides under neither the FLOPs nor the weight stream
-        fixed = r.gemm_overhead_flop / r.gemm_flop_per_s
+        # the GEMM's fixed cost, (x / peak + GEMM_FIXED_SECONDS) / plateau as physics.kernels.matmul_seconds
+        # charges it, is paid once per kernel outside the roofline: it hides under neither FLOPs nor weights
+        fixed = GEMM_FIXED_SECONDS * r.gemm_peak_flop_per_s / r.gemm_flop_per_s
         t = _roofline(f / r.gemm_flop_per_s, b / r.memory_bytes_per_s) + fixed
         seconds, flop, nbytes = seconds + t, flop + f, nbytes + b
     return seconds, flop, nbytes
@@ -271,7 +264,7 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
     head_flop = 2.0 * w.sampled * shapes.vocab * shapes.hidden / x.tp
     head_bytes = shapes.head_matrix_params() * EMBEDDING_BYTES_PER_ELEMENT / x.tp  # tied or not, V x h read
     head = _roofline(head_flop / r.head_flop_per_s, head_bytes / r.memory_bytes_per_s) + (
-        r.gemm_overhead_flop / r.head_flop_per_s)
+        GEMM_FIXED_SECONDS * r.attention_peak_flop_per_s / r.head_flop_per_s)
     head = head + all_gather_seconds(w.sampled * shapes.vocab * LOGIT_BYTES_PER_ELEMENT, x.tp, tp_link)
     overhead = layers * LAYER_OVERHEAD_SECONDS + np.zeros_like(gemm)
     pp_link = group_link(hw, x.pp, x.tp)

@@ -28,6 +28,8 @@ from planner.training.estimate import evaluate
 from planner.training.memory import stage_params
 from planner.training.time import (
     STEP_OVERHEAD_SECONDS,
+    attention_core_seconds,
+    fp8_cast_elements_per_token,
     layer_time,
     optimizer_seconds,
     softmax_bytes_per_token,
@@ -80,7 +82,8 @@ def test_parallel_block_adds_both_branches_in_one_pass():
     # GPT-J style (one LayerNorm, attention and MLP in parallel): the residual add reads x, the attention
     # output and the MLP output (3 x 2h) and writes 2h, plus two 1-byte masks: 8h + 2h = 640 instead of 896;
     # one norm 4h = 256 instead of 512. Total 2,944 - 256 - 256 = 2,432.
-    model, a = tiny(parallel_attention_mlp=True, norms_per_layer=1), lay()
+    model = tiny(parallel_attention_mlp=True, norms_per_layer=1)
+    a = lay()
     got = elementwise_bytes_per_token(model, a.tp, moe_layer=False, dropout=model.dropout,
                                       sequence_parallel=a.sequence_parallel)
     assert got.tolist() == [2_432]
