@@ -31,6 +31,7 @@ from planner.serving.estimate import BATCHING, estimate_inference
 from planner.serving.inputs import KV_DTYPES, PREFILL_CHUNK_TOKENS, WEIGHT_DTYPES, InferenceArrays
 from planner.serving.memory import SERVING_FREE_MEMORY_FRACTION
 from planner.serving.rules import resolve_layout
+from planner.specs.bounds import over_limit
 
 DECODE_ATTENTION = ("grouped", "per-head")
 
@@ -91,7 +92,7 @@ def _serving_options(f: Any) -> Any:
             click.option("--batching", type=click.Choice(BATCHING), default="continuous", show_default=True,
                          help="static: one batch prefilled then decoded together; continuous: steady state of "
                          "in-flight batching."),
-            click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=SERVING_FREE_MEMORY_FRACTION,
+            click.option("--headroom", type=HEADROOM, default=SERVING_FREE_MEMORY_FRACTION,
                          show_default=True, help="Fraction of device memory kept free."),
             click.option("--decode-attention", type=click.Choice(DECODE_ATTENTION), default="grouped",
                          show_default=True, help="grouped: the decode kernel reads K/V once per KV head "
