@@ -40,11 +40,11 @@ from planner.specs.hardware import HardwareProfile
 # the 47 public serving rows of planner/validate/inference_cases.yaml; method and leave-one-source-out
 # errors in docs/inference.md). Rerun it after changing any formula here: it exits 1 when these differ.
 
-LAYER_OVERHEAD_SECONDS = 45e-6
+LAYER_OVERHEAD_SECONDS = 35e-6
 """Fixed cost per transformer layer per forward pass of the kernels the roofline terms do not
 charge: launch gaps and tails of the ~8-10 non-GEMM kernels of a layer (norms, rotary, attention
 setup, activation, residual adds) at a few microseconds each. The GEMMs' own fixed cost is the
-hardware's matmul half-saturation size over the plateau rate, once per GEMM. Fitted (grid 0-100 us)."""
+shared GEMM_FIXED_SECONDS over the plateau, once per GEMM. Fitted (grid 0-100 us)."""
 
 PASS_OVERHEAD_SECONDS = 0.0
 """Fixed cost per forward pass of one pipeline stage beyond its layers: sampling, host-side
@@ -82,7 +82,7 @@ Azure/AI-benchmarking-guide Azure_Results/ND_H200_v5_results.md, commit 7f20e5fa
 attention with paged KV 50-85% of peak once a step reads more than ~100 MB (FlashInfer, Ye et al.
 MLSys 2025: 70-83%; FlashAttention-3 paged decode at 2-4k context: 54-55%, Dao-AILab/flash-attention
 issue #1572). 0.85 is the STREAM figure; the fixed costs of small kernels are charged separately
-(the GEMM half-saturation size, LAYER_OVERHEAD_SECONDS)."""
+(GEMM_FIXED_SECONDS, LAYER_OVERHEAD_SECONDS)."""
 
 KV_PAGE_TOKENS = 16
 """Tokens per KV-cache page (vLLM's default block_size 16; TensorRT-LLM's paged KV cache uses
@@ -95,7 +95,7 @@ class Rates:
 
     gemm_flop_per_s: np.ndarray
     gemm_peak_flop_per_s: np.ndarray
-    gemm_overhead_flop: float  # half-saturation size: each GEMM costs (flop + this) / rate
+    gemm_overhead_flop: float  # GEMM_FIXED_SECONDS of 16-bit peak work, in FLOP
     head_flop_per_s: float  # output head: 16-bit compute
     attention_flop_per_s: float
     attention_peak_flop_per_s: float
