@@ -39,7 +39,7 @@ DECODE_ATTENTION = ("grouped", "per-head")
 # --- Option types --------------------------------------------------------------------------------
 
 
-class Seconds(click.ParamType):
+class Seconds(click.ParamType):  # type: ignore[type-arg]  # click 8.2+ is generic, older click is not
     """A duration: '0.05', '50ms', '2s', '1.5 s'."""
 
     name = "SECONDS"
@@ -59,7 +59,7 @@ class Seconds(click.ParamType):
         return seconds
 
 
-class Choices(click.ParamType):
+class Choices(click.ParamType):  # type: ignore[type-arg]  # click 8.2+ is generic, older click is not
     """One choice or a comma-separated list of them: 'bf16' or 'bf16,fp8'."""
 
     name = "LIST"

@@ -98,8 +98,8 @@ def structural_grid(model: ModelSpec, hw: HardwareProfile, space: SearchSpace) -
         pp_col.append(pps)
     tp_a, pp_a = np.concatenate(tp_col), np.concatenate(pp_col)
     wd, kd = np.array(space.weight_dtypes), np.array(space.kv_dtypes)
-    i, j, k = np.meshgrid(np.arange(tp_a.size), np.arange(wd.size), np.arange(kd.size), indexing="ij")
-    i, j, k = i.ravel(), j.ravel(), k.ravel()
+    grid = np.meshgrid(np.arange(tp_a.size), np.arange(wd.size), np.arange(kd.size), indexing="ij")
+    i, j, k = (g.ravel() for g in grid)
     return {"tp": tp_a[i], "pp": pp_a[i], "weight_dtype": wd[j], "kv_dtype": kd[k]}, skipped
 
 

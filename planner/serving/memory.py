@@ -13,6 +13,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics.params import kv_cache_bytes_per_token
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
+from planner.physics.shapes import LayerShape
 from planner.physics.stages import candidate_stages, max_layers_per_stage, stage_layer_split
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
@@ -20,7 +21,6 @@ from planner.serving.inputs import (
     LOGIT_BYTES_PER_ELEMENT,
     NORM_BYTES_PER_ELEMENT,
     InferenceArrays,
-    LayerShape,
     ModelShapes,
     gemm_elements_per_gpu,
     model_shapes,

@@ -20,6 +20,7 @@ from planner.physics.comm import (
     p2p_seconds,
 )
 from planner.physics.kernels import GEMM_FIXED_SECONDS, causal_pairs, fp8_gemm_plateau, peak_16bit_flops
+from planner.physics.shapes import LayerShape
 from planner.physics.stages import max_layers_per_stage
 from planner.serving.continuous import SteadyState, steady_state
 from planner.serving.inputs import (
@@ -27,7 +28,6 @@ from planner.serving.inputs import (
     EMBEDDING_BYTES_PER_ELEMENT,
     LOGIT_BYTES_PER_ELEMENT,
     InferenceArrays,
-    LayerShape,
     ModelShapes,
     gemm_elements_per_gpu,
     quantized_bytes_per_element,
