@@ -5,7 +5,7 @@ Two array passes, no per-candidate Python loop: the structural grid (tp, pp, dty
 for memory first, which gives each layout's largest concurrency; then every layout is expanded to
 its concurrencies (powers of two up to that maximum, and the maximum) and the same estimate
 functions run once on the expanded arrays. Rejections are counted by reason code
-(`planner.serving.estimate.REASONS`).
+(`planner.serving.rules.REASONS`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.serving.estimate import (
-    InferenceEstimate,
-    estimate_inference,
-    layout_problems,
-)
-from planner.serving.inputs import InferenceArrays, model_shapes
-from planner.serving.memory import DEFAULT_HEADROOM, inference_memory
+from planner.serving.estimate import InferenceEstimate, estimate_inference
+from planner.serving.inputs import PREFILL_CHUNK_TOKENS, InferenceArrays, model_shapes
+from planner.serving.memory import SERVING_FREE_MEMORY_FRACTION, inference_memory
+from planner.serving.rules import violations
 from planner.serving.time import ServingTimes
 from planner.specs.hardware import HardwareProfile
 from planner.specs.model import ModelSpec
@@ -42,8 +39,11 @@ class SearchSpace:
     max_pp: int | None = None
     ttft_max_seconds: float | None = None
     tpot_max_seconds: float | None = None
-    headroom: float = DEFAULT_HEADROOM
+    headroom: float = SERVING_FREE_MEMORY_FRACTION
     per_head_decode_attention: bool = False
+    request_rate: float | None = None  # requests/s over all replicas (open loop); None: closed loops
+    max_batched_tokens: int = PREFILL_CHUNK_TOKENS
+    percentile: int = 90  # the limits apply to this percentile of TTFT and TPOT (0: the mean)
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class InferenceSearchResult:
     """Every evaluated candidate (expanded over concurrency), which are feasible, and their ranking.
 
     `ranked`: indices of feasible candidates, best first (output tokens/s per GPU, then lower TPOT,
-    then smaller replicas). `pareto`: indices of the feasible candidates no other one beats on both
+    then smaller replicas; at a request rate every layout carries the same load, so: lower end-to-end
+    latency, then fewer GPUs per replica). `pareto`: indices of the feasible candidates no other one beats on both
     TPOT (lower) and output tokens/s per GPU (higher), by TPOT ascending. `rejected`: count per
     reason code; a structural layout that fits no sequence counts once under 'memory'.
     """
@@ -97,8 +98,8 @@ def structural_grid(model: ModelSpec, hw: HardwareProfile, space: SearchSpace) -
         pp_col.append(pps)
     tp_a, pp_a = np.concatenate(tp_col), np.concatenate(pp_col)
     wd, kd = np.array(space.weight_dtypes), np.array(space.kv_dtypes)
-    i, j, k = np.meshgrid(np.arange(tp_a.size), np.arange(wd.size), np.arange(kd.size), indexing="ij")
-    i, j, k = i.ravel(), j.ravel(), k.ravel()
+    grid = np.meshgrid(np.arange(tp_a.size), np.arange(wd.size), np.arange(kd.size), indexing="ij")
+    i, j, k = (g.ravel() for g in grid)
     return {"tp": tp_a[i], "pp": pp_a[i], "weight_dtype": wd[j], "kv_dtype": kd[k]}, skipped
 
 
@@ -130,6 +131,11 @@ def pareto_front(tpot_seconds: np.ndarray, tokens_per_s_per_gpu: np.ndarray) -> 
 def search_inference(model: ModelSpec, hw: HardwareProfile, space: SearchSpace) -> InferenceSearchResult:
     if space.gpus < 1:
         raise PlannerError(f"--gpus must be at least 1, got {space.gpus}")
+    if space.request_rate is not None and (space.request_rate <= 0 or space.batching != "continuous"):
+        raise PlannerError("--request-rate must be above 0 and needs --batching continuous (an open loop of arrivals); "
+                           f"got {space.request_rate} with {space.batching} batching")
+    if space.max_batched_tokens < 1:
+        raise PlannerError(f"--max-batched-tokens must be at least 1, got {space.max_batched_tokens}")
     for name, value in (("input-len", space.input_len), ("output-len", space.output_len)):
         if value < 1:
             raise PlannerError(f"--{name} must be at least 1, got {value}")
@@ -143,25 +149,33 @@ def search_inference(model: ModelSpec, hw: HardwareProfile, space: SearchSpace) 
     layouts = InferenceArrays.build(
         tp=grid["tp"], pp=grid["pp"], concurrency=1, input_len=space.input_len, output_len=space.output_len,
         weight_dtype=grid["weight_dtype"], kv_dtype=grid["kv_dtype"],
-        per_head_decode_attention=space.per_head_decode_attention,
+        per_head_decode_attention=space.per_head_decode_attention, max_batched_tokens=space.max_batched_tokens,
     )
     bad = np.zeros(layouts.tp.shape, dtype=bool)
-    for reason, mask in layout_problems(model, layouts).items():
+    for reason, mask in violations(model, layouts).items():
         fresh = mask & ~bad
         rejected[reason] = rejected.get(reason, 0) + int(fresh.sum())
         bad |= mask
     mem = inference_memory(model, hw, layouts, headroom=space.headroom, shapes=shapes)
     max_c = np.where(bad, 0, mem.max_concurrency)
     rejected["memory"] = int(((max_c == 0) & ~bad).sum())
-    owner, level = concurrency_levels(max_c)
-    cand = InferenceArrays(**{**{k: v[owner] for k, v in layouts.__dict__.items()}, "concurrency": level})
+    if space.request_rate is None:
+        owner, level = concurrency_levels(max_c)
+        cand = InferenceArrays(**{**{k: v[owner] for k, v in layouts.__dict__.items()}, "concurrency": level})
+    else:  # one candidate per layout: the rate sets how many requests are in flight
+        owner = np.flatnonzero(max_c > 0)
+        replicas = space.gpus // (layouts.tp[owner] * layouts.pp[owner])
+        cand = InferenceArrays(**{**{k: v[owner] for k, v in layouts.__dict__.items()},
+                                  "request_rate": space.request_rate / replicas})
     est = estimate_inference(model, hw, cand, headroom=space.headroom, shapes=shapes)
     serving = est.serving(space.batching)
-    feasible = est.memory.fits.copy()
-    rejected["memory"] += int((~feasible).sum())
+    feasible = serving.stable.copy()
+    rejected["overload"] = int((~feasible).sum())
+    rejected["memory"] += int((feasible & ~est.memory.fits).sum())
+    feasible &= est.memory.fits
     for reason, limit, value in (
-        ("ttft", space.ttft_max_seconds, serving.ttft_seconds),
-        ("tpot", space.tpot_max_seconds, serving.tpot_seconds),
+        ("ttft", space.ttft_max_seconds, serving.percentile("ttft", space.percentile)),
+        ("tpot", space.tpot_max_seconds, serving.percentile("tpot", space.percentile)),
     ):
         if limit is not None:
             over = feasible & (value > limit)
@@ -169,7 +183,10 @@ def search_inference(model: ModelSpec, hw: HardwareProfile, space: SearchSpace) 
             feasible &= ~over
     idx = np.flatnonzero(feasible)
     tps_gpu = serving.output_tokens_per_second_per_gpu
-    order = np.lexsort((cand.tp[idx] * cand.pp[idx], serving.tpot_seconds[idx], -tps_gpu[idx]))
+    if space.request_rate is None:
+        order = np.lexsort((cand.tp[idx] * cand.pp[idx], serving.tpot_seconds[idx], -tps_gpu[idx]))
+    else:
+        order = np.lexsort((cand.tp[idx] * cand.pp[idx], serving.e2e_seconds[idx]))
     ranked = idx[order]
     front = idx[pareto_front(serving.tpot_seconds[idx], tps_gpu[idx])] if idx.size else idx
     return InferenceSearchResult(

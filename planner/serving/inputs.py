@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.physics.elementwise import elementwise_bytes_per_token
 from planner.physics.params import (
     count_params,
     kv_cache_elements_per_token_per_layer,
@@ -21,6 +22,7 @@ from planner.physics.params import (
 from planner.physics.shapes import Gemm, LayerShape, gemm_elements_per_rank, layer_shape
 from planner.specs.dtypes import bytes_per_element
 from planner.specs.model import ModelSpec
+from planner.specs.serving import DEFAULT_MAX_BATCHED_TOKENS, ServingLayout
 
 WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int8", "int4")
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
@@ -47,11 +49,11 @@ are negligible."""
 LOGIT_BYTES_PER_ELEMENT = 4
 """Logits of the sampled position are materialized in fp32 for sampling."""
 
-PREFILL_CHUNK_TOKENS = 8192
-"""Most tokens one forward pass processes: prompts are packed (no padding) and split into
-passes of at most this many tokens. 8192 is TensorRT-LLM's default max_num_tokens and vLLM's
-default max_num_batched_tokens with chunked prefill. It sizes the activation workspace and the
-number of prefill passes."""
+PREFILL_CHUNK_TOKENS = DEFAULT_MAX_BATCHED_TOKENS
+"""Default of the most tokens one forward pass processes (`max_batched_tokens`): prompts are packed
+(no padding) and split into passes of at most this many tokens. 8192 is TensorRT-LLM's default
+max_num_tokens and vLLM's default max_num_batched_tokens with chunked prefill. It sizes the
+activation workspace and the number of prefill passes."""
 
 
 # --- Inputs ----------------------------------------------------------------------------------
@@ -71,6 +73,9 @@ class InferenceArrays:
     per_head_decode_attention: the decode-attention kernel streams K/V once per query head
         (TensorRT-LLM <= 0.6 masked MHA, vLLM's first paged-attention kernel) instead of once
         per KV head (FlashInfer, FlashAttention decode, TensorRT-LLM XQA).
+    request_rate: requests per second arriving at one replica (open loop, Poisson); 0: a closed loop
+        of `concurrency` clients (continuous batching only).
+    max_batched_tokens: most tokens one forward pass carries (the chunked-prefill budget).
     """
 
     tp: np.ndarray
@@ -82,6 +87,8 @@ class InferenceArrays:
     fp8_compute: np.ndarray
     kv_bytes: np.ndarray
     per_head_decode_attention: np.ndarray
+    request_rate: np.ndarray
+    max_batched_tokens: np.ndarray
 
     @classmethod
     def build(
@@ -95,6 +102,8 @@ class InferenceArrays:
         weight_dtype: object = "bf16",
         kv_dtype: object = "bf16",
         per_head_decode_attention: object = False,
+        request_rate: object = 0.0,
+        max_batched_tokens: object = PREFILL_CHUNK_TOKENS,
     ) -> InferenceArrays:
         """Broadcast scalars or arrays (dtypes as names, or arrays of names) into one shape."""
         wd = np.asarray(weight_dtype)
@@ -115,8 +124,20 @@ class InferenceArrays:
             wd == "fp8",
             kv_bytes,
             np.asarray(per_head_decode_attention, dtype=bool),
+            np.asarray(request_rate, dtype=float),
+            np.asarray(max_batched_tokens, dtype=np.int64),
         )
         return cls(*(np.array(a) for a in arrays))
+
+    @classmethod
+    def from_layout(cls, layout: ServingLayout) -> InferenceArrays:
+        """One layout as 0-d arrays (the request rate per replica)."""
+        return cls.build(
+            tp=layout.tp, pp=layout.pp, concurrency=layout.concurrency, input_len=layout.input_len,
+            output_len=layout.output_len, weight_dtype=layout.weight_dtype, kv_dtype=layout.kv_dtype,
+            per_head_decode_attention=layout.decode_attention == "per-head",
+            request_rate=layout.request_rate_per_replica, max_batched_tokens=layout.max_batched_tokens,
+        )
 
     @property
     def gpus_per_replica(self) -> np.ndarray:
@@ -161,6 +182,15 @@ class ModelShapes:
     decode_v_dim: int  # per head, decode (MLA absorbed: kv_lora)
     sliding_window_tokens: int  # 0 when none
     sliding_window_layers: int
+    spec: ModelSpec  # what the shared physics functions take
+
+    def elementwise_bytes_per_token(self, tp: np.ndarray) -> np.ndarray:
+        """Element-wise bytes per token of one dense layer on one GPU (planner.physics.elementwise, the
+        function training uses; inference has no dropout and no sequence parallelism)."""
+        return elementwise_bytes_per_token(self.spec, tp, moe_layer=False)
+
+    def elementwise_bytes_per_token_moe(self, tp: np.ndarray) -> np.ndarray:
+        return elementwise_bytes_per_token(self.spec, tp, moe_layer=True)
 
     def kv_heads_per_gpu(self, tp: np.ndarray) -> np.ndarray:
         """K/V heads each GPU holds: kv_heads / tp, at least one (replicated when kv_heads < tp)."""
@@ -212,6 +242,7 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
         decode_v_dim=mla.kv_lora_rank if mla else model.head_size,
         sliding_window_tokens=model.sliding_window_tokens or 0,
         sliding_window_layers=model.sliding_window_layers,
+        spec=model,
     )
 
 

@@ -13,15 +13,14 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics.params import kv_cache_bytes_per_token
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
+from planner.physics.shapes import LayerShape
 from planner.physics.stages import candidate_stages, max_layers_per_stage, stage_layer_split
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
     EMBEDDING_BYTES_PER_ELEMENT,
     LOGIT_BYTES_PER_ELEMENT,
     NORM_BYTES_PER_ELEMENT,
-    PREFILL_CHUNK_TOKENS,
     InferenceArrays,
-    LayerShape,
     ModelShapes,
     gemm_elements_per_gpu,
     model_shapes,
@@ -34,7 +33,7 @@ COMM_BUFFER_BYTES = 2 * NCCL_BYTES_PER_COMMUNICATOR
 """Communication buffers when a replica spans more than one GPU: an NCCL communicator plus the
 engine's custom all-reduce / IPC staging buffers, taken as a second communicator's worth."""
 
-DEFAULT_HEADROOM = 0.05
+SERVING_FREE_MEMORY_FRACTION = 0.05
 """Fraction of device memory kept free for allocator fragmentation and paged-KV block rounding
 (vLLM's default gpu_memory_utilization=0.9 leaves 10% for this and for activations, which we
 count separately)."""
@@ -128,9 +127,9 @@ def kv_bytes_per_sequence_replica(shapes: ModelShapes, x: InferenceArrays, conte
 
 
 def prefill_pass_tokens(x: InferenceArrays, concurrency: np.ndarray | None = None) -> np.ndarray:
-    """Tokens in one prefill forward pass: all prompts packed, at most PREFILL_CHUNK_TOKENS."""
+    """Tokens in one prefill forward pass: all prompts packed, at most max_batched_tokens."""
     c = x.concurrency if concurrency is None else concurrency
-    return np.minimum(c * x.input_len, PREFILL_CHUNK_TOKENS)
+    return np.minimum(c * x.input_len, x.max_batched_tokens)
 
 
 def activation_bytes_per_token(shapes: ModelShapes, tp: np.ndarray) -> np.ndarray:
@@ -186,6 +185,7 @@ class InferenceMemory:
     fits: np.ndarray
     max_concurrency: np.ndarray
     stage_weights: StageWeights
+    concurrency: np.ndarray  # the sequences in flight the figures are for
 
 
 def memory_total_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.ndarray) -> np.ndarray:
@@ -208,14 +208,14 @@ def max_concurrency(shapes: ModelShapes, x: InferenceArrays, usable_bytes: float
     u = kv_bytes_per_sequence_per_gpu(shapes, x, x.context_len) + shapes.vocab / x.tp * LOGIT_BYTES_PER_ELEMENT
     room = usable_bytes - base
     c1 = np.floor(room / (u + a * x.input_len))
-    c2 = np.floor((room - a * PREFILL_CHUNK_TOKENS) / u)
+    c2 = np.floor((room - a * x.max_batched_tokens) / u)
     c = np.maximum(np.maximum(c1, c2), 0).astype(np.int64)
     over = memory_total_bytes(shapes, x, c) > usable_bytes
     return np.maximum(np.where(over, c - 1, c), 0)
 
 
 def inference_memory(
-    model: ModelSpec, hw: HardwareProfile, x: InferenceArrays, *, headroom: float = DEFAULT_HEADROOM,
+    model: ModelSpec, hw: HardwareProfile, x: InferenceArrays, *, headroom: float = SERVING_FREE_MEMORY_FRACTION,
     shapes: ModelShapes | None = None,
 ) -> InferenceMemory:
     """Memory per GPU of each serving layout in `x`."""
@@ -246,4 +246,45 @@ def inference_memory(
         fits=total <= usable,
         max_concurrency=max_concurrency(s, x, usable),
         stage_weights=stages,
+        concurrency=x.concurrency,
     )
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes per GPU on each of the given pipeline stages (arrays over the stages)."""
+
+    stage: np.ndarray
+    layers: np.ndarray
+    weights_bytes: np.ndarray
+    kv_cache_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    other_bytes: np.ndarray
+
+    @property
+    def total_bytes(self) -> np.ndarray:
+        return self.weights_bytes + self.kv_cache_bytes + self.activations_bytes + self.other_bytes
+
+
+def stage_memory(shapes: ModelShapes, x: InferenceArrays, stages: np.ndarray) -> StageMemory:
+    """Memory per GPU of every stage in `stages` for one layout (0-d `x`): the stage's layers (the split
+    of `stage_weight_bytes`), the embedding on the first and the head on the last, the KV cache of its
+    layers (global and windowed in the model's proportion, as `stage_layer_mix`), the same activation
+    workspace and reserve on every stage. The most loaded stage equals `inference_memory`'s figures."""
+    stages = np.asarray(stages)
+    dense_b = layer_weight_bytes_per_gpu(shapes, shapes.dense, x)
+    moe_b = layer_weight_bytes_per_gpu(shapes, shapes.moe, x) if shapes.moe else dense_b
+    n, n_moe = stage_layer_split(shapes.num_layers, shapes.num_dense_layers, x.pp, stages)
+    emb = shapes.embedding_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
+    head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
+    head = head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
+    weights = (n - n_moe) * dense_b + n_moe * moe_b + np.where(stages == 0, emb, 0.0) + np.where(
+        stages == x.pp - 1, head, 0.0)
+    global_layers = -(-(n * shapes.global_layers()) // shapes.num_layers)
+    full, capped = cached_tokens(shapes, x.context_len)
+    per_token_layer = shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes
+    kv = x.concurrency * per_token_layer * (global_layers * full + (n - global_layers) * capped)
+    act = activation_workspace_bytes(shapes, x, x.concurrency) + np.zeros(stages.shape)
+    other = reserve_bytes(x) + np.zeros(stages.shape)
+    return StageMemory(stage=stages, layers=n, weights_bytes=weights, kv_cache_bytes=kv, activations_bytes=act,
+                       other_bytes=other)

@@ -20,14 +20,14 @@ from planner.physics.comm import (
     p2p_seconds,
 )
 from planner.physics.kernels import GEMM_FIXED_SECONDS, causal_pairs, fp8_gemm_plateau, peak_16bit_flops
+from planner.physics.shapes import LayerShape
 from planner.physics.stages import max_layers_per_stage
+from planner.serving.continuous import SteadyState, steady_state
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
     EMBEDDING_BYTES_PER_ELEMENT,
     LOGIT_BYTES_PER_ELEMENT,
-    PREFILL_CHUNK_TOKENS,
     InferenceArrays,
-    LayerShape,
     ModelShapes,
     gemm_elements_per_gpu,
     quantized_bytes_per_element,
@@ -36,39 +36,58 @@ from planner.specs.hardware import HardwareProfile
 
 # --- Inference-specific efficiency parameters (how each was chosen: docs/inference.md) ---------
 
-ELEMENTWISE_HIDDEN_PASSES = 10
-"""h-wide vectors read or written per token per layer by unfused element-wise kernels: two
-norms (read, write: 2 x 2) and two residual adds (read two, write one: 2 x 3)."""
+# The four values below are fitted together by benchmarks/calibrate_serving.py (mean squared log error over
+# the 47 public serving rows of planner/validate/inference_cases.yaml; method and leave-one-source-out
+# errors in docs/inference.md). Rerun it after changing any formula here: it exits 1 when these differ.
 
-ELEMENTWISE_FFN_PASSES = 3
-"""ffn-wide vectors per token per layer for the activation function (read gate and up, write
-one); on ffn / tp elements per GPU."""
-
-LAYER_OVERHEAD_SECONDS = 40e-6
+LAYER_OVERHEAD_SECONDS = 35e-6
 """Fixed cost per transformer layer per forward pass of the kernels the roofline terms do not
 charge: launch gaps and tails of the ~8-10 non-GEMM kernels of a layer (norms, rotary, attention
 setup, activation, residual adds) at a few microseconds each. The GEMMs' own fixed cost is the
-hardware's matmul half-saturation size. Set, not fitted: fits to the TensorRT-LLM 0.5/0.6.1 cases
-alone push it towards 80 us, but engines that capture decode steps in CUDA graphs pay less, and
-40 us already meets the held-out 0.9.0 first-token latencies (docs/inference.md)."""
+shared GEMM_FIXED_SECONDS over the plateau, once per GEMM. Fitted (grid 0-100 us)."""
 
-PASS_OVERHEAD_SECONDS = 0.25e-3
-"""Fixed cost per forward pass of one pipeline stage: sampling, host-side scheduling and the
-synchronization that ends a step. Fitted (grid 0, 0.25, 0.5, 1, 2 ms) to the published cases."""
+PASS_OVERHEAD_SECONDS = 0.0
+"""Fixed cost per forward pass of one pipeline stage beyond its layers: sampling, host-side
+scheduling and the synchronization that ends a step. Fitted (grid 0-2 ms): the rows leave nothing
+to it once the layers' fixed costs and FIRST_TOKEN_OVERHEAD_SECONDS are charged."""
 
-GEMM_COMPUTE_MEMORY_OVERLAP = 0.25
-"""How much of the smaller of a GEMM's compute time and weight-streaming time is hidden under the
-larger: time = max(c, m) + (1 - overlap) x min(c, m). 1 is the ideal roofline (time = max);
-0 adds them. Fitted (grid 0, 0.25, 0.5, 0.75, 1); it matters only where the two are close (a few
-hundred prompt tokens at once, or a large decode batch), where real GEMM kernels do not reach both
-peaks at the same time."""
+FIRST_TOKEN_OVERHEAD_SECONDS = 1.75e-3
+"""Host-side latency of a request before its first token that no forward pass carries: request setup,
+copying the prompt in, the first sampling and its return. Added to TTFT (not to engine time). Fitted
+(grid 0-5 ms), by the batch-1 first-token latencies of the 0.5 and 0.9.0 tables."""
 
-PER_HEAD_KV_L2_HIT_FRACTION = 0.6
+PER_HEAD_KV_L2_HIT_FRACTION = 0.45
 """When the decode-attention kernel streams K/V once per query head (TensorRT-LLM <= 0.6 masked
 MHA, before its XQA kernel), this fraction of the repeated reads of a GQA group hits L2; the rest
-comes from HBM again: traffic = 1 + (group - 1) x (1 - hit) times the cache. Fitted (grid 0-0.7)
-to the GQA throughput cases of the 0.6.1 tables; Llama-2-70B (group 8) then reads K/V 3.8 times."""
+comes from HBM again: traffic = 1 + (group - 1) x (1 - hit) times the cache. Fitted (grid 0-0.9)
+on the GQA rows of the 0.6.1 tables; Llama-2-70B (group 8) then reads K/V 4.9 times."""
 
+GEMM_COMPUTE_MEMORY_OVERLAP = 0.77
+"""How much of the smaller of a GEMM's compute time and weight-streaming time is hidden under the
+larger: time = max(c, m) + (1 - overlap) x min(c, m); 1 is the ideal roofline (time = max), 0 adds
+them. Chosen from kernel measurements, not from the serving rows: vLLM PR #19566 (vllm-project/vllm,
+"[Perf] Further tunings for SM100 FP8 CUTLASS kernel", table for N = K = 4096 bf16 torch GEMMs on B200)
+measures 561 / 893 / 1,336 / 1,363 TFLOP/s at M = 128 / 256 / 512 / 1024 tokens. Taking m as the
+memory-bound time measured at M = 16-64 (7.4 us: the 33.5 MB of weights) and c as the FLOPs at the
+M = 2048 plateau (1,444 TFLOP/s), the overlap that fits those four times best (least squares on log
+time) is 0.77; 0.25 (the previous, fitted value) misses them by 23% rms, 0.77 by 6%.
+`benchmarks/calibrate_serving.py` recomputes it from the table; tests/serving/test_kernel_overlap.py
+checks it."""
+
+SERVING_MEMORY_BANDWIDTH_FRACTION = 0.85
+"""Share of datasheet HBM bandwidth that serving's long streams (weights in decode GEMMs, the KV cache
+in decode attention, activations) reach. Not training's fitted element-wise value (0.8 in the
+profiles): STREAM-like kernels on H200 reach 4.00-4.15 TB/s of 4.8 (copy/mul/add/triad, 83-86%;
+Azure/AI-benchmarking-guide Azure_Results/ND_H200_v5_results.md, commit 7f20e5fa), and decode
+attention with paged KV 50-85% of peak once a step reads more than ~100 MB (FlashInfer, Ye et al.
+MLSys 2025: 70-83%; FlashAttention-3 paged decode at 2-4k context: 54-55%, Dao-AILab/flash-attention
+issue #1572). 0.85 is the STREAM figure; the fixed costs of small kernels are charged separately
+(GEMM_FIXED_SECONDS, LAYER_OVERHEAD_SECONDS)."""
+
+KV_PAGE_TOKENS = 16
+"""Tokens per KV-cache page (vLLM's default block_size 16; TensorRT-LLM's paged KV cache uses
+tokens_per_block). Decode attention reads whole pages: half a page of padding per sequence on
+average."""
 
 @dataclass(frozen=True)
 class Rates:
@@ -76,7 +95,7 @@ class Rates:
 
     gemm_flop_per_s: np.ndarray
     gemm_peak_flop_per_s: np.ndarray
-    gemm_overhead_flop: float  # half-saturation size: each GEMM costs (flop + this) / rate
+    gemm_overhead_flop: float  # GEMM_FIXED_SECONDS of 16-bit peak work, in FLOP
     head_flop_per_s: float  # output head: 16-bit compute
     attention_flop_per_s: float
     attention_peak_flop_per_s: float
@@ -103,7 +122,7 @@ def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
         head_flop_per_s=p16 * eff.matmul.peak_fraction,
         attention_flop_per_s=p16 * eff.attention.fraction,
         attention_peak_flop_per_s=p16,
-        memory_bytes_per_s=bw * eff.memory_bandwidth.fraction,
+        memory_bytes_per_s=bw * SERVING_MEMORY_BANDWIDTH_FRACTION,
         memory_peak_bytes_per_s=bw,
     )
 
@@ -174,8 +193,8 @@ def _roofline(compute_seconds: np.ndarray, memory_seconds: np.ndarray) -> np.nda
 def _gemm_seconds(
     shapes: ModelShapes, layer: LayerShape, x: InferenceArrays, r: Rates, tokens: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One layer's GEMMs: each the slower of its compute ((flop + half-saturation) / plateau rate,
-    the matmul efficiency curve) and reading its weights once. Routed experts: top-k of E per token
+    """One layer's GEMMs: each the roofline of its compute (flop / plateau rate) and reading its weights
+    once, plus its fixed cost. Routed experts: top-k of E per token
     for FLOPs; the experts any of the `tokens` picks, 1 - (1 - k/E)^tokens of them, for bytes."""
     wbytes = quantized_bytes_per_element(x.weight_bytes)
     k_over_e = shapes.experts_per_token / shapes.experts
@@ -185,7 +204,10 @@ def _gemm_seconds(
         elements = gemm_elements_per_gpu(shapes, g, x.tp)
         f = 2.0 * tokens * elements * (k_over_e if g.routed else 1.0)
         b = elements * wbytes * (touched if g.routed else 1.0)
-        t = _roofline((f + r.gemm_overhead_flop) / r.gemm_flop_per_s, b / r.memory_bytes_per_s)
+        # the GEMM's fixed cost, (x / peak + GEMM_FIXED_SECONDS) / plateau as physics.kernels.matmul_seconds
+        # charges it, is paid once per kernel outside the roofline: it hides under neither FLOPs nor weights
+        fixed = GEMM_FIXED_SECONDS * r.gemm_peak_flop_per_s / r.gemm_flop_per_s
+        t = _roofline(f / r.gemm_flop_per_s, b / r.memory_bytes_per_s) + fixed
         seconds, flop, nbytes = seconds + t, flop + f, nbytes + b
     return seconds, flop, nbytes
 
@@ -212,7 +234,8 @@ def _attention(shapes: ModelShapes, x: InferenceArrays, r: Rates, w: Work) -> tu
     group = heads_gpu / shapes.kv_heads_per_gpu(x.tp)
     reread = 1 + (group - 1) * (1 - PER_HEAD_KV_L2_HIT_FRACTION)
     amplification = np.where(x.per_head_decode_attention & (not shapes.mla), reread, 1.0)
-    kv_read = w.decode_seqs * seen * kv_per_token_layer
+    padded = seen + shapes.num_layers * KV_PAGE_TOKENS / 2  # half a page per sequence and layer
+    kv_read = w.decode_seqs * padded * kv_per_token_layer
     seconds = prefill_flop / r.attention_flop_per_s + np.maximum(
         decode_flop / r.attention_flop_per_s, kv_read * amplification / r.memory_bytes_per_s
     )
@@ -228,8 +251,8 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
     for layer, count in _layer_counts(shapes):
         t, f, b = _gemm_seconds(shapes, layer, x, r, tokens)
         gemm, flop, wbytes = gemm + count * t, flop + count * f, wbytes + count * b
-        vectors = ELEMENTWISE_HIDDEN_PASSES * shapes.hidden + ELEMENTWISE_FFN_PASSES * layer.ffn_width / x.tp
-        elementwise_bytes = elementwise_bytes + count * tokens * vectors * ACTIVATION_BYTES_PER_ELEMENT
+        per_token = shapes.elementwise_bytes_per_token_moe if layer is shapes.moe else shapes.elementwise_bytes_per_token
+        elementwise_bytes = elementwise_bytes + count * tokens * per_token(x.tp)
     kv_write = tokens * shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes * shapes.num_layers
     elementwise = (elementwise_bytes + kv_write) / r.memory_bytes_per_s
     attention, attention_flop, kv_read = _attention(shapes, x, r, w)
@@ -240,7 +263,8 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
     # output head, split over TP by vocabulary, then the logits gathered on every TP rank
     head_flop = 2.0 * w.sampled * shapes.vocab * shapes.hidden / x.tp
     head_bytes = shapes.head_matrix_params() * EMBEDDING_BYTES_PER_ELEMENT / x.tp  # tied or not, V x h read
-    head = _roofline((head_flop + r.gemm_overhead_flop) / r.head_flop_per_s, head_bytes / r.memory_bytes_per_s)
+    head = _roofline(head_flop / r.head_flop_per_s, head_bytes / r.memory_bytes_per_s) + (
+        GEMM_FIXED_SECONDS * r.attention_peak_flop_per_s / r.head_flop_per_s)
     head = head + all_gather_seconds(w.sampled * shapes.vocab * LOGIT_BYTES_PER_ELEMENT, x.tp, tp_link)
     overhead = layers * LAYER_OVERHEAD_SECONDS + np.zeros_like(gemm)
     pp_link = group_link(hw, x.pp, x.tp)
@@ -272,25 +296,43 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
 
 @dataclass(frozen=True)
 class ServingTimes:
-    """Latency and throughput of one batching discipline (per replica unless said per GPU)."""
+    """Latency and throughput of one batching discipline (per replica unless said per GPU).
+
+    ttft_seconds / tpot_seconds are means; the *_p50/_p90/_p99 fields their percentiles over requests
+    (static batching: every request of the batch alike). in_flight: requests in the system per replica;
+    request_rate: requests/s per replica; stable: the engine keeps up with the load (else inf latencies).
+    """
 
     ttft_seconds: np.ndarray
     tpot_seconds: np.ndarray
     e2e_seconds: np.ndarray
     output_tokens_per_second: np.ndarray
     output_tokens_per_second_per_gpu: np.ndarray
+    ttft_p50_seconds: np.ndarray
+    ttft_p90_seconds: np.ndarray
+    ttft_p99_seconds: np.ndarray
+    tpot_p50_seconds: np.ndarray
+    tpot_p90_seconds: np.ndarray
+    tpot_p99_seconds: np.ndarray
+    in_flight: np.ndarray
+    request_rate: np.ndarray
+    stable: np.ndarray
+
+    def percentile(self, name: str, q: int) -> np.ndarray:
+        """`ttft` or `tpot` at percentile 50, 90 or 99; 0 means the mean."""
+        return getattr(self, f"{name}_seconds" if q == 0 else f"{name}_p{q}_seconds")  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
 class InferenceTimes:
     """Times of each serving layout.
 
-    static: the whole batch (= concurrency) prefilled in passes of at most PREFILL_CHUNK_TOKENS,
+    static: the whole batch (= concurrency) prefilled in passes of at most max_batched_tokens,
     then decoded together; TPOT at the mean context over the decode, S + O/2.
-    continuous: steady state with `concurrency` sequences in flight; each iteration decodes one
-    token of every running sequence and prefills the prompts of the C/O sequences that replace
-    those finishing (chunked prefill, piggybacked on the decode).
-    prefill / decode: one static prefill pass and one static decode micro-batch, term by term.
+    continuous: steady state of a continuously batched engine (planner.serving.continuous) with
+    `concurrency` clients in a closed loop, or requests arriving at `request_rate`.
+    prefill / decode: one static prefill pass and one static decode micro-batch, term by term;
+    iteration: the mean continuous-batching iteration, term by term; steady: the steady state.
     """
 
     prefill: PassTime
@@ -301,6 +343,7 @@ class InferenceTimes:
     prefill_seconds: np.ndarray
     static: ServingTimes
     continuous: ServingTimes
+    steady: SteadyState
 
 
 def _pipelined(p: PassTime, rounds: np.ndarray) -> np.ndarray:
@@ -314,17 +357,20 @@ def _round(p: PassTime, micro_batches: np.ndarray) -> np.ndarray:
     all (micro_batches stage slots), and none can start its next token before its last crossed every
     stage (the traversal). With as many micro-batches as stages that is pp stage slots; with fewer (one
     sequence on pp stages) the traversal: a single micro-batch cannot keep the pipeline busy, but it
-    does not wait on stages it is not in either."""
+    does not wait on stages it is not in either. This is the pipeline bubble of decoding: the stages
+    idle for (pp - micro_batches) stage slots per round."""
     return np.maximum(micro_batches * p.stage_seconds, p.traversal_seconds)
 
 
-def _serving(ttft: np.ndarray, tpot: np.ndarray, x: InferenceArrays, tokens_per_s: np.ndarray) -> ServingTimes:
+def _static(ttft: np.ndarray, tpot: np.ndarray, x: InferenceArrays, c: np.ndarray) -> ServingTimes:
+    e2e = ttft + (x.output_len - 1) * tpot
+    tokens_per_s = c * x.output_len / e2e
     return ServingTimes(
-        ttft_seconds=ttft,
-        tpot_seconds=tpot,
-        e2e_seconds=ttft + (x.output_len - 1) * tpot,
-        output_tokens_per_second=tokens_per_s,
+        ttft_seconds=ttft, tpot_seconds=tpot, e2e_seconds=e2e, output_tokens_per_second=tokens_per_s,
         output_tokens_per_second_per_gpu=tokens_per_s / x.gpus_per_replica,
+        ttft_p50_seconds=ttft, ttft_p90_seconds=ttft, ttft_p99_seconds=ttft,
+        tpot_p50_seconds=tpot, tpot_p90_seconds=tpot, tpot_p99_seconds=tpot,
+        in_flight=c + 0.0 * ttft, request_rate=c / e2e, stable=np.ones(np.shape(e2e), dtype=bool),
     )
 
 
@@ -333,28 +379,56 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
     c = x.concurrency.astype(float)
     s = x.input_len.astype(float)
     o = x.output_len.astype(float)
+    budget = x.max_batched_tokens.astype(float)
     zeros = np.zeros(np.broadcast_shapes(c.shape, x.tp.shape))
+    mean_context = s + o / 2
     # static prefill: packed prompts in chunks; enough micro-batches to fill the pipeline
-    passes = np.maximum(np.ceil(c * s / PREFILL_CHUNK_TOKENS), np.minimum(c, x.pp))
+    passes = np.maximum(np.ceil(c * s / budget), np.minimum(c, x.pp))
     prefill = forward_pass(shapes, hw, x, r, Work(c * s / passes, c / passes, c / passes, s, zeros, zeros))
     prefill_seconds = _pipelined(prefill, passes)
     # static decode: the batch split into min(c, pp) micro-batches, one token each per round
     micro = np.minimum(c, x.pp)
-    mean_context = s + o / 2
     decode = forward_pass(shapes, hw, x, r, Work(c / micro, c / micro, zeros, s, c / micro, mean_context))
     tpot = _round(decode, micro)
-    total = prefill_seconds + (o - 1) * tpot
-    static = _serving(prefill_seconds, tpot, x, c * o / total)
-    # continuous: per iteration C(O-1)/O sequences decode and C/O new prompts are prefilled
-    joining = c / o
-    steady = Work(c * (o - 1) / o + joining * s, c, joining, s, c * (o - 1) / o, mean_context)
-    iteration = forward_pass(shapes, hw, x, r, steady.scaled(1 / micro))
-    t_iter = _round(iteration, micro)
-    own = np.maximum(joining, 1.0)  # the iteration that carries this request's own prompt
-    with_prompt = Work(c * (o - 1) / o + own * s, c, own, s, c * (o - 1) / o, mean_context)
-    first = forward_pass(shapes, hw, x, r, with_prompt.scaled(1 / micro))
-    ttft = _round(first, micro)
-    continuous = _serving(ttft, t_iter, x, c / t_iter)
+    static = _static(prefill_seconds + FIRST_TOKEN_OVERHEAD_SECONDS, tpot, x, c)
+
+    def work(decoding: np.ndarray, prefill_tokens: np.ndarray) -> Work:
+        prompts = prefill_tokens / s
+        return Work(decoding + prefill_tokens, decoding + prompts, prompts, s, decoding, mean_context)
+
+    def iteration_seconds(decoding: np.ndarray, prefill_tokens: np.ndarray) -> np.ndarray:
+        """The running batch in as many micro-batches as the pipeline has stages (fewer when it holds fewer).
+        Decodes split evenly; a prompt's chunk is not split, so one micro-batch carries up to a prompt more
+        prefill than the mean. With pp > 1 that heavy micro-batch sets the cycle: it must cross every stage
+        before its next iteration (the traversal), while the others wait behind it at each stage - the
+        pipeline bubble of non-uniform micro-batches (Sarathi-Serve, Agrawal et al. OSDI 2024, Sec. 3.3)."""
+        m = np.clip(decoding + prefill_tokens / s, 1.0, x.pp)
+        heavy_p = np.minimum(prefill_tokens, prefill_tokens / m + np.minimum(prefill_tokens, s) * (1 - 1 / m))
+        light_p = (prefill_tokens - heavy_p) / np.maximum(m - 1, 1e-9)
+        heavy = forward_pass(shapes, hw, x, r, work(decoding / m, heavy_p))
+        if np.all(x.pp == 1):
+            return heavy.traversal_seconds
+        light = forward_pass(shapes, hw, x, r, work(decoding / m, light_p))
+        busy = (m - 1) * light.stage_seconds + heavy.stage_seconds  # the most loaded stage runs every micro-batch
+        return np.maximum(busy, heavy.traversal_seconds)
+
+    steady = steady_state(iteration_seconds, concurrency=c, request_rate=x.request_rate, input_len=s,
+                          output_len=o, max_batched_tokens=budget, first_token_seconds=FIRST_TOKEN_OVERHEAD_SECONDS)
+    tokens = np.where(steady.stable, steady.decoding, 0.0)
+    prefill_tokens = np.where(steady.stable, steady.prefill_tokens_per_iteration, 0.0)
+    m_iter = np.clip(tokens + prefill_tokens / s, 1.0, x.pp)
+    iteration = forward_pass(shapes, hw, x, r, work(tokens, prefill_tokens).scaled(1 / m_iter))
+    e2e = steady.ttft_seconds + (o - 1) * steady.tpot_seconds
+    tokens_per_s = np.where(steady.stable, steady.request_rate * o, 0.0)
+    q = steady.ttft_percentile_seconds
+    qt = steady.tpot_percentile_seconds
+    continuous = ServingTimes(
+        ttft_seconds=steady.ttft_seconds, tpot_seconds=steady.tpot_seconds, e2e_seconds=e2e,
+        output_tokens_per_second=tokens_per_s, output_tokens_per_second_per_gpu=tokens_per_s / x.gpus_per_replica,
+        ttft_p50_seconds=q[50], ttft_p90_seconds=q[90], ttft_p99_seconds=q[99],
+        tpot_p50_seconds=qt[50], tpot_p90_seconds=qt[90], tpot_p99_seconds=qt[99],
+        in_flight=steady.in_flight, request_rate=steady.request_rate, stable=steady.stable,
+    )
     return InferenceTimes(
         prefill=prefill,
         decode=decode,
@@ -364,4 +438,5 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
         prefill_seconds=prefill_seconds,
         static=static,
         continuous=continuous,
+        steady=steady,
     )

@@ -33,6 +33,7 @@ from planner.physics.comm import (
     reduce_scatter_seconds,
     ring_latency_seconds,
 )
+from planner.physics.elementwise import elementwise_bytes_per_token as shared_elementwise_bytes_per_token
 from planner.physics.kernels import (
     CAUSAL_WORK_FRACTION,
     FLASH_BACKWARD_TO_FORWARD,
@@ -124,35 +125,10 @@ def host_link_bytes_per_s(hw: HardwareProfile) -> float:
 
 
 def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
-    """Forward bytes moved per token by one layer's memory-bound kernels (fused as Megatron-LM fuses them).
-
-    Norm: read 2h, write 2h. Residual add (bias-dropout-add): read 2h + 2h, write 2h (+ h mask with
-    dropout); two per layer. Activation: GeLU reads 2f and writes 2f; SwiGLU reads 4f and writes 2f.
-    Rotary: reads and writes Q and K. Replicated terms are split by sequence parallelism.
-    """
-    h = model.hidden_size
-    t = lay.tp.astype(float)
-    rep_div = np.where(lay.sequence_parallel, t, 1.0)
-    dropout = 1.0 if model.dropout else 0.0
-    # Residual adds: two bias-dropout-adds (read 2h + 2h, write 2h each); a parallel block adds attention and
-    # MLP outputs to the residual in one pass (read 3 x 2h, write 2h), with a dropout mask per branch.
-    residual = 8 * h + 2 * dropout * h if model.parallel_attention_mlp else 2 * (6 * h + dropout * h)
-    replicated = model.norms_per_layer * 4 * h + residual
-    widths = attention_dims(model)
-    rotary = (
-        2 * ACTIVATION_BYTES * (widths.query / t + widths.key / kv_divisor(model, lay.tp))
-        if model.position_embedding == "rotary"
-        else 0.0
-    )
-    if moe_layer and model.moe is not None:
-        moe = model.moe
-        f = moe.experts_per_token * moe.moe_ffn_hidden_size + moe.shared_ffn_width
-        permute = 2 * moe.experts_per_token * 4 * h  # dispatch and combine: read and write each copy
-    else:
-        f = model.ffn_hidden_size
-        permute = 0.0
-    activation = (6 if model.mlp_kind == "gated" else 4) * f / t
-    return replicated / rep_div + rotary + activation + permute
+    """A training layout's element-wise bytes per token of one layer: the one formula training and serving
+    share (planner.physics.elementwise), with the model's dropout and the layout's sequence parallelism."""
+    return shared_elementwise_bytes_per_token(model, lay.tp, moe_layer=moe_layer, dropout=model.dropout,
+                                              sequence_parallel=lay.sequence_parallel)
 
 
 def softmax_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:

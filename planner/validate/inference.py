@@ -12,8 +12,10 @@ from typing import Any
 
 from planner.engines.load import load_hardware, load_model, parse_yaml
 from planner.physics.params import kv_cache_bytes_per_token
-from planner.serving.estimate import InferenceArrays, check_layout, estimate_inference
+from planner.serving.estimate import InferenceArrays, estimate_inference
+from planner.serving.rules import check_layout
 from planner.specs.hardware import HardwareProfile
+from planner.specs.serving import ServingLayout
 from planner.validate import ValidationRow
 
 PACKAGE = "planner.validate"
@@ -34,12 +36,16 @@ def inference_cases() -> dict[str, Any]:
     return dict(parse_yaml(text, f"{PACKAGE}/{CASES_FILE}"))
 
 
-def case_arrays(case: dict[str, Any]) -> InferenceArrays:
-    return InferenceArrays.build(
+def case_layout(case: dict[str, Any]) -> ServingLayout:
+    return ServingLayout(
         tp=case["tp"], pp=case["pp"], concurrency=case["batch"], input_len=case["input_len"],
         output_len=case["output_len"], weight_dtype=case["weight_dtype"], kv_dtype=case["kv_dtype"],
-        per_head_decode_attention=case["decode_attention"] == "per-head",
+        batching=case["batching"], decode_attention=case["decode_attention"],
     )
+
+
+def case_arrays(case: dict[str, Any]) -> InferenceArrays:
+    return InferenceArrays.from_layout(case_layout(case))
 
 
 def predict_case(case: dict[str, Any], hardware: dict[str, HardwareProfile] | None = None) -> float:
@@ -49,10 +55,33 @@ def predict_case(case: dict[str, Any], hardware: dict[str, HardwareProfile] | No
     """
     model = load_model(case["model"]).spec
     hw = (hardware or {}).get(case["hardware"]) or load_hardware(case["hardware"]).spec
+    check_layout(model, case_layout(case))
     x = case_arrays(case)
-    check_layout(model, x)
     serving = estimate_inference(model, hw, x).serving(case["batching"])
     return float(getattr(serving, case["measured"]["name"]))
+
+
+def predict_cases(cases: list[dict[str, Any]], hardware: dict[str, HardwareProfile] | None = None) -> list[float]:
+    """`predict_case` for many cases at once: one array evaluation per (model, hardware) pair (what the
+    calibration's many trials need); the same numbers as predict_case, case by case."""
+    out: list[float] = [0.0] * len(cases)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, case in enumerate(cases):
+        groups.setdefault((case["model"], case["hardware"]), []).append(i)
+    for (model_id, hw_id), idx in groups.items():
+        model = load_model(model_id).spec
+        hw = (hardware or {}).get(hw_id) or load_hardware(hw_id).spec
+        picked = [cases[i] for i in idx]
+        x = InferenceArrays.build(
+            tp=[c["tp"] for c in picked], pp=[c["pp"] for c in picked], concurrency=[c["batch"] for c in picked],
+            input_len=[c["input_len"] for c in picked], output_len=[c["output_len"] for c in picked],
+            weight_dtype=[c["weight_dtype"] for c in picked], kv_dtype=[c["kv_dtype"] for c in picked],
+            per_head_decode_attention=[c["decode_attention"] == "per-head" for c in picked],
+        )
+        est = estimate_inference(model, hw, x)
+        for j, (i, case) in enumerate(zip(idx, picked, strict=True)):
+            out[i] = float(getattr(est.serving(case["batching"]), case["measured"]["name"])[j])
+    return out
 
 
 def measured_si(case: dict[str, Any]) -> float:

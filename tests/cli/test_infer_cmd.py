@@ -281,3 +281,78 @@ def test_estimate_notes_a_tensor_parallel_group_across_nodes(run_cli) -> None:
     assert notes == ["tp 16 spans 2 nodes of 8 GPUs: its all-reduces (two per layer per pass) cross the inter-node "
                      "network"]
     assert json.loads(run_cli(*ESTIMATE, "--format", "json").stdout)["notes"] == []
+
+
+def test_estimate_json_stages_match_the_most_loaded_stage(run_cli) -> None:
+    # like `planner estimate --format json`: one entry per stage with its layers and memory; the heaviest is
+    # the stage the `memory` block reports
+    data = json.loads(run_cli("infer", "estimate", "-m", "llama-3.1-70b", "-w", "h100-sxm", "--tp", "2", "--pp", "3",
+                              "--input-len", "1000", "--output-len", "200", "--concurrency", "16",
+                              "--format", "json").stdout)
+    stages = data["stages"]
+    assert [s["stage"] for s in stages] == [0, 1, 2]
+    assert sum(s["layers"] for s in stages) == 80
+    heaviest = max(stages, key=lambda s: s["total_bytes"])
+    assert heaviest["total_bytes"] == pytest.approx(data["memory"]["total_bytes"], rel=1e-9)
+    assert heaviest["weights_bytes"] == pytest.approx(data["memory"]["weights_bytes"], rel=1e-9)
+    for s in stages:
+        assert s["total_bytes"] == pytest.approx(s["weights_bytes"] + s["kv_cache_bytes"] + s["activations_bytes"]
+                                                 + s["other_bytes"])
+
+
+def test_estimate_percentiles_and_request_rate(run_cli) -> None:
+    closed = json.loads(run_cli(*ESTIMATE, "--format", "json").stdout)
+    lat = closed["latency"]
+    assert lat["ttft_p50_seconds"] <= lat["ttft_p90_seconds"] <= lat["ttft_p99_seconds"]
+    assert lat["tpot_p50_seconds"] <= lat["tpot_p90_seconds"] <= lat["tpot_p99_seconds"]
+    assert closed["steady_state"]["in_flight"] == pytest.approx(64, rel=1e-6)
+    # open loop: 2 req/s over 2 replicas is 1 req/s each; Little's law sizes what is in flight
+    opened = json.loads(run_cli(*ESTIMATE, "--request-rate", "2", "--format", "json").stdout)
+    st = opened["steady_state"]
+    assert st["request_rate"] == pytest.approx(1.0, rel=1e-6)
+    assert st["in_flight"] == pytest.approx(opened["latency"]["e2e_seconds"], rel=1e-6)
+    assert opened["throughput"]["output_tokens_per_second_all_replicas"] == pytest.approx(2 * 200, rel=1e-6)
+    # far beyond what 8 GPUs serve: overloaded, said in the table, null latencies in JSON
+    over = json.loads(run_cli(*ESTIMATE, "--request-rate", "5000", "--format", "json").stdout)
+    assert over["steady_state"]["stable"] is False and over["latency"]["ttft_seconds"] is None
+    assert "OVERLOADED" in run_cli(*ESTIMATE, "--request-rate", "5000").stdout
+
+
+def test_request_rate_needs_continuous_batching(run_cli) -> None:
+    result = run_cli(*ESTIMATE, "--request-rate", "2", "--batching", "static")
+    assert result.exit_code == 2 and result.output.startswith("error: --request-rate needs --batching continuous")
+
+
+def test_search_limits_apply_to_the_percentile(run_cli) -> None:
+    # a TTFT limit between a layout's mean and its p99 passes it with --percentile mean, rejects it at p99
+    base = [*SEARCH, "--weight-dtype", "fp8", "--format", "json", "--top", "1"]
+    best = json.loads(run_cli(*base, "--percentile", "mean").stdout)["results"][0]
+    assert best["ttft_p99_seconds"] > best["ttft_seconds"]
+    limit = f"{(best['ttft_seconds'] + best['ttft_p99_seconds']) / 2:.6f}"
+    mean_rows = json.loads(run_cli(*base, "--percentile", "mean", "--ttft-max", limit).stdout)["results"]
+    p99 = json.loads(run_cli(*base, "--percentile", "p99", "--ttft-max", limit).stdout)
+    assert mean_rows and all(r["ttft_p99_seconds"] <= float(limit) for r in p99["results"])
+    assert p99["rejected"]["ttft"] > json.loads(
+        run_cli(*base, "--percentile", "mean", "--ttft-max", limit).stdout)["rejected"].get("ttft", 0)
+
+
+def test_search_at_a_request_rate(run_cli) -> None:
+    data = json.loads(run_cli(*SEARCH, "--weight-dtype", "fp8", "--request-rate", "10", "--format", "json").stdout)
+    rows = data["results"]
+    assert rows and all(r["output_tokens_per_second_all_replicas"] == pytest.approx(10 * 200, rel=1e-6) for r in rows)
+    e2e = [r["e2e_seconds"] for r in rows]
+    assert e2e == sorted(e2e)  # same load for all: ranked by end-to-end latency
+    heavy = json.loads(run_cli(*SEARCH, "--request-rate", "100000", "--format", "json").stdout)
+    assert heavy["results"] == [] and heavy["rejected"].get("overload", 0) > 0
+
+
+def test_a_smaller_token_budget_chunks_the_prompt(run_cli) -> None:
+    # 8,000-token prompts among 16 clients: a 2,048-token budget splits each prompt over several iterations,
+    # which lowers TPOT (shorter iterations) and raises TTFT (its prompt waits for more of them)
+    base = ["infer", "estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--input-len", "8000", "--output-len", "200",
+            "--concurrency", "16", "--format", "json"]
+    big = json.loads(run_cli(*base).stdout)
+    small = json.loads(run_cli(*base, "--max-batched-tokens", "2048").stdout)
+    assert big["steady_state"]["prefill_chunks"] == 1 and small["steady_state"]["prefill_chunks"] == 4
+    assert small["latency"]["tpot_p99_seconds"] < big["latency"]["tpot_p99_seconds"]
+    assert small["latency"]["ttft_seconds"] > big["latency"]["ttft_seconds"]

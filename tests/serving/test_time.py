@@ -16,6 +16,8 @@ from planner.physics.kernels import GEMM_FIXED_SECONDS
 from planner.serving.estimate import InferenceArrays, estimate_inference
 from planner.serving.inputs import model_shapes
 from planner.serving.time import (
+    FIRST_TOKEN_OVERHEAD_SECONDS,
+    KV_PAGE_TOKENS,
     PASS_OVERHEAD_SECONDS,
     PER_HEAD_KV_L2_HIT_FRACTION,
     causal_pairs,
@@ -110,12 +112,16 @@ def test_static_throughput_identity() -> None:
     assert float(st_.output_tokens_per_second_per_gpu) == pytest.approx(float(st_.output_tokens_per_second) / 4)
 
 
-def test_continuous_throughput_identity() -> None:
-    # continuous: every in-flight sequence emits one token per iteration, and TPOT is the iteration
+def test_continuous_littles_law() -> None:
+    # closed loop of c clients: c = lambda x (TTFT + (O - 1) TPOT) (Little's law), O tokens per request
     x = arrays(tp=2, concurrency=100, input_len=500, output_len=250)
     t = inference_times(model_shapes(llama2_70b()), H100, x)
     cont = t.continuous
-    assert float(cont.output_tokens_per_second) == pytest.approx(100 / float(cont.tpot_seconds))
+    assert float(cont.in_flight) == pytest.approx(100, rel=1e-6)
+    assert float(cont.request_rate) * float(cont.e2e_seconds) == pytest.approx(100, rel=1e-6)
+    assert float(cont.output_tokens_per_second) == pytest.approx(float(cont.request_rate) * 250)
+    # nearly every in-flight sequence decodes: throughput a little below c / TPOT
+    assert 0.9 < float(cont.output_tokens_per_second) * float(cont.tpot_seconds) / 100 < 1.0
 
 
 def test_causal_pairs_by_hand() -> None:
@@ -179,8 +185,10 @@ def test_pipeline_with_fewer_micro_batches_than_stages_takes_the_traversal() -> 
     x = arrays(tp=2, pp=np.array([1, 2, 3, 4, 8]), concurrency=1, input_len=512, output_len=64)
     t = inference_times(model_shapes(model), H100, x)
     np.testing.assert_allclose(t.static.tpot_seconds, t.decode.traversal_seconds)
-    np.testing.assert_allclose(t.static.ttft_seconds, t.prefill.traversal_seconds)  # one prefill pass
-    np.testing.assert_allclose(t.continuous.tpot_seconds, t.iteration.traversal_seconds)
+    # one prefill pass, and the request's host-side latency
+    np.testing.assert_allclose(t.static.ttft_seconds, t.prefill.traversal_seconds + FIRST_TOKEN_OVERHEAD_SECONDS)
+    # one client: nobody else's prompt interleaves with its decode, so its TPOT is the static one
+    np.testing.assert_allclose(t.continuous.tpot_seconds, t.static.tpot_seconds)
     pp = x.pp
     assert np.all(t.static.tpot_seconds[pp > 1] < (pp * t.decode.stage_seconds)[pp > 1])
     # the extra stages add only their pass overheads and p2p sends, never more layers
@@ -197,7 +205,8 @@ def test_pipeline_with_fewer_micro_batches_than_stages_takes_the_traversal() -> 
     np.testing.assert_allclose(t8.static.tpot_seconds, x8.pp * t8.decode.stage_seconds)
     passes = t8.prefill_passes
     np.testing.assert_allclose(t8.static.ttft_seconds,
-                               t8.prefill.traversal_seconds + (passes - 1) * t8.prefill.stage_seconds)
+                               t8.prefill.traversal_seconds + (passes - 1) * t8.prefill.stage_seconds
+                               + FIRST_TOKEN_OVERHEAD_SECONDS)
 
 
 def test_decode_reads_the_tied_output_head() -> None:
@@ -286,7 +295,43 @@ def test_mla_decode_reads_the_whole_latent_on_every_tp_rank() -> None:
                kv_dtype="fp8")
     d = inference_times(model_shapes(model), H100, x).decode
     context = 1000 + 500
-    assert d.kv_bytes_read.tolist() == [32 * context * 61 * 576] * 2
+    # whole pages: half a page of padding per sequence and layer on average
+    assert d.kv_bytes_read.tolist() == [32 * (context + KV_PAGE_TOKENS / 2) * 61 * 576] * 2
     # absorbed attention: 2 x heads/tp x (576 + 512) per cached token per layer
     assert d.attention_flop[0] == pytest.approx(32 * context * 61 * 2 * 16 * (576 + 512))
     assert d.attention_flop[1] == pytest.approx(d.attention_flop[0] / 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2]),
+    c=st.integers(1, 1024),
+    s=st.integers(1, 3000),
+    o=st.integers(2, 1000),
+    wd=st.sampled_from(["bf16", "fp8", "int4"]),
+    rate=st.sampled_from([0.0, 0.5, 5.0, 50.0]),
+    hw=st.sampled_from([H100, A100]),
+)
+def test_physics_bounds_under_load(tp: int, pp: int, c: int, s: int, o: int, wd: str, rate: float,
+                                   hw: HardwareProfile) -> None:
+    # Whatever the load (a closed loop of c clients, or `rate` requests/s): no percentile of TPOT is below a
+    # GPU's share of the layer matrices plus one sequence's KV cache over the datasheet bandwidth, and the
+    # output tokens/s per GPU never need more FLOPs than the peak: every output token costs its own
+    # decode pass and its share of the prompt, (S + O - 1) / O passes through every layer matrix.
+    x = arrays(tp=tp, pp=pp, concurrency=c, input_len=s, output_len=o, weight_dtype=wd, request_rate=rate)
+    t = inference_times(model_shapes(llama2_70b()), hw, x)
+    weight_bytes = {"bf16": 2, "fp8": 1, "int4": 0.5}[wd]
+    stage_matrices = -(-LAYERS // pp) * LAYER_MATRICES / tp
+    kv_one = -(-LAYERS // pp) * s * 2 * max(KV // tp, 1) * 128 * 2
+    bound = (stage_matrices * weight_bytes + kv_one) / hw.accelerator.memory_bandwidth_bytes_per_s
+    peak = hw.peak_flops("fp8") if wd == "fp8" and "fp8" in hw.accelerator.peak_flops_per_s else hw.peak_flops("bf16")
+    flop_per_output_token = 2 * LAYERS * LAYER_MATRICES * (s + o - 1) / o
+    for serving in (t.static, t.continuous):
+        if not bool(serving.stable):
+            assert rate > 0 and np.isinf(serving.ttft_seconds)
+            continue
+        for q in (0, 50, 90, 99):
+            assert float(serving.percentile("tpot", q)) >= bound
+            assert float(serving.percentile("ttft", q)) > 0
+        assert float(serving.output_tokens_per_second_per_gpu) * flop_per_output_token <= peak

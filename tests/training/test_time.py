@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from round_specs import lay, round_hw, tiny  # noqa: E402
 
+from planner.physics.elementwise import elementwise_bytes_per_token
 from planner.physics.kernels import (
     GEMM_FIXED_SECONDS,
     attention_efficiency,
@@ -28,7 +29,6 @@ from planner.training.memory import stage_params
 from planner.training.time import (
     STEP_OVERHEAD_SECONDS,
     attention_core_seconds,
-    elementwise_bytes_per_token,
     fp8_cast_elements_per_token,
     layer_time,
     optimizer_seconds,
@@ -73,7 +73,9 @@ def test_elementwise_traffic_per_token():
     #   GeLU, read 2f + write 2f:                            4f = 1,024
     #   rotary, read + write Q and K: 2 x 2 x (64 + 64)         = 512
     #   total 2,944 bytes
-    assert elementwise_bytes_per_token(tiny(), lay(), moe_layer=False).tolist() == [2_944]
+    m, a = tiny(), lay()
+    got = elementwise_bytes_per_token(m, a.tp, moe_layer=False, dropout=m.dropout, sequence_parallel=a.sequence_parallel)
+    assert got.tolist() == [2_944]
 
 
 def test_parallel_block_adds_both_branches_in_one_pass():
@@ -81,7 +83,10 @@ def test_parallel_block_adds_both_branches_in_one_pass():
     # output and the MLP output (3 x 2h) and writes 2h, plus two 1-byte masks: 8h + 2h = 640 instead of 896;
     # one norm 4h = 256 instead of 512. Total 2,944 - 256 - 256 = 2,432.
     model = tiny(parallel_attention_mlp=True, norms_per_layer=1)
-    assert elementwise_bytes_per_token(model, lay(), moe_layer=False).tolist() == [2_432]
+    a = lay()
+    got = elementwise_bytes_per_token(model, a.tp, moe_layer=False, dropout=model.dropout,
+                                      sequence_parallel=a.sequence_parallel)
+    assert got.tolist() == [2_432]
 
 
 def test_unfused_softmax_traffic_per_token():

@@ -1,7 +1,8 @@
 """Golden tests: every published serving measurement in inference_cases.yaml within its tolerance.
 
-The constants in planner/costmodel/inference_time.py were chosen on the TensorRT-LLM 0.5/0.6.1 cases;
-the 0.9.0 cases (held_out: true) were only checked afterwards. See docs/inference.md, Validation.
+The fitted constants in planner/serving/time.py come from benchmarks/calibrate_serving.py, run on all of
+these cases (the 0.9.0 ones, held_out: true, were held out of the first calibration); its leave-one-source-out
+errors are in docs/inference.md, Calibration.
 """
 
 from __future__ import annotations

@@ -1,0 +1,52 @@
+"""Element-wise (memory-bound) traffic of a transformer layer, shared by training and serving.
+
+One function for both: training's forward pass and serving's forward passes move the same bytes per token
+through the same kernels (norms, residual adds, the MLP activation, rotary, MoE dispatch). Training passes
+its dropout and sequence-parallel flags; serving has neither. Activations are 16-bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.physics.shapes import attention_dims, kv_divisor
+from planner.specs.model import ModelSpec
+
+ACTIVATION_BYTES = 2  # 16-bit activations (Korthikanti et al. 2022 Sec. 4.1)
+
+
+def elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray, *, moe_layer: bool, dropout: bool = False,
+                                sequence_parallel: np.ndarray | bool = False) -> np.ndarray:
+    """Forward bytes moved per token by one layer's memory-bound kernels (fused as Megatron-LM fuses them),
+    on one rank of a tensor-parallel group of `tp`.
+
+    Norm (norms_per_layer of them): read 2h, write 2h. Residual add (bias-dropout-add): read 2h + 2h,
+    write 2h (+ h mask with dropout); two per layer, or one three-way add for a parallel attention/MLP
+    block. Activation: GeLU reads 2f and writes 2f; SwiGLU reads 4f and writes 2f (f split by tp).
+    Rotary: reads and writes Q and K (split by tp). MoE layers: f is the top-k and shared experts' width,
+    and dispatch and combine read and write each routed copy. The replicated (h-wide) terms are split by
+    sequence parallelism.
+    """
+    h = model.hidden_size
+    t = np.asarray(tp).astype(float)
+    rep_div = np.where(sequence_parallel, t, 1.0)
+    drop = 1.0 if dropout else 0.0
+    # Residual adds: two bias-dropout-adds (read 2h + 2h, write 2h each); a parallel block adds attention and
+    # MLP outputs to the residual in one pass (read 3 x 2h, write 2h), with a dropout mask per branch.
+    residual = 8 * h + 2 * drop * h if model.parallel_attention_mlp else 2 * (6 * h + drop * h)
+    replicated = model.norms_per_layer * 4 * h + residual
+    widths = attention_dims(model)
+    rotary = (
+        2 * ACTIVATION_BYTES * (widths.query / t + widths.key / kv_divisor(model, np.asarray(tp)))
+        if model.position_embedding == "rotary"
+        else 0.0
+    )
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        f: float = moe.experts_per_token * moe.moe_ffn_hidden_size + moe.shared_ffn_width
+        permute = 2.0 * moe.experts_per_token * 4 * h  # dispatch and combine: read and write each copy
+    else:
+        f = model.ffn_hidden_size
+        permute = 0.0
+    activation = (6 if model.mlp_kind == "gated" else 4) * f / t
+    return np.asarray(replicated / rep_div + rotary + activation + permute)
