@@ -216,8 +216,8 @@ def _read_optimizer(config: Mapping[str, Any], got: Collected) -> None:
     name = str(opt["type"]).lower().replace("_", "")
     if name in ADAM_LIKE:
         got.set("optimizer", "adam", "optimizer.type")
-        params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
-        if params.get("torch_adam") is True:  # with offload: torch.optim's Adam steps the CPU states
+        params = opt.get("params")
+        if isinstance(params, dict) and params.get("torch_adam") is True:  # with offload: torch.optim's Adam steps the CPU states
             got.set("cpu_optimizer", "torch", "optimizer.params.torch_adam")
     elif name in ONE_STATE:
         got.set("optimizer", "sgd", "optimizer.type")

@@ -169,16 +169,16 @@ def search_inference(model: ModelSpec, hw: HardwareProfile, space: SearchSpace) 
                                   "request_rate": space.request_rate / replicas})
     est = estimate_inference(model, hw, cand, headroom=space.headroom, shapes=shapes)
     serving = est.serving(space.batching)
-    feasible = serving.stable.copy()
+    feasible: np.ndarray = np.array(serving.stable, dtype=bool)
     rejected["overload"] = int((~feasible).sum())
     rejected["memory"] += int((feasible & ~est.memory.fits).sum())
     feasible &= est.memory.fits
-    for reason, limit, value in (
+    for reason, limit, measured in (
         ("ttft", space.ttft_max_seconds, serving.percentile("ttft", space.percentile)),
         ("tpot", space.tpot_max_seconds, serving.percentile("tpot", space.percentile)),
     ):
         if limit is not None:
-            over = feasible & (value > limit)
+            over = feasible & (measured > limit)
             rejected[reason] = int(over.sum())
             feasible &= ~over
     idx = np.flatnonzero(feasible)

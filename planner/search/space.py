@@ -263,14 +263,14 @@ class Points:
         through its flat view; an array that varies along one axis only is indexed along that axis."""
         array = np.asarray(array)
         padded = array.reshape((1,) * (len(self.shape) - array.ndim) + array.shape)
-        varying = [axis for axis, size in enumerate(padded.shape) if size > 1]
+        varying = [axis for axis in range(padded.ndim) if padded.shape[axis] > 1]
         if padded.shape == self.shape:
-            return padded.reshape(-1)[self.flat_index]
+            return np.asarray(padded.reshape(-1)[self.flat_index])
         if not varying:
             return np.full(self.flat_index.shape[0], padded.reshape(()), dtype=array.dtype)
         if len(varying) == 1:
-            return padded.reshape(-1)[self.coords[varying[0]]]
-        return np.broadcast_to(padded, self.shape).reshape(-1)[self.flat_index]
+            return np.asarray(padded.reshape(-1)[self.coords[varying[0]]])
+        return np.asarray(np.broadcast_to(padded, self.shape).reshape(-1)[self.flat_index])
 
 
 def flatten(grid: LayoutArrays, flat_index: np.ndarray) -> LayoutArrays:

@@ -141,12 +141,12 @@ class InferenceArrays:
 
     @property
     def gpus_per_replica(self) -> np.ndarray:
-        return self.tp * self.pp
+        return np.asarray(self.tp * self.pp)
 
     @property
     def context_len(self) -> np.ndarray:
         """Tokens cached per sequence when it finishes: prompt plus generated."""
-        return self.input_len + self.output_len
+        return np.asarray(self.input_len + self.output_len)
 
     def with_concurrency(self, concurrency: np.ndarray | int) -> InferenceArrays:
         c = np.broadcast_to(np.asarray(concurrency, dtype=np.int64), self.tp.shape)
@@ -194,7 +194,7 @@ class ModelShapes:
 
     def kv_heads_per_gpu(self, tp: np.ndarray) -> np.ndarray:
         """K/V heads each GPU holds: kv_heads / tp, at least one (replicated when kv_heads < tp)."""
-        return np.maximum(self.kv_heads // np.maximum(tp, 1), 1)
+        return np.asarray(np.maximum(self.kv_heads // np.maximum(tp, 1), 1))
 
     def kv_elements_per_token_per_layer_per_gpu(self, tp: np.ndarray) -> np.ndarray:
         """Cached elements per token per layer on one GPU.

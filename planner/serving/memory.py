@@ -58,7 +58,7 @@ class StageWeights:
 
     @property
     def max_bytes(self) -> np.ndarray:
-        return np.maximum(np.maximum(self.first_bytes, self.middle_bytes), self.last_bytes)
+        return np.asarray(np.maximum(np.maximum(self.first_bytes, self.middle_bytes), self.last_bytes))
 
 
 def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
@@ -76,7 +76,7 @@ def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
 
     def layers_bytes(stage: np.ndarray) -> np.ndarray:
         n, n_moe = stage_layer_split(shapes.num_layers, shapes.num_dense_layers, x.pp, stage)
-        return (n - n_moe) * dense_b + n_moe * moe_b
+        return np.asarray((n - n_moe) * dense_b + n_moe * moe_b)
 
     last_stage = x.pp - 1
     first = emb + layers_bytes(np.zeros_like(x.pp)) + np.where(x.pp == 1, head, 0.0)
@@ -113,14 +113,14 @@ def kv_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, conte
     g_layers, s_layers = stage_layer_mix(shapes, x.pp)
     full, capped = cached_tokens(shapes, context)
     per_token_layer = shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes
-    return per_token_layer * (g_layers * full + s_layers * capped)
+    return np.asarray(per_token_layer * (g_layers * full + s_layers * capped))
 
 
 def kv_bytes_per_sequence_replica(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
     """KV-cache bytes of one sequence in the whole model (one replica, before any split)."""
     full, capped = cached_tokens(shapes, context)
     per_token_layer = shapes.kv_elements_per_token_per_layer * x.kv_bytes
-    return per_token_layer * (shapes.global_layers() * full + shapes.sliding_window_layers * capped)
+    return np.asarray(per_token_layer * (shapes.global_layers() * full + shapes.sliding_window_layers * capped))
 
 
 # --- Activations and the reserve -----------------------------------------------------------------
@@ -129,7 +129,7 @@ def kv_bytes_per_sequence_replica(shapes: ModelShapes, x: InferenceArrays, conte
 def prefill_pass_tokens(x: InferenceArrays, concurrency: np.ndarray | None = None) -> np.ndarray:
     """Tokens in one prefill forward pass: all prompts packed, at most max_batched_tokens."""
     c = x.concurrency if concurrency is None else concurrency
-    return np.minimum(c * x.input_len, x.max_batched_tokens)
+    return np.asarray(np.minimum(c * x.input_len, x.max_batched_tokens))
 
 
 def activation_bytes_per_token(shapes: ModelShapes, tp: np.ndarray) -> np.ndarray:
@@ -144,14 +144,14 @@ def activation_bytes_per_token(shapes: ModelShapes, tp: np.ndarray) -> np.ndarra
     attn = shapes.heads * (d_qk + shapes.attn_v_dim) / tp + 2 * kv_per_gpu * d_qk
     widths = [shapes.dense.ffn_width] + ([shapes.moe.ffn_width] if shapes.moe else [])
     mlp = 3 * max(widths) / tp
-    return (2 * shapes.hidden + np.maximum(attn, mlp)) * ACTIVATION_BYTES_PER_ELEMENT
+    return np.asarray((2 * shapes.hidden + np.maximum(attn, mlp)) * ACTIVATION_BYTES_PER_ELEMENT)
 
 
 def activation_workspace_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.ndarray) -> np.ndarray:
     """One prefill pass's live activations plus the fp32 logits of every sequence's next token."""
     per_token = activation_bytes_per_token(shapes, x.tp)
     logits = concurrency * shapes.vocab / x.tp * LOGIT_BYTES_PER_ELEMENT
-    return prefill_pass_tokens(x, concurrency) * per_token + logits
+    return np.asarray(prefill_pass_tokens(x, concurrency) * per_token + logits)
 
 
 def reserve_bytes(x: InferenceArrays) -> np.ndarray:
@@ -192,7 +192,7 @@ def memory_total_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.
     """Total bytes per GPU at `concurrency` (the one formula `fits` and `max_concurrency` share)."""
     weights = stage_weight_bytes(shapes, x).max_bytes
     kv = concurrency * kv_bytes_per_sequence_per_gpu(shapes, x, x.context_len)
-    return weights + kv + activation_workspace_bytes(shapes, x, concurrency) + reserve_bytes(x)
+    return np.asarray(weights + kv + activation_workspace_bytes(shapes, x, concurrency) + reserve_bytes(x))
 
 
 def max_concurrency(shapes: ModelShapes, x: InferenceArrays, usable_bytes: float) -> np.ndarray:
@@ -211,7 +211,7 @@ def max_concurrency(shapes: ModelShapes, x: InferenceArrays, usable_bytes: float
     c2 = np.floor((room - a * x.max_batched_tokens) / u)
     c = np.maximum(np.maximum(c1, c2), 0).astype(np.int64)
     over = memory_total_bytes(shapes, x, c) > usable_bytes
-    return np.maximum(np.where(over, c - 1, c), 0)
+    return np.asarray(np.maximum(np.where(over, c - 1, c), 0))
 
 
 def inference_memory(
@@ -263,7 +263,7 @@ class StageMemory:
 
     @property
     def total_bytes(self) -> np.ndarray:
-        return self.weights_bytes + self.kv_cache_bytes + self.activations_bytes + self.other_bytes
+        return np.asarray(self.weights_bytes + self.kv_cache_bytes + self.activations_bytes + self.other_bytes)
 
 
 def stage_memory(shapes: ModelShapes, x: InferenceArrays, stages: np.ndarray) -> StageMemory:

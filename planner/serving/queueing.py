@@ -49,7 +49,7 @@ def wait_cdf(t: np.ndarray, residual_seconds: np.ndarray, busy: np.ndarray, rho:
     e_only = 1.0 - np.exp(-a * t)
     with_residual = (1 - rho) * u + rho * np.where(cond_mean > 0, u_plus_e, u)
     without = (1 - rho) + rho * np.where(cond_mean > 0, e_only, 1.0)
-    return busy * with_residual + (1 - busy) * without
+    return np.asarray(busy * with_residual + (1 - busy) * without)
 
 
 def wait_quantile(q: float, residual_seconds: np.ndarray, busy: np.ndarray, rho: np.ndarray,

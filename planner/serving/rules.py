@@ -30,7 +30,7 @@ def _divisors(n: int) -> str:
 
 def _kv_ok(m: ModelSpec, tp: np.ndarray) -> np.ndarray:
     t = np.maximum(tp, 1)
-    return (m.kv_heads % t == 0) | (t % m.kv_heads == 0) | (m.mla is not None)
+    return np.asarray((m.kv_heads % t == 0) | (t % m.kv_heads == 0) | (m.mla is not None))
 
 
 RULES: tuple[Rule, ...] = (

@@ -187,7 +187,7 @@ class PassTime:
 def _roofline(compute_seconds: np.ndarray, memory_seconds: np.ndarray) -> np.ndarray:
     """A kernel's time from its compute and memory times (see GEMM_COMPUTE_MEMORY_OVERLAP)."""
     hidden = np.minimum(compute_seconds, memory_seconds) * (1.0 - GEMM_COMPUTE_MEMORY_OVERLAP)
-    return np.maximum(compute_seconds, memory_seconds) + hidden
+    return np.asarray(np.maximum(compute_seconds, memory_seconds) + hidden)
 
 
 def _gemm_seconds(
@@ -349,7 +349,7 @@ class InferenceTimes:
 def _pipelined(p: PassTime, rounds: np.ndarray) -> np.ndarray:
     """`rounds` micro-batches through the stages, one after another: the first crosses every stage
     (the traversal), each later one leaves the most loaded stage one stage slot after the one before."""
-    return p.traversal_seconds + (rounds - 1) * p.stage_seconds
+    return np.asarray(p.traversal_seconds + (rounds - 1) * p.stage_seconds)
 
 
 def _round(p: PassTime, micro_batches: np.ndarray) -> np.ndarray:
@@ -359,7 +359,7 @@ def _round(p: PassTime, micro_batches: np.ndarray) -> np.ndarray:
     sequence on pp stages) the traversal: a single micro-batch cannot keep the pipeline busy, but it
     does not wait on stages it is not in either. This is the pipeline bubble of decoding: the stages
     idle for (pp - micro_batches) stage slots per round."""
-    return np.maximum(micro_batches * p.stage_seconds, p.traversal_seconds)
+    return np.asarray(np.maximum(micro_batches * p.stage_seconds, p.traversal_seconds))
 
 
 def _static(ttft: np.ndarray, tpot: np.ndarray, x: InferenceArrays, c: np.ndarray) -> ServingTimes:
@@ -410,7 +410,7 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
             return heavy.traversal_seconds
         light = forward_pass(shapes, hw, x, r, work(decoding / m, light_p))
         busy = (m - 1) * light.stage_seconds + heavy.stage_seconds  # the most loaded stage runs every micro-batch
-        return np.maximum(busy, heavy.traversal_seconds)
+        return np.asarray(np.maximum(busy, heavy.traversal_seconds))
 
     steady = steady_state(iteration_seconds, concurrency=c, request_rate=x.request_rate, input_len=s,
                           output_len=o, max_batched_tokens=budget, first_token_seconds=FIRST_TOKEN_OVERHEAD_SECONDS)

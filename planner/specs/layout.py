@@ -217,7 +217,7 @@ class LayoutArrays:
 
     @property
     def gpus(self) -> np.ndarray:
-        return self.tp * self.pp * self.cp * self.dp
+        return np.asarray(self.tp * self.pp * self.cp * self.dp)
 
     @property
     def shard_degree(self) -> np.ndarray:
@@ -227,12 +227,12 @@ class LayoutArrays:
     @property
     def replicas(self) -> np.ndarray:
         """Shard groups that hold the same shards (HSDP replicas): dp x cp / shard_degree."""
-        return np.maximum(self.dp * self.cp // np.maximum(self.shard_degree, 1), 1)
+        return np.asarray(np.maximum(self.dp * self.cp // np.maximum(self.shard_degree, 1), 1))
 
     @property
     def num_micro_batches(self) -> np.ndarray:
         """Micro-batches per step per pipeline (gradient-accumulation steps); floor where indivisible."""
-        return np.maximum(self.global_batch // np.maximum(self.dp * self.micro_batch, 1), 1)
+        return np.asarray(np.maximum(self.global_batch // np.maximum(self.dp * self.micro_batch, 1), 1))
 
     @classmethod
     def from_layouts(cls, layouts: list[Layout]) -> LayoutArrays:

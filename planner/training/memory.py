@@ -73,11 +73,11 @@ class StageMemory:
 
     @cached_property
     def other_bytes(self) -> np.ndarray:
-        return self.buffers_bytes + self.reserve_bytes
+        return np.asarray(self.buffers_bytes + self.reserve_bytes)
 
     @cached_property
     def total_bytes(self) -> np.ndarray:
-        return (
+        return np.asarray(
             self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes + self.other_bytes
         )
 
@@ -136,9 +136,9 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
 
     def sharded(bytes_per_param: np.ndarray, from_stage: int) -> np.ndarray:
         on = lay.zero >= from_stage
-        return bytes_per_param * (
+        return np.asarray(bytes_per_param * (
             np.where(on, sp.dense / shard, sp.dense) + np.where(on, sp.expert / expert_shard, sp.expert)
-        )
+        ))
 
     # the layers' weights at their own width; the embedding and LM head stay 16-bit
     weights = sharded(layer_weight_bytes(lay).astype(float), 3) + (WEIGHT_BYTES - layer_weight_bytes(lay)) * np.where(
@@ -218,8 +218,8 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
         router = 4 * moe.num_experts  # fp32 router probabilities
     else:
         f = model.ffn_hidden_size
-        permuted = 0.0
-        router = 0.0
+        permuted = np.zeros(())
+        router = 0
     # Elements per token: gated keeps fc1's output (gate and up, 2f) and the activation output (f); standard
     # keeps fc1's output (f) and GeLU's output (f): Korthikanti's 8sbh + 8sbh bytes for f = 4h.
     up = 2 if model.mlp_kind == "gated" else 1
@@ -234,7 +234,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     selective = lay.recompute == 1
 
     def has(module: str) -> np.ndarray:
-        return selective & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS[module]) != 0)
+        return np.asarray(selective & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS[module]) != 0))
 
     core_drop = np.where(has("core_attn") & ~lay.flash_attention, scores, 0.0)
     norm_drop = np.where(has("layernorm"), 2 * g * h / rep_div, 0.0)  # the two norm outputs (GEMM inputs)
@@ -280,7 +280,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
 
 def tokens_per_microbatch(lay: LayoutArrays) -> np.ndarray:
     """Tokens of one micro-batch on one rank: context parallelism splits the sequence."""
-    return lay.micro_batch * lay.seq_len / lay.cp
+    return np.asarray(lay.micro_batch * lay.seq_len / lay.cp)
 
 
 def stage_activation_bytes(
@@ -336,7 +336,7 @@ def offloaded_activation_bytes(model: ModelSpec, lay: LayoutArrays, stage: np.nd
     off_dense = np.minimum(offloaded, n_dense)
     dense = layer_activation_bytes_per_token(model, lay, moe_layer=False).stored
     moe = layer_activation_bytes_per_token(model, lay, moe_layer=True).stored
-    return microbatches_in_flight(lay, stage) * tokens * (off_dense * dense + (offloaded - off_dense) * moe)
+    return np.asarray(microbatches_in_flight(lay, stage) * tokens * (off_dense * dense + (offloaded - off_dense) * moe))
 
 
 def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:

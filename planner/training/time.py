@@ -135,7 +135,7 @@ def softmax_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
     """Unfused attention (no flash): scale-mask-softmax reads and writes the scores (2 + 2 bytes), dropout
     reads and writes them and writes a 1-byte mask (5 bytes), per score element: a/t x s per token."""
     dropout = 1.0 if model.dropout else 0.0
-    return model.num_attention_heads / lay.tp * lay.seq_len * (4.0 + 5.0 * dropout)
+    return np.asarray(model.num_attention_heads / lay.tp * lay.seq_len * (4.0 + 5.0 * dropout))
 
 
 def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -346,12 +346,12 @@ def recompute_extra_seconds(
     activation_bytes = (6 if gated else 4) * f / t
 
     def traffic(bytes_per_token: np.ndarray | float) -> np.ndarray:
-        return eager_factor * memory_seconds(hw, tokens * bytes_per_token)
+        return np.asarray(eager_factor * memory_seconds(hw, tokens * bytes_per_token))
 
     selective = lay.recompute == 1
 
     def has(module: str) -> np.ndarray:
-        return selective & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS[module]) != 0)
+        return np.asarray(selective & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS[module]) != 0))
 
     mlp_names = ("mlp_up", "mlp_down")
     expert_names = ("router", "expert_up", "expert_down", "shared_up", "shared_down")
@@ -398,11 +398,11 @@ class StageTime:
 
     @cached_property
     def communication(self) -> np.ndarray:
-        return self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero3_comm + self.offload_comm
+        return np.asarray(self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero3_comm + self.offload_comm)
 
     @cached_property
     def total(self) -> np.ndarray:
-        return self.compute + self.communication
+        return np.asarray(self.compute + self.communication)
 
 
 def stage_time(
@@ -421,7 +421,7 @@ def stage_time(
     n_dense = sp.num_layers - n_moe
 
     def total(field: str) -> np.ndarray:
-        return n_dense * getattr(dense, field) + n_moe * getattr(moe, field)
+        return np.asarray(n_dense * getattr(dense, field) + n_moe * getattr(moe, field))
 
     # Block recompute recomputes only k layers of the stage.
     k = np.where(lay.recompute_layers < 0, sp.num_layers, np.minimum(lay.recompute_layers, sp.num_layers))
@@ -507,7 +507,7 @@ def stage_time(
 def _overlapped(comm: np.ndarray, compute: np.ndarray, contention: float) -> np.ndarray:
     """What a collective running beside `compute` adds to it: the part longer than the compute, plus the
     compute's slowdown while they share the GPU (`contention` x the overlapped time)."""
-    return np.maximum(comm - compute, 0.0) + contention * np.minimum(comm, compute)
+    return np.asarray(np.maximum(comm - compute, 0.0) + contention * np.minimum(comm, compute))
 
 
 def zero3_seconds(
