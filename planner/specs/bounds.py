@@ -50,7 +50,6 @@ LIMITS: dict[str, Limit] = {
     "bandwidth": Limit(1e16, "bytes/s"),
     "flops": Limit(1e19, "FLOP/s"),
     "latency_s": Limit(1.0, "seconds"),
-    "flop": Limit(1e18, "FLOP"),  # a GEMM size (half_saturation_flop)
     "price_usd": Limit(1e6, "USD per GPU-hour"),
     "tokens": Limit(1e18, "tokens"),
     "seconds": Limit(1e6, "seconds"),
