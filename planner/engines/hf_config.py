@@ -311,8 +311,9 @@ def _phi3(r: _Reader) -> None:
     r.require("lm_head_bias", False, "Phi3 output projection carries no bias")
 
 
-def _gpt2(r: _Reader) -> None:
-    _core(r, layers="n_layer", hidden="n_embd", heads="n_head")
+def _gpt2_block(r: _Reader) -> None:
+    """GPT-2's block, which GPTBigCode keeps: GeLU MLP of n_inner (4h), learned positions, LayerNorm, biases
+    everywhere, tied head by default."""
     hidden = r.spec["hidden_size"]
     r.put("ffn_hidden_size", r.int_("n_inner", 4 * hidden, required=False), "n_inner")
     r.put("max_seq_len", r.int_("n_positions"), "n_positions")
@@ -322,6 +323,11 @@ def _gpt2(r: _Reader) -> None:
     r.put("norm_kind", "layernorm")
     for field in ("qkv_bias", "attention_output_bias", "mlp_bias"):
         r.put(field, True)
+
+
+def _gpt2(r: _Reader) -> None:
+    _core(r, layers="n_layer", hidden="n_embd", heads="n_head")
+    _gpt2_block(r)
 
 
 def _gpt_neox(r: _Reader) -> None:
@@ -491,17 +497,9 @@ def _cohere(r: _Reader) -> None:
 
 def _gpt_bigcode(r: _Reader) -> None:
     _core(r, layers="n_layer", hidden="n_embd", heads="n_head")
-    hidden = r.spec["hidden_size"]
     if r.bool_("multi_query", True):  # one K/V head shared by all query heads (c_attn: h -> h + 2 d)
         r.put("num_kv_heads", 1, "multi_query")
-    r.put("ffn_hidden_size", r.int_("n_inner", 4 * hidden, required=False), "n_inner")
-    r.put("max_seq_len", r.int_("n_positions"), "n_positions")
-    r.put("tied_embeddings", r.bool_("tie_word_embeddings", True), "tie_word_embeddings")
-    r.put("mlp_kind", "standard")
-    r.put("position_embedding", "learned")
-    r.put("norm_kind", "layernorm")
-    for field in ("qkv_bias", "attention_output_bias", "mlp_bias"):
-        r.put(field, True)
+    _gpt2_block(r)
 
 
 def _gptj(r: _Reader) -> None:
