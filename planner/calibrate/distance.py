@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from planner.physics.params import count_params
-from planner.specs.layout import Layout
+from planner.specs.layout import Layout, Zero
 from planner.specs.model import ModelSpec
 
 FAR_DISTANCE = 2.0
@@ -25,7 +25,7 @@ def features(model: ModelSpec, layout: Layout) -> dict[str, Any]:
     return {
         "params": float(count_params(model).total), "tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
         "dp": layout.dp, "ep": layout.ep, "seq_len": layout.seq_len, "dtype": layout.dtype,
-        "zero3": layout.zero >= 3,
+        "zero3": layout.zero >= Zero.PARAMETERS,
     }
 
 

@@ -34,7 +34,7 @@ from planner.engines.common import (
 )
 from planner.errors import PlannerError
 from planner.specs.bounds import over_limit
-from planner.specs.layout import Layout
+from planner.specs.layout import Layout, Zero
 from planner.specs.model import ModelSpec
 from planner.specs.validation import field_problem
 
@@ -428,7 +428,7 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                            "schedule; use interleave 1")
     if layout.pp > 1 and layout.schedule == "gpipe":
         raise PlannerError("schedule gpipe: DeepSpeed's pipeline engine runs 1F1B; use schedule 1f1b")
-    if layout.pp > 1 and layout.zero >= 2:
+    if layout.pp > 1 and layout.zero >= Zero.GRADIENTS:
         raise PlannerError(f"zero({layout.zero}) with pp({layout.pp}): DeepSpeed asserts 'ZeRO-2 and ZeRO-3 are "
                            "incompatible with pipeline parallelism'; use zero 0 or 1")
     if layout.fp8_param_gather:
@@ -446,7 +446,7 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         notes.append("overlap_tp_comm -> false: DeepSpeed's AutoTP does not overlap its collectives")
     if layout.pp == 1 and layout.schedule != "1f1b":
         changes["schedule"] = "1f1b"
-    if layout.zero == 0:
+    if layout.zero == Zero.NONE:
         half = "fp16" if layout.dtype == "fp16" else "bf16"
         if layout.grad_dtype != half:
             changes["grad_dtype"] = half

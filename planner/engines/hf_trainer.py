@@ -41,7 +41,7 @@ from typing import Any
 from planner.engines.common import Collected, EngineImport, ExportContext, prediction_lines, resolve_batch
 from planner.engines.shell import run_script, script_index
 from planner.errors import PlannerError
-from planner.specs.layout import Layout
+from planner.specs.layout import Layout, Zero
 from planner.specs.model import ModelSpec
 
 LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "python", "python3")
@@ -502,7 +502,7 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         if getattr(layout, name) > 1:
             raise PlannerError(f"{name}({getattr(layout, name)}): the Trainer's --fsdp runs data parallelism only; "
                                f"{word} parallelism needs Megatron-LM, torchtitan or DeepSpeed")
-    if layout.zero == 1:
+    if layout.zero == Zero.OPTIMIZER:
         raise PlannerError("zero(1): the Trainer's --fsdp shards gradients too (shard_grad_op, ZeRO 2) or "
                            "everything (full_shard, ZeRO 3); ZeRO 1 needs --deepspeed (export for deepspeed)")
     if layout.recompute == "selective":

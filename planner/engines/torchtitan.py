@@ -32,7 +32,7 @@ from planner.engines.common import (
 )
 from planner.errors import PlannerError
 from planner.specs.bounds import over_limit
-from planner.specs.layout import Layout
+from planner.specs.layout import Layout, Zero
 from planner.specs.model import ModelSpec
 
 # torchtitan (model name, flavor) -> planner catalog id. Flavor suffixes that only pick an attention
@@ -514,7 +514,7 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                            "communication); export for Megatron-LM")
     changes: dict[str, Any] = {}
     notes: list[str] = []
-    sharded = (layout.zero > 0 and layout.dp > 1) or layout.cp > 1  # torchtitan wraps CP in FSDP
+    sharded = (layout.zero > Zero.NONE and layout.dp > 1) or layout.cp > 1  # torchtitan wraps CP in FSDP
     target = 3 if sharded else 0
     if layout.zero != target:
         changes["zero"] = target
@@ -577,7 +577,7 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
                                 "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32"}
     training["local_batch_size"] = lay.micro_batch if lay.pp == 1 else lay.global_batch // lay.dp
     out["training"] = training
-    fsdp = lay.zero == 3
+    fsdp = lay.zero == Zero.PARAMETERS
     # HSDP: the shard group (x cp, folded into FSDP) and its replicas
     shard = (lay.shard_group // lay.cp if lay.shard_group else lay.dp) if fsdp else 1
     parallelism: dict[str, Any] = {

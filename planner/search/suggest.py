@@ -16,7 +16,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.specs.engine import engine_profile
 from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import Layout, LayoutArrays
+from planner.specs.layout import Layout, LayoutArrays, Zero
 from planner.specs.model import ModelSpec
 from planner.training.estimate import MEMORY_KEYS, TrainingEstimate, evaluate
 from planner.training.rules import violations
@@ -144,7 +144,7 @@ def _moves(model: ModelSpec, hw: HardwareProfile, base: Layout, gpus: int) -> It
         yield "grad_dtype", {"grad_dtype": "fp16" if base.dtype == "fp16" else "bf16"}
     if base.dtype == "bf16" and "fp8" in hw.accelerator.peak_flops_per_s:
         yield "dtype", {"dtype": "fp8"}
-        if base.zero >= 1:
+        if base.zero >= Zero.OPTIMIZER:
             yield "dtype", {"dtype": "fp8", "fp8_param_gather": True}
     for factor in MORE_GPUS_FACTORS:
         yield "gpus", {"dp": base.dp * factor}

@@ -9,6 +9,7 @@ formula.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from enum import IntEnum
 from typing import Literal
 
 import numpy as np
@@ -21,7 +22,27 @@ from planner.specs.engine import DEFAULT_ENGINE, EngineName, engine_profile
 # default the attention core); full (every layer, or k per stage); op (torchtitan's op-level selective
 # activation checkpointing: every second matmul output and every non-matmul op recomputed).
 Recompute = Literal["none", "selective", "full", "op"]
-RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2, "op": 3}
+
+
+class RecomputeCode(IntEnum):
+    """How `LayoutArrays.recompute` holds a Layout's `recompute`."""
+
+    NONE = 0
+    SELECTIVE = 1  # Megatron's modules (recompute_modules; the attention core by default)
+    FULL = 2  # every layer (or recompute_layers of them)
+    OP = 3  # torchtitan's op-level selective AC
+
+
+class Zero(IntEnum):
+    """ZeRO stages (Rajbhandari et al. 2020): what is sharded over the data-parallel group, cumulatively."""
+
+    NONE = 0
+    OPTIMIZER = 1  # optimizer states
+    GRADIENTS = 2  # + gradients
+    PARAMETERS = 3  # + parameters (FSDP full sharding)
+
+
+RECOMPUTE_CODES: dict[str, int] = {code.name.lower(): code for code in RecomputeCode}
 RECOMPUTE_NAMES: dict[int, str] = {code: name for name, code in RECOMPUTE_CODES.items()}
 
 # Megatron-Core --recompute-modules (megatron/core/transformer/transformer_config.py recompute_modules):
@@ -139,12 +160,12 @@ class Layout(BaseModel):
     def _check_flags(self) -> Layout:
         if self.recompute_layers_per_stage is not None and self.recompute != "full":
             raise ValueError("recompute_layers_per_stage applies only with recompute 'full'")
-        if self.fp8_param_gather and (self.dtype != "fp8" or self.zero < 1):
+        if self.fp8_param_gather and (self.dtype != "fp8" or self.zero < Zero.OPTIMIZER):
             raise ValueError("fp8_param_gather needs dtype fp8 and zero >= 1 (Megatron-LM allows it only with the "
                              "distributed optimizer or FSDP)")
         if self.recompute_modules is not None and self.recompute != "selective":
             raise ValueError("recompute_modules applies only with recompute 'selective'")
-        if self.offload_params and self.zero != 3:
+        if self.offload_params and self.zero != Zero.PARAMETERS:
             raise ValueError("offload_params needs zero 3 (parameters are offloaded as shards)")
         if self.shard_group is not None and (self.dp * self.cp) % self.shard_group != 0:
             raise ValueError(

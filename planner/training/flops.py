@@ -19,7 +19,7 @@ import numpy as np
 from planner.physics.kernels import window_work_fraction
 from planner.physics.params import count_params
 from planner.physics.shapes import attention_dims
-from planner.specs.layout import LayoutArrays
+from planner.specs.layout import LayoutArrays, RecomputeCode
 from planner.specs.model import ModelSpec
 
 BACKWARD_TO_FORWARD_FLOP = 2.0  # weight and input gradients: two GEMMs per forward GEMM
@@ -66,8 +66,8 @@ def step_flop(model: ModelSpec, lay: LayoutArrays) -> StepFlop:
     layers_per_stage = -(-model.num_layers // lay.pp)
     fraction = np.where(lay.recompute_layers < 0, 1.0, np.minimum(lay.recompute_layers / layers_per_stage, 1.0))
     extra = np.where(
-        lay.recompute == 2,
+        lay.recompute == RecomputeCode.FULL,
         fraction * layers_fwd,
-        np.where((lay.recompute == 1) & ~lay.flash_attention, attention_core_flop_per_token(model, lay.seq_len), 0.0),
+        np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention, attention_core_flop_per_token(model, lay.seq_len), 0.0),
     )
     return StepFlop(model_flop=model_flop, hardware_flop=model_flop + tokens * extra)

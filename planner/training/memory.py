@@ -24,7 +24,7 @@ from planner.physics.shapes import (
 )
 from planner.physics.stages import microbatches_in_flight, stage_layer_split
 from planner.specs.engine import EngineProfile
-from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays
+from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays, RecomputeCode, Zero
 from planner.specs.model import ModelSpec
 
 # Bytes of a 16-bit weight copy (bf16/fp16); fp8 training keeps 16-bit weights too (Transformer Engine
@@ -142,7 +142,7 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
 
     # the layers' weights at their own width; the embedding and LM head stay 16-bit
     weights = sharded(layer_weight_bytes(lay).astype(float), 3) + (WEIGHT_BYTES - layer_weight_bytes(lay)) * np.where(
-        lay.zero >= 3, sp.ends / shard, sp.ends)
+        lay.zero >= Zero.PARAMETERS, sp.ends / shard, sp.ends)
     grads = sharded(lay.grad_bytes.astype(float), 2)
     optim = sharded(lay.optimizer_bytes.astype(float), 1)
     # Offload (ZeRO-Offload / ZeRO-Infinity, FSDP CPUOffload): optimizer states live on the host; parameter
@@ -150,7 +150,7 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
     # (DeepSpeed stage3 with offload, FSDP CPUOffload), while ZeRO 1-2 keep theirs on the GPU until copied.
     optim = np.where(lay.offload_optimizer, 0.0, optim)
     weights = np.where(lay.offload_params, 0.0, weights)
-    grads = np.where((lay.offload_optimizer | lay.offload_params) & (lay.zero >= 3), 0.0, grads)
+    grads = np.where((lay.offload_optimizer | lay.offload_params) & (lay.zero >= Zero.PARAMETERS), 0.0, grads)
     return weights, grads, optim
 
 
@@ -163,7 +163,7 @@ def host_state_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     """Bytes one rank keeps in host memory for offloaded model states (its ZeRO shard)."""
     shard = lay.shard_degree.astype(float)
     expert_shard = np.maximum(shard / lay.ep, 1.0)
-    on = lay.zero >= 1
+    on = lay.zero >= Zero.OPTIMIZER
     params = np.where(on, sp.dense / shard + sp.expert / expert_shard, sp.dense + sp.expert)
     optimizer = np.where(lay.offload_optimizer, params * (lay.optimizer_bytes + HOST_GRAD_BYTES), 0.0)
     weights = np.where(lay.offload_params, params * WEIGHT_BYTES, 0.0)
@@ -231,7 +231,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
 
     # Selective recompute drops the tensors of the modules it recomputes (Megatron-Core --recompute-modules;
     # the default list is the attention core alone, which with flash attention keeps nothing extra anyway).
-    selective = lay.recompute == 1
+    selective = lay.recompute == RecomputeCode.SELECTIVE
 
     def has(module: str) -> np.ndarray:
         return np.asarray(selective & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS[module]) != 0))
@@ -253,7 +253,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
         mlp_drop = np.where(has("mlp"), (up * e + g) * f / t, 0.0)
     module_drop = norm_drop + mla_drop + mlp_drop
 
-    keeps_scores = ~lay.flash_attention & (lay.recompute == 0) | (selective & ~has("core_attn") & ~lay.flash_attention)
+    keeps_scores = ~lay.flash_attention & (lay.recompute == RecomputeCode.NONE) | (selective & ~has("core_attn") & ~lay.flash_attention)
     core = np.where(lay.flash_attention, lse, np.where(keeps_scores, scores, 0.0))
     full = replicated / rep_div + attention + mlp + np.where(lay.flash_attention, lse, scores)
     stored_no_full = replicated / rep_div + attention + mlp + core - module_drop
@@ -266,14 +266,14 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     saved_attention = e * widths.query / t + e * widths.value / kv_div + e * widths.output / t
     saved_mlp = e * f / t + (e * h / rep_div if model.mlp_kind == "gated" else 0.0) + permuted + router
     stored_op = checkpoint + saved_attention + saved_mlp + np.where(lay.flash_attention, lse, 0.0)
-    stored = np.where(lay.recompute == 2, checkpoint, np.where(lay.recompute == 3, stored_op, stored_no_full))
+    stored = np.where(lay.recompute == RecomputeCode.FULL, checkpoint, np.where(lay.recompute == RecomputeCode.OP, stored_op, stored_no_full))
     # During its backward a recomputed layer holds again what was dropped: everything but the checkpointed
     # input under full recompute, everything not saved under op-level AC, the dropped modules' tensors (and
     # the attention scores without flash attention) under selective recompute.
     working = np.where(
-        lay.recompute == 2,
+        lay.recompute == RecomputeCode.FULL,
         full - checkpoint,
-        np.where(lay.recompute == 3, np.maximum(full - stored_op, 0.0), np.where(selective, core_drop + module_drop, 0.0)),
+        np.where(lay.recompute == RecomputeCode.OP, np.maximum(full - stored_op, 0.0), np.where(selective, core_drop + module_drop, 0.0)),
     )
     return LayerActivations(stored=stored, full=full, working=working)
 
@@ -301,7 +301,7 @@ def stage_activation_bytes(
     k = np.where(lay.recompute_layers < 0, sp.num_layers, np.minimum(lay.recompute_layers, sp.num_layers))
     k_dense = np.minimum(k, n_dense)
     k_moe = k - k_dense
-    full_recompute = lay.recompute == 2
+    full_recompute = lay.recompute == RecomputeCode.FULL
     per_microbatch = np.where(
         full_recompute,
         k_dense * dense.stored + (n_dense - k_dense) * dense.full + k_moe * moe.stored + (n_moe - k_moe) * moe.full,
@@ -358,7 +358,7 @@ def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     ) * beyond_expert
     zero3 = layer_weight_bytes(lay) * gathered + lay.grad_bytes * layer
     zero2 = lay.grad_bytes * layer
-    return np.where(lay.zero >= 3, zero3, np.where(lay.zero == 2, zero2, 0.0))
+    return np.where(lay.zero >= Zero.PARAMETERS, zero3, np.where(lay.zero == Zero.GRADIENTS, zero2, 0.0))
 
 
 def reserve_bytes(lay: LayoutArrays, churn_bytes: np.ndarray) -> np.ndarray:

@@ -53,7 +53,7 @@ from planner.physics.shapes import Gemm, attention_dims, gemm_elements_per_rank,
 from planner.physics.stages import microbatches_in_flight
 from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
 from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays
+from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays, RecomputeCode, Zero
 from planner.specs.model import ModelSpec
 from planner.training.memory import (
     ACTIVATION_BYTES,
@@ -255,7 +255,7 @@ def layer_time(
     forward = gemm + core_fwd + elementwise + cast_fwd
     backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + cast_bwd
     recompute = np.where(
-        lay.recompute == 2, forward, np.where((lay.recompute == 1) & ~lay.flash_attention, unfused_fwd, 0.0)
+        lay.recompute == RecomputeCode.FULL, forward, np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention, unfused_fwd, 0.0)
     )
 
     h = model.hidden_size
@@ -264,7 +264,7 @@ def layer_time(
     # Two collectives per layer each way (Shoeybi et al. 2019, Fig. 4; with SP an all-gather and a
     # reduce-scatter replace each all-reduce at the same total volume: Korthikanti et al. 2022, Sec. 4.2.2).
     one_pass = 2 * all_reduce_seconds(act_bytes, lay.tp, tp_link)
-    passes = 2.0 + (lay.recompute == 2)
+    passes = 2.0 + (lay.recompute == RecomputeCode.FULL)
     exposed = np.where(lay.overlap_tp_comm, TP_OVERLAP_EXPOSED_FRACTION, 1.0)
     tp_comm = passes * one_pass * exposed
 
@@ -281,7 +281,7 @@ def layer_time(
     step_fwd = flash_fwd / lay.cp
     step_bwd = flash_bwd / lay.cp
     cp_fwd = steps * np.maximum(per_step - step_fwd, 0.0)
-    cp_comm = (1.0 + (lay.recompute == 2)) * cp_fwd + steps * np.maximum(2 * per_step - step_bwd, 0.0)
+    cp_comm = (1.0 + (lay.recompute == RecomputeCode.FULL)) * cp_fwd + steps * np.maximum(2 * per_step - step_bwd, 0.0)
 
     if moe_layer and model.moe is not None:
         ep_link = group_link(hw, lay.ep, lay.tp * lay.cp)
@@ -348,7 +348,7 @@ def recompute_extra_seconds(
     def traffic(bytes_per_token: np.ndarray | float) -> np.ndarray:
         return np.asarray(eager_factor * memory_seconds(hw, tokens * bytes_per_token))
 
-    selective = lay.recompute == 1
+    selective = lay.recompute == RecomputeCode.SELECTIVE
 
     def has(module: str) -> np.ndarray:
         return np.asarray(selective & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS[module]) != 0))
@@ -378,7 +378,7 @@ def recompute_extra_seconds(
     else:
         mlp = _gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(mlp_names, 1.0)) + traffic(activation_bytes)
         modules = modules + np.where(has("mlp"), mlp, 0.0)
-    return np.where(lay.recompute == 3, op, modules)
+    return np.where(lay.recompute == RecomputeCode.OP, op, modules)
 
 
 @dataclass(frozen=True)
@@ -443,11 +443,11 @@ def stage_time(
         ew_fwd = extra_traffic * (n_dense * ew_dense + n_moe * ew_moe)
         forward = forward + ew_fwd
         backward = backward + BACKWARD_TO_FORWARD_TRAFFIC * ew_fwd
-        recompute = recompute + np.where(lay.recompute == 2, ew_fwd * recompute_share, 0.0)
+        recompute = recompute + np.where(lay.recompute == RecomputeCode.FULL, ew_fwd * recompute_share, 0.0)
 
     # op-level AC and Megatron recompute modules (beyond the attention core that layer_time charges).
     eager_factor = 1.0 + extra_traffic
-    if np.any((lay.recompute == 1) | (lay.recompute == 3)):
+    if np.any((lay.recompute == RecomputeCode.SELECTIVE) | (lay.recompute == RecomputeCode.OP)):
         extra_dense = recompute_extra_seconds(model, hw, lay, dense, moe_layer=False, eager_factor=eager_factor)
         extra_moe = (
             recompute_extra_seconds(model, hw, lay, moe, moe_layer=True, eager_factor=eager_factor)
@@ -478,7 +478,7 @@ def stage_time(
     p2p = np.where(lay.interleave > 1, hidden_p2p, p2p)
 
     zero3_exposed = np.where(
-        lay.zero >= 3,
+        lay.zero >= Zero.PARAMETERS,
         zero3_seconds(hw, lay, sp, engine, forward=forward, backward=backward + recompute),
         0.0,
     )
@@ -562,7 +562,7 @@ def zero3_seconds(
         shard_copy = (unit_dense / shard + unit_expert / expert_group) * WEIGHT_BYTES / host_link_bytes_per_s(hw)
         gather = gather + np.where(lay.offload_params, shard_copy, 0.0)
     backward_gathers = float(z.reshard_after_forward) + np.where(
-        (lay.recompute == 2) & z.regather_for_recompute, 1.0, 0.0
+        (lay.recompute == RecomputeCode.FULL) & z.regather_for_recompute, 1.0, 0.0
     )
     forward_comm = gather
     backward_comm = backward_gathers * gather + scatter
@@ -606,14 +606,14 @@ def data_parallel_seconds(
     expert_link = group_link(hw, expert_group, lay.tp * lay.cp * lay.ep)
     grad_bytes = lay.grad_bytes
     reduce = np.where(
-        lay.zero == 0,
+        lay.zero == Zero.NONE,
         all_reduce_seconds(sp.dense * grad_bytes, shard, dp_link)
         + all_reduce_seconds(sp.expert * grad_bytes, expert_group, expert_link),
         reduce_scatter_seconds(sp.dense * grad_bytes, shard, dp_link)
         + reduce_scatter_seconds(sp.expert * grad_bytes, expert_group, expert_link),
     )
     gather = np.where(
-        lay.zero == 0,
+        lay.zero == Zero.NONE,
         0.0,
         all_gather_seconds(sp.dense * layer_weight_bytes(lay), shard, dp_link)
         + all_gather_seconds(sp.expert * layer_weight_bytes(lay), expert_group, expert_link),
@@ -624,13 +624,13 @@ def data_parallel_seconds(
     group = lay.shard_degree
     group_link_ = group_link(hw, group, lay.tp)
     replica_link = group_link(hw, lay.replicas, lay.tp * group)
-    reduce_bytes = np.where(lay.zero >= 3, np.where(engine_reduce_fp32(engine), 4, grad_bytes), grad_bytes)
+    reduce_bytes = np.where(lay.zero >= Zero.PARAMETERS, np.where(engine_reduce_fp32(engine), 4, grad_bytes), grad_bytes)
     hybrid_reduce = reduce_scatter_seconds(sp.dense * grad_bytes, group, group_link_) + all_reduce_seconds(
         (sp.dense + sp.expert) / group * reduce_bytes, lay.replicas, replica_link
     )
     hybrid_gather = all_gather_seconds(sp.dense * layer_weight_bytes(lay), group, group_link_)
-    reduce = np.where(hybrid & (lay.zero >= 1), np.where(lay.zero >= 3, 0.0, hybrid_reduce), reduce)
-    gather = np.where(hybrid & (lay.zero >= 1), np.where(lay.zero >= 3, 0.0, hybrid_gather), gather)
+    reduce = np.where(hybrid & (lay.zero >= Zero.OPTIMIZER), np.where(lay.zero >= Zero.PARAMETERS, 0.0, hybrid_reduce), reduce)
+    gather = np.where(hybrid & (lay.zero >= Zero.OPTIMIZER), np.where(lay.zero >= Zero.PARAMETERS, 0.0, hybrid_gather), gather)
     replica_only = all_reduce_seconds((sp.dense + sp.expert) / group * reduce_bytes, lay.replicas, replica_link)
     on = lay.overlap_grad_reduce
     eff = (engine if engine is not None else engine_profile(DEFAULT_ENGINE)).efficiency.dp_overlap_efficiency
@@ -640,7 +640,7 @@ def data_parallel_seconds(
     # ZeRO-3 pays its gathers and reduce-scatters per micro-batch (zero3_seconds); with HSDP the replicas'
     # all-reduce of the reduced shards remains, once per step behind the last backward.
     zero3_replica = np.where(hybrid, np.maximum(replica_only - np.where(on, eff * backward, 0.0), 0.0), 0.0)
-    return np.where(lay.zero >= 3, zero3_replica, exposed)
+    return np.where(lay.zero >= Zero.PARAMETERS, zero3_replica, exposed)
 
 
 def engine_reduce_fp32(engine: EngineProfile | None) -> bool:
@@ -650,8 +650,8 @@ def engine_reduce_fp32(engine: EngineProfile | None) -> bool:
 def optimizer_seconds(hw: HardwareProfile, lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     """The optimizer step streams its states once: Adam reads master weights, momentum, variance and the
     gradient and writes all but the gradient plus the 16-bit weights (memory-bound, fused multi-tensor)."""
-    shard = np.where(lay.zero >= 1, lay.shard_degree, 1)
-    params = sp.dense / shard + sp.expert / np.maximum(np.where(lay.zero >= 1, lay.shard_degree // lay.ep, 1), 1)
+    shard = np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree, 1)
+    params = sp.dense / shard + sp.expert / np.maximum(np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree // lay.ep, 1), 1)
     bytes_per_param = 2 * lay.optimizer_bytes + lay.grad_bytes + WEIGHT_BYTES
     return memory_seconds(hw, params * bytes_per_param)
 
@@ -671,8 +671,8 @@ def offload_step_seconds(
         return zero, zero
     link = host_link_bytes_per_s(hw)
     assert hw.host is not None
-    shard = np.where(lay.zero >= 1, lay.shard_degree, 1).astype(float)
-    expert_shard = np.maximum(np.where(lay.zero >= 1, lay.shard_degree // lay.ep, 1), 1)
+    shard = np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree, 1).astype(float)
+    expert_shard = np.maximum(np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree // lay.ep, 1), 1)
     params = sp.dense / shard + sp.expert / expert_shard
     ranks_per_node = np.minimum(hw.node.gpus_per_node, lay.gpus)
     fused_rate = hw.host.memory_bandwidth_bytes_per_s * CPU_ADAM_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAM
