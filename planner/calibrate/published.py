@@ -109,11 +109,22 @@ def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         raw = dict(case["layout"])
         gpus = int(raw["gpus"])
         fields: dict[str, Any] = {SHORT_LAYOUT.get(str(k), str(k)): v for k, v in raw.items() if k not in IGNORED_LAYOUT}
-        megatron = not case["source"].startswith("pytorch/torchtitan")
-        fields.setdefault("grad_dtype", "fp32" if megatron else "bf16")  # Megatron: fp32 main gradients
+        torchtitan = case["source"].startswith("pytorch/torchtitan")
+        fields.setdefault("grad_dtype", "bf16" if torchtitan else "fp32")  # Megatron: fp32 main gradients
+        if torchtitan:
+            # the engine that ran it: FSDP2, eager or compiled, SDPA attention; the files' 'selective' stands
+            # for torchtitan's op-level selective AC (their notes), which planner now models as 'op'
+            fields["engine"] = "torchtitan"
+            fields["compile"] = "compile" in case["id"]
+            if fields.get("recompute") == "selective":
+                fields["recompute"] = "op"
+        elif case["source"].startswith("NVIDIA/NeMo"):
+            fields["engine"] = "nemo"
         return gpus, fields
-    p = case["parallel"]  # Narayanan et al. 2021 Table 2: fp16, fp32 main grads, full recompute, no flash
+    p = case["parallel"]  # Narayanan et al. 2021 Table 2: fp16, fp32 main grads, full recompute, no flash;
+    # its ZeRO-3 rows ran DeepSpeed, its PTD-P rows Megatron-LM
     return int(p["gpus"]), {
+        "engine": "deepspeed" if "DeepSpeed" in str(p.get("scheme", "")) else "megatron",
         "tp": p["TP"], "pp": p["PP"], "dp": p["DP"], "zero": p["zero_stage"], "micro_batch": p["micro_batch"],
         "global_batch": p["global_batch"], "seq_len": case["model"]["seq_len"], "dtype": "fp16",
         "grad_dtype": "fp32", "recompute": "full", "flash_attention": False, "sequence_parallel": False,

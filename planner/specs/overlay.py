@@ -47,6 +47,8 @@ FACTORS: tuple[Factor, ...] = (
            "plateau fraction of the fp8 peak reached by large fp8 GEMMs"),
     Factor("attention", "efficiency.attention.fraction", 0.10, 1.0, 0.30,
            "plateau of the flash-attention curve, fraction of dense 16-bit peak"),
+    Factor("attention_flash2", "efficiency.attention_flash2.fraction", 0.10, 1.0, 0.30,
+           "plateau of FlashAttention-2 (PyTorch SDPA engines on Hopper), fraction of dense 16-bit peak"),
     Factor("memory_bound", "efficiency.memory_bandwidth.fraction", 0.20, 1.0, 0.20,
            "element-wise and optimizer kernels, fraction of HBM bandwidth"),
     Factor("intra_node_link", "efficiency.intra_node_link.fraction", 0.20, 1.0, 0.25,
