@@ -23,9 +23,9 @@ FSDP and DDP keep fp32 parameters and gradients under bf16/fp16 autocast: gradie
 torchtitan); the weights are counted as a 16-bit copy plus the optimizer's fp32 master, 2 bytes a parameter
 above what autocast keeps (an upper bound).
 
-CPU offload (FSDP --fsdp offload, fsdp_offload_params, DeepSpeed offload_*_device) is refused, exit 2 naming
-the setting: the cost model does not model offload yet, and a figure without it would be wrong in both memory
-and step time. Flags the Trainer has that do not change memory are skipped; unknown ones (the script's own)
+CPU offload (FSDP --fsdp offload, fsdp_offload_params, DeepSpeed offload_*_device cpu) is read into the
+layout's offload fields (host memory, GPU-host copies and the CPU optimizer step: docs/engines.md); NVMe
+offload is refused, exit 2 naming the setting, as it is not estimated. Flags the Trainer has that do not change memory are skipped; unknown ones (the script's own)
 are warned about.
 
 Pure: text and parsed dicts in, values out; `planner.engines.job` reads the files and resolves the model.
@@ -249,11 +249,13 @@ def _accelerate_fields(config: Mapping[str, Any], got: Collected) -> dict[str, A
         ds = config.get("deepspeed_config") or {}
         if not isinstance(ds, dict):
             raise PlannerError("expected a mapping", source=src, field="deepspeed_config")
-        for key in ("offload_optimizer_device", "offload_param_device"):
+        for key, field in (("offload_optimizer_device", "offload_optimizer"), ("offload_param_device", "offload_params")):
             device = str(ds.get(key, "none")).lower()
-            if device not in ("none", ""):
-                raise PlannerError(f"{device} offload is not modelled by planner yet; set it to none to check the "
-                                   "on-GPU layout", source=src, field=f"deepspeed_config.{key}")
+            if device == "cpu":  # ZeRO-Offload / ZeRO-Infinity to host memory (docs/engines.md, offload)
+                got.set(field, True, f"deepspeed_config.{key}")
+            elif device not in ("none", ""):
+                raise PlannerError(f"{device} offload is not modelled (cpu or none); NVMe is not estimated", source=src,
+                                   field=f"deepspeed_config.{key}")
         if ds.get("deepspeed_config_file"):
             extra["deepspeed_config_file"] = str(ds["deepspeed_config_file"])
         else:
@@ -280,8 +282,7 @@ def _fsdp_plugin(fsdp: Mapping[str, Any], got: Collected) -> None:
     if not isinstance(fsdp, dict):
         raise PlannerError("expected a mapping", source=src, field="fsdp_config")
     if fsdp.get("fsdp_offload_params") in (True, "true", "True"):
-        raise PlannerError("CPU offload of parameters is not modelled by planner yet; set it to false to check the "
-                           "on-GPU layout", source=src, field="fsdp_config.fsdp_offload_params")
+        _fsdp_cpu_offload(got, "fsdp_config.fsdp_offload_params")
     version = int(fsdp.get("fsdp_version", 1))
     if version == 2:  # FSDP2: fully_shard; reshard_after_forward false keeps parameters gathered (ZeRO 2)
         reshard = fsdp.get("fsdp_reshard_after_forward", True)
@@ -305,14 +306,21 @@ def _fsdp_plugin(fsdp: Mapping[str, Any], got: Collected) -> None:
     got.set("grad_dtype", "fp32", "FSDP (fp32 sharded gradients under mixed precision)")
 
 
+def _fsdp_cpu_offload(got: Collected, origin: str) -> None:
+    """FSDP CPUOffload(offload_params=True): parameter shards on the host, gradients offloaded with them and the
+    optimizer step on the CPU (torch.distributed.fsdp CPUOffload docs); planner's offload of parameters and of
+    the optimizer (states and step), which the fsdp engine profile runs with torch's CPU Adam."""
+    got.set("offload_params", True, origin)
+    got.set("offload_optimizer", True, origin)
+
+
 # --- TrainingArguments -> fields -------------------------------------------------------------------
 def _fsdp_option(value: str | bool, got: Collected) -> None:
     if isinstance(value, bool) or value.lower() in TRUE + FALSE:  # transformers v5: --fsdp true + fsdp_config
         value = "full_shard" if value is True or str(value).lower() in TRUE else "no_shard"
     words = str(value).replace(",", " ").split()
     if "offload" in words:
-        raise PlannerError("--fsdp offload moves parameters and gradients to the CPU, which planner does not model "
-                           "yet; remove 'offload' to check the on-GPU layout", source=got.source, field="--fsdp")
+        _fsdp_cpu_offload(got, "--fsdp offload")
     zero = None
     for word in words:
         if word in ("full_shard", "hybrid_shard"):
@@ -321,7 +329,7 @@ def _fsdp_option(value: str | bool, got: Collected) -> None:
             zero = 2
         elif word == "no_shard":
             zero = 0
-        elif word != "auto_wrap":
+        elif word not in ("auto_wrap", "offload"):
             raise PlannerError(f"--fsdp option {word!r} is not known (full_shard, shard_grad_op, hybrid_shard, "
                                "hybrid_shard_zero2, no_shard, offload, auto_wrap)", source=got.source, field="--fsdp")
     if zero is None:
@@ -404,8 +412,7 @@ def import_hf_trainer(
         if launcher.get("use_fsdp"):
             _fsdp_plugin({k: v for k, v in launcher.items() if k.startswith("fsdp_")}, got)
         if launcher.get("fsdp_offload_params") in ("true", True):
-            raise PlannerError("CPU offload of parameters is not modelled by planner yet", source=source,
-                               field="--fsdp_offload_params")
+            _fsdp_cpu_offload(got, "accelerate launch --fsdp_offload_params")
     # precision: --bf16 / --fp16 (the Trainer's autocast)
     bf16, fp16 = flag_value(args, "bf16", source), flag_value(args, "fp16", source)
     if bf16 and fp16:

@@ -84,23 +84,37 @@ def test_fsdp2_reshard_after_forward_false_is_zero2():
     assert (imp.fields["zero"], imp.fields["recompute"]) == (2, "full")
 
 
-# (A DeepSpeed JSON with CPU offload is modelled now: see test_trainer_with_a_deepspeed_offload_config_is_estimated.)
-@pytest.mark.parametrize(("args", "setting"), [
-    (("--hf-trainer", SEED.replace("full_shard auto_wrap", "full_shard offload auto_wrap")), "--fsdp"),
-])
-def test_offload_is_refused_naming_the_setting(run_cli, args, setting):
-    """The cost model has no CPU offload yet: exit 2, one line, naming the setting (docs/check.md)."""
-    result, _ = _check(run_cli, *args, "--seq-len", "4096")
-    assert result.exit_code == 2 and len(result.output.splitlines()) == 1 and setting in result.output
+def test_fsdp_offload_option_is_read_as_parameter_and_optimizer_offload(run_cli):
+    """--fsdp "full_shard offload auto_wrap": FSDP CPUOffload(offload_params=True) keeps parameter shards, their
+    gradients and the optimizer step on the host; the check reports host memory and the CPU step."""
+    result, got = _check(run_cli, "--hf-trainer", SEED.replace("full_shard auto_wrap", "full_shard offload auto_wrap"),
+                         "--seq-len", "4096")
+    assert result.exit_code in (0, 1), result.output
+    assert got["config"]["engine"] == "fsdp" and got["config"]["zero"] == 3
+    assert got["config"]["offload_params"] is True and got["config"]["offload_optimizer"] is True
+    assert got["memory"]["host_bytes_per_node"] > 0 and got["time"]["cpu_optimizer_seconds"] > 0
+    on_gpu, _ = _check(run_cli, "--hf-trainer", SEED, "--seq-len", "4096")
+    assert json.loads(on_gpu.stdout)[0]["memory"]["total_bytes"] > got["memory"]["total_bytes"]
 
 
-def test_accelerate_fsdp_offload_params_is_refused(run_cli, tmp_path):
+def test_accelerate_fsdp_offload_params_is_read(run_cli, tmp_path):
     config = tmp_path / "fsdp.yaml"
     config.write_text((ACCELERATE / "config_yaml_templates" / "fsdp.yaml").read_text()
                       .replace("fsdp_offload_params: false", "fsdp_offload_params: true"))
+    result, got = _check(run_cli, "--accelerate-config", config, "--engine-args",
+                         "accelerate launch train.py --model_name_or_path meta-llama/Llama-3.1-8B", "--seq-len", "4096")
+    assert result.exit_code in (0, 1), result.output
+    assert got["config"]["offload_params"] is True and got["memory"]["host_bytes_per_node"] > 0
+
+
+def test_nvme_offload_is_refused_naming_the_setting(run_cli, tmp_path):
+    config = tmp_path / "ds.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nmixed_precision: bf16\n"
+                      "num_processes: 8\ndeepspeed_config:\n  zero_stage: 3\n  offload_param_device: nvme\n")
     result, _ = _check(run_cli, "--accelerate-config", config, "--engine-args",
                        "accelerate launch train.py --model_name_or_path meta-llama/Llama-3.1-8B", "--seq-len", "4096")
-    assert result.exit_code == 2 and "fsdp_config.fsdp_offload_params" in result.output
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1
+    assert "deepspeed_config.offload_param_device" in result.output
 
 
 def test_model_from_a_config_json_folder_and_unknown_ids(run_cli, tmp_path):
