@@ -13,7 +13,16 @@ from typing import Any
 import click
 
 from planner.cli import cli
-from planner.cli.options import HEADROOM, count, echo_json, hardware_option, model_option, profile_option, with_profile
+from planner.cli.options import (
+    HEADROOM,
+    REQUEST_RATE,
+    count,
+    echo_json,
+    hardware_option,
+    model_option,
+    profile_option,
+    with_profile,
+)
 from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
 from planner.report.serving import (
@@ -97,10 +106,10 @@ def _serving_options(f: Any) -> Any:
             click.option("--decode-attention", type=click.Choice(DECODE_ATTENTION), default="grouped",
                          show_default=True, help="grouped: the decode kernel reads K/V once per KV head "
                          "(FlashInfer, TensorRT-LLM XQA); per-head: once per query head (TensorRT-LLM <= 0.6)."),
-            click.option("--request-rate", type=click.FloatRange(min=0, min_open=True), default=None,
+            click.option("--request-rate", type=REQUEST_RATE, default=None,
                          help="Requests/s arriving over all replicas (open loop, Poisson; continuous batching). "
                          "Without it: a closed loop of --concurrency clients per replica."),
-            click.option("--max-batched-tokens", type=click.IntRange(min=1), default=PREFILL_CHUNK_TOKENS,
+            click.option("--max-batched-tokens", type=count("max_batched_tokens"), default=PREFILL_CHUNK_TOKENS,
                          show_default=True, help="Most tokens one iteration carries (chunked-prefill budget; "
                          "vLLM max_num_batched_tokens, TensorRT-LLM max_num_tokens)."),
         ]

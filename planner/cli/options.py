@@ -86,6 +86,7 @@ class Finite(click.FloatRange):
 
 POSITIVE = Count("gpus")
 HEADROOM = Finite(0, 1, max_open=True)
+REQUEST_RATE = Finite(0, 1e9, min_open=True)  # requests/s: above zero, finite; a billion per second is no deployment
 
 
 def count(flag: str) -> Count:

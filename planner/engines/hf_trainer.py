@@ -25,8 +25,8 @@ above what autocast keeps (an upper bound).
 
 CPU offload (FSDP --fsdp offload, fsdp_offload_params, DeepSpeed offload_*_device cpu) is read into the
 layout's offload fields (host memory, GPU-host copies and the CPU optimizer step: docs/engines.md); NVMe
-offload is refused, exit 2 naming the setting, as it is not estimated. Flags the Trainer has that do not change memory are skipped; unknown ones (the script's own)
-are warned about.
+offload is refused, exit 2 naming the setting, as it is not estimated. Flags the Trainer has that do not
+change memory are skipped; unknown ones (the script's own) are warned about.
 
 Pure: text and parsed dicts in, values out; `planner.engines.job` reads the files and resolves the model.
 """

@@ -159,10 +159,13 @@ def _arith(node: ast.AST) -> int:
         return -value if isinstance(node.op, ast.USub) else value
     if isinstance(node, ast.BinOp):
         left, right = _arith(node.left), _arith(node.right)
-        if isinstance(node.op, (ast.Div, ast.FloorDiv)):
+        if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)):
             if right == 0:
                 raise ValueError("division by zero")
             quotient = abs(left) // abs(right)  # bash truncates toward zero
+            if isinstance(node.op, ast.Mod):  # and its remainder takes the dividend's sign: -7 % 3 is -1
+                remainder = abs(left) - quotient * abs(right)
+                return remainder if left >= 0 else -remainder
             return quotient if (left >= 0) == (right >= 0) else -quotient
         if isinstance(node.op, ast.Pow):
             if not 0 <= right <= MAX_SHELL_INT_BITS:
@@ -453,7 +456,13 @@ class Variables:
             if UNRESOLVED in text:
                 raise ValueError("unresolved")
             return str(_arith(ast.parse(text.strip(), mode="eval")))
-        except (ValueError, SyntaxError, TypeError, RecursionError, OverflowError, MemoryError):
+        except ShellError:
+            raise
+        except ValueError as err:
+            if str(err) == "division by zero":  # bash stops the script: "division by 0 (error token is ...)"
+                raise ShellError(f"$(({expr.strip()})): division by 0, which bash refuses") from None
+            return marker(f"$(({expr.strip()}))")
+        except (SyntaxError, TypeError, RecursionError, OverflowError, MemoryError):
             return marker(f"$(({expr.strip()}))")
 
 

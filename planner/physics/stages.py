@@ -54,7 +54,7 @@ def stage_of_layer(num_layers: int, pp: np.ndarray, layer: int) -> np.ndarray:
     return np.clip(np.where(pp == 1, 0, stage), 0, pp - 1)
 
 
-def max_layers_per_stage(num_layers: int, pp: np.ndarray) -> np.ndarray:
+def max_layers_per_stage(num_layers: int, pp: np.ndarray | int) -> np.ndarray:
     """The most layers any stage holds under the split of `layers_on_stage`: ceil(L / p) (the middle stages
     take the remainder first, and there are at least as many of them as remainder layers less one)."""
     return -(-num_layers // np.asarray(pp))

@@ -169,5 +169,5 @@ FIELD_KINDS: dict[str, str] = {
     "ep": "degree", "max_pp": "degree", "interleave": "interleave", "global_batch": "global_batch",
     "micro_batch": "micro_batch", "seq_len": "seq_len", "input_len": "seq_len", "output_len": "seq_len",
     "concurrency": "concurrency", "recompute_layers": "layers", "recompute_layers_per_stage": "layers",
-    "offload_activation_layers": "layers", "shard_group": "degree", "top": "top",
+    "offload_activation_layers": "layers", "shard_group": "degree", "max_batched_tokens": "seq_len", "top": "top",
 }

@@ -114,7 +114,10 @@ class MemoryReserve(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     shipped_bytes: FiniteFloat = Field(default=0.0, description="Reserve the shipped model adds (0: none beyond its own).")
-    fitted_bytes: FiniteFloat = Field(description="Bytes the measured peaks hold beyond the model's peak.")
+    fitted_bytes: FiniteFloat = Field(
+        ge=MEMORY_RESERVE_LOW_BYTES, le=float(1 << 50),  # never negative (above); at most the device-memory limit
+        description="Bytes the measured peaks hold beyond the model's peak.",
+    )
     sigma_bytes: FiniteFloat = Field(ge=0, description="One standard deviation of fitted_bytes.")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.physics.stages import max_layers_per_stage
 from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
 from planner.specs.layout import RECOMPUTE_CODES, Layout, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -146,9 +147,15 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "recompute_layers_too_many",
-        lambda m, a, g: (a.recompute_layers > 0) & (a.recompute_layers > -(-m.num_layers // a.pp)),
+        lambda m, a, g: (a.recompute_layers > 0) & (a.recompute_layers > max_layers_per_stage(m.num_layers, a.pp)),
         lambda m, l, g: f"recompute_layers_per_stage({l.recompute_layers_per_stage}) exceeds the layers per stage "
-        f"({-(-m.num_layers // l.pp)})",
+        f"({max_layers_per_stage(m.num_layers, l.pp)})",
+    ),
+    Rule(
+        "offload_layers_too_many",
+        lambda m, a, g: a.offload_activation_layers > max_layers_per_stage(m.num_layers, a.pp),
+        lambda m, l, g: f"offload_activation_layers({l.offload_activation_layers}) exceeds the layers per stage "
+        f"({max_layers_per_stage(m.num_layers, l.pp)})",
     ),
 )
 
