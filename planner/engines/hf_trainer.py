@@ -14,7 +14,8 @@ accelerate's `launch` and its config YAML):
   --optim, and --model_name_or_path (a catalog id, a Hugging Face id or a config.json / model folder);
   the sequence length from the script's own --max_seq_length / --max_length / --block_size /
   --model_max_length / --max_seq_len, else from the job;
-- the accelerate config: distributed_type (FSDP, DEEPSPEED, MULTI_GPU, NO), mixed_precision, num_processes,
+- the accelerate config: distributed_type (FSDP, DEEPSPEED, MULTI_GPU, NO), mixed_precision, num_processes
+  (checked against num_machines, of which it is a multiple),
   fsdp_config (fsdp_sharding_strategy, or FSDP2's fsdp_reshard_after_forward; fsdp_activation_checkpointing;
   fsdp_offload_params; fsdp_auto_wrap_policy) and deepspeed_config (a deepspeed_config_file, or zero_stage,
   offload_*_device and gradient_accumulation_steps inline).
@@ -41,6 +42,7 @@ from typing import Any
 from planner.engines.common import Collected, EngineImport, ExportContext, prediction_lines, resolve_batch
 from planner.engines.shell import run_script, script_index
 from planner.errors import PlannerError
+from planner.specs.bounds import over_limit
 from planner.specs.layout import Layout, Zero
 from planner.specs.model import ModelSpec
 
@@ -230,6 +232,50 @@ FSDP1_STRATEGIES = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0, "HYBRID_
                     "1": 3, "2": 2, "3": 0, "4": 3, "5": 2}  # FSDP ShardingStrategy names and accelerate's numbers
 
 
+def _config_count(config: Mapping[str, Any], key: str, kind: str, source: str) -> int | None:
+    """A count in an accelerate config YAML (num_processes, num_machines): None when absent, else a whole number
+    (true, '2', 2.0 and two are errors), at least 1 and at most planner's limit for `kind`."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)
+        raise PlannerError(f"expected a whole number, got {shown}", source=source, field=key)
+    if value < 1:
+        raise PlannerError(f"must be at least 1, got {value}", source=source, field=key)
+    problem = over_limit(kind, value)
+    if problem:
+        raise PlannerError(problem, source=source, field=key)
+    return value
+
+
+def accelerate_gpus(config: Any, source: str) -> int | None:
+    """The GPU count an accelerate config states (num_processes, all machines together), None when it does not;
+    PlannerError naming the file and key when num_processes or num_machines is malformed."""
+    if not isinstance(config, Mapping):
+        return None
+    gpus = _config_count(config, "num_processes", "gpus", source)
+    machines = _config_count(config, "num_machines", "nodes", source)
+    if gpus is not None and machines is not None and gpus % machines:
+        raise PlannerError(f"num_processes({gpus}) is the count over all machines and must be a multiple of "
+                           f"num_machines({machines})", source=source, field="num_processes")
+    return gpus
+
+
+def _config_bool(section: Mapping[str, Any], key: str, default: bool, source: str, field: str) -> bool:
+    """A boolean accelerate setting: a YAML true/false, or the string "true"/"false" (any case) that `accelerate
+    launch --fsdp_* true` and older configs write; anything else is an error naming the setting."""
+    value = section.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    shown = repr(value)
+    raise PlannerError(f"must be true or false, got {shown}", source=source, field=field)
+
+
 def _accelerate_fields(config: Mapping[str, Any], got: Collected) -> dict[str, Any]:
     """Layout fields from an accelerate config; returns {'distributed_type', 'deepspeed_config_file', ...}."""
     src = got.source
@@ -241,8 +287,9 @@ def _accelerate_fields(config: Mapping[str, Any], got: Collected) -> dict[str, A
     elif precision not in ("no", "none"):
         raise PlannerError(f"mixed_precision must be no, fp16, bf16 or fp8, got {precision!r}", source=src,
                            field="mixed_precision")
-    if config.get("num_processes") is not None:
-        extra["gpus"] = _int(config["num_processes"], "num_processes", src)
+    gpus = accelerate_gpus(config, src)
+    if gpus is not None:
+        extra["gpus"] = gpus
     if kind == "FSDP":
         _fsdp_plugin(config.get("fsdp_config") or {}, got)
     elif kind == "DEEPSPEED":
@@ -277,17 +324,22 @@ def _accelerate_fields(config: Mapping[str, Any], got: Collected) -> dict[str, A
     return extra
 
 
-def _fsdp_plugin(fsdp: Mapping[str, Any], got: Collected) -> None:
+def _fsdp_plugin(fsdp: Mapping[str, Any], got: Collected, prefix: str = "fsdp_config.") -> None:
+    """`prefix` names where the settings came from in messages: the config's fsdp_config, or `--` for the
+    `accelerate launch --fsdp_*` flags."""
     src = got.source
     if not isinstance(fsdp, dict):
         raise PlannerError("expected a mapping", source=src, field="fsdp_config")
-    if fsdp.get("fsdp_offload_params") in (True, "true", "True"):
-        _fsdp_cpu_offload(got, "fsdp_config.fsdp_offload_params")
-    version = int(fsdp.get("fsdp_version", 1))
+    if _config_bool(fsdp, "fsdp_offload_params", False, src, f"{prefix}fsdp_offload_params"):
+        _fsdp_cpu_offload(got, f"{prefix}fsdp_offload_params")
+    version = fsdp.get("fsdp_version", 1)
+    if isinstance(version, str) and version.strip() in ("1", "2"):  # a launch flag's value
+        version = int(version)
+    if isinstance(version, bool) or version not in (1, 2):
+        raise PlannerError(f"must be 1 or 2, got {version!r}", source=src, field=f"{prefix}fsdp_version")
     if version == 2:  # FSDP2: fully_shard; reshard_after_forward false keeps parameters gathered (ZeRO 2)
-        reshard = fsdp.get("fsdp_reshard_after_forward", True)
-        zero = 3 if reshard in (True, "true", "True") else 2
-        got.set("zero", zero, "fsdp_config.fsdp_reshard_after_forward")
+        reshard = _config_bool(fsdp, "fsdp_reshard_after_forward", True, src, f"{prefix}fsdp_reshard_after_forward")
+        got.set("zero", 3 if reshard else 2, f"{prefix}fsdp_reshard_after_forward")
     else:
         strategy = str(fsdp.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
         if strategy not in FSDP1_STRATEGIES:
@@ -298,8 +350,8 @@ def _fsdp_plugin(fsdp: Mapping[str, Any], got: Collected) -> None:
         if strategy.startswith("HYBRID") or strategy in ("4", "5"):
             got.warn(f"fsdp_sharding_strategy {strategy} shards within a node and replicates across nodes; planner "
                      "shards over all data-parallel ranks, so the model-state figure is a lower bound")
-    if fsdp.get("fsdp_activation_checkpointing") in (True, "true", "True"):
-        got.set("recompute", "full", "fsdp_config.fsdp_activation_checkpointing")
+    if _config_bool(fsdp, "fsdp_activation_checkpointing", False, src, f"{prefix}fsdp_activation_checkpointing"):
+        got.set("recompute", "full", f"{prefix}fsdp_activation_checkpointing")
     if str(fsdp.get("fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP")).upper() == "NO_WRAP":
         got.warn("fsdp_auto_wrap_policy NO_WRAP makes the whole model one FSDP unit, gathered at once; planner "
                  "counts one layer's gather buffer")
@@ -410,8 +462,8 @@ def import_hf_trainer(
         if isinstance(launcher.get("mixed_precision"), str) and launcher["mixed_precision"] in ("bf16", "fp16", "fp8"):
             got.set("dtype", launcher["mixed_precision"], "accelerate launch --mixed_precision")
         if launcher.get("use_fsdp"):
-            _fsdp_plugin({k: v for k, v in launcher.items() if k.startswith("fsdp_")}, got)
-        if launcher.get("fsdp_offload_params") in ("true", True):
+            _fsdp_plugin({k: v for k, v in launcher.items() if k.startswith("fsdp_")}, got, prefix="--")
+        elif _config_bool(launcher, "fsdp_offload_params", False, source, "--fsdp_offload_params"):
             _fsdp_cpu_offload(got, "accelerate launch --fsdp_offload_params")
     # precision: --bf16 / --fp16 (the Trainer's autocast)
     bf16, fp16 = flag_value(args, "bf16", source), flag_value(args, "fp16", source)

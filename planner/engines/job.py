@@ -290,9 +290,9 @@ def launch_gpus(fmt: str, path: Path | None, args: str | None) -> int | None:
     if fmt not in ("hf_trainer", "accelerate"):
         return None
     if fmt == "accelerate" and path is not None:
-        config = load.read_structured(path)
-        if isinstance(config, dict) and config.get("num_processes") is not None:
-            return int(config["num_processes"])
+        gpus = hf_trainer.accelerate_gpus(load.read_structured(path), str(path))
+        if gpus is not None:
+            return gpus
         path = None
     text = load.read_engine_file("hf_trainer", path) if path is not None else args
     if not text:

@@ -1,0 +1,98 @@
+"""Malformed engine settings an independent fuzz found slipping past the readers: an accelerate config's counts
+and booleans, a garbled figure in a training log, DeepSpeed sections and sizes of the wrong type or beyond 2^53,
+torchtitan booleans written as strings and an unbounded selective_ac_option. Each must meet the bad-input
+contract of docs/errors.md (exit 2, one `error:` line naming the file and the setting, nothing written).
+
+The valid files these cases are cut from are the repository's fixtures (tests/fixtures/logs/SOURCES.md,
+tests/fixtures/engines/upstream for the accelerate templates); each case changes one value.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fuzz.contract import assert_rejected
+
+REPO = Path(__file__).resolve().parents[2]
+FIX = REPO / "tests/fixtures"
+HUGE = 2**70
+ACCELERATE_FSDP = (FIX / "engines/upstream/accelerate/config_yaml_templates/fsdp.yaml").read_text()
+TRAINER = "accelerate launch train.py --model_name_or_path meta-llama/Llama-3.1-8B"
+DEEPSPEED = json.loads((FIX / "engines/deepspeed/zero3_bf16.json").read_text())
+TORCHTITAN = (FIX / "engines/torchtitan/llama3_8b.toml").read_text()
+LOGS = FIX / "logs"
+
+
+def accelerate_check(path: Path, *extra: object) -> list[object]:
+    """`planner check` of an accelerate config with no --gpus: the GPU count comes from the config."""
+    return ["check", "--accelerate-config", path, "--engine-args", TRAINER, "--hardware", "h100-sxm",
+            "--seq-len", "4096", *extra]
+
+
+def replace(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+# --- accelerate config: num_processes / num_machines -------------------------------------------------------------
+@pytest.mark.parametrize("value", ["two", str(HUGE), "0", "-2", "'8'", "8.0", "true", "[8]"])
+def test_accelerate_num_processes(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(replace(ACCELERATE_FSDP, "num_processes: 2", f"num_processes: {value}"))
+    assert_rejected(accelerate_check(path), str(path), "num_processes", folder=tmp_path)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", str(HUGE), "two", "1.5", "false"])
+def test_accelerate_num_machines(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(ACCELERATE_FSDP + f"num_machines: {value}\n")
+    assert_rejected(accelerate_check(path), str(path), "num_machines", folder=tmp_path)
+
+
+def test_accelerate_num_processes_must_split_over_the_machines(tmp_path: Path) -> None:
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(replace(ACCELERATE_FSDP, "num_processes: 2", "num_processes: 12") + "num_machines: 8\n")
+    assert_rejected(accelerate_check(path), str(path), "num_processes", "num_machines(8)", folder=tmp_path)
+
+
+@pytest.mark.parametrize("key", ["fsdp_offload_params", "fsdp_activation_checkpointing"])
+@pytest.mark.parametrize("value", ['"yes"', "1", "0", "'on'", "[true]", "'none'"])
+def test_accelerate_fsdp_boolean(tmp_path: Path, key: str, value: str) -> None:
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(replace(ACCELERATE_FSDP, f"{key}: false", f"{key}: {value}"))
+    assert_rejected(accelerate_check(path), str(path), f"fsdp_config.{key}", folder=tmp_path)
+
+
+@pytest.mark.parametrize("value", ["two", "3", "true"])
+def test_accelerate_fsdp_version(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(replace(ACCELERATE_FSDP, "fsdp_config:\n", f"fsdp_config:\n  fsdp_version: {value}\n"))
+    assert_rejected(accelerate_check(path), str(path), "fsdp_config.fsdp_version", folder=tmp_path)
+
+
+def _accelerate_config(run_cli: Any, tmp_path: Path, changes: dict[str, str]) -> dict[str, Any]:
+    text = ACCELERATE_FSDP
+    for old, new in changes.items():
+        text = replace(text, old, new)
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(text)
+    result = run_cli(*map(str, accelerate_check(path, "--format", "json", "--no-suggest")))
+    assert result.exit_code in (0, 1), result.output
+    return dict(json.loads(result.stdout)[0]["config"])
+
+
+@pytest.mark.parametrize("value", ["true", "'true'", "'True'"])
+def test_accelerate_fsdp_booleans_that_mean_true_are_read(run_cli: Any, tmp_path: Path, value: str) -> None:
+    """YAML true and the string "true" accelerate's launcher writes both turn the setting on."""
+    config = _accelerate_config(run_cli, tmp_path, {"fsdp_offload_params: false": f"fsdp_offload_params: {value}",
+                                                    "fsdp_activation_checkpointing: false":
+                                                    f"fsdp_activation_checkpointing: {value}"})
+    assert config["offload_params"] is True and config["recompute"] == "full"
+
+
+def test_accelerate_num_processes_is_the_gpu_count(run_cli: Any, tmp_path: Path) -> None:
+    config = _accelerate_config(run_cli, tmp_path, {"num_processes: 2": "num_processes: 16\nnum_machines: 2"})
+    assert config["gpus"] == 16 and config["offload_params"] is False and config["recompute"] == "none"
