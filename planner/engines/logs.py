@@ -22,6 +22,7 @@ and so is every step numbered WARMUP_STEPS or less. What is left is summarised b
 from __future__ import annotations
 
 import ast
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -82,8 +83,18 @@ def detect_format(text: str, source: str) -> str:
                        "timer line or Hugging Face Trainer metrics; give the format with --log-format", source=source)
 
 
-def _number(text: str) -> float:
-    return float(text.replace(",", ""))
+def _number(text: str, source: str, line: int | None, what: str) -> float:
+    """A figure the log prints (thousands separators allowed); PlannerError naming the log and line when it is
+    not a finite number (a garbled or interleaved line, nan, inf)."""
+    where = f"line {line}" if line is not None else None
+    try:
+        value = float(text.replace(",", ""))
+    except ValueError:
+        raise PlannerError(f"{what} is not a number: {text!r}; is the line garbled (two ranks writing at once)?",
+                           source=source, field=where) from None
+    if not math.isfinite(value):
+        raise PlannerError(f"{what} is not a finite number: {text!r}", source=source, field=where)
+    return value
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -115,7 +126,7 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
     args: dict[str, str] = {}
     in_args = False
     world = None
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         if "------------------------ arguments" in line:
             in_args = True
             continue
@@ -136,8 +147,10 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
             fields = {k.strip(): v.strip() for k, _, v in (part.partition(":") for part in m.group(2).split("|")) if v}
             ms = fields.get("elapsed time per iteration (ms)")
             tflops = fields.get("throughput per GPU (TFLOP/s/GPU)")
-            steps.append(LogStep(step=int(m.group(1)), step_seconds=_number(ms) / 1e3 if ms else None,
-                                 tflops_per_gpu=_number(tflops) if tflops else None))
+            steps.append(LogStep(
+                step=int(m.group(1)),
+                step_seconds=_number(ms, source, number, "elapsed time per iteration (ms)") / 1e3 if ms else None,
+                tflops_per_gpu=_number(tflops, source, number, "throughput per GPU (TFLOP/s/GPU)") if tflops else None))
             continue
         m = _MEMORY.search(line)
         if m:
@@ -146,7 +159,7 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
                 key, _, value = part.partition(":")
                 if key.strip().replace("-gigabytes", "") in ("max reserved", "max_reserved", "max allocated",
                                                               "max_allocated") and value.strip():
-                    peak = max(peak or 0.0, _number(value.strip()) * unit)
+                    peak = max(peak or 0.0, _number(value.strip(), source, number, key.strip()) * unit)
     used = _steady(steps, "Megatron-LM iteration", source, warmup)
     if not any(s.step_seconds for s in used):
         raise PlannerError("the iteration lines carry no 'elapsed time per iteration (ms)'", source=source)
@@ -163,14 +176,15 @@ _TITAN = re.compile(r"step:\s*(\d+)\s.*?memory:\s*([\d.]+)\s*GiB.*?tps:\s*([\d,]
 
 def _torchtitan(text: str, source: str, warmup: int) -> LogReading:
     steps: dict[int, LogStep] = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         m = _TITAN.search(line)
         if m:
             n = int(m.group(1))
             steps.setdefault(n, LogStep(
-                step=n, tokens_per_second_per_gpu=_number(m.group(3)), memory_bytes=float(m.group(2)) * GIB,
-                tflops_per_gpu=_number(m.group(4)) if m.group(4) else None,
-                mfu=float(m.group(5)) / 100 if m.group(5) else None,
+                step=n, tokens_per_second_per_gpu=_number(m.group(3), source, number, "tps"),
+                memory_bytes=_number(m.group(2), source, number, "memory") * GIB,
+                tflops_per_gpu=_number(m.group(4), source, number, "tflops") if m.group(4) else None,
+                mfu=_number(m.group(5), source, number, "mfu") / 100 if m.group(5) else None,
             ))  # one line per rank: the first of each step stands for it
     used = _steady(list(steps.values()), "torchtitan step", source, warmup)
     memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
@@ -187,12 +201,13 @@ _DS = re.compile(r"(\d+)/(\d+), (?:RunningAvgSamplesPerSec=[\d.eE+-]+, )?(?:Curr
 
 def _deepspeed(text: str, source: str, warmup: int) -> LogReading:
     steps: dict[int, LogStep] = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         m = _DS.search(line)
         if m:
             n = int(m.group(2))
-            steps.setdefault(n, LogStep(step=n, samples_per_second=float(m.group(3)),
-                                        memory_bytes=float(m.group(5)) * GIB if m.group(5) else None))
+            steps.setdefault(n, LogStep(
+                step=n, samples_per_second=_number(m.group(3), source, number, "SamplesPerSec"),
+                memory_bytes=_number(m.group(5), source, number, "MaxMemAllocated") * GIB if m.group(5) else None))
     used = _steady(list(steps.values()), "DeepSpeed timer", source, warmup)
     memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
     return LogReading(
@@ -225,7 +240,7 @@ def _hf_trainer(text: str, source: str, warmup: int) -> LogReading:
                            "Trainer prints them when training ends); log a finished run", source=source)
 
     def value(key: str) -> float | None:
-        return float(str(metrics[key]).replace(",", "")) if key in metrics else None
+        return _number(str(metrics[key]), source, None, key) if key in metrics else None
 
     steps = value("train_steps_per_second")
     warnings = ["the Trainer's figures average the whole run, warm-up steps included; they cannot be left out"]

@@ -96,3 +96,34 @@ def test_accelerate_fsdp_booleans_that_mean_true_are_read(run_cli: Any, tmp_path
 def test_accelerate_num_processes_is_the_gpu_count(run_cli: Any, tmp_path: Path) -> None:
     config = _accelerate_config(run_cli, tmp_path, {"num_processes: 2": "num_processes: 16\nnum_machines: 2"})
     assert config["gpus"] == 16 and config["offload_params"] is False and config["recompute"] == "none"
+
+
+# --- training logs: a garbled figure -----------------------------------------------------------------------------
+LOG_CASES = [
+    # (id, fixture, the figure as printed, its garbled form, line it is on)
+    ("megatron-nan-prefix", "megatron_llama2_7b_tp2.log", "(ms): 11075.6", "(ms): nan11075.6", 1),
+    ("megatron-nan", "megatron_llama2_7b_tp2.log", "(ms): 14642.7", "(ms): nan", 2),
+    ("megatron-inf", "megatron_llama2_7b_tp2.log", "(ms): 14642.7", "(ms): inf", 2),
+    ("torchtitan-memory-two-dots", "torchtitan_llama3_8b.log", "memory: 49.66GiB(52.28%)  tps: 5,593",
+     "memory: 49.6.6GiB(52.28%)  tps: 5,593", 5),
+    ("deepspeed-exponent", "deepspeed_timer.log", "CurrSamplesPerSec=145.0889530760849",
+     "CurrSamplesPerSec=145e-", 2),
+]
+
+
+@pytest.mark.parametrize(("fixture", "good", "bad", "line"), [c[1:] for c in LOG_CASES], ids=[c[0] for c in LOG_CASES])
+def test_garbled_log_figure(tmp_path: Path, fixture: str, good: str, bad: str, line: int) -> None:
+    path = tmp_path / "train.log"
+    text = (LOGS / fixture).read_text()
+    assert good in text.splitlines()[line - 1], (fixture, line)
+    path.write_text(text.replace(good, bad, 1))
+    assert_rejected(["calibrate", "--log", path, "--hardware", "h100-sxm"], str(path), f"line {line}",
+                    folder=tmp_path)
+
+
+@pytest.mark.parametrize("value", ["'nan'", "'1.9x'", "'inf'"])
+def test_hf_trainer_metric_not_a_number(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "train.log"
+    path.write_text((LOGS / "hf_trainer_ddp_gpt2.log").read_text().replace("1.963", value, 1))
+    assert_rejected(["calibrate", "--log", path, "--hardware", "h100-sxm"], str(path), "train_samples_per_second",
+                    folder=tmp_path)
