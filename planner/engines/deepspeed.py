@@ -20,6 +20,7 @@ does not model them (exit 2, naming the setting).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,13 @@ ZERO_IGNORED: frozenset[str] = frozenset({
     "zero_hpz_partition_size", "mics_shard_size", "zeropp_loco_param",
 })
 BUCKET_KEYS: tuple[str, ...] = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size")
+# zero_optimization keys that hold a count or a size (DeepSpeedZeroConfig: int fields, some written as 5e8): not
+# modelled, but each must still be a number within the limit of any integer engine setting (docs/errors.md).
+ZERO_COUNT_KEYS: tuple[str, ...] = BUCKET_KEYS + (
+    "sub_group_size", "stage3_param_persistence_threshold", "stage3_model_persistence_threshold",
+    "stage3_max_reuse_distance", "stage3_max_live_parameters", "stage3_module_granularity_threshold",
+    "zero_hpz_partition_size", "mics_shard_size",
+)
 
 # Optimizer state per parameter: Adam-like keep two fp32 moments, the rest one.
 ADAM_LIKE: frozenset[str] = frozenset({
@@ -113,6 +121,21 @@ def _int_or_auto(config: Mapping[str, Any], key: str, source: str) -> int | None
 
 _KEY_LIMITS = {"train_batch_size": "global_batch", "train_micro_batch_size_per_gpu": "micro_batch",
                "gradient_accumulation_steps": "grad_accum"}
+
+
+def _count_setting(section: Mapping[str, Any], key: str, source: str, field: str) -> None:
+    """An integer setting planner does not model: absent, "auto", or a whole number (5e8 is one) of at most
+    2^53 in size; true/false, other strings, fractions and non-finite numbers are errors."""
+    value = section.get(key)
+    if value is None or _is_auto(value):
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and math.isfinite(value) and not value.is_integer()):
+        raise PlannerError(f"must be a whole number or \"auto\", got {value!r}", source=source, field=field)
+    problem = over_limit("count", value) or (over_limit("count", -value) and f"{value:.3g} is below -2^53; see "
+                                                                             "docs/errors.md")
+    if problem:
+        raise PlannerError(problem, source=source, field=field)
 
 
 def _enabled(section: Any, key: str, source: str) -> bool | None:
@@ -164,6 +187,8 @@ def _read_zero(config: Mapping[str, Any], got: Collected) -> None:
     for key, name in (("cpu_offload", "offload_optimizer"), ("cpu_offload_param", "offload_params")):
         if zero.get(key):
             got.set(name, True, f"zero_optimization.{key}")
+    for key in ZERO_COUNT_KEYS:
+        _count_setting(zero, key, got.source, f"zero_optimization.{key}")
     hpz = zero.get("zero_hpz_partition_size", 1)
     if isinstance(hpz, int) and hpz > 1:
         raise PlannerError("ZeRO++ hierarchical partitioning keeps a secondary parameter copy that planner does "
@@ -237,6 +262,9 @@ def _read_checkpointing(config: Mapping[str, Any], got: Collected, *, said: bool
     --gradient_checkpointing). So the section reads as recompute full by default, which the job may
     override; `said` is whether the job (or planner's own export) states it, else a warning says so."""
     ac = config.get("activation_checkpointing")
+    if ac is not None and not isinstance(ac, dict):
+        raise PlannerError(f"expected a mapping (e.g. {{\"partition_activations\": false}}), got {ac!r}",
+                           source=got.source, field="activation_checkpointing")
     pipe = config.get("pipeline") if isinstance(config.get("pipeline"), dict) else {}
     interval = pipe.get("activation_checkpoint_interval", 0) if pipe else 0
     if isinstance(interval, int) and not isinstance(interval, bool) and interval > 0:

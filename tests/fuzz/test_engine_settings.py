@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzz.contract import assert_rejected
+from fuzz.contract import assert_rejected, invoke
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests/fixtures"
@@ -127,3 +127,37 @@ def test_hf_trainer_metric_not_a_number(tmp_path: Path, value: str) -> None:
     path.write_text((LOGS / "hf_trainer_ddp_gpt2.log").read_text().replace("1.963", value, 1))
     assert_rejected(["calibrate", "--log", path, "--hardware", "h100-sxm"], str(path), "train_samples_per_second",
                     folder=tmp_path)
+
+
+# --- DeepSpeed JSON ----------------------------------------------------------------------------------------------
+def deepspeed_check(path: Path) -> list[object]:
+    return ["check", "--deepspeed", path, "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "64",
+            "--seq-len", "4096"]
+
+
+@pytest.mark.parametrize("value", [[1], True, 1, "full"])
+def test_deepspeed_activation_checkpointing_must_be_a_mapping(tmp_path: Path, value: Any) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({**DEEPSPEED, "activation_checkpointing": value}))
+    assert_rejected(deepspeed_check(path), str(path), "activation_checkpointing", "expected a mapping",
+                    folder=tmp_path)
+
+
+@pytest.mark.parametrize("key", ["stage3_param_persistence_threshold", "stage3_max_live_parameters",
+                                 "reduce_bucket_size", "sub_group_size"])
+@pytest.mark.parametrize("value", [HUGE, -HUGE, 1e30, float("inf"), "1e6", True, [1], 0.5])
+def test_deepspeed_zero_size_setting(tmp_path: Path, key: str, value: Any) -> None:
+    path = tmp_path / "ds.json"
+    zero = {**DEEPSPEED["zero_optimization"], key: value}
+    path.write_text(json.dumps({**DEEPSPEED, "zero_optimization": zero}).replace("Infinity", "1e400"))
+    assert_rejected(deepspeed_check(path), str(path), f"zero_optimization.{key}", folder=tmp_path)
+
+
+@pytest.mark.parametrize("value", [5e8, 500000000, "auto", 2**53])
+def test_deepspeed_zero_size_setting_accepted(tmp_path: Path, value: Any) -> None:
+    """DeepSpeed configs write sizes as 5e8 (DeepSpeedZeroConfig's own defaults are 5e8 and 1e5); those stay valid."""
+    path = tmp_path / "ds.json"
+    zero = {**DEEPSPEED["zero_optimization"], "stage3_param_persistence_threshold": value, "reduce_bucket_size": value}
+    path.write_text(json.dumps({**DEEPSPEED, "zero_optimization": zero}))
+    result, _ = invoke(deepspeed_check(path))
+    assert result.exit_code in (0, 1), result.output
