@@ -222,6 +222,16 @@ def _get(config: Mapping[str, Any], *paths: str, default: Any = None) -> Any:
     return default
 
 
+def _flag(config: Mapping[str, Any], *paths: str, source: str, default: bool = False) -> bool:
+    """A boolean setting (TOML true/false; a --section.flag override gives one too): anything else, "no" or 1
+    included, is an error naming the setting rather than a silent false."""
+    value = _get(config, *paths, default=default)
+    if not isinstance(value, bool):
+        where = next((path for path in paths if _has(config, path)), paths[0])
+        raise PlannerError(f"must be true or false, got {value!r}", source=source, field=where)
+    return value
+
+
 def _has(config: Mapping[str, Any], *paths: str) -> bool:
     marker = object()
     return _get(config, *paths, default=marker) is not marker
@@ -336,6 +346,10 @@ def _recompute(config: Mapping[str, Any], given: Mapping[str, Any], model: Model
     elif mode == "selective":
         if option.isdigit():
             every = int(option)
+            problem = "must be at least 1, got 0" if every < 1 else over_limit("layers", every)
+            if problem:
+                raise PlannerError(f"selective_ac_option (checkpoint one layer in N) {problem}", source=got.source,
+                                   field="activation_checkpoint.selective_ac_option")
             per_stage = -(-model.num_layers // pp)
             layers = per_stage // every if every > 0 else per_stage
             if every <= 1:
@@ -385,10 +399,10 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
     if name not in ("adamw", "adam"):
         raise PlannerError(f"optimizer {name!r} is not modelled (Adam or AdamW)", source=src, field="optimizer.name")
     got.set("optimizer", "adam", "optimizer.name")
-    if _get(config, "training.enable_cpu_offload"):  # FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer step
+    if _flag(config, "training.enable_cpu_offload", source=src):  # FSDP2 CPUOffloadPolicy: parameters, gradients, optimizer step
         got.set("offload_params", True, "training.enable_cpu_offload")
         got.set("offload_optimizer", True, "training.enable_cpu_offload")
-    compiled = next((path for path in ("compile.enable", "training.compile") if _get(config, path) is True), None)
+    compiled = next((path for path in ("compile.enable", "training.compile") if _flag(config, path, source=src)), None)
     if compiled is not None:
         got.set("compile", True, compiled)
     if str(_get(config, "parallelism.fsdp_reshard_after_forward", default="default")) == "never":
@@ -421,8 +435,8 @@ def import_torchtitan(
     got.set("dp", dp, "data_parallel_replicate_degree x data_parallel_shard_degree")
     got.set("zero", 3 if deg["shard"] > 1 or deg["cp"] > 1 else 0, "data_parallel_shard_degree (FSDP)")
     got.set("sequence_parallel", deg["tp"] > 1, "parallelism.tensor_parallel_degree (TP plans shard the sequence)")
-    got.set("overlap_tp_comm", bool(_get(config, "parallelism.enable_async_tensor_parallel",
-                                         "experimental.enable_async_tensor_parallel", default=False)),
+    got.set("overlap_tp_comm", _flag(config, "parallelism.enable_async_tensor_parallel",
+                                     "experimental.enable_async_tensor_parallel", source=source),
             "parallelism.enable_async_tensor_parallel")
     got.set("overlap_grad_reduce", True, "FSDP/DDP overlap")
     got.set("flash_attention", True, "torchtitan's SDPA/flex attention")

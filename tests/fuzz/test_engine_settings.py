@@ -161,3 +161,33 @@ def test_deepspeed_zero_size_setting_accepted(tmp_path: Path, value: Any) -> Non
     path.write_text(json.dumps({**DEEPSPEED, "zero_optimization": zero}))
     result, _ = invoke(deepspeed_check(path))
     assert result.exit_code in (0, 1), result.output
+
+
+# --- torchtitan TOML ---------------------------------------------------------------------------------------------
+def torchtitan_check(path: Path) -> list[object]:
+    return ["check", "--torchtitan", path, "--hardware", "h100-sxm", "--gpus", "64"]
+
+
+@pytest.mark.parametrize("value", ['"no"', '"false"', "0", "1", "[true]"])
+def test_torchtitan_compile_enable_must_be_a_boolean(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "tt.toml"
+    text = TORCHTITAN.split("[compile]", 1)
+    assert len(text) == 2 and text[1].lstrip().startswith("enable")
+    rest = text[1].lstrip().split("\n", 1)
+    path.write_text(f"{text[0]}[compile]\nenable = {value}\n{rest[1]}")
+    assert_rejected(torchtitan_check(path), str(path), "compile.enable", folder=tmp_path)
+
+
+def test_torchtitan_cpu_offload_must_be_a_boolean(tmp_path: Path) -> None:
+    path = tmp_path / "tt.toml"
+    path.write_text(replace(TORCHTITAN, "[training]\n", '[training]\nenable_cpu_offload = "no"\n'))
+    assert_rejected(torchtitan_check(path), str(path), "training.enable_cpu_offload", folder=tmp_path)
+
+
+@pytest.mark.parametrize("value", [str(HUGE), "16385", "0"])
+def test_torchtitan_selective_ac_option_is_bounded(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "tt.toml"
+    body = TORCHTITAN.replace('selective_ac_option = "op"', f'selective_ac_option = "{value}"')
+    assert body != TORCHTITAN
+    path.write_text(body)
+    assert_rejected(torchtitan_check(path), str(path), "activation_checkpoint.selective_ac_option", folder=tmp_path)
