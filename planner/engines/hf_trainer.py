@@ -263,15 +263,18 @@ def accelerate_gpus(config: Any, source: str) -> int | None:
 
 
 def _config_bool(section: Mapping[str, Any], key: str, default: bool, source: str, field: str) -> bool:
-    """A boolean accelerate setting: a YAML true/false, or the string "true"/"false" (any case) that `accelerate
-    launch --fsdp_* true` and older configs write; anything else is an error naming the setting."""
+    """A boolean accelerate setting as accelerate reads it: `accelerate launch` passes config values on as
+    environment variables, which the FSDP plugin reads with accelerate.utils.str_to_bool (y/yes/t/true/on/1 and
+    n/no/f/false/off/0, any case); a YAML boolean or 0/1 likewise. Anything else is an error naming the setting."""
     value = section.get(key)
     if value is None:
         return default
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
+        return value.strip().lower() in TRUE
     shown = repr(value)
     raise PlannerError(f"must be true or false, got {shown}", source=source, field=field)
 
