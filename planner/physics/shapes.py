@@ -23,6 +23,11 @@ from planner.specs.layout import LayoutArrays
 from planner.specs.model import ModelSpec
 
 
+def kv_heads_per_rank(kv_heads: int, tp: np.ndarray) -> np.ndarray:
+    """K/V heads one rank of a TP group holds: kv_heads / tp, at least one (replicated when kv_heads < tp)."""
+    return np.asarray(np.maximum(kv_heads // np.maximum(np.asarray(tp), 1), 1))
+
+
 def kv_shard(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     """Divisor of K/V tensors under TP: tp, or kv_heads when there are fewer KV heads than TP ranks
     (each rank then keeps one replicated KV head, as Megatron-LM does)."""
@@ -151,7 +156,7 @@ def gemm_elements_per_rank(gemm: Gemm, kv_heads: int, tp: np.ndarray) -> np.ndar
     """Weight elements of one GEMM (all its copies) held by one rank of a TP group: the TP-split part over tp,
     K/V heads by the heads the rank keeps (at least one: replicated when kv_heads < tp), the rest whole."""
     tp = np.asarray(tp)
-    kv_here = np.maximum(kv_heads // np.maximum(tp, 1), 1)
+    kv_here = kv_heads_per_rank(kv_heads, tp)
     return np.asarray(gemm.tp_elements / tp + gemm.kv_elements_per_head * kv_here + gemm.replicated_elements)
 
 

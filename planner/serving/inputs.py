@@ -19,7 +19,7 @@ from planner.physics.params import (
     count_params,
     kv_cache_elements_per_token_per_layer,
 )
-from planner.physics.shapes import Gemm, LayerShape, gemm_elements_per_rank, layer_shape
+from planner.physics.shapes import LayerShape, kv_heads_per_rank, layer_shape
 from planner.specs.dtypes import bytes_per_element
 from planner.specs.model import ModelSpec
 from planner.specs.serving import DEFAULT_MAX_BATCHED_TOKENS, ServingLayout
@@ -193,8 +193,8 @@ class ModelShapes:
         return elementwise_bytes_per_token(self.spec, tp, moe_layer=True)
 
     def kv_heads_per_gpu(self, tp: np.ndarray) -> np.ndarray:
-        """K/V heads each GPU holds: kv_heads / tp, at least one (replicated when kv_heads < tp)."""
-        return np.asarray(np.maximum(self.kv_heads // np.maximum(tp, 1), 1))
+        """K/V heads each GPU holds (physics.shapes.kv_heads_per_rank)."""
+        return kv_heads_per_rank(self.kv_heads, tp)
 
     def kv_elements_per_token_per_layer_per_gpu(self, tp: np.ndarray) -> np.ndarray:
         """Cached elements per token per layer on one GPU.
@@ -252,8 +252,3 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
 def quantized_bytes_per_element(weight_bytes: np.ndarray) -> np.ndarray:
     """Bytes per layer weight, with int4's group scales (one 16-bit scale per INT4_GROUP_SIZE)."""
     return np.where(weight_bytes < 1, weight_bytes + 2.0 / INT4_GROUP_SIZE, weight_bytes)
-
-
-def gemm_elements_per_gpu(shapes: ModelShapes, gemm: Gemm, tp: np.ndarray) -> np.ndarray:
-    """Weight elements of one GEMM held by one GPU of a TP group (all experts of a routed GEMM)."""
-    return gemm_elements_per_rank(gemm, shapes.kv_heads, tp)

@@ -13,7 +13,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics.params import kv_cache_bytes_per_token
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
-from planner.physics.shapes import LayerShape
+from planner.physics.shapes import LayerShape, gemm_elements_per_rank
 from planner.physics.stages import candidate_stages, max_layers_per_stage, stage_layer_split
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
@@ -22,7 +22,6 @@ from planner.serving.inputs import (
     NORM_BYTES_PER_ELEMENT,
     InferenceArrays,
     ModelShapes,
-    gemm_elements_per_gpu,
     model_shapes,
     quantized_bytes_per_element,
 )
@@ -44,7 +43,7 @@ count separately)."""
 
 def layer_weight_bytes_per_gpu(shapes: ModelShapes, layer: LayerShape, x: InferenceArrays) -> np.ndarray:
     """Bytes of one layer's weights on one GPU: matrices at the weight dtype, small params at 16 bits."""
-    elements = sum(gemm_elements_per_gpu(shapes, g, x.tp) for g in layer.gemms)
+    elements = sum(gemm_elements_per_rank(g, shapes.kv_heads, x.tp) for g in layer.gemms)
     return elements * quantized_bytes_per_element(x.weight_bytes) + layer.small_params * NORM_BYTES_PER_ELEMENT
 
 

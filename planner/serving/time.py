@@ -20,7 +20,7 @@ from planner.physics.comm import (
     p2p_seconds,
 )
 from planner.physics.kernels import GEMM_FIXED_SECONDS, causal_pairs, fp8_gemm_plateau, peak_16bit_flops
-from planner.physics.shapes import LayerShape
+from planner.physics.shapes import LayerShape, gemm_elements_per_rank
 from planner.physics.stages import max_layers_per_stage
 from planner.serving.continuous import SteadyState, steady_state
 from planner.serving.inputs import (
@@ -29,7 +29,6 @@ from planner.serving.inputs import (
     LOGIT_BYTES_PER_ELEMENT,
     InferenceArrays,
     ModelShapes,
-    gemm_elements_per_gpu,
     quantized_bytes_per_element,
 )
 from planner.specs.hardware import HardwareProfile
@@ -201,7 +200,7 @@ def _gemm_seconds(
     touched = 1.0 - (1.0 - k_over_e) ** tokens
     seconds = flop = nbytes = np.zeros(np.shape(tokens))
     for g in layer.gemms:
-        elements = gemm_elements_per_gpu(shapes, g, x.tp)
+        elements = gemm_elements_per_rank(g, shapes.kv_heads, x.tp)
         f = 2.0 * tokens * elements * (k_over_e if g.routed else 1.0)
         b = elements * wbytes * (touched if g.routed else 1.0)
         # the GEMM's fixed cost, (x / peak + GEMM_FIXED_SECONDS) / plateau as physics.kernels.matmul_seconds
