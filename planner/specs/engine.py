@@ -511,3 +511,8 @@ def engine_profile(name: str) -> EngineProfile:
         return ENGINE_PROFILES[name]
     except KeyError:
         raise PlannerError(f"engine({name}) is not known; choose one of {', '.join(ENGINE_NAMES)}") from None
+
+
+def engine_or_default(engine: EngineProfile | None) -> EngineProfile:
+    """`engine`, or the default engine's profile where none is given."""
+    return engine if engine is not None else engine_profile(DEFAULT_ENGINE)

@@ -20,7 +20,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics.kernels import gemm_peak_flops
 from planner.physics.stages import candidate_stages, layers_on_stage
-from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
+from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -129,7 +129,7 @@ def evaluate(
 ) -> TrainingArrays:
     """Memory and time of every candidate in `lay` under `engine` (default: the default engine's profile;
     no rule checks: see rules.violations)."""
-    engine = engine if engine is not None else engine_profile(DEFAULT_ENGINE)
+    engine = engine_or_default(engine)
     stages = candidate_stages(model.num_layers, model.num_dense_layers, lay.pp)
     params = stage_params(model, lay, stages)
     mem: StageMemory = stage_memory(model, lay, stages, params, engine)

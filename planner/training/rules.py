@@ -12,7 +12,7 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.physics.stages import max_layers_per_stage
-from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
+from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
 from planner.specs.layout import RECOMPUTE_CODES, Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 
@@ -168,7 +168,7 @@ def violations(
 ) -> dict[str, np.ndarray]:
     """One boolean array per rule code: True where the candidate breaks the rule (the engine's capability
     rules with `engine`'s profile, the default engine's when none is given)."""
-    profile = engine if engine is not None else engine_profile(DEFAULT_ENGINE)
+    profile = engine_or_default(engine)
     return {rule.code: np.broadcast_to(rule.mask(model, lay, gpus, profile), lay.shape) for rule in RULES}
 
 

@@ -51,7 +51,7 @@ from planner.physics.kernels import (
 )
 from planner.physics.shapes import Gemm, attention_dims, gemm_elements_per_rank, kv_divisor, rank_gemms
 from planner.physics.stages import microbatches_in_flight
-from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
+from planner.specs.engine import EngineProfile, engine_or_default
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays, RecomputeCode, Zero
 from planner.specs.model import ModelSpec
@@ -413,7 +413,7 @@ def stage_time(
     sp: StageParams,
     engine: EngineProfile | None = None,
 ) -> StageTime:
-    engine = engine if engine is not None else engine_profile(DEFAULT_ENGINE)
+    engine = engine_or_default(engine)
     plateau = attention_plateau(hw, engine.kernels.attention_kernel)
     dense = layer_time(model, hw, lay, moe_layer=False, attention_plateau=plateau)
     moe = layer_time(model, hw, lay, moe_layer=True, attention_plateau=plateau) if model.moe is not None else dense
@@ -633,7 +633,7 @@ def data_parallel_seconds(
     gather = np.where(hybrid & (lay.zero >= Zero.OPTIMIZER), np.where(lay.zero >= Zero.PARAMETERS, 0.0, hybrid_gather), gather)
     replica_only = all_reduce_seconds((sp.dense + sp.expert) / group * reduce_bytes, lay.replicas, replica_link)
     on = lay.overlap_grad_reduce
-    eff = (engine if engine is not None else engine_profile(DEFAULT_ENGINE)).efficiency.dp_overlap_efficiency
+    eff = engine_or_default(engine).efficiency.dp_overlap_efficiency
     exposed = np.maximum(reduce - np.where(on, eff * backward, 0.0), 0.0) + np.maximum(
         gather - np.where(on, eff * forward, 0.0), 0.0
     )
@@ -644,7 +644,7 @@ def data_parallel_seconds(
 
 
 def engine_reduce_fp32(engine: EngineProfile | None) -> bool:
-    return (engine if engine is not None else engine_profile(DEFAULT_ENGINE)).zero.reduce_in_fp32
+    return engine_or_default(engine).zero.reduce_in_fp32
 
 
 def optimizer_seconds(hw: HardwareProfile, lay: LayoutArrays, sp: StageParams) -> np.ndarray:
@@ -678,7 +678,7 @@ def offload_step_seconds(
     fused_rate = hw.host.memory_bandwidth_bytes_per_s * CPU_ADAM_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAM
     rate = np.where(lay.torch_cpu_adam, fused_rate / TORCH_CPU_ADAM_SLOWDOWN, fused_rate)
     cpu_step = ranks_per_node * params / rate
-    eff = (engine if engine is not None else engine_profile(DEFAULT_ENGINE)).efficiency.dp_overlap_efficiency
+    eff = engine_or_default(engine).efficiency.dp_overlap_efficiency
     down = np.maximum(params * lay.grad_bytes / link - eff * backward, 0.0)
     up = np.where(lay.offload_params, 0.0, params * WEIGHT_BYTES / link)
     on = lay.offload_optimizer
