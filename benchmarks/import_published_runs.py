@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from planner.calibrate.published import engine_fields
 from planner.engines.hf_config import model_from_hf_config
 from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
@@ -63,19 +64,6 @@ def _hardware(case: dict) -> str:
     return "h100-sxm-96gb" if "96GB" in gpu else "h100-sxm"
 
 
-def _engine_fields(case_id: str, layout: dict) -> dict:
-    """The engine that ran the row (planner.specs.engine profiles): torchtitan's rows with torch.compile where
-    the id says so and op-level AC for the file's 'selective' (its notes: op mode, the nearest setting then);
-    NeMo's under the nemo profile; the MoE rows under the default megatron one."""
-    prefix = _prefix(case_id)
-    if prefix == "tt24":
-        recompute = "op" if layout["recompute"] == "selective" else layout["recompute"]
-        return {"engine": "torchtitan", "compile": "compile" in case_id, "recompute": recompute}
-    if prefix == "nemo2407":
-        return {"engine": "nemo"}
-    return {}
-
-
 def _layout(raw: dict) -> dict:
     gpus = raw["gpus"]
     tp, pp, cp = raw.get("tp", 1), raw.get("pp", 1), raw.get("cp", 1)
@@ -108,7 +96,7 @@ def main() -> None:
                 model = (load_model(raw_model).spec if isinstance(raw_model, str)
                          else model_from_hf_config(raw_model, source))
                 layout = _layout(raw["layout"])
-                layout.update(_engine_fields(raw["id"], layout))
+                layout.update(engine_fields(raw["id"], raw["source"], layout["recompute"]))
                 hw = _hardware(raw)
                 estimate(model, load_hardware(hw).spec, Layout(**layout))
             except (PlannerError, KeyError, ValueError) as err:

@@ -104,6 +104,18 @@ def _group(case: dict[str, Any], hardware_id: str) -> str:
     return f"{name} ({hardware_id})"
 
 
+def engine_fields(case_id: str, source: str, recompute: object) -> dict[str, Any]:
+    """The engine that ran a published row of the reference files, as layout fields: torchtitan's rows under
+    the torchtitan profile (FSDP2, eager or compiled as the id says, SDPA attention), the files' 'selective'
+    standing for torchtitan's op-level selective AC (their notes); NeMo's under nemo; others the default."""
+    if source.startswith("pytorch/torchtitan"):
+        return {"engine": "torchtitan", "compile": "compile" in case_id,
+                "recompute": "op" if recompute == "selective" else recompute}
+    if source.startswith("NVIDIA/NeMo"):
+        return {"engine": "nemo"}
+    return {}
+
+
 def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     if "layout" in case:
         raw = dict(case["layout"])
@@ -111,15 +123,7 @@ def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         fields: dict[str, Any] = {SHORT_LAYOUT.get(str(k), str(k)): v for k, v in raw.items() if k not in IGNORED_LAYOUT}
         torchtitan = case["source"].startswith("pytorch/torchtitan")
         fields.setdefault("grad_dtype", "bf16" if torchtitan else "fp32")  # Megatron: fp32 main gradients
-        if torchtitan:
-            # the engine that ran it: FSDP2, eager or compiled, SDPA attention; the files' 'selective' stands
-            # for torchtitan's op-level selective AC (their notes), which planner now models as 'op'
-            fields["engine"] = "torchtitan"
-            fields["compile"] = "compile" in case["id"]
-            if fields.get("recompute") == "selective":
-                fields["recompute"] = "op"
-        elif case["source"].startswith("NVIDIA/NeMo"):
-            fields["engine"] = "nemo"
+        fields.update(engine_fields(case["id"], case["source"], fields.get("recompute")))
         return gpus, fields
     p = case["parallel"]  # Narayanan et al. 2021 Table 2: fp16, fp32 main grads, full recompute, no flash;
     # its ZeRO-3 rows ran DeepSpeed, its PTD-P rows Megatron-LM
