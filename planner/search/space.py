@@ -42,6 +42,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.specs.engine import DEFAULT_ENGINE, engine_profile
 from planner.specs.layout import (
+    DISPATCHER_CODES,
     OPTIMIZER_STATE_BYTES_PER_PARAM,
     RECOMPUTE_CODES,
     LayoutArrays,
@@ -72,6 +73,8 @@ class Problem:
     overlap_tp_comm: bool = False
     engine: str = DEFAULT_ENGINE
     compile: bool = False
+    moe_dispatcher: str = "alltoall"
+    moe_ep_overlap: bool = False
 
     def __post_init__(self) -> None:
         engine_profile(self.engine)  # a PlannerError naming the engines there are
@@ -80,6 +83,8 @@ class Problem:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be positive")
         if self.grad_dtype not in GRAD_BYTES:
             raise PlannerError(f"grad_dtype({self.grad_dtype}) must be one of {', '.join(GRAD_BYTES)}")
+        if self.moe_dispatcher not in DISPATCHER_CODES:
+            raise PlannerError(f"moe_dispatcher({self.moe_dispatcher}) must be one of {', '.join(DISPATCHER_CODES)}")
         if self.optimizer not in OPTIMIZER_STATE_BYTES_PER_PARAM:
             choices = ", ".join(OPTIMIZER_STATE_BYTES_PER_PARAM)
             raise PlannerError(f"optimizer({self.optimizer}) must be one of {choices}")
@@ -290,7 +295,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         shape[axis] = values.shape[0]
         return values.reshape(shape)
 
-    def const(value: int | bool, dtype: type) -> np.ndarray:
+    def const(value: float, dtype: type) -> np.ndarray:
         return np.full((1,) * ndim, value, dtype=dtype)
 
     cols = {name: on_axis(values, 0) for name, values in rows.items()}
@@ -316,6 +321,15 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         torch_cpu_adam=const(False, bool),
         offload_activation_layers=const(0, np.int64),
         shard_group=const(0, np.int64),
+        etp=cols["tp"],
+        moe_dispatcher=const(DISPATCHER_CODES[problem.moe_dispatcher], np.int64),
+        moe_ep_overlap=const(problem.moe_ep_overlap, bool),
+        moe_shared_expert_overlap=const(False, bool),
+        moe_capacity_factor=const(0.0, float),
+        cuda_graphs=const(0, np.int64),
+        moments_bf16=const(False, bool),
+        master_bf16=const(False, bool),
+        mtp_layers=const(-1, np.int64),
     )
     if filters.sequence_parallel is None:
         in_space = ~cols["sequence_parallel"] | (cols["tp"] > 1)

@@ -62,6 +62,43 @@ def recompute_module_mask(modules: tuple[str, ...] | None) -> int:
 def recompute_module_names(mask: int) -> tuple[str, ...]:
     return tuple(name for name, bit in RECOMPUTE_MODULE_BITS.items() if mask & bit)
 
+# Megatron-Core's MoE token dispatchers (--moe-token-dispatcher-type alltoall | allgather | flex, the flex
+# dispatcher with --moe-flex-dispatcher-backend deepep | hybridep): how routed tokens reach their experts.
+MoeDispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+
+
+class DispatcherCode(IntEnum):
+    """How `LayoutArrays.moe_dispatcher` holds a Layout's `moe_dispatcher`."""
+
+    ALLTOALL = 0  # NCCL all-to-all: every routed copy of a token goes to its expert's rank
+    ALLGATHER = 1  # every rank gathers the EP group's tokens and keeps those of its experts
+    DEEPEP = 2  # DeepEP: one copy per remote node over RDMA, forwarded inside the node over NVLink
+    HYBRIDEP = 3  # NVIDIA HybridEP: the same two-tier dispatch, for NVLink domains larger than a node (NVL72)
+
+
+DISPATCHER_CODES: dict[str, int] = {code.name.lower(): code for code in DispatcherCode}
+DISPATCHER_NAMES: dict[int, str] = {code: name for name, code in DISPATCHER_CODES.items()}
+
+# Megatron-Core --cuda-graph-scope: the parts of a layer captured in CUDA graphs (replayed without host launches).
+CudaGraphScope = Literal["full", "attn", "mlp", "moe", "moe_router", "moe_preprocess"]
+CUDA_GRAPH_BITS: dict[str, int] = {
+    name: 1 << i for i, name in enumerate(("full", "attn", "mlp", "moe", "moe_router", "moe_preprocess"))
+}
+
+
+def cuda_graph_mask(scope: tuple[str, ...]) -> int:
+    return sum(CUDA_GRAPH_BITS[name] for name in set(scope))
+
+
+def cuda_graph_names(mask: int) -> tuple[str, ...]:
+    return tuple(name for name, bit in CUDA_GRAPH_BITS.items() if mask & bit)
+
+
+# Precision of optimizer states: Adam's moments (Megatron --exp-avg-dtype / --exp-avg-sq-dtype with
+# --use-precision-aware-optimizer, DeepSpeed bf16_optimizer_states) and the master weights (Megatron
+# --main-params-dtype, DeepSpeed bf16_master_weights_and_grads).
+StateDtype = Literal["fp32", "bf16"]
+
 ComputeDtype = Literal["bf16", "fp16", "fp8"]
 GradDtype = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal["adam", "sgd"]
@@ -71,6 +108,16 @@ Schedule = Literal["1f1b", "gpipe"]
 # Mixed-precision Adam: fp32 master weights + momentum + variance = 4 + 4 + 4 = 12
 # (Rajbhandari et al. 2020, ZeRO, Sec. 3.1, "K = 12"). SGD with momentum: master + momentum = 8.
 OPTIMIZER_STATE_BYTES_PER_PARAM: dict[str, int] = {"adam": 12, "sgd": 8}
+MOMENTS_PER_PARAM: dict[str, int] = {"adam": 2, "sgd": 1}  # exp_avg and exp_avg_sq; SGD's momentum
+STATE_DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2}
+
+
+def optimizer_state_bytes(optimizer: str, moments_dtype: str = "fp32", master_dtype: str = "fp32") -> int:
+    """Optimizer-state bytes per parameter: the master copy (none when the 16-bit weights are the master)
+    plus the moments in their dtype. Adam fp32/fp32: 4 + 2 x 4 = 12; bf16 moments (Megatron's
+    precision-aware optimizer as DeepSeek-V3's recipe runs it): 4 + 2 x 2 = 8."""
+    master = 0 if master_dtype == "bf16" else STATE_DTYPE_BYTES["fp32"]
+    return master + MOMENTS_PER_PARAM[optimizer] * STATE_DTYPE_BYTES[moments_dtype]
 
 
 class Layout(BaseModel):
@@ -146,6 +193,53 @@ class Layout(BaseModel):
         description="Hybrid sharding (HSDP, ZeRO++ hpZ/MiCS): ZeRO shards over groups of this many data-parallel "
         "ranks (dp x cp) and replicates across groups; null = one group of all dp x cp ranks.",
     )
+    etp: Degree | None = Field(
+        default=None,
+        description="Expert tensor-parallel degree (Megatron --expert-tensor-parallel-size); null = tp. The expert "
+        "layers' etp x ep ranks (then the expert data-parallel ones) span the tp x cp x dp ranks of a stage, kept "
+        "adjacent (Megatron's expert rank order; MoE parallel folding).",
+    )
+    moe_dispatcher: MoeDispatcher = Field(
+        default="alltoall",
+        description="MoE token dispatcher: alltoall (NCCL), allgather, deepep or hybridep (Megatron's flex "
+        "dispatcher backends: one copy of a token per remote node, fanned out inside the NVLink domain).",
+    )
+    moe_ep_overlap: StrictBool = Field(
+        default=False,
+        description="Expert all-to-all hidden behind another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm: 1F1B batch-level overlap; DualPipe does the same).",
+    )
+    moe_shared_expert_overlap: StrictBool = Field(
+        default=False,
+        description="The shared experts run beside the dispatch and combine (Megatron --moe-shared-expert-overlap).",
+    )
+    moe_capacity_factor: float | None = Field(
+        default=None,
+        gt=0,
+        le=64,
+        description="Token drop: each expert takes at most this times its balanced share of tokens, padded to it "
+        "(Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); null = dropless.",
+    )
+    cuda_graph_scope: tuple[CudaGraphScope, ...] = Field(
+        default=(),
+        description="Parts of each layer captured in CUDA graphs (Megatron --cuda-graph-scope: full, attn, mlp, moe, "
+        "moe_router, moe_preprocess); empty = eager launches.",
+    )
+    optimizer_state_dtype: StateDtype = Field(
+        default="fp32",
+        description="Adam moments' dtype (Megatron --exp-avg-dtype/--exp-avg-sq-dtype with "
+        "--use-precision-aware-optimizer; DeepSpeed bf16_optimizer_states).",
+    )
+    master_weights_dtype: StateDtype = Field(
+        default="fp32",
+        description="Master weights' dtype: fp32 (a copy beside the 16-bit weights) or bf16 (the 16-bit weights are "
+        "the master; DeepSpeed bf16_master_weights_and_grads, Megatron --main-params-dtype).",
+    )
+    mtp_layers: LayersOrNone | None = Field(
+        default=None,
+        description="Multi-token-prediction layers trained with the model (Megatron --mtp-num-layers); null = the "
+        "model's (HF num_nextn_predict_layers), 0 = none.",
+    )
     engine: EngineName = Field(
         default="megatron",  # planner.specs.engine.DEFAULT_ENGINE
         description="The training engine that runs the layout (planner.specs.engine profiles: megatron, nemo, "
@@ -173,7 +267,14 @@ class Layout(BaseModel):
             )
         if self.cpu_optimizer is not None and not self.offload_optimizer:
             raise ValueError("cpu_optimizer applies only with offload_optimizer")
+        if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
+            raise ValueError("optimizer_state_dtype bf16 applies to adam's moments only")
         return self
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert layers' tensor-parallel degree (etp, or tp when unset)."""
+        return self.tp if self.etp is None else self.etp
 
     @property
     def gpus(self) -> int:
@@ -224,6 +325,15 @@ class LayoutArrays:
     torch_cpu_adam: np.ndarray
     offload_activation_layers: np.ndarray
     shard_group: np.ndarray
+    etp: np.ndarray  # resolved: tp where the layout leaves it unset
+    moe_dispatcher: np.ndarray  # DISPATCHER_CODES
+    moe_ep_overlap: np.ndarray
+    moe_shared_expert_overlap: np.ndarray
+    moe_capacity_factor: np.ndarray  # 0.0 = dropless
+    cuda_graphs: np.ndarray  # CUDA_GRAPH_BITS mask
+    moments_bf16: np.ndarray  # Adam moments in bf16 (optimizer_bytes already counts it)
+    master_bf16: np.ndarray  # no fp32 master copy (optimizer_bytes already counts it)
+    mtp_layers: np.ndarray  # -1 = the model's
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -273,8 +383,18 @@ class LayoutArrays:
         cols["flash_attention"] = np.array([lay.flash_attention for lay in layouts], dtype=bool)
         cols["grad_bytes"] = np.array([4 if lay.grad_dtype == "fp32" else 2 for lay in layouts], dtype=np.int64)
         cols["optimizer_bytes"] = np.array(
-            [OPTIMIZER_STATE_BYTES_PER_PARAM[lay.optimizer] for lay in layouts], dtype=np.int64
+            [optimizer_state_bytes(lay.optimizer, lay.optimizer_state_dtype, lay.master_weights_dtype) for lay in layouts],
+            dtype=np.int64,
         )
+        cols["moments_bf16"] = np.array([lay.optimizer_state_dtype == "bf16" for lay in layouts], dtype=bool)
+        cols["master_bf16"] = np.array([lay.master_weights_dtype == "bf16" for lay in layouts], dtype=bool)
+        cols["etp"] = np.array([lay.expert_tp for lay in layouts], dtype=np.int64)
+        cols["moe_dispatcher"] = np.array([DISPATCHER_CODES[lay.moe_dispatcher] for lay in layouts], dtype=np.int64)
+        cols["moe_ep_overlap"] = np.array([lay.moe_ep_overlap for lay in layouts], dtype=bool)
+        cols["moe_shared_expert_overlap"] = np.array([lay.moe_shared_expert_overlap for lay in layouts], dtype=bool)
+        cols["moe_capacity_factor"] = np.array([lay.moe_capacity_factor or 0.0 for lay in layouts], dtype=float)
+        cols["cuda_graphs"] = np.array([cuda_graph_mask(lay.cuda_graph_scope) for lay in layouts], dtype=np.int64)
+        cols["mtp_layers"] = np.array([-1 if lay.mtp_layers is None else lay.mtp_layers for lay in layouts], dtype=np.int64)
         cols["fp8"] = np.array([lay.dtype == "fp8" for lay in layouts], dtype=bool)
         for flag in ("overlap_grad_reduce", "overlap_tp_comm", "compile", "offload_optimizer", "offload_params"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
@@ -308,7 +428,13 @@ class LayoutArrays:
         """Candidate i back as a `Layout` (the compute dtype and the engine are passed, as grids share one)."""
         rl = int(self.recompute_layers[i])
         grad = {4: "fp32", 2: "bf16"}[int(self.grad_bytes[i])]
-        opt = {v: k for k, v in OPTIMIZER_STATE_BYTES_PER_PARAM.items()}[int(self.optimizer_bytes[i])]
+        moments = "bf16" if bool(self.moments_bf16[i]) else "fp32"
+        master = "bf16" if bool(self.master_bf16[i]) else "fp32"
+        opt = next(name for name in OPTIMIZER_STATE_BYTES_PER_PARAM
+                   if optimizer_state_bytes(name, moments, master) == int(self.optimizer_bytes[i]))
+        etp = int(self.etp[i])
+        mtp = int(self.mtp_layers[i])
+        capacity = float(self.moe_capacity_factor[i])
         return Layout(
             **{name: int(getattr(self, name)[i]) for name in _INT_FIELDS},
             sequence_parallel=bool(self.sequence_parallel[i]),
@@ -329,5 +455,14 @@ class LayoutArrays:
             engine=engine,
             grad_dtype=grad,
             optimizer=opt,
+            optimizer_state_dtype=moments,
+            master_weights_dtype=master,
+            etp=None if etp == int(self.tp[i]) else etp,
+            moe_dispatcher=DISPATCHER_NAMES[int(self.moe_dispatcher[i])],
+            moe_ep_overlap=bool(self.moe_ep_overlap[i]),
+            moe_shared_expert_overlap=bool(self.moe_shared_expert_overlap[i]),
+            moe_capacity_factor=capacity if capacity > 0 else None,
+            cuda_graph_scope=cuda_graph_names(int(self.cuda_graphs[i])),
+            mtp_layers=None if mtp < 0 else mtp,
             dtype="fp8" if bool(self.fp8[i]) else dtype,
         )

@@ -146,6 +146,11 @@ class ModelSpec(BaseModel):
     )
     moe: MoESpec | None = Field(default=None, description="Mixture-of-experts settings; null for a dense model.")
     mla: MLASpec | None = Field(default=None, description="Multi-head latent attention settings; null for standard attention.")
+    mtp_layers: LayersOrNone = Field(
+        default=0,
+        description="Multi-token-prediction modules (DeepSeek-V3 Sec. 2.2; HF num_nextn_predict_layers): each a "
+        "transformer layer like the model's last, a 2h -> h projection and two norms, sharing the embedding and head.",
+    )
 
     @model_validator(mode="after")
     def _check_shapes(self) -> ModelSpec:

@@ -141,9 +141,17 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "ep_invalid",
-        lambda m, a, g: (a.ep > 1) & ((_moe_experts(m) % a.ep != 0) | ((a.dp * a.cp) % a.ep != 0) | (m.moe is None)),
-        lambda m, l, g: f"ep({l.ep}) needs a MoE model whose num_experts({_moe_experts(m)}) and dp({l.dp}) * cp({l.cp}) "
-        "it divides",
+        lambda m, a, g: (a.ep > 1)
+        & ((_moe_experts(m) % a.ep != 0) | ((a.tp * a.dp * a.cp) % (a.ep * a.etp) != 0) | (m.moe is None)),
+        lambda m, l, g: f"ep({l.ep}) needs a MoE model whose num_experts({_moe_experts(m)}) it divides, with ep * etp "
+        f"({l.ep} * {l.expert_tp}) dividing tp({l.tp}) * dp({l.dp}) * cp({l.cp}) (the expert layers' ranks span a "
+        "stage's tp x dp x cp ranks)",
+    ),
+    Rule(
+        "etp_invalid",
+        lambda m, a, g: (a.etp != a.tp) & ((m.moe is None) | ((m.moe.moe_ffn_hidden_size if m.moe else 1) % a.etp != 0)),
+        lambda m, l, g: f"etp({l.expert_tp}) needs a MoE model whose moe_ffn_hidden_size "
+        f"({m.moe.moe_ffn_hidden_size if m.moe else 'none'}) it divides",
     ),
     Rule(
         "recompute_layers_too_many",
