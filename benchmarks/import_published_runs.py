@@ -24,6 +24,7 @@ from planner.engines.hf_config import model_from_hf_config
 from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
 from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
 from planner.training.estimate import estimate
 
 OUT = Path(__file__).resolve().parents[1] / "planner" / "validate" / "training_cases_published.yaml"
@@ -46,8 +47,43 @@ NOT_MODELLED = {
             "figure gives the sustained clock), torch CP's all-gather K/V (timed as the ring); the engine itself "
             "(FSDP2, eager or compiled kernels, SDPA's FlashAttention-2, op-level AC) is the torchtitan profile",
     "nemo2407": "cuDNN/TE kernel versions of 2024; Apex distributed optimizer as ZeRO-2",
-    "mb25": "token-drop capacity, DeepEP/HybridEP dispatchers, MTP layers, precision-aware optimizer, "
-            "EP all-to-all overlap",
+    "mb25": "gpt-oss's attention sinks; load imbalance beyond the forced balancing or token drop of the "
+            "benchmark recipes",
+}
+
+# Megatron-Bridge recipe settings of each MoE row that the reference's layout block does not carry but its
+# notes state (read from the Megatron-Bridge recipe files the notes name), as planner layout fields. Rows not
+# named take the defaults (dropless, eager, fp32 optimizer states, the model's MTP layers).
+_DSV3_OPT = {"optimizer_state_dtype": "bf16"}  # notes: precision-aware optimizer, bf16 exp_avg / exp_avg_sq
+_DROP = {"moe_capacity_factor": 1.0}  # notes: token drop, capacity factor 1.0, padded to capacity
+_DSV3_2509 = {**_DSV3_OPT, **_DROP, "moe_shared_expert_overlap": True, "mtp_layers": 1,
+              "recompute_modules": ["mla_up_proj"]}
+_QWEN_2509 = {**_DROP, "grad_dtype": "bf16"}  # notes: grad_reduce_in_fp32 off
+_GRAPHS_2511 = {"cuda_graph_scope": ["moe_router", "moe_preprocess"]}
+RECIPES: dict[str, dict] = {
+    "mb2509_gb200_dsv3_fp8cs": _DSV3_2509,
+    "mb2509_gb200_dsv3_mxfp8_pp8": _DSV3_2509,
+    "mb2509_b200_dsv3_fp8cs": _DSV3_2509,
+    "mb2509_h100_dsv3_fp8": {**_DSV3_OPT, "mtp_layers": 1, "recompute_modules": ["mla_up_proj", "mlp"],
+                             "overlap_grad_reduce": False},
+    "mb2509_gb200_qwen3_30b_fp8cs": {**_QWEN_2509, "cuda_graph_scope": ["full"]},
+    "mb2509_b200_qwen3_30b_fp8cs": {**_QWEN_2509, "cuda_graph_scope": ["full"]},
+    "mb2509_gb200_qwen3_235b_fp8cs": {**_QWEN_2509, "cuda_graph_scope": ["full"]},
+    "mb2509_b200_qwen3_235b_fp8cs": _QWEN_2509,
+    "mb2509_h100_qwen3_30b_fp8cs": _QWEN_2509,
+    "mb2509_h100_qwen3_235b_fp8cs": _QWEN_2509,
+    "mb2511_gb200_dsv3_bf16": {**_DSV3_OPT, **_GRAPHS_2511, "mtp_layers": 0, "recompute_modules": ["mla_up_proj"],
+                               "grad_dtype": "bf16"},
+    "mb2511_gb200_dsv3_mxfp8": {**_DSV3_OPT, **_GRAPHS_2511, "mtp_layers": 0, "recompute_modules": ["mla_up_proj"]},
+    "mb2511_gb300_dsv3_bf16": {**_DSV3_OPT, "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"],
+                               "mtp_layers": 0, "recompute_modules": ["moe_act"]},
+    "mb2511_b200_dsv3_mxfp8_mtp": {**_DSV3_OPT, "mtp_layers": 1, "recompute_modules": ["mla_up_proj"]},
+    "mb2511_gb200_qwen3_30b_mxfp8": _GRAPHS_2511,
+    "mb2511_b200_qwen3_30b_mxfp8": _GRAPHS_2511,
+    "mb2511_gb200_qwen3_235b_bf16": {"cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]},
+    "mb2511_gb200_gptoss120b_bf16": {"recompute_modules": ["layernorm", "moe_act"]},
+    "mb2511_b200_gptoss120b_bf16": {"recompute_modules": ["layernorm", "moe_act"]},
+    "mb2511_h100_gptoss120b_bf16": {"recompute_modules": ["layernorm", "moe_act"]},
 }
 
 
@@ -74,6 +110,9 @@ def _layout(raw: dict) -> dict:
         grad_dtype=raw.get("grad_dtype", "fp32"), flash_attention=True, overlap_grad_reduce=True,
         overlap_tp_comm=bool(raw.get("tp_overlap")),
     )
+    if "etp" in raw:  # MoE rows: the expert layers' TP, dispatcher and all-to-all overlap as published
+        layout.update(etp=raw["etp"], moe_dispatcher=raw.get("dispatcher", "alltoall"),
+                      moe_ep_overlap=bool(raw.get("ep_overlap")))
     return layout
 
 
@@ -93,9 +132,14 @@ def main() -> None:
             source = f"{name}:{raw['id']}"
             try:
                 raw_model = raw["model"]
-                model = (load_model(raw_model).spec if isinstance(raw_model, str)
-                         else model_from_hf_config(raw_model, source))
+                if isinstance(raw_model, str):
+                    model = load_model(raw_model).spec
+                elif "num_layers" in raw_model:  # planner's own spec fields (gpt-oss rows)
+                    model = ModelSpec(**{k: v for k, v in raw_model.items() if k != "source"})
+                else:
+                    model = model_from_hf_config(raw_model, source)
                 layout = _layout(raw["layout"])
+                layout.update(RECIPES.get(raw["id"], {}))
                 layout.update(engine_fields(raw["id"], raw["source"], layout["recompute"]))
                 hw = _hardware(raw)
                 estimate(model, load_hardware(hw).spec, Layout(**layout))
