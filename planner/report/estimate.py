@@ -68,6 +68,7 @@ def _time_table(est: TrainingEstimate) -> Table:
         ("pipeline point-to-point", est.scalar("pp_comm_seconds")),
         ("data-parallel / ZeRO comm (exposed)", est.scalar("dp_comm_seconds")),
         ("host copies, offload (exposed)", est.scalar("offload_seconds") - est.scalar("cpu_optimizer_seconds")),
+        ("waiting for host kernel launches", est.scalar("host_seconds")),
         ("pipeline bubble", est.scalar("bubble_seconds")),
         ("optimizer + fixed step overhead", est.scalar("optimizer_seconds")),
         ("  of which CPU optimizer (offload)", est.scalar("cpu_optimizer_seconds")),

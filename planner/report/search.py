@@ -122,7 +122,7 @@ CSV_LAYOUT = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recomp
 CSV_RESULTS = (
     "peak_bytes", "peak_stage", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
     "other_bytes", "step_seconds", "compute_seconds", "communication_seconds", "bubble_seconds",
-    "optimizer_seconds", "recompute_seconds", "tokens_per_second", "model_tflops_per_gpu",
+    "host_seconds", "optimizer_seconds", "recompute_seconds", "tokens_per_second", "model_tflops_per_gpu",
     "hardware_tflops_per_gpu", "mfu", "hfu", "implausible_mfu",
 )
 

@@ -47,12 +47,26 @@ class MoESpec(BaseModel):
         default=False,
         description="A learned sigmoid gate (h -> 1) scales the shared experts' output (Qwen2-MoE): h weights per MoE layer.",
     )
+    router_groups: ExpertsOrNone = Field(
+        default=0,
+        description="Group-limited routing (DeepSeek-V3 'node-limited routing', HF n_group, Megatron "
+        "--moe-router-num-groups): the experts form this many groups; 0 = no groups.",
+    )
+    router_group_topk: ExpertsOrNone = Field(
+        default=0,
+        description="Groups a token may use under group-limited routing (HF topk_group, Megatron --moe-router-group-topk).",
+    )
 
     @model_validator(mode="after")
     def _topk_within_experts(self) -> MoESpec:
         if self.experts_per_token > self.num_experts:
             raise ValueError(
                 f"experts_per_token ({self.experts_per_token}) exceeds num_experts ({self.num_experts}); lower experts_per_token"
+            )
+        if self.router_groups and (self.num_experts % self.router_groups or self.router_group_topk > self.router_groups):
+            raise ValueError(
+                f"router_groups ({self.router_groups}) must divide num_experts ({self.num_experts}) and be at least "
+                f"router_group_topk ({self.router_group_topk})"
             )
         return self
 

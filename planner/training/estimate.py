@@ -76,6 +76,7 @@ class TrainingArrays:
     pp_comm_seconds: np.ndarray
     dp_comm_seconds: np.ndarray  # gradient sync after the last micro-batch + ZeRO-3 per-micro-batch traffic
     bubble_seconds: np.ndarray
+    host_seconds: np.ndarray  # the GPU waiting for the host to issue kernels (physics.launch)
     optimizer_seconds: np.ndarray
     model_flop: np.ndarray
     hardware_flop: np.ndarray
@@ -170,7 +171,8 @@ def evaluate(
     # the copies count as communication; the CPU step is in the optimizer's time
     communication = sum(comm_parts.values()) + dp_comm + (offload - cpu_step)
     optimizer = optimizer + cpu_step + STEP_OVERHEAD_SECONDS
-    step = compute + communication + bubble + optimizer
+    host = slowest_part("host")
+    step = compute + communication + host + bubble + optimizer
 
     flop = step_flop(model, lay)
     gpus = lay.gpus.astype(float)
@@ -205,6 +207,7 @@ def evaluate(
         pp_comm_seconds=comm_parts["pp_comm"],
         dp_comm_seconds=dp_comm,
         bubble_seconds=bubble,
+        host_seconds=host,
         optimizer_seconds=optimizer,
         model_flop=flop.model_flop,
         hardware_flop=flop.hardware_flop,

@@ -26,7 +26,6 @@ from planner.errors import PlannerError
 from planner.physics.comm import (
     all_gather_seconds,
     all_reduce_seconds,
-    all_to_all_seconds,
     group_link,
     hierarchical_latency_seconds,
     p2p_seconds,
@@ -44,11 +43,19 @@ from planner.physics.kernels import (
     fp8_cast_seconds,
     gemm_peak_flops,
     gemm_plateau,
+    grouped_matmul_seconds,
     matmul_seconds,
     memory_seconds,
     peak_16bit_flops,
     window_work_fraction,
 )
+from planner.physics.launch import (
+    BACKWARD_LAUNCH_RATIO,
+    bookkeeping_seconds,
+    host_syncs_every_layer,
+    layer_host_seconds,
+)
+from planner.physics.moe import dispatch_seconds, tokens_per_local_expert
 from planner.physics.shapes import Gemm, attention_dims, gemm_elements_per_rank, kv_divisor, rank_gemms
 from planner.physics.stages import microbatches_in_flight
 from planner.specs.engine import EngineProfile, engine_or_default
@@ -97,6 +104,13 @@ CP_MERGE_BYTES_PER_ELEMENT = 10.0
 CP_RING_STEP_KERNELS = 4
 # The router GEMM (shapes.py names it so) stays 16-bit under fp8 recipes.
 ROUTER_GEMM = "router"
+SHARED_EXPERT_PREFIX = "shared_"  # shapes.py's names of the shared experts' GEMMs
+# While expert-parallel traffic overlaps compute its kernels hold SMs the GEMMs then lack: DeepSeek-V3 gives
+# 20 of the H800's 132 SMs to dispatch and combine ("only 20 SMs are sufficient to fully utilize the
+# bandwidths of IB and NVLink", DeepSeek-V3 technical report, arXiv 2412.19437, Sec. 3.2.2); the overlapped
+# compute runs at 112/132 of its speed. Taken for every chip and dispatcher (NCCL's all-to-all uses a similar
+# number of channels); not fitted.
+EP_OVERLAP_SM_SHARE = 20.0 / 132.0
 
 
 # Offload. The CPU Adam step is memory-bound on the host: per parameter it reads and writes the fp32 master,
@@ -218,21 +232,26 @@ def layer_time(
     peak16 = peak_16bit_flops(hw)
     gemm = np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(peak_gemm)))
     fp8_weights = np.zeros_like(gemm)
+    shared_gemm = np.zeros_like(gemm)  # the shared experts' forward GEMMs (shared-expert overlap hides behind them)
     for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
         if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
             gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
         elif g.routed:
             assert model.moe is not None
-            # Each local expert is one GEMM over the tokens routed to it: k of E experts per token, and the
-            # tokens of the ep ranks that share the expert group arrive at its ep-th part of the experts.
-            tokens_per_expert = tokens * model.moe.experts_per_token * lay.ep / model.moe.num_experts
+            # Each local expert is one GEMM over the tokens routed to it (physics.moe.tokens_per_local_expert),
+            # its weights split over the expert TP degree etp.
+            expert_elements = gemm_elements_per_rank(g, model.kv_heads, lay.etp)
             local_experts = g.copies / lay.ep
-            gemm = gemm + local_experts * matmul_seconds(
-                hw, 2 * tokens_per_expert * elements / g.copies, peak_gemm, plateau_gemm
+            gemm = gemm + grouped_matmul_seconds(
+                hw, 2 * tokens_per_local_expert(model, lay) * expert_elements / g.copies, local_experts, peak_gemm,
+                plateau_gemm,
             )
-            fp8_weights = fp8_weights + elements / lay.ep
+            fp8_weights = fp8_weights + expert_elements / lay.ep
         else:
-            gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak_gemm, plateau_gemm)
+            seconds = matmul_seconds(hw, 2 * tokens * elements, peak_gemm, plateau_gemm)
+            gemm = gemm + seconds
+            if g.name.startswith(SHARED_EXPERT_PREFIX):
+                shared_gemm = shared_gemm + seconds
             fp8_weights = fp8_weights + elements
     cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer)
     weight_cast = memory_seconds(hw, fp8_weights * FP8_WEIGHT_CAST_BYTES_PER_ELEMENT) / lay.num_micro_batches
@@ -252,8 +271,12 @@ def layer_time(
         lay.flash_attention, flash_bwd, 2 * unfused_gemm + BACKWARD_TO_FORWARD_TRAFFIC * (unfused_fwd - unfused_gemm)
     )
     elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
-    forward = gemm + core_fwd + elementwise + cast_fwd
-    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + cast_bwd
+    # The router's and dispatcher's small kernels (physics.launch): their launch latency on the GPU.
+    bookkeeping = bookkeeping_seconds(model, moe_layer=moe_layer)
+    forward = gemm + core_fwd + elementwise + cast_fwd + bookkeeping / (1 + BACKWARD_LAUNCH_RATIO)
+    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + cast_bwd + (
+        bookkeeping * BACKWARD_LAUNCH_RATIO / (1 + BACKWARD_LAUNCH_RATIO)
+    )
     recompute = np.where(
         lay.recompute == RecomputeCode.FULL, forward, np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention, unfused_fwd, 0.0)
     )
@@ -284,15 +307,38 @@ def layer_time(
     cp_comm = (1.0 + (lay.recompute == RecomputeCode.FULL)) * cp_fwd + steps * np.maximum(2 * per_step - step_bwd, 0.0)
 
     if moe_layer and model.moe is not None:
-        ep_link = group_link(hw, lay.ep, lay.tp * lay.cp)
-        # Each rank dispatches the tokens it holds: with sequence parallelism a TP rank holds 1/t of them
-        # (Megatron-Core's all-to-all token dispatcher works on the sequence-parallel shard).
-        tokens_held = np.where(lay.sequence_parallel, lay.tp, 1)
-        dispatch = all_to_all_seconds(act_bytes * model.moe.experts_per_token / tokens_held, lay.ep, ep_link)
-        ep_comm = 2 * dispatch * passes  # dispatch and combine, each pass
+        ep_comm = expert_comm_seconds(model, hw, lay, forward=forward, backward=backward, shared_forward=shared_gemm)
     else:
         ep_comm = np.zeros_like(tp_comm)
     return LayerTime(forward, backward, recompute, tp_comm, cp_comm, ep_comm)
+
+
+def expert_comm_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, forward: np.ndarray, backward: np.ndarray,
+    shared_forward: np.ndarray,
+) -> np.ndarray:
+    """Exposed expert-parallel traffic of one MoE layer, one micro-batch: dispatch and combine in the forward,
+    their gradients in the backward (physics.moe.dispatch_seconds each), again in a fully recomputed forward.
+
+    Shared-expert overlap (--moe-shared-expert-overlap) runs the shared experts' GEMMs beside each dispatch and
+    combine: it hides up to the shared experts' time of that pass. The 1F1B all-to-all overlap
+    (--overlap-moe-expert-parallel-comm) runs one micro-batch's forward beside another's backward, so a layer's
+    traffic hides behind the other micro-batch's compute of that layer: what exceeds the compute stays, and
+    the compute runs slower by EP_OVERLAP_SM_SHARE while the communication kernels hold SMs. The warm-up
+    forwards and cool-down backwards of the pipeline have no partner (UNPAIRED share)."""
+    one_way = dispatch_seconds(model, hw, lay)
+    full = (lay.recompute == RecomputeCode.FULL).astype(float)
+    fwd = 2 * one_way  # dispatch + combine
+    bwd = 2 * one_way  # their gradients
+    shared_on = lay.moe_shared_expert_overlap
+    fwd_exposed = fwd - np.where(shared_on, np.minimum(fwd, shared_forward), 0.0)
+    bwd_exposed = bwd - np.where(shared_on, np.minimum(bwd, 2 * shared_forward), 0.0)
+    serial = (1 + full) * fwd_exposed + bwd_exposed
+    compute = forward + backward
+    overlapped = np.maximum(serial - compute, 0.0) + EP_OVERLAP_SM_SHARE * np.minimum(serial, compute)
+    m = lay.num_micro_batches.astype(float)
+    unpaired = np.minimum(1.0, np.maximum(lay.pp - 1, 1) / m)
+    return np.asarray(np.where(lay.moe_ep_overlap, unpaired * serial + (1 - unpaired) * overlapped, serial))
 
 
 def _gemm_forward_seconds(
@@ -314,9 +360,9 @@ def _gemm_forward_seconds(
             continue
         if g.routed:
             assert model.moe is not None
-            tokens_per_expert = tokens * model.moe.experts_per_token * lay.ep / model.moe.num_experts
-            total = total + weight * (g.copies / lay.ep) * matmul_seconds(
-                hw, 2 * tokens_per_expert * elements / g.copies, peak
+            expert_elements = gemm_elements_per_rank(g, model.kv_heads, lay.etp)
+            total = total + weight * grouped_matmul_seconds(
+                hw, 2 * tokens_per_local_expert(model, lay) * expert_elements / g.copies, g.copies / lay.ep, peak
             )
         else:
             total = total + weight * matmul_seconds(hw, 2 * tokens * elements, peak)
@@ -364,6 +410,10 @@ def recompute_extra_seconds(
         elementwise_bytes_per_token(model, lay, moe_layer=moe_layer)
     )
     modules = np.where(has("layernorm"), traffic(model.norms_per_layer * 4 * h / rep_div), 0.0)
+    if model.mla is not None:  # mla_up_proj: the query and key/value up-projections from the latents, again
+        modules = modules + np.where(
+            has("mla_up_proj"), _gemm_forward_seconds(model, hw, lay, moe_layer, {"q_up": 1.0, "kv_up": 1.0}), 0.0
+        )
     if moe is not None:
         whole = (
             _gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(expert_names, 1.0))
@@ -395,6 +445,7 @@ class StageTime:
     pp_comm: np.ndarray  # pipeline point-to-point sends
     zero3_comm: np.ndarray  # ZeRO-3 parameter gathers and gradient reduce-scatters not hidden
     offload_comm: np.ndarray  # activation offload transfers not hidden behind the stage's compute
+    host: np.ndarray  # the GPU waiting for the host to issue kernels (physics.launch)
 
     @cached_property
     def communication(self) -> np.ndarray:
@@ -402,7 +453,7 @@ class StageTime:
 
     @cached_property
     def total(self) -> np.ndarray:
-        return np.asarray(self.compute + self.communication)
+        return np.asarray(self.compute + self.communication + self.host)
 
 
 def stage_time(
@@ -490,7 +541,21 @@ def stage_time(
         offload = np.maximum(copy - forward, 0.0) + np.maximum(copy - backward, 0.0)
     else:
         offload = np.zeros_like(p2p)
+    # The host issues the stage's kernels; where it is slower than the GPU, the GPU waits. With a host sync in
+    # every MoE layer the host cannot run ahead across layers, so each layer waits on its own.
+    passes = 1.0 + (lay.recompute == RecomputeCode.FULL)
+    host_dense = layer_host_seconds(model, lay, moe_layer=False, passes=passes)
+    host_moe = layer_host_seconds(model, lay, moe_layer=True, passes=passes) if model.moe is not None else host_dense
+
+    def device(layer: LayerTime) -> np.ndarray:
+        return np.asarray(layer.forward + layer.backward + layer.recompute + layer.tp_comm + layer.cp_comm + layer.ep_comm)
+
+    dev_dense, dev_moe = device(dense), device(moe)
+    per_layer_wait = n_dense * np.maximum(host_dense - dev_dense, 0.0) + n_moe * np.maximum(host_moe - dev_moe, 0.0)
+    whole_stage_wait = np.maximum(n_dense * (host_dense - dev_dense) + n_moe * (host_moe - dev_moe), 0.0)
+    host = np.where(host_syncs_every_layer(lay) & (n_moe > 0), per_layer_wait, whole_stage_wait)
     return StageTime(
+        host=host,
         compute=compute,
         recompute=recompute,
         backward=backward,

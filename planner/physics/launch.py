@@ -1,0 +1,90 @@
+"""Host-side cost of launching a layer's kernels, and what CUDA graphs take away.
+
+An eager training step issues every kernel from the host: Python, the framework's dispatcher and the CUDA
+launch cost "between 5-20 microseconds" of CPU time per kernel (Holistic Trace Analysis,
+facebookresearch/HolisticTraceAnalysis docs/source/features/cuda_kernel_launch_stats.rst). The GPU runs
+ahead of the host only while the host keeps its queue full: when a layer's kernels are short (fine-grained
+MoE experts, small micro-batches, fp8 quantization kernels) the host is the bottleneck, and a host sync
+(Megatron-Core's dropless all-to-all dispatcher copies the tokens-per-expert counts to the host before every
+expert all-to-all: megatron/core/transformer/moe/token_dispatcher.py, NVIDIA/Megatron-LM @ d98e8a64) stops
+it from running ahead across layers. CUDA graphs replay the captured kernels with one launch (Megatron-Core
+--cuda-graph-impl / --cuda-graph-scope; the graphed parts cost no host time).
+
+Kernel counts per layer and micro-batch, forward (the backward issues twice as many: each GEMM's data and
+weight gradients, each element-wise kernel's backward), counted from Megatron-Core with Transformer Engine:
+- attention block (norm fused into the QKV GEMM, its fp8 cast, rotary, the fused attention kernel, output
+  projection and its cast, the bias-dropout-add): ATTENTION_LAUNCHES; MLA's down/up projections and latent
+  norms add MLA_EXTRA_LAUNCHES;
+- dense MLP (norm + fc1 + activation + fc2, their casts, the residual add): MLP_LAUNCHES;
+- MoE router: ROUTER_LAUNCHES, the count NVIDIA measured for DeepSeek-V3's unfused router (Megatron-LM
+  docs/discussions/deepseek-v3-gb200-optimization, @ 1d9edcf8: "72 -> 31" kernels with router fusion);
+- MoE dispatch (preprocess, permute, the two all-to-alls, unpermute, their bookkeeping): DISPATCH_LAUNCHES;
+- routed experts: Transformer Engine's GroupedLinear issues one cuBLASLt GEMM per local expert for each of
+  fc1 and fc2 (TE common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm, NVIDIA/TransformerEngine @ d0067d0):
+  EXPERT_LAUNCHES_PER_LOCAL_EXPERT, plus the activation; shared experts as a dense MLP.
+These are counts of a structure, not fitted; the per-launch host time is (benchmarks/calibrate_training.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.specs.layout import CUDA_GRAPH_BITS, LayoutArrays
+from planner.specs.model import ModelSpec
+
+HOST_SECONDS_PER_LAUNCH = 10e-6
+"""CPU time to issue one kernel from an eager PyTorch step (Python, dispatcher, cudaLaunchKernel): inside the
+5-20 us Holistic Trace Analysis gives; 10 us chosen by benchmarks/calibrate_training.py on the published MoE
+runs (grid 5-20 us), which are the runs where the host bounds the step."""
+
+SMALL_KERNEL_SECONDS = 1.2e-6
+"""GPU time of a kernel whose work is negligible (an index computation, a tiny reduction): the launch latency
+on the device, 1.1-1.3 us measured for a 1,024-element add on a current GPU (pytorch/pytorch issue #161104).
+Charged to the router's and the dispatcher's bookkeeping kernels, whose bytes no other term counts."""
+
+BACKWARD_LAUNCH_RATIO = 2.0
+ATTENTION_LAUNCHES = 12
+MLA_EXTRA_LAUNCHES = 8
+MLP_LAUNCHES = 8
+ROUTER_LAUNCHES = 72
+DISPATCH_LAUNCHES = 24
+PREPROCESS_LAUNCHES = 8  # of DISPATCH_LAUNCHES: the token-count preprocessing CUDA graphs can capture
+EXPERT_LAUNCHES_PER_LOCAL_EXPERT = 2
+
+
+def _graphed(lay: LayoutArrays, scope: str) -> np.ndarray:
+    return np.asarray((lay.cuda_graphs & (CUDA_GRAPH_BITS[scope] | CUDA_GRAPH_BITS["full"])) != 0)
+
+
+def layer_host_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, passes: np.ndarray) -> np.ndarray:
+    """Host time to issue one layer's kernels for one micro-batch (forward, backward, and the forward again for
+    each extra pass in `passes` - 1 with full recompute), less what CUDA graphs capture."""
+    attention = ATTENTION_LAUNCHES + (MLA_EXTRA_LAUNCHES if model.mla is not None else 0)
+    attn = np.where(_graphed(lay, "attn"), 0.0, float(attention))
+    if moe_layer and model.moe is not None:
+        moe = model.moe
+        local = moe.num_experts / lay.ep
+        experts = EXPERT_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
+        shared = MLP_LAUNCHES if moe.num_shared_experts else 0
+        router = np.where(_graphed(lay, "moe_router"), 0.0, ROUTER_LAUNCHES + shared)
+        preprocess = np.where(_graphed(lay, "moe_preprocess"), 0.0, float(PREPROCESS_LAUNCHES))
+        whole = np.where(_graphed(lay, "moe"), 0.0, 1.0)
+        ffn = whole * (router + preprocess + (DISPATCH_LAUNCHES - PREPROCESS_LAUNCHES) + experts)
+    else:
+        ffn = np.where(_graphed(lay, "mlp"), 0.0, float(MLP_LAUNCHES))
+    forward = attn + ffn
+    return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * forward * HOST_SECONDS_PER_LAUNCH)
+
+
+def bookkeeping_seconds(model: ModelSpec, *, moe_layer: bool) -> float:
+    """GPU time of the router's and dispatcher's small kernels for one micro-batch, forward and backward."""
+    if not (moe_layer and model.moe is not None):
+        return 0.0
+    return (1 + BACKWARD_LAUNCH_RATIO) * (ROUTER_LAUNCHES + DISPATCH_LAUNCHES) * SMALL_KERNEL_SECONDS
+
+
+def host_syncs_every_layer(lay: LayoutArrays) -> np.ndarray:
+    """True where a MoE layer's dispatcher waits for the GPU on the host: every dispatcher without static
+    shapes (token drop padded to capacity gives them; DeepEP's normal kernels and HybridEP without a rank
+    capacity wait for the received count too: DeepEP docs/legacy.md, Megatron token_dispatcher.py)."""
+    return np.asarray((lay.ep > 1) & (lay.moe_capacity_factor <= 0))

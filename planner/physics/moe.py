@@ -1,0 +1,148 @@
+"""Mixture-of-experts token dispatch as the dispatchers implement it: how many routed tokens each expert
+receives, and what moving them costs on each tier.
+
+Placement (Megatron-Core's expert rank order, ETP innermost, then EP, then expert data parallelism; torch
+device meshes likewise keep EP ranks adjacent): the ep ranks of an expert-parallel group are etp ranks apart,
+so an EP group of ep x etp <= G ranks stays inside one NVLink domain whatever tp, cp and dp are.
+
+Token counts: a rank owns T / r distinct tokens of a micro-batch (T = b s / c tokens per rank, r = t with
+sequence parallelism: Megatron-Core's dispatcher works on the sequence-parallel shard). Each token goes to k
+of the E routed experts. With forced balancing (the benchmark recipes' moe_router_force_load_balancing) or
+token drop padded to capacity every expert receives its balanced share times the capacity factor c (1 when
+dropless: Megatron-Core pads nothing then).
+
+Dispatchers (Megatron-Core --moe-token-dispatcher-type; the flex dispatcher's backends):
+- alltoall: NCCL all-to-all over the EP group; every routed copy of a token travels to its expert's rank,
+  the (k_n - 1)/n share over the node's fabric and the (n - k_n)/n share through the sender's own NIC
+  (one copy per expert, no aggregation per node), both at once.
+- allgather: every rank gathers the EP group's tokens (all-gather) and reduce-scatters the outputs.
+- deepep / hybridep: one copy of a token per remote NVLink domain that holds at least one of its experts,
+  over RDMA, then fanned out to the target GPUs over NVLink inside that domain (DeepSeek-V3 technical report,
+  Sec. 3.2.2; deepseek-ai/DeepEP README "normal kernels"); HybridEP does the same with the NVL72 rack as the
+  domain. The expected number of distinct remote domains per token is distinct_remote_domains().
+- With expert tensor parallelism (etp > 1) the received tokens are all-gathered over the etp ranks that
+  split each expert, and the outputs reduce-scattered (Megatron-Core MoEAlltoAllTokenDispatcher).
+Every function broadcasts over numpy arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.physics.comm import Link, all_gather_seconds, group_link
+from planner.specs.hardware import HardwareProfile
+from planner.specs.layout import DispatcherCode, LayoutArrays
+from planner.specs.model import ModelSpec
+
+DISPATCH_BYTES_PER_ELEMENT = 2.0
+"""Dispatched and combined activations travel in bf16 (Megatron-Core's dispatchers permute the bf16 hidden
+states; the fp8 quantization of the experts' inputs happens after dispatch, in the expert GEMMs)."""
+
+
+NCCL_ALLTOALL_EFFICIENCY = 675.0 / 930.0
+"""NCCL's all-to-all of the dispatch against a dispatch kernel on the same links: on GB200 NVL72 at EP 64
+(DeepSeek-V3 shapes, hidden 7,168, 4,096 tokens, 256 experts) HybridEP dispatches in 675 us and NCCL's
+all-to-all in 930 us (arXiv:2603.07685, Sec. 4, as quoted in Megatron-LM docs and its summaries; combine 744
+vs 827 us): 0.73. The profiles' link efficiencies are those of the dispatch kernels (DeepEP's normal kernels
+reach 153-158 of ~160 GB/s on H800 NVLink and 43-58 GB/s of RDMA on a 50 GB/s NIC, deepseek-ai/DeepEP
+README @ 3b1045db). Taken for every chip; not fitted."""
+
+
+def owned_tokens(lay: LayoutArrays) -> np.ndarray:
+    """Distinct tokens of one micro-batch that one rank routes: b s / c, split over tp with sequence
+    parallelism."""
+    tokens = lay.micro_batch * lay.seq_len / lay.cp
+    return np.asarray(tokens / np.where(lay.sequence_parallel, lay.tp, 1))
+
+
+def capacity_factor(lay: LayoutArrays) -> np.ndarray:
+    """Tokens an expert processes relative to its balanced share: the capacity factor under token drop
+    (padded to capacity), 1 when dropless and balanced."""
+    return np.asarray(np.where(lay.moe_capacity_factor > 0, lay.moe_capacity_factor, 1.0))
+
+
+def tokens_per_local_expert(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """Rows M of each local expert's GEMMs for one micro-batch: the ep x etp ranks of an expert group route
+    ep x etp x T / t distinct tokens (a TP group holds T distinct tokens, T = b s / c), k copies each, spread
+    over E experts; each of an expert's etp ranks sees all of its tokens."""
+    assert model.moe is not None
+    tokens = lay.micro_batch * lay.seq_len / lay.cp
+    distinct = lay.ep * lay.etp * tokens / lay.tp
+    return np.asarray(distinct * model.moe.experts_per_token / model.moe.num_experts * capacity_factor(lay))
+
+
+def distinct_remote_domains(num_experts: int, top_k: int, domains: np.ndarray) -> np.ndarray:
+    """Expected number of NVLink domains other than the sender's that hold at least one of a token's k experts,
+    when the E experts are spread evenly over N domains and the k are k distinct experts drawn uniformly (the
+    balanced routing the benchmarks force): (N - 1) x (1 - C(E - E/N, k) / C(E, k))."""
+    n = np.maximum(np.asarray(domains, dtype=float), 1.0)
+    per_domain = num_experts / n
+    miss = np.ones_like(n)
+    for i in range(top_k):  # C(E - E/N, k) / C(E, k) as a product of k ratios
+        miss = miss * np.clip((num_experts - per_domain - i) / (num_experts - i), 0.0, 1.0)
+    return np.asarray((n - 1) * (1 - miss))
+
+
+def remote_domains(model: ModelSpec, domains: np.ndarray) -> np.ndarray:
+    """distinct_remote_domains under the model's routing: with group-limited routing whose groups each sit
+    inside one domain (router_groups a multiple of the domains), the token's router_group_topk groups decide the
+    domains it reaches: distinct_remote_domains over groups instead of experts (each chosen group taken to get at
+    least one of the k experts). The DeepSeek-V3 recipe (8 groups, 4 per token) over 8 nodes sends a token to
+    at most 4 nodes, 3.5 of them remote on average (DeepSeek-V3 technical report, Sec. 2.1.2 and 4.2)."""
+    assert model.moe is not None
+    moe = model.moe
+    free = distinct_remote_domains(moe.num_experts, moe.experts_per_token, domains)
+    if not (moe.router_groups and moe.router_group_topk):
+        return free
+    # Whole groups per domain: the token's topk groups are drawn among the G groups as its experts would be.
+    n = np.maximum(np.asarray(domains, dtype=float), 1.0)
+    aligned = moe.router_groups % n == 0
+    grouped = distinct_remote_domains(moe.router_groups, min(moe.router_group_topk, moe.experts_per_token), n)
+    return np.asarray(np.where(aligned, np.minimum(free, grouped), free))
+
+
+def ep_link(hw: HardwareProfile, lay: LayoutArrays) -> Link:
+    """The EP group's placement: ep ranks, etp apart (see the module notes)."""
+    return group_link(hw, lay.ep, lay.etp)
+
+
+def dispatch_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
+    """One dispatch (or one combine: the same bytes back) of one micro-batch on one rank, one pass, by the
+    layout's dispatcher, including the expert-TP gather (or scatter); 0 without EP and ETP."""
+    assert model.moe is not None
+    k = model.moe.experts_per_token
+    c = capacity_factor(lay)
+    token_bytes = model.hidden_size * DISPATCH_BYTES_PER_ELEMENT
+    own = owned_tokens(lay)
+    copies_bytes = own * k * c * token_bytes  # every routed copy, padded to capacity
+    link = ep_link(hw, lay)
+    n = lay.ep.astype(float)
+    local = link.members_per_node.astype(float)
+    b_intra, b_inter = link.intra_bandwidth_bytes_per_s, link.inter_bandwidth_bytes_per_s
+    crosses = link.nodes > 1
+    lat_intra = np.where(local > 1, link.intra_latency_s, 0.0)
+    lat_inter = np.where(crosses, link.inter_latency_s, 0.0)
+
+    # NCCL all-to-all: both tiers at once, each at its own rate, at NCCL_ALLTOALL_EFFICIENCY of what the
+    # dispatch kernels reach on the same links.
+    a2a = np.maximum((local - 1) / n * copies_bytes / b_intra + lat_intra,
+                     (n - local) / n * copies_bytes / b_inter + lat_inter) / NCCL_ALLTOALL_EFFICIENCY
+    # All-gather dispatcher: the EP group's tokens, gathered (the combine reduce-scatters them).
+    gathered = all_gather_seconds(n * own * token_bytes, lay.ep, link)
+    # DeepEP / HybridEP: one copy per remote domain over RDMA; every copy once over NVLink (fan-out inside
+    # the destination domain, or straight to a peer of the sender's own domain).
+    remote = remote_domains(model, link.nodes)
+    rdma = own * c * token_bytes * remote / b_inter + lat_inter
+    nvlink = (1 - 1 / n) * copies_bytes / b_intra + lat_intra
+    two_tier = np.maximum(np.where(crosses, rdma, 0.0), nvlink)
+
+    code = lay.moe_dispatcher
+    by_dispatcher = np.where(
+        code == DispatcherCode.ALLGATHER, gathered,
+        np.where((code == DispatcherCode.DEEPEP) | (code == DispatcherCode.HYBRIDEP), two_tier, a2a),
+    )
+    ep_part = np.where(lay.ep > 1, by_dispatcher, 0.0)
+    # Expert TP: the tokens an expert's ranks received, gathered over the etp ranks (the combine scatters).
+    etp_link = group_link(hw, lay.etp, 1)
+    etp_part = np.where(lay.etp > 1, all_gather_seconds(lay.etp * copies_bytes, lay.etp, etp_link), 0.0)
+    return np.asarray(ep_part + etp_part)

@@ -1,0 +1,137 @@
+"""Token dispatch (physics/moe.py) and the exposed expert traffic of a MoE layer (training/time.py), by hand.
+
+Round hardware (tests/round_specs.py): 8 GPUs per node; node fabric 400 GB/s x 0.5 = 200 GB/s, 3 us;
+network 50 GB/s x 0.8 = 40 GB/s per GPU, 10 us. Tiny MoE: h 64, 16 experts, top-2, expert width 32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from round_specs import round_hw, tiny
+
+from planner.physics.moe import (
+    NCCL_ALLTOALL_EFFICIENCY,
+    dispatch_seconds,
+    distinct_remote_domains,
+    owned_tokens,
+    remote_domains,
+    tokens_per_local_expert,
+)
+from planner.specs.layout import Layout
+from planner.specs.model import MoESpec
+from planner.training.time import EP_OVERLAP_SM_SHARE, expert_comm_seconds
+
+HW = round_hw()
+MOE = tiny(moe=MoESpec(num_experts=16, experts_per_token=2, moe_ffn_hidden_size=32))
+
+
+def arrays(**fields):
+    fields.setdefault("global_batch", fields.get("dp", 1) * fields.get("micro_batch", 1))
+    fields.setdefault("seq_len", 8192)
+    return Layout(**fields).to_arrays()
+
+
+def one(x) -> float:
+    return float(np.asarray(x).reshape(-1)[0])
+
+
+def test_remote_domains_by_hand():
+    # 16 experts over 2 domains of 8: a token misses the other domain with C(8,2)/C(16,2) = 28/120.
+    assert one(distinct_remote_domains(16, 2, np.array([2]))) == pytest.approx(1 - 28 / 120)
+    assert one(distinct_remote_domains(16, 2, np.array([1]))) == 0.0
+    # One expert per domain: (N - 1) x k / E of the domains are hit, k (N - 1) / N copies leave the domain.
+    assert one(distinct_remote_domains(16, 2, np.array([16]))) == pytest.approx(15 * 2 / 16)
+
+
+@pytest.mark.parametrize("domains", [2, 4, 8, 16])
+def test_remote_domains_never_exceed_the_copies_all_to_all_sends(domains):
+    # NCCL all-to-all sends k (N - 1)/N copies off the domain; one copy per domain can only be fewer.
+    remote = one(distinct_remote_domains(16, 2, np.array([domains])))
+    assert 0 < remote <= 2 * (domains - 1) / domains + 1e-12
+
+
+def test_tokens_per_local_expert_with_parallel_folding():
+    # tp 2 (SP), dp 8, ep 16, etp 1: the 16 ranks of the stage form one EP group. Each TP pair holds 8,192
+    # distinct tokens, 8 pairs -> 65,536 tokens x 2 copies over 16 experts = 8,192 rows per expert.
+    lay = arrays(tp=2, dp=8, ep=16, etp=1, sequence_parallel=True)
+    assert one(owned_tokens(lay)) == 4096
+    assert one(tokens_per_local_expert(MOE, lay)) == 8192
+    # etp = tp (Megatron's default): ep 8 ranks, each expert split over the 2 TP ranks: 8 x 2 x 4,096 x 2 / 16.
+    assert one(tokens_per_local_expert(MOE, arrays(tp=2, dp=8, ep=8, sequence_parallel=True))) == 8192
+    # Token drop padded to capacity 1.5: every expert processes 1.5x its balanced share.
+    dropped = arrays(tp=2, dp=8, ep=16, etp=1, sequence_parallel=True, moe_capacity_factor=1.5)
+    assert one(tokens_per_local_expert(MOE, dropped)) == 1.5 * 8192
+
+
+def test_all_to_all_runs_both_tiers_at_once():
+    # ep 16 over 2 nodes: each rank sends 8,192 tokens x 2 copies x 64 x 2 B = 2,097,152 B; 7/16 of it over the
+    # fabric, 8/16 through its NIC: max(7/16 x S / 200e9 + 3 us, 1/2 x S / 40e9 + 10 us).
+    s = 8192 * 2 * 64 * 2
+    lay = arrays(dp=16, ep=16)
+    expected = max(7 / 16 * s / 200e9 + 3e-6, 0.5 * s / 40e9 + 10e-6) / NCCL_ALLTOALL_EFFICIENCY
+    assert one(dispatch_seconds(MOE, HW, lay)) == pytest.approx(expected)
+
+
+def test_deepep_sends_one_copy_per_remote_node():
+    # One copy per remote node over RDMA (0.7667 of the 8,192 tokens' 128 B), every copy once over NVLink.
+    lay = arrays(dp=16, ep=16, moe_dispatcher="deepep")
+    s = 8192 * 2 * 64 * 2
+    rdma = 8192 * 128 * (1 - 28 / 120) / 40e9 + 10e-6
+    nvlink = 15 / 16 * s / 200e9 + 3e-6
+    assert one(dispatch_seconds(MOE, HW, lay)) == pytest.approx(max(rdma, nvlink))
+    assert one(dispatch_seconds(MOE, HW, lay)) < one(dispatch_seconds(MOE, HW, arrays(dp=16, ep=16)))
+
+
+def test_ep_group_is_kept_adjacent():
+    # Parallel folding with tp 2: the EP group of 4 ranks, 1 apart, stays in the node; the strided placement
+    # (tp x cp apart) would have been the same here, but an ep 8 x etp 1 group at tp 2 fills exactly one node.
+    inside = arrays(tp=2, dp=4, ep=8, etp=1, sequence_parallel=True)
+    s = 8192 / 2 * 2 * 64 * 2
+    assert one(dispatch_seconds(MOE, HW, inside)) == pytest.approx((7 / 8 * s / 200e9 + 3e-6) / NCCL_ALLTOALL_EFFICIENCY)
+
+
+def test_expert_tp_adds_a_gather_over_the_etp_ranks():
+    # ep 4 both ways: 4 ranks 1 apart, or 2 apart (etp 2) - one node either way, the same all-to-all.
+    no_etp = arrays(tp=2, dp=8, ep=4, etp=1, sequence_parallel=True)
+    etp = arrays(tp=2, dp=8, ep=4, etp=2, sequence_parallel=True)
+    s = 4096 * 2 * 64 * 2  # the rank's routed copies
+    gather = 1 / 2 * 2 * s / 200e9 + 3e-6  # all-gather of 2 x S inside the node: (k-1)/k x 2S / B + alpha
+    assert one(dispatch_seconds(MOE, HW, etp)) == pytest.approx(one(dispatch_seconds(MOE, HW, no_etp)) + gather)
+
+
+def test_no_overlap_exposes_four_transfers_per_micro_batch():
+    lay = arrays(dp=16, ep=16)
+    one_way = one(dispatch_seconds(MOE, HW, lay))
+    got = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0), shared_forward=np.array(0.0))
+    assert one(got) == pytest.approx(4 * one_way)
+
+
+def test_batch_level_overlap_hides_behind_the_other_micro_batch():
+    # 64 micro-batches, pp 1: 1/64 of them have no partner. Compute 1 s + 2 s is longer than the traffic, so the
+    # paired ones cost only the SM share of their traffic.
+    lay = arrays(dp=16, ep=16, moe_ep_overlap=True, global_batch=16 * 64)
+    serial = 4 * one(dispatch_seconds(MOE, HW, lay))
+    got = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0), shared_forward=np.array(0.0))
+    unpaired = 1 / 64
+    assert one(got) == pytest.approx(unpaired * serial + (1 - unpaired) * EP_OVERLAP_SM_SHARE * serial)
+
+
+def test_shared_expert_overlap_hides_up_to_the_shared_experts_time():
+    lay = arrays(dp=16, ep=16, moe_shared_expert_overlap=True)
+    one_way = one(dispatch_seconds(MOE, HW, lay))
+    shared = 0.5 * one_way  # forward shared GEMMs: half a transfer; backward twice that
+    got = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
+                              shared_forward=np.array(shared))
+    assert one(got) == pytest.approx(4 * one_way - shared - 2 * shared)
+
+
+def test_group_limited_routing_caps_the_remote_nodes():
+    # DeepSeek-V3's recipe: 256 experts in 8 groups, 4 groups per token, EP over 8 nodes (one group per node):
+    # 7 x (1 - C(7,4)/C(8,4)) = 3.5 remote nodes, not the 7 x (1 - C(224,8)/C(256,8)) = 4.6 of free top-8.
+    free = MoESpec(num_experts=256, experts_per_token=8, moe_ffn_hidden_size=32)
+    limited = free.model_copy(update={"router_groups": 8, "router_group_topk": 4})
+    nodes = np.array([8])
+    assert one(remote_domains(tiny(moe=limited), nodes)) == pytest.approx(3.5)
+    assert one(remote_domains(tiny(moe=free), nodes)) == pytest.approx(one(distinct_remote_domains(256, 8, nodes)))
+    assert one(distinct_remote_domains(256, 8, nodes)) == pytest.approx(4.6, abs=0.05)
