@@ -22,7 +22,7 @@ weight gradients, each element-wise kernel's backward), counted from Megatron-Co
 - routed experts: Transformer Engine's GroupedLinear issues one cuBLASLt GEMM per local expert for each of
   fc1 and fc2 (TE common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm, NVIDIA/TransformerEngine @ d0067d0):
   EXPERT_LAUNCHES_PER_LOCAL_EXPERT, plus the activation; shared experts as a dense MLP.
-These are counts of a structure, not fitted; the per-launch host time is (benchmarks/calibrate_training.py).
+These are counts of a structure, not fitted.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from planner.specs.layout import CUDA_GRAPH_BITS, LayoutArrays
 from planner.specs.model import ModelSpec
 
 HOST_SECONDS_PER_LAUNCH = 10e-6
-"""CPU time to issue one kernel from an eager PyTorch step (Python, dispatcher, cudaLaunchKernel): inside the
-5-20 us Holistic Trace Analysis gives; 10 us chosen by benchmarks/calibrate_training.py on the published MoE
-runs (grid 5-20 us), which are the runs where the host bounds the step."""
+"""CPU time to issue one kernel from an eager PyTorch step (Python, dispatcher, cudaLaunchKernel): the middle
+of the 5-20 us Holistic Trace Analysis gives. Not fitted: on the published runs the host bound never binds at
+any value in that range (the MoE rows' GPU time per layer is 3-25 ms against 1-5 ms of launches)."""
 
 SMALL_KERNEL_SECONDS = 1.2e-6
 """GPU time of a kernel whose work is negligible (an index computation, a tiny reduction): the launch latency
