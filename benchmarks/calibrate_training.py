@@ -12,7 +12,7 @@ What is fitted (four parameters, one value each for every chip):
 - gemm_scale: a factor on every profile's GEMM plateaus, 16-bit and fp8 (the profiles store 0.80 x the
   chip's best-shape matmul efficiency; the fit says how far from 1 that 0.80 should move);
 - memory_bw: the memory-bandwidth efficiency of every profile;
-- step_overhead_s, tp_overlap_exposed: training/time.py's STEP_OVERHEAD_SECONDS and
+- step_overhead_s, tp_overlap_exposed: the profiles' efficiency.step_overhead_seconds and time.py's
   TP_OVERLAP_EXPOSED_FRACTION.
 Held: GEMM_FIXED_SECONDS at 7.5 us, from the H100 square-GEMM benchmark (physics/kernels.py; the runs
 barely constrain it: fits wander between 0 and 30 us with the choice of sources); the DP overlap
@@ -39,7 +39,6 @@ import numpy as np
 
 import planner.physics.kernels as kernels
 import planner.specs.engine as engine_module
-import planner.training.estimate as training
 import planner.training.time as step
 from planner.engines.load import load_hardware
 from planner.specs.hardware import HardwareProfile
@@ -75,6 +74,7 @@ def profiles(params: dict[str, float]) -> dict[str, HardwareProfile]:
         updates: dict[str, Any] = {
             "matmul": eff.matmul.model_copy(update={"peak_fraction": min(1.0, eff.matmul.peak_fraction * k)}),
             "memory_bandwidth": eff.memory_bandwidth.model_copy(update={"fraction": params["memory_bw"]}),
+            "step_overhead_seconds": params["step_overhead_s"],
         }
         if eff.matmul_fp8 is not None:
             updates["matmul_fp8"] = eff.matmul_fp8.model_copy(update={"fraction": min(1.0, eff.matmul_fp8.fraction * k)})
@@ -102,7 +102,6 @@ def errors(params: dict[str, float], cases: list[dict[str, Any]]) -> list[float]
     megatron = engine_module.ENGINE_PROFILES["megatron"]  # the DP overlap share is the engine profile's
     engine_module.ENGINE_PROFILES["megatron"] = megatron.model_copy(update={
         "efficiency": megatron.efficiency.model_copy(update={"dp_overlap_efficiency": params["dp_overlap"]})})
-    training.STEP_OVERHEAD_SECONDS = params["step_overhead_s"]
     step.TP_OVERLAP_EXPOSED_FRACTION = params["tp_overlap_exposed"]
     hws = profiles(params)
     errs = []

@@ -229,6 +229,18 @@ def _solve(runs: list[Run], hw: HardwareProfile, names: list[str], shipped: dict
     return theta, np.linalg.inv(h), current
 
 
+STEP_OVERHEAD_FACTOR = "step_overhead"
+# A fixed per-step cost and a per-token inefficiency move one run's step alike; only runs of different step
+# lengths separate them (the fixed cost is a larger share of the short step). 1.5x: the shortest and longest
+# step of the runs must differ at least that much before the per-step factor is a candidate.
+STEP_LENGTH_RATIO = 1.5
+
+
+def _step_lengths_differ(runs: list[Run]) -> bool:
+    steps = [r.measured_seconds for r in runs if r.measured_seconds]
+    return len(steps) >= 2 and max(steps) >= STEP_LENGTH_RATIO * min(steps)
+
+
 def select_and_solve(runs: list[Run], hw: HardwareProfile, shipped: dict[str, float]
                      ) -> tuple[list[Choice], dict[str, str], dict[str, float], dict[str, float]]:
     """Forward selection: add, one at a time, the candidate that lowers the objective most, while it lowers it
@@ -248,6 +260,10 @@ def select_and_solve(runs: list[Run], hw: HardwareProfile, shipped: dict[str, fl
         best = None
         for k in candidates:
             if k in chosen:
+                continue
+            if names[k] == STEP_OVERHEAD_FACTOR and not _step_lengths_differ(runs):
+                skipped[names[k]] = (f"sensitivity {rms[k]:.2f}, but a per-step cost is told apart from the per-token "
+                                     f"ones only by runs whose steps differ by {STEP_LENGTH_RATIO}x or more")
                 continue
             if len(chosen) >= limit:
                 skipped[names[k]] = (f"sensitivity {rms[k]:.2f}, but {len(runs)} run(s) fit at most {limit} "

@@ -59,6 +59,8 @@ def runs_from_training_cases(cases: list[dict[str, Any]]) -> list[Run]:
         if published["quantity"] == "layer_forward_backward_seconds":
             seconds = value / 1e3 if published["unit"] == "ms" else value
             quantity = "layer_forward_backward_seconds"
+        elif published["quantity"] == "step_seconds":
+            seconds, quantity = value, "step_seconds"
         else:
             seconds = _measured_seconds(model, layout, published["quantity"], value)
             quantity = "step_seconds"

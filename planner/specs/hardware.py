@@ -170,6 +170,14 @@ class PublishedMfu(BaseModel):
     _check_note = field_validator("note")(_non_empty)
 
 
+# A fixed cost per optimizer step that no FLOP or byte count captures: the framework's Python work, kernel
+# launches of the optimizer over hundreds of tensors, gradient-norm and loss reductions, the data loader's
+# hand-off and logging. Published end-to-end step times include it (Megatron-LM's README: "end-to-end incl.
+# data loading, optimizer, logging"); it matters for short steps only. Fitted by benchmarks/calibrate_training.py
+# on the published runs of four sources (grid 0-0.2 s); a profile may carry its own (EfficiencySpec).
+DEFAULT_STEP_OVERHEAD_SECONDS = 0.2
+
+
 class EfficiencySpec(BaseModel):
     """What real kernels and collectives reach, as fractions of datasheet peaks."""
 
@@ -196,6 +204,14 @@ class EfficiencySpec(BaseModel):
     inter_node_link: Fraction = Field(description="Collective bus bandwidth reached across nodes (NCCL busbw / NIC).")
     best_published_mfu: PublishedMfu | None = Field(
         default=None, description="Best published training MFU on this chip per dtype; estimates above it are flagged."
+    )
+    step_overhead_seconds: float = Field(
+        default=DEFAULT_STEP_OVERHEAD_SECONDS,
+        ge=0.0,
+        le=60.0,
+        description="Fixed cost per optimizer step that no FLOP or byte count captures (framework Python, the "
+        "optimizer's launches over hundreds of tensors, loss and norm reductions, the data loader's hand-off); "
+        "`planner calibrate` can fit it (factor step_overhead).",
     )
 
 

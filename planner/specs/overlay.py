@@ -55,6 +55,8 @@ FACTORS: tuple[Factor, ...] = (
            "exposed collectives inside a node, fraction of NVLink bandwidth"),
     Factor("inter_node_link", "efficiency.inter_node_link.fraction", 0.20, 1.0, 0.25,
            "exposed collectives across nodes, fraction of NIC bandwidth"),
+    Factor("step_overhead", "efficiency.step_overhead_seconds", 0.005, 10.0, 1.0,
+           "fixed seconds per optimizer step (framework, optimizer launches, data loader)"),
 )
 FACTOR_BY_NAME = {f.name: f for f in FACTORS}
 

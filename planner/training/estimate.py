@@ -28,7 +28,6 @@ from planner.training.flops import step_flop
 from planner.training.memory import StageMemory, stage_memory, stage_params
 from planner.training.rules import check_layout
 from planner.training.time import (
-    STEP_OVERHEAD_SECONDS,
     StageTime,
     data_parallel_seconds,
     offload_step_seconds,
@@ -170,7 +169,7 @@ def evaluate(
     offload = comm_parts.pop("offload_comm") + host_copies + cpu_step
     # the copies count as communication; the CPU step is in the optimizer's time
     communication = sum(comm_parts.values()) + dp_comm + (offload - cpu_step)
-    optimizer = optimizer + cpu_step + STEP_OVERHEAD_SECONDS
+    optimizer = optimizer + cpu_step + hw.efficiency.step_overhead_seconds
     host = slowest_part("host")
     step = compute + communication + host + bubble + optimizer
 

@@ -80,12 +80,7 @@ LOGIT_TRAFFIC_BYTES = 18.0
 # The share of the overlap window that hides data-parallel traffic is the engine profile's
 # efficiency.dp_overlap_efficiency (planner.specs.engine; 1.0 for Megatron-LM, fitted by
 # benchmarks/calibrate_training.py on the published runs).
-# A fixed cost per optimizer step that no FLOP or byte count captures: the framework's Python work,
-# kernel launches of the optimizer over hundreds of tensors, gradient-norm and loss reductions, the data
-# loader's hand-off and logging. Published end-to-end step times include it (Megatron-LM's README:
-# "end-to-end incl. data loading, optimizer, logging"); it matters for short steps only. Fitted by
-# benchmarks/calibrate_training.py on the published runs of four sources (grid 0-0.2 s).
-STEP_OVERHEAD_SECONDS = 0.2
+# The fixed per-step overhead is the hardware profile's efficiency.step_overhead_seconds (specs/hardware.py).
 # With Megatron --tp-comm-overlap (Transformer Engine userbuffers) most TP traffic hides behind the
 # GEMMs; this is the share that stays exposed. Fitted by benchmarks/calibrate_training.py (grid 0-1) on the
 # runs with the overlap on (the Megatron-LM 2024 H100 table and the NeMo 24.07 rows that set it).

@@ -27,7 +27,6 @@ from planner.specs.layout import Layout
 from planner.training.estimate import evaluate
 from planner.training.memory import stage_params
 from planner.training.time import (
-    STEP_OVERHEAD_SECONDS,
     attention_core_seconds,
     fp8_cast_elements_per_token,
     layer_time,
@@ -204,7 +203,7 @@ def test_step_is_the_sum_of_its_parts_and_throughput_follows():
 def test_optimizer_time_includes_the_fixed_step_overhead():
     # pp 1: the optimizer stream (1.73824e-6 s, above) plus the calibrated per-step overhead.
     r = evaluate(tiny(), HW, lay())
-    assert r.optimizer_seconds.tolist() == pytest.approx([1.73824e-6 + STEP_OVERHEAD_SECONDS])
+    assert r.optimizer_seconds.tolist() == pytest.approx([1.73824e-6 + HW.efficiency.step_overhead_seconds])
 
 
 def test_fp8_speeds_up_large_gemms_and_slows_small_ones():
