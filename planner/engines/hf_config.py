@@ -375,6 +375,11 @@ def _deepseek(r: _Reader, *, default_topk_method: str) -> None:
     # group_limited_greedy routing has none.
     _moe(r, experts="n_routed_experts", ffn="moe_intermediate_size", shared=shared, dense_layers=dense,
          router_bias=topk_method == "noaux_tc")
+    mtp = _optional_count(r, "num_nextn_predict_layers")
+    if mtp:  # trained with the model (its memory and time in training); serving ignores it
+        r.put("mtp_layers", mtp, "num_nextn_predict_layers")
+        r.notes.append(f"num_nextn_predict_layers {mtp}: multi-token-prediction modules trained with the model "
+                       "(mtp_layers); not part of the served model (HF's DeepseekV3ForCausalLM does not build them)")
 
 
 def _deepseek_v3(r: _Reader) -> None:
@@ -602,9 +607,7 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
                     "n_group": "group-limited routing", "topk_group": "group-limited routing",
                     "routed_scaling_factor": "routing weight scale", "scoring_func": "routing score function",
                     "norm_topk_prob": "routing normalisation", "aux_loss_alpha": "load-balancing loss weight",
-                    "seq_aux": "load-balancing loss variant", "ep_size": "expert-parallel degree of the original run",
-                    "num_nextn_predict_layers": "multi-token-prediction module: not part of the served model "
-                                                "(HF's DeepseekV3ForCausalLM does not build it)"},
+                    "seq_aux": "load-balancing loss variant", "ep_size": "expert-parallel degree of the original run"},
 }
 
 

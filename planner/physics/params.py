@@ -93,6 +93,22 @@ def layer_params(model: ModelSpec, *, moe_layer: bool, active: bool = False) -> 
     return attention_params(model) + ffn + model.norms_per_layer * norm_params(model, model.hidden_size)
 
 
+def mtp_layer_is_moe(model: ModelSpec) -> bool:
+    """A multi-token-prediction module's transformer layer is of the model's last layer's kind (DeepSeek-V3: MLA
+    + MoE): MoE when the model has MoE layers (they follow the leading dense ones)."""
+    return model.num_moe_layers > 0
+
+
+def mtp_module_params(model: ModelSpec) -> int:
+    """One multi-token-prediction module (DeepSeek-V3 report, Sec. 2.2, eq. 21-22), as Megatron-Core builds it
+    (megatron/core/transformer/multi_token_prediction.py, MultiTokenPredictionLayer): RMSNorms of the hidden
+    state and of the next token's embedding (hnorm, enorm), the 2h -> h projection eh_proj (no bias), one
+    transformer layer of the model's last layer's kind and its own final norm. The embedding and the output
+    head are the main model's (shared, not counted here)."""
+    h = model.hidden_size
+    return 2 * h * h + 3 * norm_params(model, h) + layer_params(model, moe_layer=mtp_layer_is_moe(model))
+
+
 def embedding_params(model: ModelSpec) -> int:
     """Input embedding (+ learned positions, + BLOOM's embedding norm)."""
     h = model.hidden_size
@@ -122,6 +138,8 @@ class ParamCount:
     head: int
     num_dense_layers: int
     num_moe_layers: int
+    mtp_module: int = 0  # one multi-token-prediction module (shared embedding and head not included)
+    num_mtp_layers: int = 0
 
     @property
     def layers(self) -> int:
@@ -129,7 +147,19 @@ class ParamCount:
 
     @property
     def total(self) -> int:
+        """The main model's parameters: without the multi-token-prediction modules, as DeepSeek-V3's 671B is
+        counted (its report, Sec. 2.2 and the HF model card: 671B main model + 14B MTP module = 685B)."""
         return self.embedding + self.layers + self.head
+
+    @property
+    def mtp(self) -> int:
+        """Parameters the multi-token-prediction modules add in training (the embedding and head are shared)."""
+        return self.num_mtp_layers * self.mtp_module
+
+    @property
+    def total_with_mtp(self) -> int:
+        """What training holds: the main model plus its MTP modules."""
+        return self.total + self.mtp
 
     @property
     def active(self) -> int:
@@ -152,6 +182,8 @@ def count_params(model: ModelSpec) -> ParamCount:
         head=head_params(model),
         num_dense_layers=model.num_dense_layers,
         num_moe_layers=model.num_moe_layers,
+        mtp_module=mtp_module_params(model) if model.mtp_layers else 0,
+        num_mtp_layers=model.mtp_layers,
     )
 
 

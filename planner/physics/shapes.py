@@ -17,6 +17,7 @@ from planner.physics.params import (
     embedding_params,
     head_params,
     mlp_params,
+    mtp_layer_is_moe,
     norm_params,
 )
 from planner.specs.layout import LayoutArrays
@@ -172,7 +173,24 @@ class RankParams:
     """Parameters held by one rank for one layer, split by how ZeRO shards them."""
 
     dense: np.ndarray  # sharded over the data-parallel group (dp x cp)
-    expert: np.ndarray  # routed experts: sharded over the expert-data-parallel group (dp x cp / ep)
+    expert: np.ndarray  # routed experts: sharded over the expert-data-parallel group (expert_shard_degree)
+
+
+def expert_data_parallel(lay: LayoutArrays) -> np.ndarray:
+    """Ranks of a stage that hold the same routed experts: tp x cp x dp / (etp x ep).
+
+    Megatron-Core regroups a stage's tp x cp x dp ranks for the expert layers into etp x ep x edp
+    (megatron/core/parallel_state.py @ d98e8a64, initialize_model_parallel: expert_data_parallel_size =
+    world_size // (expert_tensor_parallel_size x expert_model_parallel_size x pipeline_model_parallel_size));
+    with etp = tp this is dp x cp / ep.
+    """
+    return np.asarray(np.maximum(lay.tp * lay.cp * lay.dp / (lay.etp * lay.ep), 1.0))
+
+
+def expert_shard_degree(lay: LayoutArrays) -> np.ndarray:
+    """Ranks a ZeRO shard of the routed experts spans: the expert-data-parallel group, or its part inside an
+    HSDP shard group (shard_degree of the dp x cp ranks, so shard_degree x tp / (etp x ep)); at least 1."""
+    return np.asarray(np.maximum(lay.shard_degree * lay.tp / (lay.etp * lay.ep), 1.0))
 
 
 def _bias_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
@@ -212,17 +230,24 @@ def _head_wise_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarra
 
 
 def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> RankParams:
-    """Parameters of one layer on one rank: matrices split by TP (experts also by EP); norms replicated."""
+    """Parameters of one layer on one rank: matrices split by TP, routed experts by expert TP and EP
+    (etp x ep); norms replicated.
+
+    Routed experts: Megatron-Core's TEGroupedMLP / SequentialMLP split each expert over the expert-TP group
+    (megatron/core/transformer/moe/experts.py @ d98e8a64: tp_group = pg_collection.expt_tp); shared experts
+    are an MLP over the ordinary TP group (moe/shared_experts.py, SharedExpertMLP: tp_group = pg_collection.tp).
+    """
     gemms = rank_gemms(model, lay.tp, moe_layer=moe_layer)
     matrices = sum((el for g, el in gemms if not g.routed), np.zeros_like(lay.tp, dtype=float))
-    routed = sum((el for g, el in gemms if g.routed), np.zeros_like(lay.tp, dtype=float))
+    routed = sum((gemm_elements_per_rank(g, model.kv_heads, lay.etp) for g, _ in gemms if g.routed),
+                 np.zeros_like(lay.tp, dtype=float))
     norms = model.norms_per_layer * norm_params(model, model.hidden_size)
     dense = matrices + norms + _bias_params_per_rank(model, lay, moe_layer=moe_layer) + _head_wise_params_per_rank(
         model, lay)
     if moe_layer and model.moe is not None:
         moe = model.moe
-        # Expert MLP biases (rare; Megatron-style layout): fc1's split over TP, fc2's replicated.
-        expert_bias = ((2 if model.mlp_kind == "gated" else 1) * moe.moe_ffn_hidden_size / lay.tp + model.hidden_size
+        # Expert MLP biases (rare; Megatron-style layout): fc1's split over expert TP, fc2's replicated.
+        expert_bias = ((2 if model.mlp_kind == "gated" else 1) * moe.moe_ffn_hidden_size / lay.etp + model.hidden_size
                        if model.mlp_bias else 0.0)
         experts_here = moe.num_experts / lay.ep
         router_bias = moe.num_experts if moe.router_bias else 0  # replicated with the router
@@ -248,3 +273,22 @@ def head_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
     lm_head = head_params(model) - norm_params(model, model.hidden_size)
     copy = np.where(model.tied_embeddings & (lay.pp > 1), word, 0)
     return np.asarray((lm_head + copy) / lay.tp + norm_params(model, model.hidden_size))
+
+
+def mtp_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> RankParams:
+    """One multi-token-prediction module on one rank (physics.params.mtp_module_params): its transformer layer
+    split like the model's layers, eh_proj column-parallel over TP (Megatron-Core multi_token_prediction.py
+    @ d98e8a64: built with gather_output=False, bias=False on the TP group) and its three norms replicated."""
+    layer = layer_params_per_rank(model, lay, moe_layer=mtp_layer_is_moe(model))
+    h = model.hidden_size
+    return RankParams(dense=layer.dense + 2 * h * h / lay.tp + 3 * norm_params(model, h), expert=layer.expert)
+
+
+def mtp_embedding_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """The embedding the MTP modules need on the last stage: with pp > 1 Megatron-Core builds one there
+    (megatron/core/models/gpt/gpt_model.py @ d98e8a64: `if self.pre_process or self.mtp_process: self.embedding
+    = LanguageModelEmbedding(...)`), its weights kept in step with the first stage's like tied embeddings. With
+    tied embeddings the last stage holds that word table already (head_params_per_rank), so only the rest."""
+    word = model.vocab_size * model.hidden_size / lay.tp
+    extra = embedding_params_per_rank(model, lay) - (word if model.tied_embeddings else 0.0)
+    return np.asarray(np.where(lay.pp > 1, extra, 0.0))

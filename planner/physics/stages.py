@@ -70,6 +70,15 @@ def stage_layer_split(num_layers: int, num_dense_layers: int, pp: np.ndarray, st
     return n, n - n_dense
 
 
+def mtp_layers_on_stage(model_mtp_layers: int, lay: LayoutArrays, stage: np.ndarray) -> np.ndarray:
+    """Multi-token-prediction modules on `stage`: the layout's count (-1: the model's `model_mtp_layers`), all
+    on the last stage. Megatron-Core without a custom pipeline layout builds every MTP layer on the last
+    pipeline stage (megatron/core/transformer/multi_token_prediction.py @ d98e8a64, get_mtp_num_layers_to_build:
+    mtp_num_layers if is_pipeline_last_stage else 0); with virtual stages, in the last model chunk."""
+    count = np.where(lay.mtp_layers < 0, model_mtp_layers, lay.mtp_layers)
+    return np.asarray(np.where(np.asarray(stage) == lay.pp - 1, count, 0))
+
+
 def candidate_stages(num_layers: int, num_dense_layers: int, pp: np.ndarray) -> np.ndarray:
     """The stages that can be the heaviest, stacked on a new leading axis: every formula broadcasts over
     it and over the layouts' own axes.

@@ -14,15 +14,19 @@ from functools import cached_property
 
 import numpy as np
 
+from planner.physics.params import mtp_layer_is_moe
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
 from planner.physics.shapes import (
     attention_dims,
     embedding_params_per_rank,
+    expert_shard_degree,
     head_params_per_rank,
     kv_divisor,
     layer_params_per_rank,
+    mtp_embedding_params_per_rank,
+    mtp_params_per_rank,
 )
-from planner.physics.stages import microbatches_in_flight, stage_layer_split
+from planner.physics.stages import microbatches_in_flight, mtp_layers_on_stage, stage_layer_split
 from planner.specs.engine import EngineProfile
 from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays, RecomputeCode, Zero
 from planner.specs.model import ModelSpec
@@ -51,6 +55,19 @@ LOSS_PEAK_BYTES_PER_LOGIT = LOGITS_BYTES + 2
 # torchao's float8 all-gather), so the fp8 copy replaces the 16-bit one; counting it on top called six of the
 # published fp8 runs that ran (NeMo, Megatron-Bridge) "does not fit".
 LSE_BYTES = 4  # flash attention keeps an fp32 log-sum-exp per query row and head (Dao et al. 2022, Alg. 1)
+# MoE bookkeeping kept from forward to backward, per token the rank routes. The router's scores in fp32 [T, E]
+# (Megatron-Core moe/router.py computes them in fp32; its sigmoid/softmax keeps its output). The fused
+# permutation (Megatron's --moe-permute-fusion, on in the Megatron-Bridge MoE recipes) keeps Transformer
+# Engine's row map, int32 [T, 2E + 1] (NVIDIA/TransformerEngine transformer_engine/pytorch/triton/permutation.py
+# @ d0067d0, make_row_id_map; saved by the permute and the unpermute autograd functions alike, one tensor).
+ROUTER_SCORE_BYTES = 4
+PERMUTE_MAP_BYTES_PER_EXPERT = 4
+# Per routed copy on the expert's rank: its fp32 probability, which the weighted activation keeps
+# (Megatron-Core moe/experts.py @ d98e8a64, TEGroupedMLP.forward: weighted_bias_swiglu_impl(fc1_output, ...,
+# permuted_probs)), and the int32 row of the chunk sort after the all-to-all (permutation.py, sort_chunks_by_index
+# saves its row_id_map). The unpermute of the combine gets no probabilities (token_dispatcher.py,
+# MoEAlltoAllTokenDispatcher.token_unpermutation) and saves only its map.
+PERMUTED_COPY_INDEX_BYTES = 4 + 4
 
 # The allocator's unusable slack, a share of the activation memory that churns within a step
 # (PyTorch memory snapshots typically show 5-10%); we take 5%. The process and NCCL figures are
@@ -90,33 +107,41 @@ class StageParams:
     expert: np.ndarray
     largest_layer_dense: np.ndarray  # the largest layer's parameters sharded like `dense`
     largest_layer_expert: np.ndarray  # and its routed experts
-    num_layers: np.ndarray
+    num_layers: np.ndarray  # the stage's transformer layers (its MTP modules not included)
     num_moe_layers: np.ndarray
     ends: np.ndarray | float = 0.0  # embedding and LM-head parameters within `dense` (16-bit under fp8 params)
+    num_mtp_layers: np.ndarray | int = 0  # multi-token-prediction modules (the last stage's), within dense/expert
 
 
 def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> StageParams:
-    """Parameters on one rank of `stage`: its layers (dense and MoE), plus embedding / head on the ends."""
+    """Parameters on one rank of `stage`: its layers (dense and MoE), plus embedding / head on the ends and
+    the multi-token-prediction modules (with the embedding they need when pp > 1) on the last stage."""
     n, n_moe = stage_layer_split(model.num_layers, model.num_dense_layers, lay.pp, stage)
     n_dense = n - n_moe
     dense_layer = layer_params_per_rank(model, lay, moe_layer=False)
     moe_layer = layer_params_per_rank(model, lay, moe_layer=True)
     is_first = np.asarray(stage) == 0
     is_last = np.asarray(stage) == lay.pp - 1
+    n_mtp = mtp_layers_on_stage(model.mtp_layers, lay, stage)
+    has_mtp = n_mtp > 0
+    mtp = mtp_params_per_rank(model, lay)
+    # The MTP embedding is one of the stage's ends (16-bit under fp8 params, like the first stage's).
     ends = np.where(is_first, embedding_params_per_rank(model, lay), 0) + np.where(
         is_last, head_params_per_rank(model, lay), 0
-    )
-    dense = n_dense * dense_layer.dense + n_moe * moe_layer.dense + ends
-    expert = n_moe * moe_layer.expert
+    ) + np.where(has_mtp, mtp_embedding_params_per_rank(model, lay), 0.0)
+    dense = n_dense * dense_layer.dense + n_moe * moe_layer.dense + ends + n_mtp * mtp.dense
+    expert = n_moe * moe_layer.expert + n_mtp * mtp.expert
     has_moe = n_moe > 0
+    largest_dense = np.maximum(np.where(n_dense > 0, dense_layer.dense, 0.0), np.where(has_moe, moe_layer.dense, 0.0))
     return StageParams(
         dense=dense,
         expert=expert,
-        largest_layer_dense=np.maximum(np.where(n_dense > 0, dense_layer.dense, 0.0), np.where(has_moe, moe_layer.dense, 0.0)),
-        largest_layer_expert=np.where(has_moe, moe_layer.expert, 0.0),
+        largest_layer_dense=np.maximum(largest_dense, np.where(has_mtp, mtp.dense, 0.0)),
+        largest_layer_expert=np.maximum(np.where(has_moe, moe_layer.expert, 0.0), np.where(has_mtp, mtp.expert, 0.0)),
         num_layers=n,
         num_moe_layers=n_moe,
         ends=ends,
+        num_mtp_layers=n_mtp,
     )
 
 
@@ -129,10 +154,13 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
     """(weights, gradients, optimizer) bytes under ZeRO stage 0-3 (Rajbhandari et al. 2020, Fig. 1).
 
     Dense parameters shard over dp x cp (Megatron's distributed optimizer and FSDP both shard over the
-    data-parallel group that includes context-parallel ranks); routed experts over dp x cp / ep.
+    data-parallel group that includes context-parallel ranks); routed experts over their expert-data-parallel
+    group, tp x cp x dp / (etp x ep) (physics.shapes.expert_shard_degree). Bytes per parameter are the layout's:
+    optimizer_bytes counts the master copy and the moments in their dtypes (specs.layout.optimizer_state_bytes:
+    12 for fp32 Adam, 8 with bf16 moments, 8 with bf16 master weights, 4 with both), dense and experts alike.
     """
     shard = lay.shard_degree.astype(float)  # dp x cp, or the HSDP shard group
-    expert_shard = np.maximum(shard / lay.ep, 1.0)
+    expert_shard = expert_shard_degree(lay)
 
     def sharded(bytes_per_param: np.ndarray, from_stage: int) -> np.ndarray:
         on = lay.zero >= from_stage
@@ -162,7 +190,7 @@ HOST_GRAD_BYTES = 4
 def host_state_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     """Bytes one rank keeps in host memory for offloaded model states (its ZeRO shard)."""
     shard = lay.shard_degree.astype(float)
-    expert_shard = np.maximum(shard / lay.ep, 1.0)
+    expert_shard = expert_shard_degree(lay)
     on = lay.zero >= Zero.OPTIMIZER
     params = np.where(on, sp.dense / shard + sp.expert / expert_shard, sp.dense + sp.expert)
     optimizer = np.where(lay.offload_optimizer, params * (lay.optimizer_bytes + HOST_GRAD_BYTES), 0.0)
@@ -208,21 +236,34 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
         norm_inputs, gemm_inputs = model.norms_per_layer, 2
     replicated = norm_inputs * e * h + gemm_inputs * g * h + 2 * dropout * h
     attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + g * widths.output / t
+    up = 2 if model.mlp_kind == "gated" else 1
     if moe_layer and model.moe is not None:
         moe = model.moe
         k = moe.experts_per_token
         f_routed = k * moe.moe_ffn_hidden_size
         f_shared = moe.shared_ffn_width
-        f = f_routed + f_shared
-        permuted = k * g * h  # tokens copied to their experts (dispatch buffer kept for fc1's backward)
-        router = 4 * moe.num_experts  # fp32 router probabilities
+        # Token drop padded to capacity (Megatron --moe-expert-capacity-factor c with
+        # --moe-pad-expert-input-to-capacity): every expert runs exactly c x its balanced share
+        # (moe_utils.get_capacity: ceil(tokens x k / E x c) per source rank); dropless and balanced: 1.
+        c = np.where(lay.moe_capacity_factor > 0, lay.moe_capacity_factor, 1.0)
+        f = c * f_routed + f_shared  # intermediate width per token on this rank (the routed part over etp x ep)
+        # Routed copies a rank's experts receive per token of its micro-batch: a stage's tp x cp x dp ranks send
+        # k copies of each token, spread over edp x ep = tp x cp x dp / etp expert slots: k etp / t (k with
+        # etp = t: the expert-TP group gathers its tokens); x c when padded to capacity. Each copy keeps fc1's
+        # input (h, fp8 under fp8 recipes) and, for the weighted activation and the chunk sort after the
+        # all-to-all, its probability and row index (PERMUTED_COPY_INDEX_BYTES).
+        copies = c * k * lay.etp / t
+        permuted = copies * (g * h + PERMUTED_COPY_INDEX_BYTES)
+        # The router's fp32 scores and the fused permutation's row map, per token the rank routes (its
+        # sequence-parallel shard).
+        router = (ROUTER_SCORE_BYTES * moe.num_experts + PERMUTE_MAP_BYTES_PER_EXPERT * (2 * moe.num_experts + 1)
+                  ) / rep_div
     else:
-        f = model.ffn_hidden_size
+        f = np.asarray(float(model.ffn_hidden_size))
         permuted = np.zeros(())
-        router = 0
+        router = np.zeros(())
     # Elements per token: gated keeps fc1's output (gate and up, 2f) and the activation output (f); standard
     # keeps fc1's output (f) and GeLU's output (f): Korthikanti's 8sbh + 8sbh bytes for f = 4h.
-    up = 2 if model.mlp_kind == "gated" else 1
     mlp = (up * e + g) * f / t + permuted + router
     heads_per_rank = model.num_attention_heads / t
     # Scores per token: softmax output (2 bytes) + with dropout its mask (1) and output (2): a*s*(2+3) bytes.
@@ -244,7 +285,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
         else 0.0
     )
     if moe_layer and model.moe is not None:
-        routed_act = g * f_routed / t
+        routed_act = c * g * f_routed / t  # the experts' activation output (fc2's input)
         shared_internal = (up * e + g) * f_shared / t
         mlp_drop = np.where(
             has("moe"), mlp, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared_internal, 0.0)
@@ -315,15 +356,44 @@ def stage_activation_bytes(
     # First stage: the embedding's dropout mask per micro-batch in flight (Korthikanti et al. 2022, eq. 6).
     embed = np.where(is_first & model.dropout, microbatches_in_flight(lay, stage) * tokens * h / rep_div, 0.0)
     # Last stage: final-norm input and LM-head input (2h each) and what the engine's loss keeps live per
-    # logit at its peak (LOSS_PEAK_BYTES_PER_LOGIT for Megatron).
+    # logit at its peak (LOSS_PEAK_BYTES_PER_LOGIT for Megatron). Each MTP module adds its activations per
+    # micro-batch in flight in its chunk and its own loss's logits: what that loss saves for backward (the
+    # peak's bf16 logits gradient, ACTIVATION_BYTES, exists for one loss at a time; Megatron: the fp32 softmax).
     head = np.where(
         is_last,
         tokens * (2 * ACTIVATION_BYTES * h / rep_div + loss_bytes_per_logit * model.vocab_size / lay.tp),
         0.0,
     )
+    mtp_kind = moe if mtp_layer_is_moe(model) else dense
+    has_mtp = np.asarray(sp.num_mtp_layers) > 0
     largest_working = np.maximum(np.where(n_dense > 0, dense.working, 0.0), np.where(n_moe > 0, moe.working, 0.0))
+    largest_working = np.maximum(largest_working, np.where(has_mtp, mtp_kind.working, 0.0))
     working = largest_working * tokens
-    return held + embed + head, working
+    mtp = sp.num_mtp_layers * tokens * (
+        mtp_microbatches_in_flight(lay) * mtp_activation_bytes_per_token(model, lay, mtp_kind)
+        + (loss_bytes_per_logit - ACTIVATION_BYTES) * model.vocab_size / lay.tp
+    )
+    return held + embed + head + mtp, working
+
+
+def mtp_microbatches_in_flight(lay: LayoutArrays) -> np.ndarray:
+    """Micro-batches whose MTP activations the last stage holds: the MTP modules run in the last model chunk,
+    whose backward follows each micro-batch's forward at once under 1F1B, plain or interleaved; GPipe holds
+    all m."""
+    return np.asarray(np.where(lay.gpipe & (lay.pp > 1), lay.num_micro_batches, 1).astype(float))
+
+
+def mtp_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, layer: LayerActivations) -> np.ndarray:
+    """What one MTP module keeps for backward per token (DeepSeek-V3 report Sec. 2.2, eq. 21-22; Megatron-Core
+    MultiTokenPredictionLayer): its transformer layer's activations as the layout keeps them, the inputs of
+    its two norms (the previous depth's hidden state and the next token's embedding, 2h each), eh_proj's input
+    (the two norm outputs, 2h wide), the inputs of its final norm and of the shared output head (2h each);
+    the h-wide tensors split under sequence parallelism. Its loss's logits are counted by the caller."""
+    h = model.hidden_size
+    rep_div = np.where(lay.sequence_parallel, lay.tp, 1).astype(float)
+    g = np.where(lay.fp8, FP8_ACTIVATION_BYTES, ACTIVATION_BYTES)
+    own = (2 * ACTIVATION_BYTES * h + 2 * g * h + 2 * ACTIVATION_BYTES * h) / rep_div
+    return np.asarray(layer.stored + own)
 
 
 def offloaded_activation_bytes(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams) -> np.ndarray:
@@ -351,7 +421,7 @@ def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     """
     shard = lay.shard_degree
     beyond = 1.0 - 1.0 / shard
-    beyond_expert = 1.0 - 1.0 / np.maximum(shard // lay.ep, 1)
+    beyond_expert = 1.0 - 1.0 / expert_shard_degree(lay)
     layer = sp.largest_layer_dense * beyond + sp.largest_layer_expert * beyond_expert
     gathered = np.minimum(2 * sp.largest_layer_dense, sp.dense) * beyond + np.minimum(
         2 * sp.largest_layer_expert, sp.expert

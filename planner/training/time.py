@@ -56,6 +56,7 @@ from planner.physics.launch import (
     layer_host_seconds,
 )
 from planner.physics.moe import dispatch_seconds, tokens_per_local_expert
+from planner.physics.params import mtp_layer_is_moe
 from planner.physics.shapes import Gemm, attention_dims, gemm_elements_per_rank, kv_divisor, rank_gemms
 from planner.physics.stages import microbatches_in_flight
 from planner.specs.engine import EngineProfile, engine_or_default
@@ -426,6 +427,26 @@ def recompute_extra_seconds(
     return np.where(lay.recompute == RecomputeCode.OP, op, modules)
 
 
+def mtp_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, sp: StageParams, dense: LayerTime, moe: LayerTime,
+    head: np.ndarray, eager_factor: np.ndarray,
+) -> np.ndarray:
+    """Compute seconds per micro-batch of the stage's multi-token-prediction modules (DeepSeek-V3 report,
+    Sec. 2.2; Megatron-Core runs them on the last stage): each is one more layer of the model's last kind -
+    forward, backward and what the layout recomputes, by layer_time and recompute_extra_seconds - plus its
+    2h -> h projection eh_proj (forward and two backward GEMMs) and one more LM head and loss (`head`, the
+    stage's head term). The layer's TP/EP communication is not charged here."""
+    n = np.asarray(sp.num_mtp_layers)
+    if not np.any(n > 0):
+        return np.zeros(np.shape(head))
+    is_moe = mtp_layer_is_moe(model)
+    layer = moe if is_moe else dense
+    extra = recompute_extra_seconds(model, hw, lay, layer, moe_layer=is_moe, eager_factor=eager_factor)
+    proj_flop = 2 * tokens_per_microbatch(lay) * 2 * model.hidden_size * model.hidden_size / lay.tp
+    proj = matmul_seconds(hw, proj_flop, gemm_peak_flops(hw, lay), gemm_plateau(hw, lay))
+    return np.asarray(n * (layer.forward + layer.backward + layer.recompute + extra + 3 * proj + head))
+
+
 @dataclass(frozen=True)
 class StageTime:
     """Seconds for one micro-batch (forward + backward) on one stage, by part."""
@@ -507,6 +528,7 @@ def stage_time(
     # The LM head stays 16-bit under fp8 recipes (Transformer Engine / torchao convert the layers' Linears only).
     head_gemm = matmul_seconds(hw, 2 * logits * model.hidden_size, peak_16bit_flops(hw))
     head = np.where(is_last, 3 * head_gemm + memory_seconds(hw, logits * LOGIT_TRAFFIC_BYTES), 0.0)
+    head = head + mtp_seconds(model, hw, lay, sp, dense, moe, head, eager_factor)
     compute = forward + backward + recompute + head
 
     # Pipeline sends: forward activations and backward gradients at each boundary the stage owns, v times

@@ -212,6 +212,22 @@ def test_deepseek_v3_mla_and_moe():
     assert (spec.moe.num_shared_experts, spec.moe.num_dense_layers) == (1, 3)
     assert spec.moe.router_bias  # topk_method noaux_tc carries e_score_correction_bias
     assert spec.ffn_hidden_size == 18432
+    assert spec.mtp_layers == 1  # num_nextn_predict_layers
+
+
+def test_deepseek_mtp_count_is_read_and_zero_or_absent_means_none():
+    assert imported("deepseek-v3.json", num_nextn_predict_layers=0).mtp_layers == 0
+    assert imported("deepseek-v3.json", num_nextn_predict_layers=None).mtp_layers == 0
+    assert imported("deepseek-v3.json", num_nextn_predict_layers=2).mtp_layers == 2
+
+
+def test_serving_ignores_the_mtp_modules():
+    from planner.serving.inputs import model_shapes
+
+    with_mtp = imported("deepseek-v3.json")
+    without = imported("deepseek-v3.json", num_nextn_predict_layers=0)
+    served = {k: v for k, v in vars(model_shapes(with_mtp)).items() if k != "spec"}
+    assert served == {k: v for k, v in vars(model_shapes(without)).items() if k != "spec"}
 
 
 def test_deepseek_q_lora_rank_null_means_direct_query_projection():

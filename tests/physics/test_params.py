@@ -405,3 +405,45 @@ def _assert_three_paths_agree(model: ModelSpec) -> None:
                           for g in layer.gemms)
             total += n * (weights + layer.small_params)
     assert total == counts.total
+
+
+# Multi-token prediction -------------------------------------------------------------------------------
+def test_deepseek_v3_mtp_module_by_hand_from_its_config():
+    # DeepSeek-V3 config (h 7168, 128 heads, q_lora 1536, kv_lora 512, nope 128, rope 64, v 128; 256 experts of
+    # 2048, 1 shared, router bias; num_nextn_predict_layers 1). One MTP module = one MoE layer + eh_proj + 3 norms:
+    #   q path   7168*1536 + 1536 + 1536*128*192          =    48,760,320
+    #   kv path  7168*576 + 512 + 512*128*256             =    20,906,496
+    #   out      128*128*7168                             =   117,440,512   attention 187,107,328
+    #   router   7168*256 + 256                           =     1,835,264
+    #   experts  256 * 3*7168*2048 (44,040,192)           = 11,274,289,152
+    #   shared   44,040,192; layer norms 2*7168 = 14,336
+    #   layer    187,107,328 + 1,835,264 + 11,274,289,152 + 44,040,192 + 14,336 = 11,507,286,272
+    #   eh_proj  2*7168*7168 = 102,760,448; enorm, hnorm, final norm 3*7168 = 21,504
+    #   module   11,507,286,272 + 102,760,448 + 21,504   = 11,610,068,224
+    counts = count_params(load_model(str(HF / "deepseek-v3.json")).spec)
+    assert counts.num_mtp_layers == 1
+    assert counts.mtp_module == 11_610_068_224
+    assert counts.mtp == 11_610_068_224
+    assert counts.total_with_mtp == counts.total + 11_610_068_224
+    # The main-model total stays the report's 671B (MTP excluded; see test_hf_deepseek_v3_within_a_tenth...).
+    assert rel_err(counts.total, 671e9) < 1e-3
+
+
+def test_deepseek_v3_checkpoint_with_mtp_is_the_685b_of_the_model_card():
+    # HF's checkpoint stores the MTP module with its own copies of the embedding and the output head
+    # (2 x 129,280 x 7,168 = 1,853,358,080): 11,610,068,224 + 1,853,358,080 = 13,463,426,304 (the report's
+    # "14B of MTP module weights", Sec. 2.2 / model card), and 671B + that is the card's 685B.
+    counts = count_params(load_model(str(HF / "deepseek-v3.json")).spec)
+    checkpoint_mtp = counts.mtp + 2 * 129_280 * 7_168
+    assert checkpoint_mtp == 13_463_426_304
+    assert rel_err(counts.total + checkpoint_mtp, 685e9) < 1e-3
+
+
+def test_mtp_of_a_dense_model_is_a_dense_layer_and_zero_mtp_adds_nothing():
+    # tiny llama (h 8, 4 heads, 2 KV heads of 2, ffn 16, gated, RMSNorm): dense layer = q 64 + kv 2*8*4 (64)
+    # + o 64 + MLP 3*8*16 (384) + norms 16 = 592; MTP module = 592 + eh_proj 2*8*8 (128) + 3 norms 24 = 744.
+    assert count_params(tiny_llama()).mtp == 0
+    counts = count_params(tiny_llama(mtp_layers=2))
+    assert counts.dense_layer == 592
+    assert (counts.mtp_module, counts.mtp) == (744, 1488)
+    assert counts.total == count_params(tiny_llama()).total

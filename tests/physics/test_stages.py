@@ -119,3 +119,15 @@ def test_micro_batch_count_is_global_over_dp_times_micro():
 def test_bubble_fraction(pp, interleave, global_batch, expected):
     lay = Layout(pp=pp, interleave=interleave, global_batch=global_batch, seq_len=16).to_arrays()
     assert bubble_fraction(lay).tolist() == pytest.approx([expected])
+
+
+def test_mtp_layers_sit_on_the_last_stage_only():
+    from planner.physics.stages import mtp_layers_on_stage
+
+    # the layout's -1 means the model's count; 0 switches MTP off; every module on stage p - 1
+    model_default = Layout(pp=4, global_batch=8, seq_len=16).to_arrays()
+    assert mtp_layers_on_stage(1, model_default, np.arange(4)).tolist() == [0, 0, 0, 1]
+    off = Layout(pp=4, global_batch=8, seq_len=16, mtp_layers=0).to_arrays()
+    assert mtp_layers_on_stage(1, off, np.arange(4)).tolist() == [0, 0, 0, 0]
+    two = Layout(pp=1, global_batch=8, seq_len=16, mtp_layers=2).to_arrays()
+    assert mtp_layers_on_stage(0, two, np.arange(1)).tolist() == [2]
