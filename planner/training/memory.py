@@ -234,7 +234,13 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
         norm_inputs, gemm_inputs = 1, model.norms_per_layer  # feeds its GEMMs (one shared for GPT-J/Cohere)
     else:
         norm_inputs, gemm_inputs = model.norms_per_layer, 2
-    replicated = norm_inputs * e * h + gemm_inputs * g * h + 2 * dropout * h
+    # In an MoE layer the pre-MLP norm's output stays 16-bit under fp8: the router's GEMM runs in 16 bits and
+    # keeps it (Megatron-Core moe/moe_utils.py @ d98e8a64, RouterGatingLinearFunction.forward saves its input),
+    # and the shared experts' fc1 keeps that same tensor rather than an fp8 copy (moe/shared_experts.py,
+    # set_save_original_input); the routed experts' inputs are the dispatched copies below.
+    moe_norm_out = moe_layer and model.moe is not None and not model.parallel_attention_mlp
+    post_norm = (g + e) * h if moe_norm_out else gemm_inputs * g * h  # the GEMM inputs after the norms
+    replicated = norm_inputs * e * h + post_norm + 2 * dropout * h
     attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + g * widths.output / t
     up = 2 if model.mlp_kind == "gated" else 1
     if moe_layer and model.moe is not None:
@@ -278,7 +284,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
         return np.asarray(selective & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS[module]) != 0))
 
     core_drop = np.where(has("core_attn") & ~lay.flash_attention, scores, 0.0)
-    norm_drop = np.where(has("layernorm"), 2 * g * h / rep_div, 0.0)  # the two norm outputs (GEMM inputs)
+    norm_drop = np.where(has("layernorm"), post_norm / rep_div, 0.0)  # the two norm outputs (GEMM inputs)
     mla_drop = (
         np.where(has("mla_up_proj"), e * widths.query / t + e * (widths.key + widths.value) / kv_div, 0.0)
         if model.mla is not None
