@@ -268,3 +268,20 @@ def test_fp8_keeps_the_moe_layers_pre_mlp_norm_output_in_16_bits():
     # layernorm recompute drops both norm outputs: 64 + 128 = 192
     acts = per_token(dtype="fp8", recompute="selective", recompute_modules=("layernorm",))
     assert acts.stored.tolist() == [1_428 - 192]
+
+
+@pytest.mark.parametrize(("tp", "dp", "ep"), [(2, 4, 2), (4, 2, 4), (4, 4, 2), (2, 8, 4)])
+def test_sharded_expert_states_per_rank_do_not_depend_on_expert_tp(tp, dp, ep):
+    # A stage's routed-expert states are spread over all its tp x dp ranks whatever etp is: each rank holds
+    # tp / etp times the expert weights and shards them over tp / etp times more expert-data-parallel ranks.
+    # So under ZeRO-1 the optimizer bytes per rank are the same for every etp, and the weights scale as 1 / etp.
+    model = tiny_moe(moe=dict(num_experts=8, moe_ffn_hidden_size=64))
+    results = {}
+    for etp in (e for e in (1, 2, 4) if e <= tp and (tp * dp) % (ep * e) == 0):
+        layout = lay(tp=tp, dp=dp, ep=ep, etp=etp, zero=1)
+        sp = stage_params(model, layout, ONE)
+        _, _, optim = model_state_bytes(layout, sp)
+        results[etp] = (float(sp.expert[0]) * etp, float(optim[0]))
+    assert len(results) >= 2
+    assert len({expert for expert, _ in results.values()}) == 1
+    assert len({optim for _, optim in results.values()}) == 1
