@@ -242,6 +242,14 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     post_norm = (g + e) * h if moe_norm_out else gemm_inputs * g * h  # the GEMM inputs after the norms
     replicated = norm_inputs * e * h + post_norm + 2 * dropout * h
     attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + g * widths.output / t
+    if model.mla is not None:
+        # MLA's compressed latents: the query and K/V down-projections' outputs, kept by their RMSNorms, and
+        # the norms' outputs, kept as the up-projections' GEMM inputs (and as the checkpointed inputs under
+        # mla_up_proj recompute); per token of the rank's sequence-parallel shard (Megatron-Core
+        # multi_latent_attention.py @ d98e8a64, get_query_key_value_tensors: q_compressed and kv_compressed are
+        # [s / TP, b, rank] under sequence parallelism). The rotary key joins K, counted there.
+        latents = (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
+        attention = attention + (e + g) * latents / rep_div
     up = 2 if model.mlp_kind == "gated" else 1
     if moe_layer and model.moe is not None:
         moe = model.moe

@@ -285,3 +285,17 @@ def test_sharded_expert_states_per_rank_do_not_depend_on_expert_tp(tp, dp, ep):
     assert len(results) >= 2
     assert len({expert for expert, _ in results.values()}) == 1
     assert len({optim for _, optim in results.values()}) == 1
+
+
+def test_mla_keeps_its_compressed_latents():
+    # Tiny MoE with MLA (4 heads, nope 16, rope 8, v 16, kv_lora 16, q_lora 8), tp 1, bf16, per token:
+    #   norm inputs / post-norm GEMM inputs / dropout masks 640; Q and K 4 x 24 = 96 wide, V and output 64:
+    #   2 x (96 + 96 + 64 + 64) = 640; latents: the down-projections' outputs and their norms' outputs,
+    #   2 x (8 + 16) + 2 x (8 + 16) = 96; lse 16; MoE 580 (as in MOE_TOKEN)          -> 1,972
+    # With sequence parallelism over tp 2 the latents are per token of the shard: 96 / 2 = 48 of the layer's bytes.
+    mla = dict(q_lora_rank=8, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+    assert per_token(tiny_moe(mla=mla)).stored.tolist() == [1_972]
+    no_q_lora = dict(mla, q_lora_rank=None)
+    assert (per_token(tiny_moe(mla=mla)).stored - per_token(tiny_moe(mla=no_q_lora)).stored).tolist() == [2 * 8 + 2 * 8]
+    sp = dict(tp=2, dp=2, ep=2, sequence_parallel=True)
+    assert (per_token(tiny_moe(mla=mla), **sp).stored - per_token(tiny_moe(mla=no_q_lora), **sp).stored).tolist() == [16]
