@@ -308,6 +308,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         global_batch=const(problem.global_batch, np.int64),
         seq_len=const(problem.seq_len, np.int64),
         gpipe=const(False, bool),
+        dualpipe=const(False, bool),
         flash_attention=const(problem.flash_attention, bool),
         grad_bytes=const(GRAD_BYTES[problem.grad_dtype], np.int64),
         optimizer_bytes=const(OPTIMIZER_STATE_BYTES_PER_PARAM[problem.optimizer], np.int64),

@@ -102,7 +102,10 @@ StateDtype = Literal["fp32", "bf16"]
 ComputeDtype = Literal["bf16", "fp16", "fp8"]
 GradDtype = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal["adam", "sgd"]
-Schedule = Literal["1f1b", "gpipe"]
+# dualpipe: DeepSeek-V3's bidirectional pipeline (arXiv:2412.19437 Sec. 3.2.1; deepseek-ai/DualPipe): each of the
+# pp ranks holds stages r and pp - 1 - r, micro-batches enter from both ends, a forward and a backward chunk
+# run overlapped.
+Schedule = Literal["1f1b", "gpipe", "dualpipe"]
 
 # Bytes of optimizer state per parameter, beyond the 16-bit weights and gradients.
 # Mixed-precision Adam: fp32 master weights + momentum + variance = 4 + 4 + 4 = 12
@@ -151,7 +154,8 @@ class Layout(BaseModel):
     global_batch: GlobalBatch = Field(description="Sequences per optimizer step, all replicas together.")
     seq_len: SeqLen = Field(description="Tokens per sequence.")
     interleave: Interleave = Field(default=1, description="Virtual pipeline stages per rank (interleaved 1F1B); 1 = plain.")
-    schedule: Schedule = Field(default="1f1b", description="Pipeline schedule: 1f1b (PipeDream-Flush) or gpipe.")
+    schedule: Schedule = Field(default="1f1b", description="Pipeline schedule: 1f1b (PipeDream-Flush), gpipe, or dualpipe (DeepSeek-V3's bidirectional "
+                          "schedule: two stages per rank, expert all-to-all overlapped).")
     dtype: ComputeDtype = Field(default="bf16", description="Compute precision of the matrix multiplies.")
     grad_dtype: GradDtype = Field(default="bf16", description="Gradient precision (fp32 = Megatron's main grads).")
     optimizer: Optimizer = Field(default="adam", description="Optimizer (sets the optimizer-state bytes per parameter).")
@@ -312,6 +316,7 @@ class LayoutArrays:
     seq_len: np.ndarray
     interleave: np.ndarray
     gpipe: np.ndarray
+    dualpipe: np.ndarray  # schedule dualpipe
     flash_attention: np.ndarray
     grad_bytes: np.ndarray
     optimizer_bytes: np.ndarray
@@ -380,6 +385,7 @@ class LayoutArrays:
             [recompute_module_mask(lay.recompute_modules) for lay in layouts], dtype=np.int64
         )
         cols["gpipe"] = np.array([lay.schedule == "gpipe" for lay in layouts], dtype=bool)
+        cols["dualpipe"] = np.array([lay.schedule == "dualpipe" for lay in layouts], dtype=bool)
         cols["flash_attention"] = np.array([lay.flash_attention for lay in layouts], dtype=bool)
         cols["grad_bytes"] = np.array([4 if lay.grad_dtype == "fp32" else 2 for lay in layouts], dtype=np.int64)
         cols["optimizer_bytes"] = np.array(
@@ -441,7 +447,7 @@ class LayoutArrays:
             recompute=RECOMPUTE_NAMES[int(self.recompute[i])],
             recompute_layers_per_stage=None if rl < 0 else rl,
             recompute_modules=self._modules_of(i),
-            schedule="gpipe" if bool(self.gpipe[i]) else "1f1b",
+            schedule="gpipe" if bool(self.gpipe[i]) else ("dualpipe" if bool(self.dualpipe[i]) else "1f1b"),
             flash_attention=bool(self.flash_attention[i]),
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_tp_comm=bool(self.overlap_tp_comm[i]),

@@ -19,13 +19,13 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.physics.kernels import gemm_peak_flops
-from planner.physics.stages import candidate_stages, layers_on_stage
+from planner.physics.stages import candidate_stages, layers_on_stage, microbatches_in_flight
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 from planner.training.flops import step_flop
-from planner.training.memory import StageMemory, stage_memory, stage_params
+from planner.training.memory import StageMemory, StageParams, stage_memory, stage_params
 from planner.training.rules import check_layout
 from planner.training.time import (
     StageTime,
@@ -95,6 +95,58 @@ class TrainingArrays:
         return TrainingArrays(**values)
 
 
+# The weight-gradient share of a backward chunk, for DualPipe's bubble: DeepSeek-V3's measured chunk times on
+# 2,048 H800, 1B 1.99 s and 1W 0.48 s (Insights into DeepSeek-V3, ISCA 2025, arXiv:2505.09343, Table 4).
+WGRAD_SHARE_OF_BACKWARD = 0.48 / 1.99
+
+
+def _dualpipe_ranks(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, stages: np.ndarray, params: StageParams,
+    mem: StageMemory, times: StageTime, engine: EngineProfile,
+) -> tuple[StageMemory, StageTime]:
+    """Per rank under DualPipe (where lay.dualpipe): rank r holds stages r and p - 1 - r (deepseek-ai/DualPipe).
+    Half the micro-batches run through each copy, so a rank's micro-batch time is the mean of its two
+    stages'; it keeps both stages' model states, and p + 1 chunk-micro-batches of activations in flight
+    (DeepSeek-V3 technical report, Table 2), each the mean of its two stages' per micro-batch."""
+    mirror = lay.pp - 1 - stages
+    mirror_params = stage_params(model, lay, mirror)
+    mem_m = stage_memory(model, lay, mirror, mirror_params, engine)
+    times_m = stage_time(model, hw, lay, mirror, mirror_params, engine)
+    on = lay.dualpipe
+
+    def mean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.asarray(np.where(on, (a + b) / 2, a))
+
+    def both(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.asarray(np.where(on, a + b, a))
+
+    # Per micro-batch activations from the pair's earlier stage (many micro-batches in flight, few one-off
+    # buffers), scaled by layers for the later one; the later stage's one-off buffers (the logits of the loss,
+    # MTP inputs) are what its held bytes exceed that by.
+    first = stages <= mirror
+    held_e = np.where(first, mem.activations_bytes, mem_m.activations_bytes)
+    held_l = np.where(first, mem_m.activations_bytes, mem.activations_bytes)
+    early, late = np.minimum(stages, mirror), np.maximum(stages, mirror)
+    layers_e = np.where(first, params.num_layers, mirror_params.num_layers).astype(float)
+    layers_l = np.where(first, mirror_params.num_layers, params.num_layers).astype(float)
+    per_mb_e = held_e / microbatches_in_flight(lay, early)
+    per_mb_l = per_mb_e * layers_l / np.maximum(layers_e, 1.0)
+    extras_l = np.maximum(held_l - microbatches_in_flight(lay, late) * per_mb_l, 0.0)
+    activations = np.where(on, (lay.pp + 1) * (per_mb_e + per_mb_l) / 2 + extras_l, mem.activations_bytes)
+    paired_mem = StageMemory(
+        weights_bytes=both(mem.weights_bytes, mem_m.weights_bytes),
+        gradients_bytes=both(mem.gradients_bytes, mem_m.gradients_bytes),
+        optimizer_bytes=both(mem.optimizer_bytes, mem_m.optimizer_bytes),
+        activations_bytes=np.asarray(activations),
+        buffers_bytes=np.asarray(np.maximum(mem.buffers_bytes, np.where(on, mem_m.buffers_bytes, 0.0))),
+        reserve_bytes=np.asarray(np.maximum(mem.reserve_bytes, np.where(on, mem_m.reserve_bytes, 0.0))),
+        params=both(mem.params, mem_m.params),
+        host_bytes=both(mem.host_bytes, mem_m.host_bytes),
+    )
+    paired_times = StageTime(**{f.name: mean(getattr(times, f.name), getattr(times_m, f.name)) for f in fields(times)})
+    return paired_mem, paired_times
+
+
 class _StagePicker:
     """Takes, from a (k, ...) per-stage array, the entry at each candidate's chosen stage `index`.
 
@@ -134,6 +186,8 @@ def evaluate(
     params = stage_params(model, lay, stages)
     mem: StageMemory = stage_memory(model, lay, stages, params, engine)
     times: StageTime = stage_time(model, hw, lay, stages, params, engine)
+    if np.any(lay.dualpipe):
+        mem, times = _dualpipe_ranks(model, hw, lay, stages, params, mem, times, engine)
 
     heaviest = _StagePicker(np.argmax(mem.total_bytes, axis=0), stages.shape[0])
     pick_mem = {
@@ -149,6 +203,11 @@ def evaluate(
     m = lay.num_micro_batches.astype(float)
     v = lay.interleave.astype(float)
     bubble = (lay.pp - 1) / v * t_stage  # Narayanan et al. 2021, eq. (1)/(2): (p - 1)/v micro-batch slots idle
+    # DualPipe: (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 technical report, Table 2), F&B = F + B of a chunk pair
+    # run overlapped (t_stage), B the backward, W its weight-gradient part.
+    backward = slowest(times.backward + times.recompute)
+    dual_bubble = np.maximum(lay.pp / 2 - 1, 0) * (t_stage + backward - 3 * WGRAD_SHARE_OF_BACKWARD * backward)
+    bubble = np.where(lay.dualpipe, dual_bubble, bubble)
     dp_exposed = np.max(data_parallel_seconds(hw, lay, params, times.backward, times.forward, engine), axis=0)
     gpu_optimizer = np.where(lay.offload_optimizer, 0.0, optimizer_seconds(hw, lay, params))
     optimizer = np.max(gpu_optimizer, axis=0) * engine.optimizer.step_traffic_factor

@@ -140,6 +140,14 @@ RULES: tuple[Rule, ...] = (
         f"({l.global_batch // max(l.dp * l.micro_batch, 1)}) divisible by pp, and the 1f1b schedule",
     ),
     Rule(
+        "dualpipe_invalid",
+        lambda m, a, g: a.dualpipe & ((a.pp < 2) | (a.pp % 2 != 0) | (a.interleave > 1) | (a.num_micro_batches < a.pp)
+                                      | (a.num_micro_batches % 2 != 0)),
+        lambda m, l, g: f"schedule dualpipe needs an even pp >= 2 (pp = {l.pp}), interleave 1, and an even micro-batch "
+        f"count of at least pp ({l.global_batch // max(l.dp * l.micro_batch, 1)} micro-batches): deepseek-ai/DualPipe "
+        "feeds half the micro-batches from each end",
+    ),
+    Rule(
         "ep_invalid",
         lambda m, a, g: (a.ep > 1)
         & ((_moe_experts(m) % a.ep != 0) | ((a.tp * a.dp * a.cp) % (a.ep * a.etp) != 0) | (m.moe is None)),

@@ -57,7 +57,15 @@ from planner.physics.launch import (
 )
 from planner.physics.moe import dispatch_seconds, tokens_per_local_expert
 from planner.physics.params import mtp_layer_is_moe
-from planner.physics.shapes import Gemm, attention_dims, gemm_elements_per_rank, kv_divisor, rank_gemms
+from planner.physics.shapes import (
+    Gemm,
+    attention_dims,
+    expert_data_parallel,
+    expert_shard_degree,
+    gemm_elements_per_rank,
+    kv_divisor,
+    rank_gemms,
+)
 from planner.physics.stages import microbatches_in_flight
 from planner.specs.engine import EngineProfile, engine_or_default
 from planner.specs.hardware import HardwareProfile
@@ -334,7 +342,9 @@ def expert_comm_seconds(
     overlapped = np.maximum(serial - compute, 0.0) + EP_OVERLAP_SM_SHARE * np.minimum(serial, compute)
     m = lay.num_micro_batches.astype(float)
     unpaired = np.minimum(1.0, np.maximum(lay.pp - 1, 1) / m)
-    return np.asarray(np.where(lay.moe_ep_overlap, unpaired * serial + (1 - unpaired) * overlapped, serial))
+    # DualPipe runs every forward chunk beside a backward chunk: the same overlap, whatever the flag says.
+    overlap_on = lay.moe_ep_overlap | lay.dualpipe
+    return np.asarray(np.where(overlap_on, unpaired * serial + (1 - unpaired) * overlapped, serial))
 
 
 def _gemm_forward_seconds(
@@ -617,8 +627,9 @@ def zero3_seconds(
     z = engine.zero
     shard = lay.shard_degree  # HSDP: gathers and reduce-scatters inside the shard group
     link = group_link(hw, shard, lay.tp)
-    expert_group = np.maximum(shard // lay.ep, 1)
-    expert_link = group_link(hw, expert_group, lay.tp * lay.cp * lay.ep)
+    # The routed experts' shard group: the expert-data-parallel ranks (inside the HSDP group), etp x ep apart.
+    expert_group = np.rint(expert_shard_degree(lay)).astype(np.int64)
+    expert_link = group_link(hw, expert_group, lay.etp * lay.ep)
     units = np.maximum(sp.num_layers, 1).astype(float)
     per_collective = z.collectives_per_layer * (ring_latency_seconds(link) + z.collective_overhead_seconds)
 
@@ -684,8 +695,9 @@ def data_parallel_seconds(
     """
     shard = lay.dp * lay.cp
     dp_link = group_link(hw, shard, lay.tp)
-    expert_group = np.maximum(shard // lay.ep, 1)
-    expert_link = group_link(hw, expert_group, lay.tp * lay.cp * lay.ep)
+    # The routed experts synchronise over the expert-data-parallel group, etp x ep ranks apart.
+    expert_group = np.rint(expert_data_parallel(lay)).astype(np.int64)
+    expert_link = group_link(hw, expert_group, lay.etp * lay.ep)
     grad_bytes = lay.grad_bytes
     reduce = np.where(
         lay.zero == Zero.NONE,
@@ -733,7 +745,7 @@ def optimizer_seconds(hw: HardwareProfile, lay: LayoutArrays, sp: StageParams) -
     """The optimizer step streams its states once: Adam reads master weights, momentum, variance and the
     gradient and writes all but the gradient plus the 16-bit weights (memory-bound, fused multi-tensor)."""
     shard = np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree, 1)
-    params = sp.dense / shard + sp.expert / np.maximum(np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree // lay.ep, 1), 1)
+    params = sp.dense / shard + sp.expert / np.where(lay.zero >= Zero.OPTIMIZER, expert_shard_degree(lay), 1.0)
     bytes_per_param = 2 * lay.optimizer_bytes + lay.grad_bytes + WEIGHT_BYTES
     return memory_seconds(hw, params * bytes_per_param)
 
@@ -754,7 +766,7 @@ def offload_step_seconds(
     link = host_link_bytes_per_s(hw)
     assert hw.host is not None
     shard = np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree, 1).astype(float)
-    expert_shard = np.maximum(np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree // lay.ep, 1), 1)
+    expert_shard = np.where(lay.zero >= Zero.OPTIMIZER, expert_shard_degree(lay), 1.0)
     params = sp.dense / shard + sp.expert / expert_shard
     ranks_per_node = np.minimum(hw.node.gpus_per_node, lay.gpus)
     fused_rate = hw.host.memory_bandwidth_bytes_per_s * CPU_ADAM_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAM
