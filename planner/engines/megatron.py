@@ -710,6 +710,9 @@ def _optimizer_precision(args: Mapping[str, Any], got: Collected) -> None:
         if value not in allowed:
             raise PlannerError(f"--{flag} must be {', '.join(allowed)}, got {value!r}", source=src)
     lowered = [f for f, v in dtypes.items() if v != "fp32"]
+    if args.get("optimizer-cpu-offload") and not args.get("use-precision-aware-optimizer"):
+        raise PlannerError("--optimizer-cpu-offload needs --use-precision-aware-optimizer (Megatron-LM asserts 'the "
+                           "hybrid device optimizer reuses the code path of this flag'); add it", source=src)
     if not args.get("use-precision-aware-optimizer"):
         if lowered:
             raise PlannerError(f"--{lowered[0]} {dtypes[lowered[0]]} needs --use-precision-aware-optimizer "
@@ -945,8 +948,9 @@ def moe_conflict(model: ModelSpec, fields: Mapping[str, Any]) -> str | None:
             return "CUDA graphs with full recompute (Megatron-Core: only with a whole-iteration graph); use selective"
         if int(get("offload_activation_layers") or 0) > 0:
             return "CUDA graphs with --cpu-offloading (Megatron-Core raises 'CUDA graphs not supported with CPU offloading')"
-    if get("optimizer_state_dtype", "fp32") != "fp32" and int(get("zero") or 0) < 1:
-        return "--use-precision-aware-optimizer needs the distributed optimizer (zero >= 1; Megatron-LM asserts it)"
+    if (get("optimizer_state_dtype", "fp32") != "fp32" or get("offload_optimizer")) and int(get("zero") or 0) < 1:
+        return ("--use-precision-aware-optimizer (bf16 moments, or the optimizer's CPU offload) needs the distributed "
+                "optimizer (zero >= 1; Megatron-LM asserts it)")
     return None
 
 
@@ -1132,6 +1136,8 @@ def moe_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
             flags.append(["--cuda-graph-scope", *lay.cuda_graph_scope])
     if lay.optimizer_state_dtype == "bf16":
         flags.append(["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"])
+    elif lay.offload_optimizer:  # validate_args: the CPU offload runs on the precision-aware optimizer's code path
+        flags.append(["--use-precision-aware-optimizer"])
     mtp = model.mtp_layers if lay.mtp_layers is None else lay.mtp_layers
     if mtp:
         flags.append(["--mtp-num-layers", str(mtp)])
@@ -1226,8 +1232,11 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
         if moe.num_dense_layers:
             flags.append(["--moe-layer-freq",
                           f"([0]*{moe.num_dense_layers}+[1]*{model.num_layers - moe.num_dense_layers})"])
-        if moe.router_bias:
-            flags.append(["--moe-router-enable-expert-bias"])
+        if moe.router_bias:  # aux-loss-free balancing: TransformerConfig allows the expert bias with sigmoid scores
+            flags += [["--moe-router-enable-expert-bias"], ["--moe-router-score-function", "sigmoid"]]
+        # grouped expert GEMMs, as Megatron-Core's MoE recipes run them (and --recompute-modules moe_act needs them:
+        # TransformerConfig raises 'moe_act in recompute_modules is only supported with moe_grouped_gemm')
+        flags.append(["--moe-grouped-gemm"])
     if model.mla is not None:
         mla = model.mla
         flags.append(["--multi-latent-attention"])

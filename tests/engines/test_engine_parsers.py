@@ -39,6 +39,7 @@ from planner.training.rules import resolve_layout
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_roundtrip import CASES  # noqa: E402  (the same feature combinations as the round trip)
+from test_roundtrip_moe import MOE_CASES  # noqa: E402
 
 HW = load_hardware("h100-sxm").spec
 
@@ -71,17 +72,17 @@ def megatron_arguments():
     except ImportError as err:
         pytest.skip(f"Megatron-LM does not import here: {err}")
     arguments.get_device_arch_version = lambda: 9  # validate_args asks the GPU; answer as an H100
+    import torch
+
+    torch.cuda.get_device_capability = lambda *a: (9, 0)  # --moe-grouped-gemm's check, answered as an H100
     return arguments
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_megatron_export_passes_megatrons_argparse_and_validate_args(name, megatron_arguments, monkeypatch):
-    exported = _export(name, "megatron")
-    if exported is None:
-        pytest.skip("planner refuses this layout for Megatron-LM")
+def _megatron_args(exported, megatron_arguments, monkeypatch, *extra: str):
     gpus = exported.layout.gpus
     flags = split_launch_text(exported.text, "megatron_args.sh")
-    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *flags, "--mock-data", "--tokenizer-type", "NullTokenizer"])
+    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *flags, "--mock-data", "--tokenizer-type", "NullTokenizer",
+                                      *extra])
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", str(gpus))):
         monkeypatch.setenv(key, value)
     # Megatron asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor/context parallelism, and unset with its FSDP
@@ -91,10 +92,46 @@ def test_megatron_export_passes_megatrons_argparse_and_validate_args(name, megat
         monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     args = megatron_arguments.parse_args()
     megatron_arguments.validate_args(args, {})
+    return args
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_megatron_export_passes_megatrons_argparse_and_validate_args(name, megatron_arguments, monkeypatch):
+    exported = _export(name, "megatron")
+    if exported is None:
+        pytest.skip("planner refuses this layout for Megatron-LM")
+    args = _megatron_args(exported, megatron_arguments, monkeypatch)
     lay = exported.layout
     assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.data_parallel_size) == \
         (lay.tp, lay.pp, lay.dp)
     assert args.global_batch_size == lay.global_batch and args.micro_batch_size == lay.micro_batch
+
+
+def _moe_export(name: str):
+    model_id, gpus, fields, runs = MOE_CASES[name]
+    model = load_model(model_id).spec
+    layout = resolve_layout(model, gpus, **fields)
+    return render_export("megatron", model_id, model, HW, layout, estimate(model, HW, layout), hardware_id="h100-sxm")
+
+
+@pytest.mark.parametrize("name", [n for n, case in MOE_CASES.items() if "megatron" in case[3]])
+def test_megatron_moe_export_passes_megatrons_transformer_config(name, megatron_arguments, monkeypatch):
+    """The MoE cases' flags through parse_args, validate_args and core_transformer_config_from_args, whose
+    TransformerConfig.__post_init__ holds Megatron-Core's MoE asserts (overlap, dispatcher, capacity padding,
+    CUDA-graph scopes, MTP). --no-rope-fusion: the fused RoPE needs Transformer Engine, which a CPU run lacks."""
+    exported = _moe_export(name)
+    args = _megatron_args(exported, megatron_arguments, monkeypatch, "--no-rope-fusion")
+    config = megatron_arguments.core_transformer_config_from_args(args)
+    lay = exported.layout
+    assert config.expert_tensor_parallel_size == lay.expert_tp
+    backend = {"deepep": ("flex", "deepep"), "hybridep": ("flex", "hybridep")}
+    kind, flex = backend.get(lay.moe_dispatcher, (lay.moe_dispatcher, None))
+    assert config.moe_token_dispatcher_type == kind and (flex is None or config.moe_flex_dispatcher_backend == flex)
+    assert config.overlap_moe_expert_parallel_comm == lay.moe_ep_overlap
+    assert config.moe_expert_capacity_factor == lay.moe_capacity_factor
+    assert (config.cuda_graph_impl != "none") == bool(lay.cuda_graph_scope)
+    model_mtp = load_model(MOE_CASES[name][0]).spec.mtp_layers
+    assert (config.mtp_num_layers or 0) == (model_mtp if lay.mtp_layers is None else lay.mtp_layers)
 
 
 # --- DeepSpeed ----------------------------------------------------------------------------------------
