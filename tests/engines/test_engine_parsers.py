@@ -178,6 +178,20 @@ def test_deepspeed_export_passes_deepspeedconfig(name, deepspeed_config):
                           "gradient_accumulation_steps": parsed.gradient_accumulation_steps}, mpu=_Mpu(world))
 
 
+@pytest.mark.parametrize("name", [n for n, case in MOE_CASES.items() if "deepspeed" in case[3]])
+def test_deepspeed_bf16_state_export_passes_deepspeedconfig(name, deepspeed_config):
+    """bf16_master_weights_and_grads and bf16_optimizer_states where DeepSpeedConfig reads them (its ZeRO-stage
+    asserts included)."""
+    model_id, gpus, fields, _ = MOE_CASES[name]
+    model = load_model(model_id).spec
+    layout = resolve_layout(model, gpus, **fields)
+    exported = render_export("deepspeed", model_id, model, HW, layout, estimate(model, HW, layout))
+    lay = exported.layout
+    parsed = deepspeed_config(json.loads(exported.text), mpu=_Mpu(lay.gpus // lay.cp))
+    assert parsed.bfloat16_config.bf16_master_weights_and_grads == (lay.master_weights_dtype == "bf16")
+    assert parsed.bfloat16_config.bf16_optimizer_states == (lay.optimizer_state_dtype == "bf16")
+
+
 # --- torchtitan -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def torchtitan_manager():
@@ -213,6 +227,26 @@ def test_torchtitan_export_passes_configmanager(name, torchtitan_manager, tmp_pa
     assert (config.parallelism.tensor_parallel_degree, config.parallelism.pipeline_parallel_degree,
             config.parallelism.context_parallel_degree) == (lay.tp, lay.pp, lay.cp)
     assert config.training.seq_len == lay.seq_len and config.training.global_batch_size == lay.global_batch
+
+
+@pytest.mark.parametrize("name", [n for n, case in MOE_CASES.items() if "torchtitan" in case[3]])
+def test_torchtitan_moe_export_passes_configmanager(name, torchtitan_manager, tmp_path):
+    """expert_tensor_parallel_degree, expert_parallel_comm_backend, the DualPipeV schedule and training.dtype
+    as JobConfig types them."""
+    model_id, gpus, fields, _ = MOE_CASES[name]
+    model = load_model(model_id).spec
+    layout = resolve_layout(model, gpus, **fields)
+    exported = render_export("torchtitan", model_id, model, HW, layout, estimate(model, HW, layout))
+    manager, _ = torchtitan_manager
+    path = tmp_path / "torchtitan.toml"
+    path.write_text(exported.text)
+    config = manager().parse_args(["--job.config_file", str(path)])
+    lay, par = exported.layout, config.parallelism
+    assert (par.expert_parallel_degree, par.expert_tensor_parallel_degree) == (lay.ep, lay.expert_tp if lay.ep > 1
+                                                                                else 1)
+    assert par.expert_parallel_comm_backend == ("deepep" if lay.moe_dispatcher == "deepep" else "standard")
+    assert (par.pipeline_parallel_schedule == "DualPipeV") == lay.moe_ep_overlap
+    assert config.training.dtype == ("bfloat16" if lay.master_weights_dtype == "bf16" else "float32")
 
 
 # --- Hugging Face Trainer ----------------------------------------------------------------------------------
