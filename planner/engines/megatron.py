@@ -904,7 +904,8 @@ def moe_conflict(model: ModelSpec, fields: Mapping[str, Any]) -> str | None:
     dispatcher, ep, pp = get("moe_dispatcher", "alltoall"), int(get("ep") or 1), int(get("pp") or 1)
     recompute, modules = get("recompute", "none"), tuple(get("recompute_modules") or ())
     graphs = _graphs(fields)
-    mtp = model.mtp_layers if get("mtp_layers") is None else int(get("mtp_layers"))
+    given_mtp = get("mtp_layers")
+    mtp = model.mtp_layers if given_mtp is None else int(given_mtp)
     if get("moe_ep_overlap"):
         needs = [
             (ep > 1, "expert parallelism (ep > 1)"),

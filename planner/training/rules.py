@@ -60,7 +60,7 @@ def _expert_tp_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
     if kind == "any":
         return np.zeros(lay.etp.shape, dtype=bool)
     if kind == "one_or_tp":
-        return (lay.etp != lay.tp) & (lay.etp != 1)
+        return np.asarray((lay.etp != lay.tp) & (lay.etp != 1))
     return np.asarray(lay.etp != lay.tp)
 
 
