@@ -122,12 +122,12 @@ def test_github_format_annotations(run_cli):
 
 
 def test_warnings_go_to_stderr_and_into_github_annotations(run_cli):
-    # (HSDP, this test's former example, is modelled now; a bf16-only torchtitan run still warns)
+    # (HSDP and bf16-only training, this test's former examples, are modelled now; never resharding still warns)
     args = ("check", "--torchtitan", ENGINES / "torchtitan" / "hsdp.toml", "--hardware", "h100-sxm", "--gpus", "16",
-            "--engine-args", "--training.dtype bfloat16")
+            "--engine-args", "--parallelism.fsdp_reshard_after_forward never")
     result = run_cli(*args)
     assert result.exit_code == 0, result.output
-    assert result.stderr.startswith("warning: ") and "training.dtype bfloat16" in result.stderr
+    assert result.stderr.startswith("warning: ") and "fsdp_reshard_after_forward 'never'" in result.stderr
     github = run_cli(*args, "--format", "github")
     assert github.stdout.startswith("::warning file=")
 
