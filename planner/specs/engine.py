@@ -155,6 +155,9 @@ class MoESection(_Sourced):
         description="Expert all-to-all hidden behind another micro-batch's compute (Layout.moe_ep_overlap)."
     )
     default_ep_overlap: bool = Field(description="Whether that overlap is on when its config says nothing.")
+    ep_overlap_dispatchers: tuple[Dispatcher, ...] = Field(
+        description="The dispatchers that overlap runs with (empty where there is no overlap)."
+    )
     shared_expert_overlap: bool = Field(
         description="Shared experts computed beside the dispatch (Layout.moe_shared_expert_overlap)."
     )
@@ -329,9 +332,11 @@ _MEGATRON = EngineProfile(
     ),
     moe=MoESection(
         dispatchers=("alltoall", "allgather", "deepep", "hybridep"), default_dispatcher="allgather",
-        ep_overlap=True, default_ep_overlap=False, shared_expert_overlap=True, expert_tensor_parallel="any",
-        capacity_factor=True, mtp=True,
+        ep_overlap=True, default_ep_overlap=False, ep_overlap_dispatchers=("alltoall", "deepep", "hybridep"),
+        shared_expert_overlap=True, expert_tensor_parallel="any", capacity_factor=True, mtp=True,
         sources={
+            "ep_overlap_dispatchers": "transformer_config.py (c1e938b0) asserts 'overlap_moe_expert_parallel_comm is "
+            "supported with alltoall/flex token dispatcher'",
             "dispatchers": _MEGATRON_DISPATCHERS,
             "default_dispatcher": "NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py (c1e938b0, "
             "2026-05-13): moe_token_dispatcher_type = \"allgather\", which --moe-token-dispatcher-type takes as its "
@@ -476,8 +481,10 @@ _TORCHTITAN = _derive(
     moe={
         "dispatchers": ("alltoall", "deepep", "hybridep"), "default_dispatcher": "alltoall", "ep_overlap": True,
         "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "one_or_tp",
-        "capacity_factor": False, "mtp": False,
+        "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": ("alltoall", "deepep"),
         "sources": {
+            "ep_overlap_dispatchers": "DualPipeV's overlap runs with the configured all-to-all backend (standard or "
+            "deepep, job_config.py 238fa995)",
             "dispatchers": "pytorch/torchtitan torchtitan/config/job_config.py (238fa995, 2026-02-23) "
             "[parallelism] expert_parallel_comm_backend standard (all-to-all) | deepep; HybridEP since the Python "
             "configs (torchtitan/models/common/config_utils.py comm_backend hybridep, b5bcd76c, 2026-08-21)",
@@ -542,8 +549,9 @@ _FSDP = _derive(
     moe={
         "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,
         "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "tp_only",
-        "capacity_factor": False, "mtp": False,
+        "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": (),
         "sources": {
+            "ep_overlap_dispatchers": "no overlap",
             "dispatchers": "no expert parallelism in the Trainer FSDP path: experts compute locally (alltoall is "
             "planner's name for the only, unused, choice)",
             "default_dispatcher": "as dispatchers",
@@ -644,8 +652,9 @@ _DEEPSPEED = _derive(
     moe={
         "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,
         "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "tp_only",
-        "capacity_factor": True, "mtp": False,
+        "capacity_factor": True, "mtp": False, "ep_overlap_dispatchers": (),
         "sources": {
+            "ep_overlap_dispatchers": "no overlap",
             "dispatchers": "deepspeed/moe/sharded_moe.py _AllToAll: one NCCL all-to-all per dispatch and combine",
             "default_dispatcher": "as dispatchers",
             "ep_overlap": "deepspeed/moe/sharded_moe.py MOELayer runs dispatch, experts and combine in sequence",

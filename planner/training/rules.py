@@ -101,6 +101,11 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  "moe.dispatchers"),
     _engine_rule("engine_no_ep_overlap", lambda a, e: a.moe_ep_overlap & (not e.moe.ep_overlap),
                  lambda l: "moe_ep_overlap", "moe.ep_overlap"),
+    _engine_rule("engine_ep_overlap_dispatcher",
+                 lambda a, e: a.moe_ep_overlap & e.moe.ep_overlap & ~np.isin(
+                     a.moe_dispatcher, np.asarray([DISPATCHER_CODES[n] for n in e.moe.ep_overlap_dispatchers],
+                                                  dtype=np.int64)),
+                 lambda l: f"moe_ep_overlap with moe_dispatcher {l.moe_dispatcher}", "moe.ep_overlap_dispatchers"),
     _engine_rule("engine_no_shared_expert_overlap",
                  lambda a, e: a.moe_shared_expert_overlap & (not e.moe.shared_expert_overlap),
                  lambda l: "moe_shared_expert_overlap", "moe.shared_expert_overlap"),

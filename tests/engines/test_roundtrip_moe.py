@@ -144,3 +144,19 @@ def test_random_moe_layouts_are_refused_or_read_back_exactly(case, fmt):
         assert str(err).strip() and "\n" not in str(err)  # one line saying what the engine cannot run
         return
     assert read_back(fmt, exported.text, model, gpus) == exported.layout
+
+
+def test_the_names_of_dispatchers_and_graph_scopes_agree_everywhere():
+    """The layout's literals, the engine profiles' copy of the dispatcher names and the CLI's choices."""
+    from typing import get_args
+
+    from planner.cli.options import CUDA_GRAPH_SCOPES, MOE_DISPATCHERS
+    from planner.specs.engine import ENGINE_PROFILES, Dispatcher
+    from planner.specs.layout import CUDA_GRAPH_BITS, DISPATCHER_CODES, CudaGraphScope, MoeDispatcher
+
+    assert get_args(Dispatcher) == get_args(MoeDispatcher) == tuple(DISPATCHER_CODES) == MOE_DISPATCHERS
+    assert get_args(CudaGraphScope) == tuple(CUDA_GRAPH_BITS) == CUDA_GRAPH_SCOPES
+    for profile in ENGINE_PROFILES.values():
+        assert profile.moe.default_dispatcher in profile.moe.dispatchers
+        assert set(profile.moe.ep_overlap_dispatchers) <= set(profile.moe.dispatchers)
+        assert bool(profile.moe.ep_overlap_dispatchers) == profile.moe.ep_overlap

@@ -63,9 +63,14 @@ def test_a_setting_the_engine_cannot_run_is_one_line_naming_it(args: list[str], 
 
 
 def test_megatron_export_refusing_a_conflict_is_one_line() -> None:
-    """--overlap-moe-expert-parallel-comm with the allgather dispatcher: Megatron-Core asserts against it."""
-    assert_rejected([*COMMANDS["export"], "--moe-ep-overlap", "--moe-dispatcher", "allgather"],
-                    "--overlap-moe-expert-parallel-comm needs", "the alltoall or flex dispatcher")
+    """--overlap-moe-expert-parallel-comm with full recompute: Megatron-Core asserts against it."""
+    assert_rejected([*COMMANDS["export"], "--moe-ep-overlap", "--moe-dispatcher", "alltoall", "--recompute", "full"],
+                    "--overlap-moe-expert-parallel-comm needs", "no full recompute")
+
+
+def test_overlap_with_a_dispatcher_it_does_not_run_with_is_an_engine_rule() -> None:
+    assert_rejected([*COMMANDS["estimate"], "--moe-ep-overlap", "--moe-dispatcher", "allgather"],
+                    "engine megatron cannot run moe_ep_overlap with moe_dispatcher allgather")
 
 
 def test_valid_moe_flags_pass() -> None:
