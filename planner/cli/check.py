@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from planner.cli import cli
-from planner.cli.options import HEADROOM, Count, count, echo_json, engine_option, warn_if_far
+from planner.cli.options import HEADROOM, Count, count, echo_json, engine_option, moe_layout_options, warn_if_far
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -33,8 +33,11 @@ ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torcht
 # Layout flags, named as `planner estimate` names them; for direct engine checks they give what the file lacks.
 PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "recompute_layers_per_stage",
                   "micro_batch", "interleave", "schedule", "flash_attention", "overlap_grad_reduce", "overlap_tp_comm",
-                  "offload_optimizer", "offload_params", "offload_activation_layers", "recompute_modules", "shard_group")
-TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "grad_dtype", "optimizer", "engine", "compile")
+                  "offload_optimizer", "offload_params", "offload_activation_layers", "recompute_modules", "shard_group",
+                  "etp", "moe_dispatcher", "moe_ep_overlap", "moe_shared_expert_overlap", "moe_capacity_factor",
+                  "cuda_graph_scope", "mtp_layers")
+TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "grad_dtype", "optimizer", "engine", "compile",
+                  "optimizer_state_dtype", "master_weights_dtype")
 
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -86,7 +89,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     ]
     for option in reversed(options):
         func = option(func)
-    return func
+    return moe_layout_options(func)
 
 
 def _job_from_flags(kw: dict[str, Any], engine: dict[str, Any] | None, what: str) -> Job:

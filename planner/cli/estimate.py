@@ -16,6 +16,7 @@ from planner.cli.options import (
     format_option,
     hardware_option,
     model_option,
+    moe_layout_options,
     profile_option,
     training_precision_options,
     warn_if_far,
@@ -65,6 +66,7 @@ from planner.training.rules import resolve_layout
 @click.option("--recompute-modules", default=None, metavar="LIST",
               help="With --recompute selective: Megatron --recompute-modules, comma list (core_attn, mlp, moe_act, "
               "layernorm, moe, shared_experts, mla_up_proj).")
+@moe_layout_options
 @click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM, show_default=True,
               help="Share of device memory kept free (fits = peak <= capacity x (1 - headroom)).")
 @format_option()

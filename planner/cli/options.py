@@ -129,6 +129,58 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+CUDA_GRAPH_SCOPES = ("full", "attn", "mlp", "moe", "moe_router", "moe_preprocess")  # specs.layout.CUDA_GRAPH_BITS
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")  # specs.layout.DISPATCHER_CODES
+
+
+def _scope_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    """--cuda-graph-scope a,b,...: known names only; 'none' (or an empty list) for no CUDA graphs."""
+    if value is None:
+        return None
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    if names in ((), ("none",)):
+        return ()
+    unknown = [n for n in names if n not in CUDA_GRAPH_SCOPES]
+    if unknown:
+        raise click.BadParameter(f"{', '.join(map(repr, unknown))} is not a scope; use a comma list of "
+                                 f"{', '.join(CUDA_GRAPH_SCOPES)} (or none)")
+    return names
+
+
+def moe_layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The MoE, CUDA-graph and optimizer-precision layout fields, shared by estimate, check and export. Every
+    default is None: what is not given takes the Layout's default (or the engine file's)."""
+    options = [
+        click.option("--etp", type=Count("degree"), default=None,
+                     help="Expert tensor-parallel degree (Megatron --expert-tensor-parallel-size)  [default: tp]"),
+        click.option("--moe-dispatcher", type=click.Choice(list(MOE_DISPATCHERS)), default=None,
+                     help="MoE token dispatcher: alltoall (NCCL), allgather, deepep or hybridep  [default: alltoall]"),
+        click.option("--moe-ep-overlap/--no-moe-ep-overlap", default=None,
+                     help="Expert all-to-all overlapped with another micro-batch's compute (Megatron "
+                     "--overlap-moe-expert-parallel-comm)  [default: off]"),
+        click.option("--moe-shared-expert-overlap/--no-moe-shared-expert-overlap", default=None,
+                     help="Shared experts computed beside the dispatch (Megatron --moe-shared-expert-overlap)  "
+                     "[default: off]"),
+        click.option("--moe-capacity-factor", type=Finite(0, 64, min_open=True), default=None,
+                     help="Token drop: each expert takes at most this times its balanced share, padded  "
+                     "[default: dropless]"),
+        click.option("--cuda-graph-scope", callback=_scope_list, default=None, metavar="LIST",
+                     help=f"Parts of each layer in CUDA graphs, comma list of {', '.join(CUDA_GRAPH_SCOPES)}  "
+                     "[default: none]"),
+        click.option("--optimizer-state-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
+                     help="Adam moments' dtype (Megatron precision-aware optimizer, DeepSpeed bf16_optimizer_states)  "
+                     "[default: fp32]"),
+        click.option("--master-weights-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
+                     help="Master weights: fp32 copy, or bf16 = the 16-bit weights are the master (DeepSpeed "
+                     "bf16_master_weights_and_grads)  [default: fp32]"),
+        click.option("--mtp-layers", type=Count("layers", minimum=0), default=None,
+                     help="Multi-token-prediction layers trained (Megatron --mtp-num-layers)  [default: the model's]"),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
 def profile_option() -> Callable[..., Any]:
     return click.option(
         "--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",

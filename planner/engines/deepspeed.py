@@ -225,6 +225,7 @@ def _read_precision(config: Mapping[str, Any], got: Collected) -> None:
     elif bf16 is False:
         raise PlannerError("bf16 is disabled and fp16 is not enabled, so DeepSpeed trains in fp32, which planner "
                            "does not model; enable bf16 or fp16", source=got.source, field="bf16.enabled")
+    _read_bf16_states(bf16_section, got)
     data_types = config.get("data_types") or {}
     accum = data_types.get("grad_accum_dtype") if isinstance(data_types, dict) else None
     if accum is not None:
@@ -232,6 +233,51 @@ def _read_precision(config: Mapping[str, Any], got: Collected) -> None:
             raise PlannerError(f"unknown dtype {accum!r}; use fp32, bf16 or fp16", source=got.source,
                                field="data_types.grad_accum_dtype")
         got.set("grad_dtype", _DTYPES[str(accum).lower()], "data_types.grad_accum_dtype")
+
+
+def _read_bf16_states(section: Any, got: Collected) -> None:
+    """bf16.bf16_master_weights_and_grads (the bf16 weights are the master copy and gradients stay bf16) and
+    bf16.bf16_optimizer_states (Adam's moments in bf16 too), deepspeed/runtime/precision_config.py
+    (deepspeedai/DeepSpeed#7700, 39a682d7); DeepSpeedConfig asserts the second needs the first. The ZeRO-stage
+    and offload requirements are checked once the stage is known (`_check_bf16_states`)."""
+    if not isinstance(section, dict):
+        return
+    flags = {}
+    for key in ("bf16_master_weights_and_grads", "bf16_optimizer_states"):
+        value = section.get(key, False)
+        if not isinstance(value, bool):
+            raise PlannerError(f"must be true or false, got {value!r}", source=got.source, field=f"bf16.{key}")
+        flags[key] = value
+    if flags["bf16_optimizer_states"] and not flags["bf16_master_weights_and_grads"]:
+        raise PlannerError("bf16_optimizer_states needs bf16_master_weights_and_grads (DeepSpeed asserts it); set "
+                           "both or neither", source=got.source, field="bf16.bf16_optimizer_states")
+    if flags["bf16_master_weights_and_grads"]:
+        got.set("master_weights_dtype", "bf16", "bf16.bf16_master_weights_and_grads")
+        got.set("grad_dtype", "bf16", "bf16.bf16_master_weights_and_grads")
+    if flags["bf16_optimizer_states"]:
+        got.set("optimizer_state_dtype", "bf16", "bf16.bf16_optimizer_states")
+
+
+def _check_bf16_states(fields: Mapping[str, Any], got: Collected) -> None:
+    """DeepSpeed runs bf16 master weights with ZeRO 1-3 only (DeepSpeedConfig), and with fp32 optimizer states
+    only under ZeRO-Offload with DeepSpeedCPUAdam (ZeROOptimizer._configure_master_weights)."""
+    if fields.get("master_weights_dtype") != "bf16":
+        return
+    where = "bf16.bf16_master_weights_and_grads"
+    if fields.get("dtype") not in ("bf16", "fp8"):
+        raise PlannerError("bf16_master_weights_and_grads needs bf16 training; enable bf16", source=got.source,
+                           field=where)
+    if int(fields.get("zero", 0)) < 1:
+        raise PlannerError("bf16_master_weights_and_grads is only supported with ZeRO stage 1, 2 or 3 (DeepSpeed "
+                           "asserts it); set zero_optimization.stage", source=got.source, field=where)
+    if fields.get("optimizer_state_dtype") != "bf16" and not fields.get("offload_optimizer"):
+        raise PlannerError("bf16_master_weights_and_grads without bf16_optimizer_states needs ZeRO-Offload "
+                           "(offload_optimizer device cpu, DeepSpeedCPUAdam): DeepSpeed keeps the fp32 states on the "
+                           "CPU; add bf16_optimizer_states or the offload", source=got.source, field=where)
+    if fields.get("grad_dtype") != "bf16":
+        raise PlannerError(f"bf16_master_weights_and_grads keeps gradients in bf16, and "
+                           f"{got.origin.get('grad_dtype', 'the job')} says {fields.get('grad_dtype')}; remove one",
+                           source=got.source, field=where)
 
 
 def _read_optimizer(config: Mapping[str, Any], got: Collected) -> None:
@@ -388,6 +434,7 @@ def import_deepspeed(
         # data_types.grad_accum_dtype says otherwise (fp8 trains on a bf16 base).
         fields["grad_dtype"] = "bf16" if fields["dtype"] == "fp8" else fields["dtype"]
     _bf16_optimizer(fields, got, given)
+    _check_bf16_states(fields, got)
     if int(fields.get("pp", 1)) > 1 and int(fields.get("zero", 0)) >= 2:
         raise PlannerError(f"ZeRO {fields['zero']} with pipeline.stages {fields['pp']}: DeepSpeed's PipelineEngine "
                            "asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'; use stage 0 or 1",
@@ -466,6 +513,7 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                            f"and {model.num_attention_heads} query / {model.kv_heads} KV heads do not divide by it")
     changes: dict[str, Any] = {}
     notes: list[str] = []
+    _moe_layout(model, layout, changes, notes)
     if layout.sequence_parallel:
         changes["sequence_parallel"] = False
         notes.append("sequence_parallel -> false: DeepSpeed's AutoTP does not split the sequence")
@@ -487,6 +535,48 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     return (layout.model_copy(update=changes) if changes else layout), tuple(notes)
 
 
+def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes: list[str]) -> None:
+    """What a DeepSpeed config can say of the MoE, CUDA-graph, optimizer-precision and MTP fields: bf16 master
+    weights and gradients (ZeRO 1-3, bf16; with fp32 optimizer states only under ZeRO-Offload) and bf16
+    optimizer states (with bf16 master weights). Without expert parallelism (which DeepSpeed takes in the model
+    code) no dispatcher runs; the rest has no DeepSpeed key."""
+    if layout.etp is not None and layout.etp != layout.tp:
+        raise PlannerError(f"etp({layout.etp}): DeepSpeed splits experts with the model's tensor parallelism; leave "
+                           "etp unset or export for Megatron-LM")
+    if layout.etp is not None:
+        changes["etp"] = None
+    for name, default in (("moe_dispatcher", "alltoall"), ("moe_ep_overlap", False),
+                          ("moe_shared_expert_overlap", False)):
+        if getattr(layout, name) != default:
+            changes[name] = default
+            notes.append(f"{name} {getattr(layout, name)} -> {default}: without expert parallelism in a DeepSpeed "
+                         "config the experts compute locally")
+    for name, value in (("moe_capacity_factor", layout.moe_capacity_factor is not None),
+                        ("cuda_graph_scope", bool(layout.cuda_graph_scope))):
+        if value:
+            raise PlannerError(f"{name}: a DeepSpeed config has no such setting (the model code decides); export for "
+                               "Megatron-LM")
+    if layout.mtp_layers is not None:
+        if layout.mtp_layers != model.mtp_layers:
+            raise PlannerError(f"mtp_layers({layout.mtp_layers}): a DeepSpeed config has no MTP setting (the model "
+                               "code decides); export for Megatron-LM")
+        changes["mtp_layers"] = None
+    if layout.optimizer_state_dtype == "bf16" and layout.master_weights_dtype != "bf16":
+        raise PlannerError("optimizer_state_dtype bf16: DeepSpeed keeps bf16 optimizer states only with bf16 master "
+                           "weights (bf16_optimizer_states needs bf16_master_weights_and_grads)")
+    if layout.master_weights_dtype == "bf16":
+        if layout.dtype == "fp16" or layout.zero < Zero.OPTIMIZER:
+            raise PlannerError("master_weights_dtype bf16: DeepSpeed's bf16_master_weights_and_grads needs bf16 "
+                               "training with ZeRO stage 1, 2 or 3")
+        if layout.optimizer_state_dtype != "bf16" and not layout.offload_optimizer:
+            raise PlannerError("master_weights_dtype bf16 with fp32 optimizer states: DeepSpeed keeps those on the "
+                               "CPU only (ZeRO-Offload); add offload_optimizer or optimizer_state_dtype bf16")
+        if layout.grad_dtype != "bf16":
+            changes["grad_dtype"] = "bf16"
+            notes.append(f"grad_dtype {layout.grad_dtype} -> bf16: bf16_master_weights_and_grads keeps gradients in "
+                         "bf16")
+
+
 def config_dict(ctx: ExportContext) -> dict[str, Any]:
     lay = ctx.layout
     accum = lay.global_batch // (lay.micro_batch * lay.dp)
@@ -502,6 +592,10 @@ def config_dict(ctx: ExportContext) -> dict[str, Any]:
         config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     else:  # bf16, and the bf16 base of fp8 training (Transformer Engine casts per GEMM)
         config["bf16"] = {"enabled": True}
+        if lay.master_weights_dtype == "bf16":
+            config["bf16"]["bf16_master_weights_and_grads"] = True
+        if lay.optimizer_state_dtype == "bf16":
+            config["bf16"]["bf16_optimizer_states"] = True
     config["data_types"] = {"grad_accum_dtype": lay.grad_dtype}
     config["zero_optimization"] = {"stage": lay.zero, "overlap_comm": lay.overlap_grad_reduce,
                                    "contiguous_gradients": True}

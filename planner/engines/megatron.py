@@ -35,7 +35,8 @@ from planner.engines.shell import first_marker, launch_flags
 from planner.errors import PlannerError
 from planner.physics.stages import layers_on_stage
 from planner.specs.bounds import over_limit
-from planner.specs.layout import RECOMPUTE_MODULE_BITS, Layout
+from planner.specs.engine import engine_profile
+from planner.specs.layout import CUDA_GRAPH_BITS, RECOMPUTE_MODULE_BITS, Layout
 from planner.specs.model import ModelSpec
 
 # kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true) / path (one value)
@@ -61,9 +62,10 @@ READ_FLAGS: dict[str, str] = {
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
         "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
+        "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "cuda-graph-impl",
     )},
     **{f: "path" for f in ("deepspeed_config", "deepscale_config")},  # read for a warning only: may stay unresolved
-    **{f: "list" for f in ("recompute-modules", "rampup-batch-size")},  # nargs='*' in Megatron-LM
+    **{f: "list" for f in ("recompute-modules", "rampup-batch-size", "cuda-graph-scope", "cuda-graph-modules")},
     **{f: "bool" for f in (
         "sequence-parallel", "recompute-activations", "checkpoint-activations", "group-query-attention", "swiglu",
         "untie-embeddings-and-output-weights", "use-distributed-optimizer", "bf16", "fp16", "disable-bias-linear",
@@ -74,6 +76,8 @@ READ_FLAGS: dict[str, str] = {
         "openai-gelu", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
         "fp8-param-gather", "use-precision-aware-optimizer", "moe-shared-expert-gate", "quick-geglu",
         "enable-gpt-oss",  # megatron/post_training/arguments.py: GPT-OSS's YaRN RoPE (model_builder.py)
+        "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "moe-shared-expert-overlap",
+        "moe-pad-expert-input-to-capacity", "enable-cuda-graph", "external-cuda-graph",
         # Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed)
         "deepspeed", "deepspeed-activation-checkpointing", "partition-activations", "embed-layernorm",
         "no-pipeline-parallel", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "cpu-optimizer",
@@ -103,9 +107,9 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis", "manual-gc",
     "manual-gc-interval", "manual-gc-eval", "overlap-param-gather", "overlap-param-gather-with-optimizer-step",
     "async-save", "no-async-tensor-model-parallel-allreduce", "moe-router-load-balancing-type",
-    "moe-aux-loss-coeff", "moe-z-loss-coeff", "moe-grouped-gemm", "moe-token-dispatcher-type",
+    "moe-aux-loss-coeff", "moe-z-loss-coeff", "moe-grouped-gemm",
     "moe-router-score-function", "moe-router-pre-softmax", "moe-token-drop-policy", "moe-permute-fusion",
-    "moe-router-dtype", "moe-pad-expert-input-to-capacity", "moe-router-bias-update-rate",
+    "moe-router-dtype", "moe-router-bias-update-rate",
     "moe-router-num-groups", "moe-router-group-topk", "moe-router-topk-scaling-factor", "moe-input-jitter-eps",
     "eod-mask-loss", "reset-position-ids", "reset-attention-mask", "mock-data", "dataloader-type",
     "profile", "profile-step-start", "profile-step-end", "profile-ranks", "use-pytorch-profiler", "no-load-optim",
@@ -136,7 +140,7 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "glu-linear-offset", "activation-func-clamp-value", "export-force-local-attention",
     "rotary-scaling-factor", "yarn-original-max-position-embeddings", "yarn-beta-fast", "yarn-beta-slow", "mscale",
     "mscale-all-dim", "no-yarn-correction-range-round-to-int", "disable-bf16-reduced-precision-matmul",
-    "moe-per-layer-logging", "use-tokenizer-model-from-checkpoint-args", "no-use-tokenizer-model-from-checkpoint-args",
+    "moe-per-layer-logging", "mtp-loss-scaling-factor", "use-tokenizer-model-from-checkpoint-args", "no-use-tokenizer-model-from-checkpoint-args",
     # Megatron-DeepSpeed: data, logging and kernel checks (BLOOM's tr11-176B-ml.slurm)
     "sync-tp-duplicated-parameters", "abort-on-unmet-fused-kernel-constraints", "kill-switch-path",
     "train-weighted-split-paths-path", "valid-weighted-split-paths-path", "valid-num-workers", "data-impl",
@@ -429,6 +433,7 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
         attention_output_bias=bias, mlp_bias=bias,
         max_seq_len=int(args.get("max-position-embeddings") or args.get("seq-length") or 0) or None,
         dropout=dropout, moe=moe, mla=mla,  # validated with the spec below, so a bad value is a one-line error
+        mtp_layers=int(args.get("mtp-num-layers") or 0),
     )
     if spec["max_seq_len"] is None:
         raise PlannerError("--max-position-embeddings (or --seq-length) is missing", source=source)
@@ -545,8 +550,6 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
         ("distribute-saved-activations", "checkpoints split across tensor-parallel ranks are not modelled (the "
          "activation figure is an upper bound)", False),
         ("pipeline-model-parallel-layout", "a custom pipeline layout is not modelled", False),
-        ("moe-expert-capacity-factor", "token dropping at a capacity factor is not modelled (routing is assumed "
-         "balanced)", False),
         ("rampup-batch-size", "planner uses the final --global-batch-size", False),
         ("step-batch-size-schedule", "planner uses the final --global-batch-size", False),
         ("cpu-optimizer", "the optimizer on the CPU (DeepSpeed CPU Adam) is not modelled", True),
@@ -555,19 +558,186 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
         ("checkpoint-in-cpu", "activation checkpoints offloaded to the CPU are not modelled", True),
         ("partition-activations", "checkpoints split across tensor-parallel ranks are not modelled (the "
          "activation figure is an upper bound)", False),
-        ("use-precision-aware-optimizer", "lower-precision optimizer states are not modelled (counted in fp32)",
-         False),
-        ("mtp-num-layers", "multi-token-prediction layers are not counted", False),
     ):
         if args.get(flag):
             if fatal:
                 raise PlannerError(f"--{flag}: {why}; remove it to check the on-GPU layout", source=src)
             got.warn(f"--{flag}: {why}")
-    etp = args.get("expert-tensor-parallel-size")
-    if etp is not None and etp != int(args.get("tensor-model-parallel-size", 1)):
-        got.warn(f"--expert-tensor-parallel-size {etp}: planner splits experts with the attention's tp")
     if "num-query-groups" in args and not args.get("group-query-attention"):
         got.warn("--num-query-groups is ignored without --group-query-attention (as Megatron-LM does)")
+    _moe_flags(args, got)
+    _cuda_graphs(args, got)
+    _optimizer_precision(args, got)
+
+
+FLEX_BACKENDS = ("deepep", "hybridep")  # --moe-flex-dispatcher-backend (NVIDIA/Megatron-LM c1e938b0)
+
+
+def _moe_flags(args: Mapping[str, Any], got: Collected) -> None:
+    """Expert TP, the token dispatcher, the EP all-to-all and shared-expert overlaps and token drop, as
+    Megatron-Core's TransformerConfig reads them (megatron/core/transformer/transformer_config.py and
+    model_parallel_config.py at c1e938b0, 2026-05-13). Absent flags: etp = tp, the allgather dispatcher
+    (set by import_megatron for MoE models), no overlap, dropless."""
+    src = got.source
+    if "expert-tensor-parallel-size" in args:
+        got.set("etp", int(args["expert-tensor-parallel-size"]), "--expert-tensor-parallel-size")
+    kind = args.get("moe-token-dispatcher-type")
+    backend = args.get("moe-flex-dispatcher-backend")
+    if args.get("moe-enable-deepep"):  # deprecated spelling of the flex dispatcher's DeepEP backend
+        if kind != "flex":
+            raise PlannerError("--moe-enable-deepep needs --moe-token-dispatcher-type flex (Megatron-Core raises "
+                               "'DeepEP backend is only supported with flex token dispatcher')", source=src)
+        if backend == "hybridep":
+            raise PlannerError("--moe-enable-deepep with --moe-flex-dispatcher-backend hybridep (Megatron-Core "
+                               "raises 'Only one backend is supported'); keep one", source=src)
+        backend = "deepep"
+    if kind is not None:
+        if kind == "alltoall_seq":  # removed from Megatron-Core in 2025: the same all-to-all over the sequence
+            got.warn("--moe-token-dispatcher-type alltoall_seq is read as alltoall")
+            kind = "alltoall"
+        if kind not in ("alltoall", "allgather", "flex"):
+            raise PlannerError(f"--moe-token-dispatcher-type must be alltoall, allgather or flex, got {kind!r}",
+                               source=src)
+        if kind == "flex":
+            backend = backend or "deepep"  # TransformerConfig.moe_flex_dispatcher_backend default
+            if backend == "ncclep":  # Megatron-LM main (d98e8a64, 2026-08): NCCL's device-initiated EP
+                got.warn("--moe-flex-dispatcher-backend ncclep is not modelled; read as the alltoall dispatcher")
+                backend = "alltoall"
+            if backend not in (*FLEX_BACKENDS, "alltoall"):
+                raise PlannerError(f"--moe-flex-dispatcher-backend must be deepep or hybridep, got {backend!r}",
+                                   source=src)
+            kind = backend
+        elif backend is not None:
+            got.warn(f"--moe-flex-dispatcher-backend {backend} applies to the flex dispatcher only; ignored with "
+                     f"--moe-token-dispatcher-type {kind}")
+        got.set("moe_dispatcher", kind, "--moe-token-dispatcher-type")
+    elif backend is not None:
+        got.warn("--moe-flex-dispatcher-backend applies to --moe-token-dispatcher-type flex only; ignored")
+    overlap = bool(args.get("overlap-moe-expert-parallel-comm"))
+    if args.get("delay-wgrad-compute") and not overlap:
+        raise PlannerError("--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm (Megatron-Core asserts "
+                           "it); add it or remove --delay-wgrad-compute", source=src)
+    got.set("moe_ep_overlap", overlap, "--overlap-moe-expert-parallel-comm",
+            explicit="overlap-moe-expert-parallel-comm" in args)
+    got.set("moe_shared_expert_overlap", bool(args.get("moe-shared-expert-overlap")), "--moe-shared-expert-overlap",
+            explicit="moe-shared-expert-overlap" in args)
+    factor = args.get("moe-expert-capacity-factor")
+    pad = bool(args.get("moe-pad-expert-input-to-capacity"))
+    if pad and (factor is None or factor < 0):
+        raise PlannerError("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (Megatron-Core "
+                           "raises 'moe_expert_capacity_factor must be set')", source=src)
+    if factor is None or factor < 0:  # TransformerConfig: a negative factor means dropless
+        return
+    if factor == 0 or factor > 64:
+        raise PlannerError(f"--moe-expert-capacity-factor must be above 0 (a negative value means dropless) and at "
+                           f"most 64, got {factor:g}", source=src)
+    if not pad:
+        # Tokens beyond capacity are dropped, but the experts' inputs keep their routed (dynamic) sizes: with
+        # balanced routing that is the dropless load, which planner's dropless model counts.
+        got.warn(f"--moe-expert-capacity-factor {factor:g} without --moe-pad-expert-input-to-capacity: experts are "
+                 "not padded to capacity, so planner counts dropless routing (the balanced load)")
+        return
+    got.set("moe_capacity_factor", float(factor), "--moe-expert-capacity-factor")
+
+
+# --cuda-graph-scope names (megatron/core/transformer/enums.py CudaGraphScope at c1e938b0) -> planner's scope
+_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
+
+
+def _cuda_graphs(args: Mapping[str, Any], got: Collected) -> None:
+    """--cuda-graph-impl local|transformer_engine (or the deprecated --enable-cuda-graph / --external-cuda-graph)
+    with --cuda-graph-scope (--cuda-graph-modules on Megatron-LM main): no scope = the whole layer."""
+    src = got.source
+    impl = str(args.get("cuda-graph-impl", "none"))
+    old = [f for f in ("enable-cuda-graph", "external-cuda-graph") if args.get(f)]
+    if old:
+        if impl != "none":
+            raise PlannerError(f"--{old[0]} with --cuda-graph-impl {impl} (Megatron-LM asserts 'Do not use "
+                               "--enable-cuda-graph or --external-cuda-graph with --cuda-graph-impl'); keep "
+                               "--cuda-graph-impl", source=src)
+        if len(old) > 1:
+            raise PlannerError("--enable-cuda-graph and --external-cuda-graph are both set (Megatron-LM asserts "
+                               "they cannot be); keep one", source=src)
+        impl = "local" if old[0] == "enable-cuda-graph" else "transformer_engine"
+    if impl not in ("none", "local", "transformer_engine", "full_iteration"):
+        raise PlannerError(f"--cuda-graph-impl must be none, local or transformer_engine, got {impl!r}", source=src)
+    if "cuda-graph-scope" in args and "cuda-graph-modules" in args:
+        raise PlannerError("--cuda-graph-scope and --cuda-graph-modules cannot be used together (Megatron-LM asserts "
+                           "it); keep --cuda-graph-modules", source=src)
+    flag = "--cuda-graph-modules" if "cuda-graph-modules" in args else "--cuda-graph-scope"
+    names = [str(n) for n in (args.get("cuda-graph-modules") or args.get("cuda-graph-scope") or [])]
+    if impl == "none":
+        if names:
+            got.warn(f"{flag} without --cuda-graph-impl captures nothing (Megatron-LM's default impl is none); "
+                     "ignored")
+        got.set("cuda_graph_scope", (), "--cuda-graph-impl", explicit=False)
+        return
+    if impl == "full_iteration" or "full_iteration" in names:
+        got.warn("a whole-iteration CUDA graph is modelled as every layer captured (cuda_graph_scope full)")
+        got.set("cuda_graph_scope", ("full",), "--cuda-graph-impl")
+        return
+    if "full" in names and names != ["full"]:
+        raise PlannerError(f"{flag} full with other scopes (Megatron-Core asserts 'full' stands alone: it is the "
+                           "whole layer); keep full or the list", source=src)
+    unknown = [n for n in names if n not in (*_GRAPH_SCOPES, "full", "mamba")]
+    if unknown:
+        raise PlannerError(f"{flag} {' '.join(unknown)} is not known (attn, mlp, moe, moe_router, moe_preprocess, "
+                           "full_iteration)", source=src)
+    if "mamba" in names:
+        got.warn(f"{flag} mamba: planner models transformer layers; ignored")
+    scope = [n for n in _GRAPH_SCOPES if n in names]
+    if not scope:
+        got.set("cuda_graph_scope", ("full",), "--cuda-graph-impl")
+        return
+    if impl == "local" and ("moe_router" in scope or "moe_preprocess" in scope):
+        scope = [n for n in _GRAPH_SCOPES if n in {*scope, "moe_router", "moe_preprocess"}]  # local captures both
+    if "moe" in scope and "moe_router" in scope:
+        raise PlannerError(f"{flag} moe and moe_router together (Megatron-Core asserts 'must not contain both')",
+                           source=src)
+    if "moe_preprocess" in scope and "moe_router" not in scope:
+        raise PlannerError(f"{flag} moe_preprocess needs moe_router (Megatron-Core asserts it)", source=src)
+    got.set("cuda_graph_scope", tuple(scope), flag)
+
+
+def _optimizer_precision(args: Mapping[str, Any], got: Collected) -> None:
+    """--use-precision-aware-optimizer with --exp-avg-dtype / --exp-avg-sq-dtype / --main-params-dtype
+    (megatron/core/optimizer/optimizer_config.py at c1e938b0: without it every one must be fp32; with it adam
+    and the distributed optimizer only). planner holds both moments in one dtype, fp32 or bf16."""
+    src = got.source
+    dtypes = {f: str(args.get(f, "fp32")) for f in ("exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype")}
+    for flag, value in dtypes.items():
+        allowed = ("fp32", "fp16") if flag == "main-params-dtype" else ("fp32", "fp16", "bf16", "fp8")
+        if value not in allowed:
+            raise PlannerError(f"--{flag} must be {', '.join(allowed)}, got {value!r}", source=src)
+    lowered = [f for f, v in dtypes.items() if v != "fp32"]
+    if args.get("optimizer-cpu-offload") and not args.get("use-precision-aware-optimizer"):
+        raise PlannerError("--optimizer-cpu-offload needs --use-precision-aware-optimizer (Megatron-LM asserts 'the "
+                           "hybrid device optimizer reuses the code path of this flag'); add it", source=src)
+    if not args.get("use-precision-aware-optimizer"):
+        if lowered:
+            raise PlannerError(f"--{lowered[0]} {dtypes[lowered[0]]} needs --use-precision-aware-optimizer "
+                               "(Megatron-LM asserts it can only be fp32 otherwise)", source=src)
+        return
+    if str(args.get("optimizer", "adam")) != "adam":
+        raise PlannerError("--use-precision-aware-optimizer needs --optimizer adam (Megatron-LM asserts it)",
+                           source=src)
+    if not any(args.get(f) for f in ("use-distributed-optimizer", "use-megatron-fsdp", "use-torch-fsdp2",
+                                     "deepspeed")):
+        raise PlannerError("--use-precision-aware-optimizer needs --use-distributed-optimizer (Megatron-LM asserts "
+                           "'only supported with distributed optimizer')", source=src)
+    moments = [dtypes["exp-avg-dtype"], dtypes["exp-avg-sq-dtype"]]
+    if "fp32" in moments:
+        if moments != ["fp32", "fp32"]:
+            got.warn(f"--exp-avg-dtype {moments[0]} with --exp-avg-sq-dtype {moments[1]}: planner holds both moments "
+                     "in one dtype and counts fp32 (an upper bound)")
+    else:
+        if any(m != "bf16" for m in moments):
+            got.warn(f"Adam moments in {'/'.join(sorted(set(moments)))} are counted as bf16 (2 bytes each; fp8 "
+                     "moments take less)")
+        got.set("optimizer_state_dtype", "bf16", "--exp-avg-dtype")
+    if dtypes["main-params-dtype"] != "fp32":
+        got.warn("--main-params-dtype fp16: planner counts fp32 master weights (an upper bound by 2 bytes per "
+                 "parameter)")
 
 
 def _deepspeed_engine(args: Mapping[str, Any], got: Collected) -> None:
@@ -711,6 +881,80 @@ def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str) -> i
     return int(v) if v else None
 
 
+def _mtp_layers(args: Mapping[str, Any], model: ModelSpec, given: Mapping[str, Any], merged: dict[str, Any],
+                source: str) -> None:
+    """--mtp-num-layers: Megatron-LM trains multi-token-prediction layers only when asked, so an absent flag
+    is 0 whatever the model has; a count equal to the model's is the layout's default (null)."""
+    layers = int(args.get("mtp-num-layers") or 0)
+    if given.get("mtp_layers") is not None and given["mtp_layers"] != layers:
+        raise PlannerError(f"parallel.mtp_layers = {given['mtp_layers']} contradicts --mtp-num-layers = {layers} in "
+                           "the engine file (absent: 0); remove it from the job or change the file", source=source)
+    merged["mtp_layers"] = None if layers == model.mtp_layers else layers
+
+
+def _graphs(fields: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(fields.get("cuda_graph_scope") or ())
+
+
+def moe_conflict(model: ModelSpec, fields: Mapping[str, Any]) -> str | None:
+    """What Megatron-Core asserts against in these layout fields (Layout keyword arguments, defaults where
+    absent), as one message naming the flags; None when it runs them. From TransformerConfig.__post_init__
+    and OptimizerConfig (NVIDIA/Megatron-LM c1e938b0, 2026-05-13)."""
+    get = fields.get
+    dispatcher, ep, pp = get("moe_dispatcher", "alltoall"), int(get("ep") or 1), int(get("pp") or 1)
+    recompute, modules = get("recompute", "none"), tuple(get("recompute_modules") or ())
+    graphs = _graphs(fields)
+    given_mtp = get("mtp_layers")
+    mtp = model.mtp_layers if given_mtp is None else int(given_mtp)
+    if get("moe_ep_overlap"):
+        needs = [
+            (ep > 1, "expert parallelism (ep > 1)"),
+            (dispatcher != "allgather", "the alltoall or flex dispatcher"),
+            (recompute != "full", "no full recompute"),
+            (not (recompute == "selective" and "moe" in modules), "no 'moe' in --recompute-modules"),
+            (not get("moe_shared_expert_overlap"), "no --moe-shared-expert-overlap"),
+            (mtp <= 1, "at most one MTP layer"),
+            (mtp == 0 or pp > 1, "pp > 1 with an MTP layer"),
+            (pp == 1 or int(get("interleave") or 1) > 1, "virtual pipeline stages when pp > 1"),
+            (not ({"moe", "mlp"} & set(graphs)), "no moe or mlp CUDA graph scope"),
+        ]
+        missing = [why for ok, why in needs if not ok]
+        if missing:
+            return (f"--overlap-moe-expert-parallel-comm needs {'; '.join(missing)} (Megatron-Core asserts it); "
+                    "change the layout or turn the overlap off")
+    if get("moe_shared_expert_overlap") and dispatcher == "allgather" and model.moe and model.moe.num_shared_experts:
+        return ("--moe-shared-expert-overlap works with the alltoall or flex dispatcher only (Megatron-Core raises "
+                "it with allgather)")
+    if get("moe_capacity_factor") is not None and dispatcher == "deepep":
+        return ("--moe-pad-expert-input-to-capacity with the flex dispatcher's DeepEP backend (Megatron-Core raises "
+                "'does not support moe_pad_expert_input_to_capacity'); use hybridep/alltoall or drop no tokens")
+    if graphs and graphs != ("full",):
+        if model.moe is None and {"moe", "moe_router", "moe_preprocess"} & set(graphs):
+            return "--cuda-graph-scope moe/moe_router need a MoE model (Megatron-Core asserts it)"
+        if model.moe is not None and model.moe.num_dense_layers == 0 and "mlp" in graphs:
+            return "--cuda-graph-scope mlp captures dense layers, and every layer of this model is MoE (Megatron-Core asserts it)"
+        if "moe" in graphs and get("moe_capacity_factor") is None:
+            return "--cuda-graph-scope moe needs token drop with padding (Megatron-Core: 'only supported with drop-padding MoE')"
+        if "moe" in graphs and "moe_router" in graphs:
+            return "--cuda-graph-scope moe and moe_router together (Megatron-Core asserts 'must not contain both')"
+        if "moe_preprocess" in graphs and "moe_router" not in graphs:
+            return "--cuda-graph-scope moe_preprocess needs moe_router (Megatron-Core asserts it)"
+        if "moe_preprocess" in graphs and dispatcher == "alltoall" and get("moe_capacity_factor") is not None:
+            return ("--cuda-graph-scope moe_preprocess with the alltoall dispatcher and a capacity factor (Megatron-Core "
+                    "asserts against its host synchronisation)")
+        if recompute == "selective" and "moe" in modules and "moe_router" in graphs:
+            return "--recompute-modules moe with --cuda-graph-scope moe_router (Megatron-Core asserts against it)"
+    if graphs:
+        if recompute == "full":
+            return "CUDA graphs with full recompute (Megatron-Core: only with a whole-iteration graph); use selective"
+        if int(get("offload_activation_layers") or 0) > 0:
+            return "CUDA graphs with --cpu-offloading (Megatron-Core raises 'CUDA graphs not supported with CPU offloading')"
+    if (get("optimizer_state_dtype", "fp32") != "fp32" or get("offload_optimizer")) and int(get("zero") or 0) < 1:
+        return ("--use-precision-aware-optimizer (bf16 moments, or the optimizer's CPU offload) needs the distributed "
+                "optimizer (zero >= 1; Megatron-LM asserts it)")
+    return None
+
+
 def import_megatron(
     tokens: Sequence[str],
     *,
@@ -731,6 +975,10 @@ def import_megatron(
     got = Collected(source=source, warnings=list(warnings))
     got.set("engine", "megatron", "the engine file", explicit=False)  # the engine that reads it runs it
     _layout_fields(args, got)
+    moe = model.moe is not None if model is not None else int(args.get("num-experts") or 0) > 1
+    if moe and not args.get("deepspeed"):  # Megatron-DeepSpeed's DeepSpeed-MoE dispatches by all-to-all
+        got.set("moe_dispatcher", engine_profile("megatron").moe.default_dispatcher,
+                "Megatron-Core's default --moe-token-dispatcher-type", explicit=False)
     block = got.values.pop("_block_layers", None)
     merged = got.merge({k: v for k, v in given.items() if k != "global_batch"})
     tp = int(merged.get("tp", 1))
@@ -749,6 +997,9 @@ def import_megatron(
     if v and v > 1:
         merged = Collected(source, {"interleave": v}, {"interleave": "--num-layers-per-virtual-pipeline-stage"}
                            ).merge(merged)
+    if merged.get("etp") is not None and merged["etp"] == tp:
+        merged["etp"] = None  # Megatron-LM's default: the expert layers take tp
+    _mtp_layers(args, model, given, merged, source)
     if block is not None:
         per_stage = -(-model.num_layers // pp)
         merged["recompute_layers_per_stage"] = min(block * int(merged.get("interleave", 1)), per_stage)
@@ -774,6 +1025,9 @@ def import_megatron(
         source=source, names=("--global-batch-size", "--micro-batch-size", "gradient accumulation"),
     )
     require(merged, "seq_len", source, "add --seq-length to the arguments or training.seq_len to the job")
+    problem = moe_conflict(model, merged)
+    if problem:
+        raise PlannerError(problem, source=source)
     if merged.get("dtype") is None:
         raise PlannerError("neither --bf16 nor --fp16 is set, so Megatron-LM would train in fp32, which planner does "
                            "not model; add --bf16 (or give training.dtype if the launcher adds it)", source=source)
@@ -815,7 +1069,17 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         changes["grad_dtype"] = half
         notes.append(f"grad_dtype {layout.grad_dtype} -> {half}: Megatron-LM keeps {layout.dtype} gradients in "
                      f"{half} or fp32")
+    if layout.master_weights_dtype != "fp32":
+        raise PlannerError("master_weights_dtype bf16: Megatron-LM's optimizer keeps its own main weights "
+                           "(--main-params-dtype fp32 or fp16); use fp32, or export for DeepSpeed or torchtitan")
+    changes.update(_canonical_moe(model, layout))
+    if layout.moe_shared_expert_overlap and not (model.moe and model.moe.num_shared_experts):
+        changes["moe_shared_expert_overlap"] = False
+        notes.append("moe_shared_expert_overlap -> false: the model has no shared experts")
     layout = layout.model_copy(update=changes) if changes else layout
+    problem = moe_conflict(model, layout.model_dump())
+    if problem:
+        raise PlannerError(problem)
     _uneven_flags(model, layout)  # raises when Megatron-LM cannot place planner's split
     if layout.interleave > 1 and model.num_layers % (layout.pp * layout.interleave):
         raise PlannerError(f"Megatron-LM's --num-layers-per-virtual-pipeline-stage needs num_layers({model.num_layers}) "
@@ -826,6 +1090,59 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                            f"interleave({layout.interleave}); Megatron-LM recomputes the same number of layers in "
                            "each virtual stage")
     return layout, tuple(notes)
+
+
+def _canonical_moe(model: ModelSpec, layout: Layout) -> dict[str, object]:
+    """The same settings as the reader spells them: etp equal to tp is unset, an MTP count equal to the model's
+    is unset, the CUDA-graph scope in Megatron's order with 'full' standing alone (it is the whole layer)."""
+    changes: dict[str, object] = {}
+    if layout.etp is not None and layout.etp == layout.tp:
+        changes["etp"] = None
+    if layout.mtp_layers is not None and layout.mtp_layers == model.mtp_layers:
+        changes["mtp_layers"] = None
+    scope = layout.cuda_graph_scope
+    canonical = ("full",) if "full" in scope else tuple(n for n in CUDA_GRAPH_BITS if n in scope)
+    if canonical != scope:
+        changes["cuda_graph_scope"] = canonical
+    return changes
+
+
+DISPATCHER_FLAGS: dict[str, list[str]] = {
+    "alltoall": ["--moe-token-dispatcher-type", "alltoall"],
+    "allgather": ["--moe-token-dispatcher-type", "allgather"],
+    "deepep": ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"],
+    "hybridep": ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"],
+}
+
+
+def moe_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
+    """Expert TP, dispatcher, overlaps, token drop, CUDA graphs, precision-aware optimizer and MTP flags:
+    what `_moe_flags`, `_cuda_graphs`, `_optimizer_precision` and `_mtp_layers` read back to `lay`. The
+    dispatcher is always written for a MoE model (Megatron's default, allgather, is not planner's)."""
+    flags: list[list[str]] = []
+    if lay.etp is not None and lay.etp != lay.tp:
+        flags.append(["--expert-tensor-parallel-size", str(lay.etp)])
+    if model.moe is not None or lay.moe_dispatcher != "alltoall":
+        flags.append(DISPATCHER_FLAGS[lay.moe_dispatcher])
+    if lay.moe_ep_overlap:
+        flags.append(["--overlap-moe-expert-parallel-comm"])
+    if lay.moe_shared_expert_overlap:
+        flags.append(["--moe-shared-expert-overlap"])
+    if lay.moe_capacity_factor is not None:
+        flags.append(["--moe-expert-capacity-factor", repr(lay.moe_capacity_factor),
+                      "--moe-pad-expert-input-to-capacity"])
+    if lay.cuda_graph_scope:
+        flags.append(["--cuda-graph-impl", "transformer_engine"])
+        if lay.cuda_graph_scope != ("full",):  # no scope: the whole layer
+            flags.append(["--cuda-graph-scope", *lay.cuda_graph_scope])
+    if lay.optimizer_state_dtype == "bf16":
+        flags.append(["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"])
+    elif lay.offload_optimizer:  # validate_args: the CPU offload runs on the precision-aware optimizer's code path
+        flags.append(["--use-precision-aware-optimizer"])
+    mtp = model.mtp_layers if lay.mtp_layers is None else lay.mtp_layers
+    if mtp:
+        flags.append(["--mtp-num-layers", str(mtp)])
+    return flags
 
 
 def _uneven_flags(model: ModelSpec, layout: Layout) -> list[list[str]]:
@@ -916,8 +1233,11 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
         if moe.num_dense_layers:
             flags.append(["--moe-layer-freq",
                           f"([0]*{moe.num_dense_layers}+[1]*{model.num_layers - moe.num_dense_layers})"])
-        if moe.router_bias:
-            flags.append(["--moe-router-enable-expert-bias"])
+        if moe.router_bias:  # aux-loss-free balancing: TransformerConfig allows the expert bias with sigmoid scores
+            flags += [["--moe-router-enable-expert-bias"], ["--moe-router-score-function", "sigmoid"]]
+        # grouped expert GEMMs, as Megatron-Core's MoE recipes run them (and --recompute-modules moe_act needs them:
+        # TransformerConfig raises 'moe_act in recompute_modules is only supported with moe_grouped_gemm')
+        flags.append(["--moe-grouped-gemm"])
     if model.mla is not None:
         mla = model.mla
         flags.append(["--multi-latent-attention"])
@@ -998,7 +1318,7 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
         flags.append(["--cpu-offloading", "--cpu-offloading-num-layers", str(lay.offload_activation_layers)])
     if lay.offload_optimizer:
         flags.append(["--optimizer-cpu-offload"])
-    return flags
+    return flags + moe_flags(model, lay)
 
 
 def render(ctx: ExportContext) -> str:

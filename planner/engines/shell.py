@@ -25,7 +25,7 @@ import fnmatch
 import math
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from planner.errors import PlannerError
@@ -718,6 +718,25 @@ def _before_redirection(tokens: list[str]) -> list[str]:
     return tokens
 
 
+def _string_launches(values: Iterable[str]) -> list[list[str]]:
+    """Python-script commands held in string variables, as a script builds them for `srun bash -c "$CMD"`
+    (NVIDIA/Megatron-LM examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh: TRAINING_CMD="...; python
+    pretrain_gpt.py ${PRETRAIN_ARGS[@]}"): each `;`- or line-separated command of each string, split as the
+    inner shell splits it."""
+    import shlex
+
+    found: list[list[str]] = []
+    for value in values:
+        for piece in re.split(r"[;\n]", value):
+            try:
+                tokens = shlex.split(piece)
+            except ValueError:
+                continue
+            if tokens and script_index(tokens) is not None:
+                found.append(tokens)
+    return found
+
+
 def launch_flags(text: str, source: str) -> tuple[list[str], list[str]]:
     """The arguments a launch script (or an arguments file) passes to its training script, and warnings.
 
@@ -733,6 +752,8 @@ def launch_flags(text: str, source: str) -> tuple[list[str], list[str]]:
             tokens = inner
         if script_index(tokens) is not None:
             launches.append(tokens)
+    if not launches:
+        launches = _string_launches(script.variables.scalars.values())
     training = [t for t in launches if "train" in t[script_index(t)].rsplit("/", 1)[-1]]  # type: ignore[index]
     chosen = (training or launches)[-1:] if launches else []
     if chosen:

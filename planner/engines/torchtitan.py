@@ -306,7 +306,29 @@ def _degrees(pick: _Picker, gpus: int, got: Collected) -> dict[str, int]:
                            source=src)
     if rep > 1 and shard > 1:  # HSDP: FSDP over the shard group (x cp, which torchtitan folds into FSDP)
         got.set("shard_group", shard * cp, "parallelism.data_parallel_shard_degree")
+    if ep > 1:
+        _expert_parallel(pick, tp, got)
     return {"rep": rep, "shard": shard, "tp": tp, "pp": pp, "cp": cp, "ep": ep}
+
+
+# [parallelism] expert_parallel_comm_backend (torchtitan/config/job_config.py, 238fa995) -> moe_dispatcher
+COMM_BACKENDS = {"standard": "alltoall", "deepep": "deepep"}
+
+
+def _expert_parallel(pick: _Picker, tp: int, got: Collected) -> None:
+    """Expert TP and the all-to-all backend; both have no effect without expert parallelism (job_config.py,
+    238fa995). expert_tensor_parallel_degree defaults to 1 and takes 1 or tp only."""
+    src, config = got.source, pick.config
+    etp = pick.int(None, "parallelism.expert_tensor_parallel_degree", default=1)
+    if etp not in (1, tp):
+        raise PlannerError(f"must be 1 or tensor_parallel_degree({tp}) (torchtitan supports only these), got {etp}",
+                           source=src, field="parallelism.expert_tensor_parallel_degree")
+    got.set("etp", None if etp == tp else etp, "parallelism.expert_tensor_parallel_degree")
+    backend = _get(config, "parallelism.expert_parallel_comm_backend", default="standard")
+    if backend not in COMM_BACKENDS:
+        raise PlannerError(f"must be standard or deepep, got {backend!r}", source=src,
+                           field="parallelism.expert_parallel_comm_backend")
+    got.set("moe_dispatcher", COMM_BACKENDS[str(backend)], "parallelism.expert_parallel_comm_backend")
 
 
 def _interleave(config: Mapping[str, Any], model: ModelSpec, pp: int, got: Collected) -> tuple[str, int]:
@@ -323,6 +345,10 @@ def _interleave(config: Mapping[str, Any], model: ModelSpec, pp: int, got: Colle
                            field="parallelism.pipeline_parallel_schedule")
     if key != "interleaved1f1b":
         got.warn(f"pipeline schedule {schedule} is modelled as interleaved 1F1B (same stages per rank)")
+    if key == "dualpipev" and _flag(config, "parallelism.pipeline_parallel_expert_parallel_overlap",
+                                    source=got.source, default=True):
+        # job_config.py (238fa995): DualPipeV overlaps expert-parallel with pipeline communication when ep > 1
+        got.set("moe_ep_overlap", int(got.values.get("ep", 1)) > 1, "parallelism.pipeline_parallel_expert_parallel_overlap")
     per_stage = _get(config, "parallelism.pipeline_parallel_layers_per_stage")
     if per_stage is None:
         return "1f1b", 2  # torchtitan's default for multi-stage schedules: two stages per rank
@@ -377,9 +403,9 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
     if param != "bfloat16":
         raise PlannerError(f"mixed_precision_param {param} (fp32 training) is not modelled; use bfloat16", source=src,
                            field="training.mixed_precision_param")
-    if str(_get(config, "training.dtype", default="float32")) == "bfloat16":
-        got.warn("training.dtype bfloat16 (no fp32 master weights) is not modelled; the estimate counts mixed "
-                 "precision with fp32 master weights and states, an upper bound")
+    pure = str(_get(config, "training.dtype", default="float32"))
+    if pure not in ("float32", "bfloat16"):
+        raise PlannerError(f"must be float32 or bfloat16, got {pure!r}", source=src, field="training.dtype")
     converters = _get(config, "model.converters", default=[]) or []
     if isinstance(converters, str):
         converters = [converters]
@@ -394,7 +420,11 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
         got.warn("MX (mxfp8) training is modelled as fp8")
     origin = fp8_flag or "model.converters"
     got.set("dtype", "fp8" if fp8 else "bf16", origin if fp8 else "training.mixed_precision_param")
-    got.set("grad_dtype", "fp32", "training.mixed_precision_reduce")
+    if pure == "bfloat16":  # 'all parameters, gradients, and optimizer states in bfloat16' (job_config.py)
+        for name in ("grad_dtype", "optimizer_state_dtype", "master_weights_dtype"):
+            got.set(name, "bf16", "training.dtype")
+    else:
+        got.set("grad_dtype", "fp32", "training.mixed_precision_reduce")
     name = str(_get(config, "optimizer.name", default="AdamW")).lower()
     if name not in ("adamw", "adam"):
         raise PlannerError(f"optimizer {name!r} is not modelled (Adam or AdamW)", source=src, field="optimizer.name")
@@ -559,10 +589,65 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         if per_stage % rl or per_stage // rl < 2:
             changes["recompute_layers_per_stage"] = None
             notes.append(f"recompute of {rl} layers per stage -> all layers: torchtitan checkpoints every n-th layer")
+    if layout.offload_optimizer != layout.offload_params:
+        if changes.get("zero", layout.zero) != Zero.PARAMETERS:
+            raise PlannerError("offload_optimizer: torchtitan's CPU offload (training.enable_cpu_offload) is FSDP2's "
+                               "and needs FSDP (zero 3)")
+        changes["offload_optimizer"] = changes["offload_params"] = True
+        notes.append("offload_optimizer and offload_params -> true: torchtitan's enable_cpu_offload moves parameters, "
+                     "gradients and the optimizer step to the CPU together")
+    _moe_layout(model, layout, changes, notes)
     mapped = layout.model_copy(update=changes) if changes else layout
     if mapped.interleave > 1:
         _layers_per_stage(model, mapped)
     return mapped, tuple(notes)
+
+
+def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes: list[str]) -> None:
+    """What torchtitan's TOML job config (238fa995) can say of the MoE, CUDA-graph, optimizer-precision and MTP
+    fields: expert TP 1 or tp (with ep > 1), the standard or DeepEP all-to-all, EP overlap only as the DualPipeV
+    schedule, bf16 moments and master weights only together (training.dtype bfloat16); no shared-expert overlap,
+    token drop, CUDA graphs or MTP layers."""
+    ep = layout.ep
+    if layout.etp is not None and layout.etp == layout.tp:
+        changes["etp"] = None  # the same degree, spelled as the reader reads it
+    if layout.mtp_layers is not None and layout.mtp_layers == model.mtp_layers:
+        changes["mtp_layers"] = None
+    if ep > 1 and layout.expert_tp not in (1, layout.tp):
+        raise PlannerError(f"etp({layout.expert_tp}): torchtitan's expert_tensor_parallel_degree is 1 or "
+                           f"tensor_parallel_degree({layout.tp}); export for Megatron-LM")
+    if ep == 1 and layout.expert_tp != layout.tp:
+        raise PlannerError(f"etp({layout.expert_tp}) without expert parallelism: torchtitan splits experts with tp "
+                           "when ep is 1; use ep > 1 or leave etp unset")
+    if ep > 1 and layout.moe_dispatcher not in COMM_BACKENDS.values():
+        raise PlannerError(f"moe_dispatcher {layout.moe_dispatcher}: torchtitan's expert_parallel_comm_backend is "
+                           "standard (all-to-all) or deepep in its TOML configs; export for Megatron-LM")
+    if ep == 1 and layout.moe_dispatcher != "alltoall":
+        changes["moe_dispatcher"] = "alltoall"
+        notes.append(f"moe_dispatcher {layout.moe_dispatcher} -> alltoall: without expert parallelism torchtitan "
+                     "dispatches tokens locally")
+    if layout.moe_ep_overlap and not (layout.pp > 1 and ep > 1 and layout.interleave == 2 and
+                                      layout.recompute == "none"):
+        raise PlannerError("moe_ep_overlap: torchtitan overlaps expert all-to-all only with the DualPipeV schedule "
+                           "(pp > 1, ep > 1, two stages per rank: interleave 2) and no activation checkpointing")
+    for name, value in (("moe_shared_expert_overlap", layout.moe_shared_expert_overlap),
+                        ("moe_capacity_factor", layout.moe_capacity_factor is not None),
+                        ("cuda_graph_scope", bool(layout.cuda_graph_scope))):
+        if value:
+            raise PlannerError(f"{name}: torchtitan's TOML job config has no such setting; export for Megatron-LM")
+    if layout.mtp_layers not in (None, model.mtp_layers) or (layout.mtp_layers is None and model.mtp_layers):
+        raise PlannerError("mtp_layers: torchtitan trains no multi-token-prediction layers; export for Megatron-LM")
+    states = (layout.optimizer_state_dtype, layout.master_weights_dtype)
+    if states not in (("fp32", "fp32"), ("bf16", "bf16")):
+        raise PlannerError(f"optimizer_state_dtype {states[0]} with master_weights_dtype {states[1]}: torchtitan "
+                           "keeps both in fp32 (mixed precision) or both in bf16 (training.dtype bfloat16)")
+    if states == ("bf16", "bf16"):
+        changes.pop("grad_dtype", None)
+        notes[:] = [n for n in notes if not n.startswith("grad_dtype")]
+        if layout.grad_dtype != "bf16":
+            changes["grad_dtype"] = "bf16"
+            notes.append(f"grad_dtype {layout.grad_dtype} -> bf16: with training.dtype bfloat16 torchtitan keeps "
+                         "gradients in bf16")
 
 
 def _toml_value(value: Any) -> str:
@@ -590,6 +675,8 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
     training: dict[str, Any] = {"seq_len": lay.seq_len, "global_batch_size": lay.global_batch,
                                 "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32"}
     training["local_batch_size"] = lay.micro_batch if lay.pp == 1 else lay.global_batch // lay.dp
+    if lay.master_weights_dtype == "bf16":  # and bf16 moments: engine_layout allows only both
+        training["dtype"] = "bfloat16"
     out["training"] = training
     fsdp = lay.zero == Zero.PARAMETERS
     # HSDP: the shard group (x cp, folded into FSDP) and its replicas
@@ -603,10 +690,13 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
     }
     if lay.ep > 1:
         parallelism["expert_parallel_degree"] = lay.ep
+        parallelism["expert_tensor_parallel_degree"] = lay.expert_tp  # torchtitan's default is 1, planner's tp
+        if lay.moe_dispatcher == "deepep":
+            parallelism["expert_parallel_comm_backend"] = "deepep"
     if lay.overlap_tp_comm:
         parallelism["enable_async_tensor_parallel"] = True
     if lay.pp > 1:
-        parallelism["pipeline_parallel_schedule"] = (
+        parallelism["pipeline_parallel_schedule"] = "DualPipeV" if lay.moe_ep_overlap else (
             "Interleaved1F1B" if lay.interleave > 1 else ("GPipe" if lay.schedule == "gpipe" else "1F1B"))
         parallelism["pipeline_parallel_microbatch_size"] = lay.micro_batch
         per = _layers_per_stage(model, lay) if lay.interleave > 1 else None

@@ -35,7 +35,27 @@ def _layout_line(est: TrainingEstimate) -> str:
     if lay.interleave > 1:
         parts.append(f"interleave {lay.interleave}")
     parts.append(lay.dtype)
-    return ", ".join(parts)
+    return ", ".join(parts + _moe_parts(est))
+
+
+def _moe_parts(est: TrainingEstimate) -> list[str]:
+    """The MoE settings of a MoE model (expert TP, dispatcher, overlaps, token drop), and the CUDA graphs,
+    optimizer-state precisions and MTP layers where they differ from the defaults."""
+    lay, parts = est.layout, []
+    if est.model.moe is not None:
+        parts += [f"etp {lay.expert_tp}", f"dispatcher {lay.moe_dispatcher}",
+                  f"ep-overlap {'on' if lay.moe_ep_overlap else 'off'}"]
+        if lay.moe_shared_expert_overlap:
+            parts.append("shared-expert overlap")
+        parts.append("dropless" if lay.moe_capacity_factor is None else f"capacity {lay.moe_capacity_factor:g}")
+    if lay.cuda_graph_scope:
+        parts.append(f"cuda graphs {'+'.join(lay.cuda_graph_scope)}")
+    if lay.optimizer_state_dtype != "fp32" or lay.master_weights_dtype != "fp32":
+        parts.append(f"moments {lay.optimizer_state_dtype}, master {lay.master_weights_dtype}")
+    mtp = est.model.mtp_layers if lay.mtp_layers is None else lay.mtp_layers
+    if mtp:
+        parts.append(f"mtp {mtp}")
+    return parts
 
 
 def _stages_table(est: TrainingEstimate) -> Table:

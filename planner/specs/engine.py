@@ -25,6 +25,8 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 EngineName = Literal["megatron", "nemo", "torchtitan", "fsdp", "deepspeed"]
 RecomputeMode = Literal["none", "selective", "full", "op", "modules"]
+# planner.specs.layout.MoeDispatcher (written out here: layout imports this module)
+Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 
 
 class _Sourced(BaseModel):
@@ -62,6 +64,10 @@ class KernelSection(_Sourced):
         "fused attention on Hopper, FlashAttention-2 on Ampere), the hardware profile's attention plateau; flash2 = "
         "FlashAttention-2, PyTorch scaled_dot_product_attention's default flash backend, at the profile's "
         "attention_flash2 plateau where the chip has a faster kernel."
+    )
+    cuda_graphs: bool = Field(
+        description="Parts of a layer can be captured in CUDA graphs and replayed without host launches "
+        "(Layout.cuda_graph_scope)."
     )
 
 
@@ -122,6 +128,10 @@ class OptimizerSection(_Sourced):
     step_traffic_factor: float = Field(
         ge=1.0, description="HBM traffic of the optimizer step relative to one fused pass over its states."
     )
+    bf16_moments: bool = Field(description="Adam's moments can be kept in bf16 (Layout.optimizer_state_dtype bf16).")
+    bf16_master_weights: bool = Field(
+        description="The 16-bit weights can be the master copy, no fp32 one (Layout.master_weights_dtype bf16)."
+    )
 
 
 class OffloadSection(_Sourced):
@@ -133,6 +143,30 @@ class OffloadSection(_Sourced):
     cpu_optimizer: Literal["fused", "torch"] = Field(
         description="The CPU Adam it runs by default: a vectorised one (DeepSpeedCPUAdam) or torch.optim's."
     )
+
+
+class MoESection(_Sourced):
+    """What the engine can run of a mixture-of-experts layer's communication and structure, and what it does
+    when the user says nothing (the defaults a search or an importer assumes)."""
+
+    dispatchers: tuple[Dispatcher, ...] = Field(description="Token dispatchers it implements (Layout.moe_dispatcher).")
+    default_dispatcher: Dispatcher = Field(description="The dispatcher it runs when its config names none.")
+    ep_overlap: bool = Field(
+        description="Expert all-to-all hidden behind another micro-batch's compute (Layout.moe_ep_overlap)."
+    )
+    default_ep_overlap: bool = Field(description="Whether that overlap is on when its config says nothing.")
+    ep_overlap_dispatchers: tuple[Dispatcher, ...] = Field(
+        description="The dispatchers that overlap runs with (empty where there is no overlap)."
+    )
+    shared_expert_overlap: bool = Field(
+        description="Shared experts computed beside the dispatch (Layout.moe_shared_expert_overlap)."
+    )
+    expert_tensor_parallel: Literal["any", "one_or_tp", "tp_only"] = Field(
+        description="Expert tensor-parallel degrees it runs (Layout.etp): any that divides the expert width, "
+        "1 or tp only, or tp only (no separate expert TP)."
+    )
+    capacity_factor: bool = Field(description="Token drop at a capacity factor, padded (Layout.moe_capacity_factor).")
+    mtp: bool = Field(description="Multi-token-prediction layers trained with the model (Layout.mtp_layers).")
 
 
 class EfficiencySection(_Sourced):
@@ -158,6 +192,7 @@ class EngineProfile(BaseModel):
     schedules: ScheduleSection
     optimizer: OptimizerSection
     offload: OffloadSection
+    moe: MoESection
     efficiency: EfficiencySection
 
 
@@ -199,14 +234,35 @@ _NO_CONTENTION_CALIBRATED = (
 )
 
 
+_MEGATRON_CUDA_GRAPHS = (
+    "Megatron-Core --cuda-graph-impl local|transformer_engine with --cuda-graph-scope attn|mlp|moe|moe_router|"
+    "moe_preprocess (empty = the whole layer); NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py "
+    "cuda_graph_impl / cuda_graph_scope at c1e938b0 (2026-05-13)"
+)
+_MEGATRON_PRECISION_AWARE = (
+    "Megatron-LM --use-precision-aware-optimizer with --exp-avg-dtype / --exp-avg-sq-dtype bf16 (Transformer "
+    "Engine FusedAdam; megatron/core/optimizer/optimizer_config.py at c1e938b0: adam and the distributed optimizer "
+    "only) - DeepSeek-V3's recipe keeps both moments in bf16"
+)
+_MEGATRON_MAIN_PARAMS = (
+    "Megatron-LM --main-params-dtype takes fp32 or fp16 only (megatron/training/arguments.py at c1e938b0): the "
+    "optimizer always keeps its own main copy of the weights"
+)
+_MEGATRON_DISPATCHERS = (
+    "Megatron-Core --moe-token-dispatcher-type allgather|alltoall|flex, the flex dispatcher with "
+    "--moe-flex-dispatcher-backend deepep|hybridep (older releases: --moe-enable-deepep); NVIDIA/Megatron-LM "
+    "megatron/core/transformer/transformer_config.py at c1e938b0 (2026-05-13)"
+)
+
 _MEGATRON = EngineProfile(
     name="megatron",
     description="Megatron-LM / Megatron-Core: fused kernels, distributed optimizer, (interleaved) 1F1B, TP/SP/CP/EP; "
     "the calibrated default (planner's behaviour before engines were inputs).",
     kernels=KernelSection(
         fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
-        attention_kernel="fused",
+        attention_kernel="fused", cuda_graphs=True,
         sources={
+            "cuda_graphs": _MEGATRON_CUDA_GRAPHS,
             "attention_kernel": "Megatron-Core's TEDotProductAttention: Transformer Engine picks cuDNN fused attention "
             "on Hopper (NVIDIA/TransformerEngine docs, attention backend selection)",
             "loss_bytes_per_logit": "training/memory.py LOSS_PEAK_BYTES_PER_LOGIT: at the loss's backward the fp32 "
@@ -254,7 +310,10 @@ _MEGATRON = EngineProfile(
     optimizer=OptimizerSection(
         implementation="Megatron distributed optimizer (fp32 main params, Adam states sharded over DP)",
         fused_step=True, state_bytes_per_param={"adam": 12, "sgd": 8}, step_traffic_factor=1.0,
+        bf16_moments=True, bf16_master_weights=False,
         sources={
+            "bf16_moments": _MEGATRON_PRECISION_AWARE,
+            "bf16_master_weights": _MEGATRON_MAIN_PARAMS,
             "implementation": "megatron/core/optimizer/distrib_optimizer.py",
             "fused_step": "Apex / Transformer Engine FusedAdam multi-tensor apply",
             "state_bytes_per_param": _ADAM,
@@ -269,6 +328,32 @@ _MEGATRON = EngineProfile(
             "params": "Megatron-Core keeps parameters on the GPU",
             "activations": "Megatron-Core --cpu-offloading-num-layers (Transformer Engine CPU offload)",
             "cpu_optimizer": "HybridDeviceOptimizer steps torch.optim AdamW on the CPU part",
+        },
+    ),
+    moe=MoESection(
+        dispatchers=("alltoall", "allgather", "deepep", "hybridep"), default_dispatcher="allgather",
+        ep_overlap=True, default_ep_overlap=False, ep_overlap_dispatchers=("alltoall", "deepep", "hybridep"),
+        shared_expert_overlap=True, expert_tensor_parallel="any", capacity_factor=True, mtp=True,
+        sources={
+            "ep_overlap_dispatchers": "transformer_config.py (c1e938b0) asserts 'overlap_moe_expert_parallel_comm is "
+            "supported with alltoall/flex token dispatcher'",
+            "dispatchers": _MEGATRON_DISPATCHERS,
+            "default_dispatcher": "NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py (c1e938b0, "
+            "2026-05-13): moe_token_dispatcher_type = \"allgather\", which --moe-token-dispatcher-type takes as its "
+            "default (megatron/training/arguments.py builds the flag from TransformerConfig); recipes set their own "
+            "(the Megatron-Bridge rows of published_runs_moe.yaml run alltoall or flex/DeepEP)",
+            "ep_overlap": "Megatron-Core --overlap-moe-expert-parallel-comm (model_parallel_config.py "
+            "overlap_moe_expert_parallel_comm, c1e938b0): 1F1B batch-level overlap of one micro-batch's dispatch/"
+            "combine with another's compute; needs ep > 1, the alltoall or flex dispatcher, no full recompute, and "
+            "virtual pipeline stages when pp > 1 (transformer_config.py __post_init__)",
+            "default_ep_overlap": "overlap_moe_expert_parallel_comm = False (model_parallel_config.py, c1e938b0)",
+            "shared_expert_overlap": "Megatron-Core --moe-shared-expert-overlap (transformer_config.py, c1e938b0): "
+            "alltoall or flex dispatcher only",
+            "expert_tensor_parallel": "Megatron-Core --expert-tensor-parallel-size (model_parallel_config.py "
+            "expert_tensor_parallel_size, null = tp; MoE parallel folding, Liu et al. 2025 arXiv:2504.14960)",
+            "capacity_factor": "Megatron-Core --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity "
+            "(transformer_config.py, c1e938b0); not with the flex dispatcher's DeepEP backend",
+            "mtp": "Megatron-Core --mtp-num-layers (transformer_config.py mtp_num_layers, c1e938b0)",
         },
     ),
     efficiency=EfficiencySection(
@@ -321,8 +406,9 @@ _SDPA_FLASH2 = (
 )
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 2.5,
-    "loss_bytes_per_logit": 10.0, "attention_kernel": "flash2",
+    "loss_bytes_per_logit": 10.0, "attention_kernel": "flash2", "cuda_graphs": False,
     "sources": {
+        "cuda_graphs": "torchtitan's TOML job config (v0.1 - v0.2.x, last at 238fa995) has no CUDA-graph setting",
         "attention_kernel": _SDPA_FLASH2,
         "loss_bytes_per_logit": _TORCH_LOSS,
         "fused_elementwise": "PyTorch eager modules: RMSNorm, residual add, SiLU x up each a separate kernel",
@@ -330,6 +416,12 @@ _TORCH_EAGER = {
         "eager_elementwise_traffic_factor": _EAGER_FACTOR,
     },
 }
+
+_TORCHTITAN_BF16 = (
+    "torchtitan [training] dtype = \"bfloat16\": 'all parameters, gradients, and optimizer states in bfloat16, "
+    "without an extra copy of fp32 weights' (torchtitan/config/job_config.py, 238fa995): bf16 moments and bf16 "
+    "master weights together"
+)
 
 _TORCHTITAN = _derive(
     _MEGATRON, "torchtitan",
@@ -381,6 +473,31 @@ _TORCHTITAN = _derive(
             "implementation": "torchtitan [optimizer] name AdamW, implementation 'foreach'",
             "fused_step": "foreach: horizontally fused per tensor group, not one kernel",
             "step_traffic_factor": "foreach kernels stream the states once: 1.0 (an assumption)",
+            "bf16_moments": _TORCHTITAN_BF16,
+            "bf16_master_weights": _TORCHTITAN_BF16,
+        },
+        "bf16_moments": True, "bf16_master_weights": True,
+    },
+    moe={
+        "dispatchers": ("alltoall", "deepep", "hybridep"), "default_dispatcher": "alltoall", "ep_overlap": True,
+        "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "one_or_tp",
+        "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": ("alltoall", "deepep"),
+        "sources": {
+            "ep_overlap_dispatchers": "DualPipeV's overlap runs with the configured all-to-all backend (standard or "
+            "deepep, job_config.py 238fa995)",
+            "dispatchers": "pytorch/torchtitan torchtitan/config/job_config.py (238fa995, 2026-02-23) "
+            "[parallelism] expert_parallel_comm_backend standard (all-to-all) | deepep; HybridEP since the Python "
+            "configs (torchtitan/models/common/config_utils.py comm_backend hybridep, b5bcd76c, 2026-08-21)",
+            "default_dispatcher": "expert_parallel_comm_backend = \"standard\": PyTorch all-to-all (job_config.py, "
+            "238fa995)",
+            "ep_overlap": "[parallelism] pipeline_parallel_expert_parallel_overlap with the DualPipeV schedule, "
+            "pp > 1 and ep > 1, no activation checkpointing (job_config.py, 238fa995)",
+            "default_ep_overlap": "the default schedule is 1F1B, where the overlap has no effect",
+            "shared_expert_overlap": "no shared-expert overlap setting in job_config.py (238fa995)",
+            "expert_tensor_parallel": "[parallelism] expert_tensor_parallel_degree: 'we only support either etp = "
+            "tp or etp = 1' (job_config.py, 238fa995; default 1)",
+            "capacity_factor": "no token-drop setting in the TOML job config (238fa995): experts run dropless",
+            "mtp": "torchtitan's deepseek_v3 model (238fa995) builds no multi-token-prediction module",
         },
     },
     efficiency={
@@ -418,6 +535,39 @@ _FSDP = _derive(
             "recompute": "gradient_checkpointing (per block) or none",
         },
     },
+    kernels={
+        "sources": {"cuda_graphs": "the Trainer's FSDP path runs eager PyTorch modules; no CUDA-graph capture"},
+    },
+    optimizer={
+        "bf16_moments": False, "bf16_master_weights": False,
+        "sources": {
+            "bf16_moments": "the Trainer's mixed precision (--bf16) keeps fp32 weights and optimizer states; pure bf16 "
+            "comes from loading the model in bf16 (torch_dtype), which the Trainer command planner reads does not say",
+            "bf16_master_weights": "as bf16_moments: fp32 master weights under the Trainer's mixed precision",
+        },
+    },
+    moe={
+        "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,
+        "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "tp_only",
+        "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": (),
+        "sources": {
+            "ep_overlap_dispatchers": "no overlap",
+            "dispatchers": "no expert parallelism in the Trainer FSDP path: experts compute locally (alltoall is "
+            "planner's name for the only, unused, choice)",
+            "default_dispatcher": "as dispatchers",
+            "ep_overlap": "no expert parallelism",
+            "default_ep_overlap": "no expert parallelism",
+            "shared_expert_overlap": "Hugging Face modeling code runs the shared experts after the routed ones",
+            "expert_tensor_parallel": "no tensor parallelism in the Trainer FSDP path",
+            "capacity_factor": "Hugging Face MoE modeling code (Mixtral, Qwen-MoE, DeepSeek) routes dropless",
+            "mtp": "Hugging Face DeepSeek-V3 modeling code does not build the MTP module",
+        },
+    },
+)
+
+_DS_BF16 = (
+    "DeepSpeed bf16.bf16_master_weights_and_grads / bf16.bf16_optimizer_states (deepspeed/runtime/precision_config.py, "
+    "deepspeed/runtime/config.py: ZeRO stage 1-3 only; deepspeedai/DeepSpeed#7700, 39a682d7, 2025-12-04)"
 )
 
 _DEEPSPEED = _derive(
@@ -435,6 +585,7 @@ _DEEPSPEED = _derive(
         },
     },
     kernels=dict(_TORCH_EAGER, sources={
+        "cuda_graphs": "DeepSpeed's CUDA graphs (enable_cuda_graph) are for inference; training runs eager",
         "attention_kernel": "Hugging Face models' default attn_implementation 'sdpa': " + _SDPA_FLASH2,
         "fused_elementwise": "DeepSpeed runs the user's PyTorch modules (eager kernels)",
         "supports_compile": "DeepSpeed config 'compile' / engine.compile()",
@@ -492,6 +643,27 @@ _DEEPSPEED = _derive(
             "implementation": "deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, deepspeed/runtime/bf16_optimizer.py",
             "fused_step": "deepspeed/ops/adam/fused_adam.py multi-tensor apply",
             "step_traffic_factor": "one fused pass: 1.0",
+            "bf16_moments": _DS_BF16 + "; bf16_optimizer_states needs bf16_master_weights_and_grads",
+            "bf16_master_weights": _DS_BF16 + "; without bf16_optimizer_states only with ZeRO-Offload "
+            "(DeepSpeedCPUAdam)",
+        },
+        "bf16_moments": True, "bf16_master_weights": True,
+    },
+    moe={
+        "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,
+        "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "tp_only",
+        "capacity_factor": True, "mtp": False, "ep_overlap_dispatchers": (),
+        "sources": {
+            "ep_overlap_dispatchers": "no overlap",
+            "dispatchers": "deepspeed/moe/sharded_moe.py _AllToAll: one NCCL all-to-all per dispatch and combine",
+            "default_dispatcher": "as dispatchers",
+            "ep_overlap": "deepspeed/moe/sharded_moe.py MOELayer runs dispatch, experts and combine in sequence",
+            "default_ep_overlap": "no overlap",
+            "shared_expert_overlap": "DeepSpeed-MoE's residual MoE (use_residual) runs its dense MLP in sequence",
+            "expert_tensor_parallel": "experts are split with the model's tensor parallelism (enable_expert_tensor_"
+            "parallelism), no separate degree",
+            "capacity_factor": "deepspeed.moe.layer.MoE capacity_factor with drop_tokens (the model code's)",
+            "mtp": "no multi-token-prediction support in DeepSpeed",
         },
     },
     efficiency={

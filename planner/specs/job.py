@@ -39,7 +39,17 @@ from planner.specs.bounds import (
     strict_float,
 )
 from planner.specs.engine import EngineName
-from planner.specs.layout import ComputeDtype, GradDtype, Optimizer, Recompute, RecomputeModule, Schedule
+from planner.specs.layout import (
+    ComputeDtype,
+    CudaGraphScope,
+    GradDtype,
+    MoeDispatcher,
+    Optimizer,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    StateDtype,
+)
 from planner.specs.model import ModelSpec
 
 EngineFormat = Literal["deepspeed", "megatron", "torchtitan", "hf_trainer", "accelerate"]
@@ -115,6 +125,33 @@ class ParallelSection(BaseModel):
     offload_activation_layers: LayersOrNone | None = Field(
         default=None, description="Layers per stage whose activations go to the host (default 0)."
     )
+    etp: Degree | None = Field(
+        default=None, description="Expert tensor-parallel degree (Megatron --expert-tensor-parallel-size; default tp)."
+    )
+    moe_dispatcher: MoeDispatcher | None = Field(
+        default=None, description="MoE token dispatcher: alltoall, allgather, deepep or hybridep (default: the engine "
+        "file's, else alltoall)."
+    )
+    moe_ep_overlap: StrictBool | None = Field(
+        default=None, description="Expert all-to-all overlapped with another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm; default false)."
+    )
+    moe_shared_expert_overlap: StrictBool | None = Field(
+        default=None, description="Shared experts computed beside the dispatch (Megatron --moe-shared-expert-overlap; "
+        "default false)."
+    )
+    moe_capacity_factor: Annotated[float, BeforeValidator(strict_float)] | None = Field(
+        default=None, gt=0, le=64, description="Token drop: each expert takes at most this times its balanced share, "
+        "padded to it (default: dropless)."
+    )
+    cuda_graph_scope: tuple[CudaGraphScope, ...] | None = Field(
+        default=None, description="Parts of each layer in CUDA graphs: full, attn, mlp, moe, moe_router, "
+        "moe_preprocess (default: none)."
+    )
+    mtp_layers: LayersOrNone | None = Field(
+        default=None, description="Multi-token-prediction layers trained (Megatron --mtp-num-layers; default: the "
+        "model's)."
+    )
 
 
 class TrainingSection(BaseModel):
@@ -137,6 +174,14 @@ class TrainingSection(BaseModel):
         "(default: the engine file's format, else megatron; see docs/engines.md).",
     )
     compile: StrictBool | None = Field(default=None, description="torch.compile on (torch engines; default false).")
+    optimizer_state_dtype: StateDtype | None = Field(
+        default=None, description="Adam moments' dtype: fp32 or bf16 (Megatron precision-aware optimizer, DeepSpeed "
+        "bf16_optimizer_states; default fp32)."
+    )
+    master_weights_dtype: StateDtype | None = Field(
+        default=None, description="Master weights: fp32 copy, or bf16 = the 16-bit weights are the master (DeepSpeed "
+        "bf16_master_weights_and_grads; default fp32)."
+    )
 
 
 class EngineSection(BaseModel):

@@ -13,7 +13,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics.stages import max_layers_per_stage
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
-from planner.specs.layout import RECOMPUTE_CODES, Layout, LayoutArrays
+from planner.specs.layout import DISPATCHER_CODES, RECOMPUTE_CODES, Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 
 
@@ -50,6 +50,20 @@ def _recompute_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
     return ~np.isin(lay.recompute, np.asarray(codes, dtype=np.int64))
 
 
+def _dispatcher_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
+    codes = [DISPATCHER_CODES[name] for name in e.moe.dispatchers]
+    return ~np.isin(lay.moe_dispatcher, np.asarray(codes, dtype=np.int64))
+
+
+def _expert_tp_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
+    kind = e.moe.expert_tensor_parallel
+    if kind == "any":
+        return np.zeros(lay.etp.shape, dtype=bool)
+    if kind == "one_or_tp":
+        return np.asarray((lay.etp != lay.tp) & (lay.etp != 1))
+    return np.asarray(lay.etp != lay.tp)
+
+
 ENGINE_RULES: tuple[Rule, ...] = (
     _engine_rule("engine_no_tp", lambda a, e: (a.tp > 1) & (not e.schedules.tensor_parallel),
                  lambda l: f"tp({l.tp})", "schedules.tensor_parallel"),
@@ -83,6 +97,30 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: f"shard_group({l.shard_group})", "zero.supports_hsdp"),
     _engine_rule("engine_no_compile", lambda a, e: a.compile & (not e.kernels.supports_compile),
                  lambda l: "compile", "kernels.supports_compile"),
+    _engine_rule("engine_dispatcher", _dispatcher_unsupported, lambda l: f"moe_dispatcher {l.moe_dispatcher}",
+                 "moe.dispatchers"),
+    _engine_rule("engine_no_ep_overlap", lambda a, e: a.moe_ep_overlap & (not e.moe.ep_overlap),
+                 lambda l: "moe_ep_overlap", "moe.ep_overlap"),
+    _engine_rule("engine_ep_overlap_dispatcher",
+                 lambda a, e: a.moe_ep_overlap & e.moe.ep_overlap & ~np.isin(
+                     a.moe_dispatcher, np.asarray([DISPATCHER_CODES[n] for n in e.moe.ep_overlap_dispatchers],
+                                                  dtype=np.int64)),
+                 lambda l: f"moe_ep_overlap with moe_dispatcher {l.moe_dispatcher}", "moe.ep_overlap_dispatchers"),
+    _engine_rule("engine_no_shared_expert_overlap",
+                 lambda a, e: a.moe_shared_expert_overlap & (not e.moe.shared_expert_overlap),
+                 lambda l: "moe_shared_expert_overlap", "moe.shared_expert_overlap"),
+    _engine_rule("engine_expert_tp", _expert_tp_unsupported, lambda l: f"etp({l.expert_tp}) with tp({l.tp})",
+                 "moe.expert_tensor_parallel"),
+    _engine_rule("engine_no_capacity_factor", lambda a, e: (a.moe_capacity_factor > 0) & (not e.moe.capacity_factor),
+                 lambda l: f"moe_capacity_factor({l.moe_capacity_factor})", "moe.capacity_factor"),
+    _engine_rule("engine_no_mtp", lambda a, e: (a.mtp_layers > 0) & (not e.moe.mtp),
+                 lambda l: f"mtp_layers({l.mtp_layers})", "moe.mtp"),
+    _engine_rule("engine_no_cuda_graphs", lambda a, e: (a.cuda_graphs != 0) & (not e.kernels.cuda_graphs),
+                 lambda l: f"cuda_graph_scope {','.join(l.cuda_graph_scope)}", "kernels.cuda_graphs"),
+    _engine_rule("engine_no_bf16_moments", lambda a, e: a.moments_bf16 & (not e.optimizer.bf16_moments),
+                 lambda l: "optimizer_state_dtype bf16", "optimizer.bf16_moments"),
+    _engine_rule("engine_no_bf16_master", lambda a, e: a.master_bf16 & (not e.optimizer.bf16_master_weights),
+                 lambda l: "master_weights_dtype bf16", "optimizer.bf16_master_weights"),
 )
 
 

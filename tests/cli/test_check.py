@@ -122,12 +122,12 @@ def test_github_format_annotations(run_cli):
 
 
 def test_warnings_go_to_stderr_and_into_github_annotations(run_cli):
-    # (HSDP, this test's former example, is modelled now; a bf16-only torchtitan run still warns)
+    # (HSDP and bf16-only training, this test's former examples, are modelled now; never resharding still warns)
     args = ("check", "--torchtitan", ENGINES / "torchtitan" / "hsdp.toml", "--hardware", "h100-sxm", "--gpus", "16",
-            "--engine-args", "--training.dtype bfloat16")
+            "--engine-args", "--parallelism.fsdp_reshard_after_forward never")
     result = run_cli(*args)
     assert result.exit_code == 0, result.output
-    assert result.stderr.startswith("warning: ") and "training.dtype bfloat16" in result.stderr
+    assert result.stderr.startswith("warning: ") and "fsdp_reshard_after_forward 'never'" in result.stderr
     github = run_cli(*args, "--format", "github")
     assert github.stdout.startswith("::warning file=")
 
@@ -377,3 +377,49 @@ def test_a_precision_change_is_offered_when_no_layout_change_fits(run_cli, tmp_p
     result = run_cli("check", job, "--format", "json")
     fixes = json.loads(result.stdout)[0]["suggestions"]
     assert fixes[0]["changes"] == {"grad_dtype": {"from": "fp32", "to": "bf16"}} and fixes[0]["verified"]
+
+
+# MoE layout fields ------------------------------------------------------------------------------------------
+MOE_JOB = """model: deepseek-v2-lite
+hardware: h100-sxm
+gpus: 16
+parallel: {ep: 8, zero: 1, etp: 1, moe_dispatcher: hybridep, moe_ep_overlap: true, moe_capacity_factor: 1.25,
+           cuda_graph_scope: [attn, moe_router], mtp_layers: 1}
+training: {global_batch: 64, seq_len: 4096, optimizer_state_dtype: bf16}
+"""
+
+
+def test_job_file_passes_the_moe_fields_through(run_cli, tmp_path):
+    job = tmp_path / "moe.yaml"
+    job.write_text(MOE_JOB)
+    result = run_cli("check", job, "--format", "json", "--no-suggest")
+    assert result.exit_code in (0, 1), result.output
+    config = json.loads(result.stdout)[0]["config"]
+    assert {k: config[k] for k in ("etp", "moe_dispatcher", "moe_ep_overlap", "moe_capacity_factor",
+                                   "cuda_graph_scope", "mtp_layers", "optimizer_state_dtype")} == {
+        "etp": 1, "moe_dispatcher": "hybridep", "moe_ep_overlap": True, "moe_capacity_factor": 1.25,
+        "cuda_graph_scope": ["attn", "moe_router"], "mtp_layers": 1, "optimizer_state_dtype": "bf16"}
+
+
+def test_job_moe_field_of_the_wrong_type_is_one_line(run_cli, tmp_path):
+    job = tmp_path / "bad.yaml"
+    job.write_text(MOE_JOB.replace("moe_dispatcher: hybridep", "moe_dispatcher: flex"))
+    assert_one_line_error(run_cli("check", job), "moe_dispatcher")
+
+
+def test_direct_check_flags_give_what_the_megatron_file_lacks(run_cli, tmp_path):
+    """The file names no dispatcher: --moe-dispatcher applies (Megatron's default, allgather, only where neither
+    says); a flag that contradicts the file is an error naming both."""
+    args = tmp_path / "moe.sh"
+    args.write_text("--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+                    "--max-position-embeddings 512 --num-experts 8 --moe-router-topk 2 --micro-batch-size 1 "
+                    "--global-batch-size 16 --bf16 --vocab-size 32000 --expert-model-parallel-size 4 "
+                    "--use-distributed-optimizer --moe-expert-capacity-factor 1.5 --moe-pad-expert-input-to-capacity\n")
+    base = ("check", "--megatron-args", args, "--hardware", "h100-sxm", "--gpus", "8", "--format", "json")
+    config = json.loads(run_cli(*base).stdout)[0]["config"]
+    assert (config["moe_dispatcher"], config["moe_capacity_factor"]) == ("allgather", 1.5)
+    given = json.loads(run_cli(*base, "--moe-dispatcher", "alltoall", "--moe-ep-overlap").stdout)[0]["config"]
+    assert (given["moe_dispatcher"], given["moe_ep_overlap"]) == ("alltoall", True)
+    assert_one_line_error(run_cli(*base, "--moe-capacity-factor", "2"), "moe_capacity_factor",
+                          "--moe-expert-capacity-factor")
+

@@ -204,3 +204,14 @@ def test_an_internal_error_exits_3_with_one_line(run_cli, monkeypatch):
     assert result.exit_code == 3
     assert result.stderr.startswith("error: internal error (ZeroDivisionError: boom)")
     assert result.stderr.count("\n") == 1
+
+
+def test_estimate_table_shows_the_moe_settings(run_cli):
+    result = run_cli("estimate", "-m", "mixtral-8x7b", "-w", "h100-sxm", "--gpus", "64", "--tp", "2", "--ep", "8",
+                     "--global-batch", "64", "--seq-len", "4096", "--zero", "1", "--moe-dispatcher", "deepep")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # the header line wraps at the terminal width
+    assert "etp 2, dispatcher deepep, ep-overlap off, dropless" in text
+    dense = run_cli("estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--global-batch", "64",
+                    "--seq-len", "4096")
+    assert "dispatcher" not in dense.output

@@ -39,6 +39,7 @@ from planner.training.rules import resolve_layout
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_roundtrip import CASES  # noqa: E402  (the same feature combinations as the round trip)
+from test_roundtrip_moe import MOE_CASES  # noqa: E402
 
 HW = load_hardware("h100-sxm").spec
 
@@ -71,17 +72,17 @@ def megatron_arguments():
     except ImportError as err:
         pytest.skip(f"Megatron-LM does not import here: {err}")
     arguments.get_device_arch_version = lambda: 9  # validate_args asks the GPU; answer as an H100
+    import torch
+
+    torch.cuda.get_device_capability = lambda *a: (9, 0)  # --moe-grouped-gemm's check, answered as an H100
     return arguments
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_megatron_export_passes_megatrons_argparse_and_validate_args(name, megatron_arguments, monkeypatch):
-    exported = _export(name, "megatron")
-    if exported is None:
-        pytest.skip("planner refuses this layout for Megatron-LM")
+def _megatron_args(exported, megatron_arguments, monkeypatch, *extra: str):
     gpus = exported.layout.gpus
     flags = split_launch_text(exported.text, "megatron_args.sh")
-    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *flags, "--mock-data", "--tokenizer-type", "NullTokenizer"])
+    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *flags, "--mock-data", "--tokenizer-type", "NullTokenizer",
+                                      *extra])
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", str(gpus))):
         monkeypatch.setenv(key, value)
     # Megatron asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor/context parallelism, and unset with its FSDP
@@ -91,10 +92,46 @@ def test_megatron_export_passes_megatrons_argparse_and_validate_args(name, megat
         monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     args = megatron_arguments.parse_args()
     megatron_arguments.validate_args(args, {})
+    return args
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_megatron_export_passes_megatrons_argparse_and_validate_args(name, megatron_arguments, monkeypatch):
+    exported = _export(name, "megatron")
+    if exported is None:
+        pytest.skip("planner refuses this layout for Megatron-LM")
+    args = _megatron_args(exported, megatron_arguments, monkeypatch)
     lay = exported.layout
     assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.data_parallel_size) == \
         (lay.tp, lay.pp, lay.dp)
     assert args.global_batch_size == lay.global_batch and args.micro_batch_size == lay.micro_batch
+
+
+def _moe_export(name: str):
+    model_id, gpus, fields, runs = MOE_CASES[name]
+    model = load_model(model_id).spec
+    layout = resolve_layout(model, gpus, **fields)
+    return render_export("megatron", model_id, model, HW, layout, estimate(model, HW, layout), hardware_id="h100-sxm")
+
+
+@pytest.mark.parametrize("name", [n for n, case in MOE_CASES.items() if "megatron" in case[3]])
+def test_megatron_moe_export_passes_megatrons_transformer_config(name, megatron_arguments, monkeypatch):
+    """The MoE cases' flags through parse_args, validate_args and core_transformer_config_from_args, whose
+    TransformerConfig.__post_init__ holds Megatron-Core's MoE asserts (overlap, dispatcher, capacity padding,
+    CUDA-graph scopes, MTP). --no-rope-fusion: the fused RoPE needs Transformer Engine, which a CPU run lacks."""
+    exported = _moe_export(name)
+    args = _megatron_args(exported, megatron_arguments, monkeypatch, "--no-rope-fusion")
+    config = megatron_arguments.core_transformer_config_from_args(args)
+    lay = exported.layout
+    assert config.expert_tensor_parallel_size == lay.expert_tp
+    backend = {"deepep": ("flex", "deepep"), "hybridep": ("flex", "hybridep")}
+    kind, flex = backend.get(lay.moe_dispatcher, (lay.moe_dispatcher, None))
+    assert config.moe_token_dispatcher_type == kind and (flex is None or config.moe_flex_dispatcher_backend == flex)
+    assert config.overlap_moe_expert_parallel_comm == lay.moe_ep_overlap
+    assert config.moe_expert_capacity_factor == lay.moe_capacity_factor
+    assert (config.cuda_graph_impl != "none") == bool(lay.cuda_graph_scope)
+    model_mtp = load_model(MOE_CASES[name][0]).spec.mtp_layers
+    assert (config.mtp_num_layers or 0) == (model_mtp if lay.mtp_layers is None else lay.mtp_layers)
 
 
 # --- DeepSpeed ----------------------------------------------------------------------------------------
@@ -141,6 +178,20 @@ def test_deepspeed_export_passes_deepspeedconfig(name, deepspeed_config):
                           "gradient_accumulation_steps": parsed.gradient_accumulation_steps}, mpu=_Mpu(world))
 
 
+@pytest.mark.parametrize("name", [n for n, case in MOE_CASES.items() if "deepspeed" in case[3]])
+def test_deepspeed_bf16_state_export_passes_deepspeedconfig(name, deepspeed_config):
+    """bf16_master_weights_and_grads and bf16_optimizer_states where DeepSpeedConfig reads them (its ZeRO-stage
+    asserts included)."""
+    model_id, gpus, fields, _ = MOE_CASES[name]
+    model = load_model(model_id).spec
+    layout = resolve_layout(model, gpus, **fields)
+    exported = render_export("deepspeed", model_id, model, HW, layout, estimate(model, HW, layout))
+    lay = exported.layout
+    parsed = deepspeed_config(json.loads(exported.text), mpu=_Mpu(lay.gpus // lay.cp))
+    assert parsed.bfloat16_config.bf16_master_weights_and_grads == (lay.master_weights_dtype == "bf16")
+    assert parsed.bfloat16_config.bf16_optimizer_states == (lay.optimizer_state_dtype == "bf16")
+
+
 # --- torchtitan -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def torchtitan_manager():
@@ -176,6 +227,26 @@ def test_torchtitan_export_passes_configmanager(name, torchtitan_manager, tmp_pa
     assert (config.parallelism.tensor_parallel_degree, config.parallelism.pipeline_parallel_degree,
             config.parallelism.context_parallel_degree) == (lay.tp, lay.pp, lay.cp)
     assert config.training.seq_len == lay.seq_len and config.training.global_batch_size == lay.global_batch
+
+
+@pytest.mark.parametrize("name", [n for n, case in MOE_CASES.items() if "torchtitan" in case[3]])
+def test_torchtitan_moe_export_passes_configmanager(name, torchtitan_manager, tmp_path):
+    """expert_tensor_parallel_degree, expert_parallel_comm_backend, the DualPipeV schedule and training.dtype
+    as JobConfig types them."""
+    model_id, gpus, fields, _ = MOE_CASES[name]
+    model = load_model(model_id).spec
+    layout = resolve_layout(model, gpus, **fields)
+    exported = render_export("torchtitan", model_id, model, HW, layout, estimate(model, HW, layout))
+    manager, _ = torchtitan_manager
+    path = tmp_path / "torchtitan.toml"
+    path.write_text(exported.text)
+    config = manager().parse_args(["--job.config_file", str(path)])
+    lay, par = exported.layout, config.parallelism
+    assert (par.expert_parallel_degree, par.expert_tensor_parallel_degree) == (lay.ep, lay.expert_tp if lay.ep > 1
+                                                                                else 1)
+    assert par.expert_parallel_comm_backend == ("deepep" if lay.moe_dispatcher == "deepep" else "standard")
+    assert (par.pipeline_parallel_schedule == "DualPipeV") == lay.moe_ep_overlap
+    assert config.training.dtype == ("bfloat16" if lay.master_weights_dtype == "bf16" else "float32")
 
 
 # --- Hugging Face Trainer ----------------------------------------------------------------------------------

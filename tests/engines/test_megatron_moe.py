@@ -1,0 +1,181 @@
+"""Megatron-LM's MoE, CUDA-graph, optimizer-precision and MTP flags read as Megatron-Core reads them, and the
+flag combinations it refuses refused (exit 2, naming the flag).
+
+Upstream fixtures: tests/fixtures/engines/upstream/megatron/ (repository, path and commit in ../SOURCES.md).
+Megatron's rules quoted here are in NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py,
+model_parallel_config.py, megatron/core/optimizer/optimizer_config.py and megatron/training/arguments.py at
+c1e938b03902ab688cf4ac1ce1eaebe7a5a17dcf (2026-05-13).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.engines.load import load_model
+from planner.engines.megatron import import_megatron, read_launch_text
+from planner.errors import PlannerError
+from planner.training.rules import resolve_layout
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "upstream" / "megatron"
+
+
+def _functional_test_flags(name: str) -> list[str]:
+    """MODEL_ARGS of a Megatron-LM functional test, as its launcher passes them: `true` is a bare flag, a
+    bracketed string is a list of values (tests/functional_tests/shell_test_utils/run_ci_test.sh)."""
+    args = yaml.safe_load((UPSTREAM / name).read_text())["MODEL_ARGS"]
+    flags: list[str] = []
+    for key, value in args.items():
+        if value is True:
+            flags.append(key)
+        elif isinstance(value, str) and value.startswith("["):
+            flags += [key, *value.strip("[]").split()]
+        else:
+            flags += [key, str(value)]
+    return flags
+
+
+TINY_MOE = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "512",
+            "--max-position-embeddings", "512", "--num-experts", "8", "--moe-router-topk", "2",
+            "--moe-ffn-hidden-size", "256", "--micro-batch-size", "1", "--global-batch-size", "16", "--bf16",
+            "--vocab-size", "32000", "--use-distributed-optimizer", "--moe-shared-expert-intermediate-size", "256"]
+
+
+def _read(flags: list[str], gpus: int = 8, model=None, given=None):
+    imported = import_megatron(flags, gpus=gpus, given=given or {}, model=model, source="args")
+    return imported, resolve_layout(model or imported.model, gpus, **imported.fields)
+
+
+def test_deepseek_v3_megatron_fsdp_script_reads_hybridep_etp1_and_one_mtp_layer():
+    """examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh: EP 8 with expert TP 1 (tp is 1 too), the flex
+    dispatcher's HybridEP backend, one MTP layer (the catalog's DeepSeek-V3 counts none), fine-grained
+    recompute of mlp, moe, mla_up_proj and layernorm, Megatron-FSDP optim_grads_params. The training command
+    is a string run by `srun bash -c`, its flags the PRETRAIN_ARGS array."""
+    tokens, notes = read_launch_text((UPSTREAM / "sbatch_mfsdp_deepseek_v3.sh").read_text(), "ds.sh")
+    model = load_model("deepseek-v3").spec
+    imported, layout = _read(tokens, gpus=256, model=model)
+    assert (layout.tp, layout.ep, layout.expert_tp, layout.zero) == (1, 8, 1, 3)
+    assert layout.moe_dispatcher == "hybridep" and not layout.moe_ep_overlap
+    assert layout.mtp_layers == 1 and model.mtp_layers == 0
+    assert layout.recompute == "selective"
+    assert layout.recompute_modules == ("mlp", "moe", "mla_up_proj", "layernorm")
+    assert (layout.micro_batch, layout.global_batch, layout.seq_len) == (4, 2048, 4096)
+    assert imported.origins["moe_dispatcher"] == "--moe-token-dispatcher-type"
+
+
+def test_a2a_overlap_functional_test_reads_the_overlap_and_expert_tp_1():
+    """gpt3_mcore_te_tp2_pp1_te_a2a_ovlp_8experts_etp1_ep4: tp 2, ep 4 with expert TP 1 (parallel folding:
+    the 4 x 1 expert ranks span tp x dp), alltoall, --overlap-moe-expert-parallel-comm."""
+    _, layout = _read(_functional_test_flags("a2a_ovlp_8experts_etp1_ep4.model_config.yaml"), gpus=8)
+    assert (layout.tp, layout.ep, layout.etp, layout.dp) == (2, 4, 1, 4)
+    assert layout.moe_dispatcher == "alltoall" and layout.moe_ep_overlap and not layout.moe_shared_expert_overlap
+    assert layout.moe_capacity_factor is None  # dropless: no capacity factor
+    assert layout.mtp_layers is None  # no --mtp-num-layers, and the model the flags describe has none
+
+
+def test_scoped_cudagraph_functional_test_reads_the_scope_and_mtp_of_the_model_it_describes():
+    """gpt3_moe_mcore_te_tp4_ep2_etp2_pp2_scoped_cudagraph: Transformer Engine CUDA graphs of attn, mlp (4
+    dense layers), moe_router and moe_preprocess; expert TP 2 under tp 4; one MTP layer, which the flags'
+    own model holds (so the layout keeps the model's count: null)."""
+    imported, layout = _read(_functional_test_flags("tp4_ep2_etp2_pp2_scoped_cudagraph.model_config.yaml"),
+                             gpus=16)
+    assert layout.cuda_graph_scope == ("attn", "mlp", "moe_router", "moe_preprocess")
+    assert (layout.tp, layout.pp, layout.ep, layout.etp) == (4, 2, 2, 2)
+    assert imported.model is not None and imported.model.mtp_layers == 1 and layout.mtp_layers is None
+    assert layout.recompute_modules == ("moe_act",) and layout.dtype == "fp8"
+
+
+@pytest.mark.parametrize(("extra", "dispatcher"), [
+    ([], "allgather"),  # TransformerConfig.moe_token_dispatcher_type default
+    (["--moe-token-dispatcher-type", "alltoall"], "alltoall"),
+    (["--moe-token-dispatcher-type", "flex"], "deepep"),  # moe_flex_dispatcher_backend default "deepep"
+    (["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"], "deepep"),  # the older spelling
+    (["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "hybridep"], "hybridep"),
+])
+def test_dispatcher_flags(extra, dispatcher):
+    _, layout = _read([*TINY_MOE, *extra])
+    assert layout.moe_dispatcher == dispatcher
+
+
+def test_a_dense_model_keeps_the_layout_default_dispatcher():
+    dense = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "512",
+             "--max-position-embeddings", "512", "--micro-batch-size", "1", "--global-batch-size", "16", "--bf16",
+             "--vocab-size", "32000"]
+    imported, layout = _read(dense)
+    assert "moe_dispatcher" not in imported.fields and layout.moe_dispatcher == "alltoall"
+
+
+def test_capacity_factor_with_padding_without_padding_and_negative():
+    _, padded = _read([*TINY_MOE, "--moe-token-dispatcher-type", "alltoall", "--moe-expert-capacity-factor", "1.25",
+                       "--moe-pad-expert-input-to-capacity"])
+    assert padded.moe_capacity_factor == 1.25
+    imported, unpadded = _read([*TINY_MOE, "--moe-expert-capacity-factor", "1.0"])
+    assert unpadded.moe_capacity_factor is None
+    assert any("without --moe-pad-expert-input-to-capacity" in w for w in imported.warnings)
+    _, negative = _read([*TINY_MOE, "--moe-expert-capacity-factor", "-1"])  # TransformerConfig: < 0 -> None
+    assert negative.moe_capacity_factor is None
+
+
+def test_precision_aware_optimizer_reads_bf16_moments():
+    _, layout = _read([*TINY_MOE, "--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16",
+                       "--exp-avg-sq-dtype", "bf16"])
+    assert layout.optimizer_state_dtype == "bf16" and layout.master_weights_dtype == "fp32"
+    imported, mixed = _read([*TINY_MOE, "--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16"])
+    assert mixed.optimizer_state_dtype == "fp32" and any("upper bound" in w for w in imported.warnings)
+
+
+def test_mtp_absent_is_zero_for_a_model_that_has_mtp():
+    """Megatron-LM trains MTP layers only with --mtp-num-layers, whatever the model's config holds."""
+    model = load_model("deepseek-v2-lite").spec.model_copy(update={"mtp_layers": 1})
+    flags = ["--tensor-model-parallel-size", "1", "--micro-batch-size", "1", "--global-batch-size", "16",
+             "--seq-length", "1024", "--bf16", "--moe-token-dispatcher-type", "alltoall"]
+    _, layout = _read(flags, model=model)
+    assert layout.mtp_layers == 0
+    _, same = _read([*flags, "--mtp-num-layers", "1"], model=model)
+    assert same.mtp_layers is None  # the model's count
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--moe-enable-deepep"], "--moe-enable-deepep needs --moe-token-dispatcher-type flex"),
+    (["--moe-token-dispatcher-type", "flex", "--moe-enable-deepep", "--moe-flex-dispatcher-backend", "hybridep"],
+     "Only one backend"),
+    (["--moe-token-dispatcher-type", "ring"], "--moe-token-dispatcher-type must be"),
+    (["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "nvshmem"],
+     "--moe-flex-dispatcher-backend must be"),
+    (["--moe-expert-capacity-factor", "0"], "--moe-expert-capacity-factor must be above 0"),
+    (["--moe-pad-expert-input-to-capacity"], "--moe-pad-expert-input-to-capacity needs"),
+    (["--moe-token-dispatcher-type", "flex", "--moe-expert-capacity-factor", "1",
+      "--moe-pad-expert-input-to-capacity"], "DeepEP"),
+    (["--delay-wgrad-compute"], "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm"),
+    (["--overlap-moe-expert-parallel-comm", "--expert-model-parallel-size", "2"], "the alltoall or flex dispatcher"),
+    (["--overlap-moe-expert-parallel-comm", "--moe-token-dispatcher-type", "alltoall"], "ep > 1"),
+    (["--exp-avg-dtype", "bf16"], "needs --use-precision-aware-optimizer"),
+    (["--use-precision-aware-optimizer", "--exp-avg-dtype", "int8"], "--exp-avg-dtype must be"),
+    (["--enable-cuda-graph", "--cuda-graph-impl", "local"], "--enable-cuda-graph with --cuda-graph-impl"),
+    (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "full", "attn"], "full with other scopes"),
+    (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "moe", "moe_router"], "must not contain both"),
+    (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "moe_preprocess"], "needs moe_router"),
+    (["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "moe"], "drop-padding"),
+    (["--cuda-graph-impl", "eager"], "--cuda-graph-impl must be"),
+])
+def test_combinations_megatron_refuses_are_errors_naming_the_flag(extra, needle):
+    with pytest.raises(PlannerError, match=None) as err:
+        _read([*TINY_MOE, *extra])
+    assert needle in str(err.value)
+
+
+def test_precision_aware_optimizer_needs_the_distributed_optimizer():
+    flags = [f for f in TINY_MOE if f != "--use-distributed-optimizer"]
+    with pytest.raises(PlannerError, match="--use-precision-aware-optimizer needs --use-distributed-optimizer"):
+        _read([*flags, "--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"])
+
+
+def test_a_bad_moe_flag_is_a_one_line_error_on_the_command_line(run_cli, tmp_path):
+    path = tmp_path / "args.sh"
+    path.write_text(" ".join([*TINY_MOE, "--moe-token-dispatcher-type", "flex", "--moe-enable-deepep",
+                              "--moe-flex-dispatcher-backend", "hybridep"]) + "\n")
+    result = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8")
+    assert result.exit_code == 2 and result.output.startswith("error: ") and len(result.output.splitlines()) == 1
+    assert "--moe-enable-deepep" in result.output
