@@ -92,7 +92,13 @@ def test_step_time_rows_median_within_10_percent_none_beyond_25() -> None:
 # recomputation needing more than the 80 GB), so they are not held to this.
 # The NeMo 24.07 runs too (all ran on 80 GB H100); one is predicted not to fit at the default headroom, an
 # open defect of the memory model, kept visible as a strict xfail.
-OPEN_MEMORY_DEFECTS = {"nemo2407_nemotron_340b_128gpus": "predicted 77.6 GiB > 75.2 GiB usable at 5% headroom"}
+OPEN_MEMORY_DEFECTS = {
+    "nemo2407_nemotron_340b_128gpus": "predicted 77.6 GiB > 75.2 GiB usable at 5% headroom",
+    # DeepSeek's own run caches the MoE up-projections' inputs in FP8 and the attention output projection's in
+    # E5M6 (DeepSeek-V3 technical report Sec. 3.3.3) and shares the MTP embedding with the main one on rank 0;
+    # planner keeps those activations in 16 bits.
+    "dsv3_report_h800_2048": "predicted 76.6 GiB > 70.8 GiB usable at 5% headroom (DualPipe rank 2)",
+}
 # Narayanan et al.'s 530B ZeRO-3 row at micro-batch 4 on 640 GPUs ran at the edge of memory (it did not fit on 560);
 # the paper does not print DeepSpeed's activation-checkpointing options (cpu_checkpointing moves the 105 layer
 # checkpoints, about 35 GB at this micro-batch, to host memory), so its fit is not decidable here: planner predicts
