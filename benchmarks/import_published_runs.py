@@ -60,6 +60,9 @@ _DSV3_2509 = {**_DSV3_OPT, **_DROP, "moe_shared_expert_overlap": True, "mtp_laye
               "recompute_modules": ["mla_up_proj"]}
 _QWEN_2509 = {**_DROP, "grad_dtype": "bf16"}  # notes: grad_reduce_in_fp32 off
 _GRAPHS_2511 = {"cuda_graph_scope": ["moe_router", "moe_preprocess"]}
+# Megatron-Bridge v0.2.1 scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py (set_gpt_oss_common_configs):
+# grad_reduce_in_fp32 False; the notes' recompute modules.
+_GPT_OSS = {"recompute_modules": ["layernorm", "moe_act"], "grad_dtype": "bf16"}
 RECIPES: dict[str, dict] = {
     "mb2509_gb200_dsv3_fp8cs": _DSV3_2509,
     "mb2509_gb200_dsv3_mxfp8_pp8": _DSV3_2509,
@@ -81,9 +84,11 @@ RECIPES: dict[str, dict] = {
     "mb2511_gb200_qwen3_30b_mxfp8": _GRAPHS_2511,
     "mb2511_b200_qwen3_30b_mxfp8": _GRAPHS_2511,
     "mb2511_gb200_qwen3_235b_bf16": {"cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]},
-    "mb2511_gb200_gptoss120b_bf16": {"recompute_modules": ["layernorm", "moe_act"]},
-    "mb2511_b200_gptoss120b_bf16": {"recompute_modules": ["layernorm", "moe_act"]},
-    "mb2511_h100_gptoss120b_bf16": {"recompute_modules": ["layernorm", "moe_act"]},
+    "mb2511_gb200_gptoss120b_bf16": _GPT_OSS,
+    "mb2511_b200_gptoss120b_bf16": _GPT_OSS,
+    # The table's MBS 4 contradicts its own GA 2 and PP 4 (512 / (16 x 4) = 8 micro-batches), and 4 sequences of
+    # 4,096 tokens in flight on 9 layers cannot be held in 80 GB; the v0.2.1 H100 preset runs MBS 1.
+    "mb2511_h100_gptoss120b_bf16": {**_GPT_OSS, "micro_batch": 1},
 }
 
 

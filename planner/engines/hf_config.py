@@ -375,6 +375,9 @@ def _deepseek(r: _Reader, *, default_topk_method: str) -> None:
     # group_limited_greedy routing has none.
     _moe(r, experts="n_routed_experts", ffn="moe_intermediate_size", shared=shared, dense_layers=dense,
          router_bias=topk_method == "noaux_tc")
+    groups, group_topk = _optional_count(r, "n_group"), _optional_count(r, "topk_group")
+    if groups and group_topk and topk_method in ("noaux_tc", "group_limited_greedy") and groups > 1:
+        r.put("moe", {**r.spec["moe"], "router_groups": groups, "router_group_topk": group_topk}, "n_group")
     mtp = _optional_count(r, "num_nextn_predict_layers")
     if mtp:  # trained with the model (its memory and time in training); serving ignores it
         r.put("mtp_layers", mtp, "num_nextn_predict_layers")
@@ -604,7 +607,6 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
                     "num_key_value_heads": "MLA derives keys and values from the shared latent",
                     "head_dim": "MLA head sizes come from qk_nope/qk_rope/v_head_dim",
                     "pretraining_tp": "tensor-parallel split of the original checkpoint; same shapes",
-                    "n_group": "group-limited routing", "topk_group": "group-limited routing",
                     "routed_scaling_factor": "routing weight scale", "scoring_func": "routing score function",
                     "norm_topk_prob": "routing normalisation", "aux_loss_alpha": "load-balancing loss weight",
                     "seq_aux": "load-balancing loss variant", "ep_size": "expert-parallel degree of the original run"},

@@ -213,6 +213,13 @@ def test_deepseek_v3_mla_and_moe():
     assert spec.moe.router_bias  # topk_method noaux_tc carries e_score_correction_bias
     assert spec.ffn_hidden_size == 18432
     assert spec.mtp_layers == 1  # num_nextn_predict_layers
+    assert (spec.moe.router_groups, spec.moe.router_group_topk) == (8, 4)  # n_group, topk_group
+
+
+def test_group_limited_routing_only_where_the_router_limits_groups():
+    # V2-Lite's greedy router ignores its n_group 1; one group is no limit either.
+    assert imported("deepseek-v2-lite.json", q_lora_rank=None).moe.router_groups == 0
+    assert imported("deepseek-v3.json", n_group=1, topk_group=1).moe.router_groups == 0
 
 
 def test_deepseek_mtp_count_is_read_and_zero_or_absent_means_none():
