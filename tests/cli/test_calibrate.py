@@ -212,3 +212,28 @@ def test_a_complete_megatron_log_is_a_run_on_its_own(run_cli, tmp_path):
               "1024", "--format", "json"]
     plain, calibrated = _json(run_cli(*layout)), _json(run_cli(*layout, "--profile", out))
     assert calibrated["time"]["step_seconds"] == plain["time"]["step_seconds"]  # the overlay leaves it as shipped
+
+
+def test_four_megatron_logs_are_four_runs(run_cli):
+    """The four runs of one document (dp 4, tp 2 x pp 2, tp 4, pp 4) as four --log files: each run's layout is
+    its own log's, the hardware the one given."""
+    names = ("dp4", "tp2pp2", "tp4", "pp4")
+    args = ["calibrate", "--hardware", "a100-pcie-80gb", "--format", "json"]
+    for name in names:
+        args += ["--log", FIXTURES / "logs" / f"megatron_gpt345m_4xa800_{name}.log"]
+    runs = {r["name"]: r for r in _json(run_cli(*args))["runs"]}
+    degrees = {name: (runs[f"megatron_gpt345m_4xa800_{name}"]["layout"]["tp"],
+                      runs[f"megatron_gpt345m_4xa800_{name}"]["layout"]["pp"],
+                      runs[f"megatron_gpt345m_4xa800_{name}"]["layout"]["dp"]) for name in names}
+    assert degrees == {"dp4": (1, 1, 4), "tp2pp2": (2, 2, 1), "tp4": (4, 1, 1), "pp4": (1, 4, 1)}
+    # micro x global batch as printed: 1 x 8, 4 x 16, 2 x 8, 2 x 8
+    batches = {n: (runs[f"megatron_gpt345m_4xa800_{n}"]["layout"]["micro_batch"],
+                   runs[f"megatron_gpt345m_4xa800_{n}"]["layout"]["global_batch"]) for n in names}
+    assert batches == {"dp4": (1, 8), "tp2pp2": (4, 16), "tp4": (2, 8), "pp4": (2, 8)}
+    # one model, its vocabulary padded to a multiple of 128 x tp as each log prints (`new size: 50304`, 50432 at
+    # tp 2, 50688 at tp 4): 354,871,296 parameters at tp 1 (the dp4 log's count), plus 1024 per padding row
+    params = {n: runs[f"megatron_gpt345m_4xa800_{n}"]["features"]["params"] for n in names}
+    assert params == {"dp4": 354871296, "pp4": 354871296, "tp2pp2": 354871296 + (50432 - 50304) * 1024,
+                      "tp4": 354871296 + (50688 - 50304) * 1024}
+    # the pp4 log's per-stage counts add up to the same model plus the last stage's copy of the tied embedding
+    assert 128137216 + 75577344 + 75577344 + 127090688 - 50304 * 1024 == params["pp4"]

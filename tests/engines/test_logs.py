@@ -102,6 +102,23 @@ def test_megatron_job_arguments_of_the_2023_log():
     assert missing_megatron_arguments(args, {}) == []
 
 
+@pytest.mark.parametrize(("name", "degrees", "median_ms", "used"), [
+    # the other three runs of the same document: degrees from their world-size lines, medians by hand of the
+    # `elapsed time per iteration (ms)` values after the first line (iteration 100)
+    ("megatron_gpt345m_4xa800_tp2pp2.log", ("1", "2", "2"), (1031.7 + 1082.6) / 2, 4),  # 200, 1000, 1100, 2000
+    ("megatron_gpt345m_4xa800_tp4.log", ("1", "4", "1"), 2701.1, 19),  # 10th of 19 sorted (iteration 800)
+    ("megatron_gpt345m_4xa800_pp4.log", ("1", "1", "4"), 381.3, 19),  # 10th of 19 sorted (iteration 1300)
+])
+def test_megatron_2023_runs_of_one_source(name, degrees, median_ms, used):
+    r = _read(name)
+    assert r.arguments_complete and r.world_size == 4
+    assert (r.startup["data_parallel_size"], r.startup["tensor_model_parallel_size"],
+            r.startup["pipeline_model_parallel_size"]) == degrees
+    assert (r.arguments["tensor_model_parallel_size"], r.arguments["pipeline_model_parallel_size"]) == degrees[1:]
+    assert len(r.steps_used) == used and r.steps_used[0] > 100
+    assert r.step_seconds == pytest.approx(median_ms / 1e3)
+
+
 @pytest.mark.parametrize(("line", "degrees"), [
     # megatron_gpt345m_4xa800_dp4.log (2023) and megatron_mixtral_16xh100.log (2024)
     ("using world size: 4, data-parallel-size: 4, tensor-model-parallel size: 1, pipeline-model-parallel size: 1 ",
