@@ -101,23 +101,17 @@ def _log_figures(reading: logs.LogReading, global_batch: int | None) -> Measured
     return Measured(**values)
 
 
-_WORLD_DEGREES = (("tensor-model-parallel size", "tensor_model_parallel_size"),
-                  ("pipeline-model-parallel size", "pipeline_model_parallel_size"),
-                  ("context-parallel size", "context_parallel_size"))
-
-
-def _megatron_job(reading: logs.LogReading, text: str, entry_job: dict[str, Any] | None, hardware: str | None,
+def _megatron_job(reading: logs.LogReading, entry_job: dict[str, Any] | None, hardware: str | None,
                   source: str) -> Job:
     """A job for a Megatron-LM log: the printed arguments as engine flags, world size as the GPU count."""
-    import re
-
-    arguments = dict(reading.arguments)
-    for label, name in _WORLD_DEGREES:
-        m = re.search(rf"{label}: (\d+)", text)
-        if m and name not in arguments:
-            arguments[name] = m.group(1)
-    if "bf16" not in arguments and "using torch.bfloat16" in text:
-        arguments["bf16"] = "True"
+    arguments = logs.megatron_job_arguments(reading)
+    missing = logs.missing_megatron_arguments(arguments, entry_job or {})
+    if missing:
+        cut = ("the arguments block is cut short (no 'end of arguments' line)" if reading.arguments and
+               not reading.arguments_complete else "the log prints no arguments block" if not reading.arguments
+               else "the arguments block")
+        raise PlannerError(f"{cut} and lacks {', '.join(missing)}; give the rest in a job file with --job (model: "
+                           "a catalog id or a ModelSpec, and the fields named), or log the whole block", source=source)
     flags = logs.megatron_flags(arguments, megatron.READ_FLAGS)
     base = dict(entry_job or {})
     if hardware is not None:
@@ -169,7 +163,7 @@ def _run_from_entry(entry: RunEntry, base: Path, where: str, index: int) -> Run:
                                 warmup_steps=entry.log.warmup_steps or logs.WARMUP_STEPS)
         warnings += reading.warnings
         if reading.format == "megatron" and megatron_layout:
-            job = _megatron_job(reading, text, raw, entry.hardware, str(log_path))
+            job = _megatron_job(reading, raw, entry.hardware, str(log_path))
         elif job is None and raw is not None:
             job = validate_spec(Job, raw, job_where)
         if job is None:

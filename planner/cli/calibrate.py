@@ -19,7 +19,7 @@ from planner.cli.options import echo_json
 @click.option("--job", "job_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --log: the job file of the logged run(s) (model, hardware, layout).")
 @click.option("--hardware", "-w", "hardware_ref", default=None, metavar="HW",
-              help="With a Megatron-LM --log and no --job: the hardware (the log holds the layout).")
+              help="With a Megatron-LM --log and no --job: the hardware (the log holds the model and layout).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the profile overlay here (use it with --profile FILE).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,

@@ -5,7 +5,11 @@ Pure: text in, values out (`planner.engines.load.read_log_file` reads the file).
   iteration (ms)` (the average over the log interval) and, with --log-throughput, `throughput per GPU
   (TFLOP/s/GPU)`; `[Rank r] (after n iterations) memory (MB) | ... | max reserved: x` (MB = 2^20 bytes;
   the Megatron-Bridge variant prints `memory (GB)` with `-gigabytes` keys); the `arguments` block at
-  start-up (`  name ....... value`, one per line), and `using world size: n, ...`.
+  start-up (`  name ....... value`, one per line, sorted case-insensitively: `DDP_impl` among the d's,
+  closed by `end of arguments`); `using world size: n, data-parallel-size: d, [context-parallel size:
+  c,] tensor-model-parallel size: t, pipeline-model-parallel size: p` (hyphens vary by version); `using
+  torch.float16|bfloat16 for parameters ...`; and, once the tokenizer is built, `> padded vocab (size: v)
+  with k dummy tokens (new size: n)`.
 - torchtitan (train.py, metrics logger): `step: n  loss: ...  memory: x GiB(y%)  tps: t  tflops: f  mfu: m%`;
   tps is tokens per second per GPU, memory the peak reserved memory of the step's window.
 - DeepSpeed (utils/timer.py, ThroughputTimer): `e/step, RunningAvgSamplesPerSec=a, CurrSamplesPerSec=c,
@@ -60,13 +64,16 @@ class LogReading:
     steps_logged: int
     steps_used: tuple[int, ...]
     step_seconds: float | None = None
+    step_seconds_logged: tuple[float, ...] = ()  # of steps_used, in order (Megatron: each a log interval's mean)
     tokens_per_second_per_gpu: float | None = None
     samples_per_second: float | None = None
     steps_per_second: float | None = None
     tflops_per_gpu: float | None = None
     peak_memory_bytes: float | None = None
     world_size: int | None = None
-    arguments: dict[str, str] = field(default_factory=dict)
+    arguments: dict[str, str] = field(default_factory=dict)  # Megatron: the printed block, as printed
+    arguments_complete: bool = False  # Megatron: the block's `end of arguments` line was seen
+    startup: dict[str, str] = field(default_factory=dict)  # Megatron: argument values other start-up lines print
     warnings: tuple[str, ...] = ()
 
 
@@ -116,22 +123,30 @@ def _steady(steps: list[LogStep], fmt: str, source: str, warmup: int) -> list[Lo
 
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+\s*\|(.*)$")
 _MEMORY = re.compile(r"\(after (\d+) iterations\) memory \((MB|GB)\)(.*)$")
-_ARGUMENT = re.compile(r"^\s{1,4}([a-z_][a-z0-9_]*) \.{2,} ?(.*?)\s*$")
+_ARGUMENT = re.compile(r"^\s{1,4}([A-Za-z_][A-Za-z0-9_]*) \.{2,} ?(.*?)\s*$")
 _WORLD = re.compile(r"using world size: (\d+)")
+# `using world size` line degrees; `encoder-tensor-model-parallel size` is not the tensor-parallel degree. No word
+# boundary before the name: Megatron-Core (2024-25) prints `hierarchical context-parallel sizes: Nonetensor-model-
+# parallel size: 4` without a separator.
+_DEGREE = re.compile(r"(?<!encoder-)(data-parallel|context-parallel|tensor-model-parallel|pipeline-model-parallel)"
+                     r"[- ]size: (\d+)")
+_PARAMS_DTYPE = re.compile(r"using torch\.(float16|bfloat16) for parameters")
+_PADDED_VOCAB = re.compile(r"padded vocab \(size: (\d+)\) with (\d+) dummy tokens \(new size: (\d+)\)")
 
 
 def _megatron(text: str, source: str, warmup: int) -> LogReading:
     steps: list[LogStep] = []
     peak: float | None = None
     args: dict[str, str] = {}
-    in_args = False
+    startup: dict[str, str] = {}
+    in_args = complete = False
     world = None
     for number, line in enumerate(text.splitlines(), 1):
         if "------------------------ arguments" in line:
             in_args = True
             continue
         if "-------------------- end of arguments" in line:
-            in_args = False
+            in_args, complete = False, True
             continue
         if in_args:
             m = _ARGUMENT.match(line)
@@ -142,10 +157,23 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
         m = _WORLD.search(line)
         if m:
             world = int(m.group(1))
+            for degree in _DEGREE.finditer(line):
+                startup[degree.group(1).replace("-", "_") + "_size"] = degree.group(2)
+            continue
+        m = _PARAMS_DTYPE.search(line)
+        if m:
+            startup["bf16" if m.group(1) == "bfloat16" else "fp16"] = "True"
+            continue
+        m = _PADDED_VOCAB.search(line)
+        if m:
+            startup["padded_vocab_size"] = m.group(3)
+            continue
         m = _ITERATION.search(line)
         if m:
             fields = {k.strip(): v.strip() for k, _, v in (part.partition(":") for part in m.group(2).split("|")) if v}
             ms = fields.get("elapsed time per iteration (ms)")
+            if fields.get("global batch size", "").isdigit():  # the batch of the step (a ramp-up changes it)
+                startup["global_batch_size"] = fields["global batch size"]
             tflops = fields.get("throughput per GPU (TFLOP/s/GPU)")
             steps.append(LogStep(
                 step=int(m.group(1)),
@@ -166,7 +194,8 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
     return LogReading(
         format="megatron", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
         step_seconds=_median([s.step_seconds for s in used]), tflops_per_gpu=_median([s.tflops_per_gpu for s in used]),
-        peak_memory_bytes=peak, world_size=world, arguments=args,
+        step_seconds_logged=tuple(s.step_seconds for s in used if s.step_seconds is not None),
+        peak_memory_bytes=peak, world_size=world, arguments=args, arguments_complete=complete, startup=startup,
     )
 
 
@@ -265,6 +294,50 @@ def read_log(text: str, source: str, fmt: str | None = None, *, warmup_steps: in
 
 
 # Megatron's printed arguments -> the flags planner's Megatron importer reads ------------------------------
+# Printed twice after Megatron-LM's validate_args copies one into the other (GPT: encoder_* = the model's own);
+# the importer, reading flags as given on a command line, refuses both at once, so the copy is dropped.
+_DERIVED_COPIES = (("encoder_num_layers", "num_layers"), ("encoder_seq_length", "seq_length"))
+
+# What a Megatron-LM log must print for planner to build the run's job from it alone, by the job field that
+# can stand in for it. The model's own (num_layers ...) only when the job names no model.
+MEGATRON_MODEL_ARGUMENTS = ("num_layers", "hidden_size", "num_attention_heads")
+MEGATRON_LAYOUT_ARGUMENTS = (("seq_length", "training.seq_len"), ("micro_batch_size", "parallel.micro_batch"),
+                             ("global_batch_size", "training.global_batch"), ("tensor_model_parallel_size",
+                             "parallel.tp"), ("pipeline_model_parallel_size", "parallel.pp"))
+
+
+def megatron_job_arguments(reading: LogReading) -> dict[str, str]:
+    """The run's Megatron arguments: the printed block, completed from the other start-up lines (the
+    degrees of the world-size line, the parameter dtype, the padded vocabulary) where it lacks them, less
+    the copies validate_args makes. `transformer_impl local` without flash attention is Megatron-LM's own
+    unfused attention (megatron/model/transformer.py CoreAttention), said as `attention_backend unfused`."""
+    args = dict(reading.arguments)
+    for name, value in reading.startup.items():
+        args.setdefault(name, value)
+    for copy, own in _DERIVED_COPIES:
+        if copy in args and own in args:
+            del args[copy]
+    backend = args.get("attention_backend", "")
+    if "." in backend:  # printed as the enum member, e.g. AttnBackend.auto
+        args["attention_backend"] = backend.rsplit(".", 1)[1]
+    if (args.get("transformer_impl") == "local" and args.get("use_flash_attn") != "True"
+            and "attention_backend" not in args):
+        args["attention_backend"] = "unfused"
+    return args
+
+
+def missing_megatron_arguments(arguments: dict[str, str], job: dict[str, Any]) -> list[str]:
+    """The arguments a Megatron-LM log lacks for its run, each with the job field that can give it instead
+    (none when the job gives it)."""
+    parallel, training = job.get("parallel") or {}, job.get("training") or {}
+    given = {f"parallel.{k}" for k in parallel} | {f"training.{k}" for k in training}
+    missing = [] if job.get("model") else [n for n in MEGATRON_MODEL_ARGUMENTS if arguments.get(n, "None") == "None"]
+    for name, field_name in MEGATRON_LAYOUT_ARGUMENTS:
+        if arguments.get(name, "None") == "None" and field_name not in given:
+            missing.append(f"{name} (or {field_name})")
+    return missing
+
+
 def megatron_flags(arguments: dict[str, str], read_flags: dict[str, str]) -> list[str]:
     """The printed `arguments` block as command-line flags, only those in `read_flags` (flag -> kind)."""
     tokens: list[str] = []

@@ -165,10 +165,13 @@ def test_a_megatron_log_gives_its_own_layout(run_cli, tmp_path):
     which shows the degrees were read from the log."""
     log = FIXTURES / "logs" / "megatron_mixtral_16xh100.log"
     alone = run_cli("calibrate", "--log", log, "--hardware", "h100-sxm")
-    _one_line_error(alone, "--num-layers is missing")  # the stored block has no num_layers: no model in it
+    # the stored block is cut (no 'end of arguments'): the error names every argument it lacks and the job fields
+    _one_line_error(alone, "cut short", "lacks num_layers, num_attention_heads, seq_length (or training.seq_len), "
+                    "micro_batch_size (or parallel.micro_batch)", "--job")
     job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"model": "mixtral-8x7b", "hardware": "h100-sxm", "training": {"seq_len": 4096}}),
-                   encoding="utf-8")
+    # micro_batch 1 is this test's stand-in (the stored thread does not say); the refusal below does not depend on it
+    job.write_text(yaml.safe_dump({"model": "mixtral-8x7b", "hardware": "h100-sxm", "training": {"seq_len": 4096},
+                                   "parallel": {"micro_batch": 1}}), encoding="utf-8")
     _one_line_error(run_cli("calibrate", "--log", log, "--job", job), "ep(8)", "dp(4)")
 
 
@@ -185,3 +188,52 @@ def test_hf_trainer_log_with_training_arguments(run_cli, tmp_path):
     run = data["runs"][0]
     assert run["measured_seconds"] == pytest.approx(1 / 2.169)  # train_steps_per_second
     assert run["layout"]["global_batch"] == 4 * 2 * 8 and run["layout"]["micro_batch"] == 4
+
+
+def test_a_complete_megatron_log_is_a_run_on_its_own(run_cli, tmp_path):
+    """The 2023 Megatron-LM log of GPT-2 345M on 4 A800 80GB PCIe (tests/fixtures/logs/SOURCES.md), read with
+    the catalog's A100 80GB PCIe profile (same chip, clocks and memory; the A800 caps NVLink, which these
+    PCIe cards do not use): the model, layout and GPU count all come from the log, and the overlay it
+    writes is one estimate takes."""
+    log = FIXTURES / "logs" / "megatron_gpt345m_4xa800_dp4.log"
+    out = tmp_path / "a800.yaml"
+    data = _json(run_cli("calibrate", "--log", log, "--hardware", "a100-pcie-80gb", "--out", out, "--format", "json"))
+    run = data["runs"][0]
+    assert run["gpus"] == 4
+    assert run["layout"] == {"tp": 1, "pp": 1, "cp": 1, "dp": 4, "ep": 1, "zero": 0, "recompute": "none",
+                             "micro_batch": 1, "global_batch": 8, "seq_len": 1024, "interleave": 1, "dtype": "fp16"}
+    # the log's own count: `number of parameters on (tensor, pipeline) model parallel rank (0, 0): 354871296`
+    assert run["features"]["params"] == 354871296
+    assert run["measured_seconds"] == pytest.approx(0.2909)  # median of iterations 1000-5000 (ms / 1e3)
+    assert run["measured_peak_gib"] == pytest.approx(8786.0 / 1024)  # max reserved (MB) after 100 iterations
+    assert data["hardware"] == "a100-pcie-80gb" and out.exists()
+    assert data["factors"] == {}  # one run the shipped profile predicts within noise (+10%): nothing fitted
+    layout = ["estimate", "-m", "gpt2-xl", "-w", "a100-pcie-80gb", "--gpus", "4", "--global-batch", "8", "--seq-len",
+              "1024", "--format", "json"]
+    plain, calibrated = _json(run_cli(*layout)), _json(run_cli(*layout, "--profile", out))
+    assert calibrated["time"]["step_seconds"] == plain["time"]["step_seconds"]  # the overlay leaves it as shipped
+
+
+def test_four_megatron_logs_are_four_runs(run_cli):
+    """The four runs of one document (dp 4, tp 2 x pp 2, tp 4, pp 4) as four --log files: each run's layout is
+    its own log's, the hardware the one given."""
+    names = ("dp4", "tp2pp2", "tp4", "pp4")
+    args = ["calibrate", "--hardware", "a100-pcie-80gb", "--format", "json"]
+    for name in names:
+        args += ["--log", FIXTURES / "logs" / f"megatron_gpt345m_4xa800_{name}.log"]
+    runs = {r["name"]: r for r in _json(run_cli(*args))["runs"]}
+    degrees = {name: (runs[f"megatron_gpt345m_4xa800_{name}"]["layout"]["tp"],
+                      runs[f"megatron_gpt345m_4xa800_{name}"]["layout"]["pp"],
+                      runs[f"megatron_gpt345m_4xa800_{name}"]["layout"]["dp"]) for name in names}
+    assert degrees == {"dp4": (1, 1, 4), "tp2pp2": (2, 2, 1), "tp4": (4, 1, 1), "pp4": (1, 4, 1)}
+    # micro x global batch as printed: 1 x 8, 4 x 16, 2 x 8, 2 x 8
+    batches = {n: (runs[f"megatron_gpt345m_4xa800_{n}"]["layout"]["micro_batch"],
+                   runs[f"megatron_gpt345m_4xa800_{n}"]["layout"]["global_batch"]) for n in names}
+    assert batches == {"dp4": (1, 8), "tp2pp2": (4, 16), "tp4": (2, 8), "pp4": (2, 8)}
+    # one model, its vocabulary padded to a multiple of 128 x tp as each log prints (`new size: 50304`, 50432 at
+    # tp 2, 50688 at tp 4): 354,871,296 parameters at tp 1 (the dp4 log's count), plus 1024 per padding row
+    params = {n: runs[f"megatron_gpt345m_4xa800_{n}"]["features"]["params"] for n in names}
+    assert params == {"dp4": 354871296, "pp4": 354871296, "tp2pp2": 354871296 + (50432 - 50304) * 1024,
+                      "tp4": 354871296 + (50688 - 50304) * 1024}
+    # the pp4 log's per-stage counts add up to the same model plus the last stage's copy of the tied embedding
+    assert 128137216 + 75577344 + 75577344 + 127090688 - 50304 * 1024 == params["pp4"]

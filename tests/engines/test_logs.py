@@ -13,9 +13,12 @@ import pytest
 from planner.engines import megatron
 from planner.engines.logs import (
     GIB,
+    MIB,
     detect_format,
     hf_training_arguments_fields,
     megatron_flags,
+    megatron_job_arguments,
+    missing_megatron_arguments,
     read_log,
 )
 from planner.errors import PlannerError
@@ -49,6 +52,107 @@ def test_megatron_arguments_become_the_flags_the_importer_reads():
     assert "--group-query-attention" in flags
     assert "--fp16" not in flags  # printed False
     assert "--recompute-granularity" not in flags  # printed None
+
+
+A800_LOG = "megatron_gpt345m_4xa800_dp4.log"
+
+
+def test_megatron_2023_log_steps_after_the_first_interval():
+    """GPT-2 345M, 4x A800, log interval 100: every line is the mean of 100 iterations. Iteration 100's
+    interval holds the warm-up (and 16 fp16 loss-scale skips): left out as the first logged step."""
+    r = _read(A800_LOG)
+    assert r.steps_logged == 13
+    assert r.steps_used == (1000, 1100, 2000, 2100, 2900, 3000, 3100, 4000, 4100, 4800, 4900, 5000)
+    # elapsed time per iteration (ms) of those lines, as printed
+    assert r.step_seconds_logged == pytest.approx(tuple(ms / 1e3 for ms in (
+        283.9, 291.7, 292.5, 373.8, 531.2, 290.9, 289.2, 286.2, 290.9, 318.3, 288.0, 287.0)))
+    assert r.step_seconds == pytest.approx(0.2909)  # median of 12: the 6th and 7th sorted are both 290.9
+    assert r.tflops_per_gpu is None  # no --log-throughput in 2023
+    assert r.peak_memory_bytes == pytest.approx(8786.0 * MIB)  # [Rank 0] (after 100 iterations) max reserved
+
+
+def test_megatron_complete_arguments_block():
+    r = _read(A800_LOG)
+    assert r.arguments_complete
+    assert r.arguments["DDP_impl"] == "local"  # an upper-case name inside the block does not end it
+    assert (r.arguments["num_layers"], r.arguments["hidden_size"], r.arguments["num_attention_heads"],
+            r.arguments["ffn_hidden_size"], r.arguments["seq_length"]) == ("24", "1024", "16", "4096", "1024")
+    assert (r.arguments["micro_batch_size"], r.arguments["global_batch_size"]) == ("1", "8")
+    assert r.arguments["world_size"] == "4" and r.arguments["vocab_size"] == "None"
+    assert r.world_size == 4
+    # the start-up lines: world size / degrees, `using torch.float16 for parameters`, the padded vocabulary
+    # (`padded vocab (size: 50257) with 47 dummy tokens (new size: 50304)`) and the iteration lines' batch
+    assert r.startup == {"data_parallel_size": "4", "tensor_model_parallel_size": "1",
+                         "pipeline_model_parallel_size": "1", "fp16": "True", "padded_vocab_size": "50304",
+                         "global_batch_size": "8"}
+
+
+def test_megatron_job_arguments_of_the_2023_log():
+    args = megatron_job_arguments(_read(A800_LOG))
+    assert "encoder_num_layers" not in args and "encoder_seq_length" not in args  # validate_args' copies
+    assert args["padded_vocab_size"] == "50304"
+    assert args["attention_backend"] == "unfused"  # transformer_impl local, use_flash_attn False
+    flags = megatron_flags(args, megatron.READ_FLAGS)
+    text = " ".join(flags)
+    for flag in ("--num-layers 24", "--hidden-size 1024", "--num-attention-heads 16", "--ffn-hidden-size 4096",
+                 "--seq-length 1024", "--micro-batch-size 1", "--global-batch-size 8",
+                 "--tensor-model-parallel-size 1", "--pipeline-model-parallel-size 1", "--padded-vocab-size 50304"):
+        assert flag in text
+    assert "--fp16" in flags and "--bf16" not in flags and "--use-distributed-optimizer" not in flags
+    assert missing_megatron_arguments(args, {}) == []
+
+
+@pytest.mark.parametrize(("name", "degrees", "median_ms", "used"), [
+    # the other three runs of the same document: degrees from their world-size lines, medians by hand of the
+    # `elapsed time per iteration (ms)` values after the first line (iteration 100)
+    ("megatron_gpt345m_4xa800_tp2pp2.log", ("1", "2", "2"), (1031.7 + 1082.6) / 2, 4),  # 200, 1000, 1100, 2000
+    ("megatron_gpt345m_4xa800_tp4.log", ("1", "4", "1"), 2701.1, 19),  # 10th of 19 sorted (iteration 800)
+    ("megatron_gpt345m_4xa800_pp4.log", ("1", "1", "4"), 381.3, 19),  # 10th of 19 sorted (iteration 1300)
+])
+def test_megatron_2023_runs_of_one_source(name, degrees, median_ms, used):
+    r = _read(name)
+    assert r.arguments_complete and r.world_size == 4
+    assert (r.startup["data_parallel_size"], r.startup["tensor_model_parallel_size"],
+            r.startup["pipeline_model_parallel_size"]) == degrees
+    assert (r.arguments["tensor_model_parallel_size"], r.arguments["pipeline_model_parallel_size"]) == degrees[1:]
+    assert len(r.steps_used) == used and r.steps_used[0] > 100
+    assert r.step_seconds == pytest.approx(median_ms / 1e3)
+
+
+@pytest.mark.parametrize(("line", "degrees"), [
+    # megatron_gpt345m_4xa800_dp4.log (2023) and megatron_mixtral_16xh100.log (2024)
+    ("using world size: 4, data-parallel-size: 4, tensor-model-parallel size: 1, pipeline-model-parallel size: 1 ",
+     {"data_parallel_size": "4", "tensor_model_parallel_size": "1", "pipeline_model_parallel_size": "1"}),
+    ("using world size: 16, data-parallel size: 4, context-parallel size: 1 tensor-model-parallel size: 4, "
+     "pipeline-model-parallel size: 1 ",
+     {"data_parallel_size": "4", "context_parallel_size": "1", "tensor_model_parallel_size": "4",
+      "pipeline_model_parallel_size": "1"}),
+    # Megatron-LM's megatron/training/arguments.py format of 2024-25: no separator after the hierarchical sizes,
+    # and encoder degrees that are not the model's
+    ("using world size: 4, data-parallel size: 1, context-parallel size: 1, hierarchical context-parallel sizes: "
+     "Nonetensor-model-parallel size: 4, encoder-tensor-model-parallel size: 0, pipeline-model-parallel size: 1, "
+     "encoder-pipeline-model-parallel size: 0",
+     {"data_parallel_size": "1", "context_parallel_size": "1", "tensor_model_parallel_size": "4",
+      "pipeline_model_parallel_size": "1"}),
+])
+def test_megatron_world_size_line_variants(line, degrees):
+    text = line + "".join(f"\n iteration {n:8d}/      10 | elapsed time per iteration (ms): 1.0 |" for n in (5, 6))
+    r = read_log(text, "x.log", "megatron", warmup_steps=0)
+    assert {k: v for k, v in r.startup.items() if k.endswith("parallel_size")} == degrees
+
+
+def test_a_cut_short_arguments_block_says_what_it_lacks():
+    r = _read("megatron_mixtral_16xh100.log")
+    assert not r.arguments_complete
+    args = megatron_job_arguments(r)
+    assert args["tensor_model_parallel_size"] == "4"  # from the world-size line
+    assert args["bf16"] == "True"  # `using torch.bfloat16 for parameters`
+    # the stored thread cut the block: no num_layers, num_attention_heads, seq_length or micro_batch_size
+    assert missing_megatron_arguments(args, {}) == [
+        "num_layers", "num_attention_heads", "seq_length (or training.seq_len)",
+        "micro_batch_size (or parallel.micro_batch)"]
+    job = {"model": "mixtral-8x7b", "training": {"seq_len": 4096}, "parallel": {"micro_batch": 1}}
+    assert missing_megatron_arguments(args, job) == []
 
 
 def test_megatron_without_throughput_field():
