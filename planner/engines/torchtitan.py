@@ -470,6 +470,8 @@ def import_torchtitan(
             "parallelism.enable_async_tensor_parallel")
     got.set("overlap_grad_reduce", True, "FSDP/DDP overlap")
     got.set("flash_attention", True, "torchtitan's SDPA/flex attention")
+    if model.mtp_layers:
+        got.set("mtp_layers", 0, "torchtitan trains no multi-token-prediction layers", explicit=False)
     if deg["pp"] > 1 or not ("schedule" in given or "interleave" in given):
         schedule, v = _interleave(config, model, deg["pp"], got)
         got.set("schedule", schedule, "parallelism.pipeline_parallel_schedule")
@@ -611,8 +613,7 @@ def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes
     ep = layout.ep
     if layout.etp is not None and layout.etp == layout.tp:
         changes["etp"] = None  # the same degree, spelled as the reader reads it
-    if layout.mtp_layers is not None and layout.mtp_layers == model.mtp_layers:
-        changes["mtp_layers"] = None
+    trained_mtp = model.mtp_layers if layout.mtp_layers is None else layout.mtp_layers
     if ep > 1 and layout.expert_tp not in (1, layout.tp):
         raise PlannerError(f"etp({layout.expert_tp}): torchtitan's expert_tensor_parallel_degree is 1 or "
                            f"tensor_parallel_degree({layout.tp}); export for Megatron-LM")
@@ -635,8 +636,9 @@ def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes
                         ("cuda_graph_scope", bool(layout.cuda_graph_scope))):
         if value:
             raise PlannerError(f"{name}: torchtitan's TOML job config has no such setting; export for Megatron-LM")
-    if layout.mtp_layers not in (None, model.mtp_layers) or (layout.mtp_layers is None and model.mtp_layers):
-        raise PlannerError("mtp_layers: torchtitan trains no multi-token-prediction layers; export for Megatron-LM")
+    if trained_mtp:
+        raise PlannerError(f"mtp_layers({trained_mtp}): torchtitan trains no multi-token-prediction layers; set "
+                           "mtp_layers 0 or export for Megatron-LM")
     states = (layout.optimizer_state_dtype, layout.master_weights_dtype)
     if states not in (("fp32", "fp32"), ("bf16", "bf16")):
         raise PlannerError(f"optimizer_state_dtype {states[0]} with master_weights_dtype {states[1]}: torchtitan "

@@ -58,7 +58,7 @@ def test_deepseek_v3_megatron_fsdp_script_reads_hybridep_etp1_and_one_mtp_layer(
     imported, layout = _read(tokens, gpus=256, model=model)
     assert (layout.tp, layout.ep, layout.expert_tp, layout.zero) == (1, 8, 1, 3)
     assert layout.moe_dispatcher == "hybridep" and not layout.moe_ep_overlap
-    assert layout.mtp_layers == 1 and model.mtp_layers == 0
+    assert model.mtp_layers == 1 and layout.mtp_layers is None  # --mtp-num-layers 1: the catalog model's count
     assert layout.recompute == "selective"
     assert layout.recompute_modules == ("mlp", "moe", "mla_up_proj", "layernorm")
     assert (layout.micro_batch, layout.global_batch, layout.seq_len) == (4, 2048, 4096)

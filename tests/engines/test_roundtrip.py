@@ -49,7 +49,7 @@ CASES: dict[str, tuple[str, int, dict]] = {
     "uneven-126-on-pp16": ("llama-3.1-405b", 1024, dict(tp=8, pp=16, zero=1, sequence_parallel=True,
                                                         recompute="full", global_batch=512, seq_len=8192)),
     "uneven-61-on-pp8": ("deepseek-v3", 512, dict(tp=8, pp=8, ep=8, zero=1, sequence_parallel=True,
-                                                  recompute="full", global_batch=512, seq_len=4096)),
+                                                  recompute="full", global_batch=512, seq_len=4096, mtp_layers=0)),
     "fp8-param-gather": ("llama-3.1-8b", 8, dict(zero=1, dtype="fp8", fp8_param_gather=True, recompute="selective",
                                                  global_batch=64, seq_len=8192)),
     "cp3-of-32-heads": ("llama-3.1-8b", 24, dict(cp=3, zero=1, global_batch=48, seq_len=12288)),

@@ -50,7 +50,7 @@ MOE_CASES: dict[str, tuple[str, int, dict, tuple[str, ...]]] = {
     "dsv3-ep8-etp1-deepep-overlap": ("deepseek-v3", 512, dict(
         tp=2, ep=8, etp=1, zero=1, sequence_parallel=True, recompute="selective",
         recompute_modules=("moe_act", "layernorm", "mla_up_proj"), moe_dispatcher="deepep", moe_ep_overlap=True,
-        optimizer_state_dtype="bf16", global_batch=512, seq_len=4096), ("megatron",)),
+        optimizer_state_dtype="bf16", global_batch=512, seq_len=4096, mtp_layers=0), ("megatron",)),
     "qwen3-hybridep-capacity-graphs-vpp-overlap-mtp": ("qwen3-30b-a3b", 64, dict(
         pp=2, interleave=2, ep=8, zero=1, moe_dispatcher="hybridep", moe_capacity_factor=1.0, moe_ep_overlap=True,
         cuda_graph_scope=("attn", "moe_router"), global_batch=256, seq_len=4096, mtp_layers=1), ("megatron",)),

@@ -48,7 +48,8 @@ def test_deepseek_v3_peak_is_its_heaviest_stage():
     # stage 2 = layers 3-4, the first two MoE layers (256 routed experts each, ep 1), with 30 micro-batches in
     # flight against stage 31's one MoE layer and one micro-batch. Stage 2 is the heaviest; the estimate's peak
     # and verdict must be stage 2's.
-    layout = Layout(tp=8, pp=32, dp=1, global_batch=64, seq_len=4096, sequence_parallel=True, recompute="full")
+    layout = Layout(tp=8, pp=32, dp=1, global_batch=64, seq_len=4096, sequence_parallel=True, recompute="full",
+                    mtp_layers=0)  # without the MTP module, which would make the last stage the heaviest
     result = estimate(load_model("deepseek-v3").spec, load_hardware("h200").spec, layout)
     totals = [s.total_bytes for s in result.stages]
     assert [s.layers for s in result.stages] == [1] + [2] * 29 + [1, 1]
