@@ -98,7 +98,29 @@ def _int_list(flag: str) -> CommaList:
     return CommaList(count(flag), "N[,N...]")
 
 
-FILTERS = ("tp", "pp", "cp", "dp", "ep", "zero", "recompute", "micro_batch", "interleave", "sequence_parallel")
+FILTERS = ("tp", "pp", "cp", "dp", "ep", "etp", "zero", "recompute", "micro_batch", "interleave", "sequence_parallel")
+# planner.specs.layout.DISPATCHER_CODES, without its imports (tests/cli/test_search.py checks they agree)
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
+
+
+def _moe_options(f: Any) -> Any:
+    """The MoE settings of a search (constants of every candidate) and the optimizer-state precision."""
+    options = [
+        click.option("--moe-dispatcher", type=click.Choice(list(MOE_DISPATCHERS)), default=None,
+                     help="MoE token dispatcher: alltoall (NCCL), allgather, deepep or hybridep (Megatron's flex "
+                     "dispatcher backends)  [default: the engine's; megatron: alltoall]"),
+        click.option("--moe-ep-overlap/--no-moe-ep-overlap", default=None,
+                     help="Expert all-to-all hidden behind another micro-batch's compute (Megatron "
+                     "--overlap-moe-expert-parallel-comm)  [default: the engine's; megatron: off]"),
+        click.option("--optimizer-state-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+                     help="Adam moments' dtype (Megatron --use-precision-aware-optimizer with --exp-avg-dtype and "
+                     "--exp-avg-sq-dtype bf16, as DeepSeek-V3's recipe)."),
+        click.option("--master-weights-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+                     help="Master weights' dtype (bf16: the 16-bit weights are the master; Megatron --main-params-dtype)."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
 
 
 def _filter_options(f: Any) -> Any:
@@ -107,7 +129,11 @@ def _filter_options(f: Any) -> Any:
         ("--pp", _int_list("pp"), "Pipeline stages to try (default: divisors of --gpus up to the layer count)."),
         ("--cp", _int_list("cp"), "Context-parallel degrees (default: 1, 2, 4, 8, 16 for seq_len >= 8192, else 1)."),
         ("--dp", _int_list("dp"), "Data-parallel degrees (default: whatever --gpus / (tp * pp * cp) gives)."),
-        ("--ep", _int_list("ep"), "Expert-parallel degrees, MoE models (default: divisors of the expert count)."),
+        ("--ep", _int_list("ep"), "Expert-parallel degrees, MoE models (default: divisors of the expert count "
+         "with ep * etp dividing tp * dp * cp)."),
+        ("--etp", _int_list("ep"),  # a degree, bounded like ep (specs.bounds.FIELD_KINDS has no etp)
+ "Expert tensor-parallel degrees, MoE models (default: tp, and 1 where tp > 1: "
+         "parallel folding, the experts without TP and EP spanning tp x dp)."),
         ("--zero", CommaList(click.IntRange(0, 3), "0-3[,...]"), "ZeRO stages (default: 0,1,2,3)."),
         ("--recompute", CommaList(click.Choice(["none", "selective", "full"]), "none|selective|full[,...]"),
          "Activation recompute settings (default: all three)."),
@@ -129,6 +155,7 @@ def _filter_options(f: Any) -> Any:
 @click.option("--seq-len", type=count("seq_len"), required=True, help="Tokens per sequence.")
 @_filter_options
 @training_precision_options
+@_moe_options
 @click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM, show_default=True,
               help="Share of GPU memory kept free on top of the modelled reserve.")
 @click.option("--objective", type=click.Choice(["throughput", "memory", "cost"]), default="throughput",
@@ -151,11 +178,13 @@ def _filter_options(f: Any) -> Any:
               "Exit 2 when no layout fits or FORMAT cannot run the layout.")
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
                grad_dtype: str, optimizer: str, flash_attention: bool, overlap_grad_reduce: bool,
-               tp_comm_overlap: bool, engine: str, compile_: bool, headroom: float, objective: str, tokens: float | None, price: float | None,
+               tp_comm_overlap: bool, engine: str, compile_: bool, moe_dispatcher: str | None,
+               moe_ep_overlap: bool | None, optimizer_state_dtype: str, master_weights_dtype: str, headroom: float,
+               objective: str, tokens: float | None, price: float | None,
                top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,
                **filter_values: Any) -> None:
-    """Search every layout (tp x pp x cp x dp x ZeRO x SP x recompute x micro-batch x interleave, and ep
-    for MoE) for the fastest that fits, with why the others were rejected.
+    """Search every layout (tp x pp x cp x dp x ZeRO x SP x recompute x micro-batch x interleave, and etp
+    and ep for MoE) for the fastest that fits, with why the others were rejected.
 
     Every filter takes one value or a comma list (--tp 4,8). Exit 0 whether or not a layout fits (the
     output says what to change when none does); 2 on bad input, and with --export when no layout fits
@@ -167,6 +196,8 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
           --global-batch 512 --seq-len 8192 --zero 1,3 --top 5
       planner search -m llama-3.1-8b -w h100-sxm --gpus 64 --global-batch 256 \\
           --seq-len 8192 --export megatron launch/
+      planner search -m deepseek-v3 -w h800 --gpus 2048 --global-batch 15360 \\
+          --seq-len 4096 --dtype fp8 --moe-dispatcher deepep --moe-ep-overlap
     """
     started = time.perf_counter()
     from planner.engines.load import load_hardware, load_model
@@ -191,7 +222,9 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
     filters = Filters(**{name: filter_values[name] for name in FILTERS})
     problem = Problem(gpus=gpus, global_batch=global_batch, seq_len=seq_len, dtype=dtype, grad_dtype=grad_dtype,
                       optimizer=optimizer, flash_attention=flash_attention, overlap_grad_reduce=overlap_grad_reduce,
-                      overlap_tp_comm=tp_comm_overlap, engine=engine, compile=compile_)
+                      overlap_tp_comm=tp_comm_overlap, engine=engine, compile=compile_,
+                      optimizer_state_dtype=optimizer_state_dtype, master_weights_dtype=master_weights_dtype,
+                      moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap)
     result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)
     selection = select(result.layouts, result.results, result.fits, objective, top=top, pareto=pareto)
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,

@@ -108,9 +108,15 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
                     "flash_attention": r.problem.flash_attention,
                     "overlap_grad_reduce": r.problem.overlap_grad_reduce,
                     "overlap_tp_comm": r.problem.overlap_tp_comm, "engine": r.problem.engine,
-                    "compile": r.problem.compile, "headroom": r.headroom},
+                    "compile": r.problem.compile, "optimizer_state_dtype": r.problem.optimizer_state_dtype,
+                    "master_weights_dtype": r.problem.master_weights_dtype,
+                    "moe_dispatcher": r.problem.moe_dispatcher, "moe_ep_overlap": r.problem.moe_ep_overlap,
+                    "headroom": r.headroom},
         "seconds": {"search": view.seconds, "grid": r.grid_seconds, "evaluate": r.evaluate_seconds},
     }
+    if r.model.moe is not None:
+        doc["moe"] = {"dispatcher": r.problem.moe_dispatcher, "ep_overlap": r.problem.moe_ep_overlap,
+                      "assumed": moe_assumption(view)}
     if r.feasible == 0:
         doc["closest"] = [_near_miss_json(m) for m in (misses or [])]
         doc["fewest_gpus"] = _relaxed_json(more_gpus, "gpus")
@@ -118,7 +124,7 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
     return doc
 
 
-CSV_LAYOUT = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave")
+CSV_LAYOUT = ("tp", "pp", "cp", "dp", "etp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave")
 CSV_RESULTS = (
     "peak_bytes", "peak_stage", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
     "other_bytes", "step_seconds", "compute_seconds", "communication_seconds", "bubble_seconds",
@@ -146,18 +152,29 @@ def csv_columns(view: SearchView, rows: np.ndarray) -> dict[str, np.ndarray]:
 
 # Table -----------------------------------------------------------------------------------------------
 def layout_label(layout: Any) -> str:
-    """'tp 8 pp 16 cp 1 dp 64 ep 1 ZeRO 1 SP recompute full mb 1 v 1' for a Layout."""
+    """'tp 8 pp 16 cp 1 dp 64 ZeRO 1 SP recompute full mb 1 v 1' for a Layout ('... dp 64 etp 1 ep 8 ...' for
+    expert parallelism, etp shown where it is not tp)."""
     ep = f" ep {layout.ep}" if layout.ep > 1 else ""
+    if layout.expert_tp != layout.tp:
+        ep = f" etp {layout.expert_tp}{ep}"
     sp = " SP" if layout.sequence_parallel else ""
     return (f"tp {layout.tp} pp {layout.pp} cp {layout.cp} dp {layout.dp}{ep} ZeRO {layout.zero}{sp} "
             f"recompute {layout.recompute} mb {layout.micro_batch} v {layout.interleave}")
 
 
+def moe_assumption(view: SearchView) -> str:
+    """The MoE settings every candidate of the search is costed with, in words."""
+    p = view.result.problem
+    overlap = "overlapped with compute" if p.moe_ep_overlap else "not overlapped"
+    return f"{p.moe_dispatcher} token dispatcher, expert all-to-all {overlap}"
+
+
 def _headline(view: SearchView, model_id: str, hardware_id: str) -> str:
     p = view.result.problem
     what = "Pareto front (step time vs peak memory)" if view.pareto else f"top {view.shown.size}"
+    moe = f", {moe_assumption(view)}" if view.result.model.moe is not None else ""
     return (f"{model_id} on {p.gpus:,} x {hardware_id}: global batch {p.global_batch:,} x {p.seq_len:,} tokens, "
-            f"{p.dtype}, {what} by {view.objective}")
+            f"{p.dtype}{moe}, {what} by {view.objective}")
 
 
 def summary_lines(view: SearchView) -> list[str]:
@@ -174,6 +191,9 @@ def summary_lines(view: SearchView) -> list[str]:
     ]
     if r.rejected:
         lines.append("Rejected: " + ", ".join(f"{code} {n:,}" for code, n in r.rejected.items()))
+    if r.model.moe is not None:
+        lines.append(f"MoE: every layout assumes the {moe_assumption(view)} (engine {r.problem.engine}; "
+                     "change with --moe-dispatcher, --moe-ep-overlap).")
     return lines
 
 
@@ -189,7 +209,7 @@ def candidates_table(view: SearchView, model_id: str, hardware_id: str) -> Any:
     r = view.result
     lay, res = r.layouts, r.results
     moe = bool((lay.ep > 1).any()) or r.model.moe is not None
-    headers = ["#", "tp", "pp", "cp", "dp"] + (["ep"] if moe else []) + [
+    headers = ["#", "tp", "pp", "cp", "dp"] + (["etp", "ep"] if moe else []) + [
         "zero", "sp", "recompute", "mb", "v", "memory per GPU", "step", "tokens/s", "MFU", "bubble", "comm"]
     if view.cost is not None:
         headers += ["hours"] + (["cost"] if view.cost.dollars is not None else [])
@@ -197,7 +217,7 @@ def candidates_table(view: SearchView, model_id: str, hardware_id: str) -> Any:
     for pos in view.shown.tolist():
         step = float(res.step_seconds[pos])
         row: list[Any] = [view.ranks[pos], lay.tp[pos], lay.pp[pos], lay.cp[pos], lay.dp[pos]]
-        row += [lay.ep[pos]] if moe else []
+        row += [lay.etp[pos], lay.ep[pos]] if moe else []
         row += [
             lay.zero[pos], "on" if lay.sequence_parallel[pos] else "-", RECOMPUTE_NAMES[int(lay.recompute[pos])],
             lay.micro_batch[pos], lay.interleave[pos],
@@ -213,7 +233,9 @@ def candidates_table(view: SearchView, model_id: str, hardware_id: str) -> Any:
         rows.append(row)
     right = {h for h in headers if h not in ("recompute", "memory per GPU", "sp")}
     caption = ("bubble, comm: share of the step lost to the pipeline bubble and to communication not hidden "
-               "behind compute. v: interleaved stages per rank. A layout equal in degrees, step time and memory "
+               "behind compute. v: interleaved stages per rank."
+               + (" etp: expert tensor parallelism (1 with tp > 1: parallel folding, EP across tp x dp)." if moe else "")
+               + " A layout equal in degrees, step time and memory "
                "to a better one shares its rank and is not repeated.")
     if bool(res.implausible_mfu[view.shown].any()):
         best = float(np.nanmax(res.best_published_mfu[view.shown]))

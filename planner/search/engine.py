@@ -234,10 +234,10 @@ class NearMiss:
 
 
 def closest_candidates(result: SearchResult, count: int = CLOSEST) -> np.ndarray:
-    """Positions in result.layouts of the lowest-memory candidates, one per (tp, pp, cp, ep, interleave)."""
+    """Positions in result.layouts of the lowest-memory candidates, one per (tp, pp, cp, etp, ep, interleave)."""
     lay = result.layouts
     order = np.lexsort((result.results.step_seconds, result.results.peak_bytes))
-    structure = np.stack([lay.tp, lay.pp, lay.cp, lay.ep, lay.interleave], axis=1)[order]
+    structure = np.stack([lay.tp, lay.pp, lay.cp, lay.etp, lay.ep, lay.interleave], axis=1)[order]
     _, first = np.unique(structure, axis=0, return_index=True)
     return order[np.sort(first)[:count]]
 
@@ -342,7 +342,10 @@ def _fit_at(model: ModelSpec, hw: HardwareProfile, est: TrainingEstimate, gpus: 
     base = est.layout
     problem = Problem(gpus=gpus, global_batch=base.global_batch, seq_len=base.seq_len, dtype=base.dtype,
                       grad_dtype=base.grad_dtype, flash_attention=base.flash_attention, optimizer=base.optimizer,
-                      overlap_grad_reduce=base.overlap_grad_reduce, overlap_tp_comm=base.overlap_tp_comm)
+                      overlap_grad_reduce=base.overlap_grad_reduce, overlap_tp_comm=base.overlap_tp_comm,
+                      optimizer_state_dtype=base.optimizer_state_dtype,
+                      master_weights_dtype=base.master_weights_dtype, moe_dispatcher=base.moe_dispatcher,
+                      moe_ep_overlap=base.moe_ep_overlap)
     try:
         result = run_search(model, hw, problem, headroom=est.headroom)
     except PlannerError:

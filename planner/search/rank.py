@@ -20,8 +20,17 @@ OBJECTIVES: tuple[str, ...] = ("throughput", "memory", "cost")
 SECONDS_PER_HOUR = 3600.0
 
 # Tie-breakers after the objective, most significant first: fewer GPUs in model parallelism, then
-# simpler settings (no interleave, lower ZeRO stage, less recompute, no SP, larger micro-batches last).
-TIE_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "interleave", "zero", "recompute", "sequence_parallel", "micro_batch")
+# simpler settings (expert TP as tp before parallel folding, no interleave, lower ZeRO stage, less
+# recompute, no SP, larger micro-batches last). "folded" is etp != tp (see tie_keys).
+TIE_FIELDS: tuple[str, ...] = (
+    "tp", "pp", "cp", "ep", "folded", "interleave", "zero", "recompute", "sequence_parallel", "micro_batch",
+)
+
+
+def tie_keys(layouts: LayoutArrays) -> list[np.ndarray]:
+    """The TIE_FIELDS of `layouts` as sort keys (smaller first), most significant first."""
+    return [np.asarray(layouts.etp != layouts.tp) if name == "folded" else getattr(layouts, name)
+            for name in TIE_FIELDS]
 
 
 def objective_keys(results: TrainingArrays, objective: str) -> list[np.ndarray]:
@@ -40,7 +49,7 @@ def rank(layouts: LayoutArrays, results: TrainingArrays, objective: str, index: 
     np.lexsort sorts by its last key first, so the keys are passed least significant first.
     """
     idx = np.arange(layouts.size) if index is None else np.asarray(index, dtype=np.int64)
-    keys = objective_keys(results, objective) + [getattr(layouts, name) for name in TIE_FIELDS]
+    keys = objective_keys(results, objective) + tie_keys(layouts)
     order = np.lexsort([np.asarray(k)[idx] for k in reversed(keys)])
     return idx[order]
 
@@ -65,7 +74,7 @@ def pareto_front(step_seconds: np.ndarray, peak_bytes: np.ndarray) -> np.ndarray
 # Layouts with the same parallel degrees and exactly the same step time and peak memory are
 # interchangeable under the model (e.g. selective recompute with flash attention, which keeps no score
 # matrix to drop); only the first in ranking order is shown.
-FOLD_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "dp", "ep", "interleave")
+FOLD_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "dp", "etp", "ep", "interleave")
 
 
 def equivalent_to_previous(layouts: LayoutArrays, results: TrainingArrays, order: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The search space: every candidate layout of a problem as one broadcast-shaped `LayoutArrays`.
 
-The grid has five axes (AXES): the structural rows (tp, pp, cp, dp, ep, interleave; only the
+The grid has five axes (AXES): the structural rows (tp, pp, cp, dp, etp, ep, interleave; only the
 combinations that make a layout), then zero, sequence parallelism, recompute and micro-batch. Each field
 carries only its own axis (tp has shape (S, 1, 1, 1, 1), zero (1, Z, 1, 1, 1), the batch and precisions
 (1, 1, 1, 1, 1)), so the cost model computes a term once per distinct value of the fields it reads, and
@@ -16,7 +16,11 @@ cannot be a layout at all or where a default prunes it (documented in docs/searc
   when seq_len >= CP_MIN_SEQ_LEN;
 - dp = gpus / (tp * pp * cp); combinations where tp * pp * cp does not divide gpus
   are not layouts and are left out;
-- ep (MoE only): divisors of num_experts that divide dp * cp;
+- etp (MoE only; expert tensor parallelism): tp, and 1 where tp > 1 (MoE parallel folding: the expert
+  layers run without TP and their EP group spans the tp x dp ranks, as Megatron's recipes for
+  DeepSeek-V3 and Qwen3-235B-A22B do); dense models: tp;
+- ep (MoE only): divisors of num_experts with ep * etp dividing tp * dp * cp (with etp = tp: ep divides
+  dp * cp);
 - interleave: 1, and v > 1 where pp > 1 and num_layers % (pp * v) == 0;
 - zero 0-3, recompute none/selective/full, sequence parallel on/off (on only with tp > 1);
 - micro_batch: divisors of global_batch up to MICRO_BATCH_CAP; those that do not divide
@@ -40,12 +44,14 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.specs.engine import DEFAULT_ENGINE, engine_profile
+from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
 from planner.specs.layout import (
     DISPATCHER_CODES,
     OPTIMIZER_STATE_BYTES_PER_PARAM,
     RECOMPUTE_CODES,
+    STATE_DTYPE_BYTES,
     LayoutArrays,
+    optimizer_state_bytes,
     recompute_module_mask,
 )
 from planner.specs.model import ModelSpec
@@ -55,6 +61,25 @@ CP_CAP = 16  # context parallelism beyond 16 ranks is for sequences far longer t
 CP_MIN_SEQ_LEN = 8192  # below this, context parallelism only adds traffic; pass --cp to try it anyway
 
 GRAD_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+# Where the engine profile names none: Layout's defaults, which are Megatron's as its MoE recipes run it.
+# Megatron-LM's --moe-token-dispatcher-type defaults to allgather (megatron/training/arguments.py), but its help
+# recommends alltoall with expert parallelism and the MoE recipes (Megatron-LM examples, Megatron-Bridge)
+# set alltoall; --overlap-moe-expert-parallel-comm is off unless given.
+DEFAULT_MOE_DISPATCHER = "alltoall"
+DEFAULT_MOE_EP_OVERLAP = False
+
+
+def engine_moe_defaults(profile: EngineProfile) -> tuple[str, bool]:
+    """The token dispatcher and expert all-to-all overlap an engine runs unless told otherwise: its
+    profile's `moe` section (dispatcher, ep_overlap) where the profile has one, else Megatron's."""
+    moe = getattr(profile, "moe", None)
+    dispatcher = getattr(moe, "dispatcher", None) or getattr(moe, "moe_dispatcher", None) or DEFAULT_MOE_DISPATCHER
+    overlap = getattr(moe, "ep_overlap", None)
+    if overlap is None:
+        overlap = getattr(moe, "moe_ep_overlap", DEFAULT_MOE_EP_OVERLAP)
+    return str(dispatcher), bool(overlap)
 
 
 @dataclass(frozen=True)
@@ -73,11 +98,18 @@ class Problem:
     overlap_tp_comm: bool = False
     engine: str = DEFAULT_ENGINE
     compile: bool = False
-    moe_dispatcher: str = "alltoall"
-    moe_ep_overlap: bool = False
+    optimizer_state_dtype: str = "fp32"  # Adam's moments (Layout.optimizer_state_dtype)
+    master_weights_dtype: str = "fp32"  # Layout.master_weights_dtype
+    moe_dispatcher: str | None = None  # None: the engine's (engine_moe_defaults); a str after construction
+    moe_ep_overlap: bool | None = None  # None: the engine's; a bool after construction
 
     def __post_init__(self) -> None:
-        engine_profile(self.engine)  # a PlannerError naming the engines there are
+        profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
+        dispatcher, overlap = engine_moe_defaults(profile)
+        if self.moe_dispatcher is None:
+            object.__setattr__(self, "moe_dispatcher", dispatcher)
+        if self.moe_ep_overlap is None:
+            object.__setattr__(self, "moe_ep_overlap", overlap)
         for name in ("gpus", "global_batch", "seq_len"):
             if getattr(self, name) < 1:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be positive")
@@ -88,6 +120,11 @@ class Problem:
         if self.optimizer not in OPTIMIZER_STATE_BYTES_PER_PARAM:
             choices = ", ".join(OPTIMIZER_STATE_BYTES_PER_PARAM)
             raise PlannerError(f"optimizer({self.optimizer}) must be one of {choices}")
+        for name in ("optimizer_state_dtype", "master_weights_dtype"):
+            if getattr(self, name) not in STATE_DTYPE_BYTES:
+                raise PlannerError(f"{name}({getattr(self, name)}) must be one of {', '.join(STATE_DTYPE_BYTES)}")
+        if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
+            raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
 
 
 @dataclass(frozen=True)
@@ -99,6 +136,7 @@ class Filters:
     cp: tuple[int, ...] | None = None
     dp: tuple[int, ...] | None = None
     ep: tuple[int, ...] | None = None
+    etp: tuple[int, ...] | None = None
     zero: tuple[int, ...] | None = None
     recompute: tuple[str, ...] | None = None
     micro_batch: tuple[int, ...] | None = None
@@ -148,7 +186,7 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
 
 
 def _structural(model: ModelSpec, problem: Problem, filters: Filters) -> dict[str, np.ndarray]:
-    """(tp, pp, cp, dp) with tp * pp * cp * dp = gpus, then ep and interleave."""
+    """(tp, pp, cp, dp) with tp * pp * cp * dp = gpus, then etp, ep and interleave."""
     g = problem.gpus
     can = engine_profile(problem.engine).schedules
     one = np.array([1], dtype=np.int64)
@@ -168,17 +206,41 @@ def _structural(model: ModelSpec, problem: Problem, filters: Filters) -> dict[st
         raise PlannerError(_no_structure_message(g, tp_v, pp_v, cp_v, filters))
     cols = _keep({"tp": tp, "pp": pp, "cp": cp, "dp": dp}, keep)
 
-    experts = model.moe.num_experts if model.moe is not None else 1
-    ep_v = _values(filters.ep, divisors(experts) if can.expert_parallel else one)
-    cols = _cross(cols, {"ep": ep_v})
-    if filters.ep is None:
-        cols = _keep(cols, (cols["dp"] * cols["cp"]) % cols["ep"] == 0)
+    cols = _expert_axes(model, cols, filters, expert_parallel=can.expert_parallel)
 
     v_v = _values(filters.interleave, divisors(model.num_layers) if can.interleaved else one)
     cols = _cross(cols, {"interleave": v_v})
     if filters.interleave is None:
         v, p = cols["interleave"], cols["pp"]
         cols = _keep(cols, (v == 1) | ((p > 1) & (model.num_layers % (p * v) == 0)))
+    return cols
+
+
+def _expert_axes(model: ModelSpec, cols: dict[str, np.ndarray], filters: Filters, *, expert_parallel: bool
+                 ) -> dict[str, np.ndarray]:
+    """Each (tp, pp, cp, dp) row crossed with its expert-TP and expert-parallel degrees.
+
+    etp: tp, and 1 where tp > 1, on MoE models whose engine runs EP (a --etp filter replaces the list; a
+    dense model keeps etp = tp); ep: divisors of num_experts with ep * etp dividing tp * dp * cp (the expert
+    layers' etp x ep ranks span a stage's tp x cp x dp ranks; a --ep filter keeps every value given)."""
+    one = np.array([1], dtype=np.int64)
+    moe = model.moe is not None
+    if filters.etp is not None:
+        etp_v = np.unique(np.asarray(filters.etp, dtype=np.int64))
+        cols = _cross(cols, {"etp": etp_v})
+    elif moe and expert_parallel:
+        # Two candidates per row: etp = tp, and etp = 1 where tp > 1 (the same value, once, where tp = 1).
+        cols = _cross(cols, {"folded": np.array([False, True])})
+        cols = _keep(cols, ~cols["folded"] | (cols["tp"] > 1))
+        folded = cols.pop("folded")
+        cols["etp"] = np.where(folded, 1, cols["tp"])
+    else:
+        cols = dict(cols, etp=cols["tp"].copy())
+    experts = model.moe.num_experts if moe and model.moe is not None else 1
+    ep_v = _values(filters.ep, divisors(experts) if expert_parallel else one)
+    cols = _cross(cols, {"ep": ep_v})
+    if filters.ep is None:
+        cols = _keep(cols, (cols["tp"] * cols["dp"] * cols["cp"]) % (cols["ep"] * cols["etp"]) == 0)
     return cols
 
 
@@ -217,7 +279,7 @@ AXES: tuple[str, ...] = ("structure", "zero", "sequence_parallel", "recompute", 
 @dataclass(frozen=True)
 class Space:
     """The candidates as a broadcast grid: `grid` fields have shape (S, 1, 1, 1, 1) for the structural
-    fields (tp, pp, cp, dp, ep, interleave; one row each), (1, Z, 1, 1, 1) for zero, and so on along AXES,
+    fields (tp, pp, cp, dp, etp, ep, interleave; one row each), (1, Z, 1, 1, 1) for zero, and so on along AXES,
     so the cost model computes a term once per distinct value of the fields it depends on.
     `in_space` (broadcastable to grid.shape) is False where the default space prunes a point
     (sequence parallelism with tp = 1)."""
@@ -311,7 +373,8 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         dualpipe=const(False, bool),
         flash_attention=const(problem.flash_attention, bool),
         grad_bytes=const(GRAD_BYTES[problem.grad_dtype], np.int64),
-        optimizer_bytes=const(OPTIMIZER_STATE_BYTES_PER_PARAM[problem.optimizer], np.int64),
+        optimizer_bytes=const(optimizer_state_bytes(problem.optimizer, problem.optimizer_state_dtype,
+                                                         problem.master_weights_dtype), np.int64),
         fp8=const(problem.dtype == "fp8", bool),
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
         overlap_tp_comm=const(problem.overlap_tp_comm, bool),
@@ -322,14 +385,13 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         torch_cpu_adam=const(False, bool),
         offload_activation_layers=const(0, np.int64),
         shard_group=const(0, np.int64),
-        etp=cols["tp"],
-        moe_dispatcher=const(DISPATCHER_CODES[problem.moe_dispatcher], np.int64),
-        moe_ep_overlap=const(problem.moe_ep_overlap, bool),
+        moe_dispatcher=const(DISPATCHER_CODES[str(problem.moe_dispatcher)], np.int64),
+        moe_ep_overlap=const(bool(problem.moe_ep_overlap), bool),
         moe_shared_expert_overlap=const(False, bool),
         moe_capacity_factor=const(0.0, float),
         cuda_graphs=const(0, np.int64),
-        moments_bf16=const(False, bool),
-        master_bf16=const(False, bool),
+        moments_bf16=const(problem.optimizer_state_dtype == "bf16", bool),
+        master_bf16=const(problem.master_weights_dtype == "bf16", bool),
         mtp_layers=const(-1, np.int64),
     )
     if filters.sequence_parallel is None:

@@ -122,7 +122,14 @@ def test_when_no_layout_divides_the_batch_the_error_names_the_nearest_batches_th
     with pytest.raises(PlannerError) as err:
         run_search(deepseek, H100, Problem(gpus=1000, global_batch=1024, seq_len=4096))
     message = err.value.message
-    assert "(batch_not_divisible 5,100)" in message
+    # Every layout of the space, counted by hand: (tp, pp) with tp | 128 heads, pp | 1000 up to 61 layers and
+    # tp * pp | 1000; etp = tp, and 1 where tp > 1; ep | 256 experts with ep * etp | tp * dp; interleave 1
+    # (61 layers is prime); times zero 4 x recompute 3 x micro-batch 5 (1, 2, 4, 8, 16) x sp (2 where tp > 1).
+    rows = [(tp, pp, etp, ep) for tp in (1, 2, 4, 8, 16, 32, 64, 128) for pp in (1, 2, 4, 5, 8, 10, 20, 25, 40, 50)
+            if 1000 % (tp * pp) == 0 for etp in sorted({tp, 1}) for ep in (1, 2, 4, 8, 16, 32, 64, 128, 256)
+            if 1000 // pp % (ep * etp) == 0]
+    layouts = sum(4 * 3 * 5 * (2 if tp > 1 else 1) for tp, _, _, _ in rows)
+    assert f"(batch_not_divisible {layouts:,})" in message
     assert message.endswith("the nearest global batches a layout divides: 1,020, 1,025")
     for batch in (1020, 1025):
         assert run_search(deepseek, H100, Problem(gpus=1000, global_batch=batch, seq_len=4096)).costed > 0
@@ -160,7 +167,7 @@ def test_moe_search_places_experts(small):
     assert r.feasible > 0
     lay = r.layouts.take(r.fits)
     assert (lay.ep > 1).any()
-    assert ((8 % lay.ep == 0) & ((lay.dp * lay.cp) % lay.ep == 0)).all()
+    assert ((8 % lay.ep == 0) & ((lay.tp * lay.dp * lay.cp) % (lay.ep * lay.etp) == 0)).all()
 
 
 @pytest.fixture(scope="module")

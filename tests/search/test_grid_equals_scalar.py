@@ -1,6 +1,7 @@
 """The search's broadcast grid (one axis per group of layout fields, costed in chunks) gives, for every candidate,
 exactly what `estimate()` gives for that candidate as a single Layout: random models (dense MHA, GQA, MoE with
-leading dense layers, MLA, sliding window), random problems.
+leading dense layers, MLA, sliding window), random problems (with the MoE settings and optimizer-state
+precision of a search), and on MoE models always some candidates with expert TP other than tp (parallel folding).
 
 The grid and the scalar path share every formula, but not the broadcasting, the chunking, the stage picking
 or the candidate -> Layout round trip; those are what this property guards.
@@ -60,16 +61,26 @@ def models(draw: st.DrawFn) -> ModelSpec:
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(model=models(), gpus=st.sampled_from([8, 16, 32, 64]), batch_per_gpu=st.sampled_from([1, 2, 4]),
-       seq_len=st.sampled_from([1024, 2048, 4096]), pick=st.randoms(use_true_random=False))
-def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick):
-    problem = Problem(gpus=gpus, global_batch=gpus * batch_per_gpu, seq_len=seq_len)
+       seq_len=st.sampled_from([1024, 2048, 4096]), pick=st.randoms(use_true_random=False),
+       dispatcher=st.sampled_from(["alltoall", "allgather", "deepep", "hybridep"]), ep_overlap=st.booleans(),
+       moments=st.sampled_from(["fp32", "bf16"]))
+def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick, dispatcher,
+                                                        ep_overlap, moments):
+    problem = Problem(gpus=gpus, global_batch=gpus * batch_per_gpu, seq_len=seq_len, moe_dispatcher=dispatcher,
+                      moe_ep_overlap=ep_overlap, optimizer_state_dtype=moments)
     try:
         result = run_search(model, HW, problem, chunk=64)  # small chunks: several chunks per search
     except PlannerError:
         return  # no layout of this problem passes the rules; nothing to compare
     n = result.layouts.size
-    for pos in sorted(pick.sample(range(n), min(n, 12))):
+    folded = np.flatnonzero(result.layouts.etp != result.layouts.tp).tolist()
+    if model.moe is not None:
+        assert folded, "a MoE search offers etp 1 beside tp > 1"
+    chosen = set(pick.sample(range(n), min(n, 12))) | set(pick.sample(folded, min(len(folded), 6)))
+    for pos in sorted(chosen):
         layout = result.layout(pos)
+        assert layout.expert_tp == int(result.layouts.etp[pos]) and layout.moe_dispatcher == dispatcher
+        assert layout.moe_ep_overlap == ep_overlap and layout.optimizer_state_dtype == moments
         one = estimate(model, HW, layout)
         r = result.results
         assert float(r.step_seconds[pos]) == one.scalar("step_seconds"), layout

@@ -25,7 +25,7 @@ from planner.specs.layout import RECOMPUTE_NAMES
 LLAMA_1B = load_model("llama-3.2-1b").spec  # 16 layers, 32 heads
 MIXTRAL = load_model("mixtral-8x7b").spec  # 32 layers, 32 heads, 8 experts
 
-KEYS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave")
+KEYS = ("tp", "pp", "cp", "dp", "etp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave")
 
 
 def rows(lay) -> list[tuple]:
@@ -48,8 +48,8 @@ def brute_force(model, gpus: int, global_batch: int, seq_len: int) -> set[tuple]
                 if gpus % (tp * pp * cp):
                     continue
                 dp = gpus // (tp * pp * cp)
-                for ep in range(1, experts + 1):
-                    if experts % ep or (dp * cp) % ep:
+                for etp, ep in itertools.product((1, tp) if model.moe else (tp,), range(1, experts + 1)):
+                    if experts % ep or (tp * dp * cp) % (ep * etp):
                         continue
                     for v in range(1, model.num_layers + 1):
                         if model.num_layers % v or (v > 1 and (pp == 1 or model.num_layers % (pp * v))):
@@ -57,7 +57,7 @@ def brute_force(model, gpus: int, global_batch: int, seq_len: int) -> set[tuple]
                         for zero, sp, rc, mb in itertools.product(range(4), (False, True), range(3), range(1, 17)):
                             if (sp and tp == 1) or global_batch % mb:
                                 continue
-                            out.add((tp, pp, cp, dp, ep, zero, sp, rc, mb, v))
+                            out.add((tp, pp, cp, dp, etp, ep, zero, sp, rc, mb, v))
     return out
 
 
@@ -95,10 +95,25 @@ def test_every_row_is_a_layout_of_the_problem(gpus, batch, seq):
     assert (lay.global_batch == batch).all() and (lay.seq_len == seq).all()
 
 
-def test_moe_expert_parallel_divides_experts_and_dp_cp():
+def test_moe_expert_parallel_divides_experts_and_its_ranks_span_the_stage():
     lay = build_space(MIXTRAL, Problem(gpus=32, global_batch=64, seq_len=4096)).flat()
     assert set(lay.ep.tolist()) == {1, 2, 4, 8}
-    assert ((8 % lay.ep == 0) & ((lay.dp * lay.cp) % lay.ep == 0)).all()
+    assert ((8 % lay.ep == 0) & ((lay.tp * lay.dp * lay.cp) % (lay.ep * lay.etp) == 0)).all()
+    # etp is tp, or 1 (parallel folding) where tp > 1: both where tp > 1, one value where tp = 1
+    assert ((lay.etp == lay.tp) | (lay.etp == 1)).all()
+    assert {(int(t), int(e)) for t, e in zip(lay.tp, lay.etp)} == {(1, 1), (2, 2), (2, 1), (4, 4), (4, 1), (8, 8),
+                                                                  (8, 1), (16, 16), (16, 1), (32, 32), (32, 1)}
+    # folding lets EP span the TP ranks: tp 8 dp 4 (pp 1) takes ep 8 only with etp 1
+    at = (lay.tp == 8) & (lay.dp == 4)
+    assert set(lay.ep[at & (lay.etp == 1)].tolist()) == {1, 2, 4, 8}
+    assert set(lay.ep[at & (lay.etp == 8)].tolist()) == {1, 2, 4}
+
+
+def test_etp_filter_replaces_the_list_and_dense_models_keep_etp_tp():
+    lay = build_space(MIXTRAL, Problem(gpus=32, global_batch=64, seq_len=4096), Filters(etp=(1,))).flat()
+    assert set(lay.etp.tolist()) == {1} and set(lay.tp.tolist()) > {1}
+    dense = build_space(LLAMA_1B, Problem(gpus=8, global_batch=8, seq_len=2048)).flat()
+    assert (dense.etp == dense.tp).all()
 
 
 def test_dense_model_has_no_expert_parallelism():
