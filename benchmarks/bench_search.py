@@ -1,6 +1,7 @@
 """Benchmark `planner search`: the whole process, the cost model on the grid alone, and a per-layout loop.
 
-    python benchmarks/bench_search.py                      # the issue's 405B / 16,384-GPU case
+    python benchmarks/bench_search.py                      # the dense case: Llama 3.1 405B on 16,384 H100
+    python benchmarks/bench_search.py --case deepseek-v3   # MoE: DeepSeek-V3 on its report's 2,048 H800, fp8
     python benchmarks/bench_search.py --runs 11 --sample 500
 
 Three figures, each the median of several runs:
@@ -54,19 +55,37 @@ def child_cpu_seconds(fn, runs: int) -> float:
     return statistics.median(times)
 
 
+# The benchmark's cases (docs/performance.md has their targets): the dense one of the search's first issue, and
+# DeepSeek-V3 on the cluster of its technical report (arXiv:2412.19437, Sec. 3.1-3.3 and 4.2: 2,048 H800, FP8,
+# 15,360 sequences of 4,096 tokens), issue 16's MoE case.
+CASES: dict[str, dict[str, object]] = {
+    "llama-405b": {"model": "llama-3.1-405b", "hardware": "h100-sxm", "gpus": 16384, "global_batch": 2048,
+                   "seq_len": 8192, "dtype": "bf16"},
+    "deepseek-v3": {"model": "deepseek-v3", "hardware": "h800", "gpus": 2048, "global_batch": 15360,
+                    "seq_len": 4096, "dtype": "fp8"},
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="llama-3.1-405b")
-    parser.add_argument("--hardware", default="h100-sxm")
-    parser.add_argument("--gpus", type=int, default=16384)
-    parser.add_argument("--global-batch", type=int, default=2048)
-    parser.add_argument("--seq-len", type=int, default=8192)
+    parser.add_argument("--case", choices=sorted(CASES), default="llama-405b",
+                        help="preset problem; the options below override its fields")
+    parser.add_argument("--model")
+    parser.add_argument("--hardware")
+    parser.add_argument("--gpus", type=int)
+    parser.add_argument("--global-batch", type=int)
+    parser.add_argument("--seq-len", type=int)
+    parser.add_argument("--dtype", choices=("bf16", "fp16", "fp8"))
     parser.add_argument("--runs", type=int, default=7, help="repetitions per figure (median reported)")
     parser.add_argument("--sample", type=int, default=200, help="layouts in the per-layout estimate() loop")
     args = parser.parse_args()
+    for name, value in CASES[args.case].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
 
     command = [sys.executable, "-m", "planner", "search", "--model", args.model, "--hardware", args.hardware,
-               "--gpus", str(args.gpus), "--global-batch", str(args.global_batch), "--seq-len", str(args.seq_len)]
+               "--gpus", str(args.gpus), "--global-batch", str(args.global_batch), "--seq-len", str(args.seq_len),
+               "--dtype", args.dtype]
     env = {**os.environ, "COLUMNS": "160"}
 
     def whole() -> None:
@@ -77,7 +96,7 @@ def main() -> None:
 
     model = load_model(args.model).spec
     hw = load_hardware(args.hardware).spec
-    problem = Problem(gpus=args.gpus, global_batch=args.global_batch, seq_len=args.seq_len)
+    problem = Problem(gpus=args.gpus, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype)
 
     def grid_and_rules():
         space = build_space(model, problem)
@@ -94,7 +113,7 @@ def main() -> None:
     evaluation()  # warm-up
 
     sample = np.random.default_rng(0).choice(lay.size, size=min(args.sample, lay.size), replace=False)
-    layouts = [lay.to_layout(int(i)) for i in sample]
+    layouts = [lay.to_layout(int(i), dtype=args.dtype) for i in sample]
 
     def loop() -> None:
         for layout in layouts:

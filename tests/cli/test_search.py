@@ -223,3 +223,52 @@ def test_tokens_zero_says_above_zero(run_cli):
 
     result = CliRunner().invoke(cli, [*BASE, "--tokens", "0"])
     assert result.exit_code == 2 and "must be above zero" in result.stderr
+
+
+MIXTRAL = ("search", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--gpus", "32", "--global-batch", "64",
+           "--seq-len", "4096")
+
+
+def test_moe_search_states_the_dispatcher_and_overlap_it_assumed(run_cli):
+    # megatron's profile names none, so Layout's defaults (Megatron's recipes): alltoall, no all-to-all overlap
+    out = run_cli(*MIXTRAL, "--top", "3")
+    assert out.exit_code == 0, out.output
+    assert "alltoall token dispatcher, expert all-to-all not overlapped" in out.stdout.split("\n")[0]
+    assert "MoE: every layout assumes the alltoall token dispatcher" in out.stdout
+    assert "etp" in out.stdout
+    doc = as_json(run_cli(*MIXTRAL, "--format", "json", "--top", "2", "--moe-dispatcher", "deepep", "--moe-ep-overlap",
+                          "--optimizer-state-dtype", "bf16"))
+    assert doc["moe"]["dispatcher"] == "deepep" and doc["moe"]["ep_overlap"] is True
+    assert "overlapped with compute" in doc["moe"]["assumed"]
+    assert doc["problem"]["moe_dispatcher"] == "deepep" and doc["problem"]["optimizer_state_dtype"] == "bf16"
+    for cand in doc["candidates"]:  # every candidate is costed with them
+        cfg = cand["config"]
+        assert cfg["moe_dispatcher"] == "deepep" and cfg["moe_ep_overlap"] is True
+        assert cfg["optimizer_state_dtype"] == "bf16"
+    dense = as_json(run_cli(*BASE, "--format", "json", "--top", "1"))
+    assert "moe" not in dense
+    assert "dispatcher" not in run_cli(*BASE, "--top", "1").stdout
+
+
+def test_bf16_moments_cut_the_optimizer_state_a_third(run_cli):
+    # Adam with fp32 master and moments: 12 bytes per parameter; bf16 moments: 4 + 2 x 2 = 8
+    args = (*BASE, "--format", "json", "--top", "1", "--tp", "1", "--pp", "1", "--zero", "1", "--micro-batch", "1",
+            "--recompute", "full")
+    fp32 = as_json(run_cli(*args))["candidates"][0]["memory"]["optimizer_bytes"]
+    bf16 = as_json(run_cli(*args, "--optimizer-state-dtype", "bf16"))["candidates"][0]["memory"]["optimizer_bytes"]
+    assert bf16 == pytest.approx(fp32 * 8 / 12)
+    bad = run_cli(*BASE, "--optimizer", "sgd", "--optimizer-state-dtype", "bf16")
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: optimizer_state_dtype bf16 applies to adam")
+
+
+def test_etp_filter_and_csv_column(run_cli):
+    rows = list(csv.DictReader(io.StringIO(run_cli(*MIXTRAL, "--format", "csv", "--etp", "1", "--tp", "2,4").stdout)))
+    assert rows and {r["etp"] for r in rows} == {"1"} and {r["tp"] for r in rows} <= {"2", "4"}
+    assert any(int(r["ep"]) * int(r["etp"]) > int(r["dp"]) for r in rows)  # folded EP spans TP ranks too
+
+
+def test_dispatcher_choices_match_the_layout_codes():
+    from planner.cli.search import MOE_DISPATCHERS
+    from planner.specs.layout import DISPATCHER_CODES
+
+    assert MOE_DISPATCHERS == tuple(DISPATCHER_CODES)
