@@ -127,7 +127,8 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
 CSV_LAYOUT = ("tp", "pp", "cp", "dp", "etp", "ep", "zero", "sequence_parallel", "recompute", "micro_batch", "interleave")
 CSV_RESULTS = (
     "peak_bytes", "peak_stage", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-    "other_bytes", "step_seconds", "compute_seconds", "communication_seconds", "bubble_seconds",
+    "other_bytes", "step_seconds", "compute_seconds", "communication_seconds", "tp_comm_seconds", "cp_comm_seconds",
+    "ep_comm_seconds", "pp_comm_seconds", "dp_comm_seconds", "bubble_seconds",
     "host_seconds", "optimizer_seconds", "recompute_seconds", "tokens_per_second", "model_tflops_per_gpu",
     "hardware_tflops_per_gpu", "mfu", "hfu", "implausible_mfu",
 )

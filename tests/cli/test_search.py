@@ -87,7 +87,7 @@ def test_csv_has_every_feasible_layout(run_cli):
     assert len(rows) == doc["feasible"]
     first = rows[0]
     assert {"rank", "tp", "pp", "cp", "dp", "zero", "recompute", "micro_batch", "interleave", "peak_bytes",
-            "step_seconds", "tokens_per_second", "mfu"} <= set(first)
+            "step_seconds", "ep_comm_seconds", "host_seconds", "tokens_per_second", "mfu"} <= set(first)
     assert float(first["step_seconds"]) == pytest.approx(doc["candidates"][0]["time"]["step_seconds"])
     assert all(int(r["tp"]) * int(r["pp"]) * int(r["cp"]) * int(r["dp"]) == 16 for r in rows)
     assert [int(r["rank"]) for r in rows] == sorted(int(r["rank"]) for r in rows)
