@@ -108,13 +108,16 @@ def _moe_options(f: Any) -> Any:
     options = [
         click.option("--moe-dispatcher", type=click.Choice(list(MOE_DISPATCHERS)), default=None,
                      help="MoE token dispatcher: alltoall (NCCL), allgather, deepep or hybridep (Megatron's flex "
-                     "dispatcher backends)  [default: the engine's; megatron: alltoall]"),
+                     "dispatcher backends)  [default: the engine's; megatron: allgather]"),
         click.option("--moe-ep-overlap/--no-moe-ep-overlap", default=None,
                      help="Expert all-to-all hidden behind another micro-batch's compute (Megatron "
                      "--overlap-moe-expert-parallel-comm)  [default: the engine's; megatron: off]"),
         click.option("--optimizer-state-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
                      help="Adam moments' dtype (Megatron --use-precision-aware-optimizer with --exp-avg-dtype and "
                      "--exp-avg-sq-dtype bf16, as DeepSeek-V3's recipe)."),
+        click.option("--schedule", type=click.Choice(["1f1b", "gpipe", "dualpipe"]), default="1f1b",
+                     show_default=True, help="Pipeline schedule of every candidate: 1f1b, gpipe, or dualpipe "
+                     "(DeepSeek-V3's bidirectional pipeline, the expert all-to-all overlapped; even pp only)."),
         click.option("--master-weights-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
                      help="Master weights' dtype (bf16: the 16-bit weights are the master; Megatron --main-params-dtype)."),
     ]
@@ -179,7 +182,8 @@ def _filter_options(f: Any) -> Any:
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
                grad_dtype: str, optimizer: str, flash_attention: bool, overlap_grad_reduce: bool,
                tp_comm_overlap: bool, engine: str, compile_: bool, moe_dispatcher: str | None,
-               moe_ep_overlap: bool | None, optimizer_state_dtype: str, master_weights_dtype: str, headroom: float,
+               moe_ep_overlap: bool | None, optimizer_state_dtype: str, master_weights_dtype: str, schedule: str,
+               headroom: float,
                objective: str, tokens: float | None, price: float | None,
                top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,
                **filter_values: Any) -> None:
@@ -224,7 +228,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                       optimizer=optimizer, flash_attention=flash_attention, overlap_grad_reduce=overlap_grad_reduce,
                       overlap_tp_comm=tp_comm_overlap, engine=engine, compile=compile_,
                       optimizer_state_dtype=optimizer_state_dtype, master_weights_dtype=master_weights_dtype,
-                      moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap)
+                      moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap, schedule=schedule)
     result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)
     selection = select(result.layouts, result.results, result.fits, objective, top=top, pareto=pareto)
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,

@@ -109,7 +109,7 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
                     "overlap_grad_reduce": r.problem.overlap_grad_reduce,
                     "overlap_tp_comm": r.problem.overlap_tp_comm, "engine": r.problem.engine,
                     "compile": r.problem.compile, "optimizer_state_dtype": r.problem.optimizer_state_dtype,
-                    "master_weights_dtype": r.problem.master_weights_dtype,
+                    "master_weights_dtype": r.problem.master_weights_dtype, "schedule": r.problem.schedule,
                     "moe_dispatcher": r.problem.moe_dispatcher, "moe_ep_overlap": r.problem.moe_ep_overlap,
                     "headroom": r.headroom},
         "seconds": {"search": view.seconds, "grid": r.grid_seconds, "evaluate": r.evaluate_seconds},
@@ -166,7 +166,12 @@ def layout_label(layout: Any) -> str:
 def moe_assumption(view: SearchView) -> str:
     """The MoE settings every candidate of the search is costed with, in words."""
     p = view.result.problem
-    overlap = "overlapped with compute" if p.moe_ep_overlap else "not overlapped"
+    if p.moe_ep_overlap:
+        overlap = "overlapped with compute"
+    elif p.schedule == "dualpipe":
+        overlap = "overlapped with compute by the dualpipe schedule"
+    else:
+        overlap = "not overlapped"
     return f"{p.moe_dispatcher} token dispatcher, expert all-to-all {overlap}"
 
 

@@ -182,6 +182,7 @@ def run_search(
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
     check_dtype(hw, problem.dtype)
+    problem = problem.for_model(model)  # the MoE settings decided, as the result reports them
     start = time.perf_counter()
     space = build_space(model, problem, filters)
     engine = engine_profile(problem.engine)
@@ -345,7 +346,7 @@ def _fit_at(model: ModelSpec, hw: HardwareProfile, est: TrainingEstimate, gpus: 
                       overlap_grad_reduce=base.overlap_grad_reduce, overlap_tp_comm=base.overlap_tp_comm,
                       optimizer_state_dtype=base.optimizer_state_dtype,
                       master_weights_dtype=base.master_weights_dtype, moe_dispatcher=base.moe_dispatcher,
-                      moe_ep_overlap=base.moe_ep_overlap)
+                      moe_ep_overlap=base.moe_ep_overlap, schedule=base.schedule)
     try:
         result = run_search(model, hw, problem, headroom=est.headroom)
     except PlannerError:

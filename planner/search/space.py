@@ -18,7 +18,7 @@ cannot be a layout at all or where a default prunes it (documented in docs/searc
   are not layouts and are left out;
 - etp (MoE only; expert tensor parallelism): tp, and 1 where tp > 1 (MoE parallel folding: the expert
   layers run without TP and their EP group spans the tp x dp ranks, as Megatron's recipes for
-  DeepSeek-V3 and Qwen3-235B-A22B do); dense models: tp;
+  DeepSeek-V3 and Qwen3-235B-A22B do) where the engine runs an expert TP apart from tp; dense models: tp;
 - ep (MoE only): divisors of num_experts with ep * etp dividing tp * dp * cp (with etp = tp: ep divides
   dp * cp);
 - interleave: 1, and v > 1 where pp > 1 and num_layers % (pp * v) == 0;
@@ -38,7 +38,7 @@ have pruned are then kept, so the rules can say why they fail.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
 import numpy as np
@@ -50,6 +50,7 @@ from planner.specs.layout import (
     OPTIMIZER_STATE_BYTES_PER_PARAM,
     RECOMPUTE_CODES,
     STATE_DTYPE_BYTES,
+    Layout,
     LayoutArrays,
     optimizer_state_bytes,
     recompute_module_mask,
@@ -61,25 +62,13 @@ CP_CAP = 16  # context parallelism beyond 16 ranks is for sequences far longer t
 CP_MIN_SEQ_LEN = 8192  # below this, context parallelism only adds traffic; pass --cp to try it anyway
 
 GRAD_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
-
-
-# Where the engine profile names none: Layout's defaults, which are Megatron's as its MoE recipes run it.
-# Megatron-LM's --moe-token-dispatcher-type defaults to allgather (megatron/training/arguments.py), but its help
-# recommends alltoall with expert parallelism and the MoE recipes (Megatron-LM examples, Megatron-Bridge)
-# set alltoall; --overlap-moe-expert-parallel-comm is off unless given.
-DEFAULT_MOE_DISPATCHER = "alltoall"
-DEFAULT_MOE_EP_OVERLAP = False
+SCHEDULES: tuple[str, ...] = ("1f1b", "gpipe", "dualpipe")  # planner.specs.layout.Schedule
 
 
 def engine_moe_defaults(profile: EngineProfile) -> tuple[str, bool]:
-    """The token dispatcher and expert all-to-all overlap an engine runs unless told otherwise: its
-    profile's `moe` section (dispatcher, ep_overlap) where the profile has one, else Megatron's."""
-    moe = getattr(profile, "moe", None)
-    dispatcher = getattr(moe, "dispatcher", None) or getattr(moe, "moe_dispatcher", None) or DEFAULT_MOE_DISPATCHER
-    overlap = getattr(moe, "ep_overlap", None)
-    if overlap is None:
-        overlap = getattr(moe, "moe_ep_overlap", DEFAULT_MOE_EP_OVERLAP)
-    return str(dispatcher), bool(overlap)
+    """The token dispatcher and expert all-to-all overlap an engine runs when its config names none (its
+    profile's moe.default_dispatcher and moe.default_ep_overlap, with their sources there)."""
+    return profile.moe.default_dispatcher, profile.moe.default_ep_overlap
 
 
 @dataclass(frozen=True)
@@ -100,22 +89,20 @@ class Problem:
     compile: bool = False
     optimizer_state_dtype: str = "fp32"  # Adam's moments (Layout.optimizer_state_dtype)
     master_weights_dtype: str = "fp32"  # Layout.master_weights_dtype
-    moe_dispatcher: str | None = None  # None: the engine's (engine_moe_defaults); a str after construction
-    moe_ep_overlap: bool | None = None  # None: the engine's; a bool after construction
+    schedule: str = "1f1b"  # Layout.schedule: 1f1b, gpipe or dualpipe, for every candidate
+    moe_dispatcher: str | None = None  # None: the engine's on a MoE model, Layout's on a dense one (for_model)
+    moe_ep_overlap: bool | None = None  # likewise
 
     def __post_init__(self) -> None:
-        profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
-        dispatcher, overlap = engine_moe_defaults(profile)
-        if self.moe_dispatcher is None:
-            object.__setattr__(self, "moe_dispatcher", dispatcher)
-        if self.moe_ep_overlap is None:
-            object.__setattr__(self, "moe_ep_overlap", overlap)
+        engine_profile(self.engine)  # a PlannerError naming the engines there are
         for name in ("gpus", "global_batch", "seq_len"):
             if getattr(self, name) < 1:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be positive")
         if self.grad_dtype not in GRAD_BYTES:
             raise PlannerError(f"grad_dtype({self.grad_dtype}) must be one of {', '.join(GRAD_BYTES)}")
-        if self.moe_dispatcher not in DISPATCHER_CODES:
+        if self.schedule not in SCHEDULES:
+            raise PlannerError(f"schedule({self.schedule}) must be one of {', '.join(SCHEDULES)}")
+        if self.moe_dispatcher is not None and self.moe_dispatcher not in DISPATCHER_CODES:
             raise PlannerError(f"moe_dispatcher({self.moe_dispatcher}) must be one of {', '.join(DISPATCHER_CODES)}")
         if self.optimizer not in OPTIMIZER_STATE_BYTES_PER_PARAM:
             choices = ", ".join(OPTIMIZER_STATE_BYTES_PER_PARAM)
@@ -125,6 +112,21 @@ class Problem:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be one of {', '.join(STATE_DTYPE_BYTES)}")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
             raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
+
+
+    def for_model(self, model: ModelSpec) -> Problem:
+        """The problem with its MoE settings decided: those given, else on a MoE model the engine's defaults
+        (engine_moe_defaults), on a dense model Layout's (the settings do not change its cost, and so its
+        candidates equal `planner estimate`'s layouts field for field)."""
+        if self.moe_dispatcher is not None and self.moe_ep_overlap is not None:
+            return self
+        if model.moe is not None:
+            dispatcher, overlap = engine_moe_defaults(engine_profile(self.engine))
+        else:
+            dispatcher = Layout.model_fields["moe_dispatcher"].default
+            overlap = Layout.model_fields["moe_ep_overlap"].default
+        return replace(self, moe_dispatcher=dispatcher if self.moe_dispatcher is None else self.moe_dispatcher,
+                       moe_ep_overlap=overlap if self.moe_ep_overlap is None else self.moe_ep_overlap)
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,8 @@ def _structural(model: ModelSpec, problem: Problem, filters: Filters) -> dict[st
         raise PlannerError(_no_structure_message(g, tp_v, pp_v, cp_v, filters))
     cols = _keep({"tp": tp, "pp": pp, "cp": cp, "dp": dp}, keep)
 
-    cols = _expert_axes(model, cols, filters, expert_parallel=can.expert_parallel)
+    cols = _expert_axes(model, cols, filters, expert_parallel=can.expert_parallel,
+                        expert_tp=engine_profile(problem.engine).moe.expert_tensor_parallel)
 
     v_v = _values(filters.interleave, divisors(model.num_layers) if can.interleaved else one)
     cols = _cross(cols, {"interleave": v_v})
@@ -216,19 +219,20 @@ def _structural(model: ModelSpec, problem: Problem, filters: Filters) -> dict[st
     return cols
 
 
-def _expert_axes(model: ModelSpec, cols: dict[str, np.ndarray], filters: Filters, *, expert_parallel: bool
-                 ) -> dict[str, np.ndarray]:
+def _expert_axes(model: ModelSpec, cols: dict[str, np.ndarray], filters: Filters, *, expert_parallel: bool,
+                 expert_tp: str) -> dict[str, np.ndarray]:
     """Each (tp, pp, cp, dp) row crossed with its expert-TP and expert-parallel degrees.
 
-    etp: tp, and 1 where tp > 1, on MoE models whose engine runs EP (a --etp filter replaces the list; a
-    dense model keeps etp = tp); ep: divisors of num_experts with ep * etp dividing tp * dp * cp (the expert
+    etp: tp, and 1 where tp > 1, on MoE models whose engine runs EP and an expert TP apart from tp (its
+    profile's moe.expert_tensor_parallel is not tp_only; a --etp filter replaces the list; a dense model keeps
+    etp = tp); ep: divisors of num_experts with ep * etp dividing tp * dp * cp (the expert
     layers' etp x ep ranks span a stage's tp x cp x dp ranks; a --ep filter keeps every value given)."""
     one = np.array([1], dtype=np.int64)
     moe = model.moe is not None
     if filters.etp is not None:
         etp_v = np.unique(np.asarray(filters.etp, dtype=np.int64))
         cols = _cross(cols, {"etp": etp_v})
-    elif moe and expert_parallel:
+    elif moe and expert_parallel and expert_tp != "tp_only":
         # Two candidates per row: etp = tp, and etp = 1 where tp > 1 (the same value, once, where tp = 1).
         cols = _cross(cols, {"folded": np.array([False, True])})
         cols = _keep(cols, ~cols["folded"] | (cols["tp"] > 1))
@@ -348,6 +352,7 @@ def flatten(grid: LayoutArrays, flat_index: np.ndarray) -> LayoutArrays:
 
 def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()) -> Space:
     """Every candidate layout for `problem` under `filters` (see the module notes), as a broadcast grid."""
+    problem = problem.for_model(model)
     rows = _structural(model, problem, filters)
     inner = _inner_axes(problem, filters)
     ndim = len(AXES)
@@ -369,8 +374,8 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         recompute_modules=const(recompute_module_mask(None), np.int64),
         global_batch=const(problem.global_batch, np.int64),
         seq_len=const(problem.seq_len, np.int64),
-        gpipe=const(False, bool),
-        dualpipe=const(False, bool),
+        gpipe=const(problem.schedule == "gpipe", bool),
+        dualpipe=const(problem.schedule == "dualpipe", bool),
         flash_attention=const(problem.flash_attention, bool),
         grad_bytes=const(GRAD_BYTES[problem.grad_dtype], np.int64),
         optimizer_bytes=const(optimizer_state_bytes(problem.optimizer, problem.optimizer_state_dtype,

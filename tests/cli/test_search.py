@@ -230,11 +230,14 @@ MIXTRAL = ("search", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--gpu
 
 
 def test_moe_search_states_the_dispatcher_and_overlap_it_assumed(run_cli):
-    # megatron's profile names none, so Layout's defaults (Megatron's recipes): alltoall, no all-to-all overlap
+    # the engine's defaults: megatron's profile says allgather (Megatron-Core's default) and no overlap;
+    # torchtitan's alltoall
     out = run_cli(*MIXTRAL, "--top", "3")
     assert out.exit_code == 0, out.output
-    assert "alltoall token dispatcher, expert all-to-all not overlapped" in out.stdout.split("\n")[0]
-    assert "MoE: every layout assumes the alltoall token dispatcher" in out.stdout
+    assert "allgather token dispatcher, expert all-to-all not overlapped" in out.stdout.split("\n")[0]
+    assert "MoE: every layout assumes the allgather token dispatcher" in out.stdout
+    titan = as_json(run_cli(*MIXTRAL, "--engine", "torchtitan", "--format", "json", "--top", "1"))
+    assert titan["moe"]["dispatcher"] == "alltoall" and titan["problem"]["moe_dispatcher"] == "alltoall"
     assert "etp" in out.stdout
     doc = as_json(run_cli(*MIXTRAL, "--format", "json", "--top", "2", "--moe-dispatcher", "deepep", "--moe-ep-overlap",
                           "--optimizer-state-dtype", "bf16"))

@@ -36,13 +36,8 @@ CASES = [
 
 def _for_format(fmt: str, case: tuple) -> tuple | None:
     """The case as searched for `fmt`: torchtitan trains with Adam only, and splits most layer counts into
-    2 virtual stages per rank but not into every count Megatron-LM can (those are export errors, tested below).
-    MoE cases keep expert TP at tp (--etp equal to --tp): the writers do not write expert TP yet (issue 16,
-    item 5); test_folded_winner_exports_to_megatron says when the Megatron writer does."""
+    2 virtual stages per rank but not into every count Megatron-LM can (those are export errors, tested below)."""
     extra = case[4]
-    if case[0].startswith("mixtral") and "--tp" in extra:
-        extra = (*extra, "--etp", extra[extra.index("--tp") + 1])
-        case = (*case[:4], extra)
     if fmt == "deepspeed":  # DeepSpeed runs no expert parallelism or interleaving from its config (export errors)
         extra = _without(extra, "--interleave")
         extra = (*extra, "--zero", "0,1") if "--pp" in extra and "--zero" not in extra else extra
@@ -50,7 +45,7 @@ def _for_format(fmt: str, case: tuple) -> tuple | None:
     if fmt == "hf_trainer":  # the Trainer runs data parallelism (DDP, FSDP) with bf16/fp16 only
         if "fp8" in extra or "--no-flash-attention" in extra:
             return None
-        for flag in ("--tp", "--etp", "--pp", "--interleave", "--zero"):
+        for flag in ("--tp", "--pp", "--interleave", "--zero"):
             extra = _without(extra, flag)
         return (*case[:4], (*extra, "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "1", "--zero", "0,2,3",
                             "--recompute", "none,full"))
@@ -112,6 +107,10 @@ def _estimate_args(model_id: str, layout: Layout) -> list[str]:
         args.append(f"--{flag}" if on else f"--no-{flag}")
     if layout.recompute_layers_per_stage is not None:
         args += ["--recompute-layers", str(layout.recompute_layers_per_stage)]
+    args += ["--etp", str(layout.etp)] if layout.etp is not None else []
+    args += ["--moe-dispatcher", layout.moe_dispatcher,
+             "--moe-ep-overlap" if layout.moe_ep_overlap else "--no-moe-ep-overlap",
+             "--optimizer-state-dtype", layout.optimizer_state_dtype]
     return args
 
 
@@ -287,9 +286,6 @@ def test_options_reach_the_grid(run_cli, extra):
     assert cfg["flash_attention"] is ("--no-flash-attention" not in extra)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 16 item 5: the Megatron writer does not write "
-                   "--expert-tensor-parallel-size yet, nor its reader take it, so a folded winner (etp 1 with tp 2) "
-                   "is read back with etp = tp")
 def test_folded_winner_exports_to_megatron(run_cli, tmp_path):
     result = _search(run_cli, "mixtral-8x7b", 64, 256, 4096, ("--tp", "2", "--pp", "2", "--etp", "1"), "--format",
                      "json", "--top", "1", "--export", "megatron", tmp_path)

@@ -13,6 +13,7 @@ import json
 import pytest
 
 from planner.engines.load import load_hardware
+from planner.specs.engine import engine_profile
 
 COMMAND = ("search", "--model", "deepseek-v3", "--hardware", "h800", "--gpus", "2048", "--global-batch", "15360",
            "--seq-len", "4096", "--dtype", "fp8")
@@ -33,8 +34,10 @@ def doc():
 def test_the_report_cluster_runs_and_says_what_moe_settings_it_assumed(doc, run_cli):
     assert GPUS_PER_NODE == 8
     assert doc["feasible"] > 0 and len(doc["candidates"]) == 5
-    assert doc["moe"] == {"dispatcher": "alltoall", "ep_overlap": False,
-                          "assumed": "alltoall token dispatcher, expert all-to-all not overlapped"}
+    # the engine's defaults (megatron's profile: Megatron-Core's allgather dispatcher, no all-to-all overlap)
+    moe = engine_profile("megatron").moe
+    assert doc["moe"] == {"dispatcher": moe.default_dispatcher, "ep_overlap": moe.default_ep_overlap,
+                          "assumed": f"{moe.default_dispatcher} token dispatcher, expert all-to-all not overlapped"}
     for cand in doc["candidates"]:
         cfg = cand["config"]
         assert cfg["tp"] * cfg["pp"] * cfg["cp"] * cfg["dp"] == 2048 and cfg["dtype"] == "fp8"
@@ -44,7 +47,7 @@ def test_the_report_cluster_runs_and_says_what_moe_settings_it_assumed(doc, run_
     assert own.exit_code == 0, own.output
     assert json.loads(own.stdout)["costed"] > 0
     table = run_cli(*COMMAND, "--top", "3")
-    assert "expert all-to-all not overlapped" in table.stdout
+    assert "expert all-to-all not overlapped" in table.stdout.split("\n")[0]
 
 
 def _spreads_experts_across_nodes_with_a_pipeline(best: dict) -> None:
@@ -54,9 +57,9 @@ def _spreads_experts_across_nodes_with_a_pipeline(best: dict) -> None:
     assert best["zero"] < 3, best
 
 
-@pytest.mark.xfail(strict=False, reason="issue 16: with Megatron's default dispatch (NCCL all-to-all, no overlap) "
-                   "the winner keeps its expert group inside one node (tp 2, etp 1, ep 2, pp 32, ZeRO-2 on the MoE "
-                   "time model of 7bac0ce); the coordinator decides whether the default settings should rank "
+@pytest.mark.xfail(strict=False, reason="issue 16: with the engine's default dispatch (megatron: allgather, no "
+                   "all-to-all overlap, 1F1B) the winner keeps its expert group inside one node (on d4738c8: tp 2, "
+                   "etp 1, ep 4, pp 32, ZeRO-2); the coordinator decides whether the default settings should rank "
                    "cross-node EP first")
 def test_the_winner_spreads_experts_across_nodes_with_a_pipeline_and_no_zero3(doc):
     _spreads_experts_across_nodes_with_a_pipeline(doc["candidates"][0]["config"])
@@ -69,3 +72,14 @@ def test_with_deepseeks_dispatch_and_overlap_the_winner_spreads_experts_across_n
     doc = json.loads(out.stdout)
     assert doc["moe"]["dispatcher"] == "deepep" and doc["moe"]["ep_overlap"] is True
     _spreads_experts_across_nodes_with_a_pipeline(doc["candidates"][0]["config"])
+
+
+def test_with_dualpipe_and_deepep_the_winner_spreads_experts_across_nodes(run_cli):
+    # DeepSeek-V3's schedule (DualPipe, Sec. 3.2.1), which hides the expert all-to-all itself
+    out = run_cli(*COMMAND, "--moe-dispatcher", "deepep", "--schedule", "dualpipe", "--format", "json", "--top", "1")
+    doc = json.loads(out.stdout)
+    assert doc["moe"]["assumed"] == "deepep token dispatcher, expert all-to-all overlapped with compute by the " \
+        "dualpipe schedule"
+    best = doc["candidates"][0]["config"]
+    assert best["schedule"] == "dualpipe" and best["pp"] % 2 == 0
+    _spreads_experts_across_nodes_with_a_pipeline(best)

@@ -1,7 +1,7 @@
 """The search's broadcast grid (one axis per group of layout fields, costed in chunks) gives, for every candidate,
 exactly what `estimate()` gives for that candidate as a single Layout: random models (dense MHA, GQA, MoE with
 leading dense layers, MLA, sliding window), random problems (with the MoE settings and optimizer-state
-precision of a search), and on MoE models always some candidates with expert TP other than tp (parallel folding).
+precision and the pipeline schedule of a search), and on MoE models always some candidates with expert TP other than tp (parallel folding).
 
 The grid and the scalar path share every formula, but not the broadcasting, the chunking, the stage picking
 or the candidate -> Layout round trip; those are what this property guards.
@@ -10,6 +10,7 @@ or the candidate -> Layout round trip; those are what this property guards.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -63,11 +64,11 @@ def models(draw: st.DrawFn) -> ModelSpec:
 @given(model=models(), gpus=st.sampled_from([8, 16, 32, 64]), batch_per_gpu=st.sampled_from([1, 2, 4]),
        seq_len=st.sampled_from([1024, 2048, 4096]), pick=st.randoms(use_true_random=False),
        dispatcher=st.sampled_from(["alltoall", "allgather", "deepep", "hybridep"]), ep_overlap=st.booleans(),
-       moments=st.sampled_from(["fp32", "bf16"]))
+       moments=st.sampled_from(["fp32", "bf16"]), schedule=st.sampled_from(["1f1b", "gpipe"]))
 def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick, dispatcher,
-                                                        ep_overlap, moments):
+                                                        ep_overlap, moments, schedule):
     problem = Problem(gpus=gpus, global_batch=gpus * batch_per_gpu, seq_len=seq_len, moe_dispatcher=dispatcher,
-                      moe_ep_overlap=ep_overlap, optimizer_state_dtype=moments)
+                      moe_ep_overlap=ep_overlap, optimizer_state_dtype=moments, schedule=schedule)
     try:
         result = run_search(model, HW, problem, chunk=64)  # small chunks: several chunks per search
     except PlannerError:
@@ -81,9 +82,23 @@ def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_
         layout = result.layout(pos)
         assert layout.expert_tp == int(result.layouts.etp[pos]) and layout.moe_dispatcher == dispatcher
         assert layout.moe_ep_overlap == ep_overlap and layout.optimizer_state_dtype == moments
+        assert layout.schedule == schedule
         one = estimate(model, HW, layout)
         r = result.results
         assert float(r.step_seconds[pos]) == one.scalar("step_seconds"), layout
         peak = one.stages[one.peak_stage].total_bytes
         assert np.isclose(float(r.peak_bytes[pos]), peak, rtol=1e-12, atol=0), layout
         assert bool(r.fits[pos]) == one.fits
+
+
+@pytest.mark.xfail(strict=False, reason="training/estimate.py: under DualPipe the scalar estimate's per-stage "
+                   "breakdown (stages, peak_stage) is the 1F1B one, while its result.peak_bytes and the grid hold "
+                   "both paired stages' states (here 2.29 GB against the breakdown's 1.91 GB)")
+def test_dualpipe_candidates_equal_their_scalar_estimate():
+    model = ModelSpec(name="small", source="hand-made", num_layers=4, hidden_size=512, num_attention_heads=8,
+                      ffn_hidden_size=1024, mlp_kind="standard", vocab_size=32000, max_seq_len=8192)
+    result = run_search(model, HW, Problem(gpus=8, global_batch=8, seq_len=1024, schedule="dualpipe"))
+    for pos in range(result.layouts.size):
+        one = estimate(model, HW, result.layout(pos))
+        assert float(result.results.step_seconds[pos]) == one.scalar("step_seconds")
+        assert float(result.results.peak_bytes[pos]) == one.stages[one.peak_stage].total_bytes
