@@ -58,9 +58,9 @@ def _spreads_experts_across_nodes_with_a_pipeline(best: dict) -> None:
 
 
 @pytest.mark.xfail(strict=False, reason="issue 16: with the engine's default dispatch (megatron: allgather, no "
-                   "all-to-all overlap, 1F1B) the winner keeps its expert group inside one node (on d4738c8: tp 2, "
-                   "etp 1, ep 4, pp 32, ZeRO-2); the coordinator decides whether the default settings should rank "
-                   "cross-node EP first")
+                   "all-to-all overlap, 1F1B) the winner keeps its expert group inside one node (on 38a0907: tp 1, "
+                   "etp 1, ep 4, pp 8, ZeRO-2, full recompute); the coordinator decides whether the default "
+                   "settings should rank cross-node EP first")
 def test_the_winner_spreads_experts_across_nodes_with_a_pipeline_and_no_zero3(doc):
     _spreads_experts_across_nodes_with_a_pipeline(doc["candidates"][0]["config"])
 
