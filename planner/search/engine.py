@@ -182,7 +182,7 @@ def run_search(
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
     check_dtype(hw, problem.dtype)
-    problem = problem.for_model(model)  # the MoE settings decided, as the result reports them
+    problem = problem.for_model(model, hw)  # the MoE settings decided, as the result reports them
     start = time.perf_counter()
     space = build_space(model, problem, filters)
     engine = engine_profile(problem.engine)

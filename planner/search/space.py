@@ -45,6 +45,7 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
+from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import (
     DISPATCHER_CODES,
     OPTIMIZER_STATE_BYTES_PER_PARAM,
@@ -69,6 +70,22 @@ def engine_moe_defaults(profile: EngineProfile) -> tuple[str, bool]:
     """The token dispatcher and expert all-to-all overlap an engine runs when its config names none (its
     profile's moe.default_dispatcher and moe.default_ep_overlap, with their sources there)."""
     return profile.moe.default_dispatcher, profile.moe.default_ep_overlap
+
+
+def search_dispatcher(profile: EngineProfile, hw: HardwareProfile) -> str:
+    """The token dispatcher a search assumes where the user names none: the engine's two-tier dispatcher -
+    HybridEP on NVLink domains larger than an 8-GPU node (NVL72), DeepEP otherwise - where it has one,
+    since a search ranks layouts whose EP groups cross NVLink domains, and there NCCL's all-to-all or an
+    all-gather is the dispatcher the engines' own guides advise against (Megatron-Core MoE README @ d98e8a64:
+    flex with DeepEP for cross-node EP, HybridEP for GB200 NVL72; the DeepSeek-V3 report Sec. 3.2.2). Else the
+    engine's default."""
+    can = profile.moe.dispatchers
+    if "hybridep" in can and hw.node.gpus_per_node > 8:
+        return "hybridep"
+    for name in ("deepep", "hybridep"):
+        if name in can:
+            return name
+    return profile.moe.default_dispatcher
 
 
 @dataclass(frozen=True)
@@ -114,14 +131,18 @@ class Problem:
             raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
 
 
-    def for_model(self, model: ModelSpec) -> Problem:
+    def for_model(self, model: ModelSpec, hw: HardwareProfile | None = None) -> Problem:
         """The problem with its MoE settings decided: those given, else on a MoE model the engine's defaults
-        (engine_moe_defaults), on a dense model Layout's (the settings do not change its cost, and so its
-        candidates equal `planner estimate`'s layouts field for field)."""
+        (engine_moe_defaults) with the dispatcher a search assumes (search_dispatcher), on a dense model
+        Layout's (the settings do not change its cost, and so its candidates equal `planner estimate`'s layouts
+        field for field)."""
         if self.moe_dispatcher is not None and self.moe_ep_overlap is not None:
             return self
         if model.moe is not None:
-            dispatcher, overlap = engine_moe_defaults(engine_profile(self.engine))
+            profile = engine_profile(self.engine)
+            dispatcher, overlap = engine_moe_defaults(profile)
+            if hw is not None:
+                dispatcher = search_dispatcher(profile, hw)
         else:
             dispatcher = Layout.model_fields["moe_dispatcher"].default
             overlap = Layout.model_fields["moe_ep_overlap"].default
@@ -390,7 +411,9 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         torch_cpu_adam=const(False, bool),
         offload_activation_layers=const(0, np.int64),
         shard_group=const(0, np.int64),
-        moe_dispatcher=const(DISPATCHER_CODES[str(problem.moe_dispatcher)], np.int64),
+        # without expert parallelism no token leaves the rank: Layout's default dispatcher, as engines read it back
+        moe_dispatcher=np.where(cols["ep"] > 1, DISPATCHER_CODES[str(problem.moe_dispatcher)],
+                                DISPATCHER_CODES[Layout.model_fields["moe_dispatcher"].default]).astype(np.int64),
         moe_ep_overlap=const(bool(problem.moe_ep_overlap), bool),
         moe_shared_expert_overlap=const(False, bool),
         moe_capacity_factor=const(0.0, float),

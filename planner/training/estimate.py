@@ -100,22 +100,17 @@ class TrainingArrays:
 WGRAD_SHARE_OF_BACKWARD = 0.48 / 1.99
 
 
-def _dualpipe_ranks(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, stages: np.ndarray, params: StageParams,
-    mem: StageMemory, times: StageTime, engine: EngineProfile,
-) -> tuple[StageMemory, StageTime]:
-    """Per rank under DualPipe (where lay.dualpipe): rank r holds stages r and p - 1 - r (deepseek-ai/DualPipe).
-    Half the micro-batches run through each copy, so a rank's micro-batch time is the mean of its two
-    stages'; it keeps both stages' model states, and p + 1 chunk-micro-batches of activations in flight
+def _dualpipe_memory(
+    model: ModelSpec, lay: LayoutArrays, stages: np.ndarray, params: StageParams, mem: StageMemory,
+    engine: EngineProfile,
+) -> StageMemory:
+    """Memory per rank under DualPipe (where lay.dualpipe): rank r holds stages r and p - 1 - r
+    (deepseek-ai/DualPipe), so both stages' model states, and p + 1 chunk-micro-batches of activations in flight
     (DeepSeek-V3 technical report, Table 2), each the mean of its two stages' per micro-batch."""
     mirror = lay.pp - 1 - stages
     mirror_params = stage_params(model, lay, mirror)
     mem_m = stage_memory(model, lay, mirror, mirror_params, engine)
-    times_m = stage_time(model, hw, lay, mirror, mirror_params, engine)
     on = lay.dualpipe
-
-    def mean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.asarray(np.where(on, (a + b) / 2, a))
 
     def both(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.asarray(np.where(on, a + b, a))
@@ -133,7 +128,7 @@ def _dualpipe_ranks(
     per_mb_l = per_mb_e * layers_l / np.maximum(layers_e, 1.0)
     extras_l = np.maximum(held_l - microbatches_in_flight(lay, late) * per_mb_l, 0.0)
     activations = np.where(on, (lay.pp + 1) * (per_mb_e + per_mb_l) / 2 + extras_l, mem.activations_bytes)
-    paired_mem = StageMemory(
+    return StageMemory(
         weights_bytes=both(mem.weights_bytes, mem_m.weights_bytes),
         gradients_bytes=both(mem.gradients_bytes, mem_m.gradients_bytes),
         optimizer_bytes=both(mem.optimizer_bytes, mem_m.optimizer_bytes),
@@ -143,8 +138,21 @@ def _dualpipe_ranks(
         params=both(mem.params, mem_m.params),
         host_bytes=both(mem.host_bytes, mem_m.host_bytes),
     )
-    paired_times = StageTime(**{f.name: mean(getattr(times, f.name), getattr(times_m, f.name)) for f in fields(times)})
-    return paired_mem, paired_times
+
+
+def _dualpipe_times(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, stages: np.ndarray, times: StageTime,
+    engine: EngineProfile,
+) -> StageTime:
+    """Time per rank under DualPipe: half the micro-batches run through each of the rank's two stages, so its
+    micro-batch time is the mean of theirs."""
+    mirror = lay.pp - 1 - stages
+    times_m = stage_time(model, hw, lay, mirror, stage_params(model, lay, mirror), engine)
+
+    def mean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.asarray(np.where(lay.dualpipe, (a + b) / 2, a))
+
+    return StageTime(**{f.name: mean(getattr(times, f.name), getattr(times_m, f.name)) for f in fields(times)})
 
 
 class _StagePicker:
@@ -187,7 +195,8 @@ def evaluate(
     mem: StageMemory = stage_memory(model, lay, stages, params, engine)
     times: StageTime = stage_time(model, hw, lay, stages, params, engine)
     if np.any(lay.dualpipe):
-        mem, times = _dualpipe_ranks(model, hw, lay, stages, params, mem, times, engine)
+        mem = _dualpipe_memory(model, lay, stages, params, mem, engine)
+        times = _dualpipe_times(model, hw, lay, stages, times, engine)
 
     heaviest = _StagePicker(np.argmax(mem.total_bytes, axis=0), stages.shape[0])
     pick_mem = {
@@ -406,8 +415,12 @@ def estimate(
     lay = layout.to_arrays()
     result = evaluate(model, hw, lay, headroom=headroom, engine=engine_profile(layout.engine))
     all_stages = np.arange(layout.pp)[:, None]  # (p, 1): every stage of the one layout
-    mem = stage_memory(model, lay, all_stages, engine=engine_profile(layout.engine))
+    engine = engine_profile(layout.engine)
+    mem = stage_memory(model, lay, all_stages, engine=engine)
     layers = layers_on_stage(model.num_layers, lay.pp, all_stages)
+    if layout.schedule == "dualpipe":  # one row per rank: its stages r and p - 1 - r together
+        mem = _dualpipe_memory(model, lay, all_stages, stage_params(model, lay, all_stages), mem, engine)
+        layers = layers + layers_on_stage(model.num_layers, lay.pp, lay.pp - 1 - all_stages)
     stages = tuple(
         StageBreakdown(
             stage=int(i),

@@ -230,14 +230,14 @@ MIXTRAL = ("search", "--model", "mixtral-8x7b", "--hardware", "h100-sxm", "--gpu
 
 
 def test_moe_search_states_the_dispatcher_and_overlap_it_assumed(run_cli):
-    # the engine's defaults: megatron's profile says allgather (Megatron-Core's default) and no overlap;
-    # torchtitan's alltoall
+    # the engine's two-tier dispatcher (search_dispatcher: DeepEP on 8-GPU H100 nodes) and its default of no
+    # overlap; an engine without one keeps its default (deepspeed: alltoall)
     out = run_cli(*MIXTRAL, "--top", "3")
     assert out.exit_code == 0, out.output
-    assert "allgather token dispatcher, expert all-to-all not overlapped" in out.stdout.split("\n")[0]
-    assert "MoE: every layout assumes the allgather token dispatcher" in out.stdout
+    assert "deepep token dispatcher, expert all-to-all not overlapped" in out.stdout.split("\n")[0]
+    assert "MoE: every layout assumes the deepep token dispatcher" in out.stdout
     titan = as_json(run_cli(*MIXTRAL, "--engine", "torchtitan", "--format", "json", "--top", "1"))
-    assert titan["moe"]["dispatcher"] == "alltoall" and titan["problem"]["moe_dispatcher"] == "alltoall"
+    assert titan["moe"]["dispatcher"] == "deepep" and titan["problem"]["moe_dispatcher"] == "deepep"
     assert "etp" in out.stdout
     doc = as_json(run_cli(*MIXTRAL, "--format", "json", "--top", "2", "--moe-dispatcher", "deepep", "--moe-ep-overlap",
                           "--optimizer-state-dtype", "bf16"))

@@ -34,10 +34,12 @@ def doc():
 def test_the_report_cluster_runs_and_says_what_moe_settings_it_assumed(doc, run_cli):
     assert GPUS_PER_NODE == 8
     assert doc["feasible"] > 0 and len(doc["candidates"]) == 5
-    # the engine's defaults (megatron's profile: Megatron-Core's allgather dispatcher, no all-to-all overlap)
+    # the engine's two-tier dispatcher (megatron runs DeepEP; H800 nodes are 8-GPU NVLink domains) and its
+    # default of no all-to-all overlap
     moe = engine_profile("megatron").moe
-    assert doc["moe"] == {"dispatcher": moe.default_dispatcher, "ep_overlap": moe.default_ep_overlap,
-                          "assumed": f"{moe.default_dispatcher} token dispatcher, expert all-to-all not overlapped"}
+    assert "deepep" in moe.dispatchers and not moe.default_ep_overlap
+    assert doc["moe"] == {"dispatcher": "deepep", "ep_overlap": False,
+                          "assumed": "deepep token dispatcher, expert all-to-all not overlapped"}
     for cand in doc["candidates"]:
         cfg = cand["config"]
         assert cfg["tp"] * cfg["pp"] * cfg["cp"] * cfg["dp"] == 2048 and cfg["dtype"] == "fp8"
@@ -57,10 +59,8 @@ def _spreads_experts_across_nodes_with_a_pipeline(best: dict) -> None:
     assert best["zero"] < 3, best
 
 
-@pytest.mark.xfail(strict=False, reason="issue 16: with the engine's default dispatch (megatron: allgather, no "
-                   "all-to-all overlap, 1F1B) the winner keeps its expert group inside one node (on 38a0907: tp 1, "
-                   "etp 1, ep 4, pp 8, ZeRO-2, full recompute); the coordinator decides whether the default "
-                   "settings should rank cross-node EP first")
+# issue 16's done-when: with no MoE setting given, the search assumes the engine's two-tier dispatcher
+# (search_dispatcher: DeepEP on H800) and ranks EP across nodes with a pipeline first, not tp x ep 4 with ZeRO-3.
 def test_the_winner_spreads_experts_across_nodes_with_a_pipeline_and_no_zero3(doc):
     _spreads_experts_across_nodes_with_a_pipeline(doc["candidates"][0]["config"])
 

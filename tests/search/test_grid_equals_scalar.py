@@ -10,7 +10,6 @@ or the candidate -> Layout round trip; those are what this property guards.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,7 +79,9 @@ def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_
     chosen = set(pick.sample(range(n), min(n, 12))) | set(pick.sample(folded, min(len(folded), 6)))
     for pos in sorted(chosen):
         layout = result.layout(pos)
-        assert layout.expert_tp == int(result.layouts.etp[pos]) and layout.moe_dispatcher == dispatcher
+        # the problem's dispatcher where tokens leave the rank (ep > 1), Layout's default where they do not
+        assert layout.expert_tp == int(result.layouts.etp[pos])
+        assert layout.moe_dispatcher == (dispatcher if layout.ep > 1 else "alltoall")
         assert layout.moe_ep_overlap == ep_overlap and layout.optimizer_state_dtype == moments
         assert layout.schedule == schedule
         one = estimate(model, HW, layout)
@@ -91,9 +92,6 @@ def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_
         assert bool(r.fits[pos]) == one.fits
 
 
-@pytest.mark.xfail(strict=False, reason="training/estimate.py: under DualPipe the scalar estimate's per-stage "
-                   "breakdown (stages, peak_stage) is the 1F1B one, while its result.peak_bytes and the grid hold "
-                   "both paired stages' states (here 2.29 GB against the breakdown's 1.91 GB)")
 def test_dualpipe_candidates_equal_their_scalar_estimate():
     model = ModelSpec(name="small", source="hand-made", num_layers=4, hidden_size=512, num_attention_heads=8,
                       ffn_hidden_size=1024, mlp_kind="standard", vocab_size=32000, max_seq_len=8192)

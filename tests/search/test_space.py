@@ -178,3 +178,21 @@ def test_grid_is_broadcast_along_its_axes():
     assert space.size == space.flat().size < space.grid.size  # sp with tp 1 is pruned
     part = space.rows(2, 5)
     assert part.shape == (3, z, p, r, m)
+
+
+def test_a_search_assumes_the_engines_two_tier_dispatcher_on_moe_models():
+    from planner.engines.load import load_hardware, load_model
+    from planner.search.space import Problem, search_dispatcher
+    from planner.specs.engine import engine_profile
+
+    megatron = engine_profile("megatron")
+    # HybridEP on NVL72 racks (72-GPU NVLink domains), DeepEP on 8-GPU nodes; torchtitan has DeepEP only
+    assert search_dispatcher(megatron, load_hardware("gb200-nvl72").spec) == "hybridep"
+    assert search_dispatcher(megatron, load_hardware("h100-sxm").spec) == "deepep"
+    dsv3, h800 = load_model("deepseek-v3").spec, load_hardware("h800").spec
+    assert Problem(gpus=64, global_batch=64, seq_len=4096).for_model(dsv3, h800).moe_dispatcher == "deepep"
+    # what the user names stands; a dense model keeps Layout's default
+    given = Problem(gpus=64, global_batch=64, seq_len=4096, moe_dispatcher="alltoall", moe_ep_overlap=False)
+    assert given.for_model(dsv3, h800).moe_dispatcher == "alltoall"
+    dense = load_model("llama-3.1-8b").spec
+    assert Problem(gpus=8, global_batch=8, seq_len=4096).for_model(dense, h800).moe_dispatcher == "alltoall"
