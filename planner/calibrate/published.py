@@ -31,8 +31,9 @@ HARDWARE_BY_GPU = {
     "A100-SXM4-80GB": "a100-80gb",
 }
 SHORT_LAYOUT = {"mb": "micro_batch", "gbs": "global_batch", "seq": "seq_len", "vp": "interleave",
-                "sp": "sequence_parallel", "tp_overlap": "overlap_tp_comm"}
-IGNORED_LAYOUT = ("gpus", "etp", "dispatcher", "ep_overlap")  # etp is 1 in every case; the others are not modelled
+                "sp": "sequence_parallel", "tp_overlap": "overlap_tp_comm", "dispatcher": "moe_dispatcher",
+                "ep_overlap": "moe_ep_overlap"}
+IGNORED_LAYOUT = ("gpus",)  # the job's GPU count, not a layout field
 
 
 def _measured_seconds(model: ModelSpec, layout: Layout, quantity: str, value: float) -> float:
