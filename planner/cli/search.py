@@ -108,7 +108,8 @@ def _moe_options(f: Any) -> Any:
     options = [
         click.option("--moe-dispatcher", type=click.Choice(list(MOE_DISPATCHERS)), default=None,
                      help="MoE token dispatcher: alltoall (NCCL), allgather, deepep or hybridep (Megatron's flex "
-                     "dispatcher backends)  [default: the engine's; megatron: allgather]"),
+                     "dispatcher backends)  [default on a MoE model: the engine's two-tier one - hybridep on NVL72, "
+                     "deepep elsewhere - else its default]"),
         click.option("--moe-ep-overlap/--no-moe-ep-overlap", default=None,
                      help="Expert all-to-all hidden behind another micro-batch's compute (Megatron "
                      "--overlap-moe-expert-parallel-comm)  [default: the engine's; megatron: off]"),

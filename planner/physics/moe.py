@@ -127,8 +127,10 @@ def dispatch_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -
     # dispatch kernels reach on the same links.
     a2a = np.maximum((local - 1) / n * copies_bytes / b_intra + lat_intra,
                      (n - local) / n * copies_bytes / b_inter + lat_inter) / NCCL_ALLTOALL_EFFICIENCY
-    # All-gather dispatcher: the EP group's tokens, gathered (the combine reduce-scatters them).
-    gathered = all_gather_seconds(n * own * token_bytes, lay.ep, link)
+    # All-gather dispatcher: one all-gather of the tokens over the etp x ep ranks of the expert group (Megatron-Core
+    # MoEAllGatherTokenDispatcher gathers over tp_ep_group; no separate expert-TP gather), reduce-scattered back.
+    group = lay.ep * lay.etp
+    gathered = all_gather_seconds(group * own * token_bytes, group, group_link(hw, group, 1))
     # DeepEP / HybridEP: one copy per remote domain over RDMA; every copy once over NVLink (fan-out inside
     # the destination domain, or straight to a peer of the sender's own domain).
     remote = remote_domains(model, link.nodes)
@@ -141,8 +143,10 @@ def dispatch_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -
         code == DispatcherCode.ALLGATHER, gathered,
         np.where((code == DispatcherCode.DEEPEP) | (code == DispatcherCode.HYBRIDEP), two_tier, a2a),
     )
-    ep_part = np.where(lay.ep > 1, by_dispatcher, 0.0)
-    # Expert TP: the tokens an expert's ranks received, gathered over the etp ranks (the combine scatters).
+    allgather = code == DispatcherCode.ALLGATHER
+    ep_part = np.where(allgather, np.where(group > 1, gathered, 0.0), np.where(lay.ep > 1, by_dispatcher, 0.0))
+    # Expert TP (all-to-all and two-tier dispatchers): the tokens an expert's ranks received, gathered over the
+    # etp ranks (the combine scatters).
     etp_link = group_link(hw, lay.etp, 1)
-    etp_part = np.where(lay.etp > 1, all_gather_seconds(lay.etp * copies_bytes, lay.etp, etp_link), 0.0)
+    etp_part = np.where((lay.etp > 1) & ~allgather, all_gather_seconds(lay.etp * copies_bytes, lay.etp, etp_link), 0.0)
     return np.asarray(ep_part + etp_part)

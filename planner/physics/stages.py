@@ -96,6 +96,16 @@ def candidate_stages(num_layers: int, num_dense_layers: int, pp: np.ndarray) -> 
     return np.stack(np.broadcast_arrays(*stages))
 
 
+def dualpipe_candidate_stages(num_layers: int, pp: np.ndarray) -> np.ndarray:
+    """Under DualPipe rank r holds stages r and p - 1 - r, and the heaviest rank is the pair with the most
+    layers, not one at the ends: the first r whose mirror still gets a remainder layer (stages 1 .. L % p
+    carry one more, layers_on_stage), and the middle pair p/2 - 1. Stacked on a new leading axis."""
+    pp = np.asarray(pp)
+    middle = np.maximum(pp // 2 - 1, 0)
+    both_long = np.clip(pp - 1 - num_layers % pp, 1, None)
+    return np.stack(np.broadcast_arrays(np.minimum(both_long, middle), middle))
+
+
 def microbatches_in_flight(lay: LayoutArrays, stage: np.ndarray) -> np.ndarray:
     """Micro-batches whose activations stage `stage` holds at its peak (in units of the stage's layers).
 

@@ -72,20 +72,24 @@ def engine_moe_defaults(profile: EngineProfile) -> tuple[str, bool]:
     return profile.moe.default_dispatcher, profile.moe.default_ep_overlap
 
 
-def search_dispatcher(profile: EngineProfile, hw: HardwareProfile) -> str:
+def search_dispatcher(profile: EngineProfile, hw: HardwareProfile, ep_overlap: bool = False) -> str:
     """The token dispatcher a search assumes where the user names none: the engine's two-tier dispatcher -
     HybridEP on NVLink domains larger than an 8-GPU node (NVL72), DeepEP otherwise - where it has one,
     since a search ranks layouts whose EP groups cross NVLink domains, and there NCCL's all-to-all or an
     all-gather is the dispatcher the engines' own guides advise against (Megatron-Core MoE README @ d98e8a64:
     flex with DeepEP for cross-node EP, HybridEP for GB200 NVL72; the DeepSeek-V3 report Sec. 3.2.2). Else the
-    engine's default."""
+    engine's default. With the expert all-to-all overlap asked for, only the dispatchers the engine overlaps
+    with (moe.ep_overlap_dispatchers) are chosen from."""
     can = profile.moe.dispatchers
+    if ep_overlap:
+        can = tuple(d for d in can if d in profile.moe.ep_overlap_dispatchers)
     if "hybridep" in can and hw.node.gpus_per_node > 8:
         return "hybridep"
     for name in ("deepep", "hybridep"):
         if name in can:
             return name
-    return profile.moe.default_dispatcher
+    default = profile.moe.default_dispatcher
+    return default if default in can or not can else can[0]
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,8 @@ class Problem:
             profile = engine_profile(self.engine)
             dispatcher, overlap = engine_moe_defaults(profile)
             if hw is not None:
-                dispatcher = search_dispatcher(profile, hw)
+                asked = overlap if self.moe_ep_overlap is None else self.moe_ep_overlap
+                dispatcher = search_dispatcher(profile, hw, asked)
         else:
             dispatcher = Layout.model_fields["moe_dispatcher"].default
             overlap = Layout.model_fields["moe_ep_overlap"].default

@@ -19,13 +19,20 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.physics.kernels import gemm_peak_flops
-from planner.physics.stages import candidate_stages, layers_on_stage, microbatches_in_flight
+from planner.physics.stages import candidate_stages, dualpipe_candidate_stages, layers_on_stage
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 from planner.training.flops import step_flop
-from planner.training.memory import StageMemory, StageParams, stage_memory, stage_params
+from planner.training.memory import (
+    StageMemory,
+    StageParams,
+    reserve_bytes,
+    stage_activation_parts,
+    stage_memory,
+    stage_params,
+)
 from planner.training.rules import check_layout
 from planner.training.time import (
     StageTime,
@@ -115,26 +122,20 @@ def _dualpipe_memory(
     def both(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.asarray(np.where(on, a + b, a))
 
-    # Per micro-batch activations from the pair's earlier stage (many micro-batches in flight, few one-off
-    # buffers), scaled by layers for the later one; the later stage's one-off buffers (the logits of the loss,
-    # MTP inputs) are what its held bytes exceed that by.
-    first = stages <= mirror
-    held_e = np.where(first, mem.activations_bytes, mem_m.activations_bytes)
-    held_l = np.where(first, mem_m.activations_bytes, mem.activations_bytes)
-    early, late = np.minimum(stages, mirror), np.maximum(stages, mirror)
-    layers_e = np.where(first, params.num_layers, mirror_params.num_layers).astype(float)
-    layers_l = np.where(first, mirror_params.num_layers, params.num_layers).astype(float)
-    per_mb_e = held_e / microbatches_in_flight(lay, early)
-    per_mb_l = per_mb_e * layers_l / np.maximum(layers_e, 1.0)
-    extras_l = np.maximum(held_l - microbatches_in_flight(lay, late) * per_mb_l, 0.0)
-    activations = np.where(on, (lay.pp + 1) * (per_mb_e + per_mb_l) / 2 + extras_l, mem.activations_bytes)
+    # p + 1 chunk-micro-batches, each the mean of the two stages' per micro-batch, plus what each stage holds
+    # once (the loss's logits, the MTP inputs); activation offload is not combined with DualPipe here.
+    loss_bytes = engine.kernels.loss_bytes_per_logit
+    per_mb, once, working = stage_activation_parts(model, lay, stages, params, loss_bytes)
+    per_mb_m, once_m, working_m = stage_activation_parts(model, lay, mirror, mirror_params, loss_bytes)
+    activations = np.where(on, (lay.pp + 1) * (per_mb + per_mb_m) / 2 + once + once_m, mem.activations_bytes)
+    reserve = np.where(on, reserve_bytes(lay, activations + np.maximum(working, working_m)), mem.reserve_bytes)
     return StageMemory(
         weights_bytes=both(mem.weights_bytes, mem_m.weights_bytes),
         gradients_bytes=both(mem.gradients_bytes, mem_m.gradients_bytes),
         optimizer_bytes=both(mem.optimizer_bytes, mem_m.optimizer_bytes),
         activations_bytes=np.asarray(activations),
         buffers_bytes=np.asarray(np.maximum(mem.buffers_bytes, np.where(on, mem_m.buffers_bytes, 0.0))),
-        reserve_bytes=np.asarray(np.maximum(mem.reserve_bytes, np.where(on, mem_m.reserve_bytes, 0.0))),
+        reserve_bytes=np.asarray(reserve),
         params=both(mem.params, mem_m.params),
         host_bytes=both(mem.host_bytes, mem_m.host_bytes),
     )
@@ -191,6 +192,11 @@ def evaluate(
     no rule checks: see rules.violations)."""
     engine = engine_or_default(engine)
     stages = candidate_stages(model.num_layers, model.num_dense_layers, lay.pp)
+    if np.any(lay.dualpipe):  # the pair with the most layers can be the heaviest rank
+        extra = dualpipe_candidate_stages(model.num_layers, lay.pp)
+        shape = np.broadcast_shapes(stages.shape[1:], extra.shape[1:])
+        stages = np.concatenate([np.broadcast_to(stages, (stages.shape[0], *shape)),
+                                 np.broadcast_to(extra, (extra.shape[0], *shape))])
     params = stage_params(model, lay, stages)
     mem: StageMemory = stage_memory(model, lay, stages, params, engine)
     times: StageTime = stage_time(model, hw, lay, stages, params, engine)

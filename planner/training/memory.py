@@ -347,6 +347,21 @@ def stage_activation_bytes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(activations held at the peak, recompute working set) in bytes on one rank of `stage` (what activation
     offload moves to the host is not held: see offloaded_activation_bytes)."""
+    per_microbatch, once, working = stage_activation_parts(model, lay, stage, sp, loss_bytes_per_logit)
+    held = microbatches_in_flight(lay, stage) * per_microbatch - offloaded_activation_bytes(model, lay, stage, sp)
+    return held + once, working
+
+
+def stage_activation_parts(
+    model: ModelSpec,
+    lay: LayoutArrays,
+    stage: np.ndarray,
+    sp: StageParams,
+    loss_bytes_per_logit: float = LOSS_PEAK_BYTES_PER_LOGIT,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes per micro-batch in flight, bytes held once, recompute working set) of `stage`'s activations:
+    stage_activation_bytes holds in-flight x the first plus the second (less what is offloaded)."""
+
     tokens = tokens_per_microbatch(lay)
     dense = layer_activation_bytes_per_token(model, lay, moe_layer=False)
     moe = layer_activation_bytes_per_token(model, lay, moe_layer=True)
@@ -362,13 +377,12 @@ def stage_activation_bytes(
         k_dense * dense.stored + (n_dense - k_dense) * dense.full + k_moe * moe.stored + (n_moe - k_moe) * moe.full,
         n_dense * dense.stored + n_moe * moe.stored,
     ) * tokens
-    held = microbatches_in_flight(lay, stage) * per_microbatch - offloaded_activation_bytes(model, lay, stage, sp)
     h = model.hidden_size
     rep_div = np.where(lay.sequence_parallel, lay.tp, 1)
     is_first = np.asarray(stage) == 0
     is_last = np.asarray(stage) == lay.pp - 1
     # First stage: the embedding's dropout mask per micro-batch in flight (Korthikanti et al. 2022, eq. 6).
-    embed = np.where(is_first & model.dropout, microbatches_in_flight(lay, stage) * tokens * h / rep_div, 0.0)
+    embed = np.where(is_first & model.dropout, tokens * h / rep_div, 0.0)
     # Last stage: final-norm input and LM-head input (2h each) and what the engine's loss keeps live per
     # logit at its peak (LOSS_PEAK_BYTES_PER_LOGIT for Megatron). Each MTP module adds its activations per
     # micro-batch in flight in its chunk and its own loss's logits: what that loss saves for backward (the
@@ -387,7 +401,7 @@ def stage_activation_bytes(
         mtp_microbatches_in_flight(lay) * mtp_activation_bytes_per_token(model, lay, mtp_kind)
         + (loss_bytes_per_logit - ACTIVATION_BYTES) * model.vocab_size / lay.tp
     )
-    return held + embed + head + mtp, working
+    return per_microbatch + embed, head + mtp, working
 
 
 def mtp_microbatches_in_flight(lay: LayoutArrays) -> np.ndarray:

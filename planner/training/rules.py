@@ -179,19 +179,25 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "dualpipe_invalid",
-        lambda m, a, g: a.dualpipe & ((a.pp < 2) | (a.pp % 2 != 0) | (a.interleave > 1) | (a.num_micro_batches < a.pp)
-                                      | (a.num_micro_batches % 2 != 0)),
+        lambda m, a, g: a.dualpipe & ((a.pp < 2) | (a.pp % 2 != 0) | (a.interleave > 1)
+                                      | (a.num_micro_batches < 2 * a.pp) | (a.num_micro_batches % 2 != 0)),
         lambda m, l, g: f"schedule dualpipe needs an even pp >= 2 (pp = {l.pp}), interleave 1, and an even micro-batch "
-        f"count of at least pp ({l.global_batch // max(l.dp * l.micro_batch, 1)} micro-batches): deepseek-ai/DualPipe "
-        "feeds half the micro-batches from each end",
+        f"count of at least 2 x pp ({l.global_batch // max(l.dp * l.micro_batch, 1)} micro-batches): deepseek-ai/DualPipe "
+        "feeds half the micro-batches from each end (dualpipe.py step() asserts num_chunks >= 2 x num_ranks)",
     ),
     Rule(
         "ep_invalid",
-        lambda m, a, g: (a.ep > 1)
-        & ((_moe_experts(m) % a.ep != 0) | ((a.tp * a.dp * a.cp) % (a.ep * a.etp) != 0) | (m.moe is None)),
+        lambda m, a, g: ((a.ep > 1) & ((_moe_experts(m) % a.ep != 0) | (m.moe is None)))
+        | (((a.ep > 1) | (a.etp != a.tp)) & ((a.tp * a.dp * a.cp) % (a.ep * a.etp) != 0)),
         lambda m, l, g: f"ep({l.ep}) needs a MoE model whose num_experts({_moe_experts(m)}) it divides, with ep * etp "
         f"({l.ep} * {l.expert_tp}) dividing tp({l.tp}) * dp({l.dp}) * cp({l.cp}) (the expert layers' ranks span a "
         "stage's tp x dp x cp ranks)",
+    ),
+    Rule(
+        "moe_tp_needs_sp",
+        lambda m, a, g: (m.moe is not None) & (a.ep > 1) & (a.tp > 1) & ~a.sequence_parallel,
+        lambda m, l, g: f"ep({l.ep}) with tp({l.tp}) needs sequence_parallel (Megatron-Core asserts it: the token "
+        "dispatcher works on each TP rank's sequence shard); turn sequence parallelism on",
     ),
     Rule(
         "etp_invalid",

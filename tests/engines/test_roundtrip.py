@@ -262,7 +262,7 @@ def test_megatron_roundtrip_keeps_a_gated_shared_expert_of_its_own_width():
 
     path = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "qwen1.5-moe-a2.7b.json"
     model = load_model(str(path)).spec
-    layout = resolve_layout(model, 8, tp=2, ep=4, zero=1, micro_batch=1, global_batch=64, seq_len=4096)
+    layout = resolve_layout(model, 8, tp=2, ep=4, zero=1, sequence_parallel=True, micro_batch=1, global_batch=64, seq_len=4096)
     exported = render_export("megatron", "qwen1.5-moe-a2.7b", model, HW, layout, estimate(model, HW, layout),
                              hardware_id="h100-sxm")
     assert "--moe-shared-expert-gate" in exported.text and "--moe-shared-expert-intermediate-size 5632" in exported.text

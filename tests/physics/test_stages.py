@@ -131,3 +131,16 @@ def test_mtp_layers_sit_on_the_last_stage_only():
     assert mtp_layers_on_stage(1, off, np.arange(4)).tolist() == [0, 0, 0, 0]
     two = Layout(pp=1, global_batch=8, seq_len=16, mtp_layers=2).to_arrays()
     assert mtp_layers_on_stage(0, two, np.arange(1)).tolist() == [2]
+
+
+def test_dualpipe_candidates_are_the_pairs_with_the_most_layers():
+    # 61 layers on 16 stages: stages 1..13 carry 4, the rest 3 (layers_on_stage). Pair (r, 15 - r) holds
+    # 8 layers from r = 2 (both long) to the middle pair r = 7; the candidates are 2 and 7.
+    from planner.physics.stages import dualpipe_candidate_stages, layers_on_stage
+
+    pp = np.array([16])
+    got = dualpipe_candidate_stages(61, pp)[:, 0].tolist()
+    assert got == [2, 7]
+    pairs = [int(layers_on_stage(61, pp, np.array([r]))[0] + layers_on_stage(61, pp, np.array([15 - r]))[0])
+             for r in range(8)]
+    assert max(pairs) == pairs[2] == pairs[7] == 8

@@ -10,6 +10,7 @@ or the candidate -> Layout round trip; those are what this property guards.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -99,4 +100,5 @@ def test_dualpipe_candidates_equal_their_scalar_estimate():
     for pos in range(result.layouts.size):
         one = estimate(model, HW, result.layout(pos))
         assert float(result.results.step_seconds[pos]) == one.scalar("step_seconds")
-        assert float(result.results.peak_bytes[pos]) == one.stages[one.peak_stage].total_bytes
+        # the heaviest rank of all, not only of the stages evaluate() looks at
+        assert float(result.results.peak_bytes[pos]) == pytest.approx(max(s.total_bytes for s in one.stages), rel=1e-12)

@@ -196,3 +196,14 @@ def test_a_search_assumes_the_engines_two_tier_dispatcher_on_moe_models():
     assert given.for_model(dsv3, h800).moe_dispatcher == "alltoall"
     dense = load_model("llama-3.1-8b").spec
     assert Problem(gpus=8, global_batch=8, seq_len=4096).for_model(dense, h800).moe_dispatcher == "alltoall"
+
+
+def test_with_the_overlap_asked_a_search_picks_a_dispatcher_the_engine_overlaps_with():
+    from planner.engines.load import load_hardware
+    from planner.search.space import search_dispatcher
+    from planner.specs.engine import engine_profile
+
+    titan = engine_profile("torchtitan")  # overlaps (DualPipeV) with alltoall or deepep, not hybridep
+    gb200 = load_hardware("gb200-nvl72").spec
+    assert search_dispatcher(titan, gb200) == "hybridep"
+    assert search_dispatcher(titan, gb200, ep_overlap=True) in titan.moe.ep_overlap_dispatchers

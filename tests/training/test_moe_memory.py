@@ -15,6 +15,7 @@ import pytest
 from round_specs import lay, round_hw, tiny  # noqa: E402
 
 from planner.engines.load import load_model
+from planner.errors import PlannerError
 from planner.physics.shapes import expert_data_parallel, expert_shard_degree, layer_params_per_rank
 from planner.specs.layout import Layout
 from planner.training.memory import (
@@ -64,7 +65,7 @@ def test_expert_data_parallel_group_is_tp_cp_dp_over_etp_ep():
 
 def test_parallel_folding_ep_over_tp_times_dp_is_a_valid_layout():
     # ep 4 x etp 1 divides tp 2 x dp 2 = 4 (MoE parallel folding) although ep does not divide dp.
-    check_layout(tiny_moe(), Layout(tp=2, dp=2, ep=4, etp=1, global_batch=2, seq_len=32), 4)
+    check_layout(tiny_moe(), Layout(tp=2, dp=2, ep=4, etp=1, sequence_parallel=True, global_batch=2, seq_len=32), 4)
 
 
 @pytest.mark.parametrize(("etp", "weights", "optim"), [
@@ -299,3 +300,15 @@ def test_mla_keeps_its_compressed_latents():
     assert (per_token(tiny_moe(mla=mla)).stored - per_token(tiny_moe(mla=no_q_lora)).stored).tolist() == [2 * 8 + 2 * 8]
     sp = dict(tp=2, dp=2, ep=2, sequence_parallel=True)
     assert (per_token(tiny_moe(mla=mla), **sp).stored - per_token(tiny_moe(mla=no_q_lora), **sp).stored).tolist() == [16]
+
+
+def test_expert_parallel_with_tensor_parallel_needs_sequence_parallel():
+    # Megatron-Core asserts sequence parallelism when EP and TP are combined; planner refuses it the same way.
+    with pytest.raises(PlannerError, match="needs sequence_parallel"):
+        check_layout(tiny_moe(), Layout(tp=2, dp=2, ep=2, global_batch=2, seq_len=32), 4)
+
+
+def test_expert_tp_must_fit_the_stage_without_expert_parallelism():
+    # etp 4 on 2 GPUs splits each expert over ranks that do not exist (Megatron asserts world % (etp ep pp) == 0)
+    with pytest.raises(PlannerError, match="ep \\* etp"):
+        check_layout(tiny_moe(), Layout(dp=2, etp=4, global_batch=2, seq_len=32), 2)

@@ -82,7 +82,8 @@ def layouts_for(draw, model: ModelSpec) -> Layout:
     recompute = draw(st.sampled_from(["none", "selective", "full"]))
     layout = Layout(
         tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, zero=draw(st.integers(0, 3)),
-        sequence_parallel=tp > 1 and draw(st.booleans()), recompute=recompute,
+        # Megatron-Core runs EP with TP only under sequence parallelism (rule moe_tp_needs_sp)
+        sequence_parallel=tp > 1 and (ep > 1 or draw(st.booleans())), recompute=recompute,
         micro_batch=micro, global_batch=dp * micro * m, seq_len=draw(st.sampled_from([16, 32, 64, 128])),
         interleave=interleave, schedule=schedule, flash_attention=draw(st.booleans()),
         grad_dtype=draw(st.sampled_from(["bf16", "fp32"])), optimizer=draw(st.sampled_from(["adam", "sgd"])),

@@ -301,3 +301,14 @@ def test_ring_exchange_is_exposed_per_step_when_blocks_are_small():
     long = layer_time(model, HW, lay(seq_len=65536, global_batch=1, cp=8, dp=1), moe_layer=False)
     assert float(short.cp_comm[0]) > 0.0
     assert float(long.cp_comm[0]) == 0.0
+
+
+def test_dualpipe_needs_twice_as_many_micro_batches_as_ranks():
+    # deepseek-ai/DualPipe dualpipe.py step() asserts num_chunks >= 2 x num_ranks
+    from planner.errors import PlannerError
+    from planner.training.rules import check_layout
+
+    model = tiny(num_layers=8)
+    check_layout(model, Layout(pp=4, global_batch=8, seq_len=32, schedule="dualpipe"), 4)
+    with pytest.raises(PlannerError, match="at least 2 x pp"):
+        check_layout(model, Layout(pp=4, global_batch=4, seq_len=32, schedule="dualpipe"), 4)

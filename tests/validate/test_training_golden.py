@@ -97,7 +97,8 @@ OPEN_MEMORY_DEFECTS = {
     # DeepSeek's own run caches the MoE up-projections' inputs in FP8 and the attention output projection's in
     # E5M6 (DeepSeek-V3 technical report Sec. 3.3.3) and shares the MTP embedding with the main one on rank 0;
     # planner keeps those activations in 16 bits.
-    "dsv3_report_h800_2048": "predicted 76.6 GiB > 70.8 GiB usable at 5% headroom (DualPipe rank 2)",
+    "dsv3_report_h800_2048": "predicted 80.4 GiB > 70.8 GiB usable at 5% headroom (DualPipe rank 0: stage 0, stage 15 "
+                              "with the MTP module and its own embedding copy, which DualPipe shares on that rank)",
 }
 # Narayanan et al.'s 530B ZeRO-3 row at micro-batch 4 on 640 GPUs ran at the edge of memory (it did not fit on 560);
 # the paper does not print DeepSpeed's activation-checkpointing options (cpu_checkpointing moves the 105 layer
