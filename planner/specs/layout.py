@@ -110,7 +110,6 @@ Schedule = Literal["1f1b", "gpipe", "dualpipe"]
 # Bytes of optimizer state per parameter, beyond the 16-bit weights and gradients.
 # Mixed-precision Adam: fp32 master weights + momentum + variance = 4 + 4 + 4 = 12
 # (Rajbhandari et al. 2020, ZeRO, Sec. 3.1, "K = 12"). SGD with momentum: master + momentum = 8.
-OPTIMIZER_STATE_BYTES_PER_PARAM: dict[str, int] = {"adam": 12, "sgd": 8}
 MOMENTS_PER_PARAM: dict[str, int] = {"adam": 2, "sgd": 1}  # exp_avg and exp_avg_sq; SGD's momentum
 STATE_DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2}
 
@@ -121,6 +120,9 @@ def optimizer_state_bytes(optimizer: str, moments_dtype: str = "fp32", master_dt
     precision-aware optimizer as DeepSeek-V3's recipe runs it): 4 + 2 x 2 = 8."""
     master = 0 if master_dtype == "bf16" else STATE_DTYPE_BYTES["fp32"]
     return master + MOMENTS_PER_PARAM[optimizer] * STATE_DTYPE_BYTES[moments_dtype]
+
+
+OPTIMIZER_STATE_BYTES_PER_PARAM: dict[str, int] = {name: optimizer_state_bytes(name) for name in MOMENTS_PER_PARAM}
 
 
 class Layout(BaseModel):

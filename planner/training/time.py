@@ -241,16 +241,8 @@ def layer_time(
         if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
             gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
         elif g.routed:
-            assert model.moe is not None
-            # Each local expert is one GEMM over the tokens routed to it (physics.moe.tokens_per_local_expert),
-            # its weights split over the expert TP degree etp.
-            expert_elements = gemm_elements_per_rank(g, model.kv_heads, lay.etp)
-            local_experts = g.copies / lay.ep
-            gemm = gemm + grouped_matmul_seconds(
-                hw, 2 * tokens_per_local_expert(model, lay) * expert_elements / g.copies, local_experts, peak_gemm,
-                plateau_gemm,
-            )
-            fp8_weights = fp8_weights + expert_elements / lay.ep
+            gemm = gemm + routed_gemm_seconds(model, hw, lay, g, peak_gemm, plateau_gemm)
+            fp8_weights = fp8_weights + gemm_elements_per_rank(g, model.kv_heads, lay.etp) / lay.ep
         else:
             seconds = matmul_seconds(hw, 2 * tokens * elements, peak_gemm, plateau_gemm)
             gemm = gemm + seconds
@@ -347,6 +339,18 @@ def expert_comm_seconds(
     return np.asarray(np.where(overlap_on, unpaired * serial + (1 - unpaired) * overlapped, serial))
 
 
+def routed_gemm_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, g: Gemm, peak: np.ndarray | float,
+    plateau: np.ndarray | float | None = None,
+) -> np.ndarray:
+    """Forward seconds of a routed-expert GEMM on one rank: its g.copies / ep local experts as one grouped GEMM,
+    each over the tokens routed to it (physics.moe.tokens_per_local_expert), its weights split over etp."""
+    assert model.moe is not None
+    expert_elements = gemm_elements_per_rank(g, model.kv_heads, lay.etp)
+    flop_per_expert = 2 * tokens_per_local_expert(model, lay) * expert_elements / g.copies
+    return grouped_matmul_seconds(hw, flop_per_expert, g.copies / lay.ep, peak, plateau)
+
+
 def _gemm_forward_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, moe_layer: bool, share: dict[str, float]
 ) -> np.ndarray:
@@ -365,11 +369,7 @@ def _gemm_forward_seconds(
         if weight == 0.0:
             continue
         if g.routed:
-            assert model.moe is not None
-            expert_elements = gemm_elements_per_rank(g, model.kv_heads, lay.etp)
-            total = total + weight * grouped_matmul_seconds(
-                hw, 2 * tokens_per_local_expert(model, lay) * expert_elements / g.copies, g.copies / lay.ep, peak
-            )
+            total = total + weight * routed_gemm_seconds(model, hw, lay, g, peak)
         else:
             total = total + weight * matmul_seconds(hw, 2 * tokens * elements, peak)
     return total
