@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.calibrate.published import engine_fields
+from planner.calibrate.published import RECIPES, catalog_hardware, engine_fields
 from planner.engines.hf_config import model_from_hf_config
 from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
@@ -51,58 +51,8 @@ NOT_MODELLED = {
             "benchmark recipes",
 }
 
-# Megatron-Bridge recipe settings of each MoE row that the reference's layout block does not carry but its
-# notes state (read from the Megatron-Bridge recipe files the notes name), as planner layout fields. Rows not
-# named take the defaults (dropless, eager, fp32 optimizer states, the model's MTP layers).
-_DSV3_OPT = {"optimizer_state_dtype": "bf16"}  # notes: precision-aware optimizer, bf16 exp_avg / exp_avg_sq
-_DROP = {"moe_capacity_factor": 1.0}  # notes: token drop, capacity factor 1.0, padded to capacity
-_DSV3_2509 = {**_DSV3_OPT, **_DROP, "moe_shared_expert_overlap": True, "mtp_layers": 1,
-              "recompute_modules": ["mla_up_proj"]}
-_QWEN_2509 = {**_DROP, "grad_dtype": "bf16"}  # notes: grad_reduce_in_fp32 off
-_GRAPHS_2511 = {"cuda_graph_scope": ["moe_router", "moe_preprocess"]}
-# Megatron-Bridge v0.2.1 scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py (set_gpt_oss_common_configs):
-# grad_reduce_in_fp32 False; the notes' recompute modules.
-_GPT_OSS = {"recompute_modules": ["layernorm", "moe_act"], "grad_dtype": "bf16"}
-RECIPES: dict[str, dict] = {
-    "mb2509_gb200_dsv3_fp8cs": _DSV3_2509,
-    "mb2509_gb200_dsv3_mxfp8_pp8": _DSV3_2509,
-    "mb2509_b200_dsv3_fp8cs": _DSV3_2509,
-    "mb2509_h100_dsv3_fp8": {**_DSV3_OPT, "mtp_layers": 1, "recompute_modules": ["mla_up_proj", "mlp"],
-                             "overlap_grad_reduce": False},
-    "mb2509_gb200_qwen3_30b_fp8cs": {**_QWEN_2509, "cuda_graph_scope": ["full"]},
-    "mb2509_b200_qwen3_30b_fp8cs": {**_QWEN_2509, "cuda_graph_scope": ["full"]},
-    "mb2509_gb200_qwen3_235b_fp8cs": {**_QWEN_2509, "cuda_graph_scope": ["full"]},
-    "mb2509_b200_qwen3_235b_fp8cs": _QWEN_2509,
-    "mb2509_h100_qwen3_30b_fp8cs": _QWEN_2509,
-    "mb2509_h100_qwen3_235b_fp8cs": _QWEN_2509,
-    "mb2511_gb200_dsv3_bf16": {**_DSV3_OPT, **_GRAPHS_2511, "mtp_layers": 0, "recompute_modules": ["mla_up_proj"],
-                               "grad_dtype": "bf16"},
-    "mb2511_gb200_dsv3_mxfp8": {**_DSV3_OPT, **_GRAPHS_2511, "mtp_layers": 0, "recompute_modules": ["mla_up_proj"]},
-    "mb2511_gb300_dsv3_bf16": {**_DSV3_OPT, "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"],
-                               "mtp_layers": 0, "recompute_modules": ["moe_act"]},
-    "mb2511_b200_dsv3_mxfp8_mtp": {**_DSV3_OPT, "mtp_layers": 1, "recompute_modules": ["mla_up_proj"]},
-    "mb2511_gb200_qwen3_30b_mxfp8": _GRAPHS_2511,
-    "mb2511_b200_qwen3_30b_mxfp8": _GRAPHS_2511,
-    "mb2511_gb200_qwen3_235b_bf16": {"cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]},
-    "mb2511_gb200_gptoss120b_bf16": _GPT_OSS,
-    "mb2511_b200_gptoss120b_bf16": _GPT_OSS,
-    # The table's MBS 4 contradicts its own GA 2 and PP 4 (512 / (16 x 4) = 8 micro-batches), and 4 sequences of
-    # 4,096 tokens in flight on 9 layers cannot be held in 80 GB; the v0.2.1 H100 preset runs MBS 1.
-    "mb2511_h100_gptoss120b_bf16": {**_GPT_OSS, "micro_batch": 1},
-}
-
-
 def _prefix(case_id: str) -> str:
     return "mb25" if case_id.startswith("mb25") else case_id.split("_")[0]
-
-
-def _hardware(case: dict) -> str:
-    if "_gb300_" in case["id"]:
-        return "gb300-nvl72"  # the reference names gb200-nvl72 for want of a GB300 profile, which exists now
-    if isinstance(case.get("hardware"), str):
-        return case["hardware"]
-    gpu = case["hardware_as_published"]["gpu"]
-    return "h100-sxm-96gb" if "96GB" in gpu else "h100-sxm"
 
 
 def _layout(raw: dict) -> dict:
@@ -146,7 +96,7 @@ def main() -> None:
                 layout = _layout(raw["layout"])
                 layout.update(RECIPES.get(raw["id"], {}))
                 layout.update(engine_fields(raw["id"], raw["source"], layout["recompute"]))
-                hw = _hardware(raw)
+                hw = catalog_hardware(raw)
                 estimate(model, load_hardware(hw).spec, Layout(**layout))
             except (PlannerError, KeyError, ValueError) as err:
                 print(f"skipped {raw['id']}: {err}", file=sys.stderr)

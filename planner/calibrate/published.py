@@ -36,6 +36,59 @@ SHORT_LAYOUT = {"mb": "micro_batch", "gbs": "global_batch", "seq": "seq_len", "v
 IGNORED_LAYOUT = ("gpus",)  # the job's GPU count, not a layout field
 
 
+# Megatron-Bridge recipe settings of each MoE row that the reference's layout block does not carry but its
+# notes state (read from the Megatron-Bridge recipe files the notes name), as planner layout fields; both
+# readers of the reference rows apply them (runs_from_reference here, benchmarks/import_published_runs.py).
+# Rows not named take the defaults (dropless, eager, fp32 optimizer states, the model's MTP layers).
+_DSV3_OPT = {"optimizer_state_dtype": "bf16"}  # notes: precision-aware optimizer, bf16 exp_avg / exp_avg_sq
+_DROP = {"moe_capacity_factor": 1.0}  # notes: token drop, capacity factor 1.0, padded to capacity
+_DSV3_2509 = {**_DSV3_OPT, **_DROP, "moe_shared_expert_overlap": True, "mtp_layers": 1,
+              "recompute_modules": ["mla_up_proj"]}
+_QWEN_2509 = {**_DROP, "grad_dtype": "bf16"}  # notes: grad_reduce_in_fp32 off
+_GRAPHS_2511 = {"cuda_graph_scope": ["moe_router", "moe_preprocess"]}
+# Megatron-Bridge v0.2.1 scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py (set_gpt_oss_common_configs):
+# grad_reduce_in_fp32 False; the notes' recompute modules.
+_GPT_OSS = {"recompute_modules": ["layernorm", "moe_act"], "grad_dtype": "bf16"}
+RECIPES: dict[str, dict[str, Any]] = {
+    "mb2509_gb200_dsv3_fp8cs": _DSV3_2509,
+    "mb2509_gb200_dsv3_mxfp8_pp8": _DSV3_2509,
+    "mb2509_b200_dsv3_fp8cs": _DSV3_2509,
+    "mb2509_h100_dsv3_fp8": {**_DSV3_OPT, "mtp_layers": 1, "recompute_modules": ["mla_up_proj", "mlp"],
+                             "overlap_grad_reduce": False},
+    "mb2509_gb200_qwen3_30b_fp8cs": {**_QWEN_2509, "cuda_graph_scope": ["full"]},
+    "mb2509_b200_qwen3_30b_fp8cs": {**_QWEN_2509, "cuda_graph_scope": ["full"]},
+    "mb2509_gb200_qwen3_235b_fp8cs": {**_QWEN_2509, "cuda_graph_scope": ["full"]},
+    "mb2509_b200_qwen3_235b_fp8cs": _QWEN_2509,
+    "mb2509_h100_qwen3_30b_fp8cs": _QWEN_2509,
+    "mb2509_h100_qwen3_235b_fp8cs": _QWEN_2509,
+    "mb2511_gb200_dsv3_bf16": {**_DSV3_OPT, **_GRAPHS_2511, "mtp_layers": 0, "recompute_modules": ["mla_up_proj"],
+                               "grad_dtype": "bf16"},
+    "mb2511_gb200_dsv3_mxfp8": {**_DSV3_OPT, **_GRAPHS_2511, "mtp_layers": 0, "recompute_modules": ["mla_up_proj"]},
+    "mb2511_gb300_dsv3_bf16": {**_DSV3_OPT, "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"],
+                               "mtp_layers": 0, "recompute_modules": ["moe_act"]},
+    "mb2511_b200_dsv3_mxfp8_mtp": {**_DSV3_OPT, "mtp_layers": 1, "recompute_modules": ["mla_up_proj"]},
+    "mb2511_gb200_qwen3_30b_mxfp8": _GRAPHS_2511,
+    "mb2511_b200_qwen3_30b_mxfp8": _GRAPHS_2511,
+    "mb2511_gb200_qwen3_235b_bf16": {"cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]},
+    "mb2511_gb200_gptoss120b_bf16": _GPT_OSS,
+    "mb2511_b200_gptoss120b_bf16": _GPT_OSS,
+    # The table's MBS 4 contradicts its own GA 2 and PP 4 (512 / (16 x 4) = 8 micro-batches), and 4 sequences of
+    # 4,096 tokens in flight on 9 layers cannot be held in 80 GB; the v0.2.1 H100 preset runs MBS 1.
+    "mb2511_h100_gptoss120b_bf16": {**_GPT_OSS, "micro_batch": 1},
+}
+
+
+def catalog_hardware(case: dict[str, Any]) -> str | None:
+    """The catalog id of a reference row's system: its `hardware` id (the GB300 rows name gb200-nvl72 for want
+    of a GB300 profile, which exists now), or the system the modern file describes in words."""
+    if "_gb300_" in case["id"]:
+        return "gb300-nvl72"
+    if isinstance(case.get("hardware"), str):
+        return str(case["hardware"])
+    described = (case.get("hardware_as_published") or case.get("hardware") or {}).get("gpu", "")
+    return HARDWARE_BY_GPU.get(described)
+
+
 def _measured_seconds(model: ModelSpec, layout: Layout, quantity: str, value: float) -> float:
     flop = step_flop(model, layout.to_arrays())
     if quantity == "hardware_tflops_per_gpu":
@@ -127,6 +180,7 @@ def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         torchtitan = case["source"].startswith("pytorch/torchtitan")
         fields.setdefault("grad_dtype", "bf16" if torchtitan else "fp32")  # Megatron: fp32 main gradients
         fields.update(engine_fields(case["id"], case["source"], fields.get("recompute")))
+        fields.update(RECIPES.get(case["id"], {}))
         return gpus, fields
     p = case["parallel"]  # Narayanan et al. 2021 Table 2: fp16, fp32 main grads, full recompute, no flash;
     # its ZeRO-3 rows ran DeepSpeed, its PTD-P rows Megatron-LM
@@ -146,8 +200,7 @@ def runs_from_reference(cases: list[dict[str, Any]], origin: str) -> tuple[list[
         if case.get("kind") != "throughput":
             continue
         source = f"{origin}:{case['id']}"
-        hw_ref = case["hardware"] if isinstance(case.get("hardware"), str) else HARDWARE_BY_GPU.get(
-            (case.get("hardware_as_published") or case.get("hardware") or {}).get("gpu", ""))
+        hw_ref = catalog_hardware(case)
         if hw_ref is None:
             skipped[case["id"]] = "no catalog profile for its hardware"
             continue
