@@ -26,6 +26,16 @@ TIE_FIELDS: tuple[str, ...] = (
     "tp", "pp", "cp", "ep", "folded", "interleave", "zero", "recompute", "sequence_parallel", "micro_batch",
 )
 
+RANK_RESOLUTION = 0.01
+"""Step times within this share of each other are a tie at the model's resolution: its error on a source
+it was not fitted on is about 5% (docs/validation.md, leave-one-source-out), so a 1% lead is no evidence
+that one layout runs faster. The throughput and cost objectives sort the step time in buckets of this
+width from the fastest, and inside a bucket put the layout with the fewest GPUs in model parallelism
+(tp x pp x cp) first: the smaller model-parallel group is the one engine guides start from (TP inside the
+node, then PP, CP only when the sequence needs it: Megatron-LM README, "Parallelism"; NeMo performance
+tuning guide) and the one that leaves more data parallelism to scale with. Exact step time follows inside
+the bucket. The memory objective keeps exact order."""
+
 
 def tie_keys(layouts: LayoutArrays) -> list[np.ndarray]:
     """The TIE_FIELDS of `layouts` as sort keys (smaller first), most significant first."""
@@ -33,11 +43,27 @@ def tie_keys(layouts: LayoutArrays) -> list[np.ndarray]:
             for name in TIE_FIELDS]
 
 
-def objective_keys(results: TrainingArrays, objective: str) -> list[np.ndarray]:
-    """The objective's sort keys, most significant first (smaller is better)."""
+def step_bucket(step_seconds: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Per candidate: floor(log(step / fastest) / log(1 + RANK_RESOLUTION)), the fastest among `index`."""
+    step = np.asarray(step_seconds, dtype=float)
+    if index.size == 0:
+        return np.zeros(step.shape, dtype=np.int64)
+    fastest = float(step[index].min())
+    return np.floor(np.log(step / fastest) / np.log1p(RANK_RESOLUTION) + 1e-9).astype(np.int64)
+
+
+def objective_keys(results: TrainingArrays, objective: str, layouts: LayoutArrays | None = None,
+                   index: np.ndarray | None = None) -> list[np.ndarray]:
+    """The objective's sort keys, most significant first (smaller is better). With `layouts` the throughput
+    and cost keys lead with the step-time bucket and the model-parallel size (RANK_RESOLUTION)."""
     if objective in ("throughput", "cost"):
         # With the GPU count fixed, dollars per token are proportional to the step time.
-        return [results.step_seconds, results.peak_bytes]
+        exact = [results.step_seconds, results.peak_bytes]
+        if layouts is None:
+            return exact
+        idx = np.arange(np.size(results.step_seconds)) if index is None else index
+        model_parallel = np.asarray(layouts.tp * layouts.pp * layouts.cp)
+        return [step_bucket(results.step_seconds, idx), model_parallel, *exact]
     if objective == "memory":
         return [results.peak_bytes, results.step_seconds]
     raise PlannerError(f"unknown objective '{objective}'; choose one of {', '.join(OBJECTIVES)}")
@@ -49,8 +75,9 @@ def rank(layouts: LayoutArrays, results: TrainingArrays, objective: str, index: 
     np.lexsort sorts by its last key first, so the keys are passed least significant first.
     """
     idx = np.arange(layouts.size) if index is None else np.asarray(index, dtype=np.int64)
-    keys = objective_keys(results, objective) + tie_keys(layouts)
-    order = np.lexsort([np.asarray(k)[idx] for k in reversed(keys)])
+    keys = objective_keys(results, objective, layouts, idx) + tie_keys(layouts)
+    shape = np.shape(results.step_seconds)
+    order = np.lexsort([np.broadcast_to(np.asarray(k), shape)[idx] for k in reversed(keys)])
     return idx[order]
 
 

@@ -21,7 +21,8 @@ cannot be a layout at all or where a default prunes it (documented in docs/searc
   DeepSeek-V3 and Qwen3-235B-A22B do) where the engine runs an expert TP apart from tp; dense models: tp;
 - ep (MoE only): divisors of num_experts with ep * etp dividing tp * dp * cp (with etp = tp: ep divides
   dp * cp);
-- interleave: 1, and v > 1 where pp > 1 and num_layers % (pp * v) == 0;
+- interleave: 1, and v > 1 where pp > 1 and the layers split into equal virtual chunks: num_layers % (pp * v)
+  == 0, or (num_layers + 2) % (pp * v) == 0 with the embedding and the loss counted as a layer each;
 - zero 0-3, recompute none/selective/full, sequence parallel on/off (on only with tp > 1);
 - micro_batch: divisors of global_batch up to MICRO_BATCH_CAP; those that do not divide
   global_batch / dp stay in the grid and are rejected as `batch_not_divisible`.
@@ -237,12 +238,22 @@ def _structural(model: ModelSpec, problem: Problem, filters: Filters) -> dict[st
     cols = _expert_axes(model, cols, filters, expert_parallel=can.expert_parallel,
                         expert_tp=engine_profile(problem.engine).moe.expert_tensor_parallel)
 
-    v_v = _values(filters.interleave, divisors(model.num_layers) if can.interleaved else one)
+    v_v = _values(filters.interleave, np.union1d(divisors(model.num_layers), divisors(model.num_layers + 2))
+                  if can.interleaved else one)
     cols = _cross(cols, {"interleave": v_v})
     if filters.interleave is None:
         v, p = cols["interleave"], cols["pp"]
-        cols = _keep(cols, (v == 1) | ((p > 1) & (model.num_layers % (p * v) == 0)))
+        cols = _keep(cols, (v == 1) | ((p > 1) & even_virtual_chunks(model.num_layers, p, v)))
     return cols
+
+
+def even_virtual_chunks(num_layers: int, pp: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Whether `v` virtual stages per rank split the layers into equal chunks: L % (p v) == 0, or the split
+    that counts the embedding and the loss as a layer each (Megatron-LM --account-for-embedding-in-pipeline-split
+    and --account-for-loss-in-pipeline-split; Llama 3 405B's 126 layers on 16 stages, one fewer on the first and
+    the last, Dubey et al. 2024 Sec. 3.3.2), (L + 2) % (p v) == 0, which physics.stages.layers_on_stage produces
+    when L % p == p - 2: every chunk but the first and the last then holds (L + 2) / (p v) layers."""
+    return np.asarray((num_layers % (pp * v) == 0) | ((pp > 2) & ((num_layers + 2) % (pp * v) == 0)))
 
 
 def _expert_axes(model: ModelSpec, cols: dict[str, np.ndarray], filters: Filters, *, expert_parallel: bool,

@@ -92,6 +92,11 @@ class ZeroSection(_Sourced):
         description="Full recompute gathers the parameters once more for the recomputed forward."
     )
     reduce_in_fp32: bool = Field(description="Gradients are reduced in fp32 whatever the gradient dtype.")
+    grad_reduce_every_micro_batch: bool = Field(
+        description="ZeRO-2 keeps only its gradient shard, so every micro-batch's backward reduce-scatters its "
+        "gradients (m collectives per step); false where the engine accumulates the micro-batches in a full "
+        "gradient buffer and reduces once, at the last one."
+    )
     reduce_bucket_params: PositiveInt = Field(
         description="Parameters per gradient-reduction bucket under ZeRO 0-2 (one collective per bucket)."
     )
@@ -254,6 +259,13 @@ _MEGATRON_DISPATCHERS = (
     "megatron/core/transformer/transformer_config.py at c1e938b0 (2026-05-13)"
 )
 
+_SHARDED_GRADS_REDUCE_EVERY_BACKWARD = (
+    "a rank that keeps only its gradient shard cannot wait for the accumulation boundary: 'for zero stage 2 "
+    "(and 3), gradient reduction is required after every backward because of gradient partitioning' "
+    "(deepspeedai/DeepSpeed#2252, maintainer's answer); Megatron-Core's FSDP optim_grads and FSDP2's "
+    "reshard-free mode shard the gradients the same way"
+)
+
 _MEGATRON = EngineProfile(
     name="megatron",
     description="Megatron-LM / Megatron-Core: fused kernels, distributed optimizer, (interleaved) 1F1B, TP/SP/CP/EP; "
@@ -275,7 +287,8 @@ _MEGATRON = EngineProfile(
     ),
     zero=ZeroSection(
         collectives_per_layer=1, prefetch_units=1, prefetch_bucket_params=None, reshard_after_forward=True,
-        regather_for_recompute=False, reduce_in_fp32=False, reduce_bucket_params=40_000_000, supports_hsdp=True, collective_overhead_seconds=0.0,
+        regather_for_recompute=False, reduce_in_fp32=False, grad_reduce_every_micro_batch=True,
+        reduce_bucket_params=40_000_000, supports_hsdp=True, collective_overhead_seconds=0.0,
         sources={
             "collectives_per_layer": "Megatron-Core custom FSDP (--use-custom-fsdp, data_parallel_sharding_strategy "
             "optim_grads_params) shards per transformer layer: megatron/core/distributed/custom_fsdp/",
@@ -284,6 +297,7 @@ _MEGATRON = EngineProfile(
             "reshard_after_forward": "optim_grads_params frees the gathered parameters after forward (ZeRO-3 semantics)",
             "regather_for_recompute": "recompute runs inside the layer's backward, after its gather: no extra gather",
             "reduce_in_fp32": "the gradient dtype of the layout decides (--grad-reduce-in-bf16 / fp32 main grads)",
+            "grad_reduce_every_micro_batch": _SHARDED_GRADS_REDUCE_EVERY_BACKWARD,
             "reduce_bucket_params": _MEGATRON_BUCKET,
             "supports_hsdp": "Megatron-Core --num-distributed-optimizer-instances (partial sharding) / custom FSDP HSDP",
             "collective_overhead_seconds": "no host-side overhead beyond NCCL's own latency assumed (calibrated default)",
@@ -385,6 +399,13 @@ _NEMO = _derive(
     optimizer={
         "implementation": "Apex DistributedFusedAdam (optimizer states and gradients sharded over DP)",
         "sources": {"implementation": "NeMo 24.07 recipes, optim.name distributed_fused_adam (published_runs_modern.yaml notes)"},
+    },
+    zero={
+        "grad_reduce_every_micro_batch": False,
+        "sources": {"grad_reduce_every_micro_batch": "NeMo's fwd_bwd_step hands the pipeline schedule "
+                    "no_sync_func = partial(self._optimizer.no_sync, ...) with distributed Adam (NVIDIA/NeMo "
+                    "nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py): the micro-batches before "
+                    "the last accumulate locally and the gradients are reduce-scattered once per step"},
     },
     schedules={
         "zero_stages": (0, 1, 2, 3),

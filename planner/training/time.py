@@ -688,7 +688,9 @@ def data_parallel_seconds(
     """Exposed gradient synchronisation and weight gathering per step (ZeRO 0-2; ZeRO-3 pays per micro-batch).
 
     ZeRO-0: all-reduce of the gradients. ZeRO-1/2: reduce-scatter of the gradients and all-gather of the
-    updated 16-bit weights (Rajbhandari et al. 2020, Sec. 7.2.1: the same volume as an all-reduce).
+    updated 16-bit weights (Rajbhandari et al. 2020, Sec. 7.2.1: the same volume as an all-reduce). ZeRO-2
+    reduce-scatters after every micro-batch's backward unless the engine accumulates in a full buffer
+    (engine zero.grad_reduce_every_micro_batch).
     With overlap on, gradient reduction hides behind a share of the last micro-batch's `backward`
     (buckets reduce as they fill: PyTorch DDP, Megatron --overlap-grad-reduce) and the weight all-gather
     behind a share of the next step's first `forward` (Megatron --overlap-param-gather, FSDP prefetch).
@@ -727,8 +729,13 @@ def data_parallel_seconds(
     gather = np.where(hybrid & (lay.zero >= Zero.OPTIMIZER), np.where(lay.zero >= Zero.PARAMETERS, 0.0, hybrid_gather), gather)
     replica_only = all_reduce_seconds((sp.dense + sp.expert) / group * reduce_bytes, lay.replicas, replica_link)
     on = lay.overlap_grad_reduce
-    eff = engine_or_default(engine).efficiency.dp_overlap_efficiency
-    exposed = np.maximum(reduce - np.where(on, eff * backward, 0.0), 0.0) + np.maximum(
+    profile = engine_or_default(engine)
+    eff = profile.efficiency.dp_overlap_efficiency
+    # ZeRO-2 holds only its gradient shard, so (where the engine does not accumulate in a full buffer) every
+    # micro-batch reduce-scatters its own gradients behind its own backward: m times per step.
+    every_micro_batch = (lay.zero == Zero.GRADIENTS) & profile.zero.grad_reduce_every_micro_batch
+    reductions = np.where(every_micro_batch, lay.num_micro_batches, 1)
+    exposed = reductions * np.maximum(reduce - np.where(on, eff * backward, 0.0), 0.0) + np.maximum(
         gather - np.where(on, eff * forward, 0.0), 0.0
     )
     # ZeRO-3 pays its gathers and reduce-scatters per micro-batch (zero3_seconds); with HSDP the replicas'

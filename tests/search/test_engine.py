@@ -89,7 +89,11 @@ def test_search_is_never_slower_than_the_published_llama3_layout(llama3_8192):
 def test_published_layout_is_in_the_space(llama3_8192):
     lay = llama3_8192.layouts
     hit = (lay.tp == 8) & (lay.pp == 16) & (lay.cp == 1) & (lay.dp == 64) & (lay.micro_batch == 1)
-    assert hit.sum() == 4 * 2 * 3  # zero x sp x recompute
+    # zero x sp x recompute x interleave: v = 1, and 2 and 4 on Llama 3's split of 126 layers as 128 (the
+    # embedding and the loss counted as a layer each: 8 per stage); v = 8 would leave 7 // 8 = 0 layers
+    # per chunk on the first stage and is rejected.
+    assert hit.sum() == 4 * 2 * 3 * 3
+    assert set(lay.interleave[hit].tolist()) == {1, 2, 4}
 
 
 def test_reason_is_the_first_broken_rule():

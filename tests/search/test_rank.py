@@ -35,13 +35,46 @@ def ranked_rows(r, objective: str) -> list[tuple]:
     return [tuple(getattr(r.layouts, k)[i].item() for k in KEYS) for i in order]
 
 
-def test_throughput_orders_by_step_time_then_memory(result):
+def test_throughput_orders_by_step_time_at_the_model_resolution(result):
     r = result
     order = rank(r.layouts, r.results, "throughput", r.fits)
     step = r.results.step_seconds[order]
-    assert (np.diff(step) >= 0).all()
-    ties = np.diff(step) == 0
+    fastest = step.min()
+    # Buckets of 1% from the fastest, written out by hand: [1, 1.01), [1.01, 1.0201), ...
+    bucket = np.floor(np.log(step / fastest) / np.log(1.01) + 1e-9)
+    assert (np.diff(bucket) >= 0).all()
+    mp = (r.layouts.tp * r.layouts.pp * r.layouts.cp)[order]
+    same_bucket = np.diff(bucket) == 0
+    assert (np.diff(mp)[same_bucket] >= 0).all(), "inside a bucket the smaller model-parallel group comes first"
+    same = same_bucket & (np.diff(mp) == 0)
+    assert (np.diff(step)[same] >= 0).all()
+    ties = same & (np.diff(step) == 0)
     assert (np.diff(r.results.peak_bytes[order])[ties] >= 0).all()
+    # Whatever leads is within the resolution of the fastest, and nothing outranks a layout more than 1% faster.
+    assert step[0] < fastest * 1.01
+    later_fastest = np.minimum.accumulate(step[::-1])[::-1]
+    assert (step <= later_fastest * 1.01 * (1 + 1e-9)).all()
+
+
+def test_a_near_tie_goes_to_the_smaller_model_parallel_group():
+    from types import SimpleNamespace
+
+    from planner.specs.layout import Layout, LayoutArrays
+
+    wide = Layout(tp=4, pp=4, cp=4, dp=1, micro_batch=1, global_batch=64, seq_len=8192)  # 64 GPUs per replica
+    narrow = Layout(tp=4, pp=4, cp=1, dp=4, micro_batch=1, global_batch=64, seq_len=8192)  # 16
+    lay = LayoutArrays.from_layouts([wide, narrow])
+    peak = np.array([1.0, 1.0])
+
+    def first(step_wide: float, step_narrow: float) -> int:
+        res = SimpleNamespace(step_seconds=np.array([step_wide, step_narrow]), peak_bytes=peak)
+        return int(rank(lay, res, "throughput")[0])  # type: ignore[arg-type]
+
+    assert first(1.0, 1.005) == 1  # 0.5% slower: a tie at 1%, the 16-GPU replica leads
+    assert first(1.0, 1.02) == 0  # 2% slower: the faster one leads
+    assert first(1.005, 1.0) == 1
+    res = SimpleNamespace(step_seconds=np.array([1.0, 1.005]), peak_bytes=peak)
+    assert int(rank(lay, res, "memory")[0]) == 0  # the memory objective is exact: equal peaks, faster first
 
 
 def test_memory_orders_by_peak(result):
@@ -72,7 +105,10 @@ def test_ranking_does_not_depend_on_grid_order(result):
 def test_exact_ties_follow_the_tie_fields(result):
     r = result
     order = rank(r.layouts, r.results, "throughput", r.fits)
-    keys = np.stack([r.results.step_seconds[order], r.results.peak_bytes[order]]
+    step = r.results.step_seconds[order]
+    bucket = np.floor(np.log(step / step.min()) / np.log(1.01) + 1e-9)
+    mp = (r.layouts.tp * r.layouts.pp * r.layouts.cp)[order]
+    keys = np.stack([bucket, mp.astype(float), step, r.results.peak_bytes[order]]
                     + [k[order].astype(float) for k in tie_keys(r.layouts)], axis=1)
     assert [tuple(k) for k in keys] == sorted(tuple(k) for k in keys)
 

@@ -51,8 +51,10 @@ def brute_force(model, gpus: int, global_batch: int, seq_len: int) -> set[tuple]
                 for etp, ep in itertools.product((1, tp) if model.moe else (tp,), range(1, experts + 1)):
                     if experts % ep or (tp * dp * cp) % (ep * etp):
                         continue
-                    for v in range(1, model.num_layers + 1):
-                        if model.num_layers % v or (v > 1 and (pp == 1 or model.num_layers % (pp * v))):
+                    for v in range(1, model.num_layers + 3):
+                        # equal chunks, or equal with the embedding and the loss counted as a layer each
+                        equal = model.num_layers % (pp * v) == 0 or (pp > 2 and (model.num_layers + 2) % (pp * v) == 0)
+                        if v > 1 and (pp == 1 or not equal):
                             continue
                         for zero, sp, rc, mb in itertools.product(range(4), (False, True), range(3), range(1, 17)):
                             if (sp and tp == 1) or global_batch % mb:
@@ -88,7 +90,9 @@ def test_every_row_is_a_layout_of_the_problem(gpus, batch, seq):
     assert (batch % lay.micro_batch == 0).all() and (lay.micro_batch <= MICRO_BATCH_CAP).all()
     assert (~lay.sequence_parallel | (lay.tp > 1)).all()
     v = lay.interleave
-    assert ((v == 1) | ((lay.pp > 1) & (LLAMA_1B.num_layers % (lay.pp * v) == 0))).all()
+    layers = LLAMA_1B.num_layers
+    equal = (layers % (lay.pp * v) == 0) | ((lay.pp > 2) & ((layers + 2) % (lay.pp * v) == 0))
+    assert ((v == 1) | ((lay.pp > 1) & equal)).all()
     if seq < CP_MIN_SEQ_LEN:
         assert (lay.cp == 1).all()
     assert (lay.cp <= CP_CAP).all() and ((lay.cp == 1) | (seq % (2 * lay.cp) == 0)).all()
