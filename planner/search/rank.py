@@ -49,7 +49,7 @@ def step_bucket(step_seconds: np.ndarray, index: np.ndarray) -> np.ndarray:
     if index.size == 0:
         return np.zeros(step.shape, dtype=np.int64)
     fastest = float(step[index].min())
-    return np.floor(np.log(step / fastest) / np.log1p(RANK_RESOLUTION) + 1e-9).astype(np.int64)
+    return np.asarray(np.floor(np.log(step / fastest) / np.log1p(RANK_RESOLUTION) + 1e-9), dtype=np.int64)
 
 
 def objective_keys(results: TrainingArrays, objective: str, layouts: LayoutArrays | None = None,
