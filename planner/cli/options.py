@@ -110,8 +110,9 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
                      help="Compute precision of the matrix multiplies."),
-        click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True,
-                     help="Gradient precision (fp32 = Megatron's main grads)."),
+        click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
+                     help="Gradient precision (fp32 = Megatron's main grads)  [default: the engine's: fp32 for "
+                     "megatron, nemo, torchtitan and fsdp, bf16 for deepspeed]"),
         click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True,
                      help="Optimizer (sets the optimizer-state bytes per parameter)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,

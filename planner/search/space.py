@@ -102,7 +102,7 @@ class Problem:
     global_batch: int
     seq_len: int
     dtype: str = "bf16"
-    grad_dtype: str = "bf16"
+    grad_dtype: str | None = None  # None: the engine's (EngineProfile.optimizer.default_grad_dtype)
     flash_attention: bool = True
     optimizer: str = "adam"
     overlap_grad_reduce: bool = True
@@ -116,7 +116,9 @@ class Problem:
     moe_ep_overlap: bool | None = None  # likewise
 
     def __post_init__(self) -> None:
-        engine_profile(self.engine)  # a PlannerError naming the engines there are
+        profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
+        if self.grad_dtype is None:
+            object.__setattr__(self, "grad_dtype", profile.optimizer.default_grad_dtype)
         for name in ("gpus", "global_batch", "seq_len"):
             if getattr(self, name) < 1:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be positive")
@@ -414,7 +416,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         gpipe=const(problem.schedule == "gpipe", bool),
         dualpipe=const(problem.schedule == "dualpipe", bool),
         flash_attention=const(problem.flash_attention, bool),
-        grad_bytes=const(GRAD_BYTES[problem.grad_dtype], np.int64),
+        grad_bytes=const(GRAD_BYTES[str(problem.grad_dtype)], np.int64),
         optimizer_bytes=const(optimizer_state_bytes(problem.optimizer, problem.optimizer_state_dtype,
                                                          problem.master_weights_dtype), np.int64),
         fp8=const(problem.dtype == "fp8", bool),

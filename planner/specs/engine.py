@@ -137,6 +137,9 @@ class OptimizerSection(_Sourced):
     bf16_master_weights: bool = Field(
         description="The 16-bit weights can be the master copy, no fp32 one (Layout.master_weights_dtype bf16)."
     )
+    default_grad_dtype: Literal["bf16", "fp16", "fp32"] = Field(
+        description="The gradient precision it keeps when the layout does not say (estimate, search, check)."
+    )
 
 
 class OffloadSection(_Sourced):
@@ -324,8 +327,11 @@ _MEGATRON = EngineProfile(
     optimizer=OptimizerSection(
         implementation="Megatron distributed optimizer (fp32 main params, Adam states sharded over DP)",
         fused_step=True, state_bytes_per_param={"adam": 12, "sgd": 8}, step_traffic_factor=1.0,
-        bf16_moments=True, bf16_master_weights=False,
+        bf16_moments=True, bf16_master_weights=False, default_grad_dtype="fp32",
         sources={
+            "default_grad_dtype": "Megatron-LM megatron/training/arguments.py: 'bfloat16 requires gradient "
+            "accumulation and all-reduce to be done in fp32' - --bf16 turns on accumulate_allreduce_grads_in_fp32 "
+            "(fp32 main grads) unless --grad-reduce-in-bf16 is given; NeMo's Megatron recipes keep fp32 main grads",
             "bf16_moments": _MEGATRON_PRECISION_AWARE,
             "bf16_master_weights": _MEGATRON_MAIN_PARAMS,
             "implementation": "megatron/core/optimizer/distrib_optimizer.py",
@@ -489,8 +495,11 @@ _TORCHTITAN = _derive(
     },
     optimizer={
         "implementation": "torch.optim.AdamW (foreach) on FSDP2 fp32 sharded parameters",
-        "fused_step": False, "step_traffic_factor": 1.0,
+        "fused_step": False, "step_traffic_factor": 1.0, "default_grad_dtype": "fp32",
         "sources": {
+            "default_grad_dtype": "FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the sharded "
+            "parameters stay fp32 and their gradients are reduce-scattered into fp32 shards (torchtitan "
+            "[training] mixed_precision_param / mixed_precision_reduce)",
             "implementation": "torchtitan [optimizer] name AdamW, implementation 'foreach'",
             "fused_step": "foreach: horizontally fused per tensor group, not one kernel",
             "step_traffic_factor": "foreach kernels stream the states once: 1.0 (an assumption)",
@@ -560,8 +569,10 @@ _FSDP = _derive(
         "sources": {"cuda_graphs": "the Trainer's FSDP path runs eager PyTorch modules; no CUDA-graph capture"},
     },
     optimizer={
-        "bf16_moments": False, "bf16_master_weights": False,
+        "bf16_moments": False, "bf16_master_weights": False, "default_grad_dtype": "fp32",
         "sources": {
+            "default_grad_dtype": "the Trainer's mixed precision keeps fp32 parameters (FSDP's flat parameters "
+            "with MixedPrecision param_dtype bf16 only for compute), so the sharded gradients are fp32",
             "bf16_moments": "the Trainer's mixed precision (--bf16) keeps fp32 weights and optimizer states; pure bf16 "
             "comes from loading the model in bf16 (torch_dtype), which the Trainer command planner reads does not say",
             "bf16_master_weights": "as bf16_moments: fp32 master weights under the Trainer's mixed precision",
@@ -659,8 +670,11 @@ _DEEPSPEED = _derive(
     },
     optimizer={
         "implementation": "DeepSpeed FusedAdam under ZeRO (fp32 master + Adam states), BF16_Optimizer with bf16",
-        "fused_step": True, "step_traffic_factor": 1.0,
+        "fused_step": True, "step_traffic_factor": 1.0, "default_grad_dtype": "bf16",
         "sources": {
+            "default_grad_dtype": "gradients in the model's 16-bit dtype unless the JSON's data_types."
+            "grad_accum_dtype says fp32 (the DeepSpeed reader sets it from the file); planner's default before "
+            "engines had one",
             "implementation": "deepspeed/runtime/zero/stage_1_and_2.py, stage3.py, deepspeed/runtime/bf16_optimizer.py",
             "fused_step": "deepspeed/ops/adam/fused_adam.py multi-tensor apply",
             "step_traffic_factor": "one fused pass: 1.0",

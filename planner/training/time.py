@@ -284,8 +284,15 @@ def layer_time(
     # reduce-scatter replace each all-reduce at the same total volume: Korthikanti et al. 2022, Sec. 4.2.2).
     one_pass = 2 * all_reduce_seconds(act_bytes, lay.tp, tp_link)
     passes = 2.0 + (lay.recompute == RecomputeCode.FULL)
-    exposed = np.where(lay.overlap_tp_comm, TP_OVERLAP_EXPOSED_FRACTION, 1.0)
-    tp_comm = passes * one_pass * exposed
+    traffic = passes * one_pass
+    # --tp-comm-overlap splits each collective into chunks that run beside the GEMM next to it (Transformer
+    # Engine userbuffers; torch async TP): it needs sequence parallelism (Megatron-Core asserts it) and a TP
+    # group inside one NVLink domain (userbuffers map the peers' memory over NVLink), leaves
+    # TP_OVERLAP_EXPOSED_FRACTION exposed, and cannot hide more than the GEMMs it runs beside take (the
+    # layer's forward GEMMs, twice that in backward, again under full recompute).
+    overlapped = lay.overlap_tp_comm & lay.sequence_parallel & (lay.tp <= hw.node.gpus_per_node)
+    window = gemm * (3.0 + (lay.recompute == RecomputeCode.FULL))
+    tp_comm = np.where(overlapped, np.maximum(TP_OVERLAP_EXPOSED_FRACTION * traffic, traffic - window), traffic)
 
     # Ring attention (Liu et al. 2023; Megatron-LM context parallelism's default point-to-point ring):
     # the forward passes each rank's K/V chunk around the ring in cp - 1 sequential steps, every step as

@@ -340,8 +340,9 @@ def test_json_carries_the_parameter_count(run_cli):
 
 
 def test_70b_with_adam_on_8_gpus_is_told_the_fewest_gpus_that_fit(run_cli, tmp_path):
-    """70B with Adam needs about 16 bytes a parameter of model state (1.1 TB): no layout of 8 x 80 GB holds it,
-    so check names the fewest H100s on which some layout fits, with that layout, re-estimated."""
+    """70B with Adam and bf16 gradients needs about 16 bytes a parameter of model state (1.1 TB): no layout of
+    8 x 80 GB holds it, so check names the fewest H100s on which some layout fits, with that layout, re-estimated.
+    (The job says bf16: Megatron's own default is fp32 main grads, 18 bytes a parameter.)"""
     from planner.engines.load import load_hardware, load_model
     from planner.search.engine import run_search
     from planner.search.space import Problem
@@ -350,7 +351,7 @@ def test_70b_with_adam_on_8_gpus_is_told_the_fewest_gpus_that_fit(run_cli, tmp_p
 
     job = tmp_path / "j.yaml"
     job.write_text("model: llama-3.1-70b\nhardware: h100-sxm\ngpus: 8\nparallel: {tp: 8, zero: 1, recompute: full}\n"
-                   "training: {global_batch: 64, seq_len: 4096}\n")
+                   "training: {global_batch: 64, seq_len: 4096, grad_dtype: bf16}\n")
     result = run_cli("check", job, "--format", "json")
     assert result.exit_code == 1
     fixes = json.loads(result.stdout)[0]["suggestions"]

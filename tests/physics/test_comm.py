@@ -166,10 +166,34 @@ def test_tp_comm_repeats_for_the_recomputed_forward_and_hides_with_overlap():
     hw = HW
     full = layer_time(tiny(), hw, Layout(tp=2, global_batch=1, seq_len=32, recompute="full").to_arrays(), moe_layer=False)
     assert float(full.tp_comm[0]) == pytest.approx(1.812288e-5)
-    over = layer_time(tiny(), hw, Layout(tp=2, global_batch=1, seq_len=32, overlap_tp_comm=True).to_arrays(),
-                      moe_layer=False)
+    # (With sequence parallelism, which the overlap needs: the same volume as all-gathers and reduce-scatters.)
+    over = layer_time(tiny(), hw, Layout(tp=2, global_batch=1, seq_len=32, overlap_tp_comm=True,
+                                         sequence_parallel=True).to_arrays(), moe_layer=False)
     assert TP_OVERLAP_EXPOSED_FRACTION == 0.1
     assert float(over.tp_comm[0]) == pytest.approx(1.208192e-6)
+
+
+def test_tp_overlap_needs_sp_an_nvlink_group_and_gemms_to_hide_behind():
+    plain = float(layer_time(tiny(), HW, Layout(tp=2, global_batch=1, seq_len=32).to_arrays(), moe_layer=False).tp_comm[0])
+    # Megatron-Core asserts --tp-comm-overlap needs --sequence-parallel: without it nothing is hidden
+    no_sp = layer_time(tiny(), HW, Layout(tp=2, global_batch=1, seq_len=32, overlap_tp_comm=True).to_arrays(),
+                       moe_layer=False)
+    assert float(no_sp.tp_comm[0]) == pytest.approx(plain)
+    # a TP group wider than the node's NVLink domain: userbuffers cannot map the peers, nothing is hidden
+    narrow = HW.model_copy(update={"node": HW.node.model_copy(update={"gpus_per_node": 1})})
+    lay = Layout(tp=2, global_batch=1, seq_len=32, overlap_tp_comm=True, sequence_parallel=True).to_arrays()
+    wide = layer_time(tiny(), narrow, lay, moe_layer=False)
+    flat = layer_time(tiny(), narrow, Layout(tp=2, global_batch=1, seq_len=32, sequence_parallel=True).to_arrays(),
+                      moe_layer=False)
+    assert float(wide.tp_comm[0]) == pytest.approx(float(flat.tp_comm[0]))
+    # traffic longer than the GEMMs it runs beside: what they cannot cover stays exposed
+    slow = HW.model_copy(update={"node": HW.node.model_copy(update={"bandwidth_bytes_per_s": 1e6})})
+    covered = layer_time(tiny(), slow, lay, moe_layer=False)
+    bare = layer_time(tiny(), slow, Layout(tp=2, global_batch=1, seq_len=32, sequence_parallel=True).to_arrays(),
+                      moe_layer=False)
+    traffic = float(bare.tp_comm[0])
+    assert float(covered.tp_comm[0]) < traffic
+    assert float(covered.tp_comm[0]) > TP_OVERLAP_EXPOSED_FRACTION * traffic
 
 
 def test_no_tp_no_tp_comm():

@@ -148,3 +148,20 @@ def test_resolve_layout_ignores_none_fields():
     # None means "not given": defaults apply (cp 1), and dp is derived.
     layout = resolve_layout(model(), 8, tp=2, cp=None, dp=None, global_batch=8, seq_len=1024)
     assert (layout.cp, layout.dp) == (1, 4)
+
+
+def test_a_gradient_dtype_not_given_is_the_engines() -> None:
+    """Megatron-LM turns on fp32 main grads with --bf16 (arguments.py); DeepSpeed keeps the model dtype unless
+    data_types.grad_accum_dtype says otherwise; a dtype given always wins; the search's Problem follows the same."""
+    from planner.engines.load import load_model
+    from planner.search.space import Problem
+    from planner.training.rules import resolve_layout
+
+    model = load_model("llama-3.1-8b").spec
+    common = {"global_batch": 8, "seq_len": 2048}
+    assert resolve_layout(model, 8, **common).grad_dtype == "fp32"
+    assert resolve_layout(model, 8, engine="deepspeed", **common).grad_dtype == "bf16"
+    assert resolve_layout(model, 8, grad_dtype="bf16", **common).grad_dtype == "bf16"
+    assert Problem(gpus=8, global_batch=8, seq_len=2048).grad_dtype == "fp32"
+    assert Problem(gpus=8, global_batch=8, seq_len=2048, engine="deepspeed").grad_dtype == "bf16"
+    assert Problem(gpus=8, global_batch=8, seq_len=2048, grad_dtype="bf16").grad_dtype == "bf16"
