@@ -84,7 +84,7 @@ def estimate_command(model_ref: str, hardware_ref: str, profile_path: Path | Non
     model = load_model(model_ref)
     hardware, overlay = with_profile(load_hardware(hardware_ref), profile_path)
     fields["flash_attention"] = fields.pop("flash_attention")
-    fields["overlap_tp_comm"] = fields.pop("tp_comm_overlap")
+    fields["overlap_tp_comm"] = bool(fields.pop("tp_comm_overlap"))  # off unless asked, as Megatron-LM's default
     fields["compile"] = fields.pop("compile_")
     modules = fields.pop("recompute_modules")
     if modules is not None:

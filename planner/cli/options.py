@@ -119,8 +119,10 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Fused attention (no s x s score matrix stored)."),
         click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True, show_default=True,
                      help="Data-parallel gradient reduction overlaps the backward pass."),
-        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=False, show_default=True,
-                     help="Tensor-parallel collectives overlap the GEMMs (Megatron --tp-comm-overlap)."),
+        click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,
+                     help="Tensor-parallel collectives overlap the GEMMs (Megatron --tp-comm-overlap, torch async "
+                     "TP; needs sequence parallelism)  [default: estimate off, as the engines; search on where the "
+                     "engine has it]"),
         engine_option(),
         click.option("--compile/--no-compile", "compile_", default=False, show_default=True,
                      help="torch.compile on (torch engines: torchtitan, fsdp, deepspeed): element-wise kernels fused."),

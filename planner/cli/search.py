@@ -182,7 +182,7 @@ def _filter_options(f: Any) -> Any:
               "Exit 2 when no layout fits or FORMAT cannot run the layout.")
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
                grad_dtype: str, optimizer: str, flash_attention: bool, overlap_grad_reduce: bool,
-               tp_comm_overlap: bool, engine: str, compile_: bool, moe_dispatcher: str | None,
+               tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
                moe_ep_overlap: bool | None, optimizer_state_dtype: str, master_weights_dtype: str, schedule: str,
                headroom: float,
                objective: str, tokens: float | None, price: float | None,

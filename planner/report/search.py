@@ -197,6 +197,9 @@ def summary_lines(view: SearchView) -> list[str]:
     ]
     if r.rejected:
         lines.append("Rejected: " + ", ".join(f"{code} {n:,}" for code, n in r.rejected.items()))
+    if r.problem.overlap_tp_comm:
+        lines.append(f"TP: layouts with SP overlap TP collectives with the GEMMs ({r.problem.engine}'s TP comm "
+                     "overlap, Megatron --tp-comm-overlap); --no-tp-comm-overlap to search without.")
     if r.model.moe is not None:
         lines.append(f"MoE: every layout assumes the {moe_assumption(view)} (engine {r.problem.engine}; "
                      "change with --moe-dispatcher, --moe-ep-overlap).")

@@ -106,7 +106,7 @@ class Problem:
     flash_attention: bool = True
     optimizer: str = "adam"
     overlap_grad_reduce: bool = True
-    overlap_tp_comm: bool = False
+    overlap_tp_comm: bool | None = None  # None: the engine's overlap where it has one (schedules.tp_comm_overlap)
     engine: str = DEFAULT_ENGINE
     compile: bool = False
     optimizer_state_dtype: str = "fp32"  # Adam's moments (Layout.optimizer_state_dtype)
@@ -119,6 +119,8 @@ class Problem:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
         if self.grad_dtype is None:
             object.__setattr__(self, "grad_dtype", profile.optimizer.default_grad_dtype)
+        if self.overlap_tp_comm is None:
+            object.__setattr__(self, "overlap_tp_comm", profile.schedules.tp_comm_overlap)
         for name in ("gpus", "global_batch", "seq_len"):
             if getattr(self, name) < 1:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be positive")
@@ -421,7 +423,8 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
                                                          problem.master_weights_dtype), np.int64),
         fp8=const(problem.dtype == "fp8", bool),
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
-        overlap_tp_comm=const(problem.overlap_tp_comm, bool),
+        # the TP overlap where it runs: with sequence parallelism (which the default space offers with tp > 1 only)
+        overlap_tp_comm=np.asarray(cols["sequence_parallel"] & bool(problem.overlap_tp_comm)),
         fp8_params=const(False, bool),
         compile=const(problem.compile, bool),
         offload_optimizer=const(False, bool),

@@ -115,6 +115,10 @@ class ScheduleSection(_Sourced):
     expert_parallel: bool
     pipeline: bool
     interleaved: bool = Field(description="Interleaved (virtual-stage) 1F1B.")
+    tp_comm_overlap: bool = Field(
+        description="Tensor-parallel collectives overlapped with the GEMMs beside them (Layout.overlap_tp_comm); "
+        "the search assumes it where the engine has it."
+    )
     gpipe: bool
     zero_stages: tuple[int, ...] = Field(description="ZeRO stages it implements.")
     max_zero_with_pp: int = Field(ge=0, le=3, description="Highest ZeRO stage it runs together with pp > 1.")
@@ -308,9 +312,13 @@ _MEGATRON = EngineProfile(
     ),
     schedules=ScheduleSection(
         tensor_parallel=True, sequence_parallel=True, context_parallel=True, expert_parallel=True, pipeline=True,
-        interleaved=True, gpipe=True, zero_stages=(0, 1, 2, 3), max_zero_with_pp=3,
+        interleaved=True, tp_comm_overlap=True, gpipe=True, zero_stages=(0, 1, 2, 3), max_zero_with_pp=3,
         recompute=("none", "selective", "full", "modules"), block_recompute=True,
         sources={
+            "tp_comm_overlap": "--tp-comm-overlap: Transformer Engine userbuffers split the SP all-gathers and "
+            "reduce-scatters into chunks run beside the GEMMs (Megatron-Core model_parallel_config.py "
+            "tp_comm_overlap; needs --sequence-parallel); the NeMo and Megatron-Bridge recipes of large dense models "
+            "turn it on",
             "tensor_parallel": "Shoeybi et al. 2019; --tensor-model-parallel-size",
             "sequence_parallel": "Korthikanti et al. 2022; --sequence-parallel",
             "context_parallel": "Megatron-Core --context-parallel-size",
@@ -481,8 +489,11 @@ _TORCHTITAN = _derive(
     },
     schedules={
         "gpipe": True, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 3, "block_recompute": True,
-        "recompute": ("none", "op", "full"),
+        "recompute": ("none", "op", "full"), "tp_comm_overlap": True,
         "sources": {
+            "tp_comm_overlap": "torchtitan [parallelism] enable_async_tensor_parallel: torch's async TP "
+            "(torch._inductor micro-pipeline TP) overlaps the SP collectives with the matmuls; needs torch.compile "
+            "(the reference row tt24_t4_70b_2d_asynctp runs it)",
             "gpipe": "torch.distributed.pipelining ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B",
             "zero_stages": "FSDP2 (3); DDP (0); with PP FSDP does not reshard (1-like)",
             "max_zero_with_pp": "torchtitan composes PP with FSDP",
@@ -552,8 +563,9 @@ _FSDP = _derive(
     schedules={
         "tensor_parallel": False, "sequence_parallel": False, "context_parallel": False, "expert_parallel": False,
         "pipeline": False, "interleaved": False, "gpipe": False, "max_zero_with_pp": 0,
-        "recompute": ("none", "full"),
+        "recompute": ("none", "full"), "tp_comm_overlap": False,
         "sources": {
+            "tp_comm_overlap": "no tensor parallelism in the Trainer FSDP path",
             "tensor_parallel": "accelerate FSDP plugin shards only (no DTensor TP in the Trainer path)",
             "sequence_parallel": "not available without TP",
             "context_parallel": "not available in the Trainer FSDP path",
@@ -651,8 +663,10 @@ _DEEPSPEED = _derive(
     schedules={
         "tensor_parallel": True, "sequence_parallel": True, "context_parallel": True, "expert_parallel": True,
         "pipeline": True, "interleaved": False, "gpipe": False, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1,
-        "recompute": ("none", "selective", "full"), "block_recompute": False,
+        "recompute": ("none", "selective", "full"), "block_recompute": False, "tp_comm_overlap": False,
         "sources": {
+            "tp_comm_overlap": "Megatron-DeepSpeed's tensor parallelism predates Transformer Engine's userbuffers; "
+            "DeepSpeed AutoTP issues plain all-reduces",
             "tensor_parallel": "Megatron-DeepSpeed mpu / AutoTP (the DeepSpeed JSON carries no TP; the launcher does)",
             "sequence_parallel": "Megatron-DeepSpeed --sequence-parallel (Megatron-style SP comes with its model code)",
             "context_parallel": "DeepSpeed-Ulysses (sequence_parallel_size), read as context parallelism: the same "

@@ -459,6 +459,23 @@ def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     return np.where(lay.zero >= Zero.PARAMETERS, zero3, np.where(lay.zero == Zero.GRADIENTS, zero2, 0.0))
 
 
+# Transformer Engine's userbuffers for --tp-comm-overlap: one communicator per overlapped GEMM of a layer kind
+# (qkv, proj, fc1, fc2, each fprop, dgrad and wgrad: 12), each with a buffer of the gathered activation,
+# [s x b / cp, h] (Megatron-LM passes that shape to initialize_ub); the 8 all-gather ones hold fp8 under an fp8
+# recipe (NVIDIA/TransformerEngine transformer_engine/pytorch/module/base.py @ d0067d0, initialize_ub:
+# layers_all_gather_overlap, layers_reduce_scatter_overlap, CommOverlap / CommOverlapP2P(shape, buffer_dtype)).
+USERBUFFER_ALL_GATHER_BUFFERS = 8
+USERBUFFER_REDUCE_SCATTER_BUFFERS = 4
+
+
+def userbuffer_bytes(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """The communication buffers --tp-comm-overlap allocates once per rank (needs SP and tp > 1)."""
+    per_buffer = tokens_per_microbatch(lay) * model.hidden_size
+    gather = np.where(lay.fp8, FP8_ACTIVATION_BYTES, ACTIVATION_BYTES)
+    total = per_buffer * (USERBUFFER_ALL_GATHER_BUFFERS * gather + USERBUFFER_REDUCE_SCATTER_BUFFERS * ACTIVATION_BYTES)
+    return np.asarray(np.where(lay.overlap_tp_comm & lay.sequence_parallel & (lay.tp > 1), total, 0.0))
+
+
 def reserve_bytes(lay: LayoutArrays, churn_bytes: np.ndarray) -> np.ndarray:
     """CUDA context, NCCL communicators (one per parallel dimension in use), allocator fragmentation
     (a share of the activations, which are allocated and freed every micro-batch)."""
@@ -481,7 +498,7 @@ def stage_memory(
     loss_bytes = engine.kernels.loss_bytes_per_logit if engine is not None else LOSS_PEAK_BYTES_PER_LOGIT
     held, working = stage_activation_bytes(model, lay, stage, sp, loss_bytes)
     host_activations = offloaded_activation_bytes(model, lay, stage, sp)
-    buffers = buffer_bytes(lay, sp) + working
+    buffers = buffer_bytes(lay, sp) + working + userbuffer_bytes(model, lay)
     reserve = reserve_bytes(lay, held + working)
     return StageMemory(
         weights_bytes=weights,

@@ -196,8 +196,9 @@ def test_top_candidate_equals_planner_estimate(run_cli, options):
     for key in ("tp", "pp", "cp", "dp", "ep", "zero", "micro_batch", "interleave"):
         args += [f"--{key.replace('_', '-')}", str(cfg[key])]
     args += ["--recompute", cfg["recompute"],
-             "--sequence-parallel" if cfg["sequence_parallel"] else "--no-sequence-parallel"]
-    layout_filters = {"--tp", "--zero"}
+             "--sequence-parallel" if cfg["sequence_parallel"] else "--no-sequence-parallel",
+             "--tp-comm-overlap" if cfg["overlap_tp_comm"] else "--no-tp-comm-overlap"]
+    layout_filters = {"--tp", "--zero", "--tp-comm-overlap"}
     args += [o for n, o in enumerate(options) if o not in layout_filters and options[n - 1] not in layout_filters]
     est = as_json(run_cli(*args))
     cand = doc["candidates"][0]

@@ -260,7 +260,7 @@ def test_search_takes_estimates_layout_independent_options(name):
     [
         ("--optimizer", "sgd"),
         ("--no-overlap-grad-reduce", "--zero", "0,1"),  # ZeRO 3 is modelled as always overlapped
-        ("--tp-comm-overlap", "--tp", "2,4"),
+        ("--no-tp-comm-overlap", "--tp", "2,4"),  # the search overlaps TP where the engine can
         ("--grad-dtype", "fp32", "--no-flash-attention", "--dtype", "fp8"),
         ("--grad-dtype", "fp16", "--dtype", "fp16"),
     ],
@@ -282,7 +282,7 @@ def test_options_reach_the_grid(run_cli, extra):
         if flag in extra:
             assert cfg[key] == extra[extra.index(flag) + 1] == doc["problem"][key]
     assert cfg["overlap_grad_reduce"] is ("--no-overlap-grad-reduce" not in extra)
-    assert cfg["overlap_tp_comm"] is ("--tp-comm-overlap" in extra)
+    assert cfg["overlap_tp_comm"] is (cfg["sequence_parallel"] and "--no-tp-comm-overlap" not in extra)
     assert cfg["flash_attention"] is ("--no-flash-attention" not in extra)
 
 

@@ -386,3 +386,20 @@ def test_fp8_keeps_gemm_inputs_in_one_byte():
     fp8 = layer_activation_bytes_per_token(tiny(), lay(dtype="fp8"), moe_layer=False).stored
     assert (bf16 - fp8).tolist() == [448]
 
+
+
+def test_tp_comm_overlap_allocates_transformer_engines_userbuffers():
+    """TE's initialize_ub: 12 buffers of the gathered activation [s b / cp, h], the 8 all-gather ones in fp8 under an
+    fp8 recipe. Llama 3.1 8B (h 4096), s 8192, b 1, cp 2: 4096 x 4096 x (8 x 2 + 4 x 2) bytes = 402,653,184 in bf16,
+    4096 x 4096 x (8 x 1 + 4 x 2) = 268,435,456 in fp8; nothing without SP or without the overlap."""
+    from planner.engines.load import load_model
+    from planner.specs.layout import Layout
+    from planner.training.memory import userbuffer_bytes
+
+    model = load_model("llama-3.1-8b").spec
+    base = {"tp": 2, "cp": 2, "global_batch": 1, "seq_len": 8192, "sequence_parallel": True}
+    assert float(userbuffer_bytes(model, Layout(overlap_tp_comm=True, **base).to_arrays())[0]) == 402_653_184
+    assert float(userbuffer_bytes(model, Layout(overlap_tp_comm=True, dtype="fp8", **base).to_arrays())[0]) == 268_435_456
+    assert float(userbuffer_bytes(model, Layout(**base).to_arrays())[0]) == 0.0
+    no_sp = {**base, "sequence_parallel": False}
+    assert float(userbuffer_bytes(model, Layout(overlap_tp_comm=True, **no_sp).to_arrays())[0]) == 0.0
