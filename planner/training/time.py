@@ -94,6 +94,19 @@ LOGIT_TRAFFIC_BYTES = 18.0
 # GEMMs; this is the share that stays exposed. Fitted by benchmarks/calibrate_training.py (grid 0-1) on the
 # runs with the overlap on (the Megatron-LM 2024 H100 table and the NeMo 24.07 rows that set it).
 TP_OVERLAP_EXPOSED_FRACTION = 0.1
+# Transformer Engine's userbuffer overlap runs the reduce-scatter after the row-parallel forward GEMMs
+# (proj_fprop, fc2_fprop) as a 'pipeline' overlap: the GEMM is split in chunks and launched with an SM margin
+# that the communication kernels take. TE's default gives them 16 SMs with set_sm_margin
+# (transformer_engine/pytorch/module/base.py @ d0067d0, initialize_ub default config), and the tuned configs
+# of the NeMo / Megatron-Bridge recipes keep the margin (NVIDIA-NeMo/Megatron-Bridge
+# src/megatron/bridge/training/comm_overlap.py, userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192:
+# proj_fprop 24 SMs, fc2_fprop 8; the h8192 tp4 configs 24 and 16). The all-gathers run as ring exchanges on
+# one SM, and the tuned configs launch the bulk dgrad/wgrad overlaps without a margin: those GEMMs keep the
+# chip. 16 of the H100's 132 SMs, taken for every chip.
+TP_OVERLAP_SM_SHARE = 16.0 / 132.0
+# The row-parallel GEMMs of a layer (names as physics/shapes.py gives them): the attention output projection
+# and the MLP's down projection (fc2), dense and shared experts.
+ROW_PARALLEL_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
 # Bytes per element each extra ring step of context parallelism moves to merge its partial result: read
 # the step's bf16 partial output (2) and read and write the fp32 running output (4 + 4), rescaled by the
 # log-sum-exps; in the backward the same for the dQ, dK and dV accumulators (Transformer Engine's
@@ -237,6 +250,7 @@ def layer_time(
     gemm = np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(peak_gemm)))
     fp8_weights = np.zeros_like(gemm)
     shared_gemm = np.zeros_like(gemm)  # the shared experts' forward GEMMs (shared-expert overlap hides behind them)
+    row_gemm = np.zeros_like(gemm)  # forward seconds of the row-parallel GEMMs (TP_OVERLAP_SM_SHARE)
     for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
         if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
             gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
@@ -248,6 +262,8 @@ def layer_time(
             gemm = gemm + seconds
             if g.name.startswith(SHARED_EXPERT_PREFIX):
                 shared_gemm = shared_gemm + seconds
+            if g.name in ROW_PARALLEL_GEMMS:
+                row_gemm = row_gemm + seconds
             fp8_weights = fp8_weights + elements
     cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer)
     weight_cast = memory_seconds(hw, fp8_weights * FP8_WEIGHT_CAST_BYTES_PER_ELEMENT) / lay.num_micro_batches
@@ -273,6 +289,11 @@ def layer_time(
     backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + cast_bwd + (
         bookkeeping * BACKWARD_LAUNCH_RATIO / (1 + BACKWARD_LAUNCH_RATIO)
     )
+    # Under --tp-comm-overlap the row-parallel forward GEMMs run beside their pipelined reduce-scatter on
+    # 1 - TP_OVERLAP_SM_SHARE of the chip.
+    overlapped_tp = lay.overlap_tp_comm & lay.sequence_parallel & (lay.tp > 1) & (lay.tp <= hw.node.gpus_per_node)
+    margin = np.where(overlapped_tp, 1.0 / (1.0 - TP_OVERLAP_SM_SHARE) - 1.0, 0.0)
+    forward = forward + margin * row_gemm
     recompute = np.where(
         lay.recompute == RecomputeCode.FULL, forward, np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention, unfused_fwd, 0.0)
     )
