@@ -21,7 +21,9 @@ weight gradients, each element-wise kernel's backward), counted from Megatron-Co
 - MoE dispatch (preprocess, permute, the two all-to-alls, unpermute, their bookkeeping): DISPATCH_LAUNCHES;
 - routed experts: Transformer Engine's GroupedLinear issues one cuBLASLt GEMM per local expert for each of
   fc1 and fc2 (TE common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm, NVIDIA/TransformerEngine @ d0067d0):
-  EXPERT_LAUNCHES_PER_LOCAL_EXPERT, plus the activation; shared experts as a dense MLP.
+  EXPERT_LAUNCHES_PER_LOCAL_EXPERT, plus the activation; shared experts as a dense MLP. Biased experts (gpt-oss)
+  add fc2's bias one local expert at a time (Megatron-Core core_v0.15.0 TEGroupedMLP._apply_bias):
+  EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT each, plus the concatenation.
 These are counts of a structure, not fitted.
 """
 
@@ -29,13 +31,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import CUDA_GRAPH_BITS, LayoutArrays
 from planner.specs.model import ModelSpec
 
-HOST_SECONDS_PER_LAUNCH = 10e-6
-"""CPU time to issue one kernel from an eager PyTorch step (Python, dispatcher, cudaLaunchKernel): the middle
-of the 5-20 us Holistic Trace Analysis gives. Not fitted: on the published runs the host bound never binds at
-any value in that range (the MoE rows' GPU time per layer is 3-25 ms against 1-5 ms of launches)."""
+HOST_SECONDS_PER_LAUNCH = 13.5e-6
+"""CPU time to issue one op and its kernel from an eager PyTorch step (Python, dispatcher, cudaLaunchKernel) on
+an x86 DGX host: a torch Linear forward (one GEMM) costs 13.48 us of CPU on a DGX H100 (Intel Xeon Platinum
+8480C), against 37.08 us on a GB200's Grace CPU and 33.17 us on a GH200's (NVIDIA/TransformerEngine issue
+#2053, 'High CPU overhead on Grace systems', bf16, hidden 2,048, 8,192 tokens; Transformer Engine's Linear
+costs 99.66 us there); inside the 5-20 us per launch that Holistic Trace Analysis gives. Profiles whose host
+differs carry their own (efficiency.host_launch: the Grace systems). Not fitted."""
+
+
+def host_launch_seconds(hw: HardwareProfile) -> float:
+    """The profile's CPU time per eager op (efficiency.host_launch), HOST_SECONDS_PER_LAUNCH without one."""
+    launch = hw.efficiency.host_launch
+    return float(launch.seconds) if launch is not None else HOST_SECONDS_PER_LAUNCH
+
 
 SMALL_KERNEL_SECONDS = 1.2e-6
 """GPU time of a kernel whose work is negligible (an index computation, a tiny reduction): the launch latency
@@ -50,13 +63,16 @@ ROUTER_LAUNCHES = 72
 DISPATCH_LAUNCHES = 24
 PREPROCESS_LAUNCHES = 8  # of DISPATCH_LAUNCHES: the token-count preprocessing CUDA graphs can capture
 EXPERT_LAUNCHES_PER_LOCAL_EXPERT = 2
+EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT = 2  # b x p and the add (TEGroupedMLP._apply_bias), forward
 
 
 def _graphed(lay: LayoutArrays, scope: str) -> np.ndarray:
     return np.asarray((lay.cuda_graphs & (CUDA_GRAPH_BITS[scope] | CUDA_GRAPH_BITS["full"])) != 0)
 
 
-def layer_host_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, passes: np.ndarray) -> np.ndarray:
+def layer_host_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, passes: np.ndarray
+) -> np.ndarray:
     """Host time to issue one layer's kernels for one micro-batch (forward, backward, and the forward again for
     each extra pass in `passes` - 1 with full recompute), less what CUDA graphs capture."""
     attention = ATTENTION_LAUNCHES + (MLA_EXTRA_LAUNCHES if model.mla is not None else 0)
@@ -65,6 +81,8 @@ def layer_host_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, 
         moe = model.moe
         local = moe.num_experts / lay.ep
         experts = EXPERT_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
+        if model.mlp_bias:  # fc2's bias, one local expert at a time, then the concatenation (physics.moe)
+            experts = experts + EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
         shared = MLP_LAUNCHES if moe.num_shared_experts else 0
         router = np.where(_graphed(lay, "moe_router"), 0.0, ROUTER_LAUNCHES + shared)
         preprocess = np.where(_graphed(lay, "moe_preprocess"), 0.0, float(PREPROCESS_LAUNCHES))
@@ -73,7 +91,7 @@ def layer_host_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, 
     else:
         ffn = np.where(_graphed(lay, "mlp"), 0.0, float(MLP_LAUNCHES))
     forward = attn + ffn
-    return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * forward * HOST_SECONDS_PER_LAUNCH)
+    return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * forward * host_launch_seconds(hw))
 
 
 def bookkeeping_seconds(model: ModelSpec, *, moe_layer: bool) -> float:

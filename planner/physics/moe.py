@@ -150,3 +150,50 @@ def dispatch_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -
     etp_link = group_link(hw, lay.etp, 1)
     etp_part = np.where((lay.etp > 1) & ~allgather, all_gather_seconds(lay.etp * copies_bytes, lay.etp, etp_link), 0.0)
     return np.asarray(ep_part + etp_part)
+
+
+REGROUP_PASSES = 2
+"""Read-and-write passes over the received copies that Megatron-Core's all-to-all dispatcher makes to regroup
+them by local expert, each way: the all-to-all delivers a rank's tokens ordered by source rank, so with more
+than one local expert dispatch_postprocess sorts them by expert (sort_chunks_by_idxs; the transpose-contiguous
+of drop-and-pad) and combine_preprocess restores the order before the combine (NVIDIA/Megatron-LM core_v0.15.0,
+megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher; the Megatron-Core of
+Megatron-Bridge v0.2). The backward regroups the gradients the same way. The flex (DeepEP, HybridEP) and
+all-gather dispatchers permute once on the receiving side, the pair that elementwise_bytes_per_token counts
+for every dispatcher."""
+
+
+def routed_rows(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """Rows the rank's local experts process per micro-batch: E/ep experts of tokens_per_local_expert rows."""
+    assert model.moe is not None
+    return np.asarray(tokens_per_local_expert(model, lay) * model.moe.num_experts / lay.ep)
+
+
+def regroup_bytes(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """HBM bytes of the all-to-all dispatcher's regrouping by local expert, one micro-batch, one pass (forward,
+    or its gradient in the backward): REGROUP_PASSES read-and-writes of every received copy (16-bit); 0 for the
+    other dispatchers and with one local expert."""
+    assert model.moe is not None
+    local = model.moe.num_experts / lay.ep
+    moved = REGROUP_PASSES * routed_rows(model, lay) * model.hidden_size * 2 * DISPATCH_BYTES_PER_ELEMENT
+    return np.asarray(np.where((lay.moe_dispatcher == DispatcherCode.ALLTOALL) & (local > 1), moved, 0.0))
+
+
+EXPERT_BIAS_FORWARD_BYTES = 12.0
+EXPERT_BIAS_BACKWARD_BYTES = 14.0
+"""HBM bytes per element of the second expert projection's output that applying its bias costs, when the
+routed experts have biases (gpt-oss): Megatron-Core's TEGroupedMLP adds fc2's bias outside the grouped GEMM,
+one local expert at a time in Python - split the output by expert, t + b x p for each (the bias scaled by the
+token's routing probability), then concatenate (TEGroupedMLP._apply_bias, NVIDIA/Megatron-LM core_v0.15.0
+megatron/core/transformer/moe/experts.py). Forward, 16-bit: b x p written (2), the add reads 2 + 2 and writes 2,
+the concatenation reads and writes (2 + 2): 12. Backward: the gradients of b and p are reductions of
+grad x p and grad x b, each materialized (read 2, write 2) and summed (read 2), plus the read of grad for the
+sum over rows: about 14. Counted, not fitted; fc1's bias is fused into the activation kernel there
+(weighted_bias_quick_geglu_impl / weighted_bias_swiglu_impl)."""
+
+
+def expert_bias_bytes(model: ModelSpec, lay: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) HBM bytes of the routed experts' second bias, one micro-batch; 0 without biases."""
+    assert model.moe is not None
+    elements = routed_rows(model, lay) * model.hidden_size * (1.0 if model.mlp_bias else 0.0)
+    return np.asarray(EXPERT_BIAS_FORWARD_BYTES * elements), np.asarray(EXPERT_BIAS_BACKWARD_BYTES * elements)

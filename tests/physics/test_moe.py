@@ -10,14 +10,18 @@ import numpy as np
 import pytest
 from round_specs import round_hw, tiny
 
+from planner.physics.launch import HOST_SECONDS_PER_LAUNCH, host_launch_seconds, layer_host_seconds
 from planner.physics.moe import (
     NCCL_ALLTOALL_EFFICIENCY,
     dispatch_seconds,
     distinct_remote_domains,
+    expert_bias_bytes,
     owned_tokens,
+    regroup_bytes,
     remote_domains,
     tokens_per_local_expert,
 )
+from planner.specs.hardware import HostLaunch
 from planner.specs.layout import Layout
 from planner.specs.model import MoESpec
 from planner.training.time import EP_OVERLAP_SM_SHARE, expert_comm_seconds
@@ -135,3 +139,36 @@ def test_group_limited_routing_caps_the_remote_nodes():
     assert one(remote_domains(tiny(moe=limited), nodes)) == pytest.approx(3.5)
     assert one(remote_domains(tiny(moe=free), nodes)) == pytest.approx(one(distinct_remote_domains(256, 8, nodes)))
     assert one(distinct_remote_domains(256, 8, nodes)) == pytest.approx(4.6, abs=0.05)
+
+
+def test_all_to_all_regroups_every_received_copy_twice_each_way():
+    # dp 8, ep 8: 2 local experts. Each rank owns 8,192 tokens x top-2 = 16,384 copies; balanced, it receives as
+    # many. Two read+writes of 64 x 2 bytes each: 2 x 16,384 x 64 x 4 = 8,388,608 bytes.
+    lay = arrays(dp=8, ep=8)
+    assert one(regroup_bytes(MOE, lay)) == pytest.approx(2 * 16384 * 64 * 4)
+
+
+def test_other_dispatchers_and_a_single_local_expert_do_not_regroup():
+    assert one(regroup_bytes(MOE, arrays(dp=8, ep=8, moe_dispatcher="deepep"))) == 0.0
+    assert one(regroup_bytes(MOE, arrays(dp=16, ep=16))) == 0.0  # 16 experts over 16 ranks: one each
+
+
+def test_expert_bias_costs_traffic_only_with_biased_experts():
+    # The same 16,384 received copies, fc2's output 64 wide: 12 bytes forward and 14 backward per element.
+    biased = tiny(mlp_bias=True, moe=MoESpec(num_experts=16, experts_per_token=2, moe_ffn_hidden_size=32))
+    fwd, bwd = expert_bias_bytes(biased, arrays(dp=8, ep=8))
+    assert (one(fwd), one(bwd)) == pytest.approx((12 * 16384 * 64, 14 * 16384 * 64))
+    assert one(expert_bias_bytes(MOE, arrays(dp=8, ep=8))[0]) == 0.0
+
+
+def test_grace_host_issues_kernels_slower_than_an_x86_one():
+    # The same layer on a profile with a Grace host_launch: host time scales with the per-op CPU cost.
+    base = round_hw()
+    efficiency = base.efficiency.model_copy(update={"host_launch": HostLaunch(seconds=37e-6, note="test")})
+    grace = base.model_copy(update={"efficiency": efficiency})
+    lay = arrays(dp=8, ep=8)
+    passes = np.asarray(1.0)
+    x86 = one(layer_host_seconds(MOE, round_hw(), lay, moe_layer=True, passes=passes))
+    arm = one(layer_host_seconds(MOE, grace, lay, moe_layer=True, passes=passes))
+    assert host_launch_seconds(round_hw()) == HOST_SECONDS_PER_LAUNCH
+    assert arm / x86 == pytest.approx(37e-6 / HOST_SECONDS_PER_LAUNCH)
