@@ -45,7 +45,14 @@ NCCL_ALLTOALL_EFFICIENCY = 675.0 / 930.0
 all-to-all in 930 us (arXiv:2603.07685, Sec. 4, as quoted in Megatron-LM docs and its summaries; combine 744
 vs 827 us): 0.73. The profiles' link efficiencies are those of the dispatch kernels (DeepEP's normal kernels
 reach 153-158 of ~160 GB/s on H800 NVLink and 43-58 GB/s of RDMA on a 50 GB/s NIC, deepseek-ai/DeepEP
-README @ 3b1045db). Taken for every chip; not fitted."""
+README @ 3b1045db). Taken for every chip, on the NVLink tier only; not fitted."""
+
+NCCL_NIC_ALLTOALL_NOTE = (
+    "NCCL's all-to-all between nodes runs at the NIC's rate: 'CX-7 NICs at NDR rate (400Gbps) should achieve up "
+    "to 48-49GB/s per NIC' and an all-to-all 'cannot aggregate the bandwidth of multiple NICs' (NCCL maintainers, "
+    "NVIDIA/nccl-tests issue #267), the same share of the NIC as the profiles' other collectives across nodes, so "
+    "the remote tier takes the profile's inter-node efficiency with no further all-to-all factor."
+)
 
 
 def owned_tokens(lay: LayoutArrays) -> np.ndarray:
@@ -123,10 +130,11 @@ def dispatch_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -
     lat_intra = np.where(local > 1, link.intra_latency_s, 0.0)
     lat_inter = np.where(crosses, link.inter_latency_s, 0.0)
 
-    # NCCL all-to-all: both tiers at once, each at its own rate, at NCCL_ALLTOALL_EFFICIENCY of what the
-    # dispatch kernels reach on the same links.
-    a2a = np.maximum((local - 1) / n * copies_bytes / b_intra + lat_intra,
-                     (n - local) / n * copies_bytes / b_inter + lat_inter) / NCCL_ALLTOALL_EFFICIENCY
+    # NCCL all-to-all: both tiers at once, each at its own rate; over NVLink at NCCL_ALLTOALL_EFFICIENCY of what
+    # the dispatch kernels reach on the same links, through the NICs at the NIC's collective rate (the profile's
+    # inter-node efficiency: NCCL_NIC_ALLTOALL_NOTE).
+    a2a = np.maximum(((local - 1) / n * copies_bytes / b_intra + lat_intra) / NCCL_ALLTOALL_EFFICIENCY,
+                     (n - local) / n * copies_bytes / b_inter + lat_inter)
     # All-gather dispatcher: one all-gather of the tokens over the etp x ep ranks of the expert group (Megatron-Core
     # MoEAllGatherTokenDispatcher gathers over tp_ep_group; no separate expert-TP gather), reduce-scattered back.
     group = lay.ep * lay.etp
