@@ -21,7 +21,8 @@ weight gradients, each element-wise kernel's backward), counted from Megatron-Co
 - MoE dispatch (preprocess, permute, the two all-to-alls, unpermute, their bookkeeping): DISPATCH_LAUNCHES;
 - routed experts: Transformer Engine's GroupedLinear issues one cuBLASLt GEMM per local expert for each of
   fc1 and fc2 (TE common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm, NVIDIA/TransformerEngine @ d0067d0):
-  EXPERT_LAUNCHES_PER_LOCAL_EXPERT, plus the activation; shared experts as a dense MLP. Biased experts (gpt-oss)
+  EXPERT_LAUNCHES_PER_LOCAL_EXPERT, plus the activation, and under fp8 each expert's quantization of its two
+  GEMM inputs (expert_quantize_launches); shared experts as a dense MLP. Biased experts (gpt-oss)
   add fc2's bias one local expert at a time (Megatron-Core core_v0.15.0 TEGroupedMLP._apply_bias):
   EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT each, plus the concatenation.
 These are counts of a structure, not fitted.
@@ -63,6 +64,7 @@ ROUTER_LAUNCHES = 72
 DISPATCH_LAUNCHES = 24
 PREPROCESS_LAUNCHES = 8  # of DISPATCH_LAUNCHES: the token-count preprocessing CUDA graphs can capture
 EXPERT_LAUNCHES_PER_LOCAL_EXPERT = 2
+EXPERT_QUANTIZE_LAUNCHES_PER_LOCAL_EXPERT = 2  # fc1's and fc2's input, one kernel each per expert, under fp8
 EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT = 2  # b x p and the add (TEGroupedMLP._apply_bias), forward
 
 
@@ -80,7 +82,7 @@ def layer_host_seconds(
     if moe_layer and model.moe is not None:
         moe = model.moe
         local = moe.num_experts / lay.ep
-        experts = EXPERT_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
+        experts = EXPERT_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0 + expert_quantize_launches(model, lay)
         if model.mlp_bias:  # fc2's bias, one local expert at a time, then the concatenation (physics.moe)
             experts = experts + EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
         shared = MLP_LAUNCHES if moe.num_shared_experts else 0
@@ -94,11 +96,25 @@ def layer_host_seconds(
     return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * forward * host_launch_seconds(hw))
 
 
-def bookkeeping_seconds(model: ModelSpec, *, moe_layer: bool) -> float:
-    """GPU time of the router's and dispatcher's small kernels for one micro-batch, forward and backward."""
+def expert_quantize_launches(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """Forward quantization kernels of the routed experts under fp8: one per local expert for each of the two
+    grouped GEMMs' inputs (Transformer Engine's GroupedLinear splits its input by expert and quantizes the
+    pieces one kernel each: transformer_engine/pytorch/csrc/extensions/cast.cpp multi_tensor_quantize_impl,
+    'Quantize kernels individually', fused only for delayed scaling; NVIDIA/TransformerEngine v2.9, the
+    release Megatron-Bridge v0.2 pins). Counted as one kernel per piece (MXFP8's; current scaling adds an amax
+    kernel and a scale update to each)."""
+    assert model.moe is not None
+    local = model.moe.num_experts / lay.ep
+    return np.asarray(np.where(lay.fp8, EXPERT_QUANTIZE_LAUNCHES_PER_LOCAL_EXPERT * local, 0.0))
+
+
+def bookkeeping_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
+    """GPU time of the router's, the dispatcher's and the experts' per-expert quantization small kernels for one
+    micro-batch, forward and backward (their bytes are counted elsewhere; this is each kernel's launch latency)."""
     if not (moe_layer and model.moe is not None):
-        return 0.0
-    return (1 + BACKWARD_LAUNCH_RATIO) * (ROUTER_LAUNCHES + DISPATCH_LAUNCHES) * SMALL_KERNEL_SECONDS
+        return np.zeros(np.shape(lay.ep))
+    kernels = ROUTER_LAUNCHES + DISPATCH_LAUNCHES + expert_quantize_launches(model, lay)
+    return np.asarray((1 + BACKWARD_LAUNCH_RATIO) * kernels * SMALL_KERNEL_SECONDS)
 
 
 def host_syncs_every_layer(lay: LayoutArrays) -> np.ndarray:

@@ -268,7 +268,7 @@ def layer_time(
     )
     elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
     # The router's and dispatcher's small kernels (physics.launch): their launch latency on the GPU.
-    bookkeeping = bookkeeping_seconds(model, moe_layer=moe_layer)
+    bookkeeping = bookkeeping_seconds(model, lay, moe_layer=moe_layer)
     # The dispatcher's regrouping by local expert and the routed experts' second bias (physics.moe): memory
     # traffic of the expert side that the fused element-wise count does not hold.
     if moe_layer and model.moe is not None:

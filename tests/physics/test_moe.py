@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 from round_specs import round_hw, tiny
 
-from planner.physics.launch import HOST_SECONDS_PER_LAUNCH, host_launch_seconds, layer_host_seconds
+from planner.physics.launch import (
+    HOST_SECONDS_PER_LAUNCH,
+    SMALL_KERNEL_SECONDS,
+    bookkeeping_seconds,
+    expert_quantize_launches,
+    host_launch_seconds,
+    layer_host_seconds,
+)
 from planner.physics.moe import (
     NCCL_ALLTOALL_EFFICIENCY,
     dispatch_seconds,
@@ -173,3 +180,13 @@ def test_grace_host_issues_kernels_slower_than_an_x86_one():
     arm = one(layer_host_seconds(MOE, grace, lay, moe_layer=True, passes=passes))
     assert host_launch_seconds(round_hw()) == HOST_SECONDS_PER_LAUNCH
     assert arm / x86 == pytest.approx(37e-6 / HOST_SECONDS_PER_LAUNCH)
+
+
+def test_fp8_experts_quantize_each_expert_input_with_its_own_kernel():
+    # 16 experts over ep 8: 2 local experts x 2 GEMM inputs = 4 quantization kernels forward, none in bf16;
+    # each costs the small-kernel latency forward and twice backward.
+    fp8, bf16 = arrays(dp=8, ep=8, dtype="fp8"), arrays(dp=8, ep=8)
+    assert one(expert_quantize_launches(MOE, fp8)) == 4.0
+    assert one(expert_quantize_launches(MOE, bf16)) == 0.0
+    extra = one(bookkeeping_seconds(MOE, fp8, moe_layer=True)) - one(bookkeeping_seconds(MOE, bf16, moe_layer=True))
+    assert extra == pytest.approx(3 * 4 * SMALL_KERNEL_SECONDS)
