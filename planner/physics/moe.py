@@ -164,11 +164,11 @@ REGROUP_PASSES = 2
 """Read-and-write passes over the received copies that Megatron-Core's all-to-all dispatcher makes to regroup
 them by local expert, each way: the all-to-all delivers a rank's tokens ordered by source rank, so with more
 than one local expert dispatch_postprocess sorts them by expert (sort_chunks_by_idxs; the transpose-contiguous
-of drop-and-pad) and combine_preprocess restores the order before the combine (NVIDIA/Megatron-LM core_v0.15.0,
-megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher; the Megatron-Core of
-Megatron-Bridge v0.2). The backward regroups the gradients the same way. The flex (DeepEP, HybridEP) and
-all-gather dispatchers permute once on the receiving side, the pair that elementwise_bytes_per_token counts
-for every dispatcher."""
+of drop-and-pad) and combine_preprocess restores the order before the combine (NVIDIA/Megatron-LM
+core_v0.15.0 and 0d8e0714 - the commit Megatron-Bridge v0.2.1 pins, whose recipes ran the 25.11 rows -
+megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher). The backward regroups the
+gradients the same way. The flex (DeepEP, HybridEP) and all-gather dispatchers permute once on the receiving
+side, the pair that elementwise_bytes_per_token counts for every dispatcher."""
 
 
 def routed_rows(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
@@ -193,7 +193,7 @@ EXPERT_BIAS_BACKWARD_BYTES = 14.0
 routed experts have biases (gpt-oss): Megatron-Core's TEGroupedMLP adds fc2's bias outside the grouped GEMM,
 one local expert at a time in Python - split the output by expert, t + b x p for each (the bias scaled by the
 token's routing probability), then concatenate (TEGroupedMLP._apply_bias, NVIDIA/Megatron-LM core_v0.15.0
-megatron/core/transformer/moe/experts.py). Forward, 16-bit: b x p written (2), the add reads 2 + 2 and writes 2,
+and 0d8e0714, megatron/core/transformer/moe/experts.py). Forward, 16-bit: b x p written (2), the add reads 2 + 2 and writes 2,
 the concatenation reads and writes (2 + 2): 12. Backward: the gradients of b and p are reductions of
 grad x p and grad x b, each materialized (read 2, write 2) and summed (read 2), plus the read of grad for the
 sum over rows: about 14. Counted, not fitted; fc1's bias is fused into the activation kernel there
