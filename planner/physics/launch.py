@@ -21,7 +21,10 @@ weight gradients, each element-wise kernel's backward), counted from Megatron-Co
 - MoE dispatch (preprocess, permute, the two all-to-alls, unpermute, their bookkeeping): DISPATCH_LAUNCHES;
 - routed experts: Transformer Engine's GroupedLinear issues one cuBLASLt GEMM per local expert for each of
   fc1 and fc2 (TE common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm, NVIDIA/TransformerEngine @ d0067d0):
-  EXPERT_LAUNCHES_PER_LOCAL_EXPERT, plus the activation; shared experts as a dense MLP.
+  EXPERT_LAUNCHES_PER_LOCAL_EXPERT, plus the activation, and under fp8 each expert's quantization of its two
+  GEMM inputs (expert_quantize_launches); shared experts as a dense MLP. Biased experts (gpt-oss)
+  add fc2's bias one local expert at a time (Megatron-Core core_v0.15.0 TEGroupedMLP._apply_bias):
+  EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT each, plus the concatenation.
 These are counts of a structure, not fitted.
 """
 
@@ -29,13 +32,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import CUDA_GRAPH_BITS, LayoutArrays
 from planner.specs.model import ModelSpec
 
-HOST_SECONDS_PER_LAUNCH = 10e-6
-"""CPU time to issue one kernel from an eager PyTorch step (Python, dispatcher, cudaLaunchKernel): the middle
-of the 5-20 us Holistic Trace Analysis gives. Not fitted: on the published runs the host bound never binds at
-any value in that range (the MoE rows' GPU time per layer is 3-25 ms against 1-5 ms of launches)."""
+HOST_SECONDS_PER_LAUNCH = 13.5e-6
+"""CPU time to issue one op and its kernel from an eager PyTorch step (Python, dispatcher, cudaLaunchKernel) on
+an x86 DGX host: a torch Linear forward (one GEMM) costs 13.48 us of CPU on a DGX H100 (Intel Xeon Platinum
+8480C), against 37.08 us on a GB200's Grace CPU and 33.17 us on a GH200's (NVIDIA/TransformerEngine issue
+#2053, 'High CPU overhead on Grace systems', bf16, hidden 2,048, 8,192 tokens; Transformer Engine's Linear
+costs 99.66 us there); inside the 5-20 us per launch that Holistic Trace Analysis gives. Profiles whose host
+differs carry their own (efficiency.host_launch: the Grace systems). Not fitted."""
+
+
+def host_launch_seconds(hw: HardwareProfile) -> float:
+    """The profile's CPU time per eager op (efficiency.host_launch), HOST_SECONDS_PER_LAUNCH without one."""
+    launch = hw.efficiency.host_launch
+    return float(launch.seconds) if launch is not None else HOST_SECONDS_PER_LAUNCH
+
 
 SMALL_KERNEL_SECONDS = 1.2e-6
 """GPU time of a kernel whose work is negligible (an index computation, a tiny reduction): the launch latency
@@ -50,13 +64,17 @@ ROUTER_LAUNCHES = 72
 DISPATCH_LAUNCHES = 24
 PREPROCESS_LAUNCHES = 8  # of DISPATCH_LAUNCHES: the token-count preprocessing CUDA graphs can capture
 EXPERT_LAUNCHES_PER_LOCAL_EXPERT = 2
+EXPERT_QUANTIZE_LAUNCHES_PER_LOCAL_EXPERT = 2  # fc1's and fc2's input, one kernel each per expert, under fp8
+EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT = 2  # b x p and the add (TEGroupedMLP._apply_bias), forward
 
 
 def _graphed(lay: LayoutArrays, scope: str) -> np.ndarray:
     return np.asarray((lay.cuda_graphs & (CUDA_GRAPH_BITS[scope] | CUDA_GRAPH_BITS["full"])) != 0)
 
 
-def layer_host_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, passes: np.ndarray) -> np.ndarray:
+def layer_host_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, passes: np.ndarray
+) -> np.ndarray:
     """Host time to issue one layer's kernels for one micro-batch (forward, backward, and the forward again for
     each extra pass in `passes` - 1 with full recompute), less what CUDA graphs capture."""
     attention = ATTENTION_LAUNCHES + (MLA_EXTRA_LAUNCHES if model.mla is not None else 0)
@@ -64,7 +82,9 @@ def layer_host_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, 
     if moe_layer and model.moe is not None:
         moe = model.moe
         local = moe.num_experts / lay.ep
-        experts = EXPERT_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
+        experts = EXPERT_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0 + expert_quantize_launches(model, lay)
+        if model.mlp_bias:  # fc2's bias, one local expert at a time, then the concatenation (physics.moe)
+            experts = experts + EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
         shared = MLP_LAUNCHES if moe.num_shared_experts else 0
         router = np.where(_graphed(lay, "moe_router"), 0.0, ROUTER_LAUNCHES + shared)
         preprocess = np.where(_graphed(lay, "moe_preprocess"), 0.0, float(PREPROCESS_LAUNCHES))
@@ -73,14 +93,28 @@ def layer_host_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, 
     else:
         ffn = np.where(_graphed(lay, "mlp"), 0.0, float(MLP_LAUNCHES))
     forward = attn + ffn
-    return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * forward * HOST_SECONDS_PER_LAUNCH)
+    return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * forward * host_launch_seconds(hw))
 
 
-def bookkeeping_seconds(model: ModelSpec, *, moe_layer: bool) -> float:
-    """GPU time of the router's and dispatcher's small kernels for one micro-batch, forward and backward."""
+def expert_quantize_launches(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """Forward quantization kernels of the routed experts under fp8: one per local expert for each of the two
+    grouped GEMMs' inputs (Transformer Engine's GroupedLinear splits its input by expert and quantizes the
+    pieces one kernel each: transformer_engine/pytorch/csrc/extensions/cast.cpp multi_tensor_quantize_impl,
+    'Quantize kernels individually', fused only for delayed scaling; NVIDIA/TransformerEngine v2.9, the
+    release Megatron-Bridge v0.2 pins). Counted as one kernel per piece (MXFP8's; current scaling adds an amax
+    kernel and a scale update to each)."""
+    assert model.moe is not None
+    local = model.moe.num_experts / lay.ep
+    return np.asarray(np.where(lay.fp8, EXPERT_QUANTIZE_LAUNCHES_PER_LOCAL_EXPERT * local, 0.0))
+
+
+def bookkeeping_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
+    """GPU time of the router's, the dispatcher's and the experts' per-expert quantization small kernels for one
+    micro-batch, forward and backward (their bytes are counted elsewhere; this is each kernel's launch latency)."""
     if not (moe_layer and model.moe is not None):
-        return 0.0
-    return (1 + BACKWARD_LAUNCH_RATIO) * (ROUTER_LAUNCHES + DISPATCH_LAUNCHES) * SMALL_KERNEL_SECONDS
+        return np.zeros(np.shape(lay.ep))
+    kernels = ROUTER_LAUNCHES + DISPATCH_LAUNCHES + expert_quantize_launches(model, lay)
+    return np.asarray((1 + BACKWARD_LAUNCH_RATIO) * kernels * SMALL_KERNEL_SECONDS)
 
 
 def host_syncs_every_layer(lay: LayoutArrays) -> np.ndarray:

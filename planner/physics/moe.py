@@ -45,7 +45,14 @@ NCCL_ALLTOALL_EFFICIENCY = 675.0 / 930.0
 all-to-all in 930 us (arXiv:2603.07685, Sec. 4, as quoted in Megatron-LM docs and its summaries; combine 744
 vs 827 us): 0.73. The profiles' link efficiencies are those of the dispatch kernels (DeepEP's normal kernels
 reach 153-158 of ~160 GB/s on H800 NVLink and 43-58 GB/s of RDMA on a 50 GB/s NIC, deepseek-ai/DeepEP
-README @ 3b1045db). Taken for every chip; not fitted."""
+README @ 3b1045db). Taken for every chip, on the NVLink tier only; not fitted."""
+
+NCCL_NIC_ALLTOALL_NOTE = (
+    "NCCL's all-to-all between nodes runs at the NIC's rate: 'CX-7 NICs at NDR rate (400Gbps) should achieve up "
+    "to 48-49GB/s per NIC' and an all-to-all 'cannot aggregate the bandwidth of multiple NICs' (NCCL maintainers, "
+    "NVIDIA/nccl-tests issue #267), the same share of the NIC as the profiles' other collectives across nodes, so "
+    "the remote tier takes the profile's inter-node efficiency with no further all-to-all factor."
+)
 
 
 def owned_tokens(lay: LayoutArrays) -> np.ndarray:
@@ -123,10 +130,11 @@ def dispatch_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -
     lat_intra = np.where(local > 1, link.intra_latency_s, 0.0)
     lat_inter = np.where(crosses, link.inter_latency_s, 0.0)
 
-    # NCCL all-to-all: both tiers at once, each at its own rate, at NCCL_ALLTOALL_EFFICIENCY of what the
-    # dispatch kernels reach on the same links.
-    a2a = np.maximum((local - 1) / n * copies_bytes / b_intra + lat_intra,
-                     (n - local) / n * copies_bytes / b_inter + lat_inter) / NCCL_ALLTOALL_EFFICIENCY
+    # NCCL all-to-all: both tiers at once, each at its own rate; over NVLink at NCCL_ALLTOALL_EFFICIENCY of what
+    # the dispatch kernels reach on the same links, through the NICs at the NIC's collective rate (the profile's
+    # inter-node efficiency: NCCL_NIC_ALLTOALL_NOTE).
+    a2a = np.maximum(((local - 1) / n * copies_bytes / b_intra + lat_intra) / NCCL_ALLTOALL_EFFICIENCY,
+                     (n - local) / n * copies_bytes / b_inter + lat_inter)
     # All-gather dispatcher: one all-gather of the tokens over the etp x ep ranks of the expert group (Megatron-Core
     # MoEAllGatherTokenDispatcher gathers over tp_ep_group; no separate expert-TP gather), reduce-scattered back.
     group = lay.ep * lay.etp
@@ -150,3 +158,50 @@ def dispatch_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -
     etp_link = group_link(hw, lay.etp, 1)
     etp_part = np.where((lay.etp > 1) & ~allgather, all_gather_seconds(lay.etp * copies_bytes, lay.etp, etp_link), 0.0)
     return np.asarray(ep_part + etp_part)
+
+
+REGROUP_PASSES = 2
+"""Read-and-write passes over the received copies that Megatron-Core's all-to-all dispatcher makes to regroup
+them by local expert, each way: the all-to-all delivers a rank's tokens ordered by source rank, so with more
+than one local expert dispatch_postprocess sorts them by expert (sort_chunks_by_idxs; the transpose-contiguous
+of drop-and-pad) and combine_preprocess restores the order before the combine (NVIDIA/Megatron-LM
+core_v0.15.0 and 0d8e0714 - the commit Megatron-Bridge v0.2.1 pins, whose recipes ran the 25.11 rows -
+megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher). The backward regroups the
+gradients the same way. The flex (DeepEP, HybridEP) and all-gather dispatchers permute once on the receiving
+side, the pair that elementwise_bytes_per_token counts for every dispatcher."""
+
+
+def routed_rows(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """Rows the rank's local experts process per micro-batch: E/ep experts of tokens_per_local_expert rows."""
+    assert model.moe is not None
+    return np.asarray(tokens_per_local_expert(model, lay) * model.moe.num_experts / lay.ep)
+
+
+def regroup_bytes(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """HBM bytes of the all-to-all dispatcher's regrouping by local expert, one micro-batch, one pass (forward,
+    or its gradient in the backward): REGROUP_PASSES read-and-writes of every received copy (16-bit); 0 for the
+    other dispatchers and with one local expert."""
+    assert model.moe is not None
+    local = model.moe.num_experts / lay.ep
+    moved = REGROUP_PASSES * routed_rows(model, lay) * model.hidden_size * 2 * DISPATCH_BYTES_PER_ELEMENT
+    return np.asarray(np.where((lay.moe_dispatcher == DispatcherCode.ALLTOALL) & (local > 1), moved, 0.0))
+
+
+EXPERT_BIAS_FORWARD_BYTES = 12.0
+EXPERT_BIAS_BACKWARD_BYTES = 14.0
+"""HBM bytes per element of the second expert projection's output that applying its bias costs, when the
+routed experts have biases (gpt-oss): Megatron-Core's TEGroupedMLP adds fc2's bias outside the grouped GEMM,
+one local expert at a time in Python - split the output by expert, t + b x p for each (the bias scaled by the
+token's routing probability), then concatenate (TEGroupedMLP._apply_bias, NVIDIA/Megatron-LM core_v0.15.0
+and 0d8e0714, megatron/core/transformer/moe/experts.py). Forward, 16-bit: b x p written (2), the add reads 2 + 2 and writes 2,
+the concatenation reads and writes (2 + 2): 12. Backward: the gradients of b and p are reductions of
+grad x p and grad x b, each materialized (read 2, write 2) and summed (read 2), plus the read of grad for the
+sum over rows: about 14. Counted, not fitted; fc1's bias is fused into the activation kernel there
+(weighted_bias_quick_geglu_impl / weighted_bias_swiglu_impl)."""
+
+
+def expert_bias_bytes(model: ModelSpec, lay: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) HBM bytes of the routed experts' second bias, one micro-batch; 0 without biases."""
+    assert model.moe is not None
+    elements = routed_rows(model, lay) * model.hidden_size * (1.0 if model.mlp_bias else 0.0)
+    return np.asarray(EXPERT_BIAS_FORWARD_BYTES * elements), np.asarray(EXPERT_BIAS_BACKWARD_BYTES * elements)

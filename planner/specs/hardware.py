@@ -157,6 +157,17 @@ class Fraction(BaseModel):
     _check_note = field_validator("note")(_non_empty)
 
 
+class HostLaunch(BaseModel):
+    """Host (CPU) time to issue one eager framework op and its kernel, on the node's CPUs, with its source."""
+
+    model_config = _STRICT
+
+    seconds: Number = Field(gt=0, le=1e-3, description="CPU seconds per eager op (Python, dispatcher, kernel launch).")
+    note: str = Field(description="How the value was chosen.")
+
+    _check_note = field_validator("note")(_non_empty)
+
+
 class PublishedMfu(BaseModel):
     """The best model-FLOPs utilisation published for this chip, per GEMM dtype (of that dtype's dense peak):
     the ceiling of the plausibility guard (training/estimate.py)."""
@@ -204,6 +215,11 @@ class EfficiencySpec(BaseModel):
     inter_node_link: Fraction = Field(description="Collective bus bandwidth reached across nodes (NCCL busbw / NIC).")
     best_published_mfu: PublishedMfu | None = Field(
         default=None, description="Best published training MFU on this chip per dtype; estimates above it are flagged."
+    )
+    host_launch: HostLaunch | None = Field(
+        default=None,
+        description="CPU time per eager op and kernel launch on this system's host CPUs (planner/physics/launch.py); "
+        "null takes launch.HOST_SECONDS_PER_LAUNCH, the figure measured on an x86 DGX host.",
     )
     step_overhead_seconds: float = Field(
         default=DEFAULT_STEP_OVERHEAD_SECONDS,

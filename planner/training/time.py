@@ -55,7 +55,7 @@ from planner.physics.launch import (
     host_syncs_every_layer,
     layer_host_seconds,
 )
-from planner.physics.moe import dispatch_seconds, tokens_per_local_expert
+from planner.physics.moe import dispatch_seconds, expert_bias_bytes, regroup_bytes, tokens_per_local_expert
 from planner.physics.params import mtp_layer_is_moe
 from planner.physics.shapes import (
     Gemm,
@@ -284,9 +284,17 @@ def layer_time(
     )
     elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
     # The router's and dispatcher's small kernels (physics.launch): their launch latency on the GPU.
-    bookkeeping = bookkeeping_seconds(model, moe_layer=moe_layer)
-    forward = gemm + core_fwd + elementwise + cast_fwd + bookkeeping / (1 + BACKWARD_LAUNCH_RATIO)
-    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + cast_bwd + (
+    bookkeeping = bookkeeping_seconds(model, lay, moe_layer=moe_layer)
+    # The dispatcher's regrouping by local expert and the routed experts' second bias (physics.moe): memory
+    # traffic of the expert side that the fused element-wise count does not hold.
+    if moe_layer and model.moe is not None:
+        regroup = memory_seconds(hw, regroup_bytes(model, lay))
+        bias_fwd, bias_bwd = (memory_seconds(hw, b) for b in expert_bias_bytes(model, lay))
+        expert_fwd, expert_bwd = regroup + bias_fwd, regroup + bias_bwd
+    else:
+        expert_fwd = expert_bwd = np.zeros_like(elementwise)
+    forward = gemm + core_fwd + elementwise + cast_fwd + expert_fwd + bookkeeping / (1 + BACKWARD_LAUNCH_RATIO)
+    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + cast_bwd + expert_bwd + (
         bookkeeping * BACKWARD_LAUNCH_RATIO / (1 + BACKWARD_LAUNCH_RATIO)
     )
     # Under --tp-comm-overlap the row-parallel forward GEMMs run beside their pipelined reduce-scatter on
@@ -599,8 +607,8 @@ def stage_time(
     # The host issues the stage's kernels; where it is slower than the GPU, the GPU waits. With a host sync in
     # every MoE layer the host cannot run ahead across layers, so each layer waits on its own.
     passes = 1.0 + (lay.recompute == RecomputeCode.FULL)
-    host_dense = layer_host_seconds(model, lay, moe_layer=False, passes=passes)
-    host_moe = layer_host_seconds(model, lay, moe_layer=True, passes=passes) if model.moe is not None else host_dense
+    host_dense = layer_host_seconds(model, hw, lay, moe_layer=False, passes=passes)
+    host_moe = layer_host_seconds(model, hw, lay, moe_layer=True, passes=passes) if model.moe is not None else host_dense
 
     def device(layer: LayerTime) -> np.ndarray:
         return np.asarray(layer.forward + layer.backward + layer.recompute + layer.tp_comm + layer.cp_comm + layer.ep_comm)

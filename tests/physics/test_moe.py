@@ -10,14 +10,25 @@ import numpy as np
 import pytest
 from round_specs import round_hw, tiny
 
+from planner.physics.launch import (
+    HOST_SECONDS_PER_LAUNCH,
+    SMALL_KERNEL_SECONDS,
+    bookkeeping_seconds,
+    expert_quantize_launches,
+    host_launch_seconds,
+    layer_host_seconds,
+)
 from planner.physics.moe import (
     NCCL_ALLTOALL_EFFICIENCY,
     dispatch_seconds,
     distinct_remote_domains,
+    expert_bias_bytes,
     owned_tokens,
+    regroup_bytes,
     remote_domains,
     tokens_per_local_expert,
 )
+from planner.specs.hardware import HostLaunch
 from planner.specs.layout import Layout
 from planner.specs.model import MoESpec
 from planner.training.time import EP_OVERLAP_SM_SHARE, expert_comm_seconds
@@ -66,10 +77,11 @@ def test_tokens_per_local_expert_with_parallel_folding():
 
 def test_all_to_all_runs_both_tiers_at_once():
     # ep 16 over 2 nodes: each rank sends 8,192 tokens x 2 copies x 64 x 2 B = 2,097,152 B; 7/16 of it over the
-    # fabric, 8/16 through its NIC: max(7/16 x S / 200e9 + 3 us, 1/2 x S / 40e9 + 10 us).
+    # fabric (at NCCL's all-to-all share of the kernels' rate), 8/16 through its NIC at the NIC's collective rate:
+    # max((7/16 x S / 200e9 + 3 us) / 0.726, 1/2 x S / 40e9 + 10 us).
     s = 8192 * 2 * 64 * 2
     lay = arrays(dp=16, ep=16)
-    expected = max(7 / 16 * s / 200e9 + 3e-6, 0.5 * s / 40e9 + 10e-6) / NCCL_ALLTOALL_EFFICIENCY
+    expected = max((7 / 16 * s / 200e9 + 3e-6) / NCCL_ALLTOALL_EFFICIENCY, 0.5 * s / 40e9 + 10e-6)
     assert one(dispatch_seconds(MOE, HW, lay)) == pytest.approx(expected)
 
 
@@ -135,3 +147,46 @@ def test_group_limited_routing_caps_the_remote_nodes():
     assert one(remote_domains(tiny(moe=limited), nodes)) == pytest.approx(3.5)
     assert one(remote_domains(tiny(moe=free), nodes)) == pytest.approx(one(distinct_remote_domains(256, 8, nodes)))
     assert one(distinct_remote_domains(256, 8, nodes)) == pytest.approx(4.6, abs=0.05)
+
+
+def test_all_to_all_regroups_every_received_copy_twice_each_way():
+    # dp 8, ep 8: 2 local experts. Each rank owns 8,192 tokens x top-2 = 16,384 copies; balanced, it receives as
+    # many. Two read+writes of 64 x 2 bytes each: 2 x 16,384 x 64 x 4 = 8,388,608 bytes.
+    lay = arrays(dp=8, ep=8)
+    assert one(regroup_bytes(MOE, lay)) == pytest.approx(2 * 16384 * 64 * 4)
+
+
+def test_other_dispatchers_and_a_single_local_expert_do_not_regroup():
+    assert one(regroup_bytes(MOE, arrays(dp=8, ep=8, moe_dispatcher="deepep"))) == 0.0
+    assert one(regroup_bytes(MOE, arrays(dp=16, ep=16))) == 0.0  # 16 experts over 16 ranks: one each
+
+
+def test_expert_bias_costs_traffic_only_with_biased_experts():
+    # The same 16,384 received copies, fc2's output 64 wide: 12 bytes forward and 14 backward per element.
+    biased = tiny(mlp_bias=True, moe=MoESpec(num_experts=16, experts_per_token=2, moe_ffn_hidden_size=32))
+    fwd, bwd = expert_bias_bytes(biased, arrays(dp=8, ep=8))
+    assert (one(fwd), one(bwd)) == pytest.approx((12 * 16384 * 64, 14 * 16384 * 64))
+    assert one(expert_bias_bytes(MOE, arrays(dp=8, ep=8))[0]) == 0.0
+
+
+def test_grace_host_issues_kernels_slower_than_an_x86_one():
+    # The same layer on a profile with a Grace host_launch: host time scales with the per-op CPU cost.
+    base = round_hw()
+    efficiency = base.efficiency.model_copy(update={"host_launch": HostLaunch(seconds=37e-6, note="test")})
+    grace = base.model_copy(update={"efficiency": efficiency})
+    lay = arrays(dp=8, ep=8)
+    passes = np.asarray(1.0)
+    x86 = one(layer_host_seconds(MOE, round_hw(), lay, moe_layer=True, passes=passes))
+    arm = one(layer_host_seconds(MOE, grace, lay, moe_layer=True, passes=passes))
+    assert host_launch_seconds(round_hw()) == HOST_SECONDS_PER_LAUNCH
+    assert arm / x86 == pytest.approx(37e-6 / HOST_SECONDS_PER_LAUNCH)
+
+
+def test_fp8_experts_quantize_each_expert_input_with_its_own_kernel():
+    # 16 experts over ep 8: 2 local experts x 2 GEMM inputs = 4 quantization kernels forward, none in bf16;
+    # each costs the small-kernel latency forward and twice backward.
+    fp8, bf16 = arrays(dp=8, ep=8, dtype="fp8"), arrays(dp=8, ep=8)
+    assert one(expert_quantize_launches(MOE, fp8)) == 4.0
+    assert one(expert_quantize_launches(MOE, bf16)) == 0.0
+    extra = one(bookkeeping_seconds(MOE, fp8, moe_layer=True)) - one(bookkeeping_seconds(MOE, bf16, moe_layer=True))
+    assert extra == pytest.approx(3 * 4 * SMALL_KERNEL_SECONDS)

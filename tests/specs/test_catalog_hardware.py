@@ -141,3 +141,11 @@ def test_aliases_resolve_to_their_profile() -> None:
             assert load_hardware(entry.aliases[0]).id == entry.id
     assert load_hardware("DGX-H100").id == "h100-sxm"
     assert load_hardware("A100").id == "a100-80gb"
+
+
+@pytest.mark.parametrize("hw_id", ["gb200-nvl72", "gb300-nvl72"])
+def test_grace_racks_issue_kernels_at_the_measured_grace_cost(hw_id: str, catalog: dict[str, HardwareProfile]) -> None:
+    # NVIDIA/TransformerEngine #2053: a torch Linear forward costs 37.08 us of CPU on a GB200's Grace.
+    launch = catalog[hw_id].efficiency.host_launch
+    assert launch is not None and launch.seconds == pytest.approx(37.08e-6, rel=0.01)
+    assert catalog["b200"].efficiency.host_launch is None  # x86 DGX host: the launch module's default
