@@ -30,10 +30,10 @@ RANK_RESOLUTION = 0.01
 """Step times within this share of each other are a tie at the model's resolution: its error on a source
 it was not fitted on is about 5% (docs/validation.md, leave-one-source-out), so a 1% lead is no evidence
 that one layout runs faster. The throughput and cost objectives sort the step time in buckets of this
-width from the fastest, and inside a bucket put the layout with the fewest GPUs in model parallelism
-(tp x pp x cp) first: the smaller model-parallel group is the one engine guides start from (TP inside the
-node, then PP, CP only when the sequence needs it: Megatron-LM README, "Parallelism"; NeMo performance
-tuning guide) and the one that leaves more data parallelism to scale with. Exact step time follows inside
+width from the fastest, and inside a bucket put the layout whose copy of the model spans the fewest GPUs
+first (model_copy_gpus: tp x pp x cp, or the expert group where it is wider): the smaller model-parallel
+group is the one engine guides start from (TP inside the node, then PP, CP only when the sequence needs
+it) and the one that leaves more data parallelism to scale with. Exact step time follows inside
 the bucket. The memory objective keeps exact order."""
 
 
@@ -41,6 +41,12 @@ def tie_keys(layouts: LayoutArrays) -> list[np.ndarray]:
     """The TIE_FIELDS of `layouts` as sort keys (smaller first), most significant first."""
     return [np.asarray(layouts.etp != layouts.tp) if name == "folded" else getattr(layouts, name)
             for name in TIE_FIELDS]
+
+
+def model_copy_gpus(layouts: LayoutArrays) -> np.ndarray:
+    """GPUs one copy of the model's weights spans: pp stages of max(tp x cp, ep x etp) ranks (a dense model's
+    tp x pp x cp; a MoE model's expert group too, which shards the experts over ep x etp ranks of each stage)."""
+    return np.asarray(layouts.pp * np.maximum(layouts.tp * layouts.cp, layouts.ep * layouts.etp))
 
 
 def step_bucket(step_seconds: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -62,8 +68,7 @@ def objective_keys(results: TrainingArrays, objective: str, layouts: LayoutArray
         if layouts is None:
             return exact
         idx = np.arange(np.size(results.step_seconds)) if index is None else index
-        model_parallel = np.asarray(layouts.tp * layouts.pp * layouts.cp)
-        return [step_bucket(results.step_seconds, idx), model_parallel, *exact]
+        return [step_bucket(results.step_seconds, idx), model_copy_gpus(layouts), *exact]
     if objective == "memory":
         return [results.peak_bytes, results.step_seconds]
     raise PlannerError(f"unknown objective '{objective}'; choose one of {', '.join(OBJECTIVES)}")

@@ -43,7 +43,7 @@ def test_throughput_orders_by_step_time_at_the_model_resolution(result):
     # Buckets of 1% from the fastest, written out by hand: [1, 1.01), [1.01, 1.0201), ...
     bucket = np.floor(np.log(step / fastest) / np.log(1.01) + 1e-9)
     assert (np.diff(bucket) >= 0).all()
-    mp = (r.layouts.tp * r.layouts.pp * r.layouts.cp)[order]
+    mp = (r.layouts.pp * np.maximum(r.layouts.tp * r.layouts.cp, r.layouts.ep * r.layouts.etp))[order]
     same_bucket = np.diff(bucket) == 0
     assert (np.diff(mp)[same_bucket] >= 0).all(), "inside a bucket the smaller model-parallel group comes first"
     same = same_bucket & (np.diff(mp) == 0)
@@ -107,7 +107,7 @@ def test_exact_ties_follow_the_tie_fields(result):
     order = rank(r.layouts, r.results, "throughput", r.fits)
     step = r.results.step_seconds[order]
     bucket = np.floor(np.log(step / step.min()) / np.log(1.01) + 1e-9)
-    mp = (r.layouts.tp * r.layouts.pp * r.layouts.cp)[order]
+    mp = (r.layouts.pp * np.maximum(r.layouts.tp * r.layouts.cp, r.layouts.ep * r.layouts.etp))[order]
     keys = np.stack([bucket, mp.astype(float), step, r.results.peak_bytes[order]]
                     + [k[order].astype(float) for k in tie_keys(r.layouts)], axis=1)
     assert [tuple(k) for k in keys] == sorted(tuple(k) for k in keys)
