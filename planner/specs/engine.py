@@ -192,6 +192,42 @@ class EfficiencySection(_Sourced):
     )
 
 
+class CpTraffic(BaseModel):
+    """HBM bytes the context-parallel attention moves outside its kernels, per element of the rank's query (q)
+    and K plus V (kv) tensors, forward (fwd) and backward (bwd): the merges of partial outputs, the gradient
+    accumulators, the copies and casts between kernels."""
+
+    model_config = _STRICT
+
+    fwd_q: NonNegativeFloat
+    fwd_kv: NonNegativeFloat
+    bwd_q: NonNegativeFloat
+    bwd_kv: NonNegativeFloat
+
+
+class ContextParallelSection(_Sourced):
+    """How the engine runs attention under context parallelism (the causal sequence cut into 2 cp chunks, each
+    rank holding chunks i and 2 cp - 1 - i; cp - 1 unmasked steps after the local causal one)."""
+
+    exchange: Literal["p2p_ring", "allgather"] = Field(
+        description="p2p_ring: each step's K/V arrive by a point-to-point send hidden behind the step before, "
+        "dK/dV travel the ring back in the backward (Megatron-Core / Transformer Engine); allgather: one "
+        "all-gather of K/V per pass, hidden behind the local causal step only, and a ring shift of the dK/dV "
+        "accumulators after every backward step (torch.distributed.tensor.experimental context_parallel)."
+    )
+    kv_at_query_width: bool = Field(
+        description="K and V are expanded to the query heads (GQA repeat) before the attention call, so they are "
+        "exchanged, accumulated and copied at the query width."
+    )
+    grad_exchange_bytes: PositiveInt = Field(description="Bytes per element of the dK/dV sent in the backward.")
+    step_kernels: NonNegativeInt = Field(
+        description="Kernels each extra ring step launches (attention kernel, merges, copies, exchange), forward "
+        "and backward alike, each at the fixed kernel cost."
+    )
+    step_traffic: CpTraffic = Field(description="Bytes per element moved by each of the cp - 1 extra steps.")
+    pass_traffic: CpTraffic = Field(description="Bytes per element moved once per pass when cp > 1.")
+
+
 class EngineProfile(BaseModel):
     """One training engine: kernels, ZeRO implementation, what it can run, optimizer, efficiency factors."""
 
@@ -205,6 +241,7 @@ class EngineProfile(BaseModel):
     optimizer: OptimizerSection
     offload: OffloadSection
     moe: MoESection
+    context_parallel: ContextParallelSection
     efficiency: EfficiencySection
 
 
@@ -384,6 +421,28 @@ _MEGATRON = EngineProfile(
             "mtp": "Megatron-Core --mtp-num-layers (transformer_config.py mtp_num_layers, c1e938b0)",
         },
     ),
+    context_parallel=ContextParallelSection(
+        exchange="p2p_ring", kv_at_query_width=False, grad_exchange_bytes=2, step_kernels=4,
+        step_traffic=CpTraffic(fwd_q=10.0, fwd_kv=0.0, bwd_q=10.0, bwd_kv=10.0),
+        pass_traffic=CpTraffic(fwd_q=0.0, fwd_kv=0.0, bwd_q=0.0, bwd_kv=0.0),
+        sources={
+            "exchange": "Megatron-Core --cp-comm-type p2p (the default): Transformer Engine's AttnFuncWithCPAndKVP2P "
+            "(NVIDIA/TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/"
+            "context_parallel.py) sends each step's K/V to the next rank while the step computes",
+            "kv_at_query_width": "Transformer Engine's fused attention takes GQA K/V at their own head count",
+            "grad_exchange_bytes": "the backward passes K/V again plus dK/dV, twice the forward's bytes at 16 bits: "
+            "planner's ring model before engines had a CP section (kept; not re-examined)",
+            "step_kernels": "per extra step the attention kernel, the two merges of the partial result "
+            "(flash_attn_fwd_softmax_lse_correction and flash_attn_fwd_out_correction in the forward; the dQ and "
+            "dK/dV accumulations in the backward) and the exchange (flash_attn_p2p_communicate), context_parallel.py: "
+            "4. Counted, not fitted",
+            "step_traffic": "forward: read the step's bf16 partial output (2), read and write the fp32 running output "
+            "(4 + 4), rescaled by the log-sum-exps: 10 per query element; backward: the same for the dQ and the "
+            "dK, dV accumulators, which AttnFuncWithCPAndKVP2P keeps in fp32: 10 per query and per K/V element. "
+            "Counted, not fitted",
+            "pass_traffic": "the fused correction kernels work in place on the accumulators: nothing once per pass",
+        },
+    ),
     efficiency=EfficiencySection(
         nccl_compute_contention=0.0, dp_overlap_efficiency=1.0,
         sources={
@@ -451,6 +510,12 @@ _TORCH_EAGER = {
         "eager_elementwise_traffic_factor": _EAGER_FACTOR,
     },
 }
+
+_TORCH_CP = (
+    "torch.distributed.tensor.experimental._attention (torch 2.6.0, git 2236df1, the release nearest the benchmark's "
+    "torch 1963fc8 of 2024-12-23): _templated_ring_attention / _templated_ring_attention_backward, round-robin load "
+    "balancing, SDPA flash or efficient kernels per step"
+)
 
 _TORCHTITAN_BF16 = (
     "torchtitan [training] dtype = \"bfloat16\": 'all parameters, gradients, and optimizer states in bfloat16, "
@@ -539,6 +604,38 @@ _TORCHTITAN = _derive(
             "tp or etp = 1' (job_config.py, 238fa995; default 1)",
             "capacity_factor": "no token-drop setting in the TOML job config (238fa995): experts run dropless",
             "mtp": "torchtitan's deepseek_v3 model (238fa995) builds no multi-token-prediction module",
+        },
+    },
+    context_parallel={
+        "exchange": "allgather", "kv_at_query_width": True, "grad_exchange_bytes": 4, "step_kernels": 11,
+        "step_traffic": {"fwd_q": 38.0, "fwd_kv": 4.0, "bwd_q": 10.0, "bwd_kv": 25.0},
+        "pass_traffic": {"fwd_q": 6.0, "fwd_kv": 4.0, "bwd_q": 20.0, "bwd_kv": 36.0},
+        "sources": {
+            "exchange": _TORCH_CP + ": torchtitan [experimental] context_parallel_rotate_method defaults to "
+            "'allgather' (torchtitan/config_manager.py at 9dec370); _AllGatherRotater issues one all-gather of the "
+            "concatenated K/V at the first step and waits for it at the second, in forward and again in backward; "
+            "the dK/dV rotater is always _AllToAllRotater (a ring shift by permute_tensor after every backward step, "
+            "waited after the next step's kernel, the last one after the loop)",
+            "kv_at_query_width": "torchtitan/models/llama/model.py at 9dec370, Attention.forward: keys = "
+            "repeat_kv(xk, n_rep), values = repeat_kv(xv, n_rep) before scaled_dot_product_attention",
+            "grad_exchange_bytes": _TORCH_CP + ": convert_to_f32 = True; the dK/dV accumulators are fp32 "
+            "(accum_dtype) and are concatenated and sent as such",
+            "step_kernels": _TORCH_CP + ": per extra forward step the flash kernel, the cast of its output to fp32, "
+            "the out and log-sum-exp merges (sub, sigmoid, mul, sub; sub, logsigmoid, sub) and the cat of K/V for "
+            "the rotater: 11 eager kernels (the backward's accumulations, cats and shift about as many). Counted",
+            "step_traffic": _TORCH_CP + ", counted on the slowest rank (cp - 1, whose extra steps all take the "
+            "whole local query: no partial merge) as eager kernels, each reading its inputs and writing its output: "
+            "forward, per query element the step output's cast to fp32 (2 + 4) and _SDPAMerger's out - sigmoid(lse "
+            "diff) x (out - block_out) in three fp32 kernels (12 + 8 + 12): 38; per K/V element the torch.cat of "
+            "K and V each step (2 + 2): 4. Backward, per query element grad_query += the step's bf16 dQ (4 + 2 + 4): "
+            "10; per K/V element the half-chunk accumulation of _partial_update (10 / 2) and its torch.cat (4 + 4), "
+            "the cat of the fp32 dK/dV for the shift (4 + 4) and the bf16 K/V cat (2 + 2): 25. torch.compile's "
+            "effect on these handler ops is not known here: counted eager",
+            "pass_traffic": _TORCH_CP + ", once per pass when cp > 1: forward, key/value .contiguous() of the "
+            "transposed, repeated K/V (2 + 2 per K/V element) and the merged output's cast back to bf16 (4 + 2 per "
+            "query element); backward, the fp32 zeros of dQ, dK, dV (4), the first step's accumulations (10) and "
+            "cats (fp32 4 + 4, bf16 2 + 2), the final casts to bf16 (4 + 2) and the .contiguous() copies (2 + 2): "
+            "20 per query element, 36 per K/V element",
         },
     },
     efficiency={

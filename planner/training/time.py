@@ -67,7 +67,7 @@ from planner.physics.shapes import (
     rank_gemms,
 )
 from planner.physics.stages import microbatches_in_flight
-from planner.specs.engine import EngineProfile, engine_or_default
+from planner.specs.engine import ContextParallelSection, EngineProfile, engine_or_default
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays, RecomputeCode, Zero
 from planner.specs.model import ModelSpec
@@ -107,18 +107,10 @@ TP_OVERLAP_SM_SHARE = 16.0 / 132.0
 # The row-parallel GEMMs of a layer (names as physics/shapes.py gives them): the attention output projection
 # and the MLP's down projection (fc2), dense and shared experts.
 ROW_PARALLEL_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
-# Bytes per element each extra ring step of context parallelism moves to merge its partial result: read
-# the step's bf16 partial output (2) and read and write the fp32 running output (4 + 4), rescaled by the
-# log-sum-exps; in the backward the same for the dQ, dK and dV accumulators (Transformer Engine's
-# AttnFuncWithCPAndKVP2P keeps them in fp32). Counted, not fitted.
-CP_MERGE_BYTES_PER_ELEMENT = 10.0
-# Kernels each extra ring step launches, forward and backward alike: the attention kernel, the two merges
-# of the partial result (Transformer Engine's flash_attn_fwd_softmax_lse_correction and
-# flash_attn_fwd_out_correction in the forward; the dQ and dK/dV accumulations in the backward) and the
-# point-to-point exchange (flash_attn_p2p_communicate); NVIDIA/TransformerEngine
-# transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py. Each pays the fixed
-# kernel cost GEMM_FIXED_SECONDS. Counted, not fitted.
-CP_RING_STEP_KERNELS = 4
+# What each extra step of context-parallel attention moves and launches besides its kernel (the merges of partial
+# outputs, the gradient accumulators, copies) and how K/V travel is engine behaviour: the engine profile's
+# context_parallel section (planner.specs.engine; Transformer Engine's P2P ring for Megatron, torch's
+# all-gather context_parallel for torchtitan), each count with its source there.
 # The router GEMM (shapes.py names it so) stays 16-bit under fp8 recipes.
 ROUTER_GEMM = "router"
 SHARED_EXPERT_PREFIX = "shared_"  # shapes.py's names of the shared experts' GEMMs
@@ -189,19 +181,28 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     return forward, backward
 
 
-def attention_core_seconds(
+def cp_kv_elements(model: ModelSpec, lay: LayoutArrays, cp: ContextParallelSection) -> np.ndarray:
+    """K plus V elements of one rank's micro-batch as the context-parallel attention handles them: at the KV
+    heads' width (split over TP by kv_divisor), or at the query width where the engine expands them first."""
+    widths = attention_dims(model)
+    tokens = tokens_per_microbatch(lay)
+    if cp.kv_at_query_width:
+        return np.asarray(tokens * 2 * widths.query / lay.tp.astype(float))
+    return np.asarray(tokens * (widths.key + widths.value) / kv_divisor(model, lay.tp))
+
+
+def cp_attention_kernels(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, plateau: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds of the fused attention core of one layer, one micro-batch, one rank.
+    """(local causal step, one extra step): forward seconds of the flash kernels of one layer, one micro-batch,
+    one rank under load-balanced context parallelism (the whole core without it: the first, with no steps).
 
     Without context parallelism: one causal kernel over sequences of s keys, at the attention curve's
-    efficiency for s (physics/kernels.py attention_efficiency). Ring context parallelism (Megatron-Core /
-    Transformer Engine, load-balanced: the sequence cut into 2 cp chunks, rank i holding chunks i and
-    2 cp - 1 - i, so every rank has the same causal work): of a rank's work, 1/cp is the causal diagonal
-    block of s/cp keys, the rest cp - 1 unmasked steps, half of them over s/(2 cp) keys (all local queries
-    against the sending rank's early chunk) and half over s/cp (the late local chunk against both). Each
-    extra step launches CP_RING_STEP_KERNELS kernels at the fixed cost of a kernel, and moves the running fp32 output (forward) or the fp32
-    dQ, dK, dV accumulators (backward) through HBM."""
+    efficiency for s (physics/kernels.py attention_efficiency). Load-balanced context parallelism (Megatron-Core /
+    Transformer Engine and torch's context_parallel alike: the sequence cut into 2 cp chunks, rank i holding
+    chunks i and 2 cp - 1 - i, so every rank has the same causal work): of a rank's work, 1/cp is the causal
+    diagonal block of s/cp keys, the rest cp - 1 unmasked steps, half of them over s/(2 cp) keys (all local
+    queries against the sending rank's early chunk) and half over s/cp (the late local chunk against both)."""
     widths = attention_dims(model)
     tokens = tokens_per_microbatch(lay)
     t = lay.tp.astype(float)
@@ -217,14 +218,73 @@ def attention_core_seconds(
     off_diagonal = 0.5 / attention_efficiency(hw, block / 2, head_dim, causal=False, plateau=plateau) + (
         0.5 / attention_efficiency(hw, block, head_dim, causal=False, plateau=plateau)
     )
-    kernel_fwd = work / peak16 * (diagonal / cp + (1 - 1 / cp) * off_diagonal)
-    steps = cp - 1
-    q_elements = tokens * widths.query / t
-    kv_elements = tokens * (widths.key + widths.value) / kv_divisor(model, lay.tp)
-    launches = CP_RING_STEP_KERNELS * GEMM_FIXED_SECONDS
-    merge_fwd = steps * (launches + memory_seconds(hw, q_elements * CP_MERGE_BYTES_PER_ELEMENT))
-    merge_bwd = steps * (launches + memory_seconds(hw, (q_elements + kv_elements) * CP_MERGE_BYTES_PER_ELEMENT))
+    return np.asarray(work / peak16 * diagonal / cp), np.asarray(work / peak16 * off_diagonal / cp)
+
+
+def attention_core_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, plateau: float | None = None,
+    cp: ContextParallelSection | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of the fused attention core of one layer, one micro-batch, one rank: the
+    flash kernels (cp_attention_kernels: the local causal step and cp - 1 extra steps) and, with context
+    parallelism, what the engine's CP attention (`cp`, the default engine's when None) does around them: each
+    extra step launches cp.step_kernels kernels at the fixed cost of a kernel and moves cp.step_traffic bytes
+    per query and K/V element (merging partial outputs, accumulating dQ, dK, dV), each pass cp.pass_traffic
+    once."""
+    if cp is None:
+        cp = engine_or_default(None).context_parallel
+    widths = attention_dims(model)
+    tokens = tokens_per_microbatch(lay)
+    diagonal_fwd, step_fwd = cp_attention_kernels(model, hw, lay, plateau)
+    steps = lay.cp - 1.0
+    kernel_fwd = diagonal_fwd + steps * step_fwd
+    q = tokens * widths.query / lay.tp.astype(float)
+    kv = cp_kv_elements(model, lay, cp)
+    launches = cp.step_kernels * GEMM_FIXED_SECONDS
+    step, once = cp.step_traffic, cp.pass_traffic
+    split = lay.cp > 1
+    merge_fwd = steps * (launches + memory_seconds(hw, q * step.fwd_q + kv * step.fwd_kv)) + np.where(
+        split, memory_seconds(hw, q * once.fwd_q + kv * once.fwd_kv), 0.0)
+    merge_bwd = steps * (launches + memory_seconds(hw, q * step.bwd_q + kv * step.bwd_kv)) + np.where(
+        split, memory_seconds(hw, q * once.bwd_q + kv * once.bwd_kv), 0.0)
     return kernel_fwd + merge_fwd, FLASH_BACKWARD_TO_FORWARD * kernel_fwd + merge_bwd
+
+
+def cp_comm_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, engine: EngineProfile, *, core_fwd: np.ndarray,
+    core_bwd: np.ndarray, plateau: float | None = None,
+) -> np.ndarray:
+    """Exposed context-parallel K/V traffic of one layer, one micro-batch, one rank, by the engine's exchange.
+
+    p2p_ring (ring attention, Liu et al. 2023; Megatron-LM's default point-to-point ring): the forward passes each
+    rank's K/V chunk around the ring in cp - 1 sequential steps, every step as slow as its slowest hop (a node
+    boundary once the ring leaves the node); each transfer hides behind the attention of one ring step, not
+    behind the whole core, so short blocks leave it exposed step by step. The backward passes K/V again plus
+    dK/dV. allgather (torch's context_parallel): one all-gather of the whole K/V per pass, hidden behind the local
+    causal step only; in the backward another all-gather, and after every step a ring shift of the dK/dV
+    accumulators, each waited for after the next step's kernel (the last after the loop); overlapped transfers
+    slow the kernels by the engine's NCCL contention. Under full recompute the forward's exchange runs again."""
+    cp = engine.context_parallel
+    kv_bytes = cp_kv_elements(model, lay, cp) * ACTIVATION_BYTES  # this rank's K/V chunk, 16-bit
+    grad_bytes = cp_kv_elements(model, lay, cp) * cp.grad_exchange_bytes
+    cp_link = group_link(hw, lay.cp, lay.tp)
+    steps = lay.cp - 1
+    split = lay.cp > 1
+    forward_passes = 1.0 + (lay.recompute == RecomputeCode.FULL)
+    diagonal_fwd, step_fwd = cp_attention_kernels(model, hw, lay, plateau)
+    if cp.exchange == "allgather":
+        contention = engine.efficiency.nccl_compute_contention
+        gather = np.where(split, all_gather_seconds(kv_bytes * lay.cp, lay.cp, cp_link), 0.0)
+        shift = np.where(split, p2p_seconds(grad_bytes, cp_link), 0.0)
+        fwd = _overlapped(gather, diagonal_fwd, contention)
+        bwd = _overlapped(gather, FLASH_BACKWARD_TO_FORWARD * diagonal_fwd, contention) + steps * _overlapped(
+            shift, FLASH_BACKWARD_TO_FORWARD * step_fwd, contention) + shift
+        return np.asarray(forward_passes * fwd + bwd)
+    # One ring step's share of the attention core (`core_fwd`, `core_bwd`: attention_core_seconds, merges included).
+    per_step = np.where(split, p2p_seconds(kv_bytes, cp_link), 0.0)
+    per_step_bwd = per_step + np.where(split, p2p_seconds(grad_bytes, cp_link), 0.0)
+    cp_fwd = steps * np.maximum(per_step - core_fwd / lay.cp, 0.0)
+    return np.asarray(forward_passes * cp_fwd + steps * np.maximum(per_step_bwd - core_bwd / lay.cp, 0.0))
 
 
 @dataclass(frozen=True)
@@ -240,9 +300,12 @@ class LayerTime:
 
 
 def layer_time(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, attention_plateau: float | None = None
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, attention_plateau: float | None = None,
+    engine: EngineProfile | None = None,
 ) -> LayerTime:
-    """One layer's time; `attention_plateau` is the engine's attention kernel's (kernels.attention_plateau)."""
+    """One layer's time; `attention_plateau` is the engine's attention kernel's (kernels.attention_plateau), `engine`
+    (the default engine's profile when None) gives the context-parallel attention's behaviour."""
+    engine = engine_or_default(engine)
     tokens = tokens_per_microbatch(lay)
     peak_gemm = gemm_peak_flops(hw, lay)
     plateau_gemm = gemm_plateau(hw, lay)
@@ -271,7 +334,7 @@ def layer_time(
     cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements), 0.0)
 
     widths = attention_dims(model)
-    flash_fwd, flash_bwd = attention_core_seconds(model, hw, lay, attention_plateau)
+    flash_fwd, flash_bwd = attention_core_seconds(model, hw, lay, attention_plateau, engine.context_parallel)
     # Unfused: batched GEMMs per head (size 2 s^2 d) at the matmul curve, plus the softmax traffic.
     core_width = widths.query + widths.output
     per_head_flop = 2.0 * lay.micro_batch * lay.seq_len * lay.seq_len / lay.cp * core_width / model.num_attention_heads
@@ -323,20 +386,7 @@ def layer_time(
     window = gemm * (3.0 + (lay.recompute == RecomputeCode.FULL))
     tp_comm = np.where(overlapped, np.maximum(TP_OVERLAP_EXPOSED_FRACTION * traffic, traffic - window), traffic)
 
-    # Ring attention (Liu et al. 2023; Megatron-LM context parallelism's default point-to-point ring):
-    # the forward passes each rank's K/V chunk around the ring in cp - 1 sequential steps, every step as
-    # slow as its slowest hop (a node boundary once the ring leaves the node); the backward passes K/V
-    # again plus dK/dV, twice the forward. Each transfer hides behind the attention of one ring step (the
-    # step before it), not behind the whole core: short blocks leave it exposed step by step. Under full
-    # recompute the forward ring runs again.
-    kv_bytes = lay.micro_batch * lay.seq_len * (widths.key + widths.value) * ACTIVATION_BYTES / kv_divisor(model, lay.tp)
-    cp_link = group_link(hw, lay.cp, lay.tp)
-    steps = lay.cp - 1
-    per_step = np.where(lay.cp > 1, p2p_seconds(kv_bytes / lay.cp, cp_link), 0.0)
-    step_fwd = flash_fwd / lay.cp
-    step_bwd = flash_bwd / lay.cp
-    cp_fwd = steps * np.maximum(per_step - step_fwd, 0.0)
-    cp_comm = (1.0 + (lay.recompute == RecomputeCode.FULL)) * cp_fwd + steps * np.maximum(2 * per_step - step_bwd, 0.0)
+    cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, plateau=attention_plateau)
 
     if moe_layer and model.moe is not None:
         ep_comm = expert_comm_seconds(model, hw, lay, forward=forward, backward=backward, shared_forward=shared_gemm)
@@ -528,8 +578,8 @@ def stage_time(
 ) -> StageTime:
     engine = engine_or_default(engine)
     plateau = attention_plateau(hw, engine.kernels.attention_kernel)
-    dense = layer_time(model, hw, lay, moe_layer=False, attention_plateau=plateau)
-    moe = layer_time(model, hw, lay, moe_layer=True, attention_plateau=plateau) if model.moe is not None else dense
+    dense = layer_time(model, hw, lay, moe_layer=False, attention_plateau=plateau, engine=engine)
+    moe = layer_time(model, hw, lay, moe_layer=True, attention_plateau=plateau, engine=engine) if model.moe is not None else dense
     n_moe = sp.num_moe_layers
     n_dense = sp.num_layers - n_moe
 
