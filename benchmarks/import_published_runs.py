@@ -44,8 +44,8 @@ OPEN_DEFECTS = {
 }
 NOT_MODELLED = {
     "tt24": "the 500 W power limit of Grand Teton's H100s (the profile carries the nominal peak; no published "
-            "figure gives the sustained clock), torch CP's all-gather K/V (timed as the ring); the engine itself "
-            "(FSDP2, eager or compiled kernels, SDPA's FlashAttention-2, op-level AC) is the torchtitan profile",
+            "figure gives the sustained clock); the engine itself (FSDP2, eager or compiled kernels, SDPA's "
+            "FlashAttention-2, op-level AC, torch's all-gather context parallelism) is the torchtitan profile",
     "nemo2407": "cuDNN/TE kernel versions of 2024; Apex distributed optimizer as ZeRO-2",
     "mb25": "gpt-oss's attention sinks; load imbalance beyond the forced balancing or token drop of the "
             "benchmark recipes",

@@ -160,12 +160,26 @@ def _group(case: dict[str, Any], hardware_id: str) -> str:
     return f"{name} ({hardware_id})"
 
 
+# The tables of pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md whose every row ran torch.compile,
+# as their captions say ("Table 2 FSDP + CP + torch.compile + Float8", "Table 4 2D parallelism (FSDP + TP) +
+# torch.compile + Float8", "Table 5 3D parallelism (FSDP + TP + PP) + torch.compile + Float8 + AsyncTP",
+# "Table 6 4D parallelism (FSDP + TP + PP + CP) + torch.compile + Float8 + AsyncTP + 1F1B"); the reference rows'
+# ids (tt24_t<table>_...) name the table. Tables 1 and 3 compare eager and compiled rows, which say so in the id.
+TORCHTITAN_COMPILED_TABLES = frozenset({"t2", "t4", "t5", "t6"})
+
+
+def _torchtitan_compiled(case_id: str) -> bool:
+    parts = case_id.split("_")
+    return "compile" in parts or (len(parts) > 1 and parts[1] in TORCHTITAN_COMPILED_TABLES)
+
+
 def engine_fields(case_id: str, source: str, recompute: object) -> dict[str, Any]:
     """The engine that ran a published row of the reference files, as layout fields: torchtitan's rows under
-    the torchtitan profile (FSDP2, eager or compiled as the id says, SDPA attention), the files' 'selective'
-    standing for torchtitan's op-level selective AC (their notes); NeMo's under nemo; others the default."""
+    the torchtitan profile (FSDP2, eager or compiled as the id or its table's caption says, SDPA attention), the
+    files' 'selective' standing for torchtitan's op-level selective AC (their notes); NeMo's under nemo; others
+    the default."""
     if source.startswith("pytorch/torchtitan"):
-        return {"engine": "torchtitan", "compile": "compile" in case_id,
+        return {"engine": "torchtitan", "compile": _torchtitan_compiled(case_id),
                 "recompute": "op" if recompute == "selective" else recompute}
     if source.startswith("NVIDIA/NeMo"):
         return {"engine": "nemo"}

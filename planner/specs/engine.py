@@ -488,9 +488,14 @@ _NEMO = _derive(
 )
 
 _TORCH_LOSS = (
-    "pytorch/torchtitan torchtitan/components/loss.py (2024-12: cross_entropy(pred.flatten(0, 1).float(), labels)): "
-    "the fp32 upcast feeds log_softmax, whose fp32 output is saved (4 bytes); its backward makes an fp32 gradient (4) "
-    "and the cast back a bf16 one (2): 10 bytes per logit at the loss's peak, where Megatron keeps 6"
+    "pytorch/torchtitan train.py at 9dec370: loss_fn = cross_entropy(pred.flatten(0, 1).float(), labels), eager also "
+    "under --training.compile ('compiling loss function causes CUDA errors, turning off for now'), and `del pred` "
+    "before backward. The forward holds the bf16 logits (2), their fp32 copy (4) and log_softmax's fp32 output (4), "
+    "10; at log_softmax's backward the saved fp32 output (4), nll_loss's fp32 gradient of it (4, a new [N, V] tensor) "
+    "and the new fp32 gradient of the logits (4) are live at once: 12 bytes per logit, the peak (the cast back to "
+    "bf16 then holds 4 + 2). Checked by tracking live storages through forward and backward "
+    "(benchmarks/torch_loss_peak.py, torch 2.13 CPU: 10.06 forward, 12.06 backward, at "
+    "aten._log_softmax_backward_data)"
 )
 _SDPA_FLASH2 = (
     "torch.nn.functional.scaled_dot_product_attention dispatches its FlashAttention-2 backend on H100: cuDNN "
@@ -500,7 +505,7 @@ _SDPA_FLASH2 = (
 )
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 2.5,
-    "loss_bytes_per_logit": 10.0, "attention_kernel": "flash2", "cuda_graphs": False,
+    "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
     "sources": {
         "cuda_graphs": "torchtitan's TOML job config (v0.1 - v0.2.x, last at 238fa995) has no CUDA-graph setting",
         "attention_kernel": _SDPA_FLASH2,

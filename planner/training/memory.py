@@ -45,9 +45,10 @@ LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti
 # At the loss's peak (its backward) a vocabulary element of the last micro-batch holds the fp32 softmax kept
 # for the backward (4) and the bf16 gradient of the logits written from it for the LM head's backward (2):
 # 6 bytes, not Korthikanti's 4. Megatron-Core's vocab-parallel cross-entropy upcasts the bf16 logits (freed
-# then), exponentiates in place and turns the saved softmax into the gradient in place. PyTorch's
-# cross_entropy on upcast logits (torchtitan: pred.float()) keeps the bf16 logits, the fp32 copy and a new
-# fp32 gradient at once, 10 bytes: the engine profile's kernels.loss_bytes_per_logit tells them apart
+# then), exponentiates in place and turns the saved softmax into the gradient in place. PyTorch's eager
+# cross_entropy on upcast logits (torchtitan: pred.float()) holds, at log_softmax's backward, the saved fp32
+# log-softmax, nll_loss's fp32 gradient of it and the new fp32 gradient of the logits at once, 12 bytes
+# (benchmarks/torch_loss_peak.py): the engine profile's kernels.loss_bytes_per_logit tells them apart
 # (planner.specs.engine); this constant is the Megatron value. With a 128K vocabulary at tp 1 this is 0.77 MB per token.
 LOSS_PEAK_BYTES_PER_LOGIT = LOGITS_BYTES + 2
 # Not counted: Transformer Engine's fp8 copies of the weights (an fp8 weight and its transpose, 2 bytes per

@@ -45,10 +45,11 @@ def _for_format(fmt: str, case: tuple) -> tuple | None:
     if fmt == "hf_trainer":  # the Trainer runs data parallelism (DDP, FSDP) with bf16/fp16 only
         if "fp8" in extra or "--no-flash-attention" in extra:
             return None
-        for flag in ("--tp", "--pp", "--interleave", "--zero"):
+        for flag in ("--tp", "--pp", "--interleave", "--zero", "--grad-dtype"):
             extra = _without(extra, flag)
+        # the Trainer keeps fp32 gradients under autocast (the exporter changes bf16 to fp32): search with them
         return (*case[:4], (*extra, "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "1", "--zero", "0,2,3",
-                            "--recompute", "none,full"))
+                            "--recompute", "none,full", "--grad-dtype", "fp32"))
     if fmt != "torchtitan":
         return case
     if "sgd" in extra:
