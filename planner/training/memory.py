@@ -48,8 +48,9 @@ LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti
 # then), exponentiates in place and turns the saved softmax into the gradient in place. PyTorch's eager
 # cross_entropy on upcast logits (torchtitan: pred.float()) holds, at log_softmax's backward, the saved fp32
 # log-softmax, nll_loss's fp32 gradient of it and the new fp32 gradient of the logits at once, 12 bytes
-# (benchmarks/torch_loss_peak.py): the engine profile's kernels.loss_bytes_per_logit tells them apart
-# (planner.specs.engine); this constant is the Megatron value. With a 128K vocabulary at tp 1 this is 0.77 MB per token.
+# (benchmarks/torch_loss_peak.py), and the allocator keeps the freed bf16 logits' block reserved beside them:
+# the engine profile's kernels.loss_bytes_per_logit tells them apart (planner.specs.engine, 14 for torch);
+# this constant is the Megatron value. With a 128K vocabulary at tp 1 this is 0.77 MB per token.
 LOSS_PEAK_BYTES_PER_LOGIT = LOGITS_BYTES + 2
 # Not counted: Transformer Engine's fp8 copies of the weights (an fp8 weight and its transpose, 2 bytes per
 # layer parameter). The fp8 recipes of the published runs gather fp8 parameters (Megatron --fp8-param-gather,
@@ -318,10 +319,16 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     # op mode): in the block's forward the matmuls run wq, wk, wv, wo, w1, (w3,) w2; the output of every second one
     # is recomputed (wk, wo, w3; standard MLP: w2), the others' and the attention kernel's outputs are saved, and
     # every other op is recomputed. Kept: the block input, wq and wv outputs, the attention output (+ its
-    # log-sum-exp), w1's output and, gated, w2's output (the block output before the residual add).
+    # log-sum-exp), w1's output and, gated, w2's output (the block output before the residual add). That last one
+    # no backward reads (it feeds only the residual add): eager SAC keeps it all the same, for its caching mode
+    # stores the output of every MUST_SAVE op (torch/utils/checkpoint.py, torch 2.6, _CachingTorchDispatchMode);
+    # under torch.compile the policy is only a tag on the traced node and AOTAutograd's partitioner saves just
+    # the forward values the backward reads, so the compiled block does not keep it.
     saved_attention = e * widths.query / t + e * widths.value / kv_div + e * widths.output / t
-    saved_mlp = e * f / t + (e * h / rep_div if model.mlp_kind == "gated" else 0.0) + permuted + router
-    stored_op = checkpoint + saved_attention + saved_mlp + np.where(lay.flash_attention, lse, 0.0)
+    saved_mlp = e * f / t + permuted + router
+    unread = np.where(lay.compile, 0.0, e * h / rep_div if model.mlp_kind == "gated" else 0.0)
+    needed_op = checkpoint + saved_attention + saved_mlp + np.where(lay.flash_attention, lse, 0.0)
+    stored_op = needed_op + unread
     stored = np.where(lay.recompute == RecomputeCode.FULL, checkpoint, np.where(lay.recompute == RecomputeCode.OP, stored_op, stored_no_full))
     # During its backward a recomputed layer holds again what was dropped: everything but the checkpointed
     # input under full recompute, everything not saved under op-level AC, the dropped modules' tensors (and
@@ -329,7 +336,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     working = np.where(
         lay.recompute == RecomputeCode.FULL,
         full - checkpoint,
-        np.where(lay.recompute == RecomputeCode.OP, np.maximum(full - stored_op, 0.0), np.where(selective, core_drop + module_drop, 0.0)),
+        np.where(lay.recompute == RecomputeCode.OP, np.maximum(full - needed_op, 0.0), np.where(selective, core_drop + module_drop, 0.0)),
     )
     return LayerActivations(stored=stored, full=full, working=working)
 

@@ -95,16 +95,30 @@ def test_layer_time_takes_the_engines_context_parallelism():
     assert float(tt.forward[0]) > float(meg.forward[0])  # the eager merges
 
 
-def test_torch_loss_holds_twelve_bytes_per_logit_where_megatron_holds_six():
+def test_torch_loss_holds_fourteen_bytes_per_logit_where_megatron_holds_six():
     # benchmarks/torch_loss_peak.py: at log_softmax's backward the saved fp32 output, nll_loss's fp32 gradient
-    # and the new fp32 gradient are live at once. One stage, micro-batch 1 of 32 tokens, vocab 100: the loss's
-    # share differs by (12 - 6) x 32 x 100 bytes.
+    # and the new fp32 gradient are live at once (12); the freed bf16 logits' block stays reserved (2). One
+    # stage, micro-batch 1 of 32 tokens, vocab 100: the loss's share differs by (14 - 6) x 32 x 100 bytes.
     model = tiny()
     layout = lay(seq_len=32)
     stage = layout.tp * 0
     megatron = stage_memory(model, layout, stage, engine=MEGATRON)
     torchtitan = stage_memory(model, layout, stage, engine=TORCHTITAN)
-    assert float((torchtitan.activations_bytes - megatron.activations_bytes)[0]) == pytest.approx(6 * 32 * 100)
+    assert float((torchtitan.activations_bytes - megatron.activations_bytes)[0]) == pytest.approx(8 * 32 * 100)
+
+
+@pytest.mark.parametrize(("mlp_kind", "unread"), [("gated", 2 * 64), ("standard", 0)])
+def test_eager_op_ac_keeps_the_unread_w2_output_compile_does_not(mlp_kind: str, unread: int):
+    # Eager SAC stores every MUST_SAVE output; w2 is a saved matmul only in the gated MLP (wq, wk, wv, wo, w1,
+    # w3, w2: the odd ones are saved), and no backward reads it. Compiled, the partitioner drops it: 2h bytes
+    # per token and layer (h = 64); the recompute working set is the same either way.
+    from planner.training.memory import layer_activation_bytes_per_token
+    model = tiny(mlp_kind=mlp_kind)
+    eager = layer_activation_bytes_per_token(model, lay(recompute="op", engine="torchtitan"), moe_layer=False)
+    compiled = layer_activation_bytes_per_token(model, lay(recompute="op", engine="torchtitan", compile=True),
+                                                moe_layer=False)
+    assert float((eager.stored - compiled.stored)[0]) == unread
+    assert float(eager.working[0]) == float(compiled.working[0])
 
 
 @pytest.mark.parametrize(("case_id", "compiled"), [
