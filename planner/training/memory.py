@@ -323,7 +323,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     # no backward reads (it feeds only the residual add): eager SAC keeps it all the same, for its caching mode
     # stores the output of every MUST_SAVE op (torch/utils/checkpoint.py, torch 2.6, _CachingTorchDispatchMode);
     # under torch.compile the policy is only a tag on the traced node and AOTAutograd's partitioner saves just
-    # the forward values the backward reads, so the compiled block does not keep it.
+    # the forward values the backward reads, so the compiled block does not keep it (benchmarks/torch_sac_saved.py).
     saved_attention = e * widths.query / t + e * widths.value / kv_div + e * widths.output / t
     saved_mlp = e * f / t + permuted + router
     unread = np.where(lay.compile, 0.0, e * h / rep_div if model.mlp_kind == "gated" else 0.0)
