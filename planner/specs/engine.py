@@ -57,8 +57,7 @@ class KernelSection(_Sourced):
         ge=1.0, description="Element-wise HBM traffic of the unfused (eager) kernels relative to the fused count."
     )
     loss_bytes_per_logit: float = Field(
-        gt=0.0, description="Bytes per logit element the loss holds at its peak (the last stage, start of backward): "
-        "live tensors and the allocator's cached blocks they leave unusable."
+        gt=0.0, description="Bytes per logit element live at the loss's peak (the last stage, start of backward)."
     )
     attention_kernel: Literal["fused", "flash2"] = Field(
         description="The attention core's kernel: fused = the chip's best fused kernel (Transformer Engine's cuDNN "
@@ -491,16 +490,14 @@ _NEMO = _derive(
 _TORCH_LOSS = (
     "pytorch/torchtitan train.py at 9dec370: loss_fn = cross_entropy(pred.flatten(0, 1).float(), labels), eager also "
     "under --training.compile ('compiling loss function causes CUDA errors, turning off for now'), and `del pred` "
-    "before backward. Live: the forward holds the bf16 logits (2), their fp32 copy (4) and log_softmax's fp32 output "
-    "(4), 10; at log_softmax's backward the saved fp32 output (4), nll_loss's fp32 gradient of it (4, a new [N, V] "
-    "tensor) and the new fp32 gradient of the logits (4) are live at once, 12 (benchmarks/torch_loss_peak.py tracks "
-    "every storage through forward and backward: torch 2.13 CPU, 10.06 forward, 12.06 backward at "
-    "aten._log_softmax_backward_data). Reserved: the bf16 logits' freed block (2) stays with PyTorch's caching "
-    "allocator (cached blocks return to the device only on empty_cache or a failed allocation) and cannot serve "
-    "the fp32 [N, V] request, which the fp32 copy's freed block (4) served once: the second one takes new memory, "
-    "so the reservation torchtitan reports (torch.cuda.memory_stats reserved_bytes.all.peak, torchtitan/metrics.py "
-    "at 9dec370) carries 12 + 2 = 14 per logit, with or without expandable segments (torchtitan's launcher sets "
-    "them: the freed bf16 block sits between live ones)"
+    "before backward. The forward holds the bf16 logits (2), their fp32 copy (4) and log_softmax's fp32 output (4), "
+    "10; at log_softmax's backward the saved fp32 output (4), nll_loss's fp32 gradient of it (4, a new [N, V] "
+    "tensor) and the new fp32 gradient of the logits (4) are live at once: 12 bytes per logit, the peak "
+    "(benchmarks/torch_loss_peak.py tracks every storage through forward and backward: torch 2.13 CPU, 10.06 "
+    "forward, 12.06 backward at aten._log_softmax_backward_data). Not counted: the bf16 logits' freed block (2 "
+    "more), which PyTorch's caching allocator keeps reserved while the device has room (it cannot serve the fp32 "
+    "request) and releases when an allocation would fail, so it shows in torchtitan's reserved peak of the 8K rows "
+    "but is not needed to fit (docs/engines.md)"
 )
 _SDPA_FLASH2 = (
     "torch.nn.functional.scaled_dot_product_attention dispatches its FlashAttention-2 backend on H100: cuDNN "
@@ -510,7 +507,7 @@ _SDPA_FLASH2 = (
 )
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 2.5,
-    "loss_bytes_per_logit": 14.0, "attention_kernel": "flash2", "cuda_graphs": False,
+    "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
     "sources": {
         "cuda_graphs": "torchtitan's TOML job config (v0.1 - v0.2.x, last at 238fa995) has no CUDA-graph setting",
         "attention_kernel": _SDPA_FLASH2,

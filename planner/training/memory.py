@@ -48,9 +48,8 @@ LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti
 # then), exponentiates in place and turns the saved softmax into the gradient in place. PyTorch's eager
 # cross_entropy on upcast logits (torchtitan: pred.float()) holds, at log_softmax's backward, the saved fp32
 # log-softmax, nll_loss's fp32 gradient of it and the new fp32 gradient of the logits at once, 12 bytes
-# (benchmarks/torch_loss_peak.py), and the allocator keeps the freed bf16 logits' block reserved beside them:
-# the engine profile's kernels.loss_bytes_per_logit tells them apart (planner.specs.engine, 14 for torch);
-# this constant is the Megatron value. With a 128K vocabulary at tp 1 this is 0.77 MB per token.
+# (benchmarks/torch_loss_peak.py): the engine profile's kernels.loss_bytes_per_logit tells them apart
+# (planner.specs.engine, 12 for torch); this constant is the Megatron value. With a 128K vocabulary at tp 1 this is 0.77 MB per token.
 LOSS_PEAK_BYTES_PER_LOGIT = LOGITS_BYTES + 2
 # Not counted: Transformer Engine's fp8 copies of the weights (an fp8 weight and its transpose, 2 bytes per
 # layer parameter). The fp8 recipes of the published runs gather fp8 parameters (Megatron --fp8-param-gather,
