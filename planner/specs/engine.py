@@ -190,6 +190,14 @@ class EfficiencySection(_Sourced):
     dp_overlap_efficiency: float = Field(
         gt=0.0, le=1.0, description="Share of the overlap window that hides data-parallel traffic."
     )
+    tp_overlap_hidden_share: float = Field(
+        ge=0.0, le=1.0, description="Share of the tensor-parallel traffic that Transformer Engine's userbuffer "
+        "overlap hides which this engine's TP comm overlap hides (1: as TE does)."
+    )
+    tp_overlap_sm_share: float = Field(
+        ge=0.0, lt=1.0, description="Share of the SMs the overlapped collectives take from the row-parallel forward "
+        "GEMMs they run beside (training/time.py, TP overlap)."
+    )
 
 
 class CpTraffic(BaseModel):
@@ -309,6 +317,9 @@ _SHARDED_GRADS_REDUCE_EVERY_BACKWARD = (
     "(deepspeedai/DeepSpeed#2252, maintainer's answer); Megatron-Core's FSDP optim_grads and FSDP2's "
     "reshard-free mode shard the gradients the same way"
 )
+
+# torch async TP's share, solved by benchmarks/calibrate_torch_async_tp.py (see the torchtitan profile).
+TORCH_ASYNC_TP_HIDDEN_SHARE = 0.23
 
 _MEGATRON = EngineProfile(
     name="megatron",
@@ -444,10 +455,17 @@ _MEGATRON = EngineProfile(
         },
     ),
     efficiency=EfficiencySection(
-        nccl_compute_contention=0.0, dp_overlap_efficiency=1.0,
+        nccl_compute_contention=0.0, dp_overlap_efficiency=1.0, tp_overlap_hidden_share=1.0,
+        tp_overlap_sm_share=16.0 / 132.0,
         sources={
             "nccl_compute_contention": _NO_CONTENTION_CALIBRATED,
             "dp_overlap_efficiency": "benchmarks/calibrate_training.py on the published runs (grid 0.5-1.0): 1.0",
+            "tp_overlap_hidden_share": "Transformer Engine userbuffers are the reference the overlap model is "
+            "fitted on (training/time.py TP_OVERLAP_EXPOSED_FRACTION): 1.0",
+            "tp_overlap_sm_share": "the pipelined reduce-scatter after proj_fprop and fc2_fprop takes 16 SMs with "
+            "set_sm_margin in TE's default userbuffer config (transformer_engine/pytorch/module/base.py @ d0067d0, "
+            "initialize_ub) and 8-24 in the Megatron-Bridge tuned configs (src/megatron/bridge/training/"
+            "comm_overlap.py): 16 of the H100's 132",
         },
     ),
 )
@@ -646,8 +664,17 @@ _TORCHTITAN = _derive(
         },
     },
     efficiency={
-        "nccl_compute_contention": 0.18,
-        "sources": {"nccl_compute_contention": _CONTENTION},
+        "nccl_compute_contention": 0.18, "tp_overlap_hidden_share": TORCH_ASYNC_TP_HIDDEN_SHARE,
+        "tp_overlap_sm_share": 0.0,
+        "sources": {
+            "nccl_compute_contention": _CONTENTION,
+            "tp_overlap_hidden_share": "solved from torchtitan's own pair of runs, Llama 3 70B on 256 H100, "
+            "FSDP 32 x TP 8, 2D 829 and with AsyncTP 876 tokens/s/GPU (pytorch/torchtitan benchmarks/"
+            "llama3_h100_202412_torchtitan.md, Table 4; benchmarks/calibrate_torch_async_tp.py): the share of "
+            "TE's hidden traffic torch's micro-pipeline TP hides in the model that reproduces the 1.057x",
+            "tp_overlap_sm_share": "torch's async TP moves the chunks over symmetric memory with copy engines "
+            "(no SM margin on the matmuls)",
+        },
     },
 )
 

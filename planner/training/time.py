@@ -94,16 +94,6 @@ LOGIT_TRAFFIC_BYTES = 18.0
 # GEMMs; this is the share that stays exposed. Fitted by benchmarks/calibrate_training.py (grid 0-1) on the
 # runs with the overlap on (the Megatron-LM 2024 H100 table and the NeMo 24.07 rows that set it).
 TP_OVERLAP_EXPOSED_FRACTION = 0.1
-# Transformer Engine's userbuffer overlap runs the reduce-scatter after the row-parallel forward GEMMs
-# (proj_fprop, fc2_fprop) as a 'pipeline' overlap: the GEMM is split in chunks and launched with an SM margin
-# that the communication kernels take. TE's default gives them 16 SMs with set_sm_margin
-# (transformer_engine/pytorch/module/base.py @ d0067d0, initialize_ub default config), and the tuned configs
-# of the NeMo / Megatron-Bridge recipes keep the margin (NVIDIA-NeMo/Megatron-Bridge
-# src/megatron/bridge/training/comm_overlap.py, userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192:
-# proj_fprop 24 SMs, fc2_fprop 8; the h8192 tp4 configs 24 and 16). The all-gathers run as ring exchanges on
-# one SM, and the tuned configs launch the bulk dgrad/wgrad overlaps without a margin: those GEMMs keep the
-# chip. 16 of the H100's 132 SMs, taken for every chip.
-TP_OVERLAP_SM_SHARE = 16.0 / 132.0
 # The row-parallel GEMMs of a layer (names as physics/shapes.py gives them): the attention output projection
 # and the MLP's down projection (fc2), dense and shared experts.
 ROW_PARALLEL_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
@@ -313,7 +303,7 @@ def layer_time(
     gemm = np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(peak_gemm)))
     fp8_weights = np.zeros_like(gemm)
     shared_gemm = np.zeros_like(gemm)  # the shared experts' forward GEMMs (shared-expert overlap hides behind them)
-    row_gemm = np.zeros_like(gemm)  # forward seconds of the row-parallel GEMMs (TP_OVERLAP_SM_SHARE)
+    row_gemm = np.zeros_like(gemm)  # forward seconds of the row-parallel GEMMs (the TP overlap's SM margin)
     for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
         if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
             gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
@@ -360,10 +350,11 @@ def layer_time(
     backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + cast_bwd + expert_bwd + (
         bookkeeping * BACKWARD_LAUNCH_RATIO / (1 + BACKWARD_LAUNCH_RATIO)
     )
-    # Under --tp-comm-overlap the row-parallel forward GEMMs run beside their pipelined reduce-scatter on
-    # 1 - TP_OVERLAP_SM_SHARE of the chip.
+    # Under --tp-comm-overlap the row-parallel forward GEMMs (attention output, fc2) run beside their pipelined
+    # reduce-scatter, launched with an SM margin the communication kernels take: on 1 - tp_overlap_sm_share of
+    # the chip (Transformer Engine's 'pipeline' overlap; the engine profile's efficiency section says how much).
     overlapped_tp = lay.overlap_tp_comm & lay.sequence_parallel & (lay.tp > 1) & (lay.tp <= hw.node.gpus_per_node)
-    margin = np.where(overlapped_tp, 1.0 / (1.0 - TP_OVERLAP_SM_SHARE) - 1.0, 0.0)
+    margin = np.where(overlapped_tp, 1.0 / (1.0 - engine.efficiency.tp_overlap_sm_share) - 1.0, 0.0)
     forward = forward + margin * row_gemm
     recompute = np.where(
         lay.recompute == RecomputeCode.FULL, forward, np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention, unfused_fwd, 0.0)
@@ -384,7 +375,10 @@ def layer_time(
     # layer's forward GEMMs, twice that in backward, again under full recompute).
     overlapped = lay.overlap_tp_comm & lay.sequence_parallel & (lay.tp <= hw.node.gpus_per_node)
     window = gemm * (3.0 + (lay.recompute == RecomputeCode.FULL))
-    tp_comm = np.where(overlapped, np.maximum(TP_OVERLAP_EXPOSED_FRACTION * traffic, traffic - window), traffic)
+    te_exposed = np.maximum(TP_OVERLAP_EXPOSED_FRACTION * traffic, traffic - window)
+    # an engine whose overlap hides less than TE's hides that share of what TE hides
+    hidden = engine.efficiency.tp_overlap_hidden_share * (traffic - te_exposed)
+    tp_comm = np.where(overlapped, traffic - hidden, traffic)
 
     cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, plateau=attention_plateau)
 

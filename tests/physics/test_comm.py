@@ -199,3 +199,31 @@ def test_tp_overlap_needs_sp_an_nvlink_group_and_gemms_to_hide_behind():
 def test_no_tp_no_tp_comm():
     t = layer_time(tiny(), HW, Layout(tp=1, global_batch=1, seq_len=32).to_arrays(), moe_layer=False)
     assert float(t.tp_comm[0]) == 0.0
+
+
+def test_an_engines_tp_overlap_hides_its_share_of_what_te_hides():
+    """hidden = share x (traffic - TE's exposed part): share 0 hides nothing, share 1 is TE; torchtitan's async TP
+    (copy-engine chunks) takes no SM margin from the row-parallel GEMMs."""
+    from planner.specs.engine import engine_profile
+
+    lay = Layout(tp=2, global_batch=1, seq_len=32, overlap_tp_comm=True, sequence_parallel=True).to_arrays()
+    bare = Layout(tp=2, global_batch=1, seq_len=32, sequence_parallel=True).to_arrays()
+    mega = engine_profile("megatron")
+
+    def with_share(share: float):  # type: ignore[no-untyped-def]
+        return mega.model_copy(update={"efficiency": mega.efficiency.model_copy(update={"tp_overlap_hidden_share": share})})
+
+    traffic = float(layer_time(tiny(), HW, bare, moe_layer=False, engine=mega).tp_comm[0])
+    te = float(layer_time(tiny(), HW, lay, moe_layer=False, engine=mega).tp_comm[0])
+    none = float(layer_time(tiny(), HW, lay, moe_layer=False, engine=with_share(0.0)).tp_comm[0])
+    half = float(layer_time(tiny(), HW, lay, moe_layer=False, engine=with_share(0.5)).tp_comm[0])
+    assert none == pytest.approx(traffic) and te == pytest.approx(TP_OVERLAP_EXPOSED_FRACTION * traffic)
+    assert half == pytest.approx(traffic - 0.5 * (traffic - te))
+    titan = engine_profile("torchtitan")
+    assert titan.efficiency.tp_overlap_sm_share == 0.0 and 0.0 < titan.efficiency.tp_overlap_hidden_share < 1.0
+    # the SM margin: megatron's row-parallel forward GEMMs run 132/116 as long, torchtitan's do not
+    f_mega = float(layer_time(tiny(), HW, lay, moe_layer=False, engine=mega).forward[0])
+    f_bare = float(layer_time(tiny(), HW, bare, moe_layer=False, engine=mega).forward[0])
+    f_titan = float(layer_time(tiny(), HW, lay, moe_layer=False, engine=titan).forward[0])
+    f_titan_bare = float(layer_time(tiny(), HW, bare, moe_layer=False, engine=titan).forward[0])
+    assert f_mega > f_bare and f_titan == pytest.approx(f_titan_bare)
