@@ -13,6 +13,18 @@ while the chosen columns, scaled to unit length, keep a smallest-to-largest sing
 least MIN_SINGULAR_RATIO (the rank check: a factor that moves the runs as another already chosen does
 is not identified by them), and never more than RUNS_PER_FACTOR runs per factor: one run fits one
 factor, the most sensitive, and three runs fit at most one more.
+
+How far: no factor moves more than MAX_PRIOR_SDS standard deviations of its prior from the shipped value
+(a prior-data conflict: runs that ask for more show a mechanism the factor does not stand for, such as a
+release that is twice as slow on the same layout, and following them there moves every other layout the
+factor touches as far).
+
+Whether the step carries over: leave-one-out inside the calibration runs. With the chosen factors fixed,
+each run is predicted from their values fitted on the other runs, with that fitted log step scaled by
+each lambda of SHRINK_GRID (0: the shipped profile, 1: the full fit); the lambda of least mean |log error|
+scales the step of the fit on all runs (the smallest lambda on a tie: no evidence, no step). lambda 0
+holds every factor at its shipped value. The runs' own held-out predictions choose how much of the fit to
+trust, which is the question the user asks of it (does it predict a run it was not fitted on?).
 """
 
 from __future__ import annotations
@@ -48,6 +60,10 @@ DIFF_STEP = 0.02  # log step of the finite differences
 RANGE_STEP = 0.7  # log step of the range sensitivity (a factor of 2)
 GRID_POINTS = 5  # starting values tried for a newly added factor, across its bounds
 MAX_ITERATIONS = 12
+# The prior is a Gaussian of log value: 3 sd holds 99.7% of it. A fit never moves a factor further (see above).
+MAX_PRIOR_SDS = 3.0
+# Shares of the fitted log step tried by the in-sample leave-one-out (0: shipped, 1: the full fit).
+SHRINK_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,18 @@ class Choice:
 
     name: str
     sensitivity: float  # RMS over the runs of d log t / d log f
+    why: str
+    gain: float = 0.0  # drop of the objective when it was added
+
+
+@dataclass(frozen=True)
+class Shrinkage:
+    """How much of the fitted step the runs' own leave-one-out supports."""
+
+    factor: float  # lambda: the share of the fitted log step kept (1: all, 0: none)
+    loo_shipped: float  # mean |log error| of each run predicted with the shipped profile (lambda 0)
+    loo_fitted: float  # same with each run predicted from the others' fit at the chosen lambda
+    scores: tuple[tuple[float, float], ...]  # (lambda, mean |log error| left out) for every lambda tried
     why: str
 
 
@@ -74,6 +102,7 @@ class FitResult:
     reserve_sigma_bytes: float = 0.0
     peak_before: tuple[float | None, ...] = field(default_factory=tuple)
     peak_after: tuple[float | None, ...] = field(default_factory=tuple)
+    shrinkage: Shrinkage | None = None  # None: nothing was fitted before the leave-one-out, or one run only
 
 
 def _timed(runs: list[Run]) -> list[Run]:
@@ -144,9 +173,21 @@ def sensitivities(runs: list[Run], hw: HardwareProfile) -> tuple[list[str], np.n
 
 
 def _bounds(names: list[str], shipped: dict[str, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of theta: the factor's own bounds, and no further than MAX_PRIOR_SDS prior sds from shipped."""
     lo = np.array([math.log(FACTOR_BY_NAME[n].low / shipped[n]) for n in names])
     hi = np.array([math.log(FACTOR_BY_NAME[n].high / shipped[n]) for n in names])
+    sd = np.array([FACTOR_BY_NAME[n].prior_sigma for n in names])
+    lo, hi = np.maximum(lo, -MAX_PRIOR_SDS * sd), np.minimum(hi, MAX_PRIOR_SDS * sd)
     return np.minimum(lo, 0.0), np.maximum(hi, 0.0)
+
+
+def at_prior_limit(name: str, value: float, shipped: float) -> bool:
+    """Whether a fitted value sits at MAX_PRIOR_SDS prior sds from shipped (and not at the factor's own bound)."""
+    factor = FACTOR_BY_NAME[name]
+    limit = MAX_PRIOR_SDS * factor.prior_sigma
+    step = math.log(value / shipped)
+    own = math.log((factor.low if step < 0 else factor.high) / shipped)
+    return abs(step) >= limit - 1e-6 and abs(own) > limit
 
 
 def range_sensitivity(runs: list[Run], hw: HardwareProfile, names: list[str], shipped: dict[str, float]
@@ -291,7 +332,7 @@ def select_and_solve(runs: list[Run], hw: HardwareProfile, shipped: dict[str, fl
         skipped.pop(names[k], None)
         lead = "the largest gain" if not choices else "the largest further gain"
         choices.append(Choice(names[k], float(rms[k]), f"RMS sensitivity of log step time {rms[k]:.2f}; "
-                              f"objective -{gain:.1f} ({lead})"))
+                              f"objective -{gain:.1f} ({lead})", gain=float(gain)))
         current = value
         trial_names = [names[i] for i in chosen]
         values = {n: shipped[n] * math.exp(theta[i]) for i, n in enumerate(trial_names)}
@@ -317,13 +358,79 @@ def relative_errors(runs: list[Run], hw: HardwareProfile) -> tuple[float, ...]:
     return tuple(predict_seconds(r, hw) / r.measured_seconds - 1 for r in _timed(runs))  # type: ignore[operator]
 
 
+def loo_shrinkage(runs: list[Run], hw: HardwareProfile, shipped: dict[str, float], values: dict[str, float]
+                  ) -> Shrinkage:
+    """The share of the fitted log step (the factors of `values`, fixed) that the runs' own leave-one-out
+    supports: each run predicted from those factors fitted on the other runs, their log step scaled by each
+    lambda of SHRINK_GRID. The smallest lambda whose mean |log error| left out is within one standard error
+    of the least (the one-standard-error rule of Breiman et al. 1984 and Hastie, Tibshirani & Friedman,
+    The Elements of Statistical Learning, 2nd ed., section 7.10): runs whose left-out errors scatter widely
+    (one run the others do not explain) support a smaller step; a tie is no evidence for a step."""
+    names = list(values)
+    start = np.array([math.log(values[n] / shipped[n]) for n in names])
+    log_m = np.array([math.log(r.measured_seconds) for r in runs])  # type: ignore[arg-type]
+    left_out = []
+    for i in range(len(runs)):
+        theta, _, _ = _solve(runs[:i] + runs[i + 1:], hw, names, shipped, start=start)
+        left_out.append(theta)
+    per_lambda = []
+    for lam in SHRINK_GRID:
+        errors = [abs(float(_log_predictions([runs[i]], hw, names, lam * theta, shipped)[0] - log_m[i]))
+                  for i, theta in enumerate(left_out)]
+        per_lambda.append(np.array(errors))
+    means = [float(e.mean()) for e in per_lambda]
+    k_best = int(np.argmin(means))
+    # the one-standard-error rule: the smallest step whose left-out error is within one standard error of the least
+    se = float(np.std(per_lambda[k_best], ddof=1) / math.sqrt(len(runs)))
+    k = next(k for k, m in enumerate(means) if m <= means[k_best] + se + 1e-12)
+    scores = [(lam, m) for lam, m in zip(SHRINK_GRID, means)]
+    best = scores[k]
+    shipped_score = scores[0][1]
+    if best[0] == 0:
+        why = (f"each run predicted from a fit on the others is not better by more than one standard error than with "
+               f"the shipped profile (mean |log error| left out {shipped_score:.3f} shipped, {means[k_best]:.3f} at "
+               f"best, standard error {se:.3f}): the fit does not carry from run to run, so every factor stays as "
+               "shipped")
+    else:
+        why = (f"each run predicted from a fit on the others: mean |log error| {shipped_score:.3f} shipped, "
+               f"{best[1]:.3f} with {best[0]:g} of the fitted log step (the least step within one standard error, "
+               f"{se:.3f}, of the best, {means[k_best]:.3f})")
+    return Shrinkage(factor=best[0], loo_shipped=shipped_score, loo_fitted=best[1], scores=tuple(scores), why=why)
+
+
+def _guard(runs: list[Run], hw: HardwareProfile, shipped: dict[str, float], choices: list[Choice],
+           skipped: dict[str, str], values: dict[str, float], sigmas: dict[str, float]
+           ) -> tuple[list[Choice], dict[str, str], dict[str, float], dict[str, float], Shrinkage | None]:
+    """Limit notes, and the in-sample leave-one-out shrinkage of the fitted step (two runs or more)."""
+    notes = {n: f"; at the limit of {MAX_PRIOR_SDS:g} prior sds from shipped (the runs ask for more: a mechanism "
+                "this factor may not stand for)" for n, v in values.items() if at_prior_limit(n, v, shipped[n])}
+    if not choices or len(runs) < 2:
+        choices = [Choice(c.name, c.sensitivity, c.why + notes.get(c.name, "")
+                          + ("; one run: no leave-one-out check" if len(runs) < 2 else ""), c.gain) for c in choices]
+        return choices, skipped, values, sigmas, None
+    shrink = loo_shrinkage(runs, hw, shipped, values)
+    if shrink.factor == 0:
+        for c in choices:
+            skipped[c.name] = (f"sensitivity {c.sensitivity:.2f}, objective -{c.gain:.1f} when fitted, but held at the "
+                               "shipped value by the leave-one-out inside the runs (its line says why)")
+        return [], skipped, {}, {}, shrink
+    lam = shrink.factor
+    values = {n: shipped[n] * (v / shipped[n]) ** lam for n, v in values.items()}
+    sigmas = {n: sigmas[n] * lam for n in sigmas}  # a linear map of the fitted log step
+    kept = "" if lam == 1 else f"; {lam:g} of its fitted log step kept by the leave-one-out"
+    choices = [Choice(c.name, c.sensitivity, c.why + notes.get(c.name, "") + kept, c.gain) for c in choices]
+    return choices, skipped, values, sigmas, shrink
+
+
 def fit(runs: list[Run]) -> FitResult:
     """Fit the identifiable factors (and the memory reserve) to runs on one hardware profile."""
     hw = runs[0].hardware
     timed = _timed(runs)
     shipped = available_factors(hw)
+    shrink = None
     if timed:
         choices, skipped, values, sigmas = select_and_solve(timed, hw, shipped)
+        choices, skipped, values, sigmas, shrink = _guard(timed, hw, shipped, choices, skipped, values, sigmas)
     else:
         choices, skipped, values, sigmas = [], {n: "no run has a measured time" for n in shipped}, {}, {}
     reserve, reserve_sigma, gaps = _reserve(runs, hw)
@@ -337,7 +444,7 @@ def fit(runs: list[Run]) -> FitResult:
     return FitResult(hardware=hw, fitted=fitted, choices=tuple(choices), shipped={n: shipped[n] for n in shipped},
                      values=values, sigmas=sigmas, skipped=skipped, before=before, after=after,
                      reserve_bytes=reserve, reserve_sigma_bytes=reserve_sigma, peak_before=peak_before,
-                     peak_after=peak_after)
+                     peak_after=peak_after, shrinkage=shrink)
 
 
 def leave_one_out(runs: list[Run]) -> tuple[float | None, ...]:

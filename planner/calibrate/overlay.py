@@ -8,7 +8,9 @@ from typing import Any
 
 from planner.calibrate.distance import features
 from planner.calibrate.fit import (
+    MAX_PRIOR_SDS,
     MIN_GAIN,
+    SHRINK_GRID,
     NOISE_LOG,
     RUNS_PER_FACTOR,
     FitResult,
@@ -64,7 +66,13 @@ def calibrate(runs: list[Run]) -> Calibration:
         "mean_abs_error_before": _mean_abs(list(result.before)), "mean_abs_error_after": _mean_abs(list(result.after)),
         "mean_abs_error_leave_one_out": _mean_abs(loo_values),
         "not_fitted": dict(result.skipped),
+        "max_prior_sds": MAX_PRIOR_SDS, "shrink_grid": list(SHRINK_GRID),
     }
+    if result.shrinkage is not None:
+        s = result.shrinkage
+        summary["shrinkage"] = {"factor": s.factor, "loo_mean_abs_log_error_shipped": s.loo_shipped,
+                                "loo_mean_abs_log_error_fitted": s.loo_fitted,
+                                "scores": [[lam, score] for lam, score in s.scores], "why": s.why}
     factors = {
         c.name: FittedFactor(path=FACTOR_BY_NAME[c.name].path, shipped=result.shipped[c.name],
                              fitted=result.values[c.name], sigma=result.sigmas[c.name], why=c.why)

@@ -50,6 +50,9 @@ def render_calibration(overlay: Any) -> str:
                          "negative)\n")
     for name, why in fit.get("not_fitted", {}).items():
         lines.append(f"not fitted: {name}: {why}\n")
+    shrink = fit.get("shrinkage")
+    if shrink is not None:
+        lines.append(f"leave-one-out inside the runs: {shrink['factor']:g} of the fitted step kept: {shrink['why']}\n")
     summary = (f"mean |error|: {_pct(fit.get('mean_abs_error_before'))} shipped, "
                f"{_pct(fit.get('mean_abs_error_after'))} fitted, {_pct(fit.get('mean_abs_error_leave_one_out'))} "
                "left out (each run predicted from a fit on the others)")
