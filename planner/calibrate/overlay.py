@@ -10,9 +10,9 @@ from planner.calibrate.distance import features
 from planner.calibrate.fit import (
     MAX_PRIOR_SDS,
     MIN_GAIN,
-    SHRINK_GRID,
     NOISE_LOG,
     RUNS_PER_FACTOR,
+    SHRINK_GRID,
     FitResult,
     fit,
     leave_one_out,
