@@ -60,7 +60,7 @@ def calibrate(runs: list[Run]) -> Calibration:
                          peak_error_after=result.peak_after[i])
         entries.append(entry)
     loo_values = [e for e in loo if e is not None]
-    summary = {
+    summary: dict[str, Any] = {
         "noise_log_step_time": NOISE_LOG, "min_gain": MIN_GAIN, "runs_per_factor": RUNS_PER_FACTOR,
         "timed_runs": len(timed),
         "mean_abs_error_before": _mean_abs(list(result.before)), "mean_abs_error_after": _mean_abs(list(result.after)),
