@@ -21,9 +21,10 @@ factor touches as far).
 
 Whether the step carries over: leave-one-out inside the calibration runs. With the chosen factors fixed,
 each run is predicted from their values fitted on the other runs, with that fitted log step scaled by
-each lambda of SHRINK_GRID (0: the shipped profile, 1: the full fit); the lambda of least mean |log error|
-scales the step of the fit on all runs (the smallest lambda on a tie: no evidence, no step). lambda 0
-holds every factor at its shipped value. The runs' own held-out predictions choose how much of the fit to
+each lambda of SHRINK_GRID (0: the shipped profile, 1: the full fit); the smallest lambda whose mean
+|log error| left out is within one standard error of the least (the one-standard-error rule) scales the
+step of the fit on all runs: left-out errors that scatter (a run the others do not explain) keep less of
+it, and a tie is no evidence for a step. lambda 0 holds every factor at its shipped value. The runs' own held-out predictions choose how much of the fit to
 trust, which is the question the user asks of it (does it predict a run it was not fitted on?).
 """
 
