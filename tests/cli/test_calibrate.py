@@ -5,6 +5,7 @@ figures as the fitted factor says; wrong inputs are one-line errors with exit co
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,30 @@ def test_four_megatron_logs_are_four_runs(run_cli):
                       "tp4": 354871296 + (50688 - 50304) * 1024}
     # the pp4 log's per-stage counts add up to the same model plus the last stage's copy of the tied embedding
     assert 128137216 + 75577344 + 75577344 + 127090688 - 50304 * 1024 == params["pp4"]
+
+
+def test_calibrate_says_which_factors_the_leave_one_out_held(run_cli, tmp_path):
+    """The four runs of one PCIe server disagree far beyond their noise (tp 4 is 7x slower than the model says,
+    dp 4 within 10%): the selection finds factors that lower the objective on all four, but each run predicted
+    from a fit on the other three is no better, so the leave-one-out inside the runs keeps none of the step.
+    The report names each factor it held and why; the overlay carries the leave-one-out's scores."""
+    out = tmp_path / "a800.yaml"
+    args = ["calibrate", "--hardware", "a100-pcie-80gb", "--out", out]
+    for name in ("dp4", "tp2pp2", "tp4", "pp4"):
+        args += ["--log", FIXTURES / "logs" / f"megatron_gpt345m_4xa800_{name}.log"]
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # the report wraps long lines
+    held = [part.split(":")[0] for part in text.split("not fitted: ")[1:]
+            if "when fitted, but held at the shipped value by the leave-one-out" in part]
+    # factors the selection chose on all four runs, each named with the reason it was held
+    assert held and set(held) <= {"gemm_plateau", "gemm_fp8_plateau", "attention", "attention_flash2", "memory_bound",
+                                  "intra_node_link", "inter_node_link", "step_overhead"}, held
+    assert "leave-one-out inside the runs: 0 of the fitted step kept" in text
+    data = yaml.safe_load(out.read_text())
+    assert data["factors"] == {}
+    shrink = data["fit"]["shrinkage"]
+    assert shrink["factor"] == 0.0 and [s[0] for s in shrink["scores"]] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    # lambda 0 is the shipped profile: its left-out error is the shipped mean |log error| of the four runs
+    shipped = [r["predicted_before_seconds"] / r["measured_seconds"] for r in data["runs"]]
+    assert shrink["scores"][0][1] == pytest.approx(sum(abs(math.log(x)) for x in shipped) / 4, rel=1e-6)
