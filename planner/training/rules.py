@@ -241,9 +241,8 @@ def check_layout(model: ModelSpec, layout: Layout, gpus: int) -> None:
 
 
 def _engine_default_grad_dtype(engine: object) -> str:
-    from planner.specs.engine import DEFAULT_ENGINE, engine_profile
-
-    return engine_profile(str(engine) if engine is not None else DEFAULT_ENGINE).optimizer.default_grad_dtype
+    profile = engine_profile(str(engine)) if engine is not None else engine_or_default(None)
+    return profile.optimizer.default_grad_dtype
 
 
 def resolve_layout(model: ModelSpec, gpus: int, **fields: Any) -> Layout:

@@ -213,19 +213,19 @@ def cp_attention_kernels(
 
 def attention_core_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, plateau: float | None = None,
-    cp: ContextParallelSection | None = None,
+    cp: ContextParallelSection | None = None, kernels: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of the fused attention core of one layer, one micro-batch, one rank: the
     flash kernels (cp_attention_kernels: the local causal step and cp - 1 extra steps) and, with context
     parallelism, what the engine's CP attention (`cp`, the default engine's when None) does around them: each
     extra step launches cp.step_kernels kernels at the fixed cost of a kernel and moves cp.step_traffic bytes
     per query and K/V element (merging partial outputs, accumulating dQ, dK, dV), each pass cp.pass_traffic
-    once."""
+    once. `kernels`: cp_attention_kernels' result where the caller has it already."""
     if cp is None:
         cp = engine_or_default(None).context_parallel
     widths = attention_dims(model)
     tokens = tokens_per_microbatch(lay)
-    diagonal_fwd, step_fwd = cp_attention_kernels(model, hw, lay, plateau)
+    diagonal_fwd, step_fwd = cp_attention_kernels(model, hw, lay, plateau) if kernels is None else kernels
     steps = lay.cp - 1.0
     kernel_fwd = diagonal_fwd + steps * step_fwd
     q = tokens * widths.query / lay.tp.astype(float)
@@ -242,7 +242,7 @@ def attention_core_seconds(
 
 def cp_comm_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, engine: EngineProfile, *, core_fwd: np.ndarray,
-    core_bwd: np.ndarray, plateau: float | None = None,
+    core_bwd: np.ndarray, plateau: float | None = None, kernels: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Exposed context-parallel K/V traffic of one layer, one micro-batch, one rank, by the engine's exchange.
 
@@ -253,15 +253,17 @@ def cp_comm_seconds(
     dK/dV. allgather (torch's context_parallel): one all-gather of the whole K/V per pass, hidden behind the local
     causal step only; in the backward another all-gather, and after every step a ring shift of the dK/dV
     accumulators, each waited for after the next step's kernel (the last after the loop); overlapped transfers
-    slow the kernels by the engine's NCCL contention. Under full recompute the forward's exchange runs again."""
+    slow the kernels by the engine's NCCL contention. Under full recompute the forward's exchange runs again.
+    `kernels`: cp_attention_kernels' result where the caller has it already."""
     cp = engine.context_parallel
-    kv_bytes = cp_kv_elements(model, lay, cp) * ACTIVATION_BYTES  # this rank's K/V chunk, 16-bit
-    grad_bytes = cp_kv_elements(model, lay, cp) * cp.grad_exchange_bytes
+    kv = cp_kv_elements(model, lay, cp)
+    kv_bytes = kv * ACTIVATION_BYTES  # this rank's K/V chunk, 16-bit
+    grad_bytes = kv * cp.grad_exchange_bytes
     cp_link = group_link(hw, lay.cp, lay.tp)
     steps = lay.cp - 1
     split = lay.cp > 1
     forward_passes = 1.0 + (lay.recompute == RecomputeCode.FULL)
-    diagonal_fwd, step_fwd = cp_attention_kernels(model, hw, lay, plateau)
+    diagonal_fwd, step_fwd = cp_attention_kernels(model, hw, lay, plateau) if kernels is None else kernels
     if cp.exchange == "allgather":
         contention = engine.efficiency.nccl_compute_contention
         gather = np.where(split, all_gather_seconds(kv_bytes * lay.cp, lay.cp, cp_link), 0.0)
@@ -287,6 +289,13 @@ class LayerTime:
     tp_comm: np.ndarray  # exposed TP traffic, forward + backward + recomputed forward
     cp_comm: np.ndarray  # exposed context-parallel K/V traffic
     ep_comm: np.ndarray  # expert-parallel all-to-all
+
+
+def tp_overlap_runs(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
+    """Where --tp-comm-overlap takes effect (Transformer Engine userbuffers; torch async TP): with sequence
+    parallelism (Megatron-Core asserts it), tp > 1, and a TP group inside one NVLink domain (userbuffers map
+    the peers' memory over NVLink)."""
+    return np.asarray(lay.overlap_tp_comm & lay.sequence_parallel & (lay.tp > 1) & (lay.tp <= hw.node.gpus_per_node))
 
 
 def layer_time(
@@ -324,7 +333,8 @@ def layer_time(
     cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements), 0.0)
 
     widths = attention_dims(model)
-    flash_fwd, flash_bwd = attention_core_seconds(model, hw, lay, attention_plateau, engine.context_parallel)
+    kernels = cp_attention_kernels(model, hw, lay, attention_plateau)  # shared by the core and the CP exchange
+    flash_fwd, flash_bwd = attention_core_seconds(model, hw, lay, attention_plateau, engine.context_parallel, kernels)
     # Unfused: batched GEMMs per head (size 2 s^2 d) at the matmul curve, plus the softmax traffic.
     core_width = widths.query + widths.output
     per_head_flop = 2.0 * lay.micro_batch * lay.seq_len * lay.seq_len / lay.cp * core_width / model.num_attention_heads
@@ -353,8 +363,8 @@ def layer_time(
     # Under --tp-comm-overlap the row-parallel forward GEMMs (attention output, fc2) run beside their pipelined
     # reduce-scatter, launched with an SM margin the communication kernels take: on 1 - tp_overlap_sm_share of
     # the chip (Transformer Engine's 'pipeline' overlap; the engine profile's efficiency section says how much).
-    overlapped_tp = lay.overlap_tp_comm & lay.sequence_parallel & (lay.tp > 1) & (lay.tp <= hw.node.gpus_per_node)
-    margin = np.where(overlapped_tp, 1.0 / (1.0 - engine.efficiency.tp_overlap_sm_share) - 1.0, 0.0)
+    overlapped = tp_overlap_runs(hw, lay)
+    margin = np.where(overlapped, 1.0 / (1.0 - engine.efficiency.tp_overlap_sm_share) - 1.0, 0.0)
     forward = forward + margin * row_gemm
     recompute = np.where(
         lay.recompute == RecomputeCode.FULL, forward, np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention, unfused_fwd, 0.0)
@@ -368,19 +378,16 @@ def layer_time(
     one_pass = 2 * all_reduce_seconds(act_bytes, lay.tp, tp_link)
     passes = 2.0 + (lay.recompute == RecomputeCode.FULL)
     traffic = passes * one_pass
-    # --tp-comm-overlap splits each collective into chunks that run beside the GEMM next to it (Transformer
-    # Engine userbuffers; torch async TP): it needs sequence parallelism (Megatron-Core asserts it) and a TP
-    # group inside one NVLink domain (userbuffers map the peers' memory over NVLink), leaves
-    # TP_OVERLAP_EXPOSED_FRACTION exposed, and cannot hide more than the GEMMs it runs beside take (the
-    # layer's forward GEMMs, twice that in backward, again under full recompute).
-    overlapped = lay.overlap_tp_comm & lay.sequence_parallel & (lay.tp <= hw.node.gpus_per_node)
+    # --tp-comm-overlap splits each collective into chunks that run beside the GEMM next to it (where it runs:
+    # tp_overlap_runs), leaves TP_OVERLAP_EXPOSED_FRACTION exposed, and cannot hide more than the GEMMs it
+    # runs beside take (the layer's forward GEMMs, twice that in backward, again under full recompute).
     window = gemm * (3.0 + (lay.recompute == RecomputeCode.FULL))
     te_exposed = np.maximum(TP_OVERLAP_EXPOSED_FRACTION * traffic, traffic - window)
     # an engine whose overlap hides less than TE's hides that share of what TE hides
     hidden = engine.efficiency.tp_overlap_hidden_share * (traffic - te_exposed)
     tp_comm = np.where(overlapped, traffic - hidden, traffic)
 
-    cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, plateau=attention_plateau)
+    cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, kernels=kernels)
 
     if moe_layer and model.moe is not None:
         ep_comm = expert_comm_seconds(model, hw, lay, forward=forward, backward=backward, shared_forward=shared_gemm)
