@@ -46,7 +46,10 @@ def test_throughput_orders_by_step_time_at_the_model_resolution(result):
     mp = (r.layouts.pp * np.maximum(r.layouts.tp * r.layouts.cp, r.layouts.ep * r.layouts.etp))[order]
     same_bucket = np.diff(bucket) == 0
     assert (np.diff(mp)[same_bucket] >= 0).all(), "inside a bucket the smaller model-parallel group comes first"
-    same = same_bucket & (np.diff(mp) == 0)
+    same_mp = same_bucket & (np.diff(mp) == 0)
+    v = r.layouts.interleave[order]
+    assert (np.diff(v)[same_mp] >= 0).all(), "then the fewer virtual stages per rank"
+    same = same_mp & (np.diff(v) == 0)
     assert (np.diff(step)[same] >= 0).all()
     ties = same & (np.diff(step) == 0)
     assert (np.diff(r.results.peak_bytes[order])[ties] >= 0).all()
@@ -75,6 +78,24 @@ def test_a_near_tie_goes_to_the_smaller_model_parallel_group():
     assert first(1.005, 1.0) == 1
     res = SimpleNamespace(step_seconds=np.array([1.0, 1.005]), peak_bytes=peak)
     assert int(rank(lay, res, "memory")[0]) == 0  # the memory objective is exact: equal peaks, faster first
+
+
+def test_a_near_tie_between_equal_groups_goes_to_fewer_virtual_stages():
+    from types import SimpleNamespace
+
+    from planner.specs.layout import Layout, LayoutArrays
+
+    many = Layout(tp=4, pp=2, dp=4, interleave=8, micro_batch=1, global_batch=64, seq_len=8192)
+    plain = Layout(tp=4, pp=2, dp=4, interleave=1, micro_batch=1, global_batch=64, seq_len=8192)
+    lay = LayoutArrays.from_layouts([many, plain])
+    peak = np.array([1.0, 1.0])
+
+    def first(step_many: float, step_plain: float) -> int:
+        res = SimpleNamespace(step_seconds=np.array([step_many, step_plain]), peak_bytes=peak)
+        return int(rank(lay, res, "throughput")[0])  # type: ignore[arg-type]
+
+    assert first(1.0, 1.004) == 1  # 0.4% slower with v 1 than with v 8: a tie, the plain schedule leads
+    assert first(1.0, 1.03) == 0  # 3% slower: the interleaved one leads
 
 
 def test_memory_orders_by_peak(result):
@@ -108,7 +129,8 @@ def test_exact_ties_follow_the_tie_fields(result):
     step = r.results.step_seconds[order]
     bucket = np.floor(np.log(step / step.min()) / np.log(1.01) + 1e-9)
     mp = (r.layouts.pp * np.maximum(r.layouts.tp * r.layouts.cp, r.layouts.ep * r.layouts.etp))[order]
-    keys = np.stack([bucket, mp.astype(float), step, r.results.peak_bytes[order]]
+    keys = np.stack([bucket, mp.astype(float), r.layouts.interleave[order].astype(float), step,
+                     r.results.peak_bytes[order]]
                     + [k[order].astype(float) for k in tie_keys(r.layouts)], axis=1)
     assert [tuple(k) for k in keys] == sorted(tuple(k) for k in keys)
 
