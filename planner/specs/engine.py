@@ -124,6 +124,20 @@ class ScheduleSection(_Sourced):
     max_zero_with_pp: int = Field(ge=0, le=3, description="Highest ZeRO stage it runs together with pp > 1.")
     recompute: tuple[RecomputeMode, ...] = Field(description="Recompute modes it can run.")
     block_recompute: bool = Field(description="Recompute of only k layers per stage (Megatron 'block').")
+    pipeline_sends_split_over_tp: bool = Field(
+        description="Each TP rank sends 1/tp of a stage's output across the pipeline and the next stage all-gathers "
+        "it over NVLink (Narayanan et al. 2021 Sec. 4.1, scatter/gather); else every TP rank sends the whole tensor "
+        "(with sequence parallelism the output is already a 1/tp slice either way)."
+    )
+    pipeline_grad_reduce_overlap: bool = Field(
+        description="With pp > 1 the data-parallel gradient reduction (and the gather of updated weights) overlaps "
+        "the last micro-batch's backward (and the next step's first forward); else it runs after the pipeline's "
+        "last step, exposed."
+    )
+    pipeline_grad_all_reduce: bool = Field(
+        description="With pp > 1 and sharded optimizer states (ZeRO-1), the gradients are all-reduced whole before "
+        "each rank steps its shard (then the updated 16-bit weights are all-gathered), not reduce-scattered."
+    )
 
 
 class OptimizerSection(_Sourced):
@@ -362,6 +376,7 @@ _MEGATRON = EngineProfile(
         tensor_parallel=True, sequence_parallel=True, context_parallel=True, expert_parallel=True, pipeline=True,
         interleaved=True, tp_comm_overlap=True, gpipe=True, zero_stages=(0, 1, 2, 3), max_zero_with_pp=3,
         recompute=("none", "selective", "full", "modules"), block_recompute=True,
+        pipeline_sends_split_over_tp=True, pipeline_grad_reduce_overlap=True, pipeline_grad_all_reduce=False,
         sources={
             "tp_comm_overlap": "--tp-comm-overlap: Transformer Engine userbuffers split the SP all-gathers and "
             "reduce-scatters into chunks run beside the GEMMs (Megatron-Core model_parallel_config.py "
@@ -378,6 +393,13 @@ _MEGATRON = EngineProfile(
             "max_zero_with_pp": "as before engines were inputs: every stage accepted with pp > 1",
             "recompute": "--recompute-granularity selective|full, --recompute-modules (Megatron-Core)",
             "block_recompute": "--recompute-method block --recompute-num-layers k",
+            "pipeline_sends_split_over_tp": "Megatron-LM --no-scatter-gather-tensors-in-pipeline is off by default "
+            "(Narayanan et al. 2021 Sec. 4.1; Megatron-Core p2p_communication.py sends the SP-sharded or scattered "
+            "output)",
+            "pipeline_grad_reduce_overlap": "--overlap-grad-reduce: Megatron-Core's DDP buckets reduce as the last "
+            "micro-batch's backward fills them, with pp > 1 too (finalize_model_grads waits for them)",
+            "pipeline_grad_all_reduce": "the distributed optimizer reduce-scatters into each rank's shard "
+            "(megatron/core/distributed/param_and_grad_buffer.py), with pp > 1 as without",
         },
     ),
     optimizer=OptimizerSection(
@@ -592,6 +614,12 @@ _TORCHTITAN = _derive(
             "it has no attention-core-only mode",
             "block_recompute": "selective_ac_option = k checkpoints every k-th block: layers/k per stage (the "
             "importer's mapping)",
+            "pipeline_sends_split_over_tp": "torch.distributed.pipelining sends the stage's output as it is; "
+            "torchtitan's TP plan leaves block outputs sequence-sharded (SequenceParallel norms, RowwiseParallel "
+            "output_layouts Shard(1)): 1/tp per rank",
+            "pipeline_grad_reduce_overlap": "FSDP2's post-backward hooks reduce-scatter each unit during the last "
+            "micro-batch's backward, with PP as without",
+            "pipeline_grad_all_reduce": "FSDP2 reduce-scatters into shards",
         },
     },
     optimizer={
@@ -706,6 +734,9 @@ _FSDP = _derive(
             "gpipe": "no pipeline",
             "max_zero_with_pp": "no pipeline",
             "recompute": "gradient_checkpointing (per block) or none",
+            "pipeline_sends_split_over_tp": "no pipeline",
+            "pipeline_grad_reduce_overlap": "no pipeline",
+            "pipeline_grad_all_reduce": "no pipeline",
         },
     },
     kernels={
@@ -811,7 +842,17 @@ _DEEPSPEED = _derive(
             "recompute": "deepspeed.checkpointing.checkpoint per layer (full); selective through Megatron-DeepSpeed's "
             "--recompute-granularity selective (the model code's)",
             "block_recompute": "checkpointing is per wrapped layer, every layer",
+            "pipeline_sends_split_over_tp": "deepspeed/runtime/pipe/engine.py _exec_send_activations p2p.send()s the "
+            "stage's whole output tensor from every rank (deepspeedai/DeepSpeed @ edaa722); Megatron-DeepSpeed's "
+            "scatter/gather is not in the pipeline engine",
+            "pipeline_grad_reduce_overlap": "deepspeed/runtime/pipe/schedule.py TrainSchedule appends ReduceTiedGrads, "
+            "ReduceGrads and OptimizerStep to the last step of the schedule, after the last BackwardPass (@ edaa722): "
+            "nothing to overlap them with",
+            "pipeline_grad_all_reduce": "deepspeed/runtime/pipe/engine.py _exec_reduce_grads: with the BF16_Optimizer "
+            "(bf16, ZeRO-1 under PP) buffered_allreduce_fallback all-reduces the whole gradients; the optimizer then "
+            "all-gathers the updated bf16 shards (deepspeed/runtime/bf16_optimizer.py, @ edaa722)",
         },
+        "pipeline_sends_split_over_tp": False, "pipeline_grad_reduce_overlap": False, "pipeline_grad_all_reduce": True,
     },
     optimizer={
         "implementation": "DeepSpeed FusedAdam under ZeRO (fp32 master + Adam states), BF16_Optimizer with bf16",

@@ -629,9 +629,12 @@ def stage_time(
     compute = forward + backward + recompute + head
 
     # Pipeline sends: forward activations and backward gradients at each boundary the stage owns, v times
-    # per micro-batch with interleaving; Megatron splits them over TP ranks (scatter/gather optimisation).
+    # per micro-batch with interleaving; Megatron splits them over TP ranks (scatter/gather optimisation), an
+    # engine that does not (DeepSpeed's pipeline engine) sends the whole output from every TP rank unless
+    # sequence parallelism has already cut it to a 1/tp slice.
     pp_link = group_link(hw, 2, lay.tp * lay.cp * lay.dp)
-    p2p_bytes = tokens * model.hidden_size * ACTIVATION_BYTES / lay.tp
+    split = engine.schedules.pipeline_sends_split_over_tp | lay.sequence_parallel
+    p2p_bytes = tokens * model.hidden_size * ACTIVATION_BYTES / np.where(split, lay.tp, 1)
     p2p = np.where(lay.pp > 1, 2 * lay.interleave * p2p_seconds(p2p_bytes, pp_link), 0.0)
     # With virtual stages Megatron-Core posts each send and receive asynchronously and runs the next chunk
     # meanwhile (overlap_p2p_comm, on by default for interleaved schedules in Megatron-Core and NeMo): each
@@ -815,8 +818,19 @@ def data_parallel_seconds(
     reduce = np.where(hybrid & (lay.zero >= Zero.OPTIMIZER), np.where(lay.zero >= Zero.PARAMETERS, 0.0, hybrid_reduce), reduce)
     gather = np.where(hybrid & (lay.zero >= Zero.OPTIMIZER), np.where(lay.zero >= Zero.PARAMETERS, 0.0, hybrid_gather), gather)
     replica_only = all_reduce_seconds((sp.dense + sp.expert) / group * reduce_bytes, lay.replicas, replica_link)
-    on = lay.overlap_grad_reduce
     profile = engine_or_default(engine)
+    # An engine whose pipeline schedule reduces the gradients only after its last step (DeepSpeed's
+    # TrainSchedule: ReduceGrads, then OptimizerStep) hides none of it, and one that all-reduces the whole
+    # gradients there under ZeRO-1 (DeepSpeed's BF16_Optimizer) moves twice a reduce-scatter's bytes.
+    pipelined = lay.pp > 1
+    on = lay.overlap_grad_reduce & ~(pipelined & (not profile.schedules.pipeline_grad_reduce_overlap))
+    whole = pipelined & profile.schedules.pipeline_grad_all_reduce & (lay.zero == Zero.OPTIMIZER)
+    reduce = np.where(
+        whole,
+        all_reduce_seconds(sp.dense * grad_bytes, shard, dp_link)
+        + all_reduce_seconds(sp.expert * grad_bytes, expert_group, expert_link),
+        reduce,
+    )
     eff = profile.efficiency.dp_overlap_efficiency
     # ZeRO-2 holds only its gradient shard, so (where the engine does not accumulate in a full buffer) every
     # micro-batch reduce-scatters its own gradients behind its own backward: m times per step.

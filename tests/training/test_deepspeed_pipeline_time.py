@@ -1,0 +1,77 @@
+"""DeepSpeed's pipeline engine: whole-tensor sends from every TP rank, and the gradient all-reduce after the
+schedule's last step (deepspeed/runtime/pipe/engine.py, schedule.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.engines.load import load_hardware
+from planner.physics.comm import (
+    all_gather_seconds,
+    all_reduce_seconds,
+    group_link,
+    p2p_seconds,
+    reduce_scatter_seconds,
+)
+from planner.specs.engine import engine_profile
+from planner.specs.layout import Layout
+from planner.training.memory import stage_params
+from planner.training.time import data_parallel_seconds, stage_time
+from tests.training.test_zero3_time import gpt
+
+HW = load_hardware("a100-80gb").spec
+MODEL = gpt(layers=24, hidden=4096, heads=32)
+STAGE = np.zeros(1, dtype=np.int64)
+
+
+def layout(engine: str, *, pp: int = 4, tp: int = 4, sp: bool = False, zero: int = 1) -> Layout:
+    return Layout(tp=tp, pp=pp, dp=8, zero=zero, sequence_parallel=sp, micro_batch=1, global_batch=64,
+                  seq_len=2048, grad_dtype="bf16", engine=engine)
+
+
+def dp_seconds(lay: Layout, engine: str, backward: float = 1e3, forward: float = 1e3) -> float:
+    arrays = lay.to_arrays()
+    sp = stage_params(MODEL, arrays, STAGE)
+    return float(data_parallel_seconds(HW, arrays, sp, np.array([backward]), np.array([forward]),
+                                       engine_profile(engine))[0])
+
+
+def test_pipeline_gradients_are_reduced_after_the_last_step_and_all_reduced_whole() -> None:
+    lay = layout("deepspeed")
+    arrays = lay.to_arrays()
+    sp = stage_params(MODEL, arrays, STAGE)
+    link = group_link(HW, 8, 4)
+    grads = float(sp.dense[0]) * 2  # bf16 gradients of this rank's stage
+    weights = float(sp.dense[0]) * 2
+    # hand-derived: all-reduce of the whole gradients, then the all-gather of the updated bf16 shards, nothing
+    # hidden however long the backward (TrainSchedule: ReduceGrads after the last BackwardPass)
+    expected = float(all_reduce_seconds(grads, 8, link)) + float(all_gather_seconds(weights, 8, link))
+    assert np.isclose(dp_seconds(lay, "deepspeed"), expected, rtol=1e-9)
+    # Megatron hides both behind a long enough backward / forward
+    assert dp_seconds(layout("megatron"), "megatron") == 0.0
+    # and with nothing to hide behind it pays one reduce-scatter (half an all-reduce's bytes) and the gather
+    megatron_bare = dp_seconds(layout("megatron"), "megatron", backward=1e-12, forward=1e-12)
+    rs = float(reduce_scatter_seconds(grads, 8, link))
+    assert np.isclose(megatron_bare, rs + float(all_gather_seconds(weights, 8, link)), rtol=1e-6)
+    assert dp_seconds(lay, "deepspeed") > megatron_bare
+
+
+def test_without_pipeline_deepspeed_overlaps_as_before() -> None:
+    """The pipeline engine's rules apply with pp > 1 only; the ZeRO engine's overlap_comm hides the reduction."""
+    assert dp_seconds(layout("deepspeed", pp=1), "deepspeed") == 0.0
+
+
+def p2p_seconds_of(engine: str, *, sp: bool) -> float:
+    lay = layout(engine, sp=sp).to_arrays()
+    params = stage_params(MODEL, lay, np.array([1]))
+    return float(stage_time(MODEL, HW, lay, np.array([1]), params, engine_profile(engine)).pp_comm[0])
+
+
+def test_pipeline_sends_are_whole_tensors_from_every_tp_rank_without_sequence_parallelism() -> None:
+    link = group_link(HW, 2, 4 * 8)  # the next stage is tp x dp = 32 ranks on: another node
+    whole = 2048 * 4096 * 2  # one micro-batch's stage output, 16 MiB
+    # plain 1F1B waits for its two sends (activation forward, gradient back)
+    assert np.isclose(p2p_seconds_of("deepspeed", sp=False), 2 * float(p2p_seconds(whole, link)), rtol=1e-12)
+    assert np.isclose(p2p_seconds_of("megatron", sp=False), 2 * float(p2p_seconds(whole / 4, link)), rtol=1e-12)
+    # with sequence parallelism the stage output is already a 1/tp slice: the same bytes either way
+    assert np.isclose(p2p_seconds_of("deepspeed", sp=True), p2p_seconds_of("megatron", sp=True), rtol=1e-12)
