@@ -135,8 +135,9 @@ class ScheduleSection(_Sourced):
         "last step, exposed."
     )
     pipeline_grad_all_reduce: bool = Field(
-        description="With pp > 1 and sharded optimizer states (ZeRO-1), the gradients are all-reduced whole before "
-        "each rank steps its shard (then the updated 16-bit weights are all-gathered), not reduce-scattered."
+        description="With pp > 1, sharded optimizer states (ZeRO-1) and fp32 gradient accumulation, the gradients "
+        "are all-reduced whole before each rank steps its shard (then the updated 16-bit weights are all-gathered), "
+        "not reduce-scattered."
     )
 
 
@@ -849,8 +850,9 @@ _DEEPSPEED = _derive(
             "ReduceGrads and OptimizerStep to the last step of the schedule, after the last BackwardPass (@ edaa722): "
             "nothing to overlap them with",
             "pipeline_grad_all_reduce": "deepspeed/runtime/pipe/engine.py _exec_reduce_grads: with the BF16_Optimizer "
-            "(bf16, ZeRO-1 under PP) buffered_allreduce_fallback all-reduces the whole gradients; the optimizer then "
-            "all-gathers the updated bf16 shards (deepspeed/runtime/bf16_optimizer.py, @ edaa722)",
+            "(bf16 with ZeRO-1 and grad_accum_dtype fp32: engine.py _do_optimizer_sanity_check) "
+            "buffered_allreduce_fallback all-reduces the whole gradients; the optimizer then all-gathers the updated "
+            "bf16 shards (deepspeed/runtime/bf16_optimizer.py, @ edaa722)",
         },
         "pipeline_sends_split_over_tp": False, "pipeline_grad_reduce_overlap": False, "pipeline_grad_all_reduce": True,
     },

@@ -824,7 +824,9 @@ def data_parallel_seconds(
     # gradients there under ZeRO-1 (DeepSpeed's BF16_Optimizer) moves twice a reduce-scatter's bytes.
     pipelined = lay.pp > 1
     on = lay.overlap_grad_reduce & ~(pipelined & (not profile.schedules.pipeline_grad_reduce_overlap))
-    whole = pipelined & profile.schedules.pipeline_grad_all_reduce & (lay.zero == Zero.OPTIMIZER)
+    # (DeepSpeed picks its BF16_Optimizer for ZeRO-1 with fp32 gradient accumulation: engine.py
+    # _do_optimizer_sanity_check; with 16-bit gradients its ZeRO optimizer reduces into partitions.)
+    whole = pipelined & profile.schedules.pipeline_grad_all_reduce & (lay.zero == Zero.OPTIMIZER) & (grad_bytes == 4)
     reduce = np.where(
         whole,
         all_reduce_seconds(sp.dense * grad_bytes, shard, dp_link)

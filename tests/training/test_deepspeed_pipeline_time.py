@@ -24,9 +24,9 @@ MODEL = gpt(layers=24, hidden=4096, heads=32)
 STAGE = np.zeros(1, dtype=np.int64)
 
 
-def layout(engine: str, *, pp: int = 4, tp: int = 4, sp: bool = False, zero: int = 1) -> Layout:
+def layout(engine: str, *, pp: int = 4, tp: int = 4, sp: bool = False, zero: int = 1, grad: str = "fp32") -> Layout:
     return Layout(tp=tp, pp=pp, dp=8, zero=zero, sequence_parallel=sp, micro_batch=1, global_batch=64,
-                  seq_len=2048, grad_dtype="bf16", engine=engine)
+                  seq_len=2048, grad_dtype=grad, engine=engine)
 
 
 def dp_seconds(lay: Layout, engine: str, backward: float = 1e3, forward: float = 1e3) -> float:
@@ -41,7 +41,7 @@ def test_pipeline_gradients_are_reduced_after_the_last_step_and_all_reduced_whol
     arrays = lay.to_arrays()
     sp = stage_params(MODEL, arrays, STAGE)
     link = group_link(HW, 8, 4)
-    grads = float(sp.dense[0]) * 2  # bf16 gradients of this rank's stage
+    grads = float(sp.dense[0]) * 4  # fp32 gradient accumulation (DeepSpeed's BF16_Optimizer) of this rank's stage
     weights = float(sp.dense[0]) * 2
     # hand-derived: all-reduce of the whole gradients, then the all-gather of the updated bf16 shards, nothing
     # hidden however long the backward (TrainSchedule: ReduceGrads after the last BackwardPass)
@@ -54,6 +54,10 @@ def test_pipeline_gradients_are_reduced_after_the_last_step_and_all_reduced_whol
     rs = float(reduce_scatter_seconds(grads, 8, link))
     assert np.isclose(megatron_bare, rs + float(all_gather_seconds(weights, 8, link)), rtol=1e-6)
     assert dp_seconds(lay, "deepspeed") > megatron_bare
+    # with 16-bit gradients DeepSpeed's ZeRO optimizer reduces into partitions: a reduce-scatter, still exposed
+    bf16 = layout("deepspeed", grad="bf16")
+    rs16 = float(reduce_scatter_seconds(float(sp.dense[0]) * 2, 8, link))
+    assert np.isclose(dp_seconds(bf16, "deepspeed"), rs16 + float(all_gather_seconds(weights, 8, link)), rtol=1e-9)
 
 
 def test_without_pipeline_deepspeed_overlaps_as_before() -> None:
