@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from round_specs import round_hw, tiny
 
+from planner.engines.load import load_hardware
 from planner.physics.launch import (
     HOST_SECONDS_PER_LAUNCH,
     SMALL_KERNEL_SECONDS,
@@ -83,6 +84,26 @@ def test_all_to_all_runs_both_tiers_at_once():
     lay = arrays(dp=16, ep=16)
     expected = max((7 / 16 * s / 200e9 + 3e-6) / NCCL_ALLTOALL_EFFICIENCY, 0.5 * s / 40e9 + 10e-6)
     assert one(dispatch_seconds(MOE, HW, lay)) == pytest.approx(expected)
+
+
+def test_ep_64_leaves_a_dgx_b200_node_but_not_an_nvl72_rack():
+    # gpt-oss-120b's shapes (h 2,880, 128 experts, top-4), 4 x 4,096 tokens per rank, ep 64 x etp 1 at tp 1: the
+    # 25.11 Megatron-Bridge B200 recipe. Each rank routes S = 16,384 x 4 x 2,880 x 2 B. On DGX B200 (8 GPUs per node)
+    # the group spans 8 nodes, 8 members each: 56/64 of S leaves through the GPU's own NIC at 50 GB/s x 0.85, 7/64
+    # crosses NVLink at 900 GB/s x 0.8 (at NCCL's all-to-all share). In the NVL72 rack all 63/64 stay on NVLink.
+    gpt_oss = tiny(hidden_size=2880, num_attention_heads=64, moe=MoESpec(num_experts=128, experts_per_token=4,
+                                                                           moe_ffn_hidden_size=2880))
+    lay = arrays(dp=64, ep=64, micro_batch=4, seq_len=4096)
+    s = 16384 * 4 * 2880 * 2
+    b200 = max((7 / 64 * s / 720e9 + 3.4e-6) / NCCL_ALLTOALL_EFFICIENCY, 56 / 64 * s / 42.5e9 + 10e-6)
+    nvl72 = (63 / 64 * s / 720e9 + 3.4e-6) / NCCL_ALLTOALL_EFFICIENCY
+    assert one(dispatch_seconds(gpt_oss, load_hardware("b200").spec, lay)) == pytest.approx(b200)
+    assert one(dispatch_seconds(gpt_oss, load_hardware("gb200-nvl72").spec, lay)) == pytest.approx(nvl72)
+    assert b200 == pytest.approx(7.78e-3, rel=1e-3)  # 7.8 ms a transfer through the NIC against 0.71 ms on NVLink
+    # ep 8 keeps the group inside one B200 node: 7/8 of S on NVLink.
+    ep8 = arrays(dp=64, ep=8, micro_batch=4, seq_len=4096)
+    inside = (7 / 8 * s / 720e9 + 3.4e-6) / NCCL_ALLTOALL_EFFICIENCY
+    assert one(dispatch_seconds(gpt_oss, load_hardware("b200").spec, ep8)) == pytest.approx(inside)
 
 
 def test_deepep_sends_one_copy_per_remote_node():
