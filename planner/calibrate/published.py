@@ -72,7 +72,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     "mb2511_gb200_qwen3_235b_bf16": {"cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"]},
     "mb2511_gb200_gptoss120b_bf16": _GPT_OSS,
     # The table prints EP 8, but the v0.2.1 preset it ran (GPT_OSS_120B_B200_BF16_BASE_CONFIG, whose MBS 4 and GBS 512
-    # the row matches) sets EP 64, across the 8 nodes: see RECIPE_NOTES.
+    # the row matches) sets EP 64, across the 8 nodes, and the row's throughput is that of EP 64: see RECIPE_NOTES.
     "mb2511_b200_gptoss120b_bf16": {**_GPT_OSS, "ep": 64},
     # The table's MBS 4 contradicts its own GA 2 and PP 4 (512 / (16 x 4) = 8 micro-batches), and 4 sequences of
     # 4,096 tokens in flight on 9 layers cannot be held in 80 GB; the v0.2.1 H100 preset runs MBS 1.
@@ -86,12 +86,12 @@ RECIPE_NOTES: dict[str, str] = {
     "mb2511_b200_gptoss120b_bf16": (
         "Run with EP 64 (its recipe), not the table's EP 8: Megatron-Bridge v0.2.1 (1c43b39285) "
         "scripts/performance/configs/gpt_oss/workload_base_configs.py GPT_OSS_120B_B200_BF16_BASE_CONFIG sets "
-        "expert_model_parallel_size=64 with the row's MBS 4 and GBS 512, and the B200 preset kept EP 64 until "
-        "Megatron-Bridge PR #2906 (7260d621, 2026-03-23) set EP 8 and HybridEP. The 26.02.01 table's B200 row prints "
-        "EP 64 at 8,047 tokens/s/GPU (GBS 1280), this row's 8,213; with EP 8 the 26.04 B200 row reaches 13,722, while "
-        "GB200, whose EP 64 stays inside the NVL72 domain, moved only 15,784 -> 15,938 with the same change "
-        "(docs/performance-summary-archive.md @067f987df0). On DGX B200 an EP 64 group spans 8 nodes: 7/8 of every "
-        "all-to-all goes through the GPU's own 400 Gb/s NIC."
+        "expert_model_parallel_size=64 with the row's MBS 4 and GBS 512; the B200 preset kept EP 64 through v0.3.1 "
+        "and PR #2906 (7260d621, in v0.4.0) set EP 8 and HybridEP. Throughput says which ran "
+        "(docs/performance-summary-archive.md @067f987df0): the 26.02 B200 row, printed with EP 64, makes 8,047 "
+        "tokens/s/GPU at GBS 1280, as this row's 8,213; the 26.02.01 row, printed with EP 8, makes 13,722, while "
+        "GB200, whose EP 64 stays inside the NVL72 rack, went 15,784 -> 15,754 between the same releases. On DGX "
+        "B200 an EP 64 group spans 8 nodes: 7/8 of every all-to-all goes through the GPU's own 400 Gb/s NIC."
     ),
 }
 
