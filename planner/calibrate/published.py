@@ -36,8 +36,9 @@ SHORT_LAYOUT = {"mb": "micro_batch", "gbs": "global_batch", "seq": "seq_len", "v
 IGNORED_LAYOUT = ("gpus",)  # the job's GPU count, not a layout field
 
 
-# Megatron-Bridge recipe settings of each MoE row that the reference's layout block does not carry but its
-# notes state (read from the Megatron-Bridge recipe files the notes name), as planner layout fields; both
+# Recipe settings of a row that the reference's layout block does not carry but its notes or recipe file state
+# (Megatron-Bridge recipe files the MoE rows' notes name; the NeMo launcher recipe of a NeMo row), as planner
+# layout fields; both
 # readers of the reference rows apply them (runs_from_reference here, benchmarks/import_published_runs.py).
 # Rows not named take the defaults (dropless, eager, fp32 optimizer states, the model's MTP layers).
 _DSV3_OPT = {"optimizer_state_dtype": "bf16"}  # notes: precision-aware optimizer, bf16 exp_avg / exp_avg_sq
@@ -49,6 +50,12 @@ _GRAPHS_2511 = {"cuda_graph_scope": ["moe_router", "moe_preprocess"]}
 # Megatron-Bridge v0.2.1 scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py (set_gpt_oss_common_configs):
 # grad_reduce_in_fp32 False; the notes' recompute modules.
 _GPT_OSS = {"recompute_modules": ["layernorm", "moe_act"], "grad_dtype": "bf16"}
+# NeMo 24.07's Nemotron-4 340B recipe (NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/nemotron/
+# nemotron_340b.yaml @ tag 24.07, optim: distributed_fused_adam with dtype bf16, grad_sync_dtype bf16): Apex
+# DistributedFusedAdam keeps its Adam state in `dtype` (bf16 moments), and NeMo stores no master copy when that
+# dtype is the model's (NVIDIA/NeMo megatron_base_model.py @ 4c73f77670, setup_optimization: store_params False
+# when optim_dtype == model_dtype), so the bf16 weights are the master; gradients are synchronised in bf16.
+_NEMOTRON_340B = {"optimizer_state_dtype": "bf16", "master_weights_dtype": "bf16", "grad_dtype": "bf16"}
 RECIPES: dict[str, dict[str, Any]] = {
     "mb2509_gb200_dsv3_fp8cs": _DSV3_2509,
     "mb2509_gb200_dsv3_mxfp8_pp8": _DSV3_2509,
@@ -77,6 +84,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     # The table's MBS 4 contradicts its own GA 2 and PP 4 (512 / (16 x 4) = 8 micro-batches), and 4 sequences of
     # 4,096 tokens in flight on 9 layers cannot be held in 80 GB; the v0.2.1 H100 preset runs MBS 1.
     "mb2511_h100_gptoss120b_bf16": {**_GPT_OSS, "micro_batch": 1},
+    "nemo2407_nemotron_340b_128gpus": _NEMOTRON_340B,
 }
 
 

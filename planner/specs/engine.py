@@ -512,7 +512,14 @@ _NEMO = _derive(
     "optimizer states and gradients (ZeRO-2) - the NeMo 24.07 recipes.",
     optimizer={
         "implementation": "Apex DistributedFusedAdam (optimizer states and gradients sharded over DP)",
-        "sources": {"implementation": "NeMo 24.07 recipes, optim.name distributed_fused_adam (published_runs_modern.yaml notes)"},
+        "bf16_master_weights": True,
+        "sources": {"implementation": "NeMo 24.07 recipes, optim.name distributed_fused_adam (published_runs_modern.yaml notes)",
+                    "bf16_master_weights": "Apex DistributedFusedAdam keeps its state in optim.dtype; NeMo sets "
+                    "store_params False (no master copy) when that dtype is the model's (NVIDIA/NeMo "
+                    "nemo/collections/nlp/models/language_modeling/megatron_base_model.py @ 4c73f77670, "
+                    "setup_optimization), as the Nemotron-4 340B recipe's optim.dtype bf16 does",
+                    "bf16_moments": "Apex DistributedFusedAdam optim.dtype bf16 (NVIDIA/apex "
+                    "apex/contrib/optimizers/distributed_fused_adam.py @ f9f19d5: 'dtype: datatype for optimizer state')"},
     },
     zero={
         "grad_reduce_every_micro_batch": False,

@@ -28,7 +28,9 @@ from planner.training.flops import step_flop
 from planner.training.memory import (
     StageMemory,
     StageParams,
+    model_state_bytes,
     reserve_bytes,
+    shared_embedding_params,
     stage_activation_parts,
     stage_memory,
     stage_params,
@@ -113,14 +115,20 @@ def _dualpipe_memory(
 ) -> StageMemory:
     """Memory per rank under DualPipe (where lay.dualpipe): rank r holds stages r and p - 1 - r
     (deepseek-ai/DualPipe), so both stages' model states, and p + 1 chunk-micro-batches of activations in flight
-    (DeepSeek-V3 technical report, Table 2), each the mean of its two stages' per micro-batch."""
+    (DeepSeek-V3 technical report, Table 2), each the mean of its two stages' per micro-batch. The ranks holding
+    the first and the last stage keep one embedding: the MTP modules' is the main model's (shared_embedding_params)."""
     mirror = lay.pp - 1 - stages
     mirror_params = stage_params(model, lay, mirror)
     mem_m = stage_memory(model, lay, mirror, mirror_params, engine)
     on = lay.dualpipe
+    shared = np.where(on, shared_embedding_params(model, lay, stages, mirror), 0.0)
+    shared_w, shared_g, shared_o = model_state_bytes(lay, StageParams(
+        dense=shared, expert=np.zeros_like(shared), largest_layer_dense=np.zeros_like(shared),
+        largest_layer_expert=np.zeros_like(shared), num_layers=np.zeros_like(shared), num_moe_layers=np.zeros_like(shared),
+        ends=shared))
 
-    def both(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.asarray(np.where(on, a + b, a))
+    def both(a: np.ndarray, b: np.ndarray, less: np.ndarray | float = 0.0) -> np.ndarray:
+        return np.asarray(np.where(on, a + b - less, a))
 
     # p + 1 chunk-micro-batches, each the mean of the two stages' per micro-batch, plus what each stage holds
     # once (the loss's logits, the MTP inputs); activation offload is not combined with DualPipe here.
@@ -130,13 +138,13 @@ def _dualpipe_memory(
     activations = np.where(on, (lay.pp + 1) * (per_mb + per_mb_m) / 2 + once + once_m, mem.activations_bytes)
     reserve = np.where(on, reserve_bytes(lay, activations + np.maximum(working, working_m)), mem.reserve_bytes)
     return StageMemory(
-        weights_bytes=both(mem.weights_bytes, mem_m.weights_bytes),
-        gradients_bytes=both(mem.gradients_bytes, mem_m.gradients_bytes),
-        optimizer_bytes=both(mem.optimizer_bytes, mem_m.optimizer_bytes),
+        weights_bytes=both(mem.weights_bytes, mem_m.weights_bytes, shared_w),
+        gradients_bytes=both(mem.gradients_bytes, mem_m.gradients_bytes, shared_g),
+        optimizer_bytes=both(mem.optimizer_bytes, mem_m.optimizer_bytes, shared_o),
         activations_bytes=np.asarray(activations),
         buffers_bytes=np.asarray(np.maximum(mem.buffers_bytes, np.where(on, mem_m.buffers_bytes, 0.0))),
         reserve_bytes=np.asarray(reserve),
-        params=both(mem.params, mem_m.params),
+        params=both(mem.params, mem_m.params, shared),
         host_bytes=both(mem.host_bytes, mem_m.host_bytes),
     )
 

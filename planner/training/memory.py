@@ -146,6 +146,20 @@ def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> Stag
     )
 
 
+def shared_embedding_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, other: np.ndarray) -> np.ndarray:
+    """Parameters one rank holding both `stage` and `other` keeps once, not twice: the MTP modules' embedding on
+    the last stage is the first stage's own (mtp_embedding_params_per_rank counts it for a last stage alone).
+    DualPipe puts the shallowest layers (with the embedding) and the deepest (with the output head) on the same
+    rank, "which enables the physical sharing of parameters and gradients, of the shared embedding and output
+    head, between the MTP module and the main model" (DeepSeek-V3 technical report, arXiv:2412.19437, Sec. 3.2.3).
+    The output head is shared on the last stage already (the MTP modules own none here)."""
+    stage, other = np.asarray(stage), np.asarray(other)
+    last = lay.pp - 1
+    ends = ((stage == 0) & (other == last)) | ((other == 0) & (stage == last))
+    has_mtp = mtp_layers_on_stage(model.mtp_layers, lay, last) > 0
+    return np.asarray(np.where(ends & has_mtp & (lay.pp > 1), mtp_embedding_params_per_rank(model, lay), 0.0))
+
+
 def layer_weight_bytes(lay: LayoutArrays) -> np.ndarray:
     """Bytes per transformer-layer weight: 16-bit, or fp8 under fp8_param_gather."""
     return np.where(lay.fp8_params, FP8_WEIGHT_BYTES, WEIGHT_BYTES)

@@ -40,3 +40,18 @@ def test_unknown_engine_names_the_known_ones() -> None:
 def test_deepspeed_pipeline_limits_are_data() -> None:
     ds = engine_profile("deepspeed").schedules
     assert not ds.interleaved and ds.max_zero_with_pp == 1
+
+
+def test_nemo_runs_bf16_adam_state_without_a_master_copy_megatron_keeps_fp32_main_params() -> None:
+    # Apex DistributedFusedAdam under NeMo 24.07 (optim.dtype bf16 -> store_params False): the bf16 weights are
+    # the master, 2 + 2 bytes of moments per parameter; Megatron-Core's distributed optimizer keeps fp32 main params.
+    from planner.engines.load import load_model
+    from planner.training.rules import check_layout
+
+    model = load_model("llama-3.1-8b").spec
+    fields = dict(tp=8, global_batch=8, seq_len=128, optimizer_state_dtype="bf16", master_weights_dtype="bf16")
+    nemo = Layout(engine="nemo", **fields)
+    check_layout(model, nemo, 8)
+    assert int(nemo.to_arrays().optimizer_bytes[0]) == 4
+    with pytest.raises(PlannerError, match="master_weights_dtype bf16"):
+        check_layout(model, Layout(engine="megatron", **fields), 8)

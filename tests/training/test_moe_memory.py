@@ -312,3 +312,32 @@ def test_expert_tp_must_fit_the_stage_without_expert_parallelism():
     # etp 4 on 2 GPUs splits each expert over ranks that do not exist (Megatron asserts world % (etp ep pp) == 0)
     with pytest.raises(PlannerError, match="ep \\* etp"):
         check_layout(tiny_moe(), Layout(dp=2, etp=4, global_batch=2, seq_len=32), 2)
+
+
+def test_dualpipe_keeps_one_embedding_where_the_first_and_last_stage_share_a_rank():
+    # DeepSeek-V3 report Sec. 3.2.3: DualPipe puts the embedding's stage and the output head's on one rank, and the
+    # MTP module uses the main embedding there. Tiny MoE with mtp_layers 1, pp 4, tp 1, dp 2, ZeRO-1, bf16, fp32
+    # grads, Adam 12: the last stage's MTP embedding copy is V 100 x h 64 = 6,400 parameters (no position table,
+    # untied). Rank 0 (stages 0 and 3) and rank 3 (stages 3 and 0) hold it once: 6,400 x (2 + 4 + 12 / 2) = 76,800
+    # bytes less than the sum of their two stages; ranks 1 and 2 (stages 1 and 2) keep both stages' states.
+    from planner.specs.engine import engine_profile
+    from planner.training.estimate import _dualpipe_memory
+
+    model = tiny_moe(mtp_layers=1, num_layers=4)
+    layout = lay(pp=4, dp=2, zero=1, global_batch=16, schedule="dualpipe", grad_dtype="fp32")
+    stages = np.arange(4)
+    params = stage_params(model, layout, stages)
+    alone = stage_memory(model, layout, stages, params)
+    mirror = stage_memory(model, layout, 3 - stages)
+    pair = _dualpipe_memory(model, layout, stages, params, alone, engine_profile("megatron"))
+    states = ("weights_bytes", "gradients_bytes", "optimizer_bytes")
+    summed = sum(getattr(alone, n) + getattr(mirror, n) for n in states)
+    assert (summed - sum(getattr(pair, n) for n in states)).tolist() == [76_800, 0, 0, 76_800]
+    assert (alone.params + mirror.params - pair.params).tolist() == [6_400, 0, 0, 6_400]
+    # without MTP there is no copy to share
+    plain = tiny_moe(num_layers=4)
+    p_params = stage_params(plain, layout, stages)
+    p_alone = stage_memory(plain, layout, stages, p_params)
+    p_pair = _dualpipe_memory(plain, layout, stages, p_params, p_alone, engine_profile("megatron"))
+    p_mirror = stage_memory(plain, layout, 3 - stages)
+    assert (p_alone.weights_bytes + p_mirror.weights_bytes - p_pair.weights_bytes).tolist() == [0, 0, 0, 0]
