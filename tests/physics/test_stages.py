@@ -89,6 +89,17 @@ def test_interleaved_capped_by_the_micro_batch_count():
     assert microbatches_in_flight(lay, stages).tolist() == pytest.approx([4, 4, 3.5, 2.5])
 
 
+def test_interleaved_counts_megatron_cores_warm_up_at_llama3_405b_scale():
+    # Llama 3 405B as Meta trained it (Dubey et al. 2024, Sec. 3.3.2): p 16, dp 128, 2,048 sequences -> m = 16;
+    # taken with v = 4. Megatron-Core's get_pp_rank_microbatches (schedules.py @ d98e8a64) warms up
+    # 2 (p - r - 1) + (v - 1) p = 78 - 2r chunk-micro-batches, all m v = 64 when that reaches 64 (r <= 7): those
+    # ranks hold every micro-batch, 16. Rank 8: 62 + 1 = 63 chunks / 4 = 15.75; rank 15: 48 + 1 = 49 / 4 = 12.25.
+    lay, stages = stages_of(Layout(pp=16, dp=128, interleave=4, global_batch=2048, seq_len=16))
+    held = microbatches_in_flight(lay, stages).tolist()
+    assert held[:8] == [16] * 8
+    assert held[8] == pytest.approx(15.75) and held[15] == pytest.approx(12.25)
+
+
 def test_gpipe_holds_every_micro_batch():
     # GPipe runs all m forwards before any backward: every stage holds m = 6.
     lay, stages = stages_of(Layout(pp=3, schedule="gpipe", global_batch=6, seq_len=16))
