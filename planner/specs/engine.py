@@ -69,6 +69,11 @@ class KernelSection(_Sourced):
         description="Parts of a layer can be captured in CUDA graphs and replayed without host launches "
         "(Layout.cuda_graph_scope)."
     )
+    fp8_proj_keeps_cast_input: bool = Field(
+        description="Under fp8 the attention's output projection keeps its own fp8 cast of its input for the weight "
+        "gradient beside the 16-bit attention output the attention kernel keeps for its backward (3 bytes per "
+        "element); false: one 16-bit tensor serves both (2)."
+    )
 
 
 class ZeroSection(_Sourced):
@@ -342,9 +347,14 @@ _MEGATRON = EngineProfile(
     "the calibrated default (planner's behaviour before engines were inputs).",
     kernels=KernelSection(
         fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
-        attention_kernel="fused", cuda_graphs=True,
+        attention_kernel="fused", cuda_graphs=True, fp8_proj_keeps_cast_input=False,
         sources={
             "cuda_graphs": _MEGATRON_CUDA_GRAPHS,
+            "fp8_proj_keeps_cast_input": "Megatron-Core megatron/core/transformer/attention.py @ d98e8a64 (since "
+            "781e765, 2025-08): with an fp8 recipe other than delayed and Transformer Engine >= 2.6 the attention "
+            "sets linear_proj to save its original input, as 'the output of the fused core_attn is saved by itself, "
+            "and linear_proj also saves the quantized tensor of this output'; one bf16 copy. (The delayed recipe "
+            "keeps both; a layout names no fp8 recipe, so it is not told apart.)",
             "attention_kernel": "Megatron-Core's TEDotProductAttention: Transformer Engine picks cuDNN fused attention "
             "on Hopper (NVIDIA/TransformerEngine docs, attention backend selection)",
             "loss_bytes_per_logit": "training/memory.py LOSS_PEAK_BYTES_PER_LOGIT: at the loss's backward the fp32 "
@@ -521,6 +531,14 @@ _NEMO = _derive(
                     "bf16_moments": "Apex DistributedFusedAdam optim.dtype bf16 (NVIDIA/apex "
                     "apex/contrib/optimizers/distributed_fused_adam.py @ f9f19d5: 'dtype: datatype for optimizer state')"},
     },
+    kernels={
+        "fp8_proj_keeps_cast_input": True,
+        "sources": {"fp8_proj_keeps_cast_input": "NeMo 24.07 runs Transformer Engine's delayed scaling (fp8_hybrid, "
+                    "amax history 1024: NeMo-Framework-Launcher conf/training/* @ 24.07) on a Megatron-Core from before "
+                    "linear_proj saved its original input (781e765, 2025-08): TE's Linear keeps its fp8 input and "
+                    "FusedAttnFunc its bf16 output (NVIDIA/TransformerEngine transformer_engine/pytorch/attention/"
+                    "dot_product_attention/backends.py @ d0067d0: f16_tensors = (q, k, v, out_f16))"},
+    },
     zero={
         "grad_reduce_every_micro_batch": False,
         "sources": {"grad_reduce_every_micro_batch": "NeMo's fwd_bwd_step hands the pipeline schedule "
@@ -553,10 +571,17 @@ _SDPA_FLASH2 = (
     "dispatches SDPBackend.FLASH_ATTENTION and gains ~10% end to end by forcing cuDNN (pytorch/torchtitan#1042, "
     "Llama 3 8B, seq 8192)"
 )
+_TORCHAO_FP8_INPUT = (
+    "torchao Float8Linear, tensorwise scaling (torchao/float8/float8_linear.py @ 4f8021f, 2024-12: "
+    "manual_float8_matmul_with_args_in_float8 saves input_fp8), while scaled_dot_product_attention's flash backward "
+    "keeps its bf16 output: wo's input is held twice"
+)
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 2.5,
     "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
+    "fp8_proj_keeps_cast_input": True,
     "sources": {
+        "fp8_proj_keeps_cast_input": _TORCHAO_FP8_INPUT,
         "cuda_graphs": "torchtitan's TOML job config (v0.1 - v0.2.x, last at 238fa995) has no CUDA-graph setting",
         "attention_kernel": _SDPA_FLASH2,
         "loss_bytes_per_logit": _TORCH_LOSS,
@@ -799,6 +824,8 @@ _DEEPSPEED = _derive(
         },
     },
     kernels=dict(_TORCH_EAGER, sources={
+        "fp8_proj_keeps_cast_input": "fp8 through Transformer Engine modules or torchao in the user's model: "
+        "either keeps the projection's fp8 input beside the attention's 16-bit output (" + _TORCHAO_FP8_INPUT + ")",
         "cuda_graphs": "DeepSpeed's CUDA graphs (enable_cuda_graph) are for inference; training runs eager",
         "attention_kernel": "Hugging Face models' default attn_implementation 'sdpa': " + _SDPA_FLASH2,
         "fused_elementwise": "DeepSpeed runs the user's PyTorch modules (eager kernels)",

@@ -133,8 +133,9 @@ def _dualpipe_memory(
     # p + 1 chunk-micro-batches, each the mean of the two stages' per micro-batch, plus what each stage holds
     # once (the loss's logits, the MTP inputs); activation offload is not combined with DualPipe here.
     loss_bytes = engine.kernels.loss_bytes_per_logit
-    per_mb, once, working = stage_activation_parts(model, lay, stages, params, loss_bytes)
-    per_mb_m, once_m, working_m = stage_activation_parts(model, lay, mirror, mirror_params, loss_bytes)
+    copy = engine.kernels.fp8_proj_keeps_cast_input
+    per_mb, once, working = stage_activation_parts(model, lay, stages, params, loss_bytes, copy)
+    per_mb_m, once_m, working_m = stage_activation_parts(model, lay, mirror, mirror_params, loss_bytes, copy)
     activations = np.where(on, (lay.pp + 1) * (per_mb + per_mb_m) / 2 + once + once_m, mem.activations_bytes)
     reserve = np.where(on, reserve_bytes(lay, activations + np.maximum(working, working_m)), mem.reserve_bytes)
     return StageMemory(

@@ -222,7 +222,9 @@ class LayerActivations:
     working: np.ndarray  # what its backward re-materialises on top of `stored` (the recompute working set)
 
 
-def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> LayerActivations:
+def layer_activation_bytes_per_token(
+    model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, proj_cast_copy: bool = False
+) -> LayerActivations:
     """Korthikanti et al. 2022 Sec. 4.1 / Table 2, per token of the rank's sequence shard.
 
     No parallelism, GPT (a x d = h, f = 4h, dropout): 34h + 5as bytes per token, of which 10h stay
@@ -236,6 +238,9 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     as inputs of a GEMM's weight gradient (the two post-norm GEMM inputs, the attention output, fc2's
     input, the routed tokens) are kept in their 1-byte fp8 cast (Transformer Engine saves the quantised
     input of an fp8 Linear for its backward); the residual stream, Q/K/V and fc1's output stay 16-bit.
+    The attention output stays 16-bit too, for the attention kernel keeps it for its own backward; with
+    `proj_cast_copy` (the engine's kernels.fp8_proj_keeps_cast_input) the output projection keeps its fp8
+    cast beside it, else it reads that one 16-bit tensor (Megatron-Core's save_original_input).
     """
     h = model.hidden_size
     t = lay.tp.astype(float)
@@ -256,7 +261,9 @@ def layer_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe
     moe_norm_out = moe_layer and model.moe is not None and not model.parallel_attention_mlp
     post_norm = (g + e) * h if moe_norm_out else gemm_inputs * g * h  # the GEMM inputs after the norms
     replicated = norm_inputs * e * h + post_norm + 2 * dropout * h
-    attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + g * widths.output / t
+    # the attention output: the kernel's 16-bit copy, plus under fp8 the projection's own cast where it keeps one
+    out = e + np.where(lay.fp8 & proj_cast_copy, FP8_ACTIVATION_BYTES, 0)
+    attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + out * widths.output / t
     if model.mla is not None:
         # MLA's compressed latents: the query and K/V down-projections' outputs, kept by their RMSNorms, and
         # the norms' outputs, kept as the up-projections' GEMM inputs (and as the checkpointed inputs under
@@ -365,11 +372,13 @@ def stage_activation_bytes(
     stage: np.ndarray,
     sp: StageParams,
     loss_bytes_per_logit: float = LOSS_PEAK_BYTES_PER_LOGIT,
+    proj_cast_copy: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(activations held at the peak, recompute working set) in bytes on one rank of `stage` (what activation
     offload moves to the host is not held: see offloaded_activation_bytes)."""
-    per_microbatch, once, working = stage_activation_parts(model, lay, stage, sp, loss_bytes_per_logit)
-    held = microbatches_in_flight(lay, stage) * per_microbatch - offloaded_activation_bytes(model, lay, stage, sp)
+    per_microbatch, once, working = stage_activation_parts(model, lay, stage, sp, loss_bytes_per_logit, proj_cast_copy)
+    offloaded = offloaded_activation_bytes(model, lay, stage, sp, proj_cast_copy)
+    held = microbatches_in_flight(lay, stage) * per_microbatch - offloaded
     return held + once, working
 
 
@@ -379,13 +388,14 @@ def stage_activation_parts(
     stage: np.ndarray,
     sp: StageParams,
     loss_bytes_per_logit: float = LOSS_PEAK_BYTES_PER_LOGIT,
+    proj_cast_copy: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bytes per micro-batch in flight, bytes held once, recompute working set) of `stage`'s activations:
     stage_activation_bytes holds in-flight x the first plus the second (less what is offloaded)."""
 
     tokens = tokens_per_microbatch(lay)
-    dense = layer_activation_bytes_per_token(model, lay, moe_layer=False)
-    moe = layer_activation_bytes_per_token(model, lay, moe_layer=True)
+    dense = layer_activation_bytes_per_token(model, lay, moe_layer=False, proj_cast_copy=proj_cast_copy)
+    moe = layer_activation_bytes_per_token(model, lay, moe_layer=True, proj_cast_copy=proj_cast_copy)
     n_dense = sp.num_layers - sp.num_moe_layers
     n_moe = sp.num_moe_layers
     # Megatron 'block' recompute: only the first k layers of a stage are recomputed, the rest keep all.
@@ -445,7 +455,9 @@ def mtp_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, layer: L
     return np.asarray(layer.stored + own)
 
 
-def offloaded_activation_bytes(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams) -> np.ndarray:
+def offloaded_activation_bytes(
+    model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, sp: StageParams, proj_cast_copy: bool = False
+) -> np.ndarray:
     """Activation offload (Megatron-Core --cpu-offloading-num-layers, DeepSpeed cpu_checkpointing): the stored
     activations of the stage's first `offload_activation_layers` layers, for every micro-batch in flight, go to
     the host in forward and come back for their backward; one rank's bytes on the host."""
@@ -453,8 +465,8 @@ def offloaded_activation_bytes(model: ModelSpec, lay: LayoutArrays, stage: np.nd
     n_dense = sp.num_layers - sp.num_moe_layers
     offloaded = np.minimum(lay.offload_activation_layers, sp.num_layers)
     off_dense = np.minimum(offloaded, n_dense)
-    dense = layer_activation_bytes_per_token(model, lay, moe_layer=False).stored
-    moe = layer_activation_bytes_per_token(model, lay, moe_layer=True).stored
+    dense = layer_activation_bytes_per_token(model, lay, moe_layer=False, proj_cast_copy=proj_cast_copy).stored
+    moe = layer_activation_bytes_per_token(model, lay, moe_layer=True, proj_cast_copy=proj_cast_copy).stored
     return np.asarray(microbatches_in_flight(lay, stage) * tokens * (off_dense * dense + (offloaded - off_dense) * moe))
 
 
@@ -517,8 +529,9 @@ def stage_memory(
         sp = stage_params(model, lay, stage)
     weights, grads, optim = model_state_bytes(lay, sp)
     loss_bytes = engine.kernels.loss_bytes_per_logit if engine is not None else LOSS_PEAK_BYTES_PER_LOGIT
-    held, working = stage_activation_bytes(model, lay, stage, sp, loss_bytes)
-    host_activations = offloaded_activation_bytes(model, lay, stage, sp)
+    cast_copy = engine.kernels.fp8_proj_keeps_cast_input if engine is not None else False
+    held, working = stage_activation_bytes(model, lay, stage, sp, loss_bytes, cast_copy)
+    host_activations = offloaded_activation_bytes(model, lay, stage, sp, cast_copy)
     buffers = buffer_bytes(lay, sp) + working + userbuffer_bytes(model, lay)
     reserve = reserve_bytes(lay, held + working)
     return StageMemory(

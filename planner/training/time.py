@@ -653,7 +653,8 @@ def stage_time(
     # Activation offload: the offloaded layers' activations go down during forward and back up during
     # backward, each beside the stage's compute of that pass (copy engines run apart from the SMs).
     if np.any(lay.offload_activation_layers > 0):
-        moved = offloaded_activation_bytes(model, lay, stage, sp) / microbatches_in_flight(lay, stage)
+        moved = offloaded_activation_bytes(model, lay, stage, sp, engine.kernels.fp8_proj_keeps_cast_input
+                                           ) / microbatches_in_flight(lay, stage)
         copy = moved / host_link_bytes_per_s(hw)
         offload = np.maximum(copy - forward, 0.0) + np.maximum(copy - backward, 0.0)
     else:

@@ -379,12 +379,33 @@ def test_gpt3_175b_first_stage_matches_korthikanti(sequence_parallel, recompute,
 def test_fp8_keeps_gemm_inputs_in_one_byte():
     # Tiny GPT, tp = 1, flash attention: under fp8 the saved GEMM inputs shrink from 2 to 1 byte each:
     #   the two post-norm GEMM inputs       2 x h = 128 bytes saved
-    #   the attention output (o-proj input) a x d = 64 bytes saved
     #   fc2's input (GeLU output)           f     = 256 bytes saved
-    # 448 bytes per token in all; the residual stream, Q/K/V, fc1's output and the masks stay as they are.
+    # 384 bytes per token in all; the residual stream, Q/K/V, fc1's output and the masks stay as they are, and so
+    # does the attention output (a x d = 64 elements), which the attention kernel keeps in 16 bits for its own
+    # backward: Megatron-Core's output projection reads that copy (save_original_input), 2 bytes as in bf16.
     bf16 = layer_activation_bytes_per_token(tiny(), lay(), moe_layer=False).stored
     fp8 = layer_activation_bytes_per_token(tiny(), lay(dtype="fp8"), moe_layer=False).stored
-    assert (bf16 - fp8).tolist() == [448]
+    assert (bf16 - fp8).tolist() == [384]
+    # An engine whose projection keeps its own fp8 cast too (TE's delayed-scaling Linear, torchao's Float8Linear)
+    # holds 2 + 1 bytes per output element: 64 more than in bf16, 384 - 64 = 320 below it.
+    copy = layer_activation_bytes_per_token(tiny(), lay(dtype="fp8"), moe_layer=False, proj_cast_copy=True).stored
+    assert (bf16 - copy).tolist() == [320]
+    # in bf16 the projection's input is the attention output itself, whatever the engine
+    same = layer_activation_bytes_per_token(tiny(), lay(), moe_layer=False, proj_cast_copy=True).stored
+    assert same.tolist() == bf16.tolist()
+
+
+def test_stage_memory_takes_the_attention_output_copies_from_the_engine():
+    # Tiny GPT on one stage, fp8, micro-batch 1 x seq 32: the nemo profile keeps the projection's fp8 cast beside the
+    # attention output (1 byte x a d 64 per token per layer), the megatron profile does not: 2 layers x 32 tokens
+    # x 64 = 4,096 bytes more activations under nemo.
+    from planner.specs.engine import engine_profile
+
+    a = lay(dtype="fp8")
+    z = np.zeros(1, dtype=np.int64)
+    megatron = stage_memory(tiny(), a, z, engine=engine_profile("megatron"))
+    nemo = stage_memory(tiny(), a, z, engine=engine_profile("nemo"))
+    assert (nemo.activations_bytes - megatron.activations_bytes).tolist() == [4_096]
 
 
 

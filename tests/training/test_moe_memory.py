@@ -261,14 +261,15 @@ def test_deepseek_v3_last_stage_holds_the_mtp_module():
 
 def test_fp8_keeps_the_moe_layers_pre_mlp_norm_output_in_16_bits():
     # fp8, tp 1: the attention side's post-norm GEMM input drops to 1 byte (64), the MoE side's stays 2 bytes (128:
-    # the router keeps it); the attention output 128 -> 64; routed copies 2 x (64 + 8) = 144; expert internals:
-    # fc1's output stays 2 x 64 = 128, GeLU's output (fc2's input) 64.
-    #   norm inputs 256 + post-norm 64 + 128 + masks 128 = 576; Q, K, V 384 + output 64 = 448; lse 16;
-    #   experts 128 + 64 = 192; copies 144; router 52  -> 1,428
-    assert per_token(dtype="fp8").stored.tolist() == [1_428]
+    # the router keeps it); the attention output stays 128 (the attention kernel's 16-bit copy, which Megatron's
+    # projection reads); routed copies 2 x (64 + 8) = 144; expert internals: fc1's output stays 2 x 64 = 128,
+    # GeLU's output (fc2's input) 64.
+    #   norm inputs 256 + post-norm 64 + 128 + masks 128 = 576; Q, K, V 384 + output 128 = 512; lse 16;
+    #   experts 128 + 64 = 192; copies 144; router 52  -> 1,492
+    assert per_token(dtype="fp8").stored.tolist() == [1_492]
     # layernorm recompute drops both norm outputs: 64 + 128 = 192
     acts = per_token(dtype="fp8", recompute="selective", recompute_modules=("layernorm",))
-    assert acts.stored.tolist() == [1_428 - 192]
+    assert acts.stored.tolist() == [1_492 - 192]
 
 
 @pytest.mark.parametrize(("tp", "dp", "ep"), [(2, 4, 2), (4, 2, 4), (4, 4, 2), (2, 8, 4)])
