@@ -159,6 +159,9 @@ def _filter_options(f: Any) -> Any:
 @click.option("--seq-len", type=count("seq_len"), required=True, help="Tokens per sequence.")
 @_filter_options
 @training_precision_options
+@click.option("--fp8-param-gather/--no-fp8-param-gather", default=False, show_default=True,
+              help="With --dtype fp8: the layers' weights kept and all-gathered in fp8 on every layout with ZeRO >= 1 "
+              "(Megatron --fp8-param-gather; the Megatron-Bridge fp8 recipes set it).")
 @_moe_options
 @click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM, show_default=True,
               help="Share of GPU memory kept free on top of the modelled reserve.")
@@ -184,7 +187,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                grad_dtype: str, optimizer: str, flash_attention: bool, overlap_grad_reduce: bool,
                tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
                moe_ep_overlap: bool | None, optimizer_state_dtype: str, master_weights_dtype: str, schedule: str,
-               headroom: float,
+               fp8_param_gather: bool, headroom: float,
                objective: str, tokens: float | None, price: float | None,
                top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,
                **filter_values: Any) -> None:
@@ -229,7 +232,8 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                       optimizer=optimizer, flash_attention=flash_attention, overlap_grad_reduce=overlap_grad_reduce,
                       overlap_tp_comm=tp_comm_overlap, engine=engine, compile=compile_,
                       optimizer_state_dtype=optimizer_state_dtype, master_weights_dtype=master_weights_dtype,
-                      moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap, schedule=schedule)
+                      moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap, schedule=schedule,
+                      fp8_param_gather=fp8_param_gather)
     result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)
     selection = select(result.layouts, result.results, result.fits, objective, top=top, pareto=pareto)
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,

@@ -93,6 +93,10 @@ def search_dispatcher(profile: EngineProfile, hw: HardwareProfile, ep_overlap: b
     return default if default in can or not can else can[0]
 
 
+# Engines whose layers can hold fp8 weights (Megatron-LM --fp8-param-gather; the exporters of the others refuse it).
+FP8_PARAM_ENGINES: tuple[str, ...] = ("megatron", "nemo")
+
+
 @dataclass(frozen=True)
 class Problem:
     """What is fixed in a search: the cluster size, the batch, and the layout-independent training options
@@ -114,6 +118,7 @@ class Problem:
     schedule: str = "1f1b"  # Layout.schedule: 1f1b, gpipe or dualpipe, for every candidate
     moe_dispatcher: str | None = None  # None: the engine's on a MoE model, Layout's on a dense one (for_model)
     moe_ep_overlap: bool | None = None  # likewise
+    fp8_param_gather: bool = False  # Layout.fp8_param_gather on every candidate with ZeRO >= 1 (Megatron engines)
 
     def __post_init__(self) -> None:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
@@ -136,6 +141,11 @@ class Problem:
         for name in ("optimizer_state_dtype", "master_weights_dtype"):
             if getattr(self, name) not in STATE_DTYPE_BYTES:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be one of {', '.join(STATE_DTYPE_BYTES)}")
+        if self.fp8_param_gather and self.dtype != "fp8":
+            raise PlannerError("fp8_param_gather keeps the layers' weights in fp8: it needs --dtype fp8")
+        if self.fp8_param_gather and self.engine not in FP8_PARAM_ENGINES:
+            raise PlannerError(f"engine {self.engine} keeps 16-bit weights (fp8_param_gather is Megatron's "
+                               f"--fp8-param-gather); choose --engine {' or '.join(FP8_PARAM_ENGINES)} or drop it")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
             raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
 
@@ -425,7 +435,8 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
         # the TP overlap where it runs: with sequence parallelism (which the default space offers with tp > 1 only)
         overlap_tp_comm=np.asarray(cols["sequence_parallel"] & bool(problem.overlap_tp_comm)),
-        fp8_params=const(False, bool),
+        # Megatron allows fp8 parameters only with the distributed optimizer or FSDP (Layout's rule): ZeRO >= 1
+        fp8_params=np.asarray((cols["zero"] >= 1) & problem.fp8_param_gather),
         compile=const(problem.compile, bool),
         offload_optimizer=const(False, bool),
         offload_params=const(False, bool),

@@ -215,3 +215,17 @@ def test_estimate_table_shows_the_moe_settings(run_cli):
     dense = run_cli("estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--global-batch", "64",
                     "--seq-len", "4096")
     assert "dispatcher" not in dense.output
+
+
+def test_fp8_param_gather_halves_the_layer_weights(run_cli):
+    """--fp8-param-gather keeps the transformer layers' weights in fp8 (1 byte, Megatron --fp8-param-gather); the
+    embedding and LM head stay 16-bit, so the weights fall by a little less than half."""
+    args = ("--gpus", "8", "--tp", "2", "--zero", "1", "--dtype", "fp8")
+    plain = estimate_json(run_cli, *args)["memory"]["weights_bytes"]
+    fp8 = estimate_json(run_cli, *args, "--fp8-param-gather")["memory"]["weights_bytes"]
+    assert 0.5 * plain < fp8 < 0.6 * plain
+    assert estimate_json(run_cli, *args, "--fp8-param-gather")["config"]["fp8_param_gather"] is True
+
+
+def test_fp8_param_gather_needs_fp8_and_a_sharded_optimizer(run_cli):
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--fp8-param-gather"), "fp8_param_gather", "zero")
