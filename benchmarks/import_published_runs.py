@@ -19,7 +19,13 @@ from pathlib import Path
 
 import yaml
 
-from planner.calibrate.published import RECIPE_NOTES, RECIPES, catalog_hardware, engine_fields
+from planner.calibrate.published import (
+    RECIPE_NOTES,
+    RECIPES,
+    catalog_hardware,
+    engine_fields,
+    megatron_bridge_fp8_params,
+)
 from planner.engines.hf_config import model_from_hf_config
 from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
@@ -94,6 +100,7 @@ def main() -> None:
                 else:
                     model = model_from_hf_config(raw_model, source)
                 layout = _layout(raw["layout"])
+                layout.update(megatron_bridge_fp8_params(raw["id"], raw["source"], layout))
                 layout.update(RECIPES.get(raw["id"], {}))
                 layout.update(engine_fields(raw["id"], raw["source"], layout["recompute"]))
                 hw = catalog_hardware(raw)

@@ -212,6 +212,23 @@ def engine_fields(case_id: str, source: str, recompute: object) -> dict[str, Any
     return {}
 
 
+# Megatron-Bridge's fp8 mixed-precision configs (src/megatron/bridge/training/mixed_precision.py @ 183aad1d, the
+# 25.09 era, and @ 067f987d: bf16_with_fp8_delayed_scaling_mixed, bf16_with_fp8_current_scaling_mixed,
+# bf16_with_mxfp8_mixed) set fp8_param_gather = True, which its performance scripts take as they are
+# (scripts/performance/utils/helpers.py get_precision_config); only the subchannel (128 x 128 blockwise) config
+# sets it False, which the DeepSeek-V3 H100 row ran (its notes).
+MEGATRON_BRIDGE_SOURCE = "NVIDIA-NeMo/Megatron-Bridge"
+MEGATRON_BRIDGE_BLOCKWISE_FP8 = frozenset({"mb2509_h100_dsv3_fp8"})
+
+
+def megatron_bridge_fp8_params(case_id: str, source: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """fp8_param_gather for a Megatron-Bridge fp8 row with the distributed optimizer, as its precision config sets."""
+    if (source.startswith(MEGATRON_BRIDGE_SOURCE) and fields.get("dtype") == "fp8" and int(fields.get("zero", 0)) >= 1
+            and case_id not in MEGATRON_BRIDGE_BLOCKWISE_FP8):
+        return {"fp8_param_gather": True}
+    return {}
+
+
 def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     if "layout" in case:
         raw = dict(case["layout"])
@@ -220,6 +237,7 @@ def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         torchtitan = case["source"].startswith("pytorch/torchtitan")
         fields.setdefault("grad_dtype", "bf16" if torchtitan else "fp32")  # Megatron: fp32 main gradients
         fields.update(engine_fields(case["id"], case["source"], fields.get("recompute")))
+        fields.update(megatron_bridge_fp8_params(case["id"], case["source"], fields))
         fields.update(RECIPES.get(case["id"], {}))
         return gpus, fields
     p = case["parallel"]  # Narayanan et al. 2021 Table 2: fp16, fp32 main grads, full recompute, no flash;
