@@ -201,6 +201,10 @@ def _profile_renderables(entry: Loaded) -> list[RenderableType]:
         table.add_row(label, f"{fraction.fraction:g}", Text(fraction.note))
         if label == "attention" and eff.attention_flash2 is not None:
             table.add_row("attention (FA2)", f"{eff.attention_flash2.fraction:g}", Text(eff.attention_flash2.note))
+    if acc.power_limit is not None:
+        limit = acc.power_limit
+        table.add_row("power limit", f"{limit.watts:g} W of {limit.nominal_watts:g} W: compute-bound kernels "
+                      f"x {limit.compute_fraction:g}", Text(limit.note))
     out.append(table)
 
     sources = Table(title="Sources", title_justify="left")

@@ -59,11 +59,27 @@ def peak_16bit_flops(hw: HardwareProfile) -> float:
     return peaks.get("bf16", peaks.get("fp16", 0.0))
 
 
+def compute_fraction(hw: HardwareProfile) -> float:
+    """Sustained throughput of compute-bound kernels under the board's power limit, as a fraction of the chip
+    at its nominal power (the profile's accelerator.power_limit; 1 without one). It scales every plateau of
+    a tensor-core kernel - the GEMMs, 16-bit and fp8, and the flash-attention core - and not the memory-bound
+    kernels or the links: the governor throttles the SM clock to stay under the limit, which only slows the
+    kernels whose time that clock sets."""
+    limit = hw.accelerator.power_limit
+    return float(limit.compute_fraction) if limit is not None else 1.0
+
+
+def matmul_plateau(hw: HardwareProfile) -> float:
+    """Plateau fraction of the 16-bit peak that large 16-bit GEMMs reach on this system: the profile's
+    efficiency.matmul.peak_fraction (measured at the chip's nominal power) x compute_fraction."""
+    return float(hw.efficiency.matmul.peak_fraction) * compute_fraction(hw)
+
+
 def fp8_gemm_plateau(hw: HardwareProfile) -> float:
-    """Plateau fraction of the fp8 peak that large fp8 GEMMs reach (the profile's efficiency.matmul_fp8;
-    nan on a chip without fp8 tensor cores, where no fp8 layout is allowed)."""
+    """Plateau fraction of the fp8 peak that large fp8 GEMMs reach (the profile's efficiency.matmul_fp8 x
+    compute_fraction; nan on a chip without fp8 tensor cores, where no fp8 layout is allowed)."""
     eff = hw.efficiency.matmul_fp8
-    return eff.fraction if eff is not None else float("nan")
+    return eff.fraction * compute_fraction(hw) if eff is not None else float("nan")
 
 
 def gemm_peak_flops(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
@@ -74,16 +90,16 @@ def gemm_peak_flops(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
 
 def gemm_plateau(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
     """Plateau efficiency of the layer GEMMs, of their own dtype's peak (see gemm_peak_flops)."""
-    return np.where(lay.fp8, fp8_gemm_plateau(hw), hw.efficiency.matmul.peak_fraction)
+    return np.where(lay.fp8, fp8_gemm_plateau(hw), matmul_plateau(hw))
 
 
 def matmul_seconds(
     hw: HardwareProfile, flop: np.ndarray, peak: np.ndarray | float, plateau: np.ndarray | float | None = None
 ) -> np.ndarray:
     """One GEMM of `flop` FLOP: (flop / peak + GEMM_FIXED_SECONDS) / plateau. `plateau` defaults to the
-    profile's 16-bit matmul plateau; fp8 GEMMs pass gemm_plateau's."""
+    16-bit matmul plateau (matmul_plateau); fp8 GEMMs pass gemm_plateau's."""
     if plateau is None:
-        plateau = hw.efficiency.matmul.peak_fraction
+        plateau = matmul_plateau(hw)
     flop = np.asarray(flop, dtype=float)
     return np.where(flop > 0, (flop / peak + GEMM_FIXED_SECONDS) / plateau, 0.0)
 
@@ -104,7 +120,7 @@ def grouped_matmul_seconds(
     """`groups` GEMMs of `flop_per_group` FLOP each, issued as one grouped GEMM (the experts of a rank):
     (groups x flop / peak + GEMM_FIXED_SECONDS + (groups - 1) x GROUPED_GEMM_PER_GROUP_SECONDS) / plateau."""
     if plateau is None:
-        plateau = hw.efficiency.matmul.peak_fraction
+        plateau = matmul_plateau(hw)
     flop = np.asarray(flop_per_group, dtype=float)
     g = np.asarray(groups, dtype=float)
     seconds = (g * flop / peak + GEMM_FIXED_SECONDS + np.maximum(g - 1, 0) * GROUPED_GEMM_PER_GROUP_SECONDS) / plateau
@@ -180,11 +196,12 @@ ATTENTION_CURVE_REFERENCE_TOKENS = 16384.0
 def attention_plateau(hw: HardwareProfile, kernel: str = "fused") -> float:
     """The attention curve's plateau for the engine's attention kernel (planner.specs.engine KernelSection):
     `fused` the chip's best fused kernel, `flash2` FlashAttention-2 where the profile gives it a plateau of its
-    own (Hopper: PyTorch SDPA's flash backend against Transformer Engine's cuDNN attention)."""
+    own (Hopper: PyTorch SDPA's flash backend against Transformer Engine's cuDNN attention); x compute_fraction
+    under a power limit."""
     fa2 = hw.efficiency.attention_flash2
     if kernel == "flash2" and fa2 is not None:
-        return float(fa2.fraction)
-    return float(hw.efficiency.attention.fraction)
+        return float(fa2.fraction) * compute_fraction(hw)
+    return float(hw.efficiency.attention.fraction) * compute_fraction(hw)
 
 
 def attention_efficiency(
@@ -199,5 +216,5 @@ def attention_efficiency(
     d = min(float(head_dim), 128.0)
     k = ATTENTION_HEAD_DIM_HALF_SATURATION
     head = (d / (d + k)) / (128.0 / (128.0 + k))
-    top = hw.efficiency.attention.fraction if plateau is None else plateau
+    top = attention_plateau(hw) if plateau is None else plateau
     return np.asarray(top * head * s / (s + half))

@@ -19,7 +19,14 @@ from planner.physics.comm import (
     group_link,
     p2p_seconds,
 )
-from planner.physics.kernels import GEMM_FIXED_SECONDS, causal_pairs, fp8_gemm_plateau, peak_16bit_flops
+from planner.physics.kernels import (
+    GEMM_FIXED_SECONDS,
+    attention_plateau,
+    causal_pairs,
+    fp8_gemm_plateau,
+    matmul_plateau,
+    peak_16bit_flops,
+)
 from planner.physics.shapes import LayerShape, gemm_elements_per_rank
 from planner.physics.stages import max_layers_per_stage
 from planner.serving.continuous import SteadyState, steady_state
@@ -112,14 +119,14 @@ def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
     has_fp8 = "fp8" in peaks and eff.matmul_fp8 is not None
     fp8 = x.fp8_compute & has_fp8
     peak = np.where(fp8, float(peaks.get("fp8", p16)), p16)
-    fraction = np.where(fp8, fp8_gemm_plateau(hw), eff.matmul.peak_fraction)
+    fraction = np.where(fp8, fp8_gemm_plateau(hw), matmul_plateau(hw))
     bw = hw.accelerator.memory_bandwidth_bytes_per_s
     return Rates(
         gemm_flop_per_s=peak * fraction,
         gemm_peak_flop_per_s=peak,
         gemm_overhead_flop=p16 * GEMM_FIXED_SECONDS,
-        head_flop_per_s=p16 * eff.matmul.peak_fraction,
-        attention_flop_per_s=p16 * eff.attention.fraction,
+        head_flop_per_s=p16 * matmul_plateau(hw),
+        attention_flop_per_s=p16 * attention_plateau(hw),
         attention_peak_flop_per_s=p16,
         memory_bytes_per_s=bw * SERVING_MEMORY_BANDWIDTH_FRACTION,
         memory_peak_bytes_per_s=bw,

@@ -68,6 +68,42 @@ def _non_empty(value: str) -> str:
     return value
 
 
+class PowerLimit(BaseModel):
+    """A board power limit below the chip's nominal one, and what it costs the compute-bound kernels.
+
+    Under its power limit the GPU's power governor lowers the SM clock until the board draws no more than the
+    limit; a kernel bound by its arithmetic (GEMMs, the flash-attention core) then runs slower in proportion,
+    a kernel bound by HBM or a link barely draws enough power to be throttled. `compute_fraction` is that
+    slowdown, measured: the sustained throughput of large GEMMs at `watts` over the same chip's at
+    `nominal_watts`, where the profile's efficiency plateaus were measured.
+    """
+
+    model_config = _STRICT
+
+    watts: Number = Field(gt=0, le=5000, description="Board power limit the GPUs run at, W.")
+    nominal_watts: Number = Field(
+        gt=0, le=5000,
+        description="The chip's nominal board power (datasheet TDP), W: where the efficiency plateaus were measured.",
+    )
+    compute_fraction: Number = Field(
+        gt=0, le=1,
+        description="Sustained throughput of compute-bound (tensor-core) kernels at `watts`, as a fraction of the "
+        "same chip's at `nominal_watts` (the ratio of their sustained SM clocks).",
+    )
+    note: str = Field(description="The measurements the fraction comes from.")
+
+    _check_note = field_validator("note")(_non_empty)
+
+    @model_validator(mode="after")
+    def _below_nominal(self) -> PowerLimit:
+        if self.watts > self.nominal_watts:
+            raise ValueError(
+                f"watts ({self.watts:g}) is above nominal_watts ({self.nominal_watts:g}); a power_limit block "
+                "describes a limit below the chip's nominal power (remove it at the nominal power)"
+            )
+        return self
+
+
 class AcceleratorSpec(BaseModel):
     """One accelerator (GPU) as its datasheet describes it."""
 
@@ -80,6 +116,11 @@ class AcceleratorSpec(BaseModel):
         description="Dense peak FLOP/s (or OP/s for int) per dtype; no sparsity."
     )
     source: str = Field(description="Datasheet or paper the figures come from.")
+    power_limit: PowerLimit | None = Field(
+        default=None,
+        description="The board power limit the GPUs run at where it is below the nominal one (the peaks stay the "
+        "datasheet's); null at the nominal power.",
+    )
 
     _check_source = field_validator("source")(_non_empty)
 

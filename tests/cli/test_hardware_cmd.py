@@ -277,3 +277,12 @@ def test_missing_argument_is_a_usage_error(run_cli) -> None:
 
 def test_bad_format_is_a_usage_error(run_cli) -> None:
     assert_one_line_error(run_cli("hardware", "--format", "csv"), "--format")
+
+
+def test_show_prints_the_power_limit(run_cli) -> None:
+    result = run_cli("hardware", "show", "h100-sxm-96gb")
+    assert result.exit_code == 0, result.output
+    assert "500 W of 700 W: compute-bound kernels x 0.78" in result.stdout
+    assert "power limit" not in run_cli("hardware", "show", "h100-sxm").stdout
+    data = json.loads(run_cli("hardware", "show", "h100-sxm-96gb", "--format", "json").stdout)
+    assert data["spec"]["accelerator"]["power_limit"]["compute_fraction"] == 0.78

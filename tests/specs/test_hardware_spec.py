@@ -324,3 +324,29 @@ def test_price_with_source_is_kept() -> None:
 def test_price_must_be_positive() -> None:
     assert rejected(price_per_gpu_hour_usd=0, price_source="x").startswith("test.yaml: price_per_gpu_hour_usd:")
 
+
+
+# Power limit ---------------------------------------------------------------------------------------
+POWER = {"watts": 500, "nominal_watts": 700, "compute_fraction": 0.8, "note": "test"}
+
+
+def test_a_power_limit_is_optional_and_read_when_given() -> None:
+    assert build().accelerator.power_limit is None
+    limit = build(accelerator__power_limit=POWER).accelerator.power_limit
+    assert limit is not None and (limit.watts, limit.nominal_watts, limit.compute_fraction) == (500, 700, 0.8)
+
+
+def test_a_power_limit_above_the_nominal_power_is_rejected() -> None:
+    message = rejected(accelerator__power_limit={**POWER, "watts": 800})
+    assert message.startswith("test.yaml: accelerator.power_limit:") and "above nominal_watts (700)" in message
+
+
+@pytest.mark.parametrize("value", [0, -0.5, 1.2])
+def test_power_limit_compute_fraction_is_in_zero_one(value: float) -> None:
+    message = rejected(accelerator__power_limit={**POWER, "compute_fraction": value})
+    assert message.startswith("test.yaml: accelerator.power_limit.compute_fraction:")
+
+
+def test_a_power_limit_needs_its_note() -> None:
+    message = rejected(accelerator__power_limit={**POWER, "note": "  "})
+    assert message.startswith("test.yaml: accelerator.power_limit.note:")
