@@ -109,6 +109,11 @@ class ZeroSection(_Sourced):
     collective_overhead_seconds: NonNegativeFloat = Field(
         description="Fixed host-side cost of each ZeRO-3 collective (hooks, flattening, stream sync), per collective."
     )
+    gather_copy_bytes_per_param: NonNegativeFloat = Field(
+        description="HBM bytes moved on the compute stream per gathered parameter after each ZeRO-3 all-gather "
+        "(the copy of the gathered flat buffer into the parameters' own tensors), in the critical path; 0 where "
+        "the engine gathers in place or the copy is not counted."
+    )
 
 
 class ScheduleSection(_Sourced):
@@ -284,7 +289,7 @@ _EAGER_FACTOR = (
     "vs 6,667 with torch.compile, 1.16x; on 128 H100 5,605 vs 6,514, 1.16x; in ../shared/reference/"
     "published_runs_modern.yaml) - the factor by which eager element-wise kernels move more bytes than the fused "
     "count, chosen (grid 2.0-3.5 in steps of 0.5) so that turning compile on gives the measured gain with op-level "
-    "AC: 3.0 gives 1.160x and 1.158x (2.5 gives 1.120x, 3.5 1.200x; with the 500 W power limit's compute fraction "
+    "AC: 3.0 gives 1.158x and 1.156x (2.5 gives 1.119x, 3.5 1.198x; with the 500 W power limit's compute fraction "
     "of the h100-sxm-96gb profile, which slows the GEMMs and so shrinks the element-wise share - 2.5 before it); "
     "an eager fp32 RMSNorm, residual add and SiLU-mul each read and write their tensors in several kernels"
 )
@@ -300,6 +305,14 @@ _FSDP_UNIT = (
 _FSDP_PREFETCH = (
     "FSDP2 prefetches the next unit's all-gather in forward and backward (PyTorch FSDP paper, Zhao et al. 2023, "
     "Sec. 3.3 'backward/forward prefetch'; fully_shard default): 1"
+)
+_FSDP2_COPY_OUT = (
+    "FSDP2's foreach_all_gather_copy_out (pytorch/pytorch torch/distributed/_composable/fsdp/_fsdp_collectives.py, "
+    "torch 2.5-2.6): after each unit's all-gather the current (compute) stream waits for it and "
+    "split_with_sizes_copy copies the gathered bf16 flat buffer into the unsharded parameters: read 2 + write 2 "
+    "bytes per parameter, on the critical path. Counted, not fitted (the copy-in of the rank's shard, 1/dp of "
+    "that, runs on the all-gather copy-in stream, and the reduce-scatter's _chunk_cat on the reduce-scatter "
+    "stream: both beside the compute, not counted)"
 )
 _MEGATRON_BUCKET = (
     "NVIDIA/Megatron-LM megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40,000,000, "
@@ -370,7 +383,10 @@ _MEGATRON = EngineProfile(
         collectives_per_layer=1, prefetch_units=1, prefetch_bucket_params=None, reshard_after_forward=True,
         regather_for_recompute=False, reduce_in_fp32=False, grad_reduce_every_micro_batch=True,
         reduce_bucket_params=40_000_000, supports_hsdp=True, collective_overhead_seconds=0.0,
+        gather_copy_bytes_per_param=0.0,
         sources={
+            "gather_copy_bytes_per_param": "not counted for Megatron-Core's custom FSDP (its gather path is not "
+            "examined here): 0",
             "collectives_per_layer": "Megatron-Core custom FSDP (--use-custom-fsdp, data_parallel_sharding_strategy "
             "optim_grads_params) shards per transformer layer: megatron/core/distributed/custom_fsdp/",
             "prefetch_units": "Megatron-Core custom FSDP prefetches the next layer's parameters: 1",
@@ -622,6 +638,7 @@ _TORCHTITAN = _derive(
     zero={
         "collectives_per_layer": 1, "prefetch_units": 1, "reshard_after_forward": True,
         "regather_for_recompute": False, "reduce_in_fp32": True, "collective_overhead_seconds": 0.0,
+        "gather_copy_bytes_per_param": 4.0,
         "sources": {
             "collectives_per_layer": _FSDP_UNIT,
             "prefetch_units": _FSDP_PREFETCH,
@@ -631,6 +648,7 @@ _TORCHTITAN = _derive(
             "recomputed forward",
             "reduce_in_fp32": "torchtitan [training] mixed_precision_reduce = 'float32' (MixedPrecisionPolicy)",
             "collective_overhead_seconds": "FSDP2 issues one flat all-gather per unit; no overhead beyond NCCL's assumed",
+            "gather_copy_bytes_per_param": _FSDP2_COPY_OUT,
         },
     },
     schedules={
@@ -838,8 +856,10 @@ _DEEPSPEED = _derive(
         "collectives_per_layer": 20, "prefetch_units": 1, "prefetch_bucket_params": 50_000_000,
         "reshard_after_forward": True,
         "regather_for_recompute": True, "reduce_in_fp32": False, "reduce_bucket_params": 500_000_000,
-        "supports_hsdp": True, "collective_overhead_seconds": 0.0,
+        "supports_hsdp": True, "collective_overhead_seconds": 0.0, "gather_copy_bytes_per_param": 0.0,
         "sources": {
+            "gather_copy_bytes_per_param": "not counted for DeepSpeed's stage-3 gathers (their copies are not "
+            "examined here; the fitted collectives_per_layer was chosen without it): 0",
             "collectives_per_layer": "fitted: Narayanan et al. 2021 Table 2 ZeRO-3 rows (175B on 384-1536 and 530B on "
             "640-2240 A100; published_runs_modern.yaml), grid 4-24 x overhead 0-3 ms: 20 ring-latency-bound "
             "collectives per layer and pass, overhead 0 (max |error| 14.5%). DeepSpeed gathers per sub-module "

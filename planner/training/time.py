@@ -765,7 +765,10 @@ def zero3_seconds(
     ) + gather + np.where(backward_gathers > 0, gather, 0.0) + scatter  # the first gather of each pass, last scatter
     serial = units * (forward_comm + backward_comm)
     exposed = ahead * np.minimum(overlapped, serial) + (1.0 - ahead) * serial
-    return np.where(shard > 1, exposed, 0.0)
+    # The engine's copy of each gathered unit into its parameters' tensors, on the compute stream (FSDP2's
+    # copy-out): every gather of the pass, of the whole stage's parameters.
+    copy_out = memory_seconds(hw, (1.0 + backward_gathers) * (sp.dense + sp.expert) * z.gather_copy_bytes_per_param)
+    return np.where(shard > 1, exposed + copy_out, 0.0)
 
 
 def data_parallel_seconds(

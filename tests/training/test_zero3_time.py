@@ -47,7 +47,8 @@ def test_fsdp_with_long_compute_exposes_about_the_first_gather_only() -> None:
     hw = load_hardware("a100-80gb").spec
     model = gpt(layers=32, hidden=4096, heads=32)
     lay = zero3_layout(8, "torchtitan", micro_batch=16).to_arrays()
-    engine = engine_profile("torchtitan")
+    titan = engine_profile("torchtitan")  # the collectives alone: without FSDP2's copy-out (the test below)
+    engine = titan.model_copy(update={"zero": titan.zero.model_copy(update={"gather_copy_bytes_per_param": 0.0})})
     sp = stage_params(model, lay, np.zeros(1, dtype=np.int64))
     long = zero3_seconds(hw, lay, sp, engine, forward=np.array([10.0]), backward=np.array([20.0]))
     no_contention = engine.model_copy(update={"efficiency": engine.efficiency.model_copy(
@@ -111,3 +112,25 @@ def test_hsdp_shards_inside_the_group_and_replicates_across() -> None:
 def test_shard_group_must_divide_the_data_parallel_ranks() -> None:
     with pytest.raises(ValueError, match="shard_group"):
         Layout(dp=12, zero=3, shard_group=8, global_batch=12, seq_len=128)
+
+
+def test_fsdp2_copy_out_adds_four_bytes_per_gathered_parameter() -> None:
+    """torchtitan (FSDP2): after each gather the compute stream copies the bf16 flat buffer into the parameters
+    (read 2 + write 2 bytes each). Forward gather + backward regather (reshard after forward; op-level AC does
+    not gather again): 2 x params x 4 bytes at the profile's streaming rate, on top of the collectives."""
+    hw = load_hardware("h100-sxm").spec
+    model = gpt(layers=32, hidden=4096, heads=32)
+    lay = Layout(dp=8, zero=3, recompute="op", micro_batch=2, global_batch=16, seq_len=2048,
+                 engine="torchtitan").to_arrays()
+    sp = stage_params(model, lay, np.zeros(1, dtype=np.int64))
+    engine = engine_profile("torchtitan")
+    assert engine.zero.gather_copy_bytes_per_param == 4.0
+    without = engine.model_copy(update={"zero": engine.zero.model_copy(update={"gather_copy_bytes_per_param": 0.0})})
+    f, b = np.array([1.0]), np.array([2.0])
+    added = zero3_seconds(hw, lay, sp, engine, forward=f, backward=b) - zero3_seconds(hw, lay, sp, without,
+                                                                                  forward=f, backward=b)
+    params = float(sp.dense[0] + sp.expert[0])
+    # 3.35 TB/s x 0.8 streaming efficiency (h100-sxm)
+    assert added[0] == pytest.approx(2 * params * 4 / (3.35e12 * 0.8), rel=1e-9)
+    assert engine_profile("megatron").zero.gather_copy_bytes_per_param == 0.0
+    assert engine_profile("fsdp").zero.gather_copy_bytes_per_param == 4.0  # plain FSDP2 (derived from torchtitan)
