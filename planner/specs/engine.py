@@ -74,6 +74,10 @@ class KernelSection(_Sourced):
         "gradient beside the 16-bit attention output the attention kernel keeps for its backward (3 bytes per "
         "element); false: one 16-bit tensor serves both (2)."
     )
+    fp8_tp_all_gather: bool = Field(
+        description="Under an fp8 recipe the sequence-parallel all-gathers (the layer inputs in forward, the output "
+        "gradients in backward) move fp8, 1 byte per element; the reduce-scatters stay 16-bit."
+    )
 
 
 class ZeroSection(_Sourced):
@@ -353,7 +357,7 @@ _SHARDED_GRADS_REDUCE_EVERY_BACKWARD = (
 )
 
 # torch async TP's share, solved by benchmarks/calibrate_torch_async_tp.py (see the torchtitan profile).
-TORCH_ASYNC_TP_HIDDEN_SHARE = 0.26
+TORCH_ASYNC_TP_HIDDEN_SHARE = 0.33
 
 _MEGATRON = EngineProfile(
     name="megatron",
@@ -361,8 +365,10 @@ _MEGATRON = EngineProfile(
     "the calibrated default (planner's behaviour before engines were inputs).",
     kernels=KernelSection(
         fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
-        attention_kernel="fused", cuda_graphs=True, fp8_proj_keeps_cast_input=False,
+        attention_kernel="fused", cuda_graphs=True, fp8_proj_keeps_cast_input=False, fp8_tp_all_gather=False,
         sources={
+            "fp8_tp_all_gather": "counted in 16-bit (Transformer Engine's fp8 gathers under sequence parallelism are "
+            "not examined here; the TP terms were calibrated this way)",
             "cuda_graphs": _MEGATRON_CUDA_GRAPHS,
             "fp8_proj_keeps_cast_input": "Megatron-Core megatron/core/transformer/attention.py @ d98e8a64 (since "
             "781e765, 2025-08): with an fp8 recipe other than delayed and Transformer Engine >= 2.6 the attention "
@@ -634,7 +640,13 @@ _TORCHTITAN = _derive(
             "cpu_optimizer": "torch.optim AdamW steps the CPU parameters",
         },
     },
-    kernels=dict(_TORCH_EAGER),
+    kernels=dict(_TORCH_EAGER, fp8_tp_all_gather=True, sources={**_TORCH_EAGER["sources"], "fp8_tp_all_gather": (
+        "torchtitan apply_tp with Float8 on (torchtitan/parallelisms/parallelize_llama.py at 9dec370) uses torchao's "
+        "Float8ColwiseParallel, Float8RowwiseParallel and PrepareFloat8ModuleInput (torchao/float8/"
+        "float8_tensor_parallel.py at eab345c): the attention and feed-forward inputs are cast to float8 before the "
+        "Shard(1) -> Replicate all-gather, and the row-wise outputs' gradients are cast to float8 (NoopFwToFloat8Bw"
+        "Dynamic) before the backward's all-gather; the forward reduce-scatters and the backward reduce-scatters of "
+        "the input gradients stay bf16")}),
     zero={
         "collectives_per_layer": 1, "prefetch_units": 1, "reshard_after_forward": True,
         "regather_for_recompute": False, "reduce_in_fp32": True, "collective_overhead_seconds": 0.0,

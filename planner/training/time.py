@@ -73,6 +73,7 @@ from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays, RecomputeC
 from planner.specs.model import ModelSpec
 from planner.training.memory import (
     ACTIVATION_BYTES,
+    FP8_ACTIVATION_BYTES,
     WEIGHT_BYTES,
     StageParams,
     layer_weight_bytes,
@@ -376,6 +377,12 @@ def layer_time(
     # Two collectives per layer each way (Shoeybi et al. 2019, Fig. 4; with SP an all-gather and a
     # reduce-scatter replace each all-reduce at the same total volume: Korthikanti et al. 2022, Sec. 4.2.2).
     one_pass = 2 * all_reduce_seconds(act_bytes, lay.tp, tp_link)
+    # An engine whose SP all-gathers move fp8 under an fp8 recipe (torchao's float8 TP) halves their bytes; the
+    # reduce-scatters stay 16-bit. Each pass has two all-gathers (forward: the inputs; backward: the gradients).
+    fp8_gather = lay.fp8 & lay.sequence_parallel & engine.kernels.fp8_tp_all_gather
+    saved = 2 * (all_gather_seconds(act_bytes, lay.tp, tp_link)
+                 - all_gather_seconds(act_bytes * FP8_ACTIVATION_BYTES / ACTIVATION_BYTES, lay.tp, tp_link))
+    one_pass = one_pass - np.where(fp8_gather, saved, 0.0)
     passes = 2.0 + (lay.recompute == RecomputeCode.FULL)
     traffic = passes * one_pass
     # --tp-comm-overlap splits each collective into chunks that run beside the GEMM next to it (where it runs:
