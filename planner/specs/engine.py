@@ -599,19 +599,20 @@ _TORCHAO_FP8_INPUT = (
     "manual_float8_matmul_with_args_in_float8 saves input_fp8), while scaled_dot_product_attention's flash backward "
     "keeps its bf16 output: wo's input is held twice"
 )
+_TORCH_EAGER_SOURCES: dict[str, str] = {
+    "fp8_proj_keeps_cast_input": _TORCHAO_FP8_INPUT,
+    "cuda_graphs": "torchtitan's TOML job config (v0.1 - v0.2.x, last at 238fa995) has no CUDA-graph setting",
+    "attention_kernel": _SDPA_FLASH2,
+    "loss_bytes_per_logit": _TORCH_LOSS,
+    "fused_elementwise": "PyTorch eager modules: RMSNorm, residual add, SiLU x up each a separate kernel",
+    "supports_compile": "torchtitan [compile] enable / torch.compile per block (`--compile` here)",
+    "eager_elementwise_traffic_factor": _EAGER_FACTOR,
+}
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 3.0,
     "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
     "fp8_proj_keeps_cast_input": True,
-    "sources": {
-        "fp8_proj_keeps_cast_input": _TORCHAO_FP8_INPUT,
-        "cuda_graphs": "torchtitan's TOML job config (v0.1 - v0.2.x, last at 238fa995) has no CUDA-graph setting",
-        "attention_kernel": _SDPA_FLASH2,
-        "loss_bytes_per_logit": _TORCH_LOSS,
-        "fused_elementwise": "PyTorch eager modules: RMSNorm, residual add, SiLU x up each a separate kernel",
-        "supports_compile": "torchtitan [compile] enable / torch.compile per block (`--compile` here)",
-        "eager_elementwise_traffic_factor": _EAGER_FACTOR,
-    },
+    "sources": _TORCH_EAGER_SOURCES,
 }
 
 _TORCH_CP = (
@@ -640,7 +641,7 @@ _TORCHTITAN = _derive(
             "cpu_optimizer": "torch.optim AdamW steps the CPU parameters",
         },
     },
-    kernels=dict(_TORCH_EAGER, fp8_tp_all_gather=True, sources={**_TORCH_EAGER["sources"], "fp8_tp_all_gather": (
+    kernels=dict(_TORCH_EAGER, fp8_tp_all_gather=True, sources={**_TORCH_EAGER_SOURCES, "fp8_tp_all_gather": (
         "torchtitan apply_tp with Float8 on (torchtitan/parallelisms/parallelize_llama.py at 9dec370) uses torchao's "
         "Float8ColwiseParallel, Float8RowwiseParallel and PrepareFloat8ModuleInput (torchao/float8/"
         "float8_tensor_parallel.py at eab345c): the attention and feed-forward inputs are cast to float8 before the "
