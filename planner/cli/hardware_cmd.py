@@ -20,7 +20,7 @@ from rich.text import Text
 from planner.cli import cli
 from planner.cli.options import echo_json, format_option
 from planner.engines.load import Loaded, hardware_catalog, load_hardware
-from planner.physics.kernels import GEMM_FIXED_SECONDS, peak_16bit_flops
+from planner.physics.kernels import GEMM_FIXED_SECONDS, attention_half_saturation_tokens, peak_16bit_flops
 from planner.specs.hardware import HardwareProfile
 
 GIB = 2**30
@@ -196,9 +196,11 @@ def _profile_renderables(entry: Loaded) -> list[RenderableType]:
                   Text(eff.matmul.note))
     if eff.matmul_fp8 is not None:
         table.add_row("matmul fp8", f"{eff.matmul_fp8.fraction:g} of the fp8 peak", Text(eff.matmul_fp8.note))
+    half_causal, half_full = attention_half_saturation_tokens(hw)
+    curve = f"{eff.attention.fraction:g} x s/(s + {half_causal:g}) causal, s/(s + {half_full:g}) full mask"
     for label, fraction in (("attention", eff.attention), ("memory bandwidth", eff.memory_bandwidth),
                             ("intra-node link", eff.intra_node_link), ("inter-node link", eff.inter_node_link)):
-        table.add_row(label, f"{fraction.fraction:g}", Text(fraction.note))
+        table.add_row(label, curve if label == "attention" else f"{fraction.fraction:g}", Text(fraction.note))
         if label == "attention" and eff.attention_flash2 is not None:
             table.add_row("attention (FA2)", f"{eff.attention_flash2.fraction:g}", Text(eff.attention_flash2.note))
     if acc.power_limit is not None:

@@ -135,21 +135,38 @@ forward, an output gradient in the backward): read the bf16 tensor once for its 
 scaling; per-tensor "FP8-CS" in NeMo, torchao's dynamic tensorwise) and once to cast it (2 + 2),
 write the fp8 copy and the fp8 transposed copy that the backward's other GEMM needs (1 + 1):
 Hopper's fp8 tensor cores take only the TN layout, so Transformer Engine's fused cast-transpose
-writes both. On Blackwell MXFP8 the row-wise and column-wise quantized copies replace the
-transpose, at the same count plus 1/32 of a byte of scales each. torchao's float8 README measures
-this overhead as memory-bound and positive for every shape (H100: a 1,024 x 2,048 x 1,024
-float8 linear runs at 0.80x of bf16, a 4,096 x 8,192 x 16,384 one at 1.39x; pytorch/ao
-torchao/float8/README.md, "Performance"). Counted, not fitted."""
+writes both. Blackwell's (sm100) take every layout: there Transformer Engine's per-tensor quantizers
+write the one copy and no transpose (FP8_TRANSPOSE_BYTES_PER_ELEMENT, dropped where the profile's
+accelerator.fp8_gemm_any_layout). MXFP8 (block scales along the rows and along the columns) would
+still need both copies, at the same count plus 1/32 of a byte of scales each; the planner's fp8 is the
+per-tensor recipe. torchao's float8 README measures this overhead as memory-bound and positive for
+every shape (H100: a 1,024 x 2,048 x 1,024 float8 linear runs at 0.80x of bf16, a 4,096 x 8,192 x
+16,384 one at 1.39x; pytorch/ao torchao/float8/README.md, "Performance"). Counted, not fitted."""
+
+FP8_TRANSPOSE_BYTES_PER_ELEMENT = 1.0
+"""The transposed fp8 copy's write inside FP8_CAST_BYTES_PER_ELEMENT, which chips whose fp8 GEMMs take
+non-TN layouts skip: Transformer Engine (NVIDIA/TransformerEngine transformer_engine/pytorch/csrc/
+quantizer.cpp, the delayed- and current-scaling quantizers: with_transpose = columnwise_usage &&
+!is_non_tn_fp8_gemm_supported; transformer_engine/pytorch/utils.py is_non_tn_fp8_gemm_supported: compute
+capability 10.x or >= 13.0, i.e. B200/GB200/B300/GB300, not Hopper 9.0 or Ada 8.9)."""
 
 FP8_WEIGHT_CAST_BYTES_PER_ELEMENT = 6.0
 """The same per weight element, once per step: engines cast a weight to fp8 on its first
 micro-batch and reuse the copy (Transformer Engine's is_first_microbatch weight caching; torchao's
-float8 all-gather casts before the gather). Amortised over the step's micro-batches."""
+float8 all-gather casts before the gather). Amortised over the step's micro-batches. Less the
+transpose's byte on chips that take every layout, as for the activations."""
 
 
-def fp8_cast_seconds(hw: HardwareProfile, elements: np.ndarray) -> np.ndarray:
-    """Memory-bound FP8 quantization of `elements` GEMM-input elements (see FP8_CAST_BYTES_PER_ELEMENT)."""
-    return memory_seconds(hw, np.asarray(elements, dtype=float) * FP8_CAST_BYTES_PER_ELEMENT)
+def fp8_cast_bytes_per_element(hw: HardwareProfile, *, weight: bool = False) -> float:
+    """HBM bytes per quantized GEMM-input element (FP8_CAST_BYTES_PER_ELEMENT, or the weights'
+    FP8_WEIGHT_CAST_BYTES_PER_ELEMENT), less the transposed copy where the chip's fp8 GEMMs take every layout."""
+    full = FP8_WEIGHT_CAST_BYTES_PER_ELEMENT if weight else FP8_CAST_BYTES_PER_ELEMENT
+    return full - (FP8_TRANSPOSE_BYTES_PER_ELEMENT if hw.accelerator.fp8_gemm_any_layout else 0.0)
+
+
+def fp8_cast_seconds(hw: HardwareProfile, elements: np.ndarray, *, weight: bool = False) -> np.ndarray:
+    """Memory-bound FP8 quantization of `elements` GEMM-input (or weight) elements (fp8_cast_bytes_per_element)."""
+    return memory_seconds(hw, np.asarray(elements, dtype=float) * fp8_cast_bytes_per_element(hw, weight=weight))
 
 
 def memory_seconds(hw: HardwareProfile, nbytes: np.ndarray) -> np.ndarray:
@@ -176,7 +193,9 @@ are computed in full but half masked are a larger share. Fitted by hand to the p
 benchmarks, which all fall on this one shape (batch x seq = 16k, 2,048 hidden): FlashAttention-2
 fwd+bwd hd128 causal on A100, 99 TFLOP/s at 512 to 189 at 16k (Dao 2023, Fig. 4), s_half 495;
 the same on H100, 163 to 328 (Dao-AILab/flash-attention assets/flash2_h100_fwd_bwd_benchmark.png),
-552; FlashAttention-3 fwd hd128 causal on H100, 292 to 616 (Shah et al. 2024, Fig. 5), 608."""
+552; FlashAttention-3 fwd hd128 causal on H100, 292 to 616 (Shah et al. 2024, Fig. 5), 608. A profile whose
+kernel saturates differently gives its own (efficiency.attention.half_saturation_tokens_causal: Blackwell's cuDNN
+needs about 2,200 keys, see hardware_profiles/b200.yaml)."""
 
 ATTENTION_HALF_SATURATION_TOKENS_NONCAUSAL = 200.0
 """The same for a kernel without a mask (the off-diagonal blocks of ring attention): FA2 fwd+bwd hd128
@@ -191,6 +210,18 @@ benchmarks give 0.90x (FA2 fwd+bwd causal 16k, A100: 171/189) and 0.77x (FA3 fwd
 
 ATTENTION_CURVE_REFERENCE_TOKENS = 16384.0
 """The sequence length at which the profiles' attention plateau notes quote the benchmarks (16k)."""
+
+
+def attention_half_saturation_tokens(hw: HardwareProfile) -> tuple[float, float]:
+    """(causal, full-mask) key lengths at which the chip's fused kernel reaches half its plateau: the profile's
+    own (efficiency.attention, measured on that chip's kernel) or the Hopper/Ampere constants above."""
+    eff = hw.efficiency.attention
+    causal = eff.half_saturation_tokens_causal
+    full = eff.half_saturation_tokens_noncausal
+    return (
+        float(causal) if causal is not None else ATTENTION_HALF_SATURATION_TOKENS_CAUSAL,
+        float(full) if full is not None else ATTENTION_HALF_SATURATION_TOKENS_NONCAUSAL,
+    )
 
 
 def attention_plateau(hw: HardwareProfile, kernel: str = "fused") -> float:
@@ -212,7 +243,8 @@ def attention_efficiency(
     blocks of `block_tokens` keys per sequence, for `head_dim` and a causal or full mask; `plateau` is the
     kernel's (attention_plateau), the profile's fused plateau by default."""
     s = np.maximum(np.asarray(block_tokens, dtype=float), 1.0)
-    half = np.where(causal, ATTENTION_HALF_SATURATION_TOKENS_CAUSAL, ATTENTION_HALF_SATURATION_TOKENS_NONCAUSAL)
+    half_causal, half_full = attention_half_saturation_tokens(hw)
+    half = np.where(causal, half_causal, half_full)
     d = min(float(head_dim), 128.0)
     k = ATTENTION_HEAD_DIM_HALF_SATURATION
     head = (d / (d + k)) / (128.0 / (128.0 + k))

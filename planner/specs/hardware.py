@@ -115,6 +115,12 @@ class AcceleratorSpec(BaseModel):
     peak_flops_per_s: dict[PeakDtype, Flops] = Field(
         description="Dense peak FLOP/s (or OP/s for int) per dtype; no sparsity."
     )
+    fp8_gemm_any_layout: bool = Field(
+        default=False,
+        description="The fp8 tensor cores take every operand layout (Blackwell sm100), so an fp8 recipe with "
+        "per-tensor scales writes one fp8 copy of a GEMM input and no transposed one (Transformer Engine's "
+        "is_non_tn_fp8_gemm_supported); false on Hopper and Ada, whose fp8 GEMMs take only the TN layout.",
+    )
     source: str = Field(description="Datasheet or paper the figures come from.")
     power_limit: PowerLimit | None = Field(
         default=None,
@@ -198,6 +204,23 @@ class Fraction(BaseModel):
     _check_note = field_validator("note")(_non_empty)
 
 
+class AttentionEfficiency(Fraction):
+    """The fused-attention curve of the chip's best kernel: its plateau (fraction of dense 16-bit peak) and,
+    where the profile measures them, the key lengths at which the kernel reaches half of it
+    (planner/physics/kernels.py attention_efficiency; null takes the Hopper/Ampere values there)."""
+
+    half_saturation_tokens_causal: Number | None = Field(
+        default=None, gt=0, le=1e6,
+        description="Keys per sequence block at which the causal kernel reaches half its plateau; null: "
+        "kernels.ATTENTION_HALF_SATURATION_TOKENS_CAUSAL.",
+    )
+    half_saturation_tokens_noncausal: Number | None = Field(
+        default=None, gt=0, le=1e6,
+        description="The same without a mask (ring attention's off-diagonal steps); null: "
+        "kernels.ATTENTION_HALF_SATURATION_TOKENS_NONCAUSAL.",
+    )
+
+
 class HostLaunch(BaseModel):
     """Host (CPU) time to issue one eager framework op and its kernel, on the node's CPUs, with its source."""
 
@@ -241,9 +264,10 @@ class EfficiencySpec(BaseModel):
         description="Plateau fraction of the fp8 peak that large fp8 GEMMs reach (same fixed cost per GEMM as "
         "16-bit); required when the accelerator has an fp8 peak.",
     )
-    attention: Fraction = Field(
+    attention: AttentionEfficiency = Field(
         description="Fused (flash) attention forward + backward on long blocks: the plateau of the attention "
-        "curve (planner/physics/kernels.py attention_efficiency), fraction of dense 16-bit peak."
+        "curve (planner/physics/kernels.py attention_efficiency), fraction of dense 16-bit peak, and optionally "
+        "the chip's own half-saturation lengths of that curve."
     )
     attention_flash2: Fraction | None = Field(
         default=None,

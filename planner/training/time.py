@@ -36,7 +36,6 @@ from planner.physics.elementwise import elementwise_bytes_per_token as shared_el
 from planner.physics.kernels import (
     CAUSAL_WORK_FRACTION,
     FLASH_BACKWARD_TO_FORWARD,
-    FP8_WEIGHT_CAST_BYTES_PER_ELEMENT,
     GEMM_FIXED_SECONDS,
     attention_efficiency,
     attention_plateau,
@@ -329,7 +328,7 @@ def layer_time(
                 row_gemm = row_gemm + seconds
             fp8_weights = fp8_weights + elements
     cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer)
-    weight_cast = memory_seconds(hw, fp8_weights * FP8_WEIGHT_CAST_BYTES_PER_ELEMENT) / lay.num_micro_batches
+    weight_cast = fp8_cast_seconds(hw, fp8_weights, weight=True) / lay.num_micro_batches
     cast_fwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_fwd_elements) + weight_cast, 0.0)
     cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements), 0.0)
 
