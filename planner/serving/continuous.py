@@ -97,11 +97,22 @@ def _terms_inner(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.n
     t_chunk = cost(n_seen, chunk)
     t_room = cost(n_seen, room)
     t_self = cost(1 + n_seen, np.zeros_like(n_seen))
-    t_p = chunks * np.maximum(t_chunk - t0, 0.0)  # seconds one prompt adds to the iterations
     decodes = o > 1
-    # n = lambda (O - 1) TPOT with TPOT = t_self / (1 - rho_seen), rho_seen = lambda t_p x seen_share
-    lam = np.where(decodes, n / np.maximum((o - 1) * t_self + n * t_p * seen_share, 1e-300),
-                   rho_o1 / np.maximum(t_p, 1e-300))
+
+    def arrivals(t_p: np.ndarray) -> np.ndarray:
+        # n = lambda (O - 1) TPOT with TPOT = t_self / (1 - rho_seen), rho_seen = lambda t_p x seen_share
+        return np.where(decodes, n / np.maximum((o - 1) * t_self + n * t_p * seen_share, 1e-300),
+                        rho_o1 / np.maximum(t_p, 1e-300))
+
+    # Seconds one prompt adds to the iterations: its chunks' share of what prefill adds to a decode iteration.
+    # Alone in an iteration a chunk's compute hides partly behind the decodes' weight reads; but the
+    # prompts of an iteration share that slack, so each pays its share of what all of them add together:
+    # the iteration's prefill tokens P (lambda T s, from the single-chunk estimate, which overstates it)
+    # cost (t(n, P) - t0) / P per token, at least the single chunk's rate.
+    t_p = chunks * np.maximum(t_chunk - t0, 0.0)
+    shared = np.clip(arrivals(t_p) * t0 / np.maximum(1 - arrivals(t_p) * t_p, 1e-300) * s, chunk, np.maximum(room, chunk))
+    t_p = np.maximum(t_p, s * np.maximum(cost(n_seen, shared) - t0, 0.0) / shared)
+    lam = arrivals(t_p)
     rho = lam * t_p
     rho_seen = rho * seen_share
     stable = rho < 1
