@@ -19,13 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.calibrate.published import (
-    RECIPE_NOTES,
-    RECIPES,
-    catalog_hardware,
-    engine_fields,
-    megatron_bridge_fp8_params,
-)
+from planner.calibrate.published import RECIPE_NOTES, catalog_hardware, published_overrides
 from planner.engines.hf_config import model_from_hf_config
 from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
@@ -100,10 +94,7 @@ def main() -> None:
                     model = ModelSpec(**{k: v for k, v in raw_model.items() if k != "source"})
                 else:
                     model = model_from_hf_config(raw_model, source)
-                layout = _layout(raw["layout"])
-                layout.update(megatron_bridge_fp8_params(raw["id"], raw["source"], layout))
-                layout.update(RECIPES.get(raw["id"], {}))
-                layout.update(engine_fields(raw["id"], raw["source"], layout["recompute"]))
+                layout = published_overrides(raw["id"], raw["source"], _layout(raw["layout"]))
                 hw = catalog_hardware(raw)
                 estimate(model, load_hardware(hw).spec, Layout(**layout))
             except (PlannerError, KeyError, ValueError) as err:

@@ -229,6 +229,17 @@ def megatron_bridge_fp8_params(case_id: str, source: str, fields: dict[str, Any]
     return {}
 
 
+def published_overrides(case_id: str, source: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A published row's layout fields with what its engine and recipe add, in one order for every reader (the
+    calibration runs here, the validation cases of benchmarks/import_published_runs.py): the engine that ran it,
+    Megatron-Bridge's fp8 parameters, then the row's own recipe settings (RECIPES), which win."""
+    out = dict(fields)
+    out.update(engine_fields(case_id, source, out.get("recompute")))
+    out.update(megatron_bridge_fp8_params(case_id, source, out))
+    out.update(RECIPES.get(case_id, {}))
+    return out
+
+
 def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     if "layout" in case:
         raw = dict(case["layout"])
@@ -236,10 +247,7 @@ def _layout_fields(case: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         fields: dict[str, Any] = {SHORT_LAYOUT.get(str(k), str(k)): v for k, v in raw.items() if k not in IGNORED_LAYOUT}
         torchtitan = case["source"].startswith("pytorch/torchtitan")
         fields.setdefault("grad_dtype", "bf16" if torchtitan else "fp32")  # Megatron: fp32 main gradients
-        fields.update(engine_fields(case["id"], case["source"], fields.get("recompute")))
-        fields.update(megatron_bridge_fp8_params(case["id"], case["source"], fields))
-        fields.update(RECIPES.get(case["id"], {}))
-        return gpus, fields
+        return gpus, published_overrides(case["id"], case["source"], fields)
     p = case["parallel"]  # Narayanan et al. 2021 Table 2: fp16, fp32 main grads, full recompute, no flash;
     # its ZeRO-3 rows ran DeepSpeed, its PTD-P rows Megatron-LM
     return int(p["gpus"]), {

@@ -346,7 +346,8 @@ def _fit_at(model: ModelSpec, hw: HardwareProfile, est: TrainingEstimate, gpus: 
                       overlap_grad_reduce=base.overlap_grad_reduce, overlap_tp_comm=base.overlap_tp_comm,
                       optimizer_state_dtype=base.optimizer_state_dtype,
                       master_weights_dtype=base.master_weights_dtype, moe_dispatcher=base.moe_dispatcher,
-                      moe_ep_overlap=base.moe_ep_overlap, schedule=base.schedule)
+                      moe_ep_overlap=base.moe_ep_overlap, schedule=base.schedule, engine=base.engine,
+                      compile=base.compile, fp8_param_gather=base.fp8_param_gather)
     try:
         result = run_search(model, hw, problem, headroom=est.headroom)
     except PlannerError:

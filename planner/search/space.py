@@ -93,10 +93,6 @@ def search_dispatcher(profile: EngineProfile, hw: HardwareProfile, ep_overlap: b
     return default if default in can or not can else can[0]
 
 
-# Engines whose layers can hold fp8 weights (Megatron-LM --fp8-param-gather; the exporters of the others refuse it).
-FP8_PARAM_ENGINES: tuple[str, ...] = ("megatron", "nemo")
-
-
 @dataclass(frozen=True)
 class Problem:
     """What is fixed in a search: the cluster size, the batch, and the layout-independent training options
@@ -143,9 +139,9 @@ class Problem:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be one of {', '.join(STATE_DTYPE_BYTES)}")
         if self.fp8_param_gather and self.dtype != "fp8":
             raise PlannerError("fp8_param_gather keeps the layers' weights in fp8: it needs --dtype fp8")
-        if self.fp8_param_gather and self.engine not in FP8_PARAM_ENGINES:
-            raise PlannerError(f"engine {self.engine} keeps 16-bit weights (fp8_param_gather is Megatron's "
-                               f"--fp8-param-gather); choose --engine {' or '.join(FP8_PARAM_ENGINES)} or drop it")
+        if self.fp8_param_gather and not profile.optimizer.fp8_params:
+            raise PlannerError(f"engine {self.engine} cannot run fp8_param_gather ({profile.optimizer.sources['fp8_params']}); "
+                               "drop it or choose an engine whose optimizer.fp8_params is true (megatron, nemo)")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
             raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
 

@@ -101,8 +101,8 @@ def _terms_inner(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.n
 
     def arrivals(t_p: np.ndarray) -> np.ndarray:
         # n = lambda (O - 1) TPOT with TPOT = t_self / (1 - rho_seen), rho_seen = lambda t_p x seen_share
-        return np.where(decodes, n / np.maximum((o - 1) * t_self + n * t_p * seen_share, 1e-300),
-                        rho_o1 / np.maximum(t_p, 1e-300))
+        return np.asarray(np.where(decodes, n / np.maximum((o - 1) * t_self + n * t_p * seen_share, 1e-300),
+                                   rho_o1 / np.maximum(t_p, 1e-300)))
 
     # Seconds one prompt adds to the iterations: its chunks' share of what prefill adds to a decode iteration.
     # Alone in an iteration a chunk's compute hides partly behind the decodes' weight reads; but the

@@ -138,11 +138,6 @@ class ScheduleSection(_Sourced):
     max_zero_with_pp: int = Field(ge=0, le=3, description="Highest ZeRO stage it runs together with pp > 1.")
     recompute: tuple[RecomputeMode, ...] = Field(description="Recompute modes it can run.")
     block_recompute: bool = Field(description="Recompute of only k layers per stage (Megatron 'block').")
-    pipeline_sends_split_over_tp: bool = Field(
-        description="Each TP rank sends 1/tp of a stage's output across the pipeline and the next stage all-gathers "
-        "it over NVLink (Narayanan et al. 2021 Sec. 4.1, scatter/gather); else every TP rank sends the whole tensor "
-        "(with sequence parallelism the output is already a 1/tp slice either way)."
-    )
     pipeline_grad_reduce_overlap: bool = Field(
         description="With pp > 1 the data-parallel gradient reduction (and the gather of updated weights) overlaps "
         "the last micro-batch's backward (and the next step's first forward); else it runs after the pipeline's "
@@ -169,6 +164,9 @@ class OptimizerSection(_Sourced):
     bf16_moments: bool = Field(description="Adam's moments can be kept in bf16 (Layout.optimizer_state_dtype bf16).")
     bf16_master_weights: bool = Field(
         description="The 16-bit weights can be the master copy, no fp32 one (Layout.master_weights_dtype bf16)."
+    )
+    fp8_params: bool = Field(
+        description="The layers' compute weights can be held and all-gathered in fp8 (Layout.fp8_param_gather)."
     )
     default_grad_dtype: Literal["bf16", "fp16", "fp32"] = Field(
         description="The gradient precision it keeps when the layout does not say (estimate, search, check)."
@@ -410,7 +408,7 @@ _MEGATRON = EngineProfile(
         tensor_parallel=True, sequence_parallel=True, context_parallel=True, expert_parallel=True, pipeline=True,
         interleaved=True, tp_comm_overlap=True, gpipe=True, zero_stages=(0, 1, 2, 3), max_zero_with_pp=3,
         recompute=("none", "selective", "full", "modules"), block_recompute=True,
-        pipeline_sends_split_over_tp=True, pipeline_grad_reduce_overlap=True, pipeline_grad_all_reduce=False,
+        pipeline_grad_reduce_overlap=True, pipeline_grad_all_reduce=False,
         sources={
             "tp_comm_overlap": "--tp-comm-overlap: Transformer Engine userbuffers split the SP all-gathers and "
             "reduce-scatters into chunks run beside the GEMMs (Megatron-Core model_parallel_config.py "
@@ -427,9 +425,6 @@ _MEGATRON = EngineProfile(
             "max_zero_with_pp": "as before engines were inputs: every stage accepted with pp > 1",
             "recompute": "--recompute-granularity selective|full, --recompute-modules (Megatron-Core)",
             "block_recompute": "--recompute-method block --recompute-num-layers k",
-            "pipeline_sends_split_over_tp": "Megatron-LM --no-scatter-gather-tensors-in-pipeline is off by default "
-            "(Narayanan et al. 2021 Sec. 4.1; Megatron-Core p2p_communication.py sends the SP-sharded or scattered "
-            "output)",
             "pipeline_grad_reduce_overlap": "--overlap-grad-reduce: Megatron-Core's DDP buckets reduce as the last "
             "micro-batch's backward fills them, with pp > 1 too (finalize_model_grads waits for them)",
             "pipeline_grad_all_reduce": "the distributed optimizer reduce-scatters into each rank's shard "
@@ -439,13 +434,15 @@ _MEGATRON = EngineProfile(
     optimizer=OptimizerSection(
         implementation="Megatron distributed optimizer (fp32 main params, Adam states sharded over DP)",
         fused_step=True, state_bytes_per_param={"adam": 12, "sgd": 8}, step_traffic_factor=1.0,
-        bf16_moments=True, bf16_master_weights=False, default_grad_dtype="fp32",
+        bf16_moments=True, bf16_master_weights=False, fp8_params=True, default_grad_dtype="fp32",
         sources={
             "default_grad_dtype": "Megatron-LM megatron/training/arguments.py: 'bfloat16 requires gradient "
             "accumulation and all-reduce to be done in fp32' - --bf16 turns on accumulate_allreduce_grads_in_fp32 "
             "(fp32 main grads) unless --grad-reduce-in-bf16 is given; NeMo's Megatron recipes keep fp32 main grads",
             "bf16_moments": _MEGATRON_PRECISION_AWARE,
             "bf16_master_weights": _MEGATRON_MAIN_PARAMS,
+            "fp8_params": "Megatron-LM --fp8-param-gather (megatron/training/arguments.py: Transformer Engine fp8 "
+            "compute parameters, with the distributed optimizer or FSDP)",
             "implementation": "megatron/core/optimizer/distrib_optimizer.py",
             "fused_step": "Apex / Transformer Engine FusedAdam multi-tensor apply",
             "state_bytes_per_param": _ADAM,
@@ -679,9 +676,6 @@ _TORCHTITAN = _derive(
             "it has no attention-core-only mode",
             "block_recompute": "selective_ac_option = k checkpoints every k-th block: layers/k per stage (the "
             "importer's mapping)",
-            "pipeline_sends_split_over_tp": "torch.distributed.pipelining sends the stage's output as it is; "
-            "torchtitan's TP plan leaves block outputs sequence-sharded (SequenceParallel norms, RowwiseParallel "
-            "output_layouts Shard(1)): 1/tp per rank",
             "pipeline_grad_reduce_overlap": "FSDP2's post-backward hooks reduce-scatter each unit during the last "
             "micro-batch's backward, with PP as without",
             "pipeline_grad_all_reduce": "FSDP2 reduce-scatters into shards",
@@ -699,8 +693,10 @@ _TORCHTITAN = _derive(
             "step_traffic_factor": "foreach kernels stream the states once: 1.0 (an assumption)",
             "bf16_moments": _TORCHTITAN_BF16,
             "bf16_master_weights": _TORCHTITAN_BF16,
+            "fp8_params": "torchao's float8 FSDP all-gather (enable_fsdp_float8_all_gather) casts only what is "
+            "gathered; the sharded parameters stay fp32 and the gathered ones bf16",
         },
-        "bf16_moments": True, "bf16_master_weights": True,
+        "bf16_moments": True, "bf16_master_weights": True, "fp8_params": False,
     },
     moe={
         "dispatchers": ("alltoall", "deepep", "hybridep"), "default_dispatcher": "alltoall", "ep_overlap": True,
@@ -799,7 +795,6 @@ _FSDP = _derive(
             "gpipe": "no pipeline",
             "max_zero_with_pp": "no pipeline",
             "recompute": "gradient_checkpointing (per block) or none",
-            "pipeline_sends_split_over_tp": "no pipeline",
             "pipeline_grad_reduce_overlap": "no pipeline",
             "pipeline_grad_all_reduce": "no pipeline",
         },
@@ -808,13 +803,14 @@ _FSDP = _derive(
         "sources": {"cuda_graphs": "the Trainer's FSDP path runs eager PyTorch modules; no CUDA-graph capture"},
     },
     optimizer={
-        "bf16_moments": False, "bf16_master_weights": False, "default_grad_dtype": "fp32",
+        "bf16_moments": False, "bf16_master_weights": False, "fp8_params": False, "default_grad_dtype": "fp32",
         "sources": {
             "default_grad_dtype": "the Trainer's mixed precision keeps fp32 parameters (FSDP's flat parameters "
             "with MixedPrecision param_dtype bf16 only for compute), so the sharded gradients are fp32",
             "bf16_moments": "the Trainer's mixed precision (--bf16) keeps fp32 weights and optimizer states; pure bf16 "
             "comes from loading the model in bf16 (torch_dtype), which the Trainer command planner reads does not say",
             "bf16_master_weights": "as bf16_moments: fp32 master weights under the Trainer's mixed precision",
+            "fp8_params": "the Trainer keeps 16-bit weights",
         },
     },
     moe={
@@ -911,9 +907,6 @@ _DEEPSPEED = _derive(
             "recompute": "deepspeed.checkpointing.checkpoint per layer (full); selective through Megatron-DeepSpeed's "
             "--recompute-granularity selective (the model code's)",
             "block_recompute": "checkpointing is per wrapped layer, every layer",
-            "pipeline_sends_split_over_tp": "deepspeed/runtime/pipe/engine.py _exec_send_activations p2p.send()s the "
-            "stage's whole output tensor from every rank (deepspeedai/DeepSpeed @ edaa722); Megatron-DeepSpeed's "
-            "scatter/gather is not in the pipeline engine",
             "pipeline_grad_reduce_overlap": "deepspeed/runtime/pipe/schedule.py TrainSchedule appends ReduceTiedGrads, "
             "ReduceGrads and OptimizerStep to the last step of the schedule, after the last BackwardPass (@ edaa722): "
             "nothing to overlap them with",
@@ -922,7 +915,7 @@ _DEEPSPEED = _derive(
             "buffered_allreduce_fallback all-reduces the whole gradients; the optimizer then all-gathers the updated "
             "bf16 shards (deepspeed/runtime/bf16_optimizer.py, @ edaa722)",
         },
-        "pipeline_sends_split_over_tp": False, "pipeline_grad_reduce_overlap": False, "pipeline_grad_all_reduce": True,
+        "pipeline_grad_reduce_overlap": False, "pipeline_grad_all_reduce": True,
     },
     optimizer={
         "implementation": "DeepSpeed FusedAdam under ZeRO (fp32 master + Adam states), BF16_Optimizer with bf16",
@@ -937,8 +930,9 @@ _DEEPSPEED = _derive(
             "bf16_moments": _DS_BF16 + "; bf16_optimizer_states needs bf16_master_weights_and_grads",
             "bf16_master_weights": _DS_BF16 + "; without bf16_optimizer_states only with ZeRO-Offload "
             "(DeepSpeedCPUAdam)",
+            "fp8_params": "DeepSpeed keeps 16-bit weights (its fp8 comes from Transformer Engine layers in the model)",
         },
-        "bf16_moments": True, "bf16_master_weights": True,
+        "bf16_moments": True, "bf16_master_weights": True, "fp8_params": False,
     },
     moe={
         "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,

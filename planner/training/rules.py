@@ -121,6 +121,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: "optimizer_state_dtype bf16", "optimizer.bf16_moments"),
     _engine_rule("engine_no_bf16_master", lambda a, e: a.master_bf16 & (not e.optimizer.bf16_master_weights),
                  lambda l: "master_weights_dtype bf16", "optimizer.bf16_master_weights"),
+    _engine_rule("engine_no_fp8_params", lambda a, e: a.fp8_params & (not e.optimizer.fp8_params),
+                 lambda l: "fp8_param_gather", "optimizer.fp8_params"),
 )
 
 

@@ -635,12 +635,11 @@ def stage_time(
     compute = forward + backward + recompute + head
 
     # Pipeline sends: forward activations and backward gradients at each boundary the stage owns, v times
-    # per micro-batch with interleaving; Megatron splits them over TP ranks (scatter/gather optimisation), an
-    # engine that does not (DeepSpeed's pipeline engine) sends the whole output from every TP rank unless
-    # sequence parallelism has already cut it to a 1/tp slice.
+    # per micro-batch with interleaving; Megatron splits them over TP ranks (scatter/gather optimisation), and so
+    # does DeepSpeed's pipeline engine (pipeline.pipe_partitioned / grad_partitioned, on by default: its
+    # PartitionedTensor over the model-parallel group, deepspeed/runtime/pipe/engine.py @ edaa722).
     pp_link = group_link(hw, 2, lay.tp * lay.cp * lay.dp)
-    split = engine.schedules.pipeline_sends_split_over_tp | lay.sequence_parallel
-    p2p_bytes = tokens * model.hidden_size * ACTIVATION_BYTES / np.where(split, lay.tp, 1)
+    p2p_bytes = tokens * model.hidden_size * ACTIVATION_BYTES / lay.tp
     p2p = np.where(lay.pp > 1, 2 * lay.interleave * p2p_seconds(p2p_bytes, pp_link), 0.0)
     # With virtual stages Megatron-Core posts each send and receive asynchronously and runs the next chunk
     # meanwhile (overlap_p2p_comm, on by default for interleaved schedules in Megatron-Core and NeMo): each
@@ -834,9 +833,12 @@ def data_parallel_seconds(
     # gradients there under ZeRO-1 (DeepSpeed's BF16_Optimizer) moves twice a reduce-scatter's bytes.
     pipelined = lay.pp > 1
     on = lay.overlap_grad_reduce & ~(pipelined & (not profile.schedules.pipeline_grad_reduce_overlap))
-    # (DeepSpeed picks its BF16_Optimizer for ZeRO-1 with fp32 gradient accumulation: engine.py
-    # _do_optimizer_sanity_check; with 16-bit gradients its ZeRO optimizer reduces into partitions.)
-    whole = pipelined & profile.schedules.pipeline_grad_all_reduce & (lay.zero == Zero.OPTIMIZER) & (grad_bytes == 4)
+    # (DeepSpeed picks its BF16_Optimizer for ZeRO-1 with fp32 gradient accumulation and no CPU offload:
+    # engine.py _do_optimizer_sanity_check; with 16-bit gradients or offload its ZeRO optimizer reduces into
+    # partitions. A 16-bit model is taken as bf16: the layout does not tell fp16 apart here. Hybrid sharding
+    # keeps its own reduction.)
+    whole = (pipelined & profile.schedules.pipeline_grad_all_reduce & (lay.zero == Zero.OPTIMIZER) & (grad_bytes == 4)
+             & ~lay.offload_optimizer & ~hybrid)
     reduce = np.where(
         whole,
         all_reduce_seconds(sp.dense * grad_bytes, shard, dp_link)

@@ -225,6 +225,9 @@ def test_fp8_param_gather_halves_the_layer_weights(run_cli):
     fp8 = estimate_json(run_cli, *args, "--fp8-param-gather")["memory"]["weights_bytes"]
     assert 0.5 * plain < fp8 < 0.6 * plain
     assert estimate_json(run_cli, *args, "--fp8-param-gather")["config"]["fp8_param_gather"] is True
+    # an engine that keeps 16-bit weights refuses it, as the search does (engine rule engine_no_fp8_params)
+    assert_one_line_error(run_cli(*BASE, *args, "--fp8-param-gather", "--engine", "torchtitan"), "fp8_param_gather",
+                          "torchtitan")
 
 
 def test_fp8_param_gather_needs_fp8_and_a_sharded_optimizer(run_cli):

@@ -71,11 +71,10 @@ def p2p_seconds_of(engine: str, *, sp: bool) -> float:
     return float(stage_time(MODEL, HW, lay, np.array([1]), params, engine_profile(engine)).pp_comm[0])
 
 
-def test_pipeline_sends_are_whole_tensors_from_every_tp_rank_without_sequence_parallelism() -> None:
+def test_pipeline_sends_are_split_over_tp_as_megatron_splits_them() -> None:
+    """DeepSpeed's pipe_partitioned (on by default) sends a PartitionedTensor: 1/tp of the output per rank."""
     link = group_link(HW, 2, 4 * 8)  # the next stage is tp x dp = 32 ranks on: another node
-    whole = 2048 * 4096 * 2  # one micro-batch's stage output, 16 MiB
+    slice_bytes = 2048 * 4096 * 2 / 4  # one micro-batch's stage output over tp = 4
     # plain 1F1B waits for its two sends (activation forward, gradient back)
-    assert np.isclose(p2p_seconds_of("deepspeed", sp=False), 2 * float(p2p_seconds(whole, link)), rtol=1e-12)
-    assert np.isclose(p2p_seconds_of("megatron", sp=False), 2 * float(p2p_seconds(whole / 4, link)), rtol=1e-12)
-    # with sequence parallelism the stage output is already a 1/tp slice: the same bytes either way
-    assert np.isclose(p2p_seconds_of("deepspeed", sp=True), p2p_seconds_of("megatron", sp=True), rtol=1e-12)
+    for engine in ("deepspeed", "megatron"):
+        assert np.isclose(p2p_seconds_of(engine, sp=False), 2 * float(p2p_seconds(slice_bytes, link)), rtol=1e-12)
