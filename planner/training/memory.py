@@ -261,8 +261,10 @@ def layer_activation_bytes_per_token(
     moe_norm_out = moe_layer and model.moe is not None and not model.parallel_attention_mlp
     post_norm = (g + e) * h if moe_norm_out else gemm_inputs * g * h  # the GEMM inputs after the norms
     replicated = norm_inputs * e * h + post_norm + 2 * dropout * h
-    # the attention output: the kernel's 16-bit copy, plus under fp8 the projection's own cast where it keeps one
-    out = e + np.where(lay.fp8 & proj_cast_copy, FP8_ACTIVATION_BYTES, 0)
+    # the attention output: the fused kernel's 16-bit copy (its backward needs O), plus under fp8 the projection's
+    # own cast where it keeps one; without flash attention the output of the AV batched matmul is needed only as
+    # the projection's input, kept as that GEMM keeps its inputs
+    out = np.where(lay.flash_attention, e + np.where(lay.fp8 & proj_cast_copy, FP8_ACTIVATION_BYTES, 0), g)
     attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + out * widths.output / t
     if model.mla is not None:
         # MLA's compressed latents: the query and K/V down-projections' outputs, kept by their RMSNorms, and

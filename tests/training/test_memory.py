@@ -395,6 +395,16 @@ def test_fp8_keeps_gemm_inputs_in_one_byte():
     assert same.tolist() == bf16.tolist()
 
 
+def test_without_flash_attention_the_attention_output_is_only_the_projections_input():
+    # Without flash attention no kernel keeps the attention output (the AV batched matmul's backward needs its
+    # inputs, not its output): only the output projection's saved input remains, 1 byte under fp8 (the engine's
+    # cast) instead of the fused kernel's 2. Tiny GPT, a x d = 64 output elements per token: fp8 saves 64 bytes
+    # more per token without flash attention than with it (384 + 64 = 448 below bf16).
+    bf16 = layer_activation_bytes_per_token(tiny(), lay(flash_attention=False), moe_layer=False).stored
+    fp8 = layer_activation_bytes_per_token(tiny(), lay(dtype="fp8", flash_attention=False), moe_layer=False).stored
+    assert (bf16 - fp8).tolist() == [448]
+
+
 def test_stage_memory_takes_the_attention_output_copies_from_the_engine():
     # Tiny GPT on one stage, fp8, micro-batch 1 x seq 32: the nemo profile keeps the projection's fp8 cast beside the
     # attention output (1 byte x a d 64 per token per layer), the megatron profile does not: 2 layers x 32 tokens
