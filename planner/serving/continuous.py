@@ -110,7 +110,8 @@ def _terms_inner(cost: IterationCost, n: np.ndarray, closed: np.ndarray, c: np.n
     # the iteration's prefill tokens P (lambda T s, from the single-chunk estimate, which overstates it)
     # cost (t(n, P) - t0) / P per token, at least the single chunk's rate.
     t_p = chunks * np.maximum(t_chunk - t0, 0.0)
-    shared = np.clip(arrivals(t_p) * t0 / np.maximum(1 - arrivals(t_p) * t_p, 1e-300) * s, chunk, np.maximum(room, chunk))
+    lam_alone = arrivals(t_p)
+    shared = np.clip(lam_alone * t0 / np.maximum(1 - lam_alone * t_p, 1e-300) * s, chunk, np.maximum(room, chunk))
     t_p = np.maximum(t_p, s * np.maximum(cost(n_seen, shared) - t0, 0.0) / shared)
     lam = arrivals(t_p)
     rho = lam * t_p
