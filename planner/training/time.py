@@ -231,12 +231,16 @@ def attention_core_seconds(
     q = tokens * widths.query / lay.tp.astype(float)
     kv = cp_kv_elements(model, lay, cp)
     launches = cp.step_kernels * GEMM_FIXED_SECONDS
-    step, once = cp.step_traffic, cp.pass_traffic
     split = lay.cp > 1
-    merge_fwd = steps * (launches + memory_seconds(hw, q * step.fwd_q + kv * step.fwd_kv)) + np.where(
-        split, memory_seconds(hw, q * once.fwd_q + kv * once.fwd_kv), 0.0)
-    merge_bwd = steps * (launches + memory_seconds(hw, q * step.bwd_q + kv * step.bwd_kv)) + np.where(
-        split, memory_seconds(hw, q * once.bwd_q + kv * once.bwd_kv), 0.0)
+
+    def merges(step_q: float, step_kv: float, once_q: float, once_kv: float) -> np.ndarray:
+        # the extra steps' launches and traffic, and the pass's own traffic once, of one direction
+        return np.asarray(steps * (launches + memory_seconds(hw, q * step_q + kv * step_kv))
+                          + np.where(split, memory_seconds(hw, q * once_q + kv * once_kv), 0.0))
+
+    step, once = cp.step_traffic, cp.pass_traffic
+    merge_fwd = merges(step.fwd_q, step.fwd_kv, once.fwd_q, once.fwd_kv)
+    merge_bwd = merges(step.bwd_q, step.bwd_kv, once.bwd_q, once.bwd_kv)
     return kernel_fwd + merge_fwd, FLASH_BACKWARD_TO_FORWARD * kernel_fwd + merge_bwd
 
 
