@@ -14,6 +14,7 @@ from planner.cli.options import (
     count,
     echo_json,
     format_option,
+    fp8_param_gather_option,
     hardware_option,
     model_option,
     moe_layout_options,
@@ -53,9 +54,7 @@ from planner.training.rules import resolve_layout
 @click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b", show_default=True,
               help="Pipeline schedule.")
 @training_precision_options
-@click.option("--fp8-param-gather/--no-fp8-param-gather", default=False, show_default=True,
-              help="With --dtype fp8 and --zero 1 or more: the layers' weights kept and all-gathered in fp8 "
-              "(Megatron --fp8-param-gather; the Megatron-Bridge fp8 recipes set it).")
+@fp8_param_gather_option()
 @click.option("--offload-optimizer/--no-offload-optimizer", default=False, show_default=True,
               help="Optimizer states and their step on the CPU (ZeRO-Offload, FSDP CPUOffload).")
 @click.option("--offload-params/--no-offload-params", default=False, show_default=True,

@@ -132,6 +132,16 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def fp8_param_gather_option() -> Callable[..., Any]:
+    """--fp8-param-gather for estimate and search (Layout.fp8_param_gather; the search's Problem field)."""
+    return click.option(
+        "--fp8-param-gather/--no-fp8-param-gather", default=False, show_default=True,
+        help="With --dtype fp8: the layers' weights kept and all-gathered in fp8 where ZeRO >= 1 (estimate: needs "
+        "--zero 1 or more; search: every layout with ZeRO >= 1). Megatron --fp8-param-gather, which the "
+        "Megatron-Bridge fp8 recipes set; megatron and nemo engines.",
+    )
+
+
 CUDA_GRAPH_SCOPES = ("full", "attn", "mlp", "moe", "moe_router", "moe_preprocess")  # specs.layout.CUDA_GRAPH_BITS
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")  # specs.layout.DISPATCHER_CODES
 

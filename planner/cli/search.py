@@ -20,6 +20,7 @@ from planner.cli.options import (
     Finite,
     Outputs,
     count,
+    fp8_param_gather_option,
     hardware_option,
     model_option,
     profile_option,
@@ -159,9 +160,7 @@ def _filter_options(f: Any) -> Any:
 @click.option("--seq-len", type=count("seq_len"), required=True, help="Tokens per sequence.")
 @_filter_options
 @training_precision_options
-@click.option("--fp8-param-gather/--no-fp8-param-gather", default=False, show_default=True,
-              help="With --dtype fp8: the layers' weights kept and all-gathered in fp8 on every layout with ZeRO >= 1 "
-              "(Megatron --fp8-param-gather; the Megatron-Bridge fp8 recipes set it).")
+@fp8_param_gather_option()
 @_moe_options
 @click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM, show_default=True,
               help="Share of GPU memory kept free on top of the modelled reserve.")
