@@ -23,7 +23,9 @@ from planner.training.rules import violations
 
 GIB = float(1 << 30)
 COMPONENTS = tuple(k for k in MEMORY_KEYS if k != "total_bytes")
-RECOMPUTE_ORDER = ("none", "selective", "full")
+# Stronger recompute for each setting: Megatron's selective and torchtitan's op-level AC both keep less than none
+# and more than full, so from either the next step is full (the engine's rules drop what it cannot run).
+STRONGER_RECOMPUTE = {"none": ("selective", "op", "full"), "selective": ("full",), "op": ("full",), "full": ()}
 MORE_GPUS_FACTORS = (2, 4)
 MAX_STEPS_PER_KNOB = 3
 
@@ -110,8 +112,7 @@ def _with_dp(base: Layout, gpus: int, **changes: Any) -> dict[str, Any] | None:
 
 def _moves(model: ModelSpec, hw: HardwareProfile, base: Layout, gpus: int) -> Iterator[Move]:
     """Single-knob changes in order of size, a few steps per knob."""
-    level = RECOMPUTE_ORDER.index(base.recompute)
-    for target in RECOMPUTE_ORDER[level + 1:]:
+    for target in STRONGER_RECOMPUTE[base.recompute]:
         yield "recompute", {"recompute": target, "recompute_layers_per_stage": None}
     if base.recompute == "full" and base.recompute_layers_per_stage is not None:
         yield "recompute", {"recompute_layers_per_stage": None}

@@ -10,6 +10,9 @@ import json
 import shutil
 from pathlib import Path
 
+from planner.engines.load import load_model
+from planner.engines.torchtitan import CATALOG_IDS
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 UPSTREAM = FIXTURES / "engines" / "upstream" / "torchtitan"
 
@@ -48,16 +51,35 @@ def test_deepseek_v3_16b_flavor_is_the_catalogs_deepseek_v2_lite(run_cli):
 
 
 def test_a_flavor_planner_has_no_spec_for_takes_the_given_config(run_cli, tmp_path):
-    """qwen3 4B maps to qwen3-4b, which planner's catalog lacks: planner asks for the model, and the model given
-    is then used (it was refused as contradicting the missing catalog id)."""
-    toml = tmp_path / "qwen3_4b.toml"
-    toml.write_text((UPSTREAM / "qwen3_32b.toml").read_text().replace('flavor = "32B"', 'flavor = "4B"'))
+    """deepseek_v3 236B maps to deepseek-v2, which planner's catalog lacks: planner asks for the model, and the
+    model given is then used (it was refused as contradicting the missing catalog id)."""
+    toml = tmp_path / "deepseek_v2.toml"
+    toml.write_text((UPSTREAM / "deepseek_v3_16b.toml").read_text().replace('flavor = "16B"', 'flavor = "236B"'))
     asked = _check(run_cli, toml)
-    assert asked.exit_code == 2 and "give the model" in asked.output and "qwen3-4b" in asked.output
-    spec = tmp_path / "config.json"
-    shutil.copy(FIXTURES / "hf" / "qwen3-8b.json", spec)  # any HF config the reader accepts
-    result = _check(run_cli, toml, "--model", spec)
+    assert asked.exit_code == 2 and "give the model" in asked.output and "deepseek-v2" in asked.output
+    result = _check(run_cli, toml, "--model", "deepseek-v2-lite")  # any MoE model
     assert "contradict" not in result.output and result.exit_code in (0, 1), result.output
+
+
+def test_every_qwen3_flavor_of_torchtitan_has_a_catalog_spec_of_its_shape():
+    """torchtitan's qwen3 flavors (torchtitan/models/qwen3/__init__.py @ 238fa99) as the catalog holds them:
+    (dim, n_layers, n_heads, hidden_dim, weight tying) copied from that file."""
+    flavors = {"0.6B": (1024, 28, 16, 3072, True), "1.7B": (2048, 28, 16, 6144, True), "4B": (2560, 36, 32, 9728, True),
+               "8B": (4096, 36, 32, 12288, False), "14B": (5120, 40, 40, 17408, False),
+               "32B": (5120, 64, 64, 25600, False)}
+    for flavor, (dim, layers, heads, hidden, tied) in flavors.items():
+        spec = load_model(CATALOG_IDS[("qwen3", flavor)]).spec
+        assert (spec.hidden_size, spec.num_layers, spec.num_attention_heads, spec.ffn_hidden_size,
+                spec.tied_embeddings, spec.num_kv_heads, spec.head_dim) == (dim, layers, heads, hidden, tied, 8, 128)
+
+
+def test_deepseek_v3_16b_config_that_does_not_fit_gets_changes_not_an_internal_error(run_cli):
+    """torchtitan's deepseek_v3_16b.toml runs op-level selective AC (activation_checkpoint mode "selective"):
+    on 8 H100 it does not fit, and the suggestions step from op-level AC to full recompute (planner crashed
+    here when the suggestions knew only none/selective/full)."""
+    result = run_cli("check", "--torchtitan", UPSTREAM / "deepseek_v3_16b.toml", "--hardware", "h100-sxm", "--gpus", "8")
+    assert result.exit_code == 1, result.output
+    assert "recompute op -> full" in result.output and "internal error" not in result.output
 
 
 def test_transformers_backend_config_names_its_hf_model(run_cli):
