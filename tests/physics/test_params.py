@@ -155,12 +155,18 @@ ROUNDED_TOTALS = [
     ("deepseek-v3", 671, 1e9, "DeepSeek-AI 2024, arXiv:2412.19437 (main model, without the MTP module)"),
     ("qwen2.5-7b", 7.61, 1e9, "Qwen/Qwen2.5-7B model card"),
     ("qwen2.5-72b", 72.7, 1e9, "Qwen/Qwen2.5-72B model card"),
+    ("qwen3-0.6b", 0.6, 1e9, "Qwen/Qwen3-0.6B model card (0.44B non-embedding)"),
+    ("qwen3-1.7b", 1.7, 1e9, "Qwen/Qwen3-1.7B model card (1.4B non-embedding)"),
+    ("qwen3-4b", 4.0, 1e9, "Qwen/Qwen3-4B model card (3.6B non-embedding)"),
     ("qwen3-8b", 8.2, 1e9, "Qwen/Qwen3-8B model card"),
+    ("qwen3-14b", 14.8, 1e9, "Qwen/Qwen3-14B model card (13.2B non-embedding)"),
     ("qwen3-32b", 32.8, 1e9, "Qwen/Qwen3-32B model card"),
     ("qwen3-30b-a3b", 30.5, 1e9, "Qwen/Qwen3-30B-A3B model card"),
     ("mixtral-8x22b", 141, 1e9, "Mistral AI, Mixtral 8x22B announcement: 141B total"),
     ("phi-4", 14.7, 1e9, "microsoft/phi-4 model card"),
     ("gpt-oss-20b", 20.91, 1e9, "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card, Table 1"),
+    ("gpt-oss-120b", 116.83, 1e9, "OpenAI 2025, gpt-oss-120b & gpt-oss-20b model card, Table 1"),
+    ("qwen3-235b-a22b", 235, 1e9, "Qwen/Qwen3-235B-A22B model card: 235B total"),
     ("deepseek-v2-lite", 15.7, 1e9, "DeepSeek-AI 2024, arXiv:2405.04434, App. B: 15.7B total"),
 ]
 
