@@ -13,6 +13,7 @@ flags known not to change memory are skipped; any other flag is a warning.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 import shlex
@@ -67,7 +68,8 @@ READ_FLAGS: dict[str, str] = {
     **{f: "path" for f in ("deepspeed_config", "deepscale_config")},  # read for a warning only: may stay unresolved
     **{f: "list" for f in ("recompute-modules", "rampup-batch-size", "cuda-graph-scope", "cuda-graph-modules")},
     **{f: "bool" for f in (
-        "sequence-parallel", "recompute-activations", "checkpoint-activations", "group-query-attention", "swiglu",
+        "sequence-parallel", "recompute-activations", "checkpoint-activations", "moe-layer-recompute",
+        "group-query-attention", "swiglu",
         "untie-embeddings-and-output-weights", "use-distributed-optimizer", "bf16", "fp16", "disable-bias-linear",
         "add-qkv-bias", "qk-layernorm", "overlap-grad-reduce", "tp-comm-overlap", "use-flash-attn",
         "use-torch-fsdp2", "use-megatron-fsdp", "accumulate-allreduce-grads-in-fp32", "grad-reduce-in-bf16",
@@ -315,16 +317,57 @@ def padded_vocab(args: Mapping[str, Any], tp: int, source: str) -> int:
     return -(-int(vocab) // multiple) * multiple
 
 
+def moe_layer_pattern(freq: Any, num_layers: int, source: str) -> list[int]:
+    """--moe-layer-freq as Megatron-Core reads it: an integer N puts experts on every N-th layer (layer i is
+    MoE when i % N == 0), a list expression such as '([0]*3+[1]*58)' or '([0,1]*24)' gives each layer (1 MoE,
+    0 dense) and must have num_layers entries (Megatron-LM asserts it). The expression is read, never run:
+    list literals of 0/1, + and * by an integer only."""
+    text = str(1 if freq is None else freq).strip().strip("'\"")
+    bad = PlannerError(f"--moe-layer-freq {freq!r}: expected an integer or a list expression of 0/1 such as "
+                       "'([0]*3+[1]*58)'", source=source)
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise bad from None
+
+    def value(node: ast.AST) -> int | list[int]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.List | ast.Tuple):
+            items = [value(e) for e in node.elts]
+            if all(isinstance(i, int) and i in (0, 1) for i in items):
+                return [int(i) for i in items]  # type: ignore[arg-type]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+                return left + right
+            if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int) and 0 <= right <= 100_000:
+                return left * right
+            if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, list) and 0 <= left <= 100_000:
+                return right * left
+        raise bad
+
+    got = value(tree)
+    if isinstance(got, int):
+        if got < 1:
+            raise bad
+        return [int(i % got == 0) for i in range(num_layers)]
+    if len(got) != num_layers:
+        raise PlannerError(f"--moe-layer-freq {freq!r} gives {len(got)} layers and --num-layers is {num_layers} "
+                           "(Megatron-LM asserts they match)", source=source)
+    return got
+
+
 def _dense_layers(freq: Any, num_layers: int, source: str) -> int:
-    """Leading dense layers from --moe-layer-freq: 1 (all MoE) or '([0]*k+[1]*n)'."""
-    if freq is None or str(freq).strip() == "1":
-        return 0
-    text = str(freq).replace(" ", "")
-    match = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*(\d+)\)?", text)
-    if match and int(match.group(1)) + int(match.group(2)) == num_layers:
-        return int(match.group(1))
-    raise PlannerError(f"--moe-layer-freq {freq!r}: planner models leading dense layers then MoE layers; write it as "
-                       "'([0]*K+[1]*N)' with K + N = --num-layers, or give the model with --model", source=source)
+    """Dense layers of --moe-layer-freq (moe_layer_pattern). planner places them before the MoE layers; where the
+    pattern mixes them (Llama 4's '([0,1]*24)'), import_megatron says so."""
+    return moe_layer_pattern(freq, num_layers, source).count(0)
+
+
+def moe_layers_interleaved(freq: Any, num_layers: int, source: str) -> bool:
+    """True where some dense layer comes after a MoE layer in --moe-layer-freq."""
+    pattern = moe_layer_pattern(freq, num_layers, source)
+    return pattern != sorted(pattern)
 
 
 def _sliding_window(args: Mapping[str, Any], layers: int, source: str) -> dict[str, Any]:
@@ -549,7 +592,6 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     for flag, why, fatal in (
         ("distribute-saved-activations", "checkpoints split across tensor-parallel ranks are not modelled (the "
          "activation figure is an upper bound)", False),
-        ("pipeline-model-parallel-layout", "a custom pipeline layout is not modelled", False),
         ("rampup-batch-size", "planner uses the final --global-batch-size", False),
         ("step-batch-size-schedule", "planner uses the final --global-batch-size", False),
         ("cpu-optimizer", "the optimizer on the CPU (DeepSpeed CPU Adam) is not modelled", True),
@@ -781,13 +823,23 @@ def _recompute(args: Mapping[str, Any], got: Collected) -> None:
         if args.get("recompute-num-layers") is None:
             got.set("recompute", "full", "--checkpoint-activations")
             return
+    extra_modules: list[str] = []
+    if args.get("moe-layer-recompute"):
+        # Deprecated spelling of selective recompute of the MoE layer: TransformerConfig.__post_init__ turns it
+        # into recompute_granularity "selective" with "moe" appended to the modules, and raises with full
+        # (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py @ d98e8a64).
+        if granularity == "full":
+            raise PlannerError("--moe-layer-recompute with --recompute-granularity full (Megatron-Core raises 'Do not "
+                               "set --moe-layer-recompute with full recompute granularity'); keep one", source=src)
+        granularity, extra_modules = "selective", ["moe"]
     if granularity is None:
         got.set("recompute", "none", "--recompute-granularity", explicit=False)
         return
     if granularity not in ("full", "selective"):
         raise PlannerError(f"--recompute-granularity must be full or selective, got {granularity}", source=src)
     if granularity == "selective":
-        modules = args.get("recompute-modules") or ["core_attn"]
+        modules = list(args.get("recompute-modules") or ["core_attn"])
+        modules += [m for m in extra_modules if m not in modules]
         known = set(RECOMPUTE_MODULE_BITS)
         unknown = [m for m in modules if m not in known]
         if unknown:
@@ -857,8 +909,15 @@ def planner_split(layers: int, pp: int) -> list[int]:
 
 def _check_split(args: Mapping[str, Any], layers: int, pp: int, interleave: int, got: Collected) -> None:
     split = megatron_split(args, layers, pp, got.source)
+    layout = args.get("pipeline-model-parallel-layout")
+    if layout and pp > 1 and not args.get("hybrid-layer-pattern"):
+        split = layout_split(pipeline_layout(layout, pp, layers, got.source), pp)
+        if split != planner_split(layers, pp):
+            got.warn(f"--pipeline-model-parallel-layout places {split} transformer layers on the {pp} pipeline ranks; "
+                     f"planner models its own split {planner_split(layers, pp)}, so the per-stage figures are approximate")
+        return
     if split is None:
-        if pp > 1 and (args.get("deepspeed") or args.get("pipeline-model-parallel-layout")):
+        if pp > 1 and args.get("deepspeed"):
             got.warn(f"the pipeline partition is not read; planner places {planner_split(layers, pp)} layers on the "
                      f"{pp} stages")
         return
@@ -869,7 +928,49 @@ def _check_split(args: Mapping[str, Any], layers: int, pp: int, interleave: int,
                  f"{planner_split(layers, pp)}, so the per-stage figures are approximate")
 
 
+LAYOUT_LAYERS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
+"""The letters of --pipeline-model-parallel-layout (Megatron-Core PipelineParallelLayerLayout, c1e938b0)."""
+
+
+def pipeline_layout(text: str, pp: int, layers: int, source: str) -> list[list[str]]:
+    """--pipeline-model-parallel-layout as Megatron-Core reads it: commas are cosmetic, '(...)*n' and 'x*n'
+    repeat, '|' ends a virtual stage; the stages go round the pp ranks (stage i on rank i % pp), so there are
+    pp x v of them. Megatron asserts the count divides by pp, one embedding first, one loss last and exactly
+    num_layers decoder layers; so does this. Returns each stage's letters in order."""
+    flat = str(text).strip("'\"").replace(",", "")
+    flat = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    stages = [list(stage) for stage in flat.split("|")]
+    bad = sorted({c for stage in stages for c in stage if c not in LAYOUT_LAYERS})
+    if bad:
+        raise PlannerError(f"--pipeline-model-parallel-layout {text!r}: {', '.join(map(repr, bad))} is not a layer "
+                           "letter (E embedding, t transformer, m MTP, L loss; '|' ends a stage)", source=source)
+    letters = [c for stage in stages for c in stage]
+    if len(stages) % pp:
+        raise PlannerError(f"--pipeline-model-parallel-layout has {len(stages)} stages, which do not divide by "
+                           f"--pipeline-model-parallel-size {pp} (Megatron-Core asserts it)", source=source)
+    if not letters or letters[0] != "E" or letters[-1] != "L" or letters.count("E") != 1 or letters.count("L") != 1:
+        raise PlannerError("--pipeline-model-parallel-layout must start with the embedding (E) and end with the loss "
+                           "(L), each once (Megatron-Core asserts it)", source=source)
+    if letters.count("t") != layers:
+        raise PlannerError(f"--pipeline-model-parallel-layout places {letters.count('t')} transformer layers (t) and the "
+                           f"model has {layers} (Megatron-Core asserts they match)", source=source)
+    return stages
+
+
+def layout_split(stages: list[list[str]], pp: int) -> list[int]:
+    """Transformer layers on each pp rank of a parsed layout (stage i on rank i % pp)."""
+    return [sum(stage.count("t") for i, stage in enumerate(stages) if i % pp == rank) for rank in range(pp)]
+
+
 def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str) -> int | None:
+    layout = args.get("pipeline-model-parallel-layout")
+    if layout and pp > 1:
+        if args.get("num-layers-per-virtual-pipeline-stage") or args.get("num-virtual-stages-per-pipeline-rank"):
+            raise PlannerError("--pipeline-model-parallel-layout with --num-layers-per-virtual-pipeline-stage or "
+                               "--num-virtual-stages-per-pipeline-rank (Megatron-LM asserts the layout is given alone); "
+                               "keep the layout", source=source)
+        return len(pipeline_layout(layout, pp, layers, source)) // pp
     per_stage = args.get("num-layers-per-virtual-pipeline-stage")
     if per_stage:
         if layers % pp or (layers // pp) % per_stage:
@@ -986,6 +1087,11 @@ def import_megatron(
         merged["sequence_parallel"] = False  # Megatron-LM's validate_args turns it off without tensor parallelism
     if model is None:
         model = model_from_args(args, tp=tp, source=source)
+        if model.moe is not None and not args.get("deepspeed") and moe_layers_interleaved(
+                args.get("moe-layer-freq"), model.num_layers, source):
+            got.warn(f"--moe-layer-freq {args['moe-layer-freq']} mixes dense and MoE layers; planner places the "
+                     f"{model.moe.num_dense_layers} dense layers first (totals exact; per-stage figures approximate "
+                     "with pipeline parallelism)")
     else:
         _check_given_model(args, model, source)
     pp = int(merged.get("pp", 1))
@@ -999,6 +1105,11 @@ def import_megatron(
                            ).merge(merged)
     if merged.get("etp") is not None and merged["etp"] == tp:
         merged["etp"] = None  # Megatron-LM's default: the expert layers take tp
+    if merged.get("etp") is not None and model.moe is None and "etp" in got.values:
+        # Megatron-Core builds the expert groups whatever the model, and a dense model has no layer that uses them
+        # (the functional tests gpt3_mcore_te_tp2_pp2_cp2_etp4_* train a dense GPT with it).
+        got.warn(f"--expert-tensor-parallel-size {merged['etp']} is ignored: the model has no experts")
+        merged["etp"] = None
     _mtp_layers(args, model, given, merged, source)
     if block is not None:
         per_stage = -(-model.num_layers // pp)

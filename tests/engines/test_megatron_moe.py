@@ -15,8 +15,15 @@ import pytest
 import yaml
 
 from planner.engines.load import load_model
-from planner.engines.megatron import import_megatron, read_launch_text
+from planner.engines.megatron import (
+    import_megatron,
+    layout_split,
+    moe_layer_pattern,
+    pipeline_layout,
+    read_launch_text,
+)
 from planner.errors import PlannerError
+from planner.physics.params import count_params
 from planner.training.rules import resolve_layout
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "upstream" / "megatron"
@@ -179,3 +186,74 @@ def test_a_bad_moe_flag_is_a_one_line_error_on_the_command_line(run_cli, tmp_pat
     result = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8")
     assert result.exit_code == 2 and result.output.startswith("error: ") and len(result.output.splitlines()) == 1
     assert "--moe-enable-deepep" in result.output
+
+
+def test_pipeline_layout_gives_the_virtual_stages_and_the_split():
+    """gpt3_mcore_te_tp2_pp2_ep4_etp1_selective_recompute_experimental: --pipeline-model-parallel-layout
+    'Et*3|(tt|)*6tmL' is 8 stages over pp 2, so v = 4 (Megatron-LM's validate_args: stages // pp), which
+    --overlap-moe-expert-parallel-comm needs with pp > 1. Unrolled: Ettt | tt x 6 | tmL; stage i on rank i % 2,
+    so rank 0 holds 3 + 2 + 2 + 2 = 9 transformer layers and rank 1 holds 2 + 2 + 2 + 1 = 7 (16 in all)."""
+    imported, layout = _read(_functional_test_flags("tp2_pp2_ep4_etp1_selective_recompute.model_config.yaml"),
+                             gpus=8)
+    assert (layout.tp, layout.pp, layout.ep, layout.etp, layout.interleave) == (2, 2, 4, 1, 4)
+    assert layout.moe_ep_overlap
+    stages = pipeline_layout("Et*3|(tt|)*6tmL", 2, 16, "t")
+    assert ["".join(s) for s in stages] == ["Ettt", "tt", "tt", "tt", "tt", "tt", "tt", "tmL"]
+    assert layout_split(stages, 2) == [9, 7]
+    assert any("places [9, 7] transformer layers" in w for w in imported.warnings)
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("Et|tt|tL", "do not divide by"),  # 3 stages over pp 2
+    ("tt|ttL", "start with the embedding"),
+    ("Ett|tttL", "places 5 transformer layers"),  # the model has 4
+    ("Ett|txL", "is not a layer letter"),
+])
+def test_pipeline_layouts_megatron_refuses_are_refused(text, why):
+    with pytest.raises(PlannerError, match=why):
+        pipeline_layout(text, 2, 4, "t")
+
+
+def test_expert_tp_on_a_dense_model_is_ignored_as_megatron_ignores_it():
+    """gpt3_mcore_te_tp2_pp2_cp2_etp4_dp_last trains a dense GPT with --expert-tensor-parallel-size 4: Megatron
+    builds the expert groups and no layer uses them; planner drops it with a warning (it refused the file)."""
+    imported, layout = _read(_functional_test_flags("tp2_pp2_cp2_etp4_dp_last.model_config.yaml"), gpus=8)
+    assert (layout.tp, layout.pp, layout.cp) == (2, 2, 2) and layout.etp is None
+    assert any("--expert-tensor-parallel-size 4 is ignored" in w for w in imported.warnings)
+
+
+@pytest.mark.parametrize(("freq", "layers", "pattern"), [
+    (None, 4, [1, 1, 1, 1]),
+    (1, 4, [1, 1, 1, 1]),
+    (2, 5, [1, 0, 1, 0, 1]),  # layer i is MoE when i % 2 == 0 (Megatron-Core's int form)
+    ("([0]+[1]*3)", 4, [0, 1, 1, 1]),  # DeepSeek-V2-Lite's spelling, 1 dense layer
+    ("([0]*2+[1]*2)", 4, [0, 0, 1, 1]),
+    ("([0,1]*2)", 4, [0, 1, 0, 1]),  # Llama 4 Maverick's alternation
+    ("[1,1,0,1]", 4, [1, 1, 0, 1]),
+])
+def test_moe_layer_freq_forms(freq, layers, pattern):
+    assert moe_layer_pattern(freq, layers, "t") == pattern
+
+
+@pytest.mark.parametrize("freq", ["([0]*2+[1]*3)", "__import__('os').getcwd()", "([2]*4)", "0", "([0]*(10**9))"])
+def test_moe_layer_freq_that_is_not_a_layer_list_is_refused(freq):
+    with pytest.raises(PlannerError, match="--moe-layer-freq"):
+        moe_layer_pattern(freq, 4, "t")
+
+
+def test_modelopt_scripts_with_moe_layer_freq_expressions_are_read():
+    """NVIDIA/Megatron-LM examples/post_training/modelopt/conf: DeepSeek-V2-Lite's '([0]+[1]*26)' (one dense
+    layer, 15.7B in all: DeepSeek-AI 2024, arXiv:2405.04434, App. B) and Llama 4 Maverick's '([0,1]*24)' (24
+    dense layers between 24 MoE layers; 400B in all, Meta's Llama 4 model card), with its deprecated
+    --moe-layer-recompute read as selective recompute of 'moe' appended to the default 'core_attn'."""
+    lite_tokens, _ = read_launch_text((UPSTREAM / "modelopt_DeepSeek-V2-Lite.sh").read_text(), "lite.sh")
+    lite, _ = _read([*lite_tokens, "--padded-vocab-size", "102400", "--global-batch-size", "8"])
+    assert lite.model.moe.num_dense_layers == 1 and round(count_params(lite.model).total / 1e9, 1) == 15.7
+    mav_tokens, _ = read_launch_text((UPSTREAM / "modelopt_Llama-4-Maverick-17B-128E-Instruct.sh").read_text(), "m.sh")
+    maverick, layout = _read([*mav_tokens, "--global-batch-size", "8"])
+    assert maverick.model.moe.num_dense_layers == 24 and abs(count_params(maverick.model).total / 400e9 - 1) < 0.005
+    assert any("mixes dense and MoE layers" in w for w in maverick.warnings)
+    assert layout.recompute == "selective" and layout.recompute_modules == ("core_attn", "moe")
+    with pytest.raises(PlannerError, match="Do not set --moe-layer-recompute"):
+        _read([*TINY_MOE, "--moe-layer-recompute", "--recompute-granularity", "full", "--recompute-method", "uniform",
+               "--recompute-num-layers", "1"])
