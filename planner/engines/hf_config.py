@@ -637,6 +637,7 @@ IGNORED_KEYS.update({
                    "scale_attn_weights": "attention score scale", **{k: _ROPE for k in ROPE_KEYS}},
     "cohere": {**_LLAMA_IGNORED, "logit_scale": "a scalar multiplying the logits; no weights"},
     "deepseek_v2": {**IGNORED_KEYS["deepseek_v3"]},
+    "kimi_k2": {**IGNORED_KEYS["deepseek_v3"]},
     "gpt_bigcode": {**_GPT_LEGACY, **_SOFTMAX_FP32,
                     **{k: "settings of the original inference runner (BigCode's fork); no weights" for k in (
                         "runner_max_sequence_length", "inference_runner", "validate_runner_input",
@@ -739,6 +740,8 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "qwen2_moe": _qwen2_moe, "gpt_oss": _gpt_oss, "olmo2": _olmo2, "starcoder2": _starcoder2, "cohere": _cohere,
     "gpt_bigcode": _gpt_bigcode, "gptj": _gptj, "stablelm": _stablelm, "internlm2": _internlm2, "minicpm": _minicpm,
     "ministral3": _mistral, "qwen2_vl_text": _qwen2_vl_text, "qwen2_5_vl_text": _qwen2_vl_text,
+    # Moonshot's Kimi K2 ships DeepseekV3ForCausalLM (its own code, the same keys) under model_type kimi_k2
+    "kimi_k2": _deepseek_v3,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 

@@ -7,12 +7,14 @@ never from running this code.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from planner.engines.hf_config import model_from_hf_config
 from planner.engines.load import load_model
 from planner.physics.params import count_params, kv_cache_bytes_per_token
 from planner.specs.model import ModelSpec
@@ -453,3 +455,28 @@ def test_mtp_of_a_dense_model_is_a_dense_layer_and_zero_mtp_adds_nothing():
     assert counts.dense_layer == 592
     assert (counts.mtp_module, counts.mtp) == (744, 1488)
     assert counts.total == count_params(tiny_llama()).total
+
+
+def test_kimi_k2_is_deepseek_v3_with_its_table_2_changes():
+    """Kimi Team 2025 (arXiv:2507.20534) Table 2 sets Kimi K2 against DeepSeek-V3: 384 experts (256), 64 heads
+    (128), 1 dense layer (3), the rest equal. By hand from DeepSeek-V3's layer (671.0e9 in all, checked above):
+    halving the heads takes 64 x (1536 x 192 + 512 x 256 + 128 x 7168) = 85,983,232 from every layer's MLA
+    (q_b, kv_b and o projections), and each of the 128 more experts adds 3 x 7168 x 2048 weights, a router row of
+    7168 and a router bias. The report's '1.04T' is 1.3% above the total and does not say what it includes (one
+    multi-token-prediction layer would add about 17e9)."""
+    v3, k2 = count_params(load_model("deepseek-v3").spec), count_params(load_model("kimi-k2").spec)
+    attention = 64 * (1536 * 192 + 512 * 256 + 128 * 7168)
+    assert v3.dense_layer - k2.dense_layer == attention == 85_983_232
+    assert k2.moe_layer - v3.moe_layer == 128 * (3 * 7168 * 2048 + 7168 + 1) - attention
+    assert (k2.num_dense_layers, k2.num_moe_layers) == (1, 60)
+    assert abs(k2.total / 1.04e12 - 1) < 0.015
+
+
+def test_kimi_k2_hf_config_reads_as_deepseek_v3():
+    """model_type kimi_k2 (Moonshot's DeepseekV3ForCausalLM code) takes the DeepSeek-V3 reader: DeepSeek-V3's hub
+    config with Table 2's changes (and the vocabulary of 163,840) gives the catalog's Kimi K2."""
+    raw = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "deepseek-v3.json").read_text())
+    raw.update(model_type="kimi_k2", n_routed_experts=384, num_attention_heads=64, num_key_value_heads=64,
+               first_k_dense_replace=1, n_group=1, topk_group=1, vocab_size=163840, num_nextn_predict_layers=0)
+    spec = model_from_hf_config(raw, source="kimi.json")
+    assert count_params(spec).total == count_params(load_model("kimi-k2").spec).total
