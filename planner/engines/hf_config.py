@@ -466,6 +466,64 @@ def _gpt_oss(r: _Reader) -> None:
                       f"({r.spec['moe']['experts_per_token']}); transformers reads num_experts_per_tok")
 
 
+def _llama4_text(r: _Reader) -> None:
+    """Llama 4's language model (transformers Llama4TextConfig / modeling_llama4, Meta 2025): MoE layers of
+    num_local_experts experts of intermediate_size, top num_experts_per_tok, plus one shared expert of the same
+    width, on the layers `moe_layers` names (default every interleave_moe_layer_step-th: range(step - 1, L, step));
+    the other layers are dense MLPs of intermediate_size_mlp. Attention has no biases; its q/k norm is a
+    weightless L2 norm (no parameters). The RoPE layers (no_rope_layers[i] == 1; default all but every
+    no_rope_layer_interval-th) attend within chunks of attention_chunk_size tokens, the NoPE layers attend fully.
+    planner has no chunked mask: those layers are read as a sliding window of the chunk size, exact up to one
+    chunk of context and for their KV cache, an upper bound on their attention FLOPs beyond it (a chunk attends
+    on average half of itself)."""
+    _core(r)
+    _kv_heads(r)
+    _head_dim(r, default=128)  # Llama4TextConfig default
+    r.put("ffn_hidden_size", r.int_("intermediate_size_mlp", 16384), "intermediate_size_mlp")
+    r.put("max_seq_len", r.int_("max_position_embeddings", 131072), "max_position_embeddings")
+    r.put("tied_embeddings", r.bool_("tie_word_embeddings", False), "tie_word_embeddings")
+    r.put("mlp_kind", "gated")
+    r.put("position_embedding", "rotary")
+    r.put("norm_kind", "rmsnorm")
+    r.put("qkv_bias", False)
+    r.put("attention_output_bias", False)
+    r.raw("use_qk_norm")  # L2 norm of q and k: no weights
+    layers = r.spec["num_layers"]
+    step = r.int_("interleave_moe_layer_step", 1)
+    moe_layers = r.raw("moe_layers")
+    if moe_layers is None:
+        moe_layers = list(range(step - 1, layers, step))
+    if not isinstance(moe_layers, list) or not all(isinstance(i, int) and 0 <= i < layers for i in moe_layers):
+        raise r.error("moe_layers", f"expected a list of layer indices below {layers}, got {moe_layers!r}")
+    if not moe_layers:
+        raise r.error("moe_layers", "names no MoE layer; planner reads Llama 4 as a MoE model")
+    dense = layers - len(set(moe_layers))
+    if sorted(set(moe_layers)) != list(range(dense, layers)):
+        r.notes.append(f"{len(set(moe_layers))} MoE layers between {dense} dense layers: planner places the dense "
+                       "layers first (totals exact; per-stage figures approximate with pipeline parallelism)")
+    r.put("moe", {
+        "num_experts": r.int_("num_local_experts", 16),
+        "experts_per_token": r.int_("num_experts_per_tok", 1),
+        "moe_ffn_hidden_size": r.int_("intermediate_size", 8192),
+        "num_shared_experts": 1,
+        "num_dense_layers": dense,
+        "router_bias": False,
+    }, "num_local_experts")
+    if r.spec["moe"]["experts_per_token"] > r.spec["moe"]["num_experts"]:
+        raise r.error("num_experts_per_tok", "exceeds num_local_experts")
+    interval = r.int_("no_rope_layer_interval", 4)
+    no_rope = r.raw("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(no_rope, list) or len(no_rope) != layers or not all(v in (0, 1) for v in no_rope):
+        raise r.error("no_rope_layers", f"expected {layers} entries of 0/1 (1: the layer uses RoPE), got {no_rope!r}")
+    chunk = r.int_("attention_chunk_size", 8192, required=False)
+    chunked = sum(no_rope)
+    if chunk is not None and chunked:
+        r.put("sliding_window_tokens", chunk, "attention_chunk_size")
+        r.put("sliding_window_layers", chunked, "no_rope_layers")
+        r.notes.append(f"{chunked} chunked-attention layers ({chunk}-token chunks) read as a {chunk}-token sliding "
+                       "window (attention FLOPs beyond one chunk an upper bound)")
+
+
 def _olmo2(r: _Reader) -> None:
     _rotary_decoder(r, tied_default=False)
     _attention_bias(r)
@@ -638,6 +696,14 @@ IGNORED_KEYS.update({
     "cohere": {**_LLAMA_IGNORED, "logit_scale": "a scalar multiplying the logits; no weights"},
     "deepseek_v2": {**IGNORED_KEYS["deepseek_v3"]},
     "kimi_k2": {**IGNORED_KEYS["deepseek_v3"]},
+    "llama4_text": {**_LLAMA_IGNORED, "attn_temperature_tuning": "attention temperature at long context; no weights",
+                    "floor_scale": "attention temperature setting; no weights",
+                    "attn_scale": "attention temperature setting; no weights",
+                    "cache_implementation": "the KV cache class of generate()",
+                    "router_jitter_noise": "routing noise in training", "output_router_logits": "what forward returns",
+                    "router_aux_loss_coef": "load-balancing loss weight",
+                    "for_llm_compressor": "a quantization tool's flag; no weights",
+                    "layer_types": "per-layer attention kinds, the same as no_rope_layers"},
     "gpt_bigcode": {**_GPT_LEGACY, **_SOFTMAX_FP32,
                     **{k: "settings of the original inference runner (BigCode's fork); no weights" for k in (
                         "runner_max_sequence_length", "inference_runner", "validate_runner_input",
@@ -694,12 +760,13 @@ def _architecture_relevant(key: str) -> bool:
 # from the top level); the vision tower and projector are not modelled.
 MULTIMODAL_TEXT_TYPES: dict[str, str] = {
     "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "gemma3": "gemma3_text",
-    "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text",
+    "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "llama4": "llama4_text",
 }
 _FLAT_MULTIMODAL = frozenset({"qwen2_vl", "qwen2_5_vl"})
 # The wrapper's own tie_word_embeddings default (transformers 5.x: the wrapper's key decides tying).
 _WRAPPER_TIED_DEFAULT: dict[str, bool] = {
     "llava": False, "llava_next": False, "mistral3": True, "gemma3": True, "qwen2_vl": False, "qwen2_5_vl": False,
+    "llama4": False,
 }
 WRAPPER_IGNORED_KEYS: dict[str, str] = {
     "vision_config": "the vision tower: not modelled (planner counts and times the language model only)",
@@ -742,6 +809,7 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "ministral3": _mistral, "qwen2_vl_text": _qwen2_vl_text, "qwen2_5_vl_text": _qwen2_vl_text,
     # Moonshot's Kimi K2 ships DeepseekV3ForCausalLM (its own code, the same keys) under model_type kimi_k2
     "kimi_k2": _deepseek_v3,
+    "llama4_text": _llama4_text,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 

@@ -64,6 +64,7 @@ from planner.engines.hf_config import (
     read_hf_config,
 )
 from planner.engines.load import load_model
+from planner.engines.megatron import import_megatron, read_launch_text
 from planner.errors import PlannerError
 from planner.physics.params import count_params
 
@@ -515,3 +516,64 @@ def test_minicpm_moe_is_mixtral_shaped():
     spec = imported("minicpm-moe-8x2b.json")
     assert spec.moe is not None and (spec.moe.num_experts, spec.moe.experts_per_token) == (8, 2)
     assert spec.moe.moe_ffn_hidden_size == 5760 and spec.tied_embeddings
+
+
+# Llama 4 (transformers Llama4Config wrapping Llama4TextConfig): the text config as Llama4TextConfig's defaults
+# write it (those defaults are Scout's, its docstring says), and Maverick's changes (128 experts, MoE on every
+# other layer, 1M context).
+LLAMA4_SCOUT = {
+    "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "tie_word_embeddings": False,
+    "boi_token_index": 200080, "eoi_token_index": 200081, "image_token_index": 200092,
+    "vision_config": {"model_type": "llama4_vision_model"},
+    "text_config": {
+        "model_type": "llama4_text", "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+        "head_dim": 128, "hidden_act": "silu", "max_position_embeddings": 10485760, "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0, "num_experts_per_tok": 1, "num_local_experts": 16, "interleave_moe_layer_step": 1,
+        "use_qk_norm": True, "no_rope_layers": [], "attention_chunk_size": 8192, "attn_temperature_tuning": True,
+        "floor_scale": 8192, "attn_scale": 0.1, "router_aux_loss_coef": 0.001,
+    },
+}
+
+
+def _maverick() -> dict:
+    raw = json.loads(json.dumps(LLAMA4_SCOUT))
+    raw["text_config"].update(num_local_experts=128, interleave_moe_layer_step=2, max_position_embeddings=1048576)
+    return raw
+
+
+def test_llama4_scout_and_maverick_read_as_the_catalog_holds_them():
+    scout, maverick = read_hf_config(LLAMA4_SCOUT, "scout.json"), read_hf_config(_maverick(), "maverick.json")
+    for got, catalog in ((scout, "llama-4-scout-17b-16e"), (maverick, "llama-4-maverick-17b-128e")):
+        assert count_params(got.spec).total == count_params(load_model(catalog).spec).total
+        assert got.spec.sliding_window_tokens == 8192 and got.spec.sliding_window_layers == 36  # 3 of every 4 layers
+        assert got.spec.moe.num_shared_experts == 1 and got.spec.moe.moe_ffn_hidden_size == 8192
+    # MoE on layers 1, 3, ..., 47 (range(step - 1, L, step)); the 24 others are dense MLPs of intermediate_size_mlp
+    assert (maverick.spec.moe.num_dense_layers, maverick.spec.ffn_hidden_size) == (24, 16384)
+    assert any("places the dense layers first" in n for n in maverick.notes)
+    assert scout.spec.moe.num_dense_layers == 0
+
+
+def test_llama4_maverick_from_hf_equals_megatrons_modelopt_script():
+    """Two readers, two files: the HF config and NVIDIA's Megatron-LM modelopt script for Maverick
+    (tests/fixtures/engines/upstream/megatron/modelopt_Llama-4-Maverick-17B-128E-Instruct.sh) count the same
+    400,711,848,960 parameters; Meta's model card says 400B (the vision tower, which planner does not count, is
+    on top)."""
+    script = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "upstream" / "megatron" / \
+        "modelopt_Llama-4-Maverick-17B-128E-Instruct.sh"
+    tokens, _ = read_launch_text(script.read_text(), "m.sh")
+    megatron = import_megatron([*tokens, "--global-batch-size", "8"], gpus=8, given={}, model=None, source="m.sh")
+    assert count_params(megatron.model).total == count_params(read_hf_config(_maverick(), "m.json").spec).total \
+        == 400_711_848_960
+
+
+@pytest.mark.parametrize(("key", "value", "why"), [
+    ("moe_layers", [], "names no MoE layer"),
+    ("moe_layers", [48], "layer indices below 48"),
+    ("no_rope_layers", [1, 0], "48 entries"),
+])
+def test_llama4_layer_lists_that_do_not_fit_the_model_are_refused(key, value, why):
+    raw = json.loads(json.dumps(LLAMA4_SCOUT))
+    raw["text_config"][key] = value
+    with pytest.raises(PlannerError, match=why):
+        read_hf_config(raw, "bad.json")
