@@ -63,6 +63,12 @@ def _echo_rich(renderable: Any) -> None:
     click.echo(buffer.getvalue(), nl=False)
 
 
+def _context(tokens: int) -> str:
+    """Tokens with thousands separators; millions (Llama 4 Scout's 10,485,760) rounded to 0.1 M to keep rows on
+    one line ('planner models show ID' prints the exact count)."""
+    return f"{tokens:,}" if tokens < 1_000_000 else f"{tokens / 1e6:.1f} M"
+
+
 def _catalog_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="Model catalog", title_justify="left",
                   caption="context: max_seq_len in tokens. KV cache per token, MoE and MLA details: "
@@ -78,7 +84,7 @@ def _catalog_table(rows: list[dict[str, Any]]) -> Table:
             str(row["num_layers"]), str(row["hidden_size"]),
             f"{row['num_attention_heads']}/{row['num_kv_heads']}",
             f"{ffn}" + (f" x{row['moe']['num_experts']}" if row["moe"] else ""),
-            f"{row['vocab_size']:,}", f"{row['max_seq_len']:,}", ", ".join(row["aliases"]),
+            f"{row['vocab_size']:,}", _context(row["max_seq_len"]), ", ".join(row["aliases"]),
         )
     return table
 

@@ -544,7 +544,7 @@ def _maverick() -> dict:
 
 def test_llama4_scout_and_maverick_read_as_the_catalog_holds_them():
     scout, maverick = read_hf_config(LLAMA4_SCOUT, "scout.json"), read_hf_config(_maverick(), "maverick.json")
-    for got, catalog in ((scout, "llama-4-scout-17b-16e"), (maverick, "llama-4-maverick-17b-128e")):
+    for got, catalog in ((scout, "llama-4-scout"), (maverick, "llama-4-maverick")):
         assert count_params(got.spec).total == count_params(load_model(catalog).spec).total
         assert got.spec.sliding_window_tokens == 8192 and got.spec.sliding_window_layers == 36  # 3 of every 4 layers
         assert got.spec.moe.num_shared_experts == 1 and got.spec.moe.moe_ffn_hidden_size == 8192
