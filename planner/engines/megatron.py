@@ -317,6 +317,9 @@ def padded_vocab(args: Mapping[str, Any], tp: int, source: str) -> int:
     return -(-int(vocab) // multiple) * multiple
 
 
+MAX_PATTERN_LAYERS = 100_000  # a --moe-layer-freq list longer than this is refused before it is built
+
+
 def moe_layer_pattern(freq: Any, num_layers: int, source: str) -> list[int]:
     """--moe-layer-freq as Megatron-Core reads it: an integer N puts experts on every N-th layer (layer i is
     MoE when i % N == 0), a list expression such as '([0]*3+[1]*58)' or '([0,1]*24)' gives each layer (1 MoE,
@@ -325,9 +328,11 @@ def moe_layer_pattern(freq: Any, num_layers: int, source: str) -> list[int]:
     text = str(1 if freq is None else freq).strip().strip("'\"")
     bad = PlannerError(f"--moe-layer-freq {freq!r}: expected an integer or a list expression of 0/1 such as "
                        "'([0]*3+[1]*58)'", source=source)
+    if len(text) > 10_000:
+        raise bad
     try:
         tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
         raise bad from None
 
     def value(node: ast.AST) -> int | list[int]:
@@ -341,13 +346,17 @@ def moe_layer_pattern(freq: Any, num_layers: int, source: str) -> list[int]:
             left, right = value(node.left), value(node.right)
             if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
                 return left + right
-            if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int) and 0 <= right <= 100_000:
+            if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, list):
+                left, right = right, left
+            if isinstance(node.op, ast.Mult) and isinstance(left, list) and isinstance(right, int) \
+                    and 0 <= right and len(left) * right <= MAX_PATTERN_LAYERS:
                 return left * right
-            if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, list) and 0 <= left <= 100_000:
-                return right * left
         raise bad
 
-    got = value(tree)
+    try:
+        got = value(tree)
+    except RecursionError:  # a sum of thousands of lists
+        raise bad from None
     if isinstance(got, int):
         if got < 1:
             raise bad
@@ -938,8 +947,19 @@ def pipeline_layout(text: str, pp: int, layers: int, source: str) -> list[list[s
     pp x v of them. Megatron asserts the count divides by pp, one embedding first, one loss last and exactly
     num_layers decoder layers; so does this. Returns each stage's letters in order."""
     flat = str(text).strip("'\"").replace(",", "")
-    flat = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
-    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+
+    def repeat(match: re.Match[str]) -> str:
+        count = int(match.group(2)) if len(match.group(2)) < 7 else MAX_PATTERN_LAYERS + 1
+        if len(match.group(1)) * count > MAX_PATTERN_LAYERS:
+            raise PlannerError(f"--pipeline-model-parallel-layout {text!r}: a repeat longer than {MAX_PATTERN_LAYERS:,} "
+                               "layers", source=source)
+        return match.group(1) * count
+
+    flat = re.sub(r"\(([^)]+)\)\*(\d+)", repeat, flat)
+    flat = re.sub(r"(.)\*(\d+)", repeat, flat)
+    if len(flat) > MAX_PATTERN_LAYERS:
+        raise PlannerError(f"--pipeline-model-parallel-layout {text!r}: longer than {MAX_PATTERN_LAYERS:,} layers",
+                           source=source)
     stages = [list(stage) for stage in flat.split("|")]
     bad = sorted({c for stage in stages for c in stage if c not in LAYOUT_LAYERS})
     if bad:

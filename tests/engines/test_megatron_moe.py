@@ -208,6 +208,8 @@ def test_pipeline_layout_gives_the_virtual_stages_and_the_split():
     ("tt|ttL", "start with the embedding"),
     ("Ett|tttL", "places 5 transformer layers"),  # the model has 4
     ("Ett|txL", "is not a layer letter"),
+    ("Et*999999999999|tL", "a repeat longer than"),
+    ("(Et|)*99999|tL", "a repeat longer than"),
 ])
 def test_pipeline_layouts_megatron_refuses_are_refused(text, why):
     with pytest.raises(PlannerError, match=why):
@@ -235,7 +237,8 @@ def test_moe_layer_freq_forms(freq, layers, pattern):
     assert moe_layer_pattern(freq, layers, "t") == pattern
 
 
-@pytest.mark.parametrize("freq", ["([0]*2+[1]*3)", "__import__('os').getcwd()", "([2]*4)", "0", "([0]*(10**9))"])
+@pytest.mark.parametrize("freq", ["([0]*2+[1]*3)", "__import__('os').getcwd()", "([2]*4)", "0", "([0]*(10**9))",
+                                  "([1]*100000)*100000", "(" * 500 + "[1]" + ")" * 500, "+".join(["[1]"] * 3000)])
 def test_moe_layer_freq_that_is_not_a_layer_list_is_refused(freq):
     with pytest.raises(PlannerError, match="--moe-layer-freq"):
         moe_layer_pattern(freq, 4, "t")

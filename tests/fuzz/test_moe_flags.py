@@ -79,3 +79,38 @@ def test_valid_moe_flags_pass() -> None:
             "bf16", "--mtp-layers", "0", "--zero", "1", "--format", "json"]
     result, _ = invoke(args)
     assert result.exit_code in (0, 1), result.output
+
+
+TEXT = st.text(alphabet="Etm L|()*,0123456789[]+ '\"x_", max_size=40)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=TEXT, pp=st.integers(1, 8), layers=st.integers(1, 64))
+def test_pipeline_layout_text_is_read_or_refused_with_one_error(text: str, pp: int, layers: int) -> None:
+    """Any --pipeline-model-parallel-layout text is parsed into stages that satisfy Megatron's checks, or refused
+    with a PlannerError naming the flag; nothing else escapes."""
+    from planner.engines.megatron import pipeline_layout
+    from planner.errors import PlannerError
+
+    try:
+        stages = pipeline_layout(text, pp, layers, "t")
+    except PlannerError as error:
+        assert "--pipeline-model-parallel-layout" in str(error)
+        return
+    letters = [c for stage in stages for c in stage]
+    assert len(stages) % pp == 0 and letters.count("t") == layers and letters[0] == "E" and letters[-1] == "L"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=st.one_of(TEXT, st.integers(-3, 70).map(str)), layers=st.integers(1, 64))
+def test_moe_layer_freq_text_is_read_or_refused_with_one_error(text: str, layers: int) -> None:
+    """Any --moe-layer-freq text gives one 0/1 entry per layer or a PlannerError naming the flag."""
+    from planner.engines.megatron import moe_layer_pattern
+    from planner.errors import PlannerError
+
+    try:
+        pattern = moe_layer_pattern(text, layers, "t")
+    except PlannerError as error:
+        assert "--moe-layer-freq" in str(error)
+        return
+    assert len(pattern) == layers and set(pattern) <= {0, 1}
