@@ -198,8 +198,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "moe_tp_needs_sp",
         lambda m, a, g: (m.moe is not None) & (a.ep > 1) & (a.tp > 1) & ~a.sequence_parallel,
-        lambda m, l, g: f"ep({l.ep}) with tp({l.tp}) needs sequence_parallel (Megatron-Core asserts it: the token "
-        "dispatcher works on each TP rank's sequence shard); turn sequence parallelism on",
+        lambda m, l, g: f"ep({l.ep}) with tp({l.tp}) needs sequence_parallel (planner models the token dispatcher on "
+        "each TP rank's sequence shard; Megatron-Core warns that training with EP and TP must use sequence parallelism, "
+        "ModelParallelConfig @ d98e8a64); turn sequence parallelism on",
     ),
     Rule(
         "etp_invalid",
