@@ -225,6 +225,10 @@ class EfficiencySection(_Sourced):
         ge=0.0, lt=1.0, description="Share of the SMs the overlapped collectives take from the row-parallel forward "
         "GEMMs they run beside (training/time.py, TP overlap)."
     )
+    tp_overlap_rs_splits: int | None = Field(
+        default=None, ge=1, description="Chunks the overlapped reduce-scatter splits each row-parallel forward GEMM "
+        "into (each chunk its own GEMM call); None: one per TP rank, as the all-gather side always does."
+    )
 
 
 class CpTraffic(BaseModel):
@@ -355,7 +359,7 @@ _SHARDED_GRADS_REDUCE_EVERY_BACKWARD = (
 )
 
 # torch async TP's share, solved by benchmarks/calibrate_torch_async_tp.py (see the torchtitan profile).
-TORCH_ASYNC_TP_HIDDEN_SHARE = 0.33
+TORCH_ASYNC_TP_HIDDEN_SHARE = 0.35
 
 _MEGATRON = EngineProfile(
     name="megatron",
@@ -509,8 +513,11 @@ _MEGATRON = EngineProfile(
     ),
     efficiency=EfficiencySection(
         nccl_compute_contention=0.0, dp_overlap_efficiency=1.0, tp_overlap_hidden_share=1.0,
-        tp_overlap_sm_share=16.0 / 132.0,
+        tp_overlap_sm_share=16.0 / 132.0, tp_overlap_rs_splits=4,
         sources={
+            "tp_overlap_rs_splits": "Transformer Engine's default userbuffer methods (transformer_engine/pytorch/"
+            "module/base.py @ d0067d0, initialize_ub): proj_fprop and fc2_fprop 'pipeline' with num_splits 4; "
+            "qkv_fprop, fc1_fprop, proj_dgrad and fc2_dgrad 'ring_exchange' with num_splits = tp",
             "nccl_compute_contention": _NO_CONTENTION_CALIBRATED,
             "dp_overlap_efficiency": "benchmarks/calibrate_training.py on the published runs (grid 0.5-1.0): 1.0",
             "tp_overlap_hidden_share": "Transformer Engine userbuffers are the reference the overlap model is "
@@ -754,8 +761,10 @@ _TORCHTITAN = _derive(
     },
     efficiency={
         "nccl_compute_contention": 0.18, "tp_overlap_hidden_share": TORCH_ASYNC_TP_HIDDEN_SHARE,
-        "tp_overlap_sm_share": 0.0,
+        "tp_overlap_sm_share": 0.0, "tp_overlap_rs_splits": None,
         "sources": {
+            "tp_overlap_rs_splits": "torch's fused_matmul_reduce_scatter (torch/distributed/_symmetric_memory) "
+            "decomposes the matmul per rank, as fused_all_gather_matmul does: tp chunks on both sides",
             "nccl_compute_contention": _CONTENTION,
             "tp_overlap_hidden_share": "solved from torchtitan's own pair of runs, Llama 3 70B on 256 H100, "
             "FSDP 32 x TP 8, 2D 829 and with AsyncTP 876 tokens/s/GPU (pytorch/torchtitan benchmarks/"

@@ -97,6 +97,14 @@ TP_OVERLAP_EXPOSED_FRACTION = 0.1
 # The row-parallel GEMMs of a layer (names as physics/shapes.py gives them): the attention output projection
 # and the MLP's down projection (fc2), dense and shared experts.
 ROW_PARALLEL_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
+# The GEMMs that TP comm overlap splits into chunks (one GEMM call each): the column-parallel projections after the
+# sequence-parallel all-gather (qkv_fprop, fc1_fprop) and the row-parallel ones before the reduce-scatter
+# (proj_fprop, fc2_fprop) of the attention and the dense MLP; in backward the row-parallel GEMMs' dgrad after
+# its all-gather (proj_dgrad, fc2_dgrad). Transformer Engine's userbuffer names, transformer_engine/pytorch/
+# module/base.py @ d0067d0 initialize_ub; torch's async TP decomposes the same matmuls (fused_all_gather_matmul,
+# fused_matmul_reduce_scatter).
+TP_OVERLAP_AG_GEMMS = frozenset({"qkv", "mlp_up"})
+TP_OVERLAP_RS_GEMMS = frozenset({"attn_out", "mlp_down"})
 # What each extra step of context-parallel attention moves and launches besides its kernel (the merges of partial
 # outputs, the gradient accumulators, copies) and how K/V travel is engine behaviour: the engine profile's
 # context_parallel section (planner.specs.engine; Transformer Engine's P2P ring for Megatron, torch's
@@ -370,6 +378,15 @@ def layer_time(
     overlapped = tp_overlap_runs(hw, lay)
     margin = np.where(overlapped, 1.0 / (1.0 - engine.efficiency.tp_overlap_sm_share) - 1.0, 0.0)
     forward = forward + margin * row_gemm
+    # Each chunk of a split GEMM is its own GEMM call and pays the fixed cost (launch, prologue, the last partial
+    # wave) again: tp chunks on the all-gather side (ring exchange), the engine's splits on the reduce-scatter side.
+    names = {g.name for g, _ in rank_gemms(model, lay.tp, moe_layer=moe_layer)}
+    ag_split, rs_split = len(names & TP_OVERLAP_AG_GEMMS), len(names & TP_OVERLAP_RS_GEMMS)
+    rs_chunks = engine.efficiency.tp_overlap_rs_splits
+    rs_extra = (lay.tp if rs_chunks is None else rs_chunks) - 1
+    chunk_fixed = np.where(overlapped, GEMM_FIXED_SECONDS / plateau_gemm, 0.0)
+    forward = forward + chunk_fixed * (ag_split * (lay.tp - 1) + rs_split * rs_extra)
+    backward = backward + chunk_fixed * rs_split * (lay.tp - 1)
     recompute = np.where(
         lay.recompute == RecomputeCode.FULL, forward, np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention, unfused_fwd, 0.0)
     )
