@@ -485,6 +485,8 @@ def _llama4_text(r: _Reader) -> None:
     r.put("mlp_kind", "gated")
     r.put("position_embedding", "rotary")
     r.put("norm_kind", "rmsnorm")
+    # Llama4TextConfig writes attention_bias (always false: its __init__ sets it so) and the modeling has no bias
+    r.require("attention_bias", False, "Llama 4's projections have no bias")
     r.put("qkv_bias", False)
     r.put("attention_output_bias", False)
     r.raw("use_qk_norm")  # L2 norm of q and k: no weights

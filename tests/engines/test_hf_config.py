@@ -577,3 +577,23 @@ def test_llama4_layer_lists_that_do_not_fit_the_model_are_refused(key, value, wh
     raw["text_config"][key] = value
     with pytest.raises(PlannerError, match=why):
         read_hf_config(raw, "bad.json")
+
+
+def test_llama4_text_only_config_with_the_keys_checkpoints_write():
+    """A text-only Llama4ForCausalLM config.json as fine-tuned Scout checkpoints write it (the keys quoted in
+    vllm-project/vllm issue #20581, up to where the quote stops; the rest as Llama4TextConfig writes them): the
+    explicit moe_layers and no_rope_layers lists, attention_bias false, cache_implementation,
+    for_llm_compressor. It reads as Scout."""
+    text = {k: v for k, v in LLAMA4_SCOUT["text_config"].items()}
+    text.update({
+        "architectures": ["Llama4ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "cache_implementation": "hybrid", "for_llm_compressor": False, "initializer_range": 0.02,
+        "moe_layers": list(range(48)), "no_rope_layers": [1, 1, 1, 0] * 12, "max_position_embeddings": 262144,
+        "bos_token_id": 200000, "eos_token_id": [200001, 200007, 200008], "pad_token_id": 200018,
+        "tie_word_embeddings": False, "output_router_logits": False, "router_jitter_noise": 0.0,
+    })
+    got = read_hf_config(text, "scout_text.json")
+    assert count_params(got.spec).total == count_params(load_model("llama-4-scout").spec).total
+    assert got.spec.sliding_window_layers == 36 and got.spec.max_seq_len == 262144
+    with pytest.raises(PlannerError, match="attention_bias"):
+        read_hf_config({**text, "attention_bias": True}, "bad.json")
