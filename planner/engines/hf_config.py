@@ -526,6 +526,35 @@ def _llama4_text(r: _Reader) -> None:
                        "window (attention FLOPs beyond one chunk an upper bound)")
 
 
+def _glm4_moe(r: _Reader) -> None:
+    """GLM-4.5 / GLM-4.7 (transformers Glm4MoeConfig and modeling_glm4_moe): a GQA decoder with partial rotary
+    embedding (partial_rotary_factor, default 0.5), a bias on q, k and v but not on the output projection when
+    attention_bias is set, per-head q/k RMSNorm when use_qk_norm is; DeepSeek-V3's MoE after the leading
+    first_k_dense_replace dense layers (n_routed_experts experts of moe_intermediate_size, n_shared_experts shared
+    ones, a sigmoid router with a per-expert correction bias), and num_nextn_predict_layers MTP layers."""
+    _core(r)
+    _kv_heads(r)
+    _llama_block(r, tied_default=False)
+    if "rotary_fraction" not in r.spec:
+        r.put("rotary_fraction", 0.5)  # Glm4MoeConfig's default (kwargs.setdefault("partial_rotary_factor", 0.5))
+    _head_dim(r, default=128)
+    r.put("qkv_bias", r.bool_("attention_bias", False), "attention_bias")  # o_proj: bias=False always
+    if r.bool_("use_qk_norm", False):
+        r.put("qk_norm", True, "use_qk_norm")
+    dense = _count(r, "first_k_dense_replace") if r.raw("first_k_dense_replace") is not None else 1
+    shared = _count(r, "n_shared_experts") if r.raw("n_shared_experts") is not None else 1
+    _moe(r, experts="n_routed_experts", ffn="moe_intermediate_size", shared=shared, dense_layers=dense,
+         router_bias=True)
+    groups, group_topk = _optional_count(r, "n_group"), _optional_count(r, "topk_group")
+    if groups and group_topk and groups > 1:
+        r.put("moe", {**r.spec["moe"], "router_groups": groups, "router_group_topk": group_topk}, "n_group")
+    mtp = _optional_count(r, "num_nextn_predict_layers")
+    if mtp:
+        r.put("mtp_layers", mtp, "num_nextn_predict_layers")
+        r.notes.append(f"num_nextn_predict_layers {mtp}: multi-token-prediction layers trained with the model "
+                       "(mtp_layers); serving ignores them")
+
+
 def _olmo2(r: _Reader) -> None:
     _rotary_decoder(r, tied_default=False)
     _attention_bias(r)
@@ -698,6 +727,9 @@ IGNORED_KEYS.update({
     "cohere": {**_LLAMA_IGNORED, "logit_scale": "a scalar multiplying the logits; no weights"},
     "deepseek_v2": {**IGNORED_KEYS["deepseek_v3"]},
     "kimi_k2": {**IGNORED_KEYS["deepseek_v3"]},
+    "glm4_moe": {**_LLAMA_IGNORED, "routed_scaling_factor": "routing weight scale",
+                 "norm_topk_prob": "routing normalisation", "mtp_lambda_weight": "MTP loss weight",
+                 **_MOE_ROUTING},
     "llama4_text": {**_LLAMA_IGNORED, "attn_temperature_tuning": "attention temperature at long context; no weights",
                     "floor_scale": "attention temperature setting; no weights",
                     "attn_scale": "attention temperature setting; no weights",
@@ -812,6 +844,7 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     # Moonshot's Kimi K2 ships DeepseekV3ForCausalLM (its own code, the same keys) under model_type kimi_k2
     "kimi_k2": _deepseek_v3,
     "llama4_text": _llama4_text,
+    "glm4_moe": _glm4_moe,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 

@@ -597,3 +597,30 @@ def test_llama4_text_only_config_with_the_keys_checkpoints_write():
     assert got.spec.sliding_window_layers == 36 and got.spec.max_seq_len == 262144
     with pytest.raises(PlannerError, match="attention_bias"):
         read_hf_config({**text, "attention_bias": True}, "bad.json")
+
+
+# GLM-4.5 as transformers' Glm4MoeConfig keys write it, with the sizes of Megatron-Bridge's model page
+# (docs/models/glm/glm45.md @ 067f987df0).
+GLM45 = {
+    "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": True, "attention_dropout": 0.0,
+    "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120, "partial_rotary_factor": 0.5, "initializer_range": 0.02,
+    "intermediate_size": 12288, "max_position_embeddings": 131072, "moe_intermediate_size": 1536, "norm_topk_prob": True,
+    "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 160, "n_shared_experts": 1,
+    "routed_scaling_factor": 2.5, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "num_hidden_layers": 92,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000, "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": False, "use_cache": True, "use_qk_norm": True, "vocab_size": 151552,
+}
+
+
+def test_glm45_and_air_read_as_the_catalog_holds_them():
+    air = {**GLM45, "hidden_size": 4096, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+           "n_routed_experts": 128, "first_k_dense_replace": 1, "num_hidden_layers": 46, "routed_scaling_factor": 1.0,
+           "use_qk_norm": False}
+    for raw, catalog in ((GLM45, "glm-4.5"), (air, "glm-4.5-air")):
+        got = read_hf_config(raw, "glm.json").spec
+        want = load_model(catalog).spec
+        assert count_params(got).total == count_params(want).total
+        assert (got.qk_norm, got.rotary_fraction, got.qkv_bias, got.attention_output_bias, got.mtp_layers) == (
+            want.qk_norm, 0.5, True, False, 1)
+    # the partial-rotary default of Glm4MoeConfig (kwargs.setdefault) when the key is absent
+    assert read_hf_config({k: v for k, v in GLM45.items() if k != "partial_rotary_factor"}, "g.json").spec.rotary_fraction == 0.5

@@ -480,3 +480,16 @@ def test_kimi_k2_hf_config_reads_as_deepseek_v3():
                first_k_dense_replace=1, n_group=1, topk_group=1, vocab_size=163840, num_nextn_predict_layers=0)
     spec = model_from_hf_config(raw, source="kimi.json")
     assert count_params(spec).total == count_params(load_model("kimi-k2").spec).total
+
+
+@pytest.mark.parametrize(("model_id", "published", "with_mtp"), [
+    ("glm-4.5", 355e9, True),  # Megatron-Bridge docs/models/glm/glm45.md: 355B total
+    ("glm-4.5-air", 106e9, False),  # 106B total
+])
+def test_glm45_totals_against_the_published_figures(model_id, published, with_mtp):
+    """The GLM-4.5 pages give rounded totals and do not say whether the MTP layer is in them: GLM-4.5 comes to
+    352.8e9 without it and 356.8e9 with it (355B between), Air to 106.9e9 without (109.2e9 with). Each is
+    checked within 1% of the figure in the reading it agrees with."""
+    counts = count_params(load_model(model_id).spec)
+    total = counts.total + (counts.mtp_module * counts.num_mtp_layers if with_mtp else 0)
+    assert abs(total / published - 1) < 0.01
