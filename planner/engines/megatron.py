@@ -344,7 +344,8 @@ def moe_layer_pattern(freq: Any, num_layers: int, source: str) -> list[int]:
                 return [int(i) for i in items]  # type: ignore[arg-type]
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
             left, right = value(node.left), value(node.right)
-            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list):
+            if isinstance(node.op, ast.Add) and isinstance(left, list) and isinstance(right, list) \
+                    and len(left) + len(right) <= MAX_PATTERN_LAYERS:  # a sum of long lists is bounded too
                 return left + right
             if isinstance(node.op, ast.Mult) and isinstance(left, int) and isinstance(right, list):
                 left, right = right, left
@@ -947,15 +948,18 @@ def pipeline_layout(text: str, pp: int, layers: int, source: str) -> list[list[s
     pp x v of them. Megatron asserts the count divides by pp, one embedding first, one loss last and exactly
     num_layers decoder layers; so does this. Returns each stage's letters in order."""
     flat = str(text).strip("'\"").replace(",", "")
+    produced = [0]  # what the repeats of one pass have written: bounded over the pass, not only per repeat
 
     def repeat(match: re.Match[str]) -> str:
         count = int(match.group(2)) if len(match.group(2)) < 7 else MAX_PATTERN_LAYERS + 1
-        if len(match.group(1)) * count > MAX_PATTERN_LAYERS:
+        produced[0] += len(match.group(1)) * count
+        if produced[0] > MAX_PATTERN_LAYERS:
             raise PlannerError(f"--pipeline-model-parallel-layout {text!r}: a repeat longer than {MAX_PATTERN_LAYERS:,} "
-                               "layers", source=source)
+                               "layers (all the repeats of the text together)", source=source)
         return match.group(1) * count
 
     flat = re.sub(r"\(([^)]+)\)\*(\d+)", repeat, flat)
+    produced[0] = 0
     flat = re.sub(r"(.)\*(\d+)", repeat, flat)
     if len(flat) > MAX_PATTERN_LAYERS:
         raise PlannerError(f"--pipeline-model-parallel-layout {text!r}: longer than {MAX_PATTERN_LAYERS:,} layers",

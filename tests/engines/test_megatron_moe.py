@@ -9,6 +9,7 @@ c1e938b03902ab688cf4ac1ce1eaebe7a5a17dcf (2026-05-13).
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -214,6 +215,27 @@ def test_pipeline_layout_gives_the_virtual_stages_and_the_split():
 def test_pipeline_layouts_megatron_refuses_are_refused(text, why):
     with pytest.raises(PlannerError, match=why):
         pipeline_layout(text, 2, 4, "t")
+
+
+@pytest.mark.parametrize(("parse", "text"), [
+    # 200 copies of 't*99999' after the first pass, each within the bound: 20 million letters in the second
+    (lambda t: pipeline_layout(t, 2, 4, "t"), "E(t*99999)*200L"),
+    (lambda t: pipeline_layout(t, 2, 4, "t"), "E" + "(t)*99999" * 100 + "L"),  # many repeats, each within it
+    # a sum of lists each within the bound: 3 million entries, copied again at every '+'
+    (lambda t: moe_layer_pattern(t, 4, "t"), "+".join(["[0]*99999"] * 30)),
+], ids=["repeat-of-repeats", "many-repeats", "sum-of-lists"])
+def test_layout_and_freq_bound_all_their_repeats_together_before_building_them(parse, text):
+    """The bound of MAX_PATTERN_LAYERS holds for what the whole text unrolls to, not only for each repeat: a
+    15-character layout unrolled to 1.4e9 letters (2.8 GB, 9 s) before the length check refused it, and a
+    sum of 300 lists took 25 s. Refused now before it is built: a few MB at most."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(PlannerError, match="--pipeline-model-parallel-layout|--moe-layer-freq"):
+            parse(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8e6, peak
 
 
 def test_expert_tp_on_a_dense_model_is_ignored_as_megatron_ignores_it():
