@@ -478,7 +478,8 @@ def _llama4_text(r: _Reader) -> None:
     on average half of itself)."""
     _core(r)
     _kv_heads(r)
-    _head_dim(r, default=128)  # Llama4TextConfig default
+    # Llama4TextConfig: 128 when the key is absent; an explicit null is hidden_size // num_attention_heads there
+    _head_dim(r, default=None if "head_dim" in r.data and r.data["head_dim"] is None else 128)
     r.put("ffn_hidden_size", r.int_("intermediate_size_mlp", 16384), "intermediate_size_mlp")
     r.put("max_seq_len", r.int_("max_position_embeddings", 131072), "max_position_embeddings")
     r.put("tied_embeddings", r.bool_("tie_word_embeddings", False), "tie_word_embeddings")

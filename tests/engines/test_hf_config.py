@@ -579,6 +579,16 @@ def test_llama4_layer_lists_that_do_not_fit_the_model_are_refused(key, value, wh
         read_hf_config(raw, "bad.json")
 
 
+def test_llama4_head_dim_absent_is_128_and_null_is_hidden_over_heads():
+    """Llama4TextConfig: head_dim defaults to 128, and __post_init__ turns an explicit null into hidden_size //
+    num_attention_heads (huggingface/transformers src/transformers/models/llama4/configuration_llama4.py @
+    008e574). A 4,096-wide text config of 64 heads: 128 when the key is absent, 4,096 / 64 = 64 when null."""
+    text = {**LLAMA4_SCOUT["text_config"], "hidden_size": 4096, "num_attention_heads": 64}
+    absent = read_hf_config({k: v for k, v in text.items() if k != "head_dim"}, "a.json").spec
+    null = read_hf_config({**text, "head_dim": None}, "n.json").spec
+    assert (absent.head_size, null.head_size) == (128, 64)
+
+
 def test_llama4_text_only_config_with_the_keys_checkpoints_write():
     """A text-only Llama4ForCausalLM config.json as fine-tuned Scout checkpoints write it (the keys quoted in
     vllm-project/vllm issue #20581, up to where the quote stops; the rest as Llama4TextConfig writes them): the
