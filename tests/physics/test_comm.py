@@ -251,3 +251,27 @@ def test_tp_overlap_pays_the_fixed_gemm_cost_once_per_chunk():
     chunk = GEMM_FIXED_SECONDS / matmul_plateau(HW)
     assert float(with_overlap.forward[0] - without.forward[0]) == pytest.approx(12 * chunk)
     assert float(with_overlap.backward[0] - without.backward[0]) == pytest.approx(6 * chunk)
+
+
+def test_tp_overlap_chunks_of_a_moe_layer_and_of_a_recomputed_forward():
+    """In a MoE layer only the attention's pair is split (Megatron-Core turns userbuffers off for the routed
+    experts, is_expert in TELinear; the model here has no shared expert): at tp 4 one ring exchange of 4
+    chunks (qkv) and one pipeline of 4 splits (proj) forward, 3 + 3 further calls, and proj_dgrad's 3 in
+    backward. Full recompute runs the forward again, chunks included."""
+    from planner.specs.engine import engine_profile
+
+    mega = engine_profile("megatron")
+    no_margin = mega.model_copy(update={"efficiency": mega.efficiency.model_copy(update={"tp_overlap_sm_share": 0.0})})
+    model = ModelSpec.model_validate({**tiny().model_dump(), "moe": {"num_experts": 4, "experts_per_token": 2,
+                                                                     "moe_ffn_hidden_size": 64}})
+    chunk = GEMM_FIXED_SECONDS / matmul_plateau(HW)
+    base = dict(tp=4, global_batch=1, seq_len=64, sequence_parallel=True)
+    on, off = (Layout(**base, overlap_tp_comm=flag).to_arrays() for flag in (True, False))
+    with_overlap = layer_time(model, HW, on, moe_layer=True, engine=no_margin)
+    without = layer_time(model, HW, off, moe_layer=True, engine=no_margin)
+    assert float(with_overlap.forward[0] - without.forward[0]) == pytest.approx(6 * chunk)
+    assert float(with_overlap.backward[0] - without.backward[0]) == pytest.approx(3 * chunk)
+    full_on, full_off = (Layout(**base, overlap_tp_comm=flag, recompute="full").to_arrays() for flag in (True, False))
+    dense_on = layer_time(tiny(), HW, full_on, moe_layer=False, engine=no_margin)
+    dense_off = layer_time(tiny(), HW, full_off, moe_layer=False, engine=no_margin)
+    assert float(dense_on.recompute[0] - dense_off.recompute[0]) == pytest.approx(12 * chunk)
