@@ -921,7 +921,7 @@ def _check_split(args: Mapping[str, Any], layers: int, pp: int, interleave: int,
     split = megatron_split(args, layers, pp, got.source)
     layout = args.get("pipeline-model-parallel-layout")
     if layout and pp > 1 and not args.get("hybrid-layer-pattern"):
-        split = layout_split(pipeline_layout(layout, pp, layers, got.source), pp)
+        split = layout_split(pipeline_layout(layout, pp, layers, got.source, mtp_layers=_mtp_flag(args)), pp)
         if split != planner_split(layers, pp):
             got.warn(f"--pipeline-model-parallel-layout places {split} transformer layers on the {pp} pipeline ranks; "
                      f"planner models its own split {planner_split(layers, pp)}, so the per-stage figures are approximate")
@@ -942,11 +942,13 @@ LAYOUT_LAYERS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 """The letters of --pipeline-model-parallel-layout (Megatron-Core PipelineParallelLayerLayout, c1e938b0)."""
 
 
-def pipeline_layout(text: str, pp: int, layers: int, source: str) -> list[list[str]]:
+def pipeline_layout(text: str, pp: int, layers: int, source: str, *, mtp_layers: int | None = None) -> list[list[str]]:
     """--pipeline-model-parallel-layout as Megatron-Core reads it: commas are cosmetic, '(...)*n' and 'x*n'
     repeat, '|' ends a virtual stage; the stages go round the pp ranks (stage i on rank i % pp), so there are
-    pp x v of them. Megatron asserts the count divides by pp, one embedding first, one loss last and exactly
-    num_layers decoder layers; so does this. Returns each stage's letters in order."""
+    pp x v of them. Megatron asserts the count divides by pp, one embedding first, one loss last, exactly
+    num_layers decoder layers, and --mtp-num-layers MTP layers (none without the flag) after every decoder
+    layer (PipelineParallelLayerLayout.validate_layer_layout); so does this. Returns each stage's letters in
+    order."""
     flat = str(text).strip("'\"").replace(",", "")
     produced = [0]  # what the repeats of one pass have written: bounded over the pass, not only per repeat
 
@@ -979,7 +981,19 @@ def pipeline_layout(text: str, pp: int, layers: int, source: str) -> list[list[s
     if letters.count("t") != layers:
         raise PlannerError(f"--pipeline-model-parallel-layout places {letters.count('t')} transformer layers (t) and the "
                            f"model has {layers} (Megatron-Core asserts they match)", source=source)
+    if letters.count("m") != (mtp_layers or 0):
+        raise PlannerError(f"--pipeline-model-parallel-layout places {letters.count('m')} MTP layers (m) and "
+                           f"--mtp-num-layers is {mtp_layers} (Megatron-Core asserts they match)", source=source)
+    if "m" in letters and "t" in letters[letters.index("m"):]:
+        raise PlannerError("--pipeline-model-parallel-layout places a transformer layer (t) after an MTP layer (m); "
+                           "Megatron-Core asserts the decoder layers come first", source=source)
     return stages
+
+
+def _mtp_flag(args: Mapping[str, Any]) -> int | None:
+    """--mtp-num-layers as given (None when absent)."""
+    value = args.get("mtp-num-layers")
+    return None if value is None else int(value)
 
 
 def layout_split(stages: list[list[str]], pp: int) -> list[int]:
@@ -994,7 +1008,7 @@ def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str) -> i
             raise PlannerError("--pipeline-model-parallel-layout with --num-layers-per-virtual-pipeline-stage or "
                                "--num-virtual-stages-per-pipeline-rank (Megatron-LM asserts the layout is given alone); "
                                "keep the layout", source=source)
-        return len(pipeline_layout(layout, pp, layers, source)) // pp
+        return len(pipeline_layout(layout, pp, layers, source, mtp_layers=_mtp_flag(args))) // pp
     per_stage = args.get("num-layers-per-virtual-pipeline-stage")
     if per_stage:
         if layers % pp or (layers // pp) % per_stage:

@@ -198,7 +198,7 @@ def test_pipeline_layout_gives_the_virtual_stages_and_the_split():
                              gpus=8)
     assert (layout.tp, layout.pp, layout.ep, layout.etp, layout.interleave) == (2, 2, 4, 1, 4)
     assert layout.moe_ep_overlap
-    stages = pipeline_layout("Et*3|(tt|)*6tmL", 2, 16, "t")
+    stages = pipeline_layout("Et*3|(tt|)*6tmL", 2, 16, "t", mtp_layers=1)  # the file sets --mtp-num-layers 1
     assert ["".join(s) for s in stages] == ["Ettt", "tt", "tt", "tt", "tt", "tt", "tt", "tmL"]
     assert layout_split(stages, 2) == [9, 7]
     assert any("places [9, 7] transformer layers" in w for w in imported.warnings)
@@ -215,6 +215,20 @@ def test_pipeline_layout_gives_the_virtual_stages_and_the_split():
 def test_pipeline_layouts_megatron_refuses_are_refused(text, why):
     with pytest.raises(PlannerError, match=why):
         pipeline_layout(text, 2, 4, "t")
+
+
+@pytest.mark.parametrize(("text", "mtp", "why"), [
+    ("Ett|ttmL", None, "places 1 MTP layers"),  # an MTP layer without --mtp-num-layers
+    ("Ett|ttL", 1, "places 0 MTP layers"),  # --mtp-num-layers 1 and no m in the layout
+    ("Ett|tmtL", 1, "after an MTP layer"),  # a decoder layer after the MTP layer
+])
+def test_pipeline_layout_mtp_layers_as_megatron_checks_them(text, mtp, why):
+    """PipelineParallelLayerLayout.validate_layer_layout (megatron/core/transformer/pipeline_parallel_layer_layout.py
+    @ d98e8a64): the m count equals --mtp-num-layers (none without the flag) and no decoder layer follows an
+    MTP layer; planner accepted all three."""
+    with pytest.raises(PlannerError, match=why):
+        pipeline_layout(text, 2, 4, "t", mtp_layers=mtp)
+    assert [len(s) for s in pipeline_layout("Ett|ttmL", 2, 4, "t", mtp_layers=1)] == [3, 4]
 
 
 @pytest.mark.parametrize(("parse", "text"), [
