@@ -13,6 +13,7 @@ import numpy as np
 
 from planner.search.engine import NearMiss, SearchResult
 from planner.search.rank import Selection, TrainingCost, training_cost
+from planner.specs.engine import engine_profile
 from planner.specs.layout import RECOMPUTE_NAMES
 from planner.training.estimate import MFU_PLAUSIBILITY_MARGIN, estimate
 
@@ -197,7 +198,10 @@ def summary_lines(view: SearchView) -> list[str]:
     ]
     if r.rejected:
         lines.append("Rejected: " + ", ".join(f"{code} {n:,}" for code, n in r.rejected.items()))
-    if r.problem.overlap_tp_comm:
+    if r.problem.overlap_tp_comm and r.model.mla is not None and not engine_profile(r.problem.engine).kernels.tp_overlap_with_mla:
+        lines.append(f"TP: {r.problem.engine} turns TP comm overlap off for models with multi-latent attention "
+                     "(Megatron-Core's TELinear): the TP collectives are counted exposed.")
+    elif r.problem.overlap_tp_comm:
         lines.append(f"TP: layouts with SP overlap TP collectives with the GEMMs ({r.problem.engine}'s TP comm "
                      "overlap, Megatron --tp-comm-overlap); --no-tp-comm-overlap to search without.")
     if r.model.moe is not None:

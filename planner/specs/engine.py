@@ -78,6 +78,10 @@ class KernelSection(_Sourced):
         description="Under an fp8 recipe the sequence-parallel all-gathers (the layer inputs in forward, the output "
         "gradients in backward) move fp8, 1 byte per element; the reduce-scatters stay 16-bit."
     )
+    tp_overlap_with_mla: bool = Field(
+        default=True, description="TP comm overlap still runs in a model with multi-latent attention (false: the "
+        "engine turns it off for the whole model, and its TP collectives stay exposed)."
+    )
 
 
 class ZeroSection(_Sourced):
@@ -368,7 +372,13 @@ _MEGATRON = EngineProfile(
     kernels=KernelSection(
         fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
         attention_kernel="fused", cuda_graphs=True, fp8_proj_keeps_cast_input=False, fp8_tp_all_gather=False,
+        tp_overlap_with_mla=False,
         sources={
+            "tp_overlap_with_mla": "Megatron-Core megatron/core/extensions/transformer_engine.py @ d98e8a64 (TELinear): "
+            "a TE linear whose userbuffer name is not qkv, proj, fc1 or fc2 sets config.tp_comm_overlap = False "
+            "('Disabling TP communication overlap for this layer'); MLA's q_down_proj, kv_down_proj, q_up_proj and "
+            "kv_up_proj (multi_latent_attention.py) are such layers, and the TransformerConfig they change is the "
+            "one every layer shares",
             "fp8_tp_all_gather": "counted in 16-bit (Transformer Engine's fp8 gathers under sequence parallelism are "
             "not examined here; the TP terms were calibrated this way)",
             "cuda_graphs": _MEGATRON_CUDA_GRAPHS,
@@ -605,6 +615,8 @@ _TORCHAO_FP8_INPUT = (
 )
 _TORCH_EAGER_SOURCES: dict[str, str] = {
     "fp8_proj_keeps_cast_input": _TORCHAO_FP8_INPUT,
+    "tp_overlap_with_mla": "torch's async TP (torch._inductor micro_pipeline_tp_pass) fuses every all-gather -> "
+    "matmul and matmul -> reduce-scatter pattern of the compiled graph, whatever the projection",
     "cuda_graphs": "torchtitan's TOML job config (v0.1 - v0.2.x, last at 238fa995) has no CUDA-graph setting",
     "attention_kernel": _SDPA_FLASH2,
     "loss_bytes_per_logit": _TORCH_LOSS,
@@ -615,7 +627,7 @@ _TORCH_EAGER_SOURCES: dict[str, str] = {
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 3.0,
     "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
-    "fp8_proj_keeps_cast_input": True,
+    "fp8_proj_keeps_cast_input": True, "tp_overlap_with_mla": True,
     "sources": _TORCH_EAGER_SOURCES,
 }
 

@@ -375,7 +375,8 @@ def layer_time(
     # Under --tp-comm-overlap the row-parallel forward GEMMs (attention output, fc2) run beside their pipelined
     # reduce-scatter, launched with an SM margin the communication kernels take: on 1 - tp_overlap_sm_share of
     # the chip (Transformer Engine's 'pipeline' overlap; the engine profile's efficiency section says how much).
-    overlapped = tp_overlap_runs(hw, lay)
+    # Megatron-Core turns the overlap off for a whole model with multi-latent attention (engine kernels section).
+    overlapped = tp_overlap_runs(hw, lay) & (engine.kernels.tp_overlap_with_mla | (model.mla is None))
     margin = np.where(overlapped, 1.0 / (1.0 - engine.efficiency.tp_overlap_sm_share) - 1.0, 0.0)
     forward = forward + margin * row_gemm
     # Each chunk of a split GEMM is its own GEMM call and pays the fixed cost (launch, prologue, the last partial

@@ -275,3 +275,26 @@ def test_tp_overlap_chunks_of_a_moe_layer_and_of_a_recomputed_forward():
     dense_on = layer_time(tiny(), HW, full_on, moe_layer=False, engine=no_margin)
     dense_off = layer_time(tiny(), HW, full_off, moe_layer=False, engine=no_margin)
     assert float(dense_on.recompute[0] - dense_off.recompute[0]) == pytest.approx(12 * chunk)
+
+
+def test_megatron_runs_no_tp_overlap_in_a_model_with_mla():
+    """Megatron-Core's TELinear turns config.tp_comm_overlap off when a layer's userbuffer name is not qkv, proj,
+    fc1 or fc2 (megatron/core/extensions/transformer_engine.py @ d98e8a64), which MLA's down/up projections are:
+    with MLA the overlapped layout costs what the plain one does. torch's async TP fuses any projection."""
+    from planner.specs.engine import engine_profile
+    from planner.specs.model import MLASpec
+
+    mla = tiny().model_copy(update={"mla": MLASpec(q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16,
+                                                   qk_rope_head_dim=8, v_head_dim=16)})
+    on = Layout(tp=2, global_batch=1, seq_len=32, overlap_tp_comm=True, sequence_parallel=True).to_arrays()
+    off = Layout(tp=2, global_batch=1, seq_len=32, sequence_parallel=True).to_arrays()
+    mega, titan = engine_profile("megatron"), engine_profile("torchtitan")
+    assert mega.kernels.tp_overlap_with_mla is False and titan.kernels.tp_overlap_with_mla is True
+    with_mla_on, with_mla_off = (layer_time(mla, HW, lay, moe_layer=False, engine=mega) for lay in (on, off))
+    assert float(with_mla_on.tp_comm[0]) == pytest.approx(float(with_mla_off.tp_comm[0]))
+    assert float(with_mla_on.forward[0]) == pytest.approx(float(with_mla_off.forward[0]))
+    titan_on, titan_off = (layer_time(mla, HW, lay, moe_layer=False, engine=titan) for lay in (on, off))
+    assert float(titan_on.tp_comm[0]) < float(titan_off.tp_comm[0])
+    plain_on = layer_time(tiny(), HW, on, moe_layer=False, engine=mega)
+    plain_off = layer_time(tiny(), HW, off, moe_layer=False, engine=mega)
+    assert float(plain_on.tp_comm[0]) < float(plain_off.tp_comm[0])
