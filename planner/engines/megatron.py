@@ -330,6 +330,10 @@ def moe_layer_pattern(freq: Any, num_layers: int, source: str) -> list[int]:
                        "'([0]*3+[1]*58)'", source=source)
     if len(text) > 10_000:
         raise bad
+    if "[" in text and re.search(r"[^,\d\[\]()+*]", text):
+        # Megatron-LM's _eval_pattern allows only digits, commas, brackets, parentheses, + and * (no spaces)
+        raise PlannerError(f"--moe-layer-freq {freq!r}: Megatron-LM accepts only digits, commas, [ ], ( ), + and * "
+                           "in a pattern (no spaces); write it as '([0]*3+[1]*58)'", source=source)
     try:
         tree = ast.parse(text, mode="eval").body
     except (SyntaxError, RecursionError, MemoryError, ValueError):
@@ -338,7 +342,7 @@ def moe_layer_pattern(freq: Any, num_layers: int, source: str) -> list[int]:
     def value(node: ast.AST) -> int | list[int]:
         if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
             return node.value
-        if isinstance(node, ast.List | ast.Tuple):
+        if isinstance(node, ast.List):  # Megatron's eval would make a tuple, which its length check refuses
             items = [value(e) for e in node.elts]
             if all(isinstance(i, int) and i in (0, 1) for i in items):
                 return [int(i) for i in items]  # type: ignore[arg-type]
