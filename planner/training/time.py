@@ -99,12 +99,14 @@ TP_OVERLAP_EXPOSED_FRACTION = 0.1
 ROW_PARALLEL_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
 # The GEMMs that TP comm overlap splits into chunks (one GEMM call each): the column-parallel projections after the
 # sequence-parallel all-gather (qkv_fprop, fc1_fprop) and the row-parallel ones before the reduce-scatter
-# (proj_fprop, fc2_fprop) of the attention and the dense MLP; in backward the row-parallel GEMMs' dgrad after
+# (proj_fprop, fc2_fprop) of the attention, the dense MLP and the shared experts (Megatron-Core's SharedExpertMLP
+# is an MLP built with the fc1/fc2 userbuffer names, moe/shared_experts.py @ d98e8a64; the routed experts run
+# without userbuffers); in backward the row-parallel GEMMs' dgrad after
 # its all-gather (proj_dgrad, fc2_dgrad). Transformer Engine's userbuffer names, transformer_engine/pytorch/
 # module/base.py @ d0067d0 initialize_ub; torch's async TP decomposes the same matmuls (fused_all_gather_matmul,
 # fused_matmul_reduce_scatter).
-TP_OVERLAP_AG_GEMMS = frozenset({"qkv", "mlp_up"})
-TP_OVERLAP_RS_GEMMS = frozenset({"attn_out", "mlp_down"})
+TP_OVERLAP_AG_GEMMS = frozenset({"qkv", "mlp_up", "shared_up"})
+TP_OVERLAP_RS_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
 # What each extra step of context-parallel attention moves and launches besides its kernel (the merges of partial
 # outputs, the gradient accumulators, copies) and how K/V travel is engine behaviour: the engine profile's
 # context_parallel section (planner.specs.engine; Transformer Engine's P2P ring for Megatron, torch's

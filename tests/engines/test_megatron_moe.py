@@ -274,7 +274,8 @@ def test_moe_layer_freq_forms(freq, layers, pattern):
 
 
 @pytest.mark.parametrize("freq", ["([0]*2+[1]*3)", "__import__('os').getcwd()", "([2]*4)", "0", "([0]*(10**9))",
-                                  "([1]*100000)*100000", "([0] * 2 + [1] * 2)", "((0,1)*2)", "[(0,1),(1,1)]", "(" * 500 + "[1]" + ")" * 500, "+".join(["[1]"] * 3000)])
+                                  "([1]*100000)*100000", "([0] * 2 + [1] * 2)", "((0,1)*2)", "[(0,1),(1,1)]",
+                                  "(" * 500 + "[1]" + ")" * 500, "+".join(["[1]"] * 3000)])
 def test_moe_layer_freq_that_is_not_a_layer_list_is_refused(freq):
     with pytest.raises(PlannerError, match="--moe-layer-freq"):
         moe_layer_pattern(freq, 4, "t")

@@ -254,7 +254,7 @@ def test_tp_overlap_pays_the_fixed_gemm_cost_once_per_chunk():
 
 
 def test_tp_overlap_chunks_of_a_moe_layer_and_of_a_recomputed_forward():
-    """In a MoE layer only the attention's pair is split (Megatron-Core turns userbuffers off for the routed
+    """In a MoE layer without shared experts only the attention's pair is split (userbuffers are off for the routed
     experts, is_expert in TELinear; the model here has no shared expert): at tp 4 one ring exchange of 4
     chunks (qkv) and one pipeline of 4 splits (proj) forward, 3 + 3 further calls, and proj_dgrad's 3 in
     backward. Full recompute runs the forward again, chunks included."""
@@ -275,6 +275,14 @@ def test_tp_overlap_chunks_of_a_moe_layer_and_of_a_recomputed_forward():
     dense_on = layer_time(tiny(), HW, full_on, moe_layer=False, engine=no_margin)
     dense_off = layer_time(tiny(), HW, full_off, moe_layer=False, engine=no_margin)
     assert float(dense_on.recompute[0] - dense_off.recompute[0]) == pytest.approx(12 * chunk)
+    # with a shared expert (Megatron-Core's SharedExpertMLP: an MLP built with the fc1/fc2 userbuffer names) its
+    # fc1 and fc2 split as the dense MLP's do: twice the attention's count
+    shared = ModelSpec.model_validate({**tiny().model_dump(), "moe": {"num_experts": 4, "experts_per_token": 2,
+                                                                      "moe_ffn_hidden_size": 64, "num_shared_experts": 1}})
+    shared_on = layer_time(shared, HW, on, moe_layer=True, engine=no_margin)
+    shared_off = layer_time(shared, HW, off, moe_layer=True, engine=no_margin)
+    assert float(shared_on.forward[0] - shared_off.forward[0]) == pytest.approx(12 * chunk)
+    assert float(shared_on.backward[0] - shared_off.backward[0]) == pytest.approx(6 * chunk)
 
 
 def test_megatron_runs_no_tp_overlap_in_a_model_with_mla():
