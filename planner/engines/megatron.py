@@ -1143,7 +1143,11 @@ def import_megatron(
         got.warn("DeepSpeed-MoE puts experts on every --expert-interval-th layer; planner counts them after the "
                  "dense layers, so per-stage figures are approximate with pipeline parallelism")
     if v and v > 1:
-        merged = Collected(source, {"interleave": v}, {"interleave": "--num-layers-per-virtual-pipeline-stage"}
+        flag = next((f"--{name}" for name in ("pipeline-model-parallel-layout", "num-layers-per-virtual-pipeline-stage",
+                                               "num-virtual-stages-per-pipeline-rank")
+                     if args.get(name)), "--virtual-pipeline-model-parallel-size")
+        flag = f"the virtual stages per rank that {flag} gives"
+        merged = Collected(source, {"interleave": v}, {"interleave": flag}
                            ).merge(merged)
     if merged.get("etp") is not None and merged["etp"] == tp:
         merged["etp"] = None  # Megatron-LM's default: the expert layers take tp

@@ -297,3 +297,13 @@ def test_modelopt_scripts_with_moe_layer_freq_expressions_are_read():
     with pytest.raises(PlannerError, match="Do not set --moe-layer-recompute"):
         _read([*TINY_MOE, "--moe-layer-recompute", "--recompute-granularity", "full", "--recompute-method", "uniform",
                "--recompute-num-layers", "1"])
+
+
+@pytest.mark.parametrize("extra", [["--pipeline-model-parallel-layout", "Ett|tt|tt|ttL"],
+                                   ["--num-virtual-stages-per-pipeline-rank", "2"],
+                                   ["--num-layers-per-virtual-pipeline-stage", "2"]])
+def test_a_job_interleave_that_contradicts_the_file_names_the_flag_that_set_it(extra):
+    flags = ["--num-layers", "8", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64", "--bf16",
+             "--global-batch-size", "16", "--pipeline-model-parallel-size", "2", *extra]
+    with pytest.raises(PlannerError, match=f"virtual stages per rank that {extra[0]} gives = 2"):
+        import_megatron(flags, gpus=2, given={"interleave": 4}, model=None, source="t")
