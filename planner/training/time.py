@@ -107,6 +107,7 @@ ROW_PARALLEL_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
 # fused_matmul_reduce_scatter).
 TP_OVERLAP_AG_GEMMS = frozenset({"qkv", "mlp_up", "shared_up"})
 TP_OVERLAP_RS_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
+SHARED_SPLIT_GEMMS = frozenset({"shared_up", "shared_down"})  # split only without --moe-shared-expert-overlap
 # What each extra step of context-parallel attention moves and launches besides its kernel (the merges of partial
 # outputs, the gradient accumulators, copies) and how K/V travel is engine behaviour: the engine profile's
 # context_parallel section (planner.specs.engine; Transformer Engine's P2P ring for Megatron, torch's
@@ -339,7 +340,10 @@ def layer_time(
             if g.name.startswith(SHARED_EXPERT_PREFIX):
                 shared_gemm = shared_gemm + seconds
             if g.name in ROW_PARALLEL_GEMMS:
-                row_gemm = row_gemm + seconds
+                # Megatron-Core's SharedExpertMLP turns its fc1/fc2 userbuffer overlap off under
+                # --moe-shared-expert-overlap (its TP communication moves to the dispatcher): no SM margin there.
+                on_ub = ~lay.moe_shared_expert_overlap if g.name.startswith(SHARED_EXPERT_PREFIX) else True
+                row_gemm = row_gemm + np.where(on_ub, seconds, 0.0)
             fp8_weights = fp8_weights + elements
     cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer)
     weight_cast = fp8_cast_seconds(hw, fp8_weights, weight=True) / lay.num_micro_batches
@@ -383,8 +387,12 @@ def layer_time(
     forward = forward + margin * row_gemm
     # Each chunk of a split GEMM is its own GEMM call and pays the fixed cost (launch, prologue, the last partial
     # wave) again: tp chunks on the all-gather side (ring exchange), the engine's splits on the reduce-scatter side.
+    # The shared experts' fc1/fc2 are split only without --moe-shared-expert-overlap (SharedExpertMLP sets their
+    # ub_overlap_* flags to False under it: moe/shared_experts.py @ d98e8a64).
     names = {g.name for g, _ in rank_gemms(model, lay.tp, moe_layer=moe_layer)}
-    ag_split, rs_split = len(names & TP_OVERLAP_AG_GEMMS), len(names & TP_OVERLAP_RS_GEMMS)
+    shared_ub = np.where(lay.moe_shared_expert_overlap, 0, 1)
+    ag_split = len(names & TP_OVERLAP_AG_GEMMS - SHARED_SPLIT_GEMMS) + shared_ub * len(names & TP_OVERLAP_AG_GEMMS & SHARED_SPLIT_GEMMS)
+    rs_split = len(names & TP_OVERLAP_RS_GEMMS - SHARED_SPLIT_GEMMS) + shared_ub * len(names & TP_OVERLAP_RS_GEMMS & SHARED_SPLIT_GEMMS)
     rs_chunks = engine.efficiency.tp_overlap_rs_splits
     rs_extra = (lay.tp if rs_chunks is None else rs_chunks) - 1
     chunk_fixed = np.where(overlapped, GEMM_FIXED_SECONDS / plateau_gemm, 0.0)

@@ -285,6 +285,34 @@ def test_tp_overlap_chunks_of_a_moe_layer_and_of_a_recomputed_forward():
     assert float(shared_on.backward[0] - shared_off.backward[0]) == pytest.approx(6 * chunk)
 
 
+def test_shared_expert_overlap_takes_the_shared_experts_off_the_userbuffers():
+    """Under --moe-shared-expert-overlap Megatron-Core's SharedExpertMLP sets ub_overlap_ag/rs of its fc1 and fc2
+    to False (megatron/core/transformer/moe/shared_experts.py @ d98e8a64): they are not split and take no SM
+    margin, so only the attention's pair is (6 further calls forward and 3 backward at tp 4, as without shared
+    experts), and with the margin on the overlapped layout runs the attention output projection only slower."""
+    from planner.specs.engine import engine_profile
+
+    mega = engine_profile("megatron")
+    no_margin = mega.model_copy(update={"efficiency": mega.efficiency.model_copy(update={"tp_overlap_sm_share": 0.0})})
+    shared = ModelSpec.model_validate({**tiny().model_dump(), "moe": {"num_experts": 4, "experts_per_token": 2,
+                                                                      "moe_ffn_hidden_size": 64, "num_shared_experts": 1}})
+    chunk = GEMM_FIXED_SECONDS / matmul_plateau(HW)
+    base = dict(tp=4, global_batch=1, seq_len=64, sequence_parallel=True, moe_shared_expert_overlap=True)
+    on, off = (Layout(**base, overlap_tp_comm=flag).to_arrays() for flag in (True, False))
+    t_on, t_off = (layer_time(shared, HW, lay, moe_layer=True, engine=no_margin) for lay in (on, off))
+    assert float(t_on.forward[0] - t_off.forward[0]) == pytest.approx(6 * chunk)
+    assert float(t_on.backward[0] - t_off.backward[0]) == pytest.approx(3 * chunk)
+    # the SM margin: with shared-expert overlap it falls on attn_out alone, without it on shared_down too
+    margin = mega.model_copy(update={"efficiency": mega.efficiency.model_copy(update={"tp_overlap_sm_share": 0.5})})
+    plain = dict(base, moe_shared_expert_overlap=False)
+    p_on = Layout(**plain, overlap_tp_comm=True).to_arrays()
+    extra_so = float(layer_time(shared, HW, on, moe_layer=True, engine=margin).forward[0]
+                     - layer_time(shared, HW, on, moe_layer=True, engine=no_margin).forward[0])
+    extra_plain = float(layer_time(shared, HW, p_on, moe_layer=True, engine=margin).forward[0]
+                        - layer_time(shared, HW, p_on, moe_layer=True, engine=no_margin).forward[0])
+    assert 0.0 < extra_so < extra_plain
+
+
 def test_megatron_runs_no_tp_overlap_in_a_model_with_mla():
     """Megatron-Core's TELinear turns config.tp_comm_overlap off when a layer's userbuffer name is not qkv, proj,
     fc1 or fc2 (megatron/core/extensions/transformer_engine.py @ d98e8a64), which MLA's down/up projections are:
