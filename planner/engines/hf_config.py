@@ -538,7 +538,8 @@ def _glm4_moe(r: _Reader) -> None:
     _llama_block(r, tied_default=False)
     if "rotary_fraction" not in r.spec:
         r.put("rotary_fraction", 0.5)  # Glm4MoeConfig's default (kwargs.setdefault("partial_rotary_factor", 0.5))
-    _head_dim(r, default=128)
+    # Glm4MoeAttention: getattr(config, "head_dim", hidden_size // num_attention_heads); absent is the spec's default
+    _head_dim(r)
     r.put("qkv_bias", r.bool_("attention_bias", False), "attention_bias")  # o_proj: bias=False always
     if r.bool_("use_qk_norm", False):
         r.put("qk_norm", True, "use_qk_norm")

@@ -634,3 +634,11 @@ def test_glm45_and_air_read_as_the_catalog_holds_them():
             want.qk_norm, 0.5, True, False, 1)
     # the partial-rotary default of Glm4MoeConfig (kwargs.setdefault) when the key is absent
     assert read_hf_config({k: v for k, v in GLM45.items() if k != "partial_rotary_factor"}, "g.json").spec.rotary_fraction == 0.5
+
+
+def test_glm4_moe_without_head_dim_takes_hidden_over_heads():
+    """Glm4MoeAttention reads getattr(config, "head_dim", hidden_size // num_attention_heads) (transformers
+    models/glm4_moe/modular_glm4_moe.py): a config without head_dim has heads of hidden / heads, not 128."""
+    raw = {k: v for k, v in GLM45.items() if k != "head_dim"}
+    raw.update(hidden_size=6144, num_attention_heads=96)  # 64 per head
+    assert read_hf_config(raw, "g.json").spec.head_size == 64
