@@ -378,7 +378,8 @@ _MEGATRON = EngineProfile(
             "a TE linear whose userbuffer name is not qkv, proj, fc1 or fc2 sets config.tp_comm_overlap = False "
             "('Disabling TP communication overlap for this layer'); MLA's q_down_proj, kv_down_proj, q_up_proj and "
             "kv_up_proj (multi_latent_attention.py) are such layers, and the TransformerConfig they change is the "
-            "one every layer shares",
+            "one every layer shares (only the first layer's output projection on each pipeline rank, built before "
+            "them, keeps its overlap: one GEMM of the stage, not counted)",
             "fp8_tp_all_gather": "counted in 16-bit (Transformer Engine's fp8 gathers under sequence parallelism are "
             "not examined here; the TP terms were calibrated this way)",
             "cuda_graphs": _MEGATRON_CUDA_GRAPHS,
