@@ -16,6 +16,7 @@ from planner.search.rank import Selection, TrainingCost, training_cost
 from planner.specs.engine import engine_profile
 from planner.specs.layout import RECOMPUTE_NAMES
 from planner.training.estimate import MFU_PLAUSIBILITY_MARGIN, estimate
+from planner.training.time import engine_overlaps_tp
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def summary_lines(view: SearchView) -> list[str]:
     ]
     if r.rejected:
         lines.append("Rejected: " + ", ".join(f"{code} {n:,}" for code, n in r.rejected.items()))
-    if r.problem.overlap_tp_comm and r.model.mla is not None and not engine_profile(r.problem.engine).kernels.tp_overlap_with_mla:
+    if r.problem.overlap_tp_comm and not engine_overlaps_tp(r.model, engine_profile(r.problem.engine)):
         lines.append(f"TP: {r.problem.engine} turns TP comm overlap off for models with multi-latent attention "
                      "(Megatron-Core's TELinear): the TP collectives are counted exposed.")
     elif r.problem.overlap_tp_comm:

@@ -107,7 +107,6 @@ ROW_PARALLEL_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
 # fused_matmul_reduce_scatter).
 TP_OVERLAP_AG_GEMMS = frozenset({"qkv", "mlp_up", "shared_up"})
 TP_OVERLAP_RS_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
-SHARED_SPLIT_GEMMS = frozenset({"shared_up", "shared_down"})  # split only without --moe-shared-expert-overlap
 # What each extra step of context-parallel attention moves and launches besides its kernel (the merges of partial
 # outputs, the gradient accumulators, copies) and how K/V travel is engine behaviour: the engine profile's
 # context_parallel section (planner.specs.engine; Transformer Engine's P2P ring for Megatron, torch's
@@ -313,6 +312,12 @@ def tp_overlap_runs(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
     return np.asarray(lay.overlap_tp_comm & lay.sequence_parallel & (lay.tp > 1) & (lay.tp <= hw.node.gpus_per_node))
 
 
+def engine_overlaps_tp(model: ModelSpec, engine: EngineProfile) -> bool:
+    """Whether the engine runs TP comm overlap for this model at all: Megatron-Core turns it off for a whole model
+    with multi-latent attention (the engine profile's kernels.tp_overlap_with_mla)."""
+    return bool(engine.kernels.tp_overlap_with_mla or model.mla is None)
+
+
 def layer_time(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, attention_plateau: float | None = None,
     engine: EngineProfile | None = None,
@@ -328,6 +333,8 @@ def layer_time(
     fp8_weights = np.zeros_like(gemm)
     shared_gemm = np.zeros_like(gemm)  # the shared experts' forward GEMMs (shared-expert overlap hides behind them)
     row_gemm = np.zeros_like(gemm)  # forward seconds of the row-parallel GEMMs (the TP overlap's SM margin)
+    ag_split = np.zeros_like(gemm)  # GEMMs the TP overlap splits beside its all-gather / its reduce-scatter
+    rs_split = np.zeros_like(gemm)
     for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
         if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
             gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
@@ -339,11 +346,16 @@ def layer_time(
             gemm = gemm + seconds
             if g.name.startswith(SHARED_EXPERT_PREFIX):
                 shared_gemm = shared_gemm + seconds
+            # Megatron-Core's SharedExpertMLP turns its fc1/fc2 userbuffer overlap off under
+            # --moe-shared-expert-overlap (its TP communication moves to the dispatcher): neither the SM margin
+            # nor the split into chunks there (moe/shared_experts.py @ d98e8a64).
+            on_ub = ~lay.moe_shared_expert_overlap if g.name.startswith(SHARED_EXPERT_PREFIX) else np.True_
             if g.name in ROW_PARALLEL_GEMMS:
-                # Megatron-Core's SharedExpertMLP turns its fc1/fc2 userbuffer overlap off under
-                # --moe-shared-expert-overlap (its TP communication moves to the dispatcher): no SM margin there.
-                on_ub = ~lay.moe_shared_expert_overlap if g.name.startswith(SHARED_EXPERT_PREFIX) else True
                 row_gemm = row_gemm + np.where(on_ub, seconds, 0.0)
+            if g.name in TP_OVERLAP_AG_GEMMS:
+                ag_split = ag_split + on_ub
+            if g.name in TP_OVERLAP_RS_GEMMS:
+                rs_split = rs_split + on_ub
             fp8_weights = fp8_weights + elements
     cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer)
     weight_cast = fp8_cast_seconds(hw, fp8_weights, weight=True) / lay.num_micro_batches
@@ -381,18 +393,12 @@ def layer_time(
     # Under --tp-comm-overlap the row-parallel forward GEMMs (attention output, fc2) run beside their pipelined
     # reduce-scatter, launched with an SM margin the communication kernels take: on 1 - tp_overlap_sm_share of
     # the chip (Transformer Engine's 'pipeline' overlap; the engine profile's efficiency section says how much).
-    # Megatron-Core turns the overlap off for a whole model with multi-latent attention (engine kernels section).
-    overlapped = tp_overlap_runs(hw, lay) & (engine.kernels.tp_overlap_with_mla | (model.mla is None))
+    overlapped = tp_overlap_runs(hw, lay) & engine_overlaps_tp(model, engine)
     margin = np.where(overlapped, 1.0 / (1.0 - engine.efficiency.tp_overlap_sm_share) - 1.0, 0.0)
     forward = forward + margin * row_gemm
     # Each chunk of a split GEMM is its own GEMM call and pays the fixed cost (launch, prologue, the last partial
-    # wave) again: tp chunks on the all-gather side (ring exchange), the engine's splits on the reduce-scatter side.
-    # The shared experts' fc1/fc2 are split only without --moe-shared-expert-overlap (SharedExpertMLP sets their
-    # ub_overlap_* flags to False under it: moe/shared_experts.py @ d98e8a64).
-    names = {g.name for g, _ in rank_gemms(model, lay.tp, moe_layer=moe_layer)}
-    shared_ub = np.where(lay.moe_shared_expert_overlap, 0, 1)
-    ag_split = len(names & TP_OVERLAP_AG_GEMMS - SHARED_SPLIT_GEMMS) + shared_ub * len(names & TP_OVERLAP_AG_GEMMS & SHARED_SPLIT_GEMMS)
-    rs_split = len(names & TP_OVERLAP_RS_GEMMS - SHARED_SPLIT_GEMMS) + shared_ub * len(names & TP_OVERLAP_RS_GEMMS & SHARED_SPLIT_GEMMS)
+    # wave) again: tp chunks on the all-gather side (ring exchange), the engine's splits on the reduce-scatter side
+    # (ag_split, rs_split: counted in the loop above).
     rs_chunks = engine.efficiency.tp_overlap_rs_splits
     rs_extra = (lay.tp if rs_chunks is None else rs_chunks) - 1
     chunk_fixed = np.where(overlapped, GEMM_FIXED_SECONDS / plateau_gemm, 0.0)
