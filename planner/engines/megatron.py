@@ -921,15 +921,23 @@ def planner_split(layers: int, pp: int) -> list[int]:
     return [int(n) for n in layers_on_stage(layers, np.asarray(pp), np.arange(pp))]
 
 
-def _check_split(args: Mapping[str, Any], layers: int, pp: int, interleave: int, got: Collected) -> None:
-    split = megatron_split(args, layers, pp, got.source)
+def _layout_stages(args: Mapping[str, Any], layers: int, pp: int, source: str) -> list[list[str]] | None:
+    """The parsed --pipeline-model-parallel-layout where it applies (pp > 1), else None."""
     layout = args.get("pipeline-model-parallel-layout")
-    if layout and pp > 1 and not args.get("hybrid-layer-pattern"):
-        split = layout_split(pipeline_layout(layout, pp, layers, got.source, mtp_layers=_mtp_flag(args)), pp)
-        if split != planner_split(layers, pp):
-            got.warn(f"--pipeline-model-parallel-layout places {split} transformer layers on the {pp} pipeline ranks; "
+    if not layout or pp == 1:
+        return None
+    return pipeline_layout(layout, pp, layers, source, mtp_layers=_mtp_flag(args))
+
+
+def _check_split(args: Mapping[str, Any], layers: int, pp: int, interleave: int, got: Collected,
+                 stages: list[list[str]] | None) -> None:
+    if stages is not None and not args.get("hybrid-layer-pattern"):
+        placed = layout_split(stages, pp)
+        if placed != planner_split(layers, pp):
+            got.warn(f"--pipeline-model-parallel-layout places {placed} transformer layers on the {pp} pipeline ranks; "
                      f"planner models its own split {planner_split(layers, pp)}, so the per-stage figures are approximate")
         return
+    split = megatron_split(args, layers, pp, got.source)
     if split is None:
         if pp > 1 and args.get("deepspeed"):
             got.warn(f"the pipeline partition is not read; planner places {planner_split(layers, pp)} layers on the "
@@ -1005,14 +1013,14 @@ def layout_split(stages: list[list[str]], pp: int) -> list[int]:
     return [sum(stage.count("t") for i, stage in enumerate(stages) if i % pp == rank) for rank in range(pp)]
 
 
-def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str) -> int | None:
-    layout = args.get("pipeline-model-parallel-layout")
-    if layout and pp > 1:
+def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str,
+                stages: list[list[str]] | None) -> int | None:
+    if stages is not None:
         if args.get("num-layers-per-virtual-pipeline-stage") or args.get("num-virtual-stages-per-pipeline-rank"):
             raise PlannerError("--pipeline-model-parallel-layout with --num-layers-per-virtual-pipeline-stage or "
                                "--num-virtual-stages-per-pipeline-rank (Megatron-LM asserts the layout is given alone); "
                                "keep the layout", source=source)
-        return len(pipeline_layout(layout, pp, layers, source, mtp_layers=_mtp_flag(args))) // pp
+        return len(stages) // pp
     per_stage = args.get("num-layers-per-virtual-pipeline-stage")
     if per_stage:
         if layers % pp or (layers // pp) % per_stage:
@@ -1137,8 +1145,9 @@ def import_megatron(
     else:
         _check_given_model(args, model, source)
     pp = int(merged.get("pp", 1))
-    v = _interleave(args, model.num_layers, pp, source)
-    _check_split(args, model.num_layers, pp, v or 1, got)
+    stages = _layout_stages(args, model.num_layers, pp, source)
+    v = _interleave(args, model.num_layers, pp, source, stages)
+    _check_split(args, model.num_layers, pp, v or 1, got, stages)
     if args.get("deepspeed") and model.moe is not None and pp > 1:
         got.warn("DeepSpeed-MoE puts experts on every --expert-interval-th layer; planner counts them after the "
                  "dense layers, so per-stage figures are approximate with pipeline parallelism")
