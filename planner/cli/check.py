@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from planner.cli import cli
-from planner.cli.options import HEADROOM, Count, count, echo_json, engine_option, moe_layout_options, warn_if_far
+from planner.cli.options import (
+    HEADROOM,
+    Count,
+    attention_kernel_option,
+    count,
+    echo_json,
+    engine_option,
+    moe_layout_options,
+    warn_if_far,
+)
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -32,8 +41,8 @@ ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torcht
                   "hf_trainer": "hf_trainer", "accelerate_config": "accelerate"}
 # Layout flags, named as `planner estimate` names them; for direct engine checks they give what the file lacks.
 PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "recompute_layers_per_stage",
-                  "micro_batch", "interleave", "schedule", "flash_attention", "overlap_grad_reduce", "overlap_tp_comm",
-                  "offload_optimizer", "offload_params", "offload_activation_layers", "recompute_modules", "shard_group",
+                  "micro_batch", "interleave", "schedule", "flash_attention", "attention_kernel", "overlap_grad_reduce",
+                  "overlap_tp_comm", "offload_optimizer", "offload_params", "offload_activation_layers", "recompute_modules", "shard_group",
                   "etp", "moe_dispatcher", "moe_ep_overlap", "moe_shared_expert_overlap", "moe_capacity_factor",
                   "cuda_graph_scope", "mtp_layers")
 TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "grad_dtype", "optimizer", "engine", "compile",
@@ -66,6 +75,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Gradient precision."),
         click.option("--optimizer", type=click.Choice(["adam", "sgd"]), help="Optimizer."),
         click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention."),
+        attention_kernel_option(),
         click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,
                      help="Gradient reduction overlaps backward."),
         click.option("--tp-comm-overlap/--no-tp-comm-overlap", "overlap_tp_comm", default=None,

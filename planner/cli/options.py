@@ -105,6 +105,16 @@ def engine_option(default: str | None = "megatron") -> Callable[..., Any]:
     )
 
 
+def attention_kernel_option() -> Callable[..., Any]:
+    """--attention-kernel (Layout.attention_kernel; the search's Problem field)."""
+    return click.option(
+        "--attention-kernel", type=click.Choice(["fused", "flash2"]), default=None,
+        help="The fused attention's kernel: fused (Transformer Engine's cuDNN attention on Hopper) or flash2 "
+        "(FlashAttention-2: Megatron --attention-backend flash, NVTE_FUSED_ATTN=0, PyTorch SDPA)  [default: the "
+        "engine's: fused for megatron and nemo, flash2 for torchtitan, fsdp and deepspeed]",
+    )
+
+
 def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Layout-independent training options shared by estimate and search (precision, kernels, overlap)."""
     options = [
@@ -117,6 +127,7 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Optimizer (sets the optimizer-state bytes per parameter)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="Fused attention (no s x s score matrix stored)."),
+        attention_kernel_option(),
         click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True, show_default=True,
                      help="Data-parallel gradient reduction overlaps the backward pass."),
         click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None,

@@ -183,8 +183,8 @@ def _filter_options(f: Any) -> Any:
               "into DIR (created if missing), headed by what planner predicts for it; the path goes to stderr. "
               "Exit 2 when no layout fits or FORMAT cannot run the layout.")
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
-               grad_dtype: str, optimizer: str, flash_attention: bool, overlap_grad_reduce: bool,
-               tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
+               grad_dtype: str, optimizer: str, flash_attention: bool, attention_kernel: str | None,
+               overlap_grad_reduce: bool, tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
                moe_ep_overlap: bool | None, optimizer_state_dtype: str, master_weights_dtype: str, schedule: str,
                fp8_param_gather: bool, headroom: float,
                objective: str, tokens: float | None, price: float | None,
@@ -232,7 +232,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                       overlap_tp_comm=tp_comm_overlap, engine=engine, compile=compile_,
                       optimizer_state_dtype=optimizer_state_dtype, master_weights_dtype=master_weights_dtype,
                       moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap, schedule=schedule,
-                      fp8_param_gather=fp8_param_gather)
+                      fp8_param_gather=fp8_param_gather, attention_kernel=attention_kernel)
     result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)
     selection = select(result.layouts, result.results, result.fits, objective, top=top, pareto=pareto)
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,

@@ -154,6 +154,8 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
 })
 
 FSDP_STRATEGY_ZERO: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+# --attention-backend values that pick one fused kernel (Layout.attention_kernel); auto leaves the engine's
+ATTENTION_BACKEND_KERNELS: dict[str, str] = {"flash": "flash2", "fused": "fused"}
 GPT2_VOCAB = 50257  # GPT2BPETokenizer (Radford et al. 2019): 50,257 tokens
 
 
@@ -594,6 +596,11 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     backend = str(args.get("attention-backend", default))
     got.set("flash_attention", backend not in ("unfused", "local"), "--attention-backend",
             explicit="attention-backend" in args or any(f in args for f in flash_flags) or "deepspeed" in args)
+    # Megatron-Core's AttnBackend (megatron/core/models/common/language_module/language_module.py @ d98e8a64):
+    # flash sets NVTE_FLASH_ATTN=1, NVTE_FUSED_ATTN=0 (Transformer Engine's flash-attn backend, FlashAttention-2),
+    # fused the reverse (cuDNN attention); auto lets Transformer Engine choose (cuDNN on Hopper): the engine's
+    if backend in ATTENTION_BACKEND_KERNELS:
+        got.set("attention_kernel", ATTENTION_BACKEND_KERNELS[backend], "--attention-backend")
     _recompute(args, got)
     if args.get("softmax-type") not in (None, "vanilla", "off-by-one", "learnable"):
         raise PlannerError(f"--softmax-type {args['softmax-type']} is not known (vanilla, off-by-one, learnable)",
@@ -1476,6 +1483,8 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
         flags.append(["--optimizer", lay.optimizer])
     if not lay.flash_attention:
         flags.append(["--attention-backend", "unfused"])
+    elif lay.attention_kernel is not None:
+        flags.append(["--attention-backend", "flash" if lay.attention_kernel == "flash2" else "fused"])
     if lay.overlap_grad_reduce:
         flags.append(["--overlap-grad-reduce"])
     if lay.overlap_tp_comm:

@@ -235,9 +235,15 @@ def attention_plateau(hw: HardwareProfile, kernel: str = "fused") -> float:
     return float(hw.efficiency.attention.fraction) * compute_fraction(hw)
 
 
+def layout_attention_plateau(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
+    """Each candidate's attention plateau: FlashAttention-2's where its attention kernel is flash2 (the layout's
+    attention_kernel, else its engine's), the chip's fused kernel's elsewhere."""
+    return np.asarray(np.where(lay.attention_flash2, attention_plateau(hw, "flash2"), attention_plateau(hw, "fused")))
+
+
 def attention_efficiency(
     hw: HardwareProfile, block_tokens: np.ndarray, head_dim: float, causal: bool | np.ndarray,
-    plateau: float | None = None,
+    plateau: np.ndarray | float | None = None,
 ) -> np.ndarray:
     """Fraction of the dense 16-bit peak a fused attention kernel (forward + backward) reaches on
     blocks of `block_tokens` keys per sequence, for `head_dim` and a causal or full mask; `plateau` is the

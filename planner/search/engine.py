@@ -347,7 +347,8 @@ def _fit_at(model: ModelSpec, hw: HardwareProfile, est: TrainingEstimate, gpus: 
                       optimizer_state_dtype=base.optimizer_state_dtype,
                       master_weights_dtype=base.master_weights_dtype, moe_dispatcher=base.moe_dispatcher,
                       moe_ep_overlap=base.moe_ep_overlap, schedule=base.schedule, engine=base.engine,
-                      compile=base.compile, fp8_param_gather=base.fp8_param_gather)
+                      compile=base.compile, fp8_param_gather=base.fp8_param_gather,
+                      attention_kernel=base.attention_kernel)
     try:
         result = run_search(model, hw, problem, headroom=est.headroom)
     except PlannerError:

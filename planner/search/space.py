@@ -115,6 +115,7 @@ class Problem:
     moe_dispatcher: str | None = None  # None: the engine's on a MoE model, Layout's on a dense one (for_model)
     moe_ep_overlap: bool | None = None  # likewise
     fp8_param_gather: bool = False  # Layout.fp8_param_gather on every candidate with ZeRO >= 1 (Megatron engines)
+    attention_kernel: str | None = None  # Layout.attention_kernel for every candidate; None: the engine's
 
     def __post_init__(self) -> None:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
@@ -144,6 +145,8 @@ class Problem:
                                "drop it or choose an engine whose optimizer.fp8_params is true (megatron, nemo)")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
             raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
+        if self.attention_kernel not in (None, "fused", "flash2"):
+            raise PlannerError(f"attention_kernel({self.attention_kernel}) must be fused or flash2")
 
 
     def for_model(self, model: ModelSpec, hw: HardwareProfile | None = None) -> Problem:
@@ -424,6 +427,8 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         gpipe=const(problem.schedule == "gpipe", bool),
         dualpipe=const(problem.schedule == "dualpipe", bool),
         flash_attention=const(problem.flash_attention, bool),
+        attention_flash2=const(
+            (problem.attention_kernel or engine_profile(problem.engine).kernels.attention_kernel) == "flash2", bool),
         grad_bytes=const(GRAD_BYTES[str(problem.grad_dtype)], np.int64),
         optimizer_bytes=const(optimizer_state_bytes(problem.optimizer, problem.optimizer_state_dtype,
                                                          problem.master_weights_dtype), np.int64),

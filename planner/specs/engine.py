@@ -21,6 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from planner.errors import PlannerError
 
+# The attention core's kernel (KernelSection.attention_kernel, Layout.attention_kernel): fused = the chip's best fused
+# kernel (Transformer Engine's cuDNN attention on Hopper), flash2 = FlashAttention-2 (the flash-attn package, which
+# Transformer Engine runs as its FlashAttention backend, and PyTorch SDPA's flash backend).
+AttentionKernel = Literal["fused", "flash2"]
+
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 EngineName = Literal["megatron", "nemo", "torchtitan", "fsdp", "deepspeed"]
@@ -59,7 +64,7 @@ class KernelSection(_Sourced):
     loss_bytes_per_logit: float = Field(
         gt=0.0, description="Bytes per logit element live at the loss's peak (the last stage, start of backward)."
     )
-    attention_kernel: Literal["fused", "flash2"] = Field(
+    attention_kernel: AttentionKernel = Field(
         description="The attention core's kernel: fused = the chip's best fused kernel (Transformer Engine's cuDNN "
         "fused attention on Hopper, FlashAttention-2 on Ampere), the hardware profile's attention plateau; flash2 = "
         "FlashAttention-2, PyTorch scaled_dot_product_attention's default flash backend, at the profile's "

@@ -38,7 +38,7 @@ from planner.specs.bounds import (
     ZeroStage,
     strict_float,
 )
-from planner.specs.engine import EngineName
+from planner.specs.engine import AttentionKernel, EngineName
 from planner.specs.layout import (
     ComputeDtype,
     CudaGraphScope,
@@ -103,6 +103,10 @@ class ParallelSection(BaseModel):
     schedule: Schedule | None = Field(default=None, description="Pipeline schedule: 1f1b or gpipe (default 1f1b).")
     flash_attention: StrictBool | None = Field(
         default=None, description="Fused attention that stores no s x s score matrix (default true)."
+    )
+    attention_kernel: AttentionKernel | None = Field(
+        default=None, description="The fused attention's kernel: fused (cuDNN on Hopper) or flash2 "
+        "(FlashAttention-2; Megatron --attention-backend flash, NVTE_FUSED_ATTN=0) (default: the engine's)."
     )
     overlap_grad_reduce: StrictBool | None = Field(
         default=None, description="Gradient reduction overlaps the backward pass (default true)."

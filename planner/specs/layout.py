@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from planner.specs.bounds import Degree, GlobalBatch, Interleave, Layers, LayersOrNone, MicroBatch, SeqLen, ZeroStage
-from planner.specs.engine import DEFAULT_ENGINE, EngineName, engine_profile
+from planner.specs.engine import DEFAULT_ENGINE, AttentionKernel, EngineName, engine_profile
 
 # none; selective (Megatron --recompute-granularity selective: the modules in `recompute_modules`, by
 # default the attention core); full (every layer, or k per stage); op (torchtitan's op-level selective
@@ -162,6 +162,13 @@ class Layout(BaseModel):
     grad_dtype: GradDtype = Field(default="bf16", description="Gradient precision (fp32 = Megatron's main grads).")
     optimizer: Optimizer = Field(default="adam", description="Optimizer (sets the optimizer-state bytes per parameter).")
     flash_attention: StrictBool = Field(default=True, description="Fused attention: no s x s score matrix is stored.")
+    attention_kernel: AttentionKernel | None = Field(
+        default=None,
+        description="The fused attention's kernel: fused (the chip's best: Transformer Engine's cuDNN attention on "
+        "Hopper) or flash2 (FlashAttention-2: Transformer Engine's flash-attn backend, as Megatron-LM "
+        "--attention-backend flash or NVTE_FUSED_ATTN=0 select it, or PyTorch SDPA's flash backend); null = the "
+        "engine's (its profile's kernels.attention_kernel).",
+    )
     overlap_grad_reduce: StrictBool = Field(
         default=True,
         description="Data-parallel gradient reduction overlaps the backward pass (PyTorch DDP/FSDP, "
@@ -275,6 +282,8 @@ class Layout(BaseModel):
             raise ValueError("cpu_optimizer applies only with offload_optimizer")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
             raise ValueError("optimizer_state_dtype bf16 applies to adam's moments only")
+        if self.attention_kernel is not None and not self.flash_attention:
+            raise ValueError("attention_kernel applies only with flash_attention (the unfused path has no kernel choice)")
         return self
 
     @property
@@ -285,6 +294,11 @@ class Layout(BaseModel):
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def resolved_attention_kernel(self) -> AttentionKernel:
+        """The attention kernel that runs: the layout's, else its engine's."""
+        return self.attention_kernel or engine_profile(self.engine).kernels.attention_kernel
 
     def to_arrays(self) -> LayoutArrays:
         return LayoutArrays.from_layouts([self])
@@ -320,6 +334,7 @@ class LayoutArrays:
     gpipe: np.ndarray
     dualpipe: np.ndarray  # schedule dualpipe
     flash_attention: np.ndarray
+    attention_flash2: np.ndarray  # resolved: the layout's attention_kernel, else its engine's, is flash2
     grad_bytes: np.ndarray
     optimizer_bytes: np.ndarray
     fp8: np.ndarray
@@ -389,6 +404,7 @@ class LayoutArrays:
         cols["gpipe"] = np.array([lay.schedule == "gpipe" for lay in layouts], dtype=bool)
         cols["dualpipe"] = np.array([lay.schedule == "dualpipe" for lay in layouts], dtype=bool)
         cols["flash_attention"] = np.array([lay.flash_attention for lay in layouts], dtype=bool)
+        cols["attention_flash2"] = np.array([lay.resolved_attention_kernel == "flash2" for lay in layouts], dtype=bool)
         cols["grad_bytes"] = np.array([4 if lay.grad_dtype == "fp32" else 2 for lay in layouts], dtype=np.int64)
         cols["optimizer_bytes"] = np.array(
             [optimizer_state_bytes(lay.optimizer, lay.optimizer_state_dtype, lay.master_weights_dtype) for lay in layouts],
@@ -426,6 +442,10 @@ class LayoutArrays:
         chosen = "torch" if bool(self.torch_cpu_adam[i]) else "fused"
         return None if chosen == engine_profile(engine).offload.cpu_optimizer else chosen
 
+    def _attention_kernel_of(self, i: int, engine: str) -> AttentionKernel | None:
+        chosen: AttentionKernel = "flash2" if bool(self.attention_flash2[i]) else "fused"
+        return None if chosen == engine_profile(engine).kernels.attention_kernel else chosen
+
     def _modules_of(self, i: int) -> tuple[str, ...] | None:
         mask = int(self.recompute_modules[i])
         if int(self.recompute[i]) != RECOMPUTE_CODES["selective"] or mask == recompute_module_mask(None):
@@ -451,6 +471,7 @@ class LayoutArrays:
             recompute_modules=self._modules_of(i),
             schedule="gpipe" if bool(self.gpipe[i]) else ("dualpipe" if bool(self.dualpipe[i]) else "1f1b"),
             flash_attention=bool(self.flash_attention[i]),
+            attention_kernel=self._attention_kernel_of(i, engine) if bool(self.flash_attention[i]) else None,
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_tp_comm=bool(self.overlap_tp_comm[i]),
             fp8_param_gather=bool(self.fp8_params[i]),

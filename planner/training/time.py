@@ -38,11 +38,11 @@ from planner.physics.kernels import (
     FLASH_BACKWARD_TO_FORWARD,
     GEMM_FIXED_SECONDS,
     attention_efficiency,
-    attention_plateau,
     fp8_cast_seconds,
     gemm_peak_flops,
     gemm_plateau,
     grouped_matmul_seconds,
+    layout_attention_plateau,
     matmul_seconds,
     memory_seconds,
     peak_16bit_flops,
@@ -192,7 +192,7 @@ def cp_kv_elements(model: ModelSpec, lay: LayoutArrays, cp: ContextParallelSecti
 
 
 def cp_attention_kernels(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, plateau: float | None = None
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, plateau: np.ndarray | float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(local causal step, one extra step): forward seconds of the flash kernels of one layer, one micro-batch,
     one rank under load-balanced context parallelism (the whole core without it: the first, with no steps).
@@ -222,7 +222,7 @@ def cp_attention_kernels(
 
 
 def attention_core_seconds(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, plateau: float | None = None,
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, plateau: np.ndarray | float | None = None,
     cp: ContextParallelSection | None = None, kernels: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of the fused attention core of one layer, one micro-batch, one rank: the
@@ -256,7 +256,7 @@ def attention_core_seconds(
 
 def cp_comm_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, engine: EngineProfile, *, core_fwd: np.ndarray,
-    core_bwd: np.ndarray, plateau: float | None = None, kernels: tuple[np.ndarray, np.ndarray] | None = None,
+    core_bwd: np.ndarray, plateau: np.ndarray | float | None = None, kernels: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Exposed context-parallel K/V traffic of one layer, one micro-batch, one rank, by the engine's exchange.
 
@@ -319,12 +319,15 @@ def engine_overlaps_tp(model: ModelSpec, engine: EngineProfile) -> bool:
 
 
 def layer_time(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, attention_plateau: float | None = None,
-    engine: EngineProfile | None = None,
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool,
+    attention_plateau: np.ndarray | float | None = None, engine: EngineProfile | None = None,
 ) -> LayerTime:
-    """One layer's time; `attention_plateau` is the engine's attention kernel's (kernels.attention_plateau), `engine`
-    (the default engine's profile when None) gives the context-parallel attention's behaviour."""
+    """One layer's time; `attention_plateau` overrides the candidates' own attention kernels' plateaus
+    (kernels.layout_attention_plateau: the layout's attention_kernel, else its engine's), `engine` (the default
+    engine's profile when None) gives the context-parallel attention's behaviour."""
     engine = engine_or_default(engine)
+    if attention_plateau is None:
+        attention_plateau = layout_attention_plateau(hw, lay)
     tokens = tokens_per_microbatch(lay)
     peak_gemm = gemm_peak_flops(hw, lay)
     plateau_gemm = gemm_plateau(hw, lay)
@@ -622,7 +625,7 @@ def stage_time(
     engine: EngineProfile | None = None,
 ) -> StageTime:
     engine = engine_or_default(engine)
-    plateau = attention_plateau(hw, engine.kernels.attention_kernel)
+    plateau = layout_attention_plateau(hw, lay)
     dense = layer_time(model, hw, lay, moe_layer=False, attention_plateau=plateau, engine=engine)
     moe = layer_time(model, hw, lay, moe_layer=True, attention_plateau=plateau, engine=engine) if model.moe is not None else dense
     n_moe = sp.num_moe_layers
