@@ -11,6 +11,7 @@ returned as skipped, with the reason.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from planner.calibrate.runs import GIB, Run
@@ -199,6 +200,13 @@ def _torchtitan_compiled(case_id: str) -> bool:
     return "compile" in parts or (len(parts) > 1 and parts[1] in TORCHTITAN_COMPILED_TABLES)
 
 
+# NeMo-Framework-Launcher releases whose launcher_scripts/conf/config.yaml sets NVTE_FUSED_ATTN: 0 for every
+# training job ("Disable cudnn FA until we've tested it more"; added by 562dcb45 on 2024-02-13, removed by 04b8d098
+# on 2024-08-29; present at tags 24.03, 24.03.01, 24.05 and 24.07): Transformer Engine then runs its flash-attn
+# backend, FlashAttention-2, where it would pick cuDNN attention on Hopper.
+NEMO_LAUNCHER_FLASH_ATTENTION = frozenset({"24.03", "24.05", "24.07"})
+
+
 def engine_fields(case_id: str, source: str, recompute: object) -> dict[str, Any]:
     """The engine that ran a published row of the reference files, as layout fields: torchtitan's rows under
     the torchtitan profile (FSDP2, eager or compiled as the id or its table's caption says, SDPA attention), the
@@ -208,6 +216,9 @@ def engine_fields(case_id: str, source: str, recompute: object) -> dict[str, Any
         return {"engine": "torchtitan", "compile": _torchtitan_compiled(case_id),
                 "recompute": "op" if recompute == "selective" else recompute}
     if source.startswith("NVIDIA/NeMo"):
+        launcher = re.search(r"\(NeMo (\d\d\.\d\d)", source)
+        if launcher is not None and launcher.group(1) in NEMO_LAUNCHER_FLASH_ATTENTION:
+            return {"engine": "nemo", "attention_kernel": "flash2"}
         return {"engine": "nemo"}
     return {}
 

@@ -232,3 +232,18 @@ def test_fp8_param_gather_halves_the_layer_weights(run_cli):
 
 def test_fp8_param_gather_needs_fp8_and_a_sharded_optimizer(run_cli):
     assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--fp8-param-gather"), "fp8_param_gather", "zero")
+
+
+def test_attention_kernel_option_sets_the_layouts_kernel(run_cli, tmp_path):
+    fused = estimate_json(run_cli, "--gpus", "8", "--seq-len", "16384")
+    flash2 = estimate_json(run_cli, "--gpus", "8", "--seq-len", "16384", "--attention-kernel", "flash2")
+    assert fused["config"]["attention_kernel"] is None and flash2["config"]["attention_kernel"] == "flash2"
+    assert flash2["time"]["step_seconds"] > fused["time"]["step_seconds"]  # FlashAttention-2 below cuDNN on H100
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--no-flash-attention", "--attention-kernel", "flash2"),
+                          "attention_kernel")
+    # the same field in a job file, read by check
+    job = tmp_path / "job.yaml"
+    job.write_text("model: llama-3.1-8b\nhardware: h100-sxm\ngpus: 8\nparallel: {zero: 1, attention_kernel: flash2}\n"
+                   "training: {global_batch: 32, seq_len: 16384}\n")
+    data = json.loads(run_cli("check", str(job), "--format", "json").stdout)
+    assert data[0]["config"]["attention_kernel"] == "flash2"

@@ -10,6 +10,7 @@ import pytest
 from planner.engines.load import load_hardware, load_model
 from planner.engines.megatron import (
     import_megatron,
+    layout_flags,
     model_from_args,
     parse_flags,
     read_launch_text,
@@ -260,3 +261,29 @@ def test_recompute_modules_and_offload_survive_export_and_import():
     exported = render_export("megatron", "llama-3.1-8b", model, hw, layout, estimate(model, hw, layout))
     back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=model, source="m.sh")
     assert resolve_layout(model, 8, **back.fields) == exported.layout == layout
+
+
+@pytest.mark.parametrize(("flag", "kernel"), [("flash", "flash2"), ("fused", "fused"), ("auto", None), (None, None)])
+def test_attention_backend_picks_the_fused_attentions_kernel(flag, kernel):
+    # Megatron-Core's AttnBackend: flash = Transformer Engine's flash-attn backend (NVTE_FUSED_ATTN=0), fused = cuDNN,
+    # auto = Transformer Engine's own choice, which the engine profile holds
+    text = BASE_ARGS + ("" if flag is None else f"--attention-backend {flag}")
+    f = import_megatron(split_launch_text(text, "t"), gpus=8, given={}, model=None, source="t").fields
+    assert f.get("attention_kernel") == kernel and f["flash_attention"] is True
+    unfused = import_megatron(split_launch_text(BASE_ARGS + "--attention-backend unfused", "t"), gpus=8, given={},
+                              model=None, source="t").fields
+    assert unfused["flash_attention"] is False and "attention_kernel" not in unfused
+
+
+@pytest.mark.parametrize("kernel", ["flash2", "fused"])
+def test_an_attention_kernel_is_exported_and_read_back(kernel):
+    model = load_model("llama-3.1-8b").spec
+    layout = resolve_layout(model, 8, zero=1, global_batch=64, seq_len=8192, attention_kernel=kernel)
+    flags = layout_flags(model, layout)
+    assert ["--attention-backend", "flash" if kernel == "flash2" else "fused"] in flags
+    text = " ".join(token for group in flags for token in group) + " --vocab-size 128256"
+    back = import_megatron(split_launch_text(text, "t"), gpus=8, given={}, model=model, source="t").fields
+    assert back["attention_kernel"] == kernel
+    # the engine's own kernel written nowhere: a layout without the field exports no backend flag
+    plain = resolve_layout(model, 8, zero=1, global_batch=64, seq_len=8192)
+    assert not any(group[0] == "--attention-backend" for group in layout_flags(model, plain))
