@@ -46,7 +46,7 @@ from planner.specs.hardware import HardwareProfile
 # the 47 public serving rows of planner/validate/inference_cases.yaml; method and leave-one-source-out
 # errors in docs/inference.md). Rerun it after changing any formula here: it exits 1 when these differ.
 
-LAYER_OVERHEAD_SECONDS = 35e-6
+LAYER_OVERHEAD_SECONDS = 40e-6
 """Fixed cost per transformer layer per forward pass of the kernels the roofline terms do not
 charge: launch gaps and tails of the ~8-10 non-GEMM kernels of a layer (norms, rotary, attention
 setup, activation, residual adds) at a few microseconds each. The GEMMs' own fixed cost is the

@@ -368,7 +368,7 @@ _SHARDED_GRADS_REDUCE_EVERY_BACKWARD = (
 )
 
 # torch async TP's share, solved by benchmarks/calibrate_torch_async_tp.py (see the torchtitan profile).
-TORCH_ASYNC_TP_HIDDEN_SHARE = 0.35
+TORCH_ASYNC_TP_HIDDEN_SHARE = 0.34
 
 _MEGATRON = EngineProfile(
     name="megatron",

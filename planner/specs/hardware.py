@@ -250,7 +250,7 @@ class PublishedMfu(BaseModel):
 # hand-off and logging. Published end-to-end step times include it (Megatron-LM's README: "end-to-end incl.
 # data loading, optimizer, logging"); it matters for short steps only. Fitted by benchmarks/calibrate_training.py
 # on the published runs of four sources (grid 0-0.2 s); a profile may carry its own (EfficiencySpec).
-DEFAULT_STEP_OVERHEAD_SECONDS = 0.2
+DEFAULT_STEP_OVERHEAD_SECONDS = 0.15
 
 
 class EfficiencySpec(BaseModel):

@@ -90,10 +90,6 @@ LOGIT_TRAFFIC_BYTES = 18.0
 # efficiency.dp_overlap_efficiency (planner.specs.engine; 1.0 for Megatron-LM, fitted by
 # benchmarks/calibrate_training.py on the published runs).
 # The fixed per-step overhead is the hardware profile's efficiency.step_overhead_seconds (specs/hardware.py).
-# With Megatron --tp-comm-overlap (Transformer Engine userbuffers) most TP traffic hides behind the
-# GEMMs; this is the share that stays exposed. Fitted by benchmarks/calibrate_training.py (grid 0-1) on the
-# runs with the overlap on (the Megatron-LM 2024 H100 table and the NeMo 24.07 rows that set it).
-TP_OVERLAP_EXPOSED_FRACTION = 0.1
 # The row-parallel GEMMs of a layer (names as physics/shapes.py gives them): the attention output projection
 # and the MLP's down projection (fc2), dense and shared experts.
 ROW_PARALLEL_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
@@ -195,7 +191,8 @@ def cp_attention_kernels(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, plateau: np.ndarray | float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(local causal step, one extra step): forward seconds of the flash kernels of one layer, one micro-batch,
-    one rank under load-balanced context parallelism (the whole core without it: the first, with no steps).
+    one rank under load-balanced context parallelism (the whole core without it: the first, with no steps), at
+    `plateau` (the candidates' own kernels' when None: kernels.layout_attention_plateau).
 
     Without context parallelism: one causal kernel over sequences of s keys, at the attention curve's
     efficiency for s (physics/kernels.py attention_efficiency). Load-balanced context parallelism (Megatron-Core /
@@ -203,6 +200,8 @@ def cp_attention_kernels(
     chunks i and 2 cp - 1 - i, so every rank has the same causal work): of a rank's work, 1/cp is the causal
     diagonal block of s/cp keys, the rest cp - 1 unmasked steps, half of them over s/(2 cp) keys (all local
     queries against the sending rank's early chunk) and half over s/cp (the late local chunk against both)."""
+    if plateau is None:
+        plateau = layout_attention_plateau(hw, lay)
     widths = attention_dims(model)
     tokens = tokens_per_microbatch(lay)
     t = lay.tp.astype(float)
@@ -426,10 +425,17 @@ def layer_time(
     passes = 2.0 + (lay.recompute == RecomputeCode.FULL)
     traffic = passes * one_pass
     # --tp-comm-overlap splits each collective into chunks that run beside the GEMM next to it (where it runs:
-    # tp_overlap_runs), leaves TP_OVERLAP_EXPOSED_FRACTION exposed, and cannot hide more than the GEMMs it
-    # runs beside take (the layer's forward GEMMs, twice that in backward, again under full recompute).
+    # tp_overlap_runs) and cannot hide more than the GEMMs it runs beside take (the layer's forward GEMMs, twice
+    # that in backward, again under full recompute). What no GEMM chunk covers stays exposed: the last chunk of
+    # each forward reduce-scatter (proj_fprop, fc2_fprop), whose GEMM chunks run first and hand each finished
+    # chunk's reduce-scatter to the next chunk's GEMM (Transformer Engine's 'pipeline' userbuffers method,
+    # tp_overlap_rs_splits chunks; torch's fused matmul-reduce-scatter, tp chunks): a reduce-scatter of one
+    # chunk's bytes, latency included. The ring exchanges of the all-gather side send chunk i + 1 beside chunk
+    # i's GEMM and start on the local chunk: nothing left over.
     window = gemm * (3.0 + (lay.recompute == RecomputeCode.FULL))
-    te_exposed = np.maximum(TP_OVERLAP_EXPOSED_FRACTION * traffic, traffic - window)
+    last_rs_chunk = (1.0 + (lay.recompute == RecomputeCode.FULL)) * 2 * reduce_scatter_seconds(
+        act_bytes / (lay.tp if rs_chunks is None else rs_chunks), lay.tp, tp_link)
+    te_exposed = np.maximum(np.minimum(last_rs_chunk, traffic), traffic - window)
     # an engine whose overlap hides less than TE's hides that share of what TE hides
     hidden = engine.efficiency.tp_overlap_hidden_share * (traffic - te_exposed)
     tp_comm = np.where(overlapped, traffic - hidden, traffic)

@@ -3,7 +3,7 @@ every value below is derived by hand: the limit of MAX_PRIOR_SDS prior sds, and 
 leave-one-out shrinkage with its one-standard-error rule.
 
 The toy model: every run takes 1 s with the shipped profile and its log step time falls one for one with
-the log GEMM plateau (sensitivity -1, every other factor 0): log t = -theta, theta = log(value / 0.67).
+the log GEMM plateau (sensitivity -1, every other factor 0): log t = -theta, theta = log(value / 0.688).
 A run measured d slower (log m = d) then has the residual -theta - d. With the noise 0.08 and the GEMM
 plateau's prior sd 0.15, the fit on runs with log gaps d_1..d_n is, inside the limit,
     theta = -(sum d / 0.08^2) / (n / 0.08^2 + 1 / 0.15^2) = -156.25 sum d / (156.25 n + 44.444).
@@ -24,7 +24,7 @@ from planner.specs.layout import Layout
 from planner.specs.overlay import FACTOR_BY_NAME, read_factor
 
 GEMM = FACTOR_BY_NAME["gemm_plateau"]
-SHIPPED = 0.67  # h100-sxm's GEMM plateau (asserted below)
+SHIPPED = 0.688  # h100-sxm's GEMM plateau (asserted below)
 W_DATA = 1 / NOISE_LOG**2  # 156.25
 W_PRIOR = 1 / GEMM.prior_sigma**2  # 44.444
 
@@ -59,7 +59,7 @@ def toy(monkeypatch):
 
 def test_a_factor_moves_no_further_than_three_prior_sds(toy):
     # one run twice as slow: the unconstrained fit wants theta = -156.25 x 0.693 / 200.69 = -0.540, beyond
-    # 3 x 0.15 = 0.45 (the GEMM plateau's own floor, 0.20, is log(0.20 / 0.67) = -1.21 away): the limit holds it
+    # 3 x 0.15 = 0.45 (the GEMM plateau's own floor, 0.20, is log(0.20 / 0.688) = -1.24 away): the limit holds it
     assert _theta([math.log(2)]) == pytest.approx(-0.5396, abs=1e-4)
     result = fit(toy([math.log(2)]))
     assert [c.name for c in result.choices] == ["gemm_plateau"]

@@ -47,7 +47,7 @@ def test_calibrate_prints_errors_and_writes_the_overlay(run_cli, overlay_file):
     run = data["runs"][0]
     assert abs(run["error_after"]) < abs(run["error_before"])
     fitted = data["factors"]["gemm_plateau"]
-    assert fitted["fitted"] < fitted["shipped"] == pytest.approx(0.67)  # the run's steps are slower than predicted
+    assert fitted["fitted"] < fitted["shipped"] == pytest.approx(0.688)  # the run's steps are slower than predicted
     assert set(data["factors"]) == {"gemm_plateau"}  # one run: one factor
     assert data["fit"]["mean_abs_error_leave_one_out"] is None  # one run: nothing to leave out
     table = run_cli("calibrate", RUNS)

@@ -20,6 +20,7 @@ from planner.serving.time import (
     KV_PAGE_TOKENS,
     PASS_OVERHEAD_SECONDS,
     PER_HEAD_KV_L2_HIT_FRACTION,
+    SERVING_MEMORY_BANDWIDTH_FRACTION,
     causal_pairs,
     inference_times,
 )
@@ -138,8 +139,9 @@ def test_batch_one_decode_is_memory_bound_and_tp_helps() -> None:
     tpot = t.static.tpot_seconds
     assert np.all(np.diff(tpot) < 0)
     d = t.decode
-    # The GEMMs stream ~138 GB / tp of weights at the achievable bandwidth, plus each GEMM's fixed cost.
-    bw = H100.accelerator.memory_bandwidth_bytes_per_s * H100.efficiency.memory_bandwidth.fraction
+    # The GEMMs stream ~138 GB / tp of weights at the achievable bandwidth (serving's streaming fraction),
+    # plus each GEMM's fixed cost.
+    bw = H100.accelerator.memory_bandwidth_bytes_per_s * SERVING_MEMORY_BANDWIDTH_FRACTION
     weight_seconds = 2 * LAYERS * LAYER_MATRICES / np.array([1, 2, 4, 8]) / bw
     assert np.all(d.gemm_seconds >= weight_seconds)
     fixed = 4 * LAYERS * GEMM_FIXED_SECONDS / H100.efficiency.matmul.peak_fraction

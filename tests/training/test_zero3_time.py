@@ -130,7 +130,7 @@ def test_fsdp2_copy_out_adds_four_bytes_per_gathered_parameter() -> None:
     added = zero3_seconds(hw, lay, sp, engine, forward=f, backward=b) - zero3_seconds(hw, lay, sp, without,
                                                                                   forward=f, backward=b)
     params = float(sp.dense[0] + sp.expert[0])
-    # 3.35 TB/s x 0.8 streaming efficiency (h100-sxm)
-    assert added[0] == pytest.approx(2 * params * 4 / (3.35e12 * 0.8), rel=1e-9)
+    # 3.35 TB/s x 0.7 streaming efficiency (h100-sxm)
+    assert added[0] == pytest.approx(2 * params * 4 / (3.35e12 * 0.7), rel=1e-9)
     assert engine_profile("megatron").zero.gather_copy_bytes_per_param == 0.0
     assert engine_profile("fsdp").zero.gather_copy_bytes_per_param == 4.0  # plain FSDP2 (derived from torchtitan)
