@@ -86,6 +86,11 @@ RECIPES: dict[str, dict[str, Any]] = {
     # 4,096 tokens in flight on 9 layers cannot be held in 80 GB; the v0.2.1 H100 preset runs MBS 1.
     "mb2511_h100_gptoss120b_bf16": {**_GPT_OSS, "micro_batch": 1},
     "nemo2407_nemotron_340b_128gpus": _NEMOTRON_340B,
+    # torchtitan @ 9dec370 (the benchmark's commit), torchtitan/parallelisms/pipelining_utils.py
+    # build_pipeline_schedule: n_microbatches = pipeline_parallel_microbatches, else pipeline_parallel_degree (8),
+    # for the looped schedules too (the option's help says "the number of pipeline stages"; the code uses the pp
+    # degree), and generate_split_points gives Interleaved1F1B 2 stages per rank: 8 micro-batches of 32 / 8 = 4.
+    "tt24_t5_405b_interleaved": {"micro_batch": 4},
 }
 
 
@@ -101,6 +106,12 @@ RECIPE_NOTES: dict[str, str] = {
         "tokens/s/GPU at GBS 1280, as this row's 8,213; the 26.02.01 row, printed with EP 8, makes 13,722, while "
         "GB200, whose EP 64 stays inside the NVL72 rack, went 15,784 -> 15,754 between the same releases. On DGX "
         "B200 an EP 64 group spans 8 nodes: 7/8 of every all-to-all goes through the GPU's own 400 Gb/s NIC."
+    ),
+    "tt24_t5_405b_interleaved": (
+        "Run with 8 micro-batches of 4 (the reference reads 16 of 2 from the option's help text): torchtitan "
+        "9dec370 torchtitan/parallelisms/pipelining_utils.py build_pipeline_schedule takes n_microbatches = "
+        "pipeline_parallel_microbatches or pipeline_parallel_degree, and generate_split_points gives the looped "
+        "schedule 2 stages per rank (126 layers as 7, 14 x 8, 7)."
     ),
 }
 

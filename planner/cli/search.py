@@ -10,7 +10,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,6 +30,9 @@ from planner.cli.options import (
 from planner.errors import PlannerError
 from planner.specs.bounds import maximum, over_limit
 from planner.training.estimate import DEFAULT_HEADROOM
+
+if TYPE_CHECKING:
+    from planner.specs.engine import AttentionKernel
 
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "hf_trainer")  # planner.engines.export.EXPORT_FORMATS, without its imports
 # Search options that keep a field as an engine would set it, for when the engine changes the best layout.
@@ -183,7 +186,7 @@ def _filter_options(f: Any) -> Any:
               "into DIR (created if missing), headed by what planner predicts for it; the path goes to stderr. "
               "Exit 2 when no layout fits or FORMAT cannot run the layout.")
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
-               grad_dtype: str, optimizer: str, flash_attention: bool, attention_kernel: str | None,
+               grad_dtype: str, optimizer: str, flash_attention: bool, attention_kernel: AttentionKernel | None,
                overlap_grad_reduce: bool, tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
                moe_ep_overlap: bool | None, optimizer_state_dtype: str, master_weights_dtype: str, schedule: str,
                fp8_param_gather: bool, headroom: float,

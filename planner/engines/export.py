@@ -17,6 +17,7 @@ from pathlib import Path
 from planner.engines import deepspeed, hf_trainer, megatron, torchtitan
 from planner.engines.common import ExportContext, ExportFile
 from planner.errors import PlannerError
+from planner.specs.engine import engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
@@ -52,6 +53,24 @@ def engine_of_format(fmt: str, engine: str) -> str:
     return engine if (fmt, engine) == ("megatron", "nemo") else fmt
 
 
+# Formats whose files can name the fused attention's kernel (Megatron-LM --attention-backend flash | fused).
+# torchtitan's TOML, DeepSpeed's JSON and the Trainer's arguments have no such setting: their engines' own
+# kernel runs (PyTorch SDPA's flash backend, or what the model code picks).
+ATTENTION_KERNEL_FORMATS = frozenset({"megatron"})
+
+
+def _attention_kernel_as_run(fmt: str, layout: Layout, notes: tuple[str, ...]) -> tuple[Layout, tuple[str, ...]]:
+    """The layout's attention_kernel as the file runs it: kept where the format can write it; elsewhere the
+    engine's own kernel (null), with a note when that is not the kernel the layout asked for."""
+    if fmt in ATTENTION_KERNEL_FORMATS or layout.attention_kernel is None:
+        return layout, notes
+    runs = engine_profile(layout.engine).kernels.attention_kernel
+    if layout.attention_kernel != runs:
+        notes = (*notes, f"attention_kernel {layout.attention_kernel} -> {runs}: {fmt}'s configuration has no "
+                 f"attention-backend setting; {layout.engine} runs {runs}")
+    return layout.model_copy(update={"attention_kernel": None}), notes
+
+
 def render_export(
     fmt: str,
     model_id: str,
@@ -70,6 +89,7 @@ def render_export(
         notes = (*notes, f"engine {mapped.engine} -> {runs}: the file is run by {runs}, whose profile the "
                  "prediction uses")
         mapped = mapped.model_copy(update={"engine": runs})
+    mapped, notes = _attention_kernel_as_run(fmt, mapped, notes)
     check_layout(model, mapped, mapped.gpus)  # a setting the engine cannot run: a PlannerError naming it
     if mapped != layout:
         est = estimate(model, hw, mapped, headroom=est.headroom)

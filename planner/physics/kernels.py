@@ -110,7 +110,8 @@ experts takes (sum of flop / peak + GEMM_FIXED_SECONDS + (g - 1) x this) / plate
 GroupedLinear issues one cuBLASLt GEMM per expert over four streams, so the experts' tails overlap and the
 group pays about one fixed cost: solving the H100 bf16 figures of NVIDIA/TransformerEngine PR #2045 (TE 2.7,
 CUDA 12.9: 627.9 TFLOP/s for 8 experts of 4,096 x 768 x 2,048 and 553.9 for 16 of 2,048 x 768 x 2,048)
-with the H100 plateau 0.67 gives 0.70 and 0.82 us per further expert; 0.75 us taken. Counted, not fitted."""
+with the H100 plateau then in use, 0.67 (0.688 since the 2026-12 refit; not re-solved), gives 0.70 and 0.82 us
+per further expert; 0.75 us taken. Counted, not fitted."""
 
 
 def grouped_matmul_seconds(

@@ -45,7 +45,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.specs.engine import DEFAULT_ENGINE, EngineProfile, engine_profile
+from planner.specs.engine import DEFAULT_ENGINE, AttentionKernel, EngineProfile, engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import (
     DISPATCHER_CODES,
@@ -115,7 +115,7 @@ class Problem:
     moe_dispatcher: str | None = None  # None: the engine's on a MoE model, Layout's on a dense one (for_model)
     moe_ep_overlap: bool | None = None  # likewise
     fp8_param_gather: bool = False  # Layout.fp8_param_gather on every candidate with ZeRO >= 1 (Megatron engines)
-    attention_kernel: str | None = None  # Layout.attention_kernel for every candidate; None: the engine's
+    attention_kernel: AttentionKernel | None = None  # Layout.attention_kernel for every candidate; None: the engine's
 
     def __post_init__(self) -> None:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
@@ -147,6 +147,9 @@ class Problem:
             raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
         if self.attention_kernel not in (None, "fused", "flash2"):
             raise PlannerError(f"attention_kernel({self.attention_kernel}) must be fused or flash2")
+        if self.attention_kernel is not None and not self.flash_attention:
+            raise PlannerError("attention_kernel applies only with flash attention (the unfused path has no kernel "
+                               "choice); drop --attention-kernel or --no-flash-attention")
 
 
     def for_model(self, model: ModelSpec, hw: HardwareProfile | None = None) -> Problem:

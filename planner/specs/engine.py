@@ -536,8 +536,9 @@ _MEGATRON = EngineProfile(
             "qkv_fprop, fc1_fprop, proj_dgrad and fc2_dgrad 'ring_exchange' with num_splits = tp",
             "nccl_compute_contention": _NO_CONTENTION_CALIBRATED,
             "dp_overlap_efficiency": "benchmarks/calibrate_training.py on the published runs (grid 0.5-1.0): 1.0",
-            "tp_overlap_hidden_share": "Transformer Engine userbuffers are the reference the overlap model is "
-            "fitted on (training/time.py TP_OVERLAP_EXPOSED_FRACTION): 1.0",
+            "tp_overlap_hidden_share": "Transformer Engine userbuffers are the reference the overlap model "
+            "describes (training/time.py layer_time: all but the last chunk of each forward reduce-scatter hidden): "
+            "1.0",
             "tp_overlap_sm_share": "the pipelined reduce-scatter after proj_fprop and fc2_fprop takes 16 SMs with "
             "set_sm_margin in TE's default userbuffer config (transformer_engine/pytorch/module/base.py @ d0067d0, "
             "initialize_ub) and 8-24 in the Megatron-Bridge tuned configs (src/megatron/bridge/training/"

@@ -249,7 +249,7 @@ class PublishedMfu(BaseModel):
 # launches of the optimizer over hundreds of tensors, gradient-norm and loss reductions, the data loader's
 # hand-off and logging. Published end-to-end step times include it (Megatron-LM's README: "end-to-end incl.
 # data loading, optimizer, logging"); it matters for short steps only. Fitted by benchmarks/calibrate_training.py
-# on the published runs of four sources (grid 0-0.2 s); a profile may carry its own (EfficiencySpec).
+# on the published runs of five sources (grid 0-0.2 s); a profile may carry its own (EfficiencySpec).
 DEFAULT_STEP_OVERHEAD_SECONDS = 0.15
 
 

@@ -287,3 +287,10 @@ def test_an_attention_kernel_is_exported_and_read_back(kernel):
     # the engine's own kernel written nowhere: a layout without the field exports no backend flag
     plain = resolve_layout(model, 8, zero=1, global_batch=64, seq_len=8192)
     assert not any(group[0] == "--attention-backend" for group in layout_flags(model, plain))
+
+
+def test_legacy_use_flash_attn_leaves_the_engines_kernel():
+    # --use-flash-attn is parsed but unread by Megatron-Core (d98e8a64); under Transformer Engine its own choice runs
+    text = BASE_ARGS + "--use-flash-attn --transformer-impl transformer_engine"
+    f = import_megatron(split_launch_text(text, "t"), gpus=8, given={}, model=None, source="t").fields
+    assert f["flash_attention"] is True and "attention_kernel" not in f

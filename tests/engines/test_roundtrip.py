@@ -59,6 +59,11 @@ CASES: dict[str, tuple[str, int, dict]] = {
                                                  seq_len=4096, grad_dtype="fp32")),
     "zero2-fp16-ddp-overlap-off": ("llama-3.2-3b", 8, dict(zero=2, dtype="fp16", grad_dtype="fp32", global_batch=32,
                                                            seq_len=2048, overlap_grad_reduce=False)),
+    # the fused attention's kernel: Megatron writes --attention-backend; the other formats run their engine's own
+    "attention-fused": ("llama-3.1-8b", 8, dict(zero=3, recompute="full", global_batch=8, seq_len=16384,
+                                                grad_dtype="fp32", attention_kernel="fused")),
+    "attention-flash2": ("llama-3.1-8b", 8, dict(zero=3, recompute="full", global_batch=8, seq_len=16384,
+                                                 grad_dtype="fp32", attention_kernel="flash2")),
 }
 
 # (case, engine) -> what the refusal names
@@ -269,3 +274,21 @@ def test_megatron_roundtrip_keeps_a_gated_shared_expert_of_its_own_width():
     back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=None, source="m").model
     assert back.moe is not None and back.moe.shared_expert_gate
     assert back.moe.shared_ffn_width == model.moe.shared_ffn_width == 5632
+
+
+@pytest.mark.parametrize(("fmt", "note"), [("megatron", None), ("torchtitan", "attention_kernel fused -> flash2"),
+                                           ("deepspeed", "attention_kernel fused -> flash2"),
+                                           ("hf_trainer", "attention_kernel fused -> flash2")])
+def test_an_attention_kernel_a_format_cannot_write_is_said(fmt, note):
+    model, layout, est = _estimate(*CASES["attention-fused"])
+    out = render_export(fmt, "llama-3.1-8b", model, HW, layout, est)
+    said = [n for n in out.notes if n.startswith("attention_kernel")]
+    if note is None:
+        assert out.layout.attention_kernel == "fused" and said == []
+    else:
+        assert out.layout.attention_kernel is None and said and said[0].startswith(note)
+    # the kernel the engine runs anyway is dropped without a note
+    _, same, same_est = _estimate(*CASES["attention-flash2"])
+    if fmt != "megatron":
+        quiet = render_export(fmt, "llama-3.1-8b", model, HW, same, same_est)
+        assert quiet.layout.attention_kernel is None and not any(n.startswith("attention_kernel") for n in quiet.notes)

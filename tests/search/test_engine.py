@@ -228,7 +228,7 @@ def test_llama3_405b_on_16384_h100_leads_with_a_published_style_layout():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "open (issue 10): the first ten reach 50.2-51.1% bf16 MFU since the refit of 2026-12 (GEMM share 0.84 -> "
+    "open (issue 10): the first ten reach 49.9-51.1% bf16 MFU (the first 50.7%) since the refit of 2026-12 (GEMM share 0.84 -> "
     "0.857, streaming 0.8 -> 0.7, step overhead 0.2 -> 0.15 s, the TP overlap's exposed share replaced by its last "
     "reduce-scatter chunk); the 405B runs outside the fit (Megatron-Bridge 25.09/25.11 on H100, B200, GB200) come "
     "out 8-17% fast, a cost the model lacks at this size"))
