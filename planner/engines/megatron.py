@@ -32,7 +32,7 @@ from planner.engines.common import (
     require,
     resolve_batch,
 )
-from planner.engines.shell import first_marker, launch_flags
+from planner.engines.shell import first_marker, launch
 from planner.errors import PlannerError
 from planner.physics.stages import layers_on_stage
 from planner.specs.bounds import over_limit
@@ -171,7 +171,26 @@ def read_launch_text(text: str, source: str) -> tuple[list[str], list[str]]:
     every line is a line of flags. A variable the file does not define is kept as a marker and becomes
     an error if planner needs its value (see `parse_flags`).
     """
-    return launch_flags(text, source)
+    flags, warnings, environment = launch(text, source)
+    backend = _environment_attention_backend(environment)
+    if backend is not None and "--attention-backend" not in flags:
+        flags = [*flags, "--attention-backend", backend]
+        warnings = [*warnings, f"{source}: read NVTE_FLASH_ATTN={environment.get('NVTE_FLASH_ATTN', '1')}, "
+                    f"NVTE_FUSED_ATTN={environment.get('NVTE_FUSED_ATTN', '1')} as --attention-backend {backend} "
+                    "(Transformer Engine's choice among its attention backends; Megatron-Core since 0.10 asserts "
+                    "against these variables unless --attention-backend names the same backend)"]
+    return flags, warnings
+
+
+def _environment_attention_backend(environment: Mapping[str, str]) -> str | None:
+    """The attention backend Transformer Engine's NVTE_FLASH_ATTN / NVTE_FUSED_ATTN leave it (each 1 unless set;
+    TE picks among the enabled ones): flash when only cuDNN is off, fused when only flash-attn is off, unfused
+    when both are; None when neither is set to 0."""
+    flash = environment.get("NVTE_FLASH_ATTN", "1").strip() != "0"
+    fused = environment.get("NVTE_FUSED_ATTN", "1").strip() != "0"
+    if flash and fused:
+        return None
+    return "flash" if flash else ("fused" if fused else "unfused")
 
 
 def split_launch_text(text: str, source: str) -> list[str]:

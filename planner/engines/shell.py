@@ -738,7 +738,16 @@ def _string_launches(values: Iterable[str]) -> list[list[str]]:
 
 
 def launch_flags(text: str, source: str) -> tuple[list[str], list[str]]:
-    """The arguments a launch script (or an arguments file) passes to its training script, and warnings.
+    """The arguments a launch script (or an arguments file) passes to its training script, and warnings
+    (`launch`, without the environment)."""
+    flags, warnings, _ = launch(text, source)
+    return flags, warnings
+
+
+def launch(text: str, source: str) -> tuple[list[str], list[str], dict[str, str]]:
+    """The arguments a launch script (or an arguments file) passes to its training script, warnings, and the
+    environment it sets for it: the script's scalar variables (`NAME=value`, `export NAME=value`) with the
+    launch command's own `NAME=value` prefixes over them.
 
     When a command runs a Python script (`torchrun ... pretrain_gpt.py ARGS`), the arguments after the
     script in the last such command are taken (preferring a script whose name has 'train' in it);
@@ -756,9 +765,14 @@ def launch_flags(text: str, source: str) -> tuple[list[str], list[str]]:
         launches = _string_launches(script.variables.scalars.values())
     training = [t for t in launches if "train" in t[script_index(t)].rsplit("/", 1)[-1]]  # type: ignore[index]
     chosen = (training or launches)[-1:] if launches else []
+    environment = dict(script.variables.scalars)
     if chosen:
         tokens = chosen[0]
         flags = _before_redirection(tokens[script_index(tokens) + 1 :])  # type: ignore[operator]
+        for word in tokens[: script_index(tokens)]:
+            prefix = _SCALAR.match(word)
+            if prefix is not None and not prefix.group(2):
+                environment[prefix.group(1)] = prefix.group(3)
     elif script.commands:
         flags = [tok for _, tokens in script.commands for tok in tokens]
     else:  # a file that only defines its flags: arrays, and strings of flags (MODEL_ARGS="--a 1 --b")
@@ -768,4 +782,4 @@ def launch_flags(text: str, source: str) -> tuple[list[str], list[str]]:
     warnings = [f"{source}: line {line}: planner cannot tell whether `if {cond}` holds, so it read every branch "
                 "(the last value of a variable wins); check the flags it read, or give them with --engine-args"
                 for line, cond in sorted(script.uncertain_effects.items())]
-    return flags, warnings
+    return flags, warnings, environment

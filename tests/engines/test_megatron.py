@@ -294,3 +294,28 @@ def test_legacy_use_flash_attn_leaves_the_engines_kernel():
     text = BASE_ARGS + "--use-flash-attn --transformer-impl transformer_engine"
     f = import_megatron(split_launch_text(text, "t"), gpus=8, given={}, model=None, source="t").fields
     assert f["flash_attention"] is True and "attention_kernel" not in f
+
+
+@pytest.mark.parametrize(("env", "kernel", "flash"), [
+    ("export NVTE_FUSED_ATTN=0\n", "flash2", True),  # NeMo-Framework-Launcher 24.03-24.07's setting
+    ("NVTE_FLASH_ATTN=0\n", "fused", True),
+    ("export NVTE_FLASH_ATTN=0 NVTE_FUSED_ATTN=0\n", None, False),  # neither fused backend: TE's unfused attention
+    ("", None, True),
+])
+def test_transformer_engines_backend_variables_in_a_launch_script(env, kernel, flash):
+    script = env + "torchrun --nproc-per-node 8 pretrain_gpt.py " + BASE_ARGS
+    flags, warnings = read_launch_text(script, "run.sh")
+    f = import_megatron(flags, gpus=8, given={}, model=None, source="run.sh").fields
+    assert f.get("attention_kernel") == kernel and f["flash_attention"] is flash
+    assert any("NVTE_" in w for w in warnings) == bool(env)
+
+
+def test_a_backend_variable_on_the_launch_command_and_an_explicit_flag():
+    prefixed = "NVTE_FUSED_ATTN=0 torchrun pretrain_gpt.py " + BASE_ARGS
+    f = import_megatron(read_launch_text(prefixed, "run.sh")[0], gpus=8, given={}, model=None, source="run.sh").fields
+    assert f["attention_kernel"] == "flash2"
+    # --attention-backend names the backend itself (Megatron-Core then asserts the variables agree): the flag wins
+    explicit = "export NVTE_FUSED_ATTN=0\ntorchrun pretrain_gpt.py " + BASE_ARGS + "--attention-backend fused"
+    flags, warnings = read_launch_text(explicit, "run.sh")
+    assert import_megatron(flags, gpus=8, given={}, model=None, source="run.sh").fields["attention_kernel"] == "fused"
+    assert not any("NVTE_" in w for w in warnings)
