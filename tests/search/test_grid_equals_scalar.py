@@ -64,11 +64,13 @@ def models(draw: st.DrawFn) -> ModelSpec:
 @given(model=models(), gpus=st.sampled_from([8, 16, 32, 64]), batch_per_gpu=st.sampled_from([1, 2, 4]),
        seq_len=st.sampled_from([1024, 2048, 4096]), pick=st.randoms(use_true_random=False),
        dispatcher=st.sampled_from(["alltoall", "allgather", "deepep", "hybridep"]), ep_overlap=st.booleans(),
-       moments=st.sampled_from(["fp32", "bf16"]), schedule=st.sampled_from(["1f1b", "gpipe"]))
+       moments=st.sampled_from(["fp32", "bf16"]), schedule=st.sampled_from(["1f1b", "gpipe"]),
+       kernel=st.sampled_from([None, "fused", "flash2"]))
 def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick, dispatcher,
-                                                        ep_overlap, moments, schedule):
+                                                        ep_overlap, moments, schedule, kernel):
     problem = Problem(gpus=gpus, global_batch=gpus * batch_per_gpu, seq_len=seq_len, moe_dispatcher=dispatcher,
-                      moe_ep_overlap=ep_overlap, optimizer_state_dtype=moments, schedule=schedule)
+                      moe_ep_overlap=ep_overlap, optimizer_state_dtype=moments, schedule=schedule,
+                      attention_kernel=kernel)
     try:
         result = run_search(model, HW, problem, chunk=64)  # small chunks: several chunks per search
     except PlannerError:
@@ -85,6 +87,8 @@ def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_
         assert layout.moe_dispatcher == (dispatcher if layout.ep > 1 else "alltoall")
         assert layout.moe_ep_overlap == ep_overlap and layout.optimizer_state_dtype == moments
         assert layout.schedule == schedule
+        # the problem's kernel, read back as null where it is the engine's own (megatron: fused)
+        assert layout.attention_kernel == (None if kernel in (None, "fused") else kernel)
         one = estimate(model, HW, layout)
         r = result.results
         assert float(r.step_seconds[pos]) == one.scalar("step_seconds"), layout
