@@ -94,15 +94,14 @@ LOGIT_TRAFFIC_BYTES = 18.0
 # and the MLP's down projection (fc2), dense and shared experts.
 ROW_PARALLEL_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
 # The GEMMs that TP comm overlap splits into chunks (one GEMM call each): the column-parallel projections after the
-# sequence-parallel all-gather (qkv_fprop, fc1_fprop) and the row-parallel ones before the reduce-scatter
-# (proj_fprop, fc2_fprop) of the attention, the dense MLP and the shared experts (Megatron-Core's SharedExpertMLP
+# sequence-parallel all-gather (qkv_fprop, fc1_fprop; these) and the row-parallel ones before the reduce-scatter
+# (proj_fprop, fc2_fprop: ROW_PARALLEL_GEMMS) of the attention, the dense MLP and the shared experts (Megatron-Core's SharedExpertMLP
 # is an MLP built with the fc1/fc2 userbuffer names, moe/shared_experts.py @ d98e8a64; the routed experts run
 # without userbuffers); in backward the row-parallel GEMMs' dgrad after
 # its all-gather (proj_dgrad, fc2_dgrad). Transformer Engine's userbuffer names, transformer_engine/pytorch/
 # module/base.py @ d0067d0 initialize_ub; torch's async TP decomposes the same matmuls (fused_all_gather_matmul,
 # fused_matmul_reduce_scatter).
 TP_OVERLAP_AG_GEMMS = frozenset({"qkv", "mlp_up", "shared_up"})
-TP_OVERLAP_RS_GEMMS = frozenset({"attn_out", "mlp_down", "shared_down"})
 # What each extra step of context-parallel attention moves and launches besides its kernel (the merges of partial
 # outputs, the gradient accumulators, copies) and how K/V travel is engine behaviour: the engine profile's
 # context_parallel section (planner.specs.engine; Transformer Engine's P2P ring for Megatron, torch's
@@ -354,10 +353,9 @@ def layer_time(
             on_ub = ~lay.moe_shared_expert_overlap if g.name.startswith(SHARED_EXPERT_PREFIX) else np.True_
             if g.name in ROW_PARALLEL_GEMMS:
                 row_gemm = row_gemm + np.where(on_ub, seconds, 0.0)
+                rs_split = rs_split + on_ub
             if g.name in TP_OVERLAP_AG_GEMMS:
                 ag_split = ag_split + on_ub
-            if g.name in TP_OVERLAP_RS_GEMMS:
-                rs_split = rs_split + on_ub
             fp8_weights = fp8_weights + elements
     cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer)
     weight_cast = fp8_cast_seconds(hw, fp8_weights, weight=True) / lay.num_micro_batches
@@ -401,10 +399,10 @@ def layer_time(
     # Each chunk of a split GEMM is its own GEMM call and pays the fixed cost (launch, prologue, the last partial
     # wave) again: tp chunks on the all-gather side (ring exchange), the engine's splits on the reduce-scatter side
     # (ag_split, rs_split: counted in the loop above).
-    rs_chunks = engine.efficiency.tp_overlap_rs_splits
-    rs_extra = (lay.tp if rs_chunks is None else rs_chunks) - 1
+    splits = engine.efficiency.tp_overlap_rs_splits
+    rs_chunks = lay.tp if splits is None else splits
     chunk_fixed = np.where(overlapped, GEMM_FIXED_SECONDS / plateau_gemm, 0.0)
-    forward = forward + chunk_fixed * (ag_split * (lay.tp - 1) + rs_split * rs_extra)
+    forward = forward + chunk_fixed * (ag_split * (lay.tp - 1) + rs_split * (rs_chunks - 1))
     backward = backward + chunk_fixed * rs_split * (lay.tp - 1)
     recompute = np.where(
         lay.recompute == RecomputeCode.FULL, forward, np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention, unfused_fwd, 0.0)
@@ -434,7 +432,7 @@ def layer_time(
     # i's GEMM and start on the local chunk: nothing left over.
     window = gemm * (3.0 + (lay.recompute == RecomputeCode.FULL))
     last_rs_chunk = (1.0 + (lay.recompute == RecomputeCode.FULL)) * 2 * reduce_scatter_seconds(
-        act_bytes / (lay.tp if rs_chunks is None else rs_chunks), lay.tp, tp_link)
+        act_bytes / rs_chunks, lay.tp, tp_link)
     te_exposed = np.maximum(np.minimum(last_rs_chunk, traffic), traffic - window)
     # an engine whose overlap hides less than TE's hides that share of what TE hides
     hidden = engine.efficiency.tp_overlap_hidden_share * (traffic - te_exposed)
