@@ -45,7 +45,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.specs.engine import DEFAULT_ENGINE, AttentionKernel, EngineProfile, engine_profile
+from planner.specs.engine import DEFAULT_ENGINE, AttentionKernel, EngineProfile, attention_kernel_run, engine_profile
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import (
     DISPATCHER_CODES,
@@ -430,8 +430,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         gpipe=const(problem.schedule == "gpipe", bool),
         dualpipe=const(problem.schedule == "dualpipe", bool),
         flash_attention=const(problem.flash_attention, bool),
-        attention_flash2=const(
-            (problem.attention_kernel or engine_profile(problem.engine).kernels.attention_kernel) == "flash2", bool),
+        attention_flash2=const(attention_kernel_run(problem.engine, problem.attention_kernel) == "flash2", bool),
         grad_bytes=const(GRAD_BYTES[str(problem.grad_dtype)], np.int64),
         optimizer_bytes=const(optimizer_state_bytes(problem.optimizer, problem.optimizer_state_dtype,
                                                          problem.master_weights_dtype), np.int64),

@@ -998,6 +998,12 @@ def engine_profile(name: str) -> EngineProfile:
         raise PlannerError(f"engine({name}) is not known; choose one of {', '.join(ENGINE_NAMES)}") from None
 
 
+def attention_kernel_run(engine: str, chosen: AttentionKernel | None) -> AttentionKernel:
+    """The attention kernel that runs: the one chosen (Layout.attention_kernel, the search's Problem), else the
+    engine's."""
+    return chosen or engine_profile(engine).kernels.attention_kernel
+
+
 def engine_or_default(engine: EngineProfile | None) -> EngineProfile:
     """`engine`, or the default engine's profile where none is given."""
     return engine if engine is not None else engine_profile(DEFAULT_ENGINE)

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from planner.specs.bounds import Degree, GlobalBatch, Interleave, Layers, LayersOrNone, MicroBatch, SeqLen, ZeroStage
-from planner.specs.engine import DEFAULT_ENGINE, AttentionKernel, EngineName, engine_profile
+from planner.specs.engine import DEFAULT_ENGINE, AttentionKernel, EngineName, attention_kernel_run, engine_profile
 
 # none; selective (Megatron --recompute-granularity selective: the modules in `recompute_modules`, by
 # default the attention core); full (every layer, or k per stage); op (torchtitan's op-level selective
@@ -298,7 +298,7 @@ class Layout(BaseModel):
     @property
     def resolved_attention_kernel(self) -> AttentionKernel:
         """The attention kernel that runs: the layout's, else its engine's."""
-        return self.attention_kernel or engine_profile(self.engine).kernels.attention_kernel
+        return attention_kernel_run(self.engine, self.attention_kernel)
 
     def to_arrays(self) -> LayoutArrays:
         return LayoutArrays.from_layouts([self])
