@@ -57,8 +57,8 @@ GRID: dict[str, np.ndarray] = {
     "step_overhead_s": np.array([0.0, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2]),
 }
 # The descent starts at the values in use (the profiles and time.py), so a rerun says whether they are
-# still a local optimum; the objective is flat along HBM efficiency, step overhead and TP-overlap share
-# (other starts end 0.1-0.2 points away with those three moved together).
+# still a local optimum; the objective is flat along HBM efficiency and step overhead (other starts end
+# 0.1-0.2 points away with those moved together).
 START = {"gemm_scale": 1.0, "gemm_fixed_s": 7.5e-6, "memory_bw": 0.7, "dp_overlap": 1.0, "step_overhead_s": 0.15}
 # A case's |error| counts up to this much in the objective: a run missed by more is missing a feature the
 # model does not have (an MoE dispatcher, an overlap), and letting it pull on the shared physical

@@ -620,9 +620,8 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     # fused the reverse (cuDNN attention); auto lets Transformer Engine choose (cuDNN on Hopper): the engine's
     # (only the flag itself: --use-flash-attn is parsed but read by nothing in Megatron-Core @ d98e8a64, so under
     # Transformer Engine its choice, the engine's, runs)
-    explicit_backend = args.get("attention-backend")
-    if explicit_backend in ATTENTION_BACKEND_KERNELS:
-        got.set("attention_kernel", ATTENTION_BACKEND_KERNELS[str(explicit_backend)], "--attention-backend")
+    if "attention-backend" in args and backend in ATTENTION_BACKEND_KERNELS:
+        got.set("attention_kernel", ATTENTION_BACKEND_KERNELS[backend], "--attention-backend")
     _recompute(args, got)
     if args.get("softmax-type") not in (None, "vanilla", "off-by-one", "learnable"):
         raise PlannerError(f"--softmax-type {args['softmax-type']} is not known (vanilla, off-by-one, learnable)",
