@@ -41,6 +41,14 @@ def all_runs():
     return runs, skipped
 
 
+def calibration_draws(runs: int, subsets: int) -> list[tuple[int, ...]]:
+    """Up to `subsets` sets of CALIBRATION_RUNS run indices out of `runs` (all of them when there are fewer;
+    a fixed seed, so every script that compares draws uses the same ones)."""
+    draws = list(itertools.combinations(range(runs), CALIBRATION_RUNS))
+    random.Random(0).shuffle(draws)
+    return draws[:subsets]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--subsets", type=int, default=20)
@@ -52,9 +60,7 @@ def main() -> None:
         if len(members) < MIN_RUNS:
             rows.append((group, len(members), None))
             continue
-        draws = list(itertools.combinations(range(len(members)), CALIBRATION_RUNS))
-        random.Random(0).shuffle(draws)
-        draws = draws[: args.subsets]
+        draws = calibration_draws(len(members), args.subsets)
         before_sum = after_sum = near_before = near_after = 0.0
         count = worse = near = 0
         factors: dict[str, int] = {}
