@@ -160,12 +160,7 @@ def _public_sources() -> dict[str, list[Run]]:
 
 
 _PUBLIC = _public_sources()
-# torchtitan: 3 runs of 8B with cp 4 and 8 (-21%, -25% with the profile's 500 W power limit) and a plain 8B run
-# (+4%) fit the FlashAttention-2 plateau down as the CP runs ask; the 8B cp 2 run, at +7% with nearly the
-# sensitivity of cp 4, then goes to +31%, 0.9 points beyond its 15% tolerance (strict: when the cost model mends
-# it, remove this mark). No factor of the profile moves cp 2 and cp 4 apart; the cost model's context-parallel
-# attention is where they differ (docs/calibrate.md, the public-runs table).
-_KNOWN = {"torchtitan 2024-12 benchmarks (h100-sxm-96gb)": "8B cp 2 goes from +7% to +31% (tolerance 15%)"}
+_KNOWN: dict[str, str] = {}  # sources whose draws move a run past its tolerance (none since the attention prior of 0.10)
 
 
 @pytest.mark.parametrize("group", [pytest.param(g, marks=pytest.mark.xfail(strict=True, reason=_KNOWN[g]))
