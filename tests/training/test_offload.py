@@ -73,3 +73,14 @@ def test_engines_refuse_offload_they_lack() -> None:
     with pytest.raises(PlannerError, match="engine megatron cannot run offload_params"):
         estimate(tiny(), load_hardware("h100-sxm").spec,
                  Layout(dp=8, zero=3, offload_params=True, global_batch=8, seq_len=32))
+
+
+def test_gb200_rack_offloads_over_its_grace_hosts() -> None:
+    """Megatron-Bridge's GB200 recipes offload activations (cpu_offloading_num_layers): the rack's profile has a
+    host, and its NVLink-C2C link moves a layer's activations faster than a DGX H100's shared PCIe Gen5 link."""
+    lay = Layout(global_batch=1, seq_len=256, engine="megatron", offload_activation_layers=1)
+    gb200, h100 = load_hardware("gb200-nvl72").spec, load_hardware("h100-sxm").spec
+    assert gb200.host is not None and h100.host is not None
+    assert gb200.host.link_bandwidth_bytes_per_s > h100.host.link_bandwidth_bytes_per_s
+    result = estimate(tiny(), gb200, lay)
+    assert 0 < result.scalar("host_bytes") <= gb200.host.memory_bytes
