@@ -11,6 +11,7 @@ from round_specs import round_hw
 from planner.engines.load import load_hardware, load_model
 from planner.specs.layout import Layout
 from planner.training.estimate import MFU_PLAUSIBILITY_MARGIN, best_published_mfu, estimate
+from planner.training.flops import attention_core_flop_per_token, layer_weight_flop_per_token, lm_head_flop_per_token
 
 H100 = load_hardware("h100-sxm").spec
 LLAMA8B = load_model("llama-3.1-8b").spec
@@ -53,3 +54,20 @@ def test_cli_marks_implausible_mfu_in_tables_and_json(run_cli) -> None:
     assert "MFU !: more than 10% above the best published MFU" in search and "implausible" in search
     doc = json.loads(run_cli("search", *args, "--top", "1", "--format", "json").stdout)
     assert doc["candidates"][0]["plausibility"]["implausible_mfu"] is True
+
+
+def test_blackwell_ceilings_are_in_the_planners_flop_count() -> None:
+    """Megatron-Bridge's performance summary prints model TFLOP/s with the causal attention core halved: its
+    25.11 DGX-B200 Llama3-8B FP8-CS row (8,192 tokens) gives 30,624 tokens/s per GPU and 1,576 TFLOP/s. The
+    planner counts the full core (training/flops.py), so the ceiling is that run's tokens/s in the planner's
+    count over the fp8 peak, and an estimate equal to the run is not flagged."""
+    seq = np.array([8192])
+    weights = layer_weight_flop_per_token(LLAMA8B) + lm_head_flop_per_token(LLAMA8B)
+    core = float(attention_core_flop_per_token(LLAMA8B, seq)[0])
+    halved = 3 * (weights + core / 2)  # the table's count
+    assert abs(30624 * halved / 1576e12 - 1) < 0.001
+    b200 = load_hardware("b200").spec
+    run_mfu = 30624 * 3 * (weights + core) / b200.accelerator.peak_flops_per_s["fp8"]
+    ceiling = float(best_published_mfu(b200, Layout(global_batch=1, seq_len=8, dtype="fp8").to_arrays())[0])
+    assert abs(ceiling - run_mfu) < 0.001
+    assert run_mfu <= ceiling * (1 + MFU_PLAUSIBILITY_MARGIN)
