@@ -14,11 +14,10 @@ runs in about a second.
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
-from calibrate_sources import MIN_RUNS, all_runs, calibration_draws
+from calibrate_sources import MIN_RUNS, all_runs, arguments, calibration_draws
 
 from planner.calibrate.published import by_group
 from planner.calibrate.runs import predict_seconds
@@ -27,24 +26,20 @@ SHARES = (1.0, 0.5)  # shares of the 3 runs' mean log error taken as the scale
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--subsets", type=int, default=20)
-    parser.add_argument("--markdown", action="store_true")
-    args = parser.parse_args()
+    args = arguments()
     runs, _ = all_runs()
     if args.markdown:
         print("| source | runs | mean log error | sd | held-out error, shipped | "
               + " | ".join(f"scale x{share:g}: error, draws worse" for share in SHARES) + " |")
         print("|---|---:|---:|---:|---:|" + "---:|" * len(SHARES))
     for group, members in by_group(runs).items():
-        timed = [r for r in members if r.measured_seconds]
-        if len(timed) < MIN_RUNS:
+        if len(members) < MIN_RUNS:
             continue
-        errors = np.array([math.log(predict_seconds(r, r.hardware) / r.measured_seconds) for r in timed])  # type: ignore[operator]
+        errors = np.array([math.log(predict_seconds(r, r.hardware) / r.measured_seconds) for r in members])  # type: ignore[operator]
         shipped_sum = 0.0
         count = 0
         scaled = {share: [0.0, 0] for share in SHARES}  # share -> [sum of |error|, draws worse]
-        draws = calibration_draws(len(timed), args.subsets)
+        draws = calibration_draws(len(members), args.subsets)
         for draw in draws:
             held = np.array([e for i, e in enumerate(errors) if i not in draw])
             shift = float(errors[list(draw)].mean())
@@ -57,10 +52,10 @@ def main() -> None:
                 scaled[share][1] += after > before + 1e-12
         cells = [f"{scaled[s][0] / count:.1%}, {scaled[s][1] / len(draws):.0%}" for s in SHARES]
         if args.markdown:
-            print(f"| {group} | {len(timed)} | {errors.mean():+.3f} | {errors.std():.3f} | {shipped_sum / count:.1%} | "
+            print(f"| {group} | {len(members)} | {errors.mean():+.3f} | {errors.std():.3f} | {shipped_sum / count:.1%} | "
                   + " | ".join(cells) + " |")
         else:
-            print(group, len(timed), f"{errors.mean():+.3f}", f"{errors.std():.3f}", f"{shipped_sum / count:.1%}", cells)
+            print(group, len(members), f"{errors.mean():+.3f}", f"{errors.std():.3f}", f"{shipped_sum / count:.1%}", cells)
 
 
 if __name__ == "__main__":

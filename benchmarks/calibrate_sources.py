@@ -49,11 +49,16 @@ def calibration_draws(runs: int, subsets: int) -> list[tuple[int, ...]]:
     return draws[:subsets]
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
+    """--subsets (draws of 3 per source) and --markdown, the options of every script that compares draws."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--subsets", type=int, default=20)
     parser.add_argument("--markdown", action="store_true")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
     runs, skipped = all_runs()
     rows = []
     for group, members in by_group(runs).items():
