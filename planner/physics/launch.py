@@ -72,28 +72,38 @@ def _graphed(lay: LayoutArrays, scope: str) -> np.ndarray:
     return np.asarray((lay.cuda_graphs & (CUDA_GRAPH_BITS[scope] | CUDA_GRAPH_BITS["full"])) != 0)
 
 
+def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Kernels the host issues for one layer's forward, one micro-batch, less what CUDA graphs capture, as
+    (before, after) the MoE dispatcher's host sync. Megatron-Core's MoE layer runs the shared experts, the
+    router and the dispatch preprocessing first, then waits on the host for the tokens-per-expert counts
+    ("before_ep_alltoall", token_dispatcher.py @ d98e8a64) and only then issues the all-to-alls, the experts
+    and the combine (MoELayer.forward: shared_experts_compute, route, preprocess | dispatch,
+    routed_experts_compute, combine, postprocess; moe_layer.py @ d98e8a64). A dense layer is all 'before'."""
+    attention = ATTENTION_LAUNCHES + (MLA_EXTRA_LAUNCHES if model.mla is not None else 0)
+    attn = np.where(_graphed(lay, "attn"), 0.0, float(attention))
+    if not (moe_layer and model.moe is not None):
+        return np.asarray(attn + np.where(_graphed(lay, "mlp"), 0.0, float(MLP_LAUNCHES))), np.zeros(np.shape(attn))
+    moe = model.moe
+    local = moe.num_experts / lay.ep
+    experts = EXPERT_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0 + expert_quantize_launches(model, lay)
+    if model.mlp_bias:  # fc2's bias, one local expert at a time, then the concatenation (physics.moe)
+        experts = experts + EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
+    shared = MLP_LAUNCHES if moe.num_shared_experts else 0
+    router = np.where(_graphed(lay, "moe_router"), 0.0, ROUTER_LAUNCHES + shared)
+    preprocess = np.where(_graphed(lay, "moe_preprocess"), 0.0, float(PREPROCESS_LAUNCHES))
+    eager = np.where(_graphed(lay, "moe"), 0.0, 1.0)
+    before = attn + eager * (router + preprocess)
+    after = eager * ((DISPATCH_LAUNCHES - PREPROCESS_LAUNCHES) + experts)
+    return np.asarray(before), np.asarray(after)
+
+
 def layer_host_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, passes: np.ndarray
 ) -> np.ndarray:
     """Host time to issue one layer's kernels for one micro-batch (forward, backward, and the forward again for
     each extra pass in `passes` - 1 with full recompute), less what CUDA graphs capture."""
-    attention = ATTENTION_LAUNCHES + (MLA_EXTRA_LAUNCHES if model.mla is not None else 0)
-    attn = np.where(_graphed(lay, "attn"), 0.0, float(attention))
-    if moe_layer and model.moe is not None:
-        moe = model.moe
-        local = moe.num_experts / lay.ep
-        experts = EXPERT_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0 + expert_quantize_launches(model, lay)
-        if model.mlp_bias:  # fc2's bias, one local expert at a time, then the concatenation (physics.moe)
-            experts = experts + EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
-        shared = MLP_LAUNCHES if moe.num_shared_experts else 0
-        router = np.where(_graphed(lay, "moe_router"), 0.0, ROUTER_LAUNCHES + shared)
-        preprocess = np.where(_graphed(lay, "moe_preprocess"), 0.0, float(PREPROCESS_LAUNCHES))
-        whole = np.where(_graphed(lay, "moe"), 0.0, 1.0)
-        ffn = whole * (router + preprocess + (DISPATCH_LAUNCHES - PREPROCESS_LAUNCHES) + experts)
-    else:
-        ffn = np.where(_graphed(lay, "mlp"), 0.0, float(MLP_LAUNCHES))
-    forward = attn + ffn
-    return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * forward * host_launch_seconds(hw))
+    before, after = layer_launches(model, lay, moe_layer=moe_layer)
+    return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * (before + after) * host_launch_seconds(hw))
 
 
 def expert_quantize_launches(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:

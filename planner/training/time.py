@@ -51,8 +51,9 @@ from planner.physics.kernels import (
 from planner.physics.launch import (
     BACKWARD_LAUNCH_RATIO,
     bookkeeping_seconds,
+    host_launch_seconds,
     host_syncs_every_layer,
-    layer_host_seconds,
+    layer_launches,
 )
 from planner.physics.moe import dispatch_seconds, expert_bias_bytes, regroup_bytes, tokens_per_local_expert
 from planner.physics.params import mtp_layer_is_moe
@@ -301,6 +302,11 @@ class LayerTime:
     tp_comm: np.ndarray  # exposed TP traffic, forward + backward + recomputed forward
     cp_comm: np.ndarray  # exposed context-parallel K/V traffic
     ep_comm: np.ndarray  # expert-parallel all-to-all
+    # The part of `forward` and of `ep_comm` that a MoE layer runs after its dispatcher's host sync (the
+    # dispatch all-to-all through the combine: routed experts' GEMMs, activation, casts, regrouping, and the
+    # forward all-to-alls); zero for dense layers. physics.launch.layer_launches splits the host side alike.
+    after_sync_forward: np.ndarray
+    after_sync_comm: np.ndarray
 
 
 def tp_overlap_runs(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
@@ -334,13 +340,16 @@ def layer_time(
     fp8_weights = np.zeros_like(gemm)
     shared_gemm = np.zeros_like(gemm)  # the shared experts' forward GEMMs (shared-expert overlap hides behind them)
     row_gemm = np.zeros_like(gemm)  # forward seconds of the row-parallel GEMMs (the TP overlap's SM margin)
+    routed_gemm = np.zeros_like(gemm)  # the routed experts' forward GEMMs (after the dispatcher's host sync)
     ag_split = np.zeros_like(gemm)  # GEMMs the TP overlap splits beside its all-gather / its reduce-scatter
     rs_split = np.zeros_like(gemm)
     for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
         if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
             gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
         elif g.routed:
-            gemm = gemm + routed_gemm_seconds(model, hw, lay, g, peak_gemm, plateau_gemm)
+            seconds = routed_gemm_seconds(model, hw, lay, g, peak_gemm, plateau_gemm)
+            gemm = gemm + seconds
+            routed_gemm = routed_gemm + seconds
             fp8_weights = fp8_weights + gemm_elements_per_rank(g, model.kv_heads, lay.etp) / lay.ep
         else:
             seconds = matmul_seconds(hw, 2 * tokens * elements, peak_gemm, plateau_gemm)
@@ -441,17 +450,35 @@ def layer_time(
     cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, kernels=kernels)
 
     if moe_layer and model.moe is not None:
-        ep_comm = expert_comm_seconds(model, hw, lay, forward=forward, backward=backward, shared_forward=shared_gemm)
+        ep_comm, after_sync_comm = expert_comm_seconds(model, hw, lay, forward=forward, backward=backward,
+                                                       shared_forward=shared_gemm)
+        after_sync_forward = routed_gemm + expert_fwd + routed_side_forward_seconds(model, hw, lay, tokens)
     else:
-        ep_comm = np.zeros_like(tp_comm)
-    return LayerTime(forward, backward, recompute, tp_comm, cp_comm, ep_comm)
+        ep_comm = after_sync_comm = after_sync_forward = np.zeros_like(tp_comm)
+    return LayerTime(forward, backward, recompute, tp_comm, cp_comm, ep_comm, np.asarray(after_sync_forward),
+                     np.asarray(after_sync_comm))
+
+
+def routed_side_forward_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, tokens: np.ndarray
+                                ) -> np.ndarray:
+    """The memory-bound forward kernels of a MoE layer's routed side, one micro-batch: the routed copies'
+    share of elementwise_bytes_per_token (the experts' activation and the dispatch/combine permutations) and,
+    under fp8, of fp8_cast_elements_per_token (each routed copy's fc1 and fc2 inputs)."""
+    assert model.moe is not None
+    k, h, f = model.moe.experts_per_token, model.hidden_size, model.moe.moe_ffn_hidden_size
+    t = lay.tp.astype(float)
+    activation = (6 if model.mlp_kind == "gated" else 4) * k * f / t
+    permute = 2.0 * k * 4 * h
+    casts = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * (k * h + k * f / t)), 0.0)
+    return np.asarray(memory_seconds(hw, tokens * (activation + permute)) + casts)
 
 
 def expert_comm_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, forward: np.ndarray, backward: np.ndarray,
     shared_forward: np.ndarray,
-) -> np.ndarray:
-    """Exposed expert-parallel traffic of one MoE layer, one micro-batch: dispatch and combine in the forward,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exposed expert-parallel traffic of one MoE layer, one micro-batch, and the part of it one forward pass
+    holds: dispatch and combine in the forward,
     their gradients in the backward (physics.moe.dispatch_seconds each), again in a fully recomputed forward.
 
     Shared-expert overlap (--moe-shared-expert-overlap) runs the shared experts' GEMMs beside each dispatch and
@@ -474,7 +501,10 @@ def expert_comm_seconds(
     unpaired = np.minimum(1.0, np.maximum(lay.pp - 1, 1) / m)
     # DualPipe runs every forward chunk beside a backward chunk: the same overlap, whatever the flag says.
     overlap_on = lay.moe_ep_overlap | lay.dualpipe
-    return np.asarray(np.where(overlap_on, unpaired * serial + (1 - unpaired) * overlapped, serial))
+    exposed = np.where(overlap_on, unpaired * serial + (1 - unpaired) * overlapped, serial)
+    # the forward pass's share, in the same proportion (the part after the dispatcher's host sync)
+    forward_share = np.where(serial > 0, fwd_exposed / np.maximum(serial, 1e-30), 0.0)
+    return np.asarray(exposed), np.asarray(exposed * forward_share)
 
 
 def routed_gemm_seconds(
@@ -709,19 +739,44 @@ def stage_time(
         offload = np.maximum(copy - forward, 0.0) + np.maximum(copy - backward, 0.0)
     else:
         offload = np.zeros_like(p2p)
-    # The host issues the stage's kernels; where it is slower than the GPU, the GPU waits. With a host sync in
-    # every MoE layer the host cannot run ahead across layers, so each layer waits on its own.
-    passes = 1.0 + (lay.recompute == RecomputeCode.FULL)
-    host_dense = layer_host_seconds(model, hw, lay, moe_layer=False, passes=passes)
-    host_moe = layer_host_seconds(model, hw, lay, moe_layer=True, passes=passes) if model.moe is not None else host_dense
+    # The host issues the stage's kernels; where it is slower than the GPU, the GPU waits (physics.launch).
+    # Without a host sync the host runs ahead across the whole stage: one wait, for the stage. A MoE
+    # dispatcher that syncs (host_syncs_every_layer) drains the GPU's queue in every MoE layer's forward, so
+    # each forward splits into two segments the host cannot run ahead across: up to the sync (attention,
+    # shared experts, router, preprocessing) and after it (all-to-alls, routed experts, combine). Each
+    # segment waits on its own: max(h_a - d_a, 0) + max(h_b - d_b, 0) per forward (and again for the
+    # recomputed forward under full recompute). The backward needs no sync (the splits are already on the
+    # host), so it waits once, for the stage.
+    full = lay.recompute == RecomputeCode.FULL
+    passes = 1.0 + full
+    launch = host_launch_seconds(hw)
+    before_dense, _ = layer_launches(model, lay, moe_layer=False)
+    before_moe, after_moe = layer_launches(model, lay, moe_layer=True) if model.moe is not None else (before_dense, 0.0)
+    host_dense = (passes + BACKWARD_LAUNCH_RATIO) * before_dense * launch
+    host_moe = (passes + BACKWARD_LAUNCH_RATIO) * (before_moe + after_moe) * launch
 
     def device(layer: LayerTime) -> np.ndarray:
         return np.asarray(layer.forward + layer.backward + layer.recompute + layer.tp_comm + layer.cp_comm + layer.ep_comm)
 
     dev_dense, dev_moe = device(dense), device(moe)
-    per_layer_wait = n_dense * np.maximum(host_dense - dev_dense, 0.0) + n_moe * np.maximum(host_moe - dev_moe, 0.0)
     whole_stage_wait = np.maximum(n_dense * (host_dense - dev_dense) + n_moe * (host_moe - dev_moe), 0.0)
-    host = np.where(host_syncs_every_layer(lay) & (n_moe > 0), per_layer_wait, whole_stage_wait)
+
+    def forward_device(layer: LayerTime) -> np.ndarray:
+        # one forward pass: its compute, and its share of the TP and CP exchanges (one of 2 + full passes)
+        return np.asarray(layer.forward + (layer.tp_comm + layer.cp_comm) / (2.0 + full))
+
+    fwd_a = forward_device(moe) - moe.after_sync_forward
+    fwd_b = moe.after_sync_forward + moe.after_sync_comm
+    moe_forward_wait = (np.maximum(before_moe * launch - fwd_a, 0.0) + np.maximum(after_moe * launch - fwd_b, 0.0))
+    dense_forward_wait = np.maximum(before_dense * launch - forward_device(dense), 0.0)
+    backward_wait = np.maximum(
+        n_dense * (BACKWARD_LAUNCH_RATIO * before_dense * launch - (dev_dense - passes * forward_device(dense)))
+        + n_moe * (BACKWARD_LAUNCH_RATIO * (before_moe + after_moe) * launch
+                   - (dev_moe - passes * (forward_device(moe) + moe.after_sync_comm))),
+        0.0,
+    )
+    synced_wait = passes * (n_moe * moe_forward_wait + n_dense * dense_forward_wait) + backward_wait
+    host = np.where(host_syncs_every_layer(lay) & (n_moe > 0), synced_wait, whole_stage_wait)
     return StageTime(
         host=host,
         compute=compute,

@@ -17,7 +17,9 @@ from planner.physics.launch import (
     bookkeeping_seconds,
     expert_quantize_launches,
     host_launch_seconds,
+    host_syncs_every_layer,
     layer_host_seconds,
+    layer_launches,
 )
 from planner.physics.moe import (
     NCCL_ALLTOALL_EFFICIENCY,
@@ -32,7 +34,8 @@ from planner.physics.moe import (
 from planner.specs.hardware import HostLaunch
 from planner.specs.layout import Layout
 from planner.specs.model import MoESpec
-from planner.training.time import EP_OVERLAP_SM_SHARE, expert_comm_seconds
+from planner.training.memory import stage_params
+from planner.training.time import EP_OVERLAP_SM_SHARE, expert_comm_seconds, layer_time, stage_time
 
 HW = round_hw()
 MOE = tiny(moe=MoESpec(num_experts=16, experts_per_token=2, moe_ffn_hidden_size=32))
@@ -136,8 +139,10 @@ def test_expert_tp_adds_a_gather_over_the_etp_ranks():
 def test_no_overlap_exposes_four_transfers_per_micro_batch():
     lay = arrays(dp=16, ep=16)
     one_way = one(dispatch_seconds(MOE, HW, lay))
-    got = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0), shared_forward=np.array(0.0))
+    got, forward_part = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
+                                            shared_forward=np.array(0.0))
     assert one(got) == pytest.approx(4 * one_way)
+    assert one(forward_part) == pytest.approx(2 * one_way)  # dispatch + combine of the forward pass
 
 
 def test_batch_level_overlap_hides_behind_the_other_micro_batch():
@@ -145,7 +150,8 @@ def test_batch_level_overlap_hides_behind_the_other_micro_batch():
     # paired ones cost only the SM share of their traffic.
     lay = arrays(dp=16, ep=16, moe_ep_overlap=True, global_batch=16 * 64)
     serial = 4 * one(dispatch_seconds(MOE, HW, lay))
-    got = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0), shared_forward=np.array(0.0))
+    got, _ = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
+                                 shared_forward=np.array(0.0))
     unpaired = 1 / 64
     assert one(got) == pytest.approx(unpaired * serial + (1 - unpaired) * EP_OVERLAP_SM_SHARE * serial)
 
@@ -154,8 +160,8 @@ def test_shared_expert_overlap_hides_up_to_the_shared_experts_time():
     lay = arrays(dp=16, ep=16, moe_shared_expert_overlap=True)
     one_way = one(dispatch_seconds(MOE, HW, lay))
     shared = 0.5 * one_way  # forward shared GEMMs: half a transfer; backward twice that
-    got = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
-                              shared_forward=np.array(shared))
+    got, _ = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
+                                 shared_forward=np.array(shared))
     assert one(got) == pytest.approx(4 * one_way - shared - 2 * shared)
 
 
@@ -211,3 +217,52 @@ def test_fp8_experts_quantize_each_expert_input_with_its_own_kernel():
     assert one(expert_quantize_launches(MOE, bf16)) == 0.0
     extra = one(bookkeeping_seconds(MOE, fp8, moe_layer=True)) - one(bookkeeping_seconds(MOE, bf16, moe_layer=True))
     assert extra == pytest.approx(3 * 4 * SMALL_KERNEL_SECONDS)
+
+
+def test_layer_launches_split_at_the_dispatcher_sync_by_hand():
+    # Before the sync: attention 12, router 72, preprocessing 8 = 92; after it: the rest of the dispatch
+    # (24 - 8 = 16) and the experts, 2 GEMMs for each of the 16 / 8 = 2 local experts plus the activation
+    # (5) = 21. A dense layer: attention 12 + MLP 8, all before. Graphing the router and the preprocessing
+    # moves nothing across the sync: it removes 80 launches from the first segment.
+    before, after = layer_launches(MOE, arrays(dp=8, ep=8), moe_layer=True)
+    assert (one(before), one(after)) == (92.0, 21.0)
+    dense_before, dense_after = layer_launches(MOE, arrays(dp=8, ep=8), moe_layer=False)
+    assert (one(dense_before), one(dense_after)) == (20.0, 0.0)
+    graphed = arrays(dp=8, ep=8, cuda_graph_scope=["moe_router", "moe_preprocess"])
+    g_before, g_after = layer_launches(MOE, graphed, moe_layer=True)
+    assert (one(g_before), one(g_after)) == (12.0, 21.0)
+    # layer_host_seconds is the same count over forward, backward (x 2) and a recomputed forward
+    total = one(layer_host_seconds(MOE, HW, arrays(dp=8, ep=8), moe_layer=True, passes=np.asarray(2.0)))
+    assert total == pytest.approx((2 + 2) * 113 * HOST_SECONDS_PER_LAUNCH)
+
+
+def _host_wait(lay) -> float:
+    stage = np.array([0])
+    return one(stage_time(MOE, HW, lay, stage, stage_params(MOE, lay, stage)).host)
+
+
+def test_a_host_sync_in_every_moe_layer_keeps_the_host_from_running_ahead():
+    # A host at 1 ms per launch (74 times the round one's) makes every segment host-bound: then the synced stage
+    # waits all of the host time less all of the device time, for no segment has device work left to hide it.
+    slow = round_hw().efficiency.model_copy(update={"host_launch": HostLaunch(seconds=1e-3, note="test")})
+    hw_slow = round_hw().model_copy(update={"efficiency": slow})
+    stage = np.array([0])
+    dropless, padded = arrays(dp=8, ep=8), arrays(dp=8, ep=8, moe_capacity_factor=1.0)
+    assert bool(host_syncs_every_layer(dropless)[0]) and not bool(host_syncs_every_layer(padded)[0])
+
+    def wait(hw, lay) -> float:
+        t = stage_time(MOE, hw, lay, stage, stage_params(MOE, lay, stage))
+        return one(t.host), one(t.forward + t.backward + t.tp_comm + t.ep_comm)
+
+    synced, device = wait(hw_slow, dropless)
+    layers = MOE.num_layers
+    host_total = layers * (1 + 2) * 113 * 1e-3
+    assert synced == pytest.approx(host_total - device, rel=1e-3)
+    # On the round host the synced stage never waits less than the unsynced one of the same work, and it
+    # waits at least the post-sync segment's excess once per layer forward (h_b - d_b with d_b < h_b).
+    layer = layer_time(MOE, HW, dropless, moe_layer=True)
+    h_b = 21 * HOST_SECONDS_PER_LAUNCH
+    d_b = one(layer.after_sync_forward + layer.after_sync_comm)
+    assert d_b < h_b
+    assert _host_wait(dropless) >= layers * (h_b - d_b) - 1e-12
+    assert _host_wait(dropless) >= _host_wait(padded)
