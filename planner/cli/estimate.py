@@ -55,6 +55,9 @@ from planner.training.rules import resolve_layout
               help="Pipeline schedule.")
 @training_precision_options
 @fp8_param_gather_option()
+@click.option("--activation-input-fp8/--no-activation-input-fp8", default=False, show_default=True,
+              help="Keep the SwiGLU's input (fc1's output) for the backward in fp8 (Megatron "
+              "--activation-func-fp8-input-store; DeepSeek-V3's framework also under moe_act recompute).")
 @click.option("--offload-optimizer/--no-offload-optimizer", default=False, show_default=True,
               help="Optimizer states and their step on the CPU (ZeRO-Offload, FSDP CPUOffload).")
 @click.option("--offload-params/--no-offload-params", default=False, show_default=True,

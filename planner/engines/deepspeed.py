@@ -506,6 +506,9 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     if layout.pp > 1 and layout.zero >= Zero.GRADIENTS:
         raise PlannerError(f"zero({layout.zero}) with pp({layout.pp}): DeepSpeed asserts 'ZeRO-2 and ZeRO-3 are "
                            "incompatible with pipeline parallelism'; use zero 0 or 1")
+    if layout.activation_input_fp8:
+        raise PlannerError("activation_input_fp8: DeepSpeed's models keep the activation's input in 16 bits (the fp8 store is "
+                           "Megatron-LM's --activation-func-fp8-input-store); export for Megatron-LM")
     if layout.fp8_param_gather:
         raise PlannerError("fp8_param_gather: DeepSpeed keeps 16-bit weights; export for Megatron-LM")
     if layout.cp > 1 and (model.num_attention_heads % layout.cp or model.kv_heads % layout.cp):

@@ -575,6 +575,9 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     if layout.dtype == "fp8":
         raise PlannerError("dtype(fp8): TrainingArguments has no fp8 flag (accelerate's fp8 needs its own config); "
                            "use bf16")
+    if layout.activation_input_fp8:
+        raise PlannerError("activation_input_fp8: the Trainer's models keep the activation's input in 16 bits (the fp8 store is "
+                           "Megatron-LM's --activation-func-fp8-input-store); export for Megatron-LM")
     if layout.fp8_param_gather:
         raise PlannerError("fp8_param_gather: the Trainer keeps 16-bit weights")
     if not layout.flash_attention:

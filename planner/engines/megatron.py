@@ -80,6 +80,7 @@ READ_FLAGS: dict[str, str] = {
         "enable-gpt-oss",  # megatron/post_training/arguments.py: GPT-OSS's YaRN RoPE (model_builder.py)
         "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "moe-shared-expert-overlap",
         "moe-pad-expert-input-to-capacity", "enable-cuda-graph", "external-cuda-graph",
+        "activation-func-fp8-input-store",
         # Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed)
         "deepspeed", "deepspeed-activation-checkpointing", "partition-activations", "embed-layernorm",
         "no-pipeline-parallel", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "cpu-optimizer",
@@ -623,6 +624,15 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     if "attention-backend" in args and backend in ATTENTION_BACKEND_KERNELS:
         got.set("attention_kernel", ATTENTION_BACKEND_KERNELS[backend], "--attention-backend")
     _recompute(args, got)
+    if args.get("activation-func-fp8-input-store"):
+        # The fused SwiGLU saves its input cast to fp8 (megatron/core/fusions/fused_bias_swiglu.py @ d98e8a64). A
+        # recomputed expert activation (moe_act) is not that function's save but the checkpoint's, which keeps
+        # fc1's 16-bit output (CheckpointWithoutOutput in moe/experts.py): there the flag saves nothing.
+        if "moe_act" in (got.values.get("recompute_modules") or ()):
+            got.warn("--activation-func-fp8-input-store with --recompute-modules moe_act: the recompute checkpoint "
+                     "keeps the experts' activation input in 16 bits; read as off")
+        else:
+            got.set("activation_input_fp8", True, "--activation-func-fp8-input-store")
     if args.get("softmax-type") not in (None, "vanilla", "off-by-one", "learnable"):
         raise PlannerError(f"--softmax-type {args['softmax-type']} is not known (vanilla, off-by-one, learnable)",
                            source=src)
@@ -1498,6 +1508,12 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
                 flags.append(["--fp8-param-gather"])
         if lay.grad_dtype != "fp32":
             flags.append(["--grad-reduce-in-bf16"])
+    if lay.activation_input_fp8:
+        if lay.recompute_modules is not None and "moe_act" in lay.recompute_modules:
+            raise PlannerError("activation_input_fp8 with recompute module moe_act: Megatron-LM's recompute "
+                               "checkpoint keeps the experts' activation input in 16 bits; drop moe_act from "
+                               "recompute_modules or set activation_input_fp8 false")
+        flags.append(["--activation-func-fp8-input-store"])
     if ZERO_FLAGS[lay.zero]:
         flags.append(ZERO_FLAGS[lay.zero])
     if lay.optimizer != "adam":

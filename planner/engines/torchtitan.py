@@ -555,6 +555,9 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         raise PlannerError("torchtitan trains in bf16 (or fp8), not fp16; use dtype bf16")
     if layout.optimizer != "adam":
         raise PlannerError(f"torchtitan's optimizers are Adam/AdamW; '{layout.optimizer}' cannot be exported")
+    if layout.activation_input_fp8:
+        raise PlannerError("activation_input_fp8: torchtitan keeps the activation's input in 16 bits (the fp8 store is "
+                           "Megatron-LM's --activation-func-fp8-input-store); export for Megatron-LM")
     if layout.fp8_param_gather:
         raise PlannerError("fp8_param_gather: torchtitan keeps bf16 weights (its float8 all-gather casts only the "
                            "communication); export for Megatron-LM")

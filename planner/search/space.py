@@ -456,6 +456,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         moments_bf16=const(problem.optimizer_state_dtype == "bf16", bool),
         master_bf16=const(problem.master_weights_dtype == "bf16", bool),
         mtp_layers=const(-1, np.int64),
+        activation_input_fp8=const(False, bool),
     )
     if filters.sequence_parallel is None:
         in_space = ~cols["sequence_parallel"] | (cols["tp"] > 1)

@@ -253,6 +253,12 @@ class Layout(BaseModel):
         description="Multi-token-prediction layers trained with the model (Megatron --mtp-num-layers); null = the "
         "model's (HF num_nextn_predict_layers), 0 = none.",
     )
+    activation_input_fp8: StrictBool = Field(
+        default=False,
+        description="The gated activation's input (fc1's output) is kept for the backward in fp8, wherever it is "
+        "kept: by the SwiGLU itself (Megatron --activation-func-fp8-input-store) or as the checkpoint of a "
+        "recomputed activation (DeepSeek-V3's framework, report Sec. 3.3.3; Megatron's checkpoint keeps it 16-bit).",
+    )
     engine: EngineName = Field(
         default="megatron",  # planner.specs.engine.DEFAULT_ENGINE
         description="The training engine that runs the layout (planner.specs.engine profiles: megatron, nemo, "
@@ -356,6 +362,7 @@ class LayoutArrays:
     moments_bf16: np.ndarray  # Adam moments in bf16 (optimizer_bytes already counts it)
     master_bf16: np.ndarray  # no fp32 master copy (optimizer_bytes already counts it)
     mtp_layers: np.ndarray  # -1 = the model's
+    activation_input_fp8: np.ndarray  # fc1's output kept in fp8 for the backward (Layout.activation_input_fp8)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -419,6 +426,7 @@ class LayoutArrays:
         cols["moe_capacity_factor"] = np.array([lay.moe_capacity_factor or 0.0 for lay in layouts], dtype=float)
         cols["cuda_graphs"] = np.array([cuda_graph_mask(lay.cuda_graph_scope) for lay in layouts], dtype=np.int64)
         cols["mtp_layers"] = np.array([-1 if lay.mtp_layers is None else lay.mtp_layers for lay in layouts], dtype=np.int64)
+        cols["activation_input_fp8"] = np.array([lay.activation_input_fp8 for lay in layouts], dtype=bool)
         cols["fp8"] = np.array([lay.dtype == "fp8" for lay in layouts], dtype=bool)
         for flag in ("overlap_grad_reduce", "overlap_tp_comm", "compile", "offload_optimizer", "offload_params"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
@@ -493,5 +501,6 @@ class LayoutArrays:
             moe_capacity_factor=capacity if capacity > 0 else None,
             cuda_graph_scope=cuda_graph_names(int(self.cuda_graphs[i])),
             mtp_layers=None if mtp < 0 else mtp,
+            activation_input_fp8=bool(self.activation_input_fp8[i]),
             dtype="fp8" if bool(self.fp8[i]) else dtype,
         )

@@ -188,6 +188,12 @@ RULES: tuple[Rule, ...] = (
         "feeds half the micro-batches from each end (dualpipe.py step() asserts num_chunks >= 2 x num_ranks)",
     ),
     Rule(
+        "activation_fp8_not_gated",
+        lambda m, a, g: a.activation_input_fp8 & (m.mlp_kind != "gated"),
+        lambda m, l, g: "activation_input_fp8 keeps a SwiGLU's input in fp8, and this model's MLP is not gated "
+        "(Megatron-Core transformer_config.py: 'supported only for SwiGLU'); set it false",
+    ),
+    Rule(
         "ep_invalid",
         lambda m, a, g: ((a.ep > 1) & ((_moe_experts(m) % a.ep != 0) | (m.moe is None)))
         | (((a.ep > 1) | (a.etp != a.tp)) & ((a.tp * a.dp * a.cp) % (a.ep * a.etp) != 0)),

@@ -307,3 +307,17 @@ def test_a_job_interleave_that_contradicts_the_file_names_the_flag_that_set_it(e
              "--global-batch-size", "16", "--pipeline-model-parallel-size", "2", *extra]
     with pytest.raises(PlannerError, match=f"virtual stages per rank that {extra[0]} gives = 2"):
         import_megatron(flags, gpus=2, given={"interleave": 4}, model=None, source="t")
+
+
+def test_activation_fp8_input_store_is_read_where_megatron_applies_it():
+    """The fused SwiGLU saves its input in fp8 (megatron/core/fusions/fused_bias_swiglu.py); a recomputed expert
+    activation is saved by its checkpoint instead, in 16 bits (moe/experts.py, CheckpointWithoutOutput)."""
+    gated = [*TINY_MOE, "--swiglu"]
+    _, layout = _read([*gated, "--activation-func-fp8-input-store"])
+    assert layout.activation_input_fp8
+    imported, recomputed = _read([*gated, "--activation-func-fp8-input-store", "--recompute-granularity", "selective",
+                                  "--recompute-modules", "moe_act"])
+    assert not recomputed.activation_input_fp8
+    assert any("moe_act" in w and "read as off" in w for w in imported.warnings)
+    _, plain = _read(gated)
+    assert not plain.activation_input_fp8

@@ -64,6 +64,9 @@ CASES: dict[str, tuple[str, int, dict]] = {
                                                 grad_dtype="fp32", attention_kernel="fused")),
     "attention-flash2": ("llama-3.1-8b", 8, dict(zero=3, recompute="full", global_batch=8, seq_len=16384,
                                                  grad_dtype="fp32", attention_kernel="flash2")),
+    # the SwiGLU input kept in fp8: a Megatron flag the other formats have no spelling for
+    "activation-input-fp8": ("llama-3.1-8b", 8, dict(zero=3, recompute="full", global_batch=8, seq_len=8192,
+                                                     grad_dtype="fp32", activation_input_fp8=True)),
 }
 
 # (case, engine) -> what the refusal names
@@ -82,6 +85,7 @@ REFUSED: dict[tuple[str, str], str] = {
     ("gpipe-pp2", "megatron"): "GPipe",
     ("gpipe-pp2", "deepspeed"): "gpipe",
     ("zero2-fp16-ddp-overlap-off", "torchtitan"): "fp16",
+    **{("activation-input-fp8", fmt): "activation_input_fp8" for fmt in ("deepspeed", "torchtitan", "hf_trainer")},
     # the Hugging Face Trainer runs data parallelism only (DDP, FSDP), whole-layer checkpointing, bf16/fp16
     **{(name, "hf_trainer"): why for name, why in (
         ("tp2-sp-zero1-selective", "tp(2)"), ("tp8-pp4-vpp2-fp32grads-tpoverlap", "tp(8)"), ("cp2-zero3", "cp(2)"),
@@ -292,3 +296,13 @@ def test_an_attention_kernel_a_format_cannot_write_is_said(fmt, note):
     if fmt != "megatron":
         quiet = render_export(fmt, "llama-3.1-8b", model, HW, same, same_est)
         assert quiet.layout.attention_kernel is None and not any(n.startswith("attention_kernel") for n in quiet.notes)
+
+
+def test_megatron_export_refuses_fp8_activation_input_under_moe_act_recompute():
+    # Megatron-LM would run the flag and still keep the checkpointed expert activation input in 16 bits.
+    model = load_model("mixtral-8x7b").spec
+    layout = resolve_layout(model, 64, tp=2, pp=2, ep=8, sequence_parallel=True, zero=1, recompute="selective",
+                            recompute_modules=("moe_act",), activation_input_fp8=True, global_batch=256,
+                            seq_len=4096)
+    with pytest.raises(PlannerError, match="moe_act"):
+        render_export("megatron", "mixtral-8x7b", model, HW, layout, estimate(model, HW, layout), hardware_id="h100-sxm")

@@ -342,3 +342,24 @@ def test_dualpipe_keeps_one_embedding_where_the_first_and_last_stage_share_a_ran
     p_pair = _dualpipe_memory(plain, layout, stages, p_params, p_alone, engine_profile("megatron"))
     p_mirror = stage_memory(plain, layout, 3 - stages)
     assert (p_alone.weights_bytes + p_mirror.weights_bytes - p_pair.weights_bytes).tolist() == [0, 0, 0, 0]
+
+
+def test_fp8_activation_input_halves_fc1_outputs_of_a_gated_mlp():
+    # Gated experts (SwiGLU) keep fc1's output, gate and up: 2 x k f = 2 x 64 elements per token, 2 bytes each; in
+    # fp8 1 byte each, 128 bytes less. Under moe_act recompute that output is what stays (the activation's
+    # output, k f x 2 = 128 bytes, is dropped either way), so the saving is the same there.
+    gated = tiny_moe(mlp_kind="gated")
+    for fields in ({}, {"recompute": "selective", "recompute_modules": ("moe_act",)}):
+        kept16 = per_token(gated, **fields).stored
+        kept8 = per_token(gated, activation_input_fp8=True, **fields).stored
+        assert (kept16 - kept8).tolist() == [128]
+    # A dense gated layer: fc1's output 2 x 256 elements, 512 bytes less
+    dense = layer_activation_bytes_per_token(tiny(mlp_kind="gated"), lay(activation_input_fp8=True), moe_layer=False)
+    assert (layer_activation_bytes_per_token(tiny(mlp_kind="gated"), lay(), moe_layer=False).stored
+            - dense.stored).tolist() == [512]
+
+
+def test_fp8_activation_input_needs_a_gated_mlp():
+    with pytest.raises(PlannerError, match="activation_input_fp8 keeps a SwiGLU's input in fp8, and this model's MLP"):
+        check_layout(tiny_moe(), Layout(activation_input_fp8=True, global_batch=1, seq_len=32), 1)
+    check_layout(tiny_moe(mlp_kind="gated"), Layout(activation_input_fp8=True, global_batch=1, seq_len=32), 1)
