@@ -765,18 +765,21 @@ def stage_time(
         # one forward pass: its compute, and its share of the TP and CP exchanges (one of 2 + full passes)
         return np.asarray(layer.forward + (layer.tp_comm + layer.cp_comm) / (2.0 + full))
 
-    fwd_a = forward_device(moe) - moe.after_sync_forward
-    fwd_b = moe.after_sync_forward + moe.after_sync_comm
-    moe_forward_wait = (np.maximum(before_moe * launch - fwd_a, 0.0) + np.maximum(after_moe * launch - fwd_b, 0.0))
-    dense_forward_wait = np.maximum(before_dense * launch - forward_device(dense), 0.0)
-    backward_wait = np.maximum(
-        n_dense * (BACKWARD_LAUNCH_RATIO * before_dense * launch - (dev_dense - passes * forward_device(dense)))
-        + n_moe * (BACKWARD_LAUNCH_RATIO * (before_moe + after_moe) * launch
-                   - (dev_moe - passes * (forward_device(moe) + moe.after_sync_comm))),
-        0.0,
-    )
-    synced_wait = passes * (n_moe * moe_forward_wait + n_dense * dense_forward_wait) + backward_wait
-    host = np.where(host_syncs_every_layer(lay) & (n_moe > 0), synced_wait, whole_stage_wait)
+    if model.moe is None:  # no dispatcher, no sync: the stage waits once
+        host = whole_stage_wait
+    else:
+        fwd_a = forward_device(moe) - moe.after_sync_forward
+        fwd_b = moe.after_sync_forward + moe.after_sync_comm
+        moe_forward_wait = (np.maximum(before_moe * launch - fwd_a, 0.0) + np.maximum(after_moe * launch - fwd_b, 0.0))
+        dense_forward_wait = np.maximum(before_dense * launch - forward_device(dense), 0.0)
+        backward_wait = np.maximum(
+            n_dense * (BACKWARD_LAUNCH_RATIO * before_dense * launch - (dev_dense - passes * forward_device(dense)))
+            + n_moe * (BACKWARD_LAUNCH_RATIO * (before_moe + after_moe) * launch
+                       - (dev_moe - passes * (forward_device(moe) + moe.after_sync_comm))),
+            0.0,
+        )
+        synced_wait = passes * (n_moe * moe_forward_wait + n_dense * dense_forward_wait) + backward_wait
+        host = np.where(host_syncs_every_layer(lay) & (n_moe > 0), synced_wait, whole_stage_wait)
     return StageTime(
         host=host,
         compute=compute,
