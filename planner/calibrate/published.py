@@ -221,11 +221,13 @@ NEMO_LAUNCHER_FLASH_ATTENTION = frozenset({"24.03", "24.05", "24.07"})
 def engine_fields(case_id: str, source: str, recompute: object) -> dict[str, Any]:
     """The engine that ran a published row of the reference files, as layout fields: torchtitan's rows under
     the torchtitan profile (FSDP2, eager or compiled as the id or its table's caption says, SDPA attention), the
-    files' 'selective' standing for torchtitan's op-level selective AC (their notes); NeMo's under nemo; others
-    the default."""
+    files' 'selective' standing for torchtitan's op-level selective AC (their notes); NeMo's under nemo; NeMo
+    AutoModel's under automodel; others the default."""
     if source.startswith("pytorch/torchtitan"):
         return {"engine": "torchtitan", "compile": _torchtitan_compiled(case_id),
                 "recompute": "op" if recompute == "selective" else recompute}
+    if source.startswith(("NVIDIA-NeMo/Automodel", "NVIDIA-NeMo/AutoModel", "NVIDIA/NeMo-Automodel")):
+        return {"engine": "automodel"}  # FSDP2 + Transformer Engine + DeepEP, bf16 states (its profile)
     if source.startswith("NVIDIA/NeMo"):
         launcher = re.search(r"\(NeMo (\d\d\.\d\d)", source)
         if launcher is not None and launcher.group(1) in NEMO_LAUNCHER_FLASH_ATTENTION:

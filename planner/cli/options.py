@@ -94,7 +94,7 @@ def count(flag: str) -> Count:
     return Count(FIELD_KINDS[flag])
 
 
-ENGINES = ("megatron", "nemo", "torchtitan", "fsdp", "deepspeed")  # planner.specs.engine.ENGINE_NAMES
+ENGINES = ("megatron", "nemo", "torchtitan", "fsdp", "deepspeed", "automodel")  # planner.specs.engine.ENGINE_NAMES
 
 
 def engine_option(default: str | None = "megatron") -> Callable[..., Any]:

@@ -109,8 +109,8 @@ class Problem:
     overlap_tp_comm: bool | None = None  # None: the engine's overlap where it has one (schedules.tp_comm_overlap)
     engine: str = DEFAULT_ENGINE
     compile: bool = False
-    optimizer_state_dtype: str = "fp32"  # Adam's moments (Layout.optimizer_state_dtype)
-    master_weights_dtype: str = "fp32"  # Layout.master_weights_dtype
+    optimizer_state_dtype: str | None = None  # Adam's moments (Layout.optimizer_state_dtype); None: the engine's
+    master_weights_dtype: str | None = None  # Layout.master_weights_dtype; None: the engine's
     schedule: str = "1f1b"  # Layout.schedule: 1f1b, gpipe or dualpipe, for every candidate
     moe_dispatcher: str | None = None  # None: the engine's on a MoE model, Layout's on a dense one (for_model)
     moe_ep_overlap: bool | None = None  # likewise
@@ -121,6 +121,10 @@ class Problem:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
         if self.grad_dtype is None:
             object.__setattr__(self, "grad_dtype", profile.optimizer.default_grad_dtype)
+        for name in ("optimizer_state_dtype", "master_weights_dtype"):  # Adam's; SGD keeps fp32 (no moments)
+            if getattr(self, name) is None:
+                default = profile.optimizer.default_state_dtype if self.optimizer == "adam" else "fp32"
+                object.__setattr__(self, name, default)
         if self.overlap_tp_comm is None:
             object.__setattr__(self, "overlap_tp_comm", profile.schedules.tp_comm_overlap)
         for name in ("gpus", "global_batch", "seq_len"):
@@ -432,8 +436,8 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         flash_attention=const(problem.flash_attention, bool),
         attention_flash2=const(attention_kernel_run(problem.engine, problem.attention_kernel) == "flash2", bool),
         grad_bytes=const(GRAD_BYTES[str(problem.grad_dtype)], np.int64),
-        optimizer_bytes=const(optimizer_state_bytes(problem.optimizer, problem.optimizer_state_dtype,
-                                                         problem.master_weights_dtype), np.int64),
+        optimizer_bytes=const(optimizer_state_bytes(problem.optimizer, str(problem.optimizer_state_dtype),
+                                                         str(problem.master_weights_dtype)), np.int64),
         fp8=const(problem.dtype == "fp8", bool),
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
         # the TP overlap where it runs: with sequence parallelism (which the default space offers with tp > 1 only)

@@ -28,7 +28,7 @@ AttentionKernel = Literal["fused", "flash2"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
-EngineName = Literal["megatron", "nemo", "torchtitan", "fsdp", "deepspeed"]
+EngineName = Literal["megatron", "nemo", "torchtitan", "fsdp", "deepspeed", "automodel"]
 RecomputeMode = Literal["none", "selective", "full", "op", "modules"]
 # planner.specs.layout.MoeDispatcher (written out here: layout imports this module)
 Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
@@ -179,6 +179,12 @@ class OptimizerSection(_Sourced):
     )
     default_grad_dtype: Literal["bf16", "fp16", "fp32"] = Field(
         description="The gradient precision it keeps when the layout does not say (estimate, search, check)."
+    )
+    default_state_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="The master weights' and Adam moments' dtype when the layout does not say (Layout."
+        "master_weights_dtype, optimizer_state_dtype): bf16 for an engine that builds the model in bf16 and steps "
+        "it with a torch optimizer, whose states take the parameters' dtype.",
     )
 
 
@@ -456,6 +462,9 @@ _MEGATRON = EngineProfile(
         fused_step=True, state_bytes_per_param={"adam": 12, "sgd": 8}, step_traffic_factor=1.0,
         bf16_moments=True, bf16_master_weights=False, fp8_params=True, default_grad_dtype="fp32",
         sources={
+            "default_state_dtype": "fp32: the engines' mixed-precision optimizers keep an fp32 master copy and fp32 "
+            "moments unless told otherwise (Megatron's distributed optimizer, FSDP2 over fp32 parameters, DeepSpeed's "
+            "ZeRO optimizers)",
             "default_grad_dtype": "Megatron-LM megatron/training/arguments.py: 'bfloat16 requires gradient "
             "accumulation and all-reduce to be done in fp32' - --bf16 turns on accumulate_allreduce_grads_in_fp32 "
             "(fp32 main grads) unless --grad-reduce-in-bf16 is given; NeMo's Megatron recipes keep fp32 main grads",
@@ -860,6 +869,110 @@ _FSDP = _derive(
     },
 )
 
+_AUTOMODEL_SRC = "NVIDIA-NeMo/Automodel @ 36044ad3 (2026-08-22)"
+
+_AUTOMODEL = _derive(
+    _TORCHTITAN, "automodel",
+    "NeMo AutoModel: Hugging Face models on PyTorch FSDP2 with Transformer Engine linear, RMSNorm and attention, "
+    "DeepEP / HybridEP expert parallelism, torch pipelining (interleaved 1F1B) and per-block activation "
+    "checkpointing; the model built in bf16 and stepped by torch.optim.Adam, whose states stay bf16.",
+    kernels={
+        "fused_elementwise": True, "supports_compile": False, "attention_kernel": "fused", "cuda_graphs": False,
+        "fp8_proj_keeps_cast_input": False, "fp8_tp_all_gather": False, "loss_bytes_per_logit": 4.0,
+        "eager_elementwise_traffic_factor": 1.0,
+        "sources": {
+            "fused_elementwise": _AUTOMODEL_SRC + " examples/llm_benchmark/*/*_te_deepep.yaml backend: linear te, "
+            "rms_norm te, rope_fusion true (Transformer Engine's fused norm and rotary kernels), counted as the "
+            "fused element-wise traffic; its residual adds and expert activations run as torch ops (not separated)",
+            "supports_compile": "the TE-backend recipes run without torch.compile; counted fused already",
+            "attention_kernel": "backend attn te: Transformer Engine's DotProductAttention, cuDNN fused attention on "
+            "Hopper (as Megatron-Core's)",
+            "cuda_graphs": "no CUDA-graph capture in the AutoModel training recipes",
+            "fp8_proj_keeps_cast_input": "counted as Megatron-Core's Transformer Engine path (one 16-bit copy)",
+            "fp8_tp_all_gather": "the TP all-gathers counted in 16 bits (no fp8 gather in the DTensor TP plans)",
+            "loss_bytes_per_logit": _AUTOMODEL_SRC + " recipes: loss_fn MaskedCrossEntropy(fp32_upcast: false) "
+            "(nemo_automodel/components/loss/masked_ce.py): cross entropy on the bf16 logits, whose log-softmax "
+            "keeps its bf16 output (2) and whose backward writes the bf16 logit gradient (2): 4",
+            "eager_elementwise_traffic_factor": "unused when fused_elementwise is true; 1.0",
+        },
+    },
+    schedules={
+        "recompute": ("none", "full"), "tp_comm_overlap": False,
+        "sources": {
+            "recompute": _AUTOMODEL_SRC + " distributed.activation_checkpointing: true wraps every transformer "
+            "block in torch's checkpoint_wrapper (nemo_automodel/components/distributed/parallelizer.py, "
+            "components/moe/parallelizer.py): full recompute per block, or none",
+            "tp_comm_overlap": "DTensor tensor parallelism without an async-TP switch in the recipes",
+            "max_zero_with_pp": "AutoModel composes PP with FSDP2 (the DeepSeek-V3 and Kimi K2 benchmark recipes: "
+            "pp_size 4 and 8 with strategy fsdp2)",
+        },
+    },
+    efficiency={
+        "sources": {
+            "tp_overlap_hidden_share": "unused: no TP overlap (schedules.tp_comm_overlap)",
+            "tp_overlap_sm_share": "unused: no TP overlap",
+            "tp_overlap_rs_splits": "unused: no TP overlap",
+        },
+    },
+    optimizer={
+        "implementation": "torch.optim.Adam on FSDP2-sharded bf16 parameters",
+        "default_grad_dtype": "bf16", "default_state_dtype": "bf16", "bf16_moments": True,
+        "bf16_master_weights": True, "fp8_params": False,
+        "sources": {
+            "implementation": _AUTOMODEL_SRC + " examples/llm_benchmark/*.yaml optimizer: torch.optim.Adam",
+            "default_grad_dtype": "nemo_automodel/components/moe/parallelizer.py MixedPrecisionPolicy(param_dtype="
+            "bf16, reduce_dtype=fp32): the reduce-scatter runs in fp32 (zero.reduce_in_fp32) into the bf16 "
+            "parameters' gradient shards",
+            "default_state_dtype": "NeMoAutoModelForCausalLM.from_config: torch_dtype 'auto' selects torch.bfloat16 "
+            "(nemo_automodel/_transformers/auto_model.py); torch.optim.Adam creates exp_avg and exp_avg_sq with "
+            "zeros_like(param) (torch/optim/adam.py), so no fp32 master and bf16 moments: 8 bytes per parameter "
+            "with the bf16 weights and gradients",
+            "bf16_moments": "as default_state_dtype",
+            "bf16_master_weights": "as default_state_dtype",
+            "fp8_params": "FSDP2 gathers the bf16 parameters",
+        },
+    },
+    zero={
+        "sources": {
+            "collectives_per_layer": "FSDP2 fully_shard per transformer block (nemo_automodel/components/moe/"
+            "parallelizer.py, components/distributed/parallelizer.py): one all-gather and one reduce-scatter per block",
+            "reshard_after_forward": "nemo_automodel/components/distributed/config.py: dense layers reshard after "
+            "forward without PP; MoEParallelizerConfig.reshard_after_forward = False (and PP layers) keep the "
+            "gathered parameters to the backward: counted as resharding (the backward gather is charged, the "
+            "resident unsharded block is not)",
+            "reduce_in_fp32": "MixedPrecisionPolicy(reduce_dtype=torch.float32) (components/moe/parallelizer.py)",
+        },
+    },
+    offload={
+        "sources": {
+            "optimizer": "FSDP2 CPUOffloadPolicy (nemo_automodel/components/distributed/config.py offload_policy)",
+            "params": "FSDP2 CPUOffloadPolicy",
+            "activations": "no activation offload switch in the recipes",
+            "cpu_optimizer": "torch.optim steps the offloaded parameters",
+        },
+    },
+    moe={
+        "dispatchers": ("alltoall", "deepep", "hybridep"), "default_dispatcher": "deepep", "ep_overlap": False,
+        "default_ep_overlap": False, "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": (),
+        "sources": {
+            "dispatchers": _AUTOMODEL_SRC + " model.backend.dispatcher: deepep | hybridep (and torch all-to-all)",
+            "default_dispatcher": "the MoE benchmark recipes of the AutoModel performance summary run DeepEP "
+            "(docs/performance-summary.mdx: 'TE + DeepEP')",
+            "ep_overlap": "no all-to-all overlap schedule in the recipes",
+            "default_ep_overlap": "no overlap",
+            "capacity_factor": "dropless (fake_balanced_gate in the benchmarks: balanced routing)",
+            "mtp": "the Hugging Face DeepSeek-V3 modeling code AutoModel trains builds no MTP module",
+            "ep_overlap_dispatchers": "no overlap",
+        },
+    },
+    context_parallel={**_MEGATRON.context_parallel.model_dump(), "sources": {
+        **_MEGATRON.context_parallel.sources,
+        "exchange": "nemo_automodel/components/distributed/parallelizer.py sets Transformer Engine attention's "
+        "context-parallel group with cp_comm_type 'p2p' (all_gather for sliding-window layers): TE's ring, as "
+        "Megatron-Core runs it",
+    }},
+)
+
 _DS_BF16 = (
     "DeepSpeed bf16.bf16_master_weights_and_grads / bf16.bf16_optimizer_states (deepspeed/runtime/precision_config.py, "
     "deepspeed/runtime/config.py: ZeRO stage 1-3 only; deepspeedai/DeepSpeed#7700, 39a682d7, 2025-12-04)"
@@ -985,7 +1098,8 @@ _DEEPSPEED = _derive(
     },
 )
 
-ENGINE_PROFILES: dict[str, EngineProfile] = {p.name: p for p in (_MEGATRON, _NEMO, _TORCHTITAN, _FSDP, _DEEPSPEED)}
+ENGINE_PROFILES: dict[str, EngineProfile] = {p.name: p for p in (_MEGATRON, _NEMO, _TORCHTITAN, _FSDP, _DEEPSPEED,
+                                                                     _AUTOMODEL)}
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINE_PROFILES)
 DEFAULT_ENGINE = "megatron"
 

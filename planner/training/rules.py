@@ -249,22 +249,30 @@ def check_layout(model: ModelSpec, layout: Layout, gpus: int) -> None:
             raise PlannerError(rule.message(model, layout, gpus))
 
 
-def _engine_default_grad_dtype(engine: object) -> str:
+def _engine_optimizer(engine: object) -> Any:
     profile = engine_profile(str(engine)) if engine is not None else engine_or_default(None)
-    return profile.optimizer.default_grad_dtype
+    return profile.optimizer
+
+
+def _engine_default_grad_dtype(engine: object) -> str:
+    return str(_engine_optimizer(engine).default_grad_dtype)
 
 
 def resolve_layout(model: ModelSpec, gpus: int, **fields: Any) -> Layout:
     """A validated Layout; dp is derived as gpus / (tp * pp * cp) when not given.
 
     `fields` are raw values as a reader or the CLI gathered them; Layout validates them. A gradient dtype
-    not given is the engine's (EngineProfile.optimizer.default_grad_dtype).
+    not given is the engine's (EngineProfile.optimizer.default_grad_dtype), and so are Adam's master-weight and
+    moment dtypes (default_state_dtype).
     """
     if gpus < 1:
         raise PlannerError(f"gpus({gpus}) must be positive")
     given = {k: v for k, v in fields.items() if v is not None}
     if "grad_dtype" not in given:  # the engine's own (Megatron-LM: fp32 main grads under --bf16)
         given["grad_dtype"] = _engine_default_grad_dtype(given.get("engine"))
+    for name in ("optimizer_state_dtype", "master_weights_dtype"):  # the engine's (AutoModel: bf16 states)
+        if name not in given and given.get("optimizer", "adam") == "adam":
+            given[name] = _engine_optimizer(given.get("engine")).default_state_dtype
     if "dp" not in given:
         model_parallel = int(given.get("tp", 1)) * int(given.get("pp", 1)) * int(given.get("cp", 1))
         if gpus % model_parallel != 0:

@@ -38,6 +38,7 @@ MAX_TOLERANCE = {
     "Megatron-LM README 2024, H100 weak scaling": 0.15,
     "NeMo 24.07 DGX-H100 FP8 (modern)": 0.15,  # issue 10: every modern row within 15%
     "NeMo long-sequence table (H100, NeMo 24.03.01)": 0.15,  # issue 10's bound, long-context CP runs
+    "NeMo AutoModel performance summary (H100 BF16)": 0.35,  # issue 16's bound for held-out MoE runs (max 35%)
 }
 
 
@@ -79,7 +80,10 @@ STEP_QUANTITIES = {"step seconds", "tokens per second", "model tflops per gpu", 
 
 
 def step_rows() -> list[ValidationRow]:
-    return [row for row in training_rows() if row.quantity in STEP_QUANTITIES]
+    """The dense-era step rows issue 10's held-out bounds (median 10%, max 25%) apply to; a group held to a
+    looser bound of its own issue (MAX_TOLERANCE above 0.25: the MoE runs of issue 16) is checked by it."""
+    return [row for row in training_rows()
+            if row.quantity in STEP_QUANTITIES and MAX_TOLERANCE.get(row.group, 0.25) <= 0.25]
 
 
 def test_step_time_rows_median_within_10_percent_none_beyond_25() -> None:
