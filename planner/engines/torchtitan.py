@@ -9,7 +9,8 @@ the `--section.option` flags that still override them are read (give them as `ar
 Mapping: FSDP (data_parallel_shard_degree > 1, or context parallelism, which torchtitan
 always wraps in FSDP) -> ZeRO 3 over dp = replicate x shard; DDP (replicate only) -> ZeRO 0;
 HSDP (replicate > 1 and shard > 1) -> ZeRO 3 with shard_group = shard x cp (torchtitan shards over the
-shard group and replicates across groups). Tensor parallelism always comes with sequence
+shard group and replicates across groups). With pipeline parallelism FSDP is ZeRO 1: torch pipelining keeps a
+stage gathered and its gradients unsharded for the step (torch/distributed/pipelining/stage.py). Tensor parallelism always comes with sequence
 parallelism (torchtitan's TP plans shard the norms along the sequence). Gradients are fp32
 (FSDP reduces and keeps sharded gradients in fp32; DDP autocasts fp32 parameters).
 """
@@ -463,7 +464,11 @@ def import_torchtitan(
     for name, word in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
         got.set(name, deg[name], f"parallelism.{word}_parallel_degree")
     got.set("dp", dp, "data_parallel_replicate_degree x data_parallel_shard_degree")
-    got.set("zero", 3 if deg["shard"] > 1 or deg["cp"] > 1 else 0, "data_parallel_shard_degree (FSDP)")
+    # FSDP under torch pipelining keeps each stage's parameters gathered and its gradients unsharded for the
+    # step's micro-batches: ZeRO-1 (specs.engine _TORCH_PP_FSDP)
+    fsdp = deg["shard"] > 1 or deg["cp"] > 1
+    got.set("zero", (1 if deg["pp"] > 1 else 3) if fsdp else 0,
+            "data_parallel_shard_degree (FSDP" + (" under pipeline parallelism: ZeRO-1)" if deg["pp"] > 1 else ")"))
     got.set("sequence_parallel", deg["tp"] > 1, "parallelism.tensor_parallel_degree (TP plans shard the sequence)")
     got.set("overlap_tp_comm", _flag(config, "parallelism.enable_async_tensor_parallel",
                                      "experimental.enable_async_tensor_parallel", source=source),
@@ -564,11 +569,11 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     changes: dict[str, Any] = {}
     notes: list[str] = []
     sharded = (layout.zero > Zero.NONE and layout.dp > 1) or layout.cp > 1  # torchtitan wraps CP in FSDP
-    target = 3 if sharded else 0
+    target = (1 if layout.pp > 1 else 3) if sharded else 0  # FSDP under PP runs as ZeRO-1 (_TORCH_PP_FSDP)
     if layout.zero != target:
         changes["zero"] = target
-        notes.append(f"zero {layout.zero} -> {target}: torchtitan shards with FSDP over dp x cp, or replicates "
-                     "with DDP")
+        notes.append(f"zero {layout.zero} -> {target}: torchtitan shards with FSDP over dp x cp (ZeRO-1 under "
+                     "pipeline parallelism, which keeps the stage gathered for the step), or replicates with DDP")
     if layout.grad_dtype != "fp32":
         changes["grad_dtype"] = "fp32"
         notes.append(f"grad_dtype {layout.grad_dtype} -> fp32: torchtitan reduces and keeps gradients in fp32")
@@ -683,7 +688,8 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
     if lay.master_weights_dtype == "bf16":  # and bf16 moments: engine_layout allows only both
         training["dtype"] = "bfloat16"
     out["training"] = training
-    fsdp = lay.zero == Zero.PARAMETERS
+    # FSDP: zero 3, or zero 1 under pipeline parallelism (the ZeRO-1 that FSDP runs as there)
+    fsdp = lay.zero == Zero.PARAMETERS or (lay.pp > 1 and lay.zero == Zero.OPTIMIZER)
     # HSDP: the shard group (x cp, folded into FSDP) and its replicas
     shard = (lay.shard_group // lay.cp if lay.shard_group else lay.dp) if fsdp else 1
     parallelism: dict[str, Any] = {

@@ -653,6 +653,14 @@ _TORCH_CP = (
     "balancing, SDPA flash or efficient kernels per step"
 )
 
+_TORCH_PP_FSDP = (
+    "torch pipelining with FSDP2 runs as ZeRO-1: every backward but a step's last sets set_reshard_after_backward("
+    "False) and set_requires_gradient_sync(False) on the stage's FSDP module, so its parameters stay gathered and "
+    "its gradients accumulate unsharded across the micro-batches, with one all-gather and one reduce-scatter per "
+    "step (pytorch/pytorch torch/distributed/pipelining/stage.py, backward_maybe_with_nosync); the sharded "
+    "optimizer states are ZeRO-1's. A pp > 1 layout says zero 1 (the readers map FSDP under PP to it)"
+)
+
 _TORCHTITAN_BF16 = (
     "torchtitan [training] dtype = \"bfloat16\": 'all parameters, gradients, and optimizer states in bfloat16, "
     "without an extra copy of fp32 weights' (torchtitan/config/job_config.py, 238fa995): bf16 moments and bf16 "
@@ -697,7 +705,7 @@ _TORCHTITAN = _derive(
         },
     },
     schedules={
-        "gpipe": True, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 3, "block_recompute": True,
+        "gpipe": True, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1, "block_recompute": True,
         "recompute": ("none", "op", "full"), "tp_comm_overlap": True,
         "sources": {
             "tp_comm_overlap": "torchtitan [parallelism] enable_async_tensor_parallel: torch's async TP "
@@ -705,7 +713,7 @@ _TORCHTITAN = _derive(
             "(the reference row tt24_t4_70b_2d_asynctp runs it)",
             "gpipe": "torch.distributed.pipelining ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B",
             "zero_stages": "FSDP2 (3); DDP (0); with PP FSDP does not reshard (1-like)",
-            "max_zero_with_pp": "torchtitan composes PP with FSDP",
+            "max_zero_with_pp": _TORCH_PP_FSDP,
             "recompute": "torchtitan [activation_checkpoint] mode none|selective|full; selective_ac_option 'op' is "
             "op-level AC (planner's 'op'), an integer k checkpoints every k-th layer (planner's full with k layers); "
             "it has no attention-core-only mode",
@@ -903,8 +911,8 @@ _AUTOMODEL = _derive(
             "block in torch's checkpoint_wrapper (nemo_automodel/components/distributed/parallelizer.py, "
             "components/moe/parallelizer.py): full recompute per block, or none",
             "tp_comm_overlap": "DTensor tensor parallelism without an async-TP switch in the recipes",
-            "max_zero_with_pp": "AutoModel composes PP with FSDP2 (the DeepSeek-V3 and Kimi K2 benchmark recipes: "
-            "pp_size 4 and 8 with strategy fsdp2)",
+            "max_zero_with_pp": _TORCH_PP_FSDP + " (AutoModel's DeepSeek-V3 and Kimi K2 benchmark recipes: pp_size 4 "
+            "and 8 with strategy fsdp2)",
         },
     },
     efficiency={

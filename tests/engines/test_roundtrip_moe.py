@@ -66,7 +66,7 @@ MOE_CASES: dict[str, tuple[str, int, dict, tuple[str, ...]]] = {
         tp=2, ep=8, etp=1, zero=3, sequence_parallel=True, recompute="op", moe_dispatcher="deepep",
         grad_dtype="fp32", global_batch=256, seq_len=4096, engine="torchtitan"), ("torchtitan",)),
     "qwen3-torchtitan-dualpipev-overlap": ("qwen3-30b-a3b", 64, dict(
-        pp=2, interleave=2, ep=8, zero=3, moe_ep_overlap=True, grad_dtype="fp32", global_batch=256,
+        pp=2, interleave=2, ep=8, zero=1, moe_ep_overlap=True, grad_dtype="fp32", global_batch=256,
         seq_len=4096, engine="torchtitan"), ("torchtitan", "megatron")),
     "llama-pure-bf16": ("llama-3.1-8b", 8, dict(
         zero=3, optimizer_state_dtype="bf16", master_weights_dtype="bf16", global_batch=64, seq_len=4096,
