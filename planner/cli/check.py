@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 GIB = float(1 << 30)
 ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torchtitan": "torchtitan",
-                  "hf_trainer": "hf_trainer", "accelerate_config": "accelerate"}
+                  "hf_trainer": "hf_trainer", "accelerate_config": "accelerate", "automodel": "automodel"}
 # Layout flags, named as `planner estimate` names them; for direct engine checks they give what the file lacks.
 PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "recompute_layers_per_stage",
                   "micro_batch", "interleave", "schedule", "flash_attention", "attention_kernel", "overlap_grad_reduce",
@@ -277,6 +277,8 @@ def _render_github(checked: list[Checked]) -> None:
               help="Check Megatron-LM arguments or a launch script (with --hardware, --gpus).")
 @click.option("--torchtitan", "torchtitan", type=click.Path(dir_okay=False, path_type=Path),
               help="Check a torchtitan TOML job config (with --hardware, --gpus).")
+@click.option("--automodel", "automodel", type=click.Path(dir_okay=False, path_type=Path),
+              help="Check a NeMo AutoModel recipe YAML (with --hardware, --gpus).")
 @click.option("--hf-trainer", "hf_trainer", metavar="SCRIPT|COMMAND",
               help="Check a Hugging Face Trainer launch: a launch script, or the command line itself "
                    "('torchrun --nproc_per_node 8 train.py --model_name_or_path ... --fsdp \"full_shard auto_wrap\" ...').")
@@ -291,7 +293,8 @@ def _render_github(checked: list[Checked]) -> None:
 @click.option("--no-suggest", is_flag=True, help="Skip searching for changes that make a failing job fit.")
 @click.pass_context
 def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | None, megatron_args: Path | None,
-              torchtitan: Path | None, hf_trainer: str | None, accelerate_config: Path | None, engine_args: str | None,
+              torchtitan: Path | None, automodel: Path | None, hf_trainer: str | None, accelerate_config: Path | None,
+              engine_args: str | None,
               fmt: str, no_suggest: bool, **kw: Any) -> None:
     """Check that training jobs fit in GPU memory: exit 0 if all fit, 1 if any does not, 2 on bad input.
 
@@ -306,6 +309,7 @@ def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | N
       planner check --deepspeed ds_config.json --model llama-3.1-8b --hardware h100-sxm --gpus 64 --seq-len 4096
       planner check --megatron-args train_llama.sh --hardware h100-sxm --gpus 512
       planner check --torchtitan llama3_8b.toml --hardware h100-sxm --gpus 64
+      planner check --automodel qwen3_moe_30b_te_deepep.yaml --hardware h100-sxm --gpus 8
       planner check --hf-trainer "torchrun --nproc_per_node 8 train.py --model_name_or_path Qwen/Qwen2.5-7B
         --fsdp 'full_shard auto_wrap' --bf16 true --per_device_train_batch_size 1" --hardware h100-sxm --seq-len 4096
       planner check --accelerate-config fsdp.yaml --engine-args "accelerate launch train.py ..." --hardware h100-sxm
@@ -313,9 +317,10 @@ def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | N
     from planner.engines.job import load_job, resolve_job
 
     engines = {ENGINE_OPTIONS[k]: v for k, v in (("deepspeed", deepspeed), ("megatron_args", megatron_args),
-                                                  ("torchtitan", torchtitan), ("hf_trainer", hf_trainer),
-                                                  ("accelerate_config", accelerate_config)) if v is not None}
-    names = "--deepspeed, --megatron-args, --torchtitan, --hf-trainer, --accelerate-config"
+                                                  ("torchtitan", torchtitan), ("automodel", automodel),
+                                                  ("hf_trainer", hf_trainer), ("accelerate_config", accelerate_config))
+               if v is not None}
+    names = "--deepspeed, --megatron-args, --torchtitan, --automodel, --hf-trainer, --accelerate-config"
     if len(engines) > 1:
         raise click.UsageError(f"give one of {names}")
     if engines and jobs:

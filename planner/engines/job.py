@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.engines import deepspeed, hf_trainer, load, megatron, torchtitan
+from planner.engines import automodel, deepspeed, hf_trainer, load, megatron, torchtitan
 from planner.engines.common import EngineImport, require
 from planner.errors import PlannerError
 from planner.specs.engine import ENGINE_PROFILES
@@ -136,6 +136,8 @@ def _import_engine(
         return deepspeed.import_deepspeed(data, gpus=gpus, given=given, source=where), loaded
     if engine.format in ("hf_trainer", "accelerate"):
         return _import_hf_trainer(job, loaded, gpus, given, base, path, source)
+    if engine.format == "automodel":
+        return _import_automodel(loaded, gpus, given, path, source, where)
     if engine.format == "megatron":
         tokens: list[str] = []
         notes: list[str] = []
@@ -174,6 +176,27 @@ def _import_engine(
                            "trains; remove the model from the job or change the file", source=source, field="model")
     imported = torchtitan.import_torchtitan(config, overrides, gpus=gpus, given=given, model=loaded.spec, source=where)
     return imported, loaded
+
+
+def _import_automodel(loaded: load.Loaded | None, gpus: int, given: dict[str, Any], path: Path | None, source: str,
+                      where: str) -> tuple[EngineImport, load.Loaded]:
+    if path is None:
+        raise PlannerError("an AutoModel engine needs engine.path (the recipe YAML)", source=source, field="engine.path")
+    config = load.read_engine_file("automodel", path)
+    if not isinstance(config, dict):
+        raise PlannerError("an AutoModel recipe is a YAML mapping", source=where)
+    repo = automodel.model_repo(config)
+    catalog = _catalog_entry(_catalog_id_for_hf(repo)) if repo else None
+    if loaded is None:
+        if catalog is None:
+            what = f"its model {repo} is not in planner's catalog" if repo else "it names no model"
+            raise PlannerError(f"{what}; give the model (--model or 'model' in the job: a catalog id, a YAML spec or "
+                               "the model's config.json)", source=where, field="model.config.pretrained_model_name_or_path")
+        loaded = catalog
+    elif catalog is not None and not same_architecture(catalog.spec, loaded.spec):
+        raise PlannerError(f"the job's model '{loaded.id}' is not {repo} ('{catalog.id}'), which the recipe trains; "
+                           "remove the model from the job or change the recipe", source=source, field="model")
+    return automodel.import_automodel(config, gpus=gpus, given=given, model=loaded.spec, source=where), loaded
 
 
 def _catalog_entry(model_id: str | None) -> load.Loaded | None:

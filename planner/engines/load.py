@@ -362,10 +362,12 @@ def load_overlay(path: Path) -> Any:
 
 
 def read_engine_file(fmt: str, path: Path) -> Any:
-    """An engine config as its engine parses it: DeepSpeed JSON -> dict, torchtitan TOML -> dict,
-    Megatron-LM arguments or launch script -> text."""
+    """An engine config as its engine parses it: DeepSpeed JSON -> dict, torchtitan TOML -> dict, an AutoModel
+    recipe (YAML) -> dict, Megatron-LM arguments or launch script -> text."""
     if fmt == "deepspeed":
         return parse_json(read_text(path), str(path))
     if fmt == "torchtitan":
         return read_toml(path)
+    if fmt == "automodel":
+        return parse_yaml(read_text(path), str(path))
     return read_text(path)

@@ -960,10 +960,12 @@ _AUTOMODEL = _derive(
         },
     },
     moe={
-        "dispatchers": ("alltoall", "deepep", "hybridep"), "default_dispatcher": "deepep", "ep_overlap": False,
+        "dispatchers": ("allgather", "deepep", "hybridep"), "default_dispatcher": "deepep", "ep_overlap": False,
         "default_ep_overlap": False, "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": (),
         "sources": {
-            "dispatchers": _AUTOMODEL_SRC + " model.backend.dispatcher: deepep | hybridep (and torch all-to-all)",
+            "dispatchers": _AUTOMODEL_SRC + " model.backend.dispatcher (nemo_automodel/components/models/common/"
+            "utils.py BackendConfig): deepep, hybridep, or torch, 'DTensor all-gather/reduce-scatter' (planner's "
+            "allgather)",
             "default_dispatcher": "the MoE benchmark recipes of the AutoModel performance summary run DeepEP "
             "(docs/performance-summary.mdx: 'TE + DeepEP')",
             "ep_overlap": "no all-to-all overlap schedule in the recipes",

@@ -52,8 +52,8 @@ from planner.specs.layout import (
 )
 from planner.specs.model import ModelSpec
 
-EngineFormat = Literal["deepspeed", "megatron", "torchtitan", "hf_trainer", "accelerate"]
-ENGINE_FORMATS: tuple[str, ...] = ("deepspeed", "megatron", "torchtitan", "hf_trainer", "accelerate")
+EngineFormat = Literal["deepspeed", "megatron", "torchtitan", "hf_trainer", "accelerate", "automodel"]
+ENGINE_FORMATS: tuple[str, ...] = ("deepspeed", "megatron", "torchtitan", "hf_trainer", "accelerate", "automodel")
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 

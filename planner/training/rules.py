@@ -51,8 +51,12 @@ def _recompute_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
 
 
 def _dispatcher_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
+    """A dispatcher the engine lacks, where one runs: without expert parallelism no token leaves the rank (the
+    layout's default dispatcher names nothing the engine must have)."""
     codes = [DISPATCHER_CODES[name] for name in e.moe.dispatchers]
-    return ~np.isin(lay.moe_dispatcher, np.asarray(codes, dtype=np.int64))
+    default = DISPATCHER_CODES[str(Layout.model_fields["moe_dispatcher"].default)]
+    unused = (lay.ep == 1) & (lay.moe_dispatcher == default)
+    return np.asarray(~np.isin(lay.moe_dispatcher, np.asarray(codes, dtype=np.int64)) & ~unused)
 
 
 def _expert_tp_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:

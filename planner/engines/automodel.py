@@ -1,0 +1,234 @@
+"""NeMo AutoModel recipe (YAML) -> Layout fields.
+
+Read as AutoModel's recipes read it (NVIDIA-NeMo/Automodel @ 36044ad3, the `automodel <recipe.yaml>` launcher):
+`step_scheduler` gives the batch (grad_acc_steps = global_batch_size // (local_batch_size x dp),
+components/training/step_scheduler.py), `distributed` the parallel degrees, FSDP2 and activation
+checkpointing (components/distributed/config.py), `distributed.pipeline` the torch-pipelining schedule and its
+virtual stages (components/distributed/pipelining/functional.py calculate_virtual_stages: ceil(layers /
+layers_per_stage) stages, rounded to a multiple of pp as `round_virtual_stages_to_pp_multiple` says),
+`model.backend` the attention kernel and the MoE dispatcher (components/models/common/utils.py BackendConfig),
+`dataset.seq_len` the sequence length.
+
+Mapping: strategy fsdp2 (or megatron_fsdp) -> ZeRO 3 over dp, ZeRO 1 with pipeline parallelism (torch
+pipelining keeps the stage gathered for the step: specs.engine _TORCH_PP_FSDP); HSDP (dp_replicate_size > 1) ->
+shard_group = dp / replicate; activation_checkpointing true -> full recompute per block; the micro-batch is
+pp_microbatch_size under PP, else local_batch_size. The model is the Hugging Face repository the recipe names
+(`model.config.pretrained_model_name_or_path` or `model.pretrained_model_name_or_path`); planner.engines.job maps
+it to the catalog.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from planner.engines.common import Collected, EngineImport
+from planner.errors import PlannerError
+from planner.specs.model import ModelSpec
+
+FORMAT = "automodel"
+
+# model.backend.attn -> the attention kernel that runs (Layout.attention_kernel): Transformer Engine's
+# DotProductAttention and cuDNN are cuDNN fused attention on Hopper; PyTorch SDPA picks FlashAttention-2.
+ATTENTION_KERNELS = {"te": "fused", "cudnn": "fused", "sdpa": "flash2"}
+# model.backend.dispatcher -> Layout.moe_dispatcher ("torch": DTensor all-gather/reduce-scatter)
+DISPATCHERS = {"deepep": "deepep", "hybridep": "hybridep", "torch": "allgather"}
+SINGLE_STAGE = {"1f1b", "gpipe"}
+MULTI_STAGE = {"interleaved1f1b", "loopedbfs"}
+STRATEGIES = {"fsdp2", "megatron_fsdp", "ddp"}
+
+
+def _get(config: dict[str, Any], path: str, default: Any = None) -> Any:
+    node: Any = config
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+# The 2025 recipes put the pipeline settings in an `autopipeline` section and the activation checkpointing under
+# `parallelizer`, and name the strategy by its manager class (examples/benchmark/configs/*.yaml @ 89e3a9fd): read
+# both spellings, the newer first.
+ALIASES = {
+    "distributed.pipeline.": "autopipeline.",
+    "distributed.activation_checkpointing": "parallelizer.activation_checkpointing",
+}
+MANAGERS = {"FSDP2Manager": "fsdp2", "MegatronFSDPManager": "megatron_fsdp", "DDPManager": "ddp"}
+
+
+def _lookup(config: dict[str, Any], path: str, default: Any = None) -> Any:
+    value = _get(config, path)
+    if value is not None:
+        return value
+    for new, old in ALIASES.items():
+        if path.startswith(new):
+            return _get(config, old + path[len(new):], default)
+    return default
+
+
+def _strategy(config: dict[str, Any]) -> str:
+    strategy = _get(config, "distributed.strategy")
+    if strategy is not None:
+        return str(strategy)
+    target = str(_get(config, "distributed._target_", ""))
+    return next((name for cls, name in MANAGERS.items() if target.endswith(cls)), "fsdp2")
+
+
+def _int(config: dict[str, Any], path: str, source: str, default: int | None = None) -> int | None:
+    value = _lookup(config, path)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlannerError(f"{path} must be a positive whole number, got {value!r}", source=source, field=path)
+    return value
+
+
+def model_repo(config: dict[str, Any]) -> str | None:
+    """The Hugging Face repository the recipe builds its model from, or None."""
+    for path in ("model.config.pretrained_model_name_or_path", "model.pretrained_model_name_or_path"):
+        value = _get(config, path)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def virtual_stages(num_layers: int, layers_per_stage: int | None, pp: int, schedule: str, rounding: str | None,
+                   source: str) -> int:
+    """Stages per pipeline rank, as AutoModel's calculate_virtual_stages derives them."""
+    single = schedule in SINGLE_STAGE
+    if layers_per_stage is None:
+        return 1 if single else 2
+    stages = math.ceil(num_layers / layers_per_stage)
+    if stages % pp:
+        if rounding == "up":
+            stages += pp - stages % pp
+        elif rounding == "down":
+            stages -= stages % pp
+        else:
+            raise PlannerError(f"{stages} virtual stages ({num_layers} layers, layers_per_stage {layers_per_stage}) "
+                               f"do not divide over pp_size {pp}; set round_virtual_stages_to_pp_multiple or change "
+                               "layers_per_stage (AutoModel raises the same)", source=source,
+                               field="distributed.pipeline.layers_per_stage")
+    per_rank = stages // pp
+    if single and per_rank != 1:
+        raise PlannerError(f"schedule {schedule} runs one stage per rank, and layers_per_stage {layers_per_stage} "
+                           f"gives {per_rank}; raise layers_per_stage to {num_layers // pp} (AutoModel raises the same)",
+                           source=source, field="distributed.pipeline.layers_per_stage")
+    if not single and per_rank < 2:
+        raise PlannerError(f"schedule {schedule} needs at least 2 stages per rank, and layers_per_stage "
+                           f"{layers_per_stage} gives {per_rank}; lower it to {num_layers // (2 * pp)}",
+                           source=source, field="distributed.pipeline.layers_per_stage")
+    return per_rank
+
+
+def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any], model: ModelSpec,
+                     source: str) -> EngineImport:
+    """Layout fields of an AutoModel recipe for `model` on `gpus` GPUs; `given` fills what the recipe lacks (a
+    job value that contradicts it is an error)."""
+    if not isinstance(config, dict):
+        raise PlannerError("an AutoModel recipe is a YAML mapping", source=source)
+    got = Collected(source=source)
+    got.set("engine", "automodel", "the engine file", explicit=False)
+    strategy = _strategy(config)
+    if strategy not in STRATEGIES:
+        raise PlannerError(f"distributed.strategy {strategy} is not known to planner (it reads "
+                           f"{', '.join(sorted(STRATEGIES))})", source=source, field="distributed.strategy")
+    degrees = {name: _int(config, f"distributed.{name}_size", source, 1) or 1 for name in ("tp", "cp", "pp", "ep")}
+    for name, value in degrees.items():
+        got.set(name, value, f"distributed.{name}_size")
+    model_parallel = degrees["tp"] * degrees["cp"] * degrees["pp"]
+    if gpus % model_parallel:
+        raise PlannerError(f"gpus({gpus}) is not divisible by tp_size x cp_size x pp_size = {model_parallel}",
+                           source=source, field="distributed")
+    dp = _int(config, "distributed.dp_size", source) or gpus // model_parallel
+    if dp * model_parallel != gpus:
+        raise PlannerError(f"distributed.dp_size {dp} x tp x cp x pp = {dp * model_parallel}, not the {gpus} GPUs",
+                           source=source, field="distributed.dp_size")
+    got.set("dp", dp, "distributed.dp_size (or the GPUs left over)")
+    pp = degrees["pp"]
+    sharded = strategy != "ddp" and (dp > 1 or degrees["cp"] > 1)
+    got.set("zero", (1 if pp > 1 else 3) if sharded else 0,
+            f"distributed.strategy {strategy}" + (" under pipeline parallelism: ZeRO-1" if sharded and pp > 1 else ""))
+    replicate = _int(config, "distributed.dp_replicate_size", source, 1) or 1
+    if replicate > 1:
+        if dp % replicate:
+            raise PlannerError(f"dp_replicate_size {replicate} does not divide dp {dp}", source=source,
+                               field="distributed.dp_replicate_size")
+        got.set("shard_group", dp // replicate * degrees["cp"], "distributed.dp_replicate_size (HSDP)")
+    got.set("sequence_parallel", bool(_get(config, "distributed.sequence_parallel", False)) and degrees["tp"] > 1,
+            "distributed.sequence_parallel")
+    ac = _lookup(config, "distributed.activation_checkpointing", False)
+    if isinstance(ac, str) and ac.lower().replace("-", "_") == "selective":
+        raise PlannerError("distributed.activation_checkpointing selective (AutoModel's MoE selective AC) is not "
+                           "modelled; give true (per-block) or false", source=source,
+                           field="distributed.activation_checkpointing")
+    got.set("recompute", "full" if ac else "none", "distributed.activation_checkpointing")
+
+    global_batch = _int(config, "step_scheduler.global_batch_size", source)
+    local = _int(config, "step_scheduler.local_batch_size", source)
+    micro = _int(config, "distributed.pipeline.pp_microbatch_size", source, 1) if pp > 1 else local
+    if global_batch is not None:
+        got.set("global_batch", global_batch, "step_scheduler.global_batch_size")
+        if local is not None and global_batch % (local * dp):
+            raise PlannerError(f"global_batch_size {global_batch} is not a multiple of local_batch_size {local} x dp "
+                               f"{dp} (AutoModel's grad_acc_steps = global // (local x dp))", source=source,
+                               field="step_scheduler.global_batch_size")
+    if micro is not None:
+        if pp > 1 and local is not None and local % micro:
+            raise PlannerError(f"local_batch_size {local} is not a multiple of pp_microbatch_size {micro}",
+                               source=source, field="distributed.pipeline.pp_microbatch_size")
+        got.set("micro_batch", micro, "distributed.pipeline.pp_microbatch_size" if pp > 1 else
+                "step_scheduler.local_batch_size")
+    seq = _int(config, "dataset.seq_len", source)
+    if seq is not None:
+        got.set("seq_len", seq, "dataset.seq_len")
+
+    if pp > 1:
+        schedule = str(_lookup(config, "distributed.pipeline.pp_schedule", "1f1b")).lower()
+        if schedule not in SINGLE_STAGE | MULTI_STAGE:
+            raise PlannerError(f"pp_schedule {schedule} is not modelled (planner reads "
+                               f"{', '.join(sorted(SINGLE_STAGE | MULTI_STAGE))})", source=source,
+                               field="distributed.pipeline.pp_schedule")
+        got.set("schedule", "gpipe" if schedule == "gpipe" else "1f1b", "distributed.pipeline.pp_schedule")
+        layers = _int(config, "distributed.pipeline.layers_per_stage", source)
+        rounding = _lookup(config, "distributed.pipeline.round_virtual_stages_to_pp_multiple")
+        got.set("interleave", virtual_stages(model.num_layers, layers, pp, schedule, rounding, source),
+                "distributed.pipeline.layers_per_stage")
+
+    attn = str(_get(config, "model.backend.attn", "te"))
+    if attn in ATTENTION_KERNELS:
+        got.set("attention_kernel", ATTENTION_KERNELS[attn], "model.backend.attn")
+    else:
+        got.warn(f"model.backend.attn {attn}: timed as the profile's fused attention")
+    got.set("flash_attention", attn != "eager", "model.backend.attn")
+    if model.moe is not None and degrees["ep"] > 1:
+        dispatcher = str(_get(config, "model.backend.dispatcher", "deepep"))
+        if dispatcher not in DISPATCHERS:
+            got.warn(f"model.backend.dispatcher {dispatcher}: timed as DeepEP's")
+        got.set("moe_dispatcher", DISPATCHERS.get(dispatcher, "deepep"), "model.backend.dispatcher")
+    if model.mtp_layers:
+        got.set("mtp_layers", 0, "the Hugging Face modeling code AutoModel trains builds no MTP module", explicit=False)
+    target = str(_get(config, "optimizer._target_", "torch.optim.Adam"))
+    if target.endswith(("SGD", ".sgd")):
+        got.set("optimizer", "sgd", "optimizer._target_")
+    elif "transformer_engine" in target and "FusedAdam" in target:
+        # Transformer Engine's FusedAdam keeps fp32 moments (exp_avg_dtype / exp_avg_sq_dtype default float32) and no
+        # master copy unless master_weights is set (transformer_engine/pytorch/optimizers/fused_adam.py)
+        master = bool(_get(config, "optimizer.master_weights", False))
+        got.set("optimizer_state_dtype", "fp32", "optimizer._target_ (TE FusedAdam: fp32 moments)")
+        got.set("master_weights_dtype", "fp32" if master else "bf16", "optimizer.master_weights")
+    dtype = str(_get(config, "model.torch_dtype", _get(config, "model.dtype", "bf16"))).replace("torch.", "")
+    if dtype in ("bfloat16", "bf16", "auto"):
+        got.set("dtype", "bf16", "model.torch_dtype (AutoModel builds in bf16)", explicit=False)
+    elif dtype in ("float32", "fp32"):
+        raise PlannerError("model.torch_dtype float32: planner's layouts train in 16 bits or fp8; give bf16",
+                           source=source, field="model.torch_dtype")
+    # FP8: Transformer Engine's recipe under model.backend.te_fp8 (TEFp8Config: current or block scaling), or the
+    # torchao path's fp8 section
+    if _get(config, "model.backend.te_fp8") not in (None, False):
+        got.set("dtype", "fp8", "model.backend.te_fp8")
+    elif _get(config, "fp8") not in (None, False) and _get(config, "fp8.enabled", True):
+        got.set("dtype", "fp8", "fp8")
+    fields = got.merge(given)
+    return EngineImport(format=FORMAT, source=source, fields=fields, warnings=tuple(got.warnings), origins=got.origin)

@@ -1,0 +1,100 @@
+"""NeMo AutoModel recipes read as AutoModel reads them (planner/engines/automodel.py), on its own benchmark recipes
+(tests/fixtures/engines/upstream/automodel/, repository, path and commit in ../SOURCES.md)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from planner.engines.automodel import import_automodel, model_repo, virtual_stages
+from planner.engines.load import load_model, parse_yaml
+from planner.errors import PlannerError
+from planner.training.rules import resolve_layout
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "upstream" / "automodel"
+
+
+def recipe(name: str) -> dict:
+    return parse_yaml((UPSTREAM / name).read_text(), name)
+
+
+def read(name: str, model_id: str, gpus: int, config: dict | None = None):
+    model = load_model(model_id).spec
+    imported = import_automodel(config or recipe(name), gpus=gpus, given={}, model=model, source=name)
+    return imported, resolve_layout(model, gpus, **imported.fields)
+
+
+def test_qwen3_30b_recipe_fsdp2_with_ep_and_per_block_checkpointing():
+    # step_scheduler 512 / local 4 on 8 ranks: 16 accumulation steps of micro-batch 4; ep_size 8, deepep,
+    # activation_checkpointing true, TE attention
+    imported, lay = read("qwen3_moe_30b_te_deepep.yaml", "qwen3-30b-a3b", 8)
+    assert model_repo(recipe("qwen3_moe_30b_te_deepep.yaml")) == "Qwen/Qwen3-30B-A3B"
+    assert (lay.dp, lay.ep, lay.zero, lay.micro_batch, lay.global_batch, lay.seq_len) == (8, 8, 3, 4, 512, 4096)
+    assert lay.global_batch // (lay.dp * lay.micro_batch) == 16
+    assert (lay.recompute, lay.moe_dispatcher, lay.attention_kernel, lay.engine) == ("full", "deepep", "fused", "automodel")
+    # torch.optim.Adam on the bf16 model: the profile's bf16 states
+    assert (lay.optimizer_state_dtype, lay.master_weights_dtype, lay.grad_dtype) == ("bf16", "bf16", "bf16")
+    assert imported.origins["recompute"] == "distributed.activation_checkpointing"
+
+
+def test_deepseek_v3_recipe_pipeline_virtual_stages_and_zero1():
+    # pp_size 4, interleaved1f1b, layers_per_stage 2: ceil(61 / 2) = 31 virtual stages, rounded down to 28, 7 per
+    # rank; FSDP2 under PP as ZeRO-1; local_batch_size 4 in micro-batches of 1 (pp_microbatch_size)
+    _, lay = read("deepseek_v3_te_deepep.yaml", "deepseek-v3", 256)
+    assert (lay.pp, lay.ep, lay.dp, lay.zero, lay.interleave, lay.micro_batch) == (4, 64, 64, 1, 7, 1)
+    assert (lay.global_batch, lay.moe_dispatcher, lay.mtp_layers) == (256, "hybridep", 0)
+
+
+def test_the_2025_recipe_layout_is_read_too():
+    # examples/benchmark/configs @ 89e3a9fd: the pipeline in `autopipeline`, the checkpointing under
+    # `parallelizer`, the strategy as FSDP2Manager; the performance summary's 256-GPU row (GBS 512, LBS 8)
+    imported, lay = read("deepseek_v3_te_deepep_2025-10.yaml", "deepseek-v3", 256)
+    assert (lay.pp, lay.interleave, lay.zero, lay.recompute, lay.global_batch) == (4, 7, 1, "full", 512)
+    assert lay.global_batch // (lay.dp * lay.micro_batch) == 8
+    assert imported.origins["interleave"] == "distributed.pipeline.layers_per_stage"
+
+
+def test_kimi_and_gpt_oss_recipes():
+    # Kimi K2: 61 layers in stages of 2 over pp 8: 31 -> 24, 3 per rank
+    _, kimi = read("kimi_k2_te_deepep.yaml", "kimi-k2", 256)
+    assert (kimi.pp, kimi.ep, kimi.interleave, kimi.moe_dispatcher) == (8, 32, 3, "deepep")
+    # gpt-oss-120b: EP 64, no checkpointing, HybridEP
+    _, oss = read("gptoss_120b_te_deepep.yaml", "gpt-oss-120b", 64)
+    assert (oss.ep, oss.zero, oss.recompute, oss.moe_dispatcher) == (64, 3, "none", "hybridep")
+
+
+def test_virtual_stage_rules_as_automodel_raises_them():
+    assert virtual_stages(61, 2, 4, "interleaved1f1b", "up", "r") == 8  # 31 -> 32
+    assert virtual_stages(61, None, 4, "interleaved1f1b", None, "r") == 2
+    assert virtual_stages(61, None, 4, "1f1b", None, "r") == 1
+    with pytest.raises(PlannerError, match="round_virtual_stages_to_pp_multiple"):
+        virtual_stages(61, 2, 4, "interleaved1f1b", None, "r")
+    with pytest.raises(PlannerError, match="at least 2 stages per rank"):
+        virtual_stages(16, 4, 4, "interleaved1f1b", None, "r")
+
+
+@pytest.mark.parametrize(("path", "value", "needle"), [
+    ("distributed.activation_checkpointing", "selective", "selective"),
+    ("distributed.strategy", "colossal", "strategy colossal"),
+    ("step_scheduler.global_batch_size", 500, "not a multiple"),
+    ("distributed.tp_size", 0, "positive whole number"),
+    ("distributed.pipeline.pp_schedule", "zbvzerobubble", "not modelled"),
+])
+def test_settings_planner_cannot_model_are_one_line_errors(path, value, needle):
+    config = copy.deepcopy(recipe("deepseek_v3_te_deepep.yaml"))
+    node = config
+    *parents, leaf = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    with pytest.raises(PlannerError, match=needle):
+        read("deepseek_v3_te_deepep.yaml", "deepseek-v3", 256, config)
+
+
+def test_check_reads_an_automodel_recipe_from_the_command_line(run_cli):
+    result = run_cli("check", "--automodel", str(UPSTREAM / "qwen3_moe_30b_te_deepep.yaml"), "--hardware", "h100-sxm",
+                     "--gpus", "8")
+    assert result.exit_code == 0, result.output
+    assert "qwen3-30b-a3b on 8 x h100-sxm: fits" in result.output
