@@ -364,7 +364,7 @@ def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | N
 # export -------------------------------------------------------------------------------------------
 @cli.command("export")
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[JOB]")
-@click.option("--to", "to", required=True, type=click.Choice(["megatron", "deepspeed", "torchtitan", "hf_trainer"]),
+@click.option("--to", "to", required=True, type=click.Choice(["megatron", "deepspeed", "torchtitan", "hf_trainer", "automodel"]),
               help="Engine format to write.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
               help="File to write (default: print to stdout).")

@@ -122,7 +122,7 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Compute precision of the matrix multiplies."),
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
                      help="Gradient precision (fp32 = Megatron's main grads)  [default: the engine's: fp32 for "
-                     "megatron, nemo, torchtitan and fsdp, bf16 for deepspeed]"),
+                     "megatron, nemo, torchtitan and fsdp, bf16 for deepspeed and automodel]"),
         click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True,
                      help="Optimizer (sets the optimizer-state bytes per parameter)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
@@ -193,10 +193,10 @@ def moe_layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      "[default: none]"),
         click.option("--optimizer-state-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
                      help="Adam moments' dtype (Megatron precision-aware optimizer, DeepSpeed bf16_optimizer_states)  "
-                     "[default: fp32]"),
+                     "[default: the engine's: bf16 for automodel, else fp32]"),
         click.option("--master-weights-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
                      help="Master weights: fp32 copy, or bf16 = the 16-bit weights are the master (DeepSpeed "
-                     "bf16_master_weights_and_grads)  [default: fp32]"),
+                     "bf16_master_weights_and_grads)  [default: the engine's: bf16 for automodel, else fp32]"),
         click.option("--mtp-layers", type=Count("layers", minimum=0), default=None,
                      help="Multi-token-prediction layers trained (Megatron --mtp-num-layers)  [default: the model's]"),
     ]

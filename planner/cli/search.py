@@ -34,7 +34,7 @@ from planner.training.estimate import DEFAULT_HEADROOM
 if TYPE_CHECKING:
     from planner.specs.engine import AttentionKernel
 
-EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "hf_trainer")  # planner.engines.export.EXPORT_FORMATS, without its imports
+EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "hf_trainer", "automodel")  # planner.engines.export.EXPORT_FORMATS, without its imports
 # Search options that keep a field as an engine would set it, for when the engine changes the best layout.
 ENGINE_HINTS = {"grad_dtype": "--grad-dtype fp32", "zero": "--zero 0,3", "overlap_grad_reduce": "--overlap-grad-reduce",
                 "flash_attention": "--flash-attention"}
@@ -117,14 +117,16 @@ def _moe_options(f: Any) -> Any:
         click.option("--moe-ep-overlap/--no-moe-ep-overlap", default=None,
                      help="Expert all-to-all hidden behind another micro-batch's compute (Megatron "
                      "--overlap-moe-expert-parallel-comm)  [default: the engine's; megatron: off]"),
-        click.option("--optimizer-state-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+        click.option("--optimizer-state-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
                      help="Adam moments' dtype (Megatron --use-precision-aware-optimizer with --exp-avg-dtype and "
-                     "--exp-avg-sq-dtype bf16, as DeepSeek-V3's recipe)."),
+                     "--exp-avg-sq-dtype bf16, as DeepSeek-V3's recipe)  [default: the engine's: bf16 for automodel, "
+                     "else fp32]"),
         click.option("--schedule", type=click.Choice(["1f1b", "gpipe", "dualpipe"]), default="1f1b",
                      show_default=True, help="Pipeline schedule of every candidate: 1f1b, gpipe, or dualpipe "
                      "(DeepSeek-V3's bidirectional pipeline, the expert all-to-all overlapped; even pp only)."),
-        click.option("--master-weights-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
-                     help="Master weights' dtype (bf16: the 16-bit weights are the master; Megatron --main-params-dtype)."),
+        click.option("--master-weights-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
+                     help="Master weights' dtype (bf16: the 16-bit weights are the master; Megatron --main-params-dtype)  "
+                     "[default: the engine's: bf16 for automodel, else fp32]"),
     ]
     for option in reversed(options):
         f = option(f)
@@ -188,7 +190,7 @@ def _filter_options(f: Any) -> Any:
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
                grad_dtype: str, optimizer: str, flash_attention: bool, attention_kernel: AttentionKernel | None,
                overlap_grad_reduce: bool, tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
-               moe_ep_overlap: bool | None, optimizer_state_dtype: str, master_weights_dtype: str, schedule: str,
+               moe_ep_overlap: bool | None, optimizer_state_dtype: str | None, master_weights_dtype: str | None, schedule: str,
                fp8_param_gather: bool, headroom: float,
                objective: str, tokens: float | None, price: float | None,
                top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,

@@ -22,8 +22,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from planner.engines.common import Collected, EngineImport
+import yaml
+
+from planner.engines.common import Collected, EngineImport, ExportContext, prediction_lines
+from planner.engines.torchtitan import hf_repo_id
 from planner.errors import PlannerError
+from planner.specs.layout import Layout, Zero
 from planner.specs.model import ModelSpec
 
 FORMAT = "automodel"
@@ -158,6 +162,8 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
         got.set("shard_group", dp // replicate * degrees["cp"], "distributed.dp_replicate_size (HSDP)")
     got.set("sequence_parallel", bool(_get(config, "distributed.sequence_parallel", False)) and degrees["tp"] > 1,
             "distributed.sequence_parallel")
+    if model.moe is not None and degrees["tp"] > 1:  # the experts shard over EP only: no expert TP
+        got.set("etp", 1, "distributed.tp_size (AutoModel's experts are not tensor-parallel)")
     ac = _lookup(config, "distributed.activation_checkpointing", False)
     if isinstance(ac, str) and ac.lower().replace("-", "_") == "selective":
         raise PlannerError("distributed.activation_checkpointing selective (AutoModel's MoE selective AC) is not "
@@ -197,8 +203,11 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
                 "distributed.pipeline.layers_per_stage")
 
     attn = str(_get(config, "model.backend.attn", "te"))
-    if attn in ATTENTION_KERNELS:
-        got.set("attention_kernel", ATTENTION_KERNELS[attn], "model.backend.attn")
+    if attn == "eager":  # the unfused attention (scores materialised)
+        pass
+    elif attn in ATTENTION_KERNELS:
+        if ATTENTION_KERNELS[attn] != "fused":  # fused is the profile's own (Layout.attention_kernel null)
+            got.set("attention_kernel", ATTENTION_KERNELS[attn], "model.backend.attn")
     else:
         got.warn(f"model.backend.attn {attn}: timed as the profile's fused attention")
     got.set("flash_attention", attn != "eager", "model.backend.attn")
@@ -232,3 +241,166 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
         got.set("dtype", "fp8", "fp8")
     fields = got.merge(given)
     return EngineImport(format=FORMAT, source=source, fields=fields, warnings=tuple(got.warnings), origins=got.origin)
+
+
+# --- writer -------------------------------------------------------------------------------------------------
+
+def layers_per_stage_for(num_layers: int, pp: int, per_rank: int) -> tuple[int, str] | None:
+    """(layers_per_stage, rounding) that AutoModel's calculate_virtual_stages turns into `per_rank` stages per rank
+    on `pp` ranks, or None where no value does."""
+    for rounding in ("down", "up"):
+        for lps in range(1, num_layers + 1):
+            stages = math.ceil(num_layers / lps)
+            stages = stages - stages % pp if rounding == "down" else stages + (-stages) % pp
+            if stages == pp * per_rank:
+                return lps, rounding
+    return None
+
+
+def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
+    """The layout AutoModel would run for this one, and a note per change."""
+    if layout.dtype == "fp16":
+        raise PlannerError("AutoModel builds its models in bf16 (or trains fp8 through Transformer Engine), not "
+                           "fp16; use dtype bf16")
+    for flag, why in (("activation_input_fp8", "the fp8 store of the SwiGLU input is Megatron-LM's"),
+                      ("fp8_param_gather", "FSDP2 gathers the bf16 parameters"),
+                      ("offload_optimizer", "the recipes write no CPUOffloadPolicy here"),
+                      ("offload_params", "the recipes write no CPUOffloadPolicy here")):
+        if getattr(layout, flag):
+            raise PlannerError(f"{flag}: {why}; export for Megatron-LM or drop it")
+    if layout.schedule == "dualpipe":
+        raise PlannerError("schedule dualpipe: AutoModel's pipelining runs 1f1b, gpipe, interleaved1f1b or loopedbfs")
+    moe_tp = model.moe is not None and layout.tp > 1
+    if moe_tp and layout.expert_tp not in (1, layout.tp):
+        raise PlannerError(f"etp({layout.expert_tp}): AutoModel's experts shard over EP only (expert TP 1)")
+    changes: dict[str, Any] = {}
+    notes: list[str] = []
+    # the experts' TP degree as the reader reads it: 1 for a MoE model under TP (AutoModel's experts shard over EP
+    # only), else unset (tp)
+    target_etp = 1 if moe_tp else None
+    if layout.etp != target_etp:
+        changes["etp"] = target_etp
+        if moe_tp and layout.expert_tp != 1:
+            notes.append(f"etp {layout.expert_tp} -> 1: AutoModel's experts shard over EP only")
+    sharded = (layout.zero > Zero.NONE and layout.dp > 1) or layout.cp > 1
+    target = (1 if layout.pp > 1 else 3) if sharded else 0
+    if layout.zero != target:
+        changes["zero"] = target
+        notes.append(f"zero {layout.zero} -> {target}: AutoModel shards with FSDP2 over dp (ZeRO-1 under pipeline "
+                     "parallelism, which keeps the stage gathered for the step), or replicates with DDP")
+    if layout.recompute not in ("none", "full") or layout.recompute_layers_per_stage is not None:
+        changes.update(recompute="full", recompute_modules=None, recompute_layers_per_stage=None)
+        notes.append(f"recompute {layout.recompute} -> full: AutoModel checkpoints every block or none")
+    if layout.grad_dtype != "bf16":
+        changes["grad_dtype"] = "bf16"
+        notes.append(f"grad_dtype {layout.grad_dtype} -> bf16: FSDP2 reduces in fp32 into the bf16 parameters' "
+                     "gradient shards")
+    if layout.sequence_parallel and layout.tp == 1:
+        changes["sequence_parallel"] = False
+    if layout.overlap_tp_comm:
+        changes["overlap_tp_comm"] = False
+        notes.append("overlap_tp_comm -> false: AutoModel's TP plans have no overlap switch")
+    if not layout.overlap_grad_reduce:
+        changes["overlap_grad_reduce"] = True
+        notes.append("overlap_grad_reduce -> true: FSDP2 reduce-scatters during the backward")
+    if layout.pp == 1 and (layout.schedule != "1f1b" or layout.interleave != 1):
+        changes.update(schedule="1f1b", interleave=1)
+    if layout.pp > 1 and layout.interleave > 1 and layers_per_stage_for(model.num_layers, layout.pp,
+                                                                          layout.interleave) is None:
+        raise PlannerError(f"interleave({layout.interleave}): no layers_per_stage gives {layout.interleave} stages per "
+                           f"rank for {model.num_layers} layers on pp({layout.pp}) (AutoModel's calculate_virtual_stages)")
+    if layout.attention_kernel == "fused":  # Transformer Engine's attention (attn te) is the profile's own
+        changes["attention_kernel"] = None
+    if layout.compile:
+        changes["compile"] = False
+        notes.append("compile -> false: the Transformer Engine recipes run eager")
+    if layout.cuda_graph_scope:
+        changes["cuda_graph_scope"] = ()
+        notes.append("cuda_graph_scope -> none: not written for AutoModel")
+    is_moe = model.moe is not None and layout.ep > 1
+    if is_moe and layout.moe_dispatcher == "alltoall":
+        changes["moe_dispatcher"] = "deepep"
+        notes.append("moe_dispatcher alltoall -> deepep: AutoModel dispatches with DeepEP, HybridEP or DTensor's "
+                     "all-gather")
+    if not is_moe and layout.moe_dispatcher != Layout.model_fields["moe_dispatcher"].default:
+        changes["moe_dispatcher"] = Layout.model_fields["moe_dispatcher"].default
+    for flag in ("moe_ep_overlap", "moe_shared_expert_overlap"):
+        if getattr(layout, flag):
+            changes[flag] = False
+            notes.append(f"{flag} -> false: no overlap schedule in AutoModel's recipes")
+    if layout.moe_capacity_factor is not None:
+        changes["moe_capacity_factor"] = None
+        notes.append("moe_capacity_factor -> dropless: AutoModel routes dropless")
+    if model.mtp_layers and layout.mtp_layers != 0:
+        changes["mtp_layers"] = 0
+        notes.append("mtp_layers -> 0: the Hugging Face modeling code AutoModel trains builds no MTP module")
+    if not model.mtp_layers and layout.mtp_layers == 0:
+        changes["mtp_layers"] = None  # none either way, spelled as the reader reads it
+    states = (layout.optimizer_state_dtype, layout.master_weights_dtype)
+    if layout.optimizer == "adam" and states == ("bf16", "fp32"):
+        changes["optimizer_state_dtype"] = "fp32"
+        notes.append("optimizer_state_dtype bf16 -> fp32 with an fp32 master: Transformer Engine's FusedAdam "
+                     "(master_weights) keeps fp32 moments")
+    mapped = layout.model_copy(update=changes) if changes else layout
+    return mapped, tuple(notes)
+
+
+def recipe(ctx: ExportContext) -> dict[str, Any]:
+    """The AutoModel recipe of the context's (mapped) layout, as a mapping."""
+    lay, model = ctx.layout, ctx.model
+    repo = hf_repo_id(model)
+    if repo is None:
+        raise PlannerError(f"{ctx.model_id}: AutoModel builds Hugging Face models, and this model's source names no "
+                           "Hugging Face id (its spec's source: 'HF org/name config.json')")
+    pipeline: dict[str, Any] = {"pp_microbatch_size": lay.micro_batch}
+    if lay.pp > 1:
+        pipeline["pp_schedule"] = "gpipe" if lay.schedule == "gpipe" else (
+            "interleaved1f1b" if lay.interleave > 1 else "1f1b")
+        found = layers_per_stage_for(model.num_layers, lay.pp, lay.interleave)
+        if found is not None:
+            pipeline["layers_per_stage"], pipeline["round_virtual_stages_to_pp_multiple"] = found
+    distributed: dict[str, Any] = {
+        "strategy": "fsdp2" if lay.zero > Zero.NONE or lay.cp > 1 else "ddp",
+        "dp_size": lay.dp, "tp_size": lay.tp, "cp_size": lay.cp, "pp_size": lay.pp, "ep_size": lay.ep,
+        "sequence_parallel": lay.sequence_parallel, "activation_checkpointing": lay.recompute == "full",
+    }
+    if lay.shard_group:
+        distributed["dp_replicate_size"] = lay.dp * lay.cp // lay.shard_group
+    distributed["pipeline"] = pipeline
+    local = lay.global_batch // lay.dp if lay.pp > 1 else lay.micro_batch
+    backend: dict[str, Any] = {
+        "_target_": "nemo_automodel.components.models.common.BackendConfig",
+        "attn": "eager" if not lay.flash_attention else ("sdpa" if lay.resolved_attention_kernel == "flash2" else "te"),
+        "linear": "te", "rms_norm": "te", "rope_fusion": True,
+    }
+    if model.moe is not None and lay.ep > 1:
+        backend["dispatcher"] = {v: k for k, v in DISPATCHERS.items()}[lay.moe_dispatcher]
+    if lay.dtype == "fp8":
+        backend["te_fp8"] = {"_target_": "nemo_automodel.components.models.common.utils.TEFp8Config",
+                             "recipe": "current"}
+    if lay.optimizer == "sgd":
+        optimizer: dict[str, Any] = {"_target_": "torch.optim.SGD", "lr": 0.0001}
+    elif (lay.optimizer_state_dtype, lay.master_weights_dtype) == ("bf16", "bf16"):
+        optimizer = {"_target_": "torch.optim.Adam", "lr": 0.0001}
+    else:  # fp32 moments: Transformer Engine's FusedAdam, with an fp32 master copy when the layout keeps one
+        optimizer = {"_target_": "transformer_engine.pytorch.optimizers.FusedAdam", "lr": 0.0001,
+                     "master_weights": lay.master_weights_dtype == "fp32"}
+    return {
+        "recipe": "TrainFinetuneRecipeForNextTokenPrediction",
+        "step_scheduler": {"global_batch_size": lay.global_batch, "local_batch_size": local},
+        "distributed": distributed,
+        "model": {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_config",
+                  "config": {"_target_": "transformers.AutoConfig.from_pretrained",
+                             "pretrained_model_name_or_path": repo},
+                  "backend": backend},
+        "optimizer": optimizer,
+        "dataset": {"_target_": "nemo_automodel.components.datasets.llm.mock_iterable_dataset.MockIterableDataset",
+                    "seq_len": lay.seq_len},
+    }
+
+
+def render(ctx: ExportContext) -> str:
+    lines = [f"# {line}" for line in prediction_lines(ctx)]
+    lines.append(f"# Run: automodel <this file> --nproc-per-node {min(ctx.layout.gpus, ctx.hardware.node.gpus_per_node)} "
+                 "(on each node)")
+    return "\n".join(lines) + "\n" + yaml.safe_dump(recipe(ctx), sort_keys=False, default_flow_style=False)

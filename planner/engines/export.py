@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from planner.engines import deepspeed, hf_trainer, megatron, torchtitan
+from planner.engines import automodel, deepspeed, hf_trainer, megatron, torchtitan
 from planner.engines.common import ExportContext, ExportFile
 from planner.errors import PlannerError
 from planner.specs.engine import engine_profile
@@ -24,12 +24,13 @@ from planner.specs.model import ModelSpec
 from planner.training.estimate import TrainingEstimate, estimate
 from planner.training.rules import check_layout
 
-EXPORT_FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan", "hf_trainer")
+EXPORT_FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan", "hf_trainer", "automodel")
 DEFAULT_NAMES: dict[str, str] = {
     "megatron": "megatron_args.sh",
     "deepspeed": "ds_config.json",
     "torchtitan": "torchtitan.toml",
     "hf_trainer": "train_hf.sh",
+    "automodel": "automodel_recipe.yaml",
 }
 
 
@@ -38,7 +39,8 @@ Mapper = Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]]
 
 
 def exporter(fmt: str) -> tuple[Mapper, Renderer]:
-    modules = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan, "hf_trainer": hf_trainer}
+    modules = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan, "hf_trainer": hf_trainer,
+               "automodel": automodel}
     if fmt not in modules:
         raise PlannerError(f"unknown export format '{fmt}'; use one of {', '.join(EXPORT_FORMATS)}")
     return modules[fmt].engine_layout, modules[fmt].render
@@ -53,10 +55,11 @@ def engine_of_format(fmt: str, engine: str) -> str:
     return engine if (fmt, engine) == ("megatron", "nemo") else fmt
 
 
-# Formats whose files can name the fused attention's kernel (Megatron-LM --attention-backend flash | fused).
+# Formats whose files can name the fused attention's kernel (Megatron-LM --attention-backend flash | fused; an
+# AutoModel recipe's model.backend.attn).
 # torchtitan's TOML, DeepSpeed's JSON and the Trainer's arguments have no such setting: their engines' own
 # kernel runs (PyTorch SDPA's flash backend, or what the model code picks).
-ATTENTION_KERNEL_FORMATS = frozenset({"megatron"})
+ATTENTION_KERNEL_FORMATS = frozenset({"megatron", "automodel"})  # AutoModel: model.backend.attn te | sdpa
 
 
 def _attention_kernel_as_run(fmt: str, layout: Layout, notes: tuple[str, ...]) -> tuple[Layout, tuple[str, ...]]:

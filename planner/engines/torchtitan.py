@@ -622,6 +622,8 @@ def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes
     if layout.etp is not None and layout.etp == layout.tp:
         changes["etp"] = None  # the same degree, spelled as the reader reads it
     trained_mtp = model.mtp_layers if layout.mtp_layers is None else layout.mtp_layers
+    if layout.mtp_layers == 0 and not model.mtp_layers:
+        changes["mtp_layers"] = None  # a model without MTP trains none either way, spelled as the reader reads it
     if ep > 1 and layout.expert_tp not in (1, layout.tp):
         raise PlannerError(f"etp({layout.expert_tp}): torchtitan's expert_tensor_parallel_degree is 1 or "
                            f"tensor_parallel_degree({layout.tp}); export for Megatron-LM")

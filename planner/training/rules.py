@@ -277,6 +277,11 @@ def resolve_layout(model: ModelSpec, gpus: int, **fields: Any) -> Layout:
     for name in ("optimizer_state_dtype", "master_weights_dtype"):  # the engine's (AutoModel: bf16 states)
         if name not in given and given.get("optimizer", "adam") == "adam":
             given[name] = _engine_optimizer(given.get("engine")).default_state_dtype
+    if "moe_dispatcher" not in given:  # an engine without Layout's default dispatcher runs its own (AutoModel: DeepEP)
+        moe = (engine_profile(str(given["engine"])) if given.get("engine") else engine_or_default(None)).moe
+        if (Layout.model_fields["moe_dispatcher"].default not in moe.dispatchers and model.moe is not None
+                and int(given.get("ep", 1)) > 1):
+            given["moe_dispatcher"] = moe.default_dispatcher
     if "dp" not in given:
         model_parallel = int(given.get("tp", 1)) * int(given.get("pp", 1)) * int(given.get("cp", 1))
         if gpus % model_parallel != 0:

@@ -11,11 +11,12 @@ import pytest
 
 from planner.cli.estimate import estimate_command
 from planner.cli.search import EXPORT_FORMATS, search_cmd
+from planner.engines.automodel import import_automodel
 from planner.engines.deepspeed import import_deepspeed
 from planner.engines.export import DEFAULT_NAMES
 from planner.engines.export import EXPORT_FORMATS as EXPORTER_FORMATS
 from planner.engines.hf_trainer import import_hf_trainer, parse_command
-from planner.engines.load import load_model, parse_toml
+from planner.engines.load import load_model, parse_toml, parse_yaml
 from planner.engines.megatron import import_megatron, split_launch_text
 from planner.engines.torchtitan import import_torchtitan
 from planner.specs.layout import Layout
@@ -91,6 +92,8 @@ def _import(fmt: str, path, model, gpus: int) -> Layout:
         got = import_deepspeed(json.loads(text), gpus=gpus, given={}, source=path.name)
     elif fmt == "hf_trainer":
         got = import_hf_trainer(parse_command(text, path.name), None, gpus=gpus, given={}, source=path.name)
+    elif fmt == "automodel":
+        got = import_automodel(parse_yaml(text, path.name), gpus=gpus, given={}, model=model, source=path.name)
     else:
         got = import_torchtitan(parse_toml(text, path.name), [], gpus=gpus, given={}, model=model, source=path.name)
     return resolve_layout(model, gpus, **got.fields)
@@ -137,6 +140,9 @@ def test_search_export_import_estimate_roundtrip(run_cli, tmp_path, fmt, model_i
         assert bool(changed) == ("note:" in result.stderr) == ("# Note:" in path.read_text())
     elif fmt == "hf_trainer":  # DDP/FSDP keep fp32 gradients and overlap their reduction; each change is noted
         assert changed <= {"grad_dtype", "overlap_grad_reduce", "overlap_tp_comm"}, changed
+        assert bool(changed) == ("note:" in result.stderr) == ("Note:" in path.read_text())
+    elif fmt == "automodel":  # FSDP2 (ZeRO-1 under PP), bf16 gradients, no TP overlap; each change is noted
+        assert changed <= {"grad_dtype", "zero", "overlap_grad_reduce", "overlap_tp_comm"}, changed
         assert bool(changed) == ("note:" in result.stderr) == ("Note:" in path.read_text())
     elif fmt == "deepspeed":  # AutoTP has no sequence parallelism or TP overlap; each change is noted
         assert changed <= {"overlap_tp_comm", "grad_dtype", "zero"}, changed

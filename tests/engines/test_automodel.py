@@ -33,7 +33,8 @@ def test_qwen3_30b_recipe_fsdp2_with_ep_and_per_block_checkpointing():
     assert model_repo(recipe("qwen3_moe_30b_te_deepep.yaml")) == "Qwen/Qwen3-30B-A3B"
     assert (lay.dp, lay.ep, lay.zero, lay.micro_batch, lay.global_batch, lay.seq_len) == (8, 8, 3, 4, 512, 4096)
     assert lay.global_batch // (lay.dp * lay.micro_batch) == 16
-    assert (lay.recompute, lay.moe_dispatcher, lay.attention_kernel, lay.engine) == ("full", "deepep", "fused", "automodel")
+    assert (lay.recompute, lay.moe_dispatcher, lay.resolved_attention_kernel, lay.engine) == (
+        "full", "deepep", "fused", "automodel")
     # torch.optim.Adam on the bf16 model: the profile's bf16 states
     assert (lay.optimizer_state_dtype, lay.master_weights_dtype, lay.grad_dtype) == ("bf16", "bf16", "bf16")
     assert imported.origins["recompute"] == "distributed.activation_checkpointing"

@@ -14,10 +14,11 @@ import json
 
 import pytest
 
+from planner.engines.automodel import import_automodel
 from planner.engines.deepspeed import import_deepspeed
 from planner.engines.export import EXPORT_FORMATS, render_export
 from planner.engines.hf_trainer import import_hf_trainer, parse_command
-from planner.engines.load import load_hardware, load_model, parse_toml
+from planner.engines.load import load_hardware, load_model, parse_toml, parse_yaml
 from planner.engines.megatron import import_megatron, split_launch_text
 from planner.engines.torchtitan import import_torchtitan
 from planner.errors import PlannerError
@@ -85,7 +86,12 @@ REFUSED: dict[tuple[str, str], str] = {
     ("gpipe-pp2", "megatron"): "GPipe",
     ("gpipe-pp2", "deepspeed"): "gpipe",
     ("zero2-fp16-ddp-overlap-off", "torchtitan"): "fp16",
-    **{("activation-input-fp8", fmt): "activation_input_fp8" for fmt in ("deepspeed", "torchtitan", "hf_trainer")},
+    **{("activation-input-fp8", fmt): "activation_input_fp8" for fmt in ("deepspeed", "torchtitan", "hf_trainer",
+                                                                        "automodel")},
+    # NeMo AutoModel builds its models in bf16 and gathers bf16 parameters
+    ("fp16-tp8-pp8-noflash", "automodel"): "fp16",
+    ("zero2-fp16-ddp-overlap-off", "automodel"): "fp16",
+    ("fp8-param-gather", "automodel"): "fp8_param_gather",
     # the Hugging Face Trainer runs data parallelism only (DDP, FSDP), whole-layer checkpointing, bf16/fp16
     **{(name, "hf_trainer"): why for name, why in (
         ("tp2-sp-zero1-selective", "tp(2)"), ("tp8-pp4-vpp2-fp32grads-tpoverlap", "tp(8)"), ("cp2-zero3", "cp(2)"),
@@ -109,6 +115,8 @@ def _read_back(fmt: str, text: str, model, gpus: int):
         imported = import_megatron(split_launch_text(text, "m.sh"), gpus=gpus, given={}, model=model, source="m.sh")
     elif fmt == "deepspeed":
         imported = import_deepspeed(json.loads(text), gpus=gpus, given={}, source="ds.json")
+    elif fmt == "automodel":
+        imported = import_automodel(parse_yaml(text, "r.yaml"), gpus=gpus, given={}, model=model, source="r.yaml")
     elif fmt == "hf_trainer":
         imported = import_hf_trainer(parse_command(text, "train.sh"), None, gpus=gpus, given={}, source="train.sh")
     else:

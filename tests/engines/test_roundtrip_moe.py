@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from planner.engines.automodel import import_automodel
 from planner.engines.deepspeed import import_deepspeed
 from planner.engines.export import render_export
-from planner.engines.load import load_hardware, load_model, parse_toml
+from planner.engines.load import load_hardware, load_model, parse_toml, parse_yaml
 from planner.engines.megatron import import_megatron, split_launch_text
 from planner.engines.torchtitan import import_torchtitan
 from planner.errors import PlannerError
@@ -35,6 +36,8 @@ def read_back(fmt: str, text: str, model, gpus: int):
         imported = import_megatron(split_launch_text(text, "m.sh"), gpus=gpus, given={}, model=model, source="m.sh")
     elif fmt == "deepspeed":
         imported = import_deepspeed(json.loads(text), gpus=gpus, given={}, source="ds.json")
+    elif fmt == "automodel":
+        imported = import_automodel(parse_yaml(text, "r.yaml"), gpus=gpus, given={}, model=model, source="r.yaml")
     else:
         imported = import_torchtitan(parse_toml(text, "t.toml"), [], gpus=gpus, given={}, model=model,
                                      source="t.toml")
@@ -130,7 +133,7 @@ def moe_layouts(draw):
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(case=moe_layouts(), fmt=st.sampled_from(FORMATS))
+@given(case=moe_layouts(), fmt=st.sampled_from((*FORMATS, "automodel")))
 def test_random_moe_layouts_are_refused_or_read_back_exactly(case, fmt):
     model_id, gpus, fields = case
     model = load_model(model_id).spec
