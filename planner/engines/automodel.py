@@ -40,6 +40,8 @@ DISPATCHERS = {"deepep": "deepep", "hybridep": "hybridep", "torch": "allgather"}
 SINGLE_STAGE = {"1f1b", "gpipe"}
 MULTI_STAGE = {"interleaved1f1b", "loopedbfs"}
 STRATEGIES = {"fsdp2", "megatron_fsdp", "ddp"}
+SECTIONS = ("distributed", "distributed.pipeline", "autopipeline", "parallelizer", "step_scheduler", "model",
+            "model.config", "model.backend", "optimizer", "dataset")
 
 
 def _get(config: dict[str, Any], path: str, default: Any = None) -> Any:
@@ -132,6 +134,10 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
     job value that contradicts it is an error)."""
     if not isinstance(config, dict):
         raise PlannerError("an AutoModel recipe is a YAML mapping", source=source)
+    for section in SECTIONS:
+        value = _get(config, section)
+        if value is not None and not isinstance(value, dict):
+            raise PlannerError(f"{section} must be a mapping of settings, got {value!r}", source=source, field=section)
     got = Collected(source=source)
     got.set("engine", "automodel", "the engine file", explicit=False)
     strategy = _strategy(config)

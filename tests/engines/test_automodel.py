@@ -77,6 +77,8 @@ def test_virtual_stage_rules_as_automodel_raises_them():
 
 
 @pytest.mark.parametrize(("path", "value", "needle"), [
+    ("distributed", 5, "distributed must be a mapping"),
+    ("distributed.pipeline", [1, 2], "distributed.pipeline must be a mapping"),
     ("distributed.activation_checkpointing", "selective", "selective"),
     ("distributed.strategy", "colossal", "strategy colossal"),
     ("step_scheduler.global_batch_size", 500, "not a multiple"),
@@ -88,7 +90,7 @@ def test_settings_planner_cannot_model_are_one_line_errors(path, value, needle):
     node = config
     *parents, leaf = path.split(".")
     for key in parents:
-        node = node.setdefault(key, {})
+        node = node.setdefault(key, {}) if isinstance(node.get(key, {}), dict) else node
     node[leaf] = value
     with pytest.raises(PlannerError, match=needle):
         read("deepseek_v3_te_deepep.yaml", "deepseek-v3", 256, config)
@@ -99,3 +101,11 @@ def test_check_reads_an_automodel_recipe_from_the_command_line(run_cli):
                      "--gpus", "8")
     assert result.exit_code == 0, result.output
     assert "qwen3-30b-a3b on 8 x h100-sxm: fits" in result.output
+
+
+def test_a_recipe_that_is_not_a_mapping_is_a_one_line_error(run_cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- not\n- a recipe\n")
+    result = run_cli("check", "--automodel", str(bad), "--hardware", "h100-sxm", "--gpus", "8")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"error: {bad}: an AutoModel recipe is a YAML mapping"]
