@@ -28,6 +28,7 @@ HUGE = 99999999999999999999999  # beyond 64 bits
 MEGATRON = (FIX / "engines/megatron/train_llama3_8b.sh").read_text()
 GPT3_ARGS = (FIX / "engines/megatron/gpt3_175b_args.txt").read_text()
 TORCHTITAN = (FIX / "engines/torchtitan/llama3_8b.toml").read_text()
+AUTOMODEL = (FIX / "engines/upstream/automodel/qwen3_moe_30b_te_deepep.yaml").read_text()
 DEEPSPEED = json.loads((FIX / "engines/deepspeed/zero3_bf16.json").read_text())
 HF_LLAMA = json.loads((FIX / "hf/llama-3.1-8b.json").read_text())
 HARDWARE = (REPO / "hardware_profiles/h100-sxm.yaml").read_text()
@@ -50,6 +51,7 @@ def command(kind: str, path: Path) -> list[object]:
         "megatron": ["check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8"],
         "megatron_args": ["check", "--megatron-args", path, "--hardware", "a100-80gb", "--gpus", "1024"],
         "torchtitan": ["check", "--torchtitan", path, "--hardware", "h100-sxm", "--gpus", "64"],
+        "automodel": ["check", "--automodel", path, "--hardware", "h100-sxm", "--gpus", "8"],
         "estimate_model": ["estimate", "--model", path, "--hardware", "h100-sxm", "--gpus", "8", "--global-batch", "8",
                            "--seq-len", "128"],
         "estimate_hardware": ["estimate", "--model", "llama-3.1-8b", "--hardware", path, "--gpus", "8",
@@ -62,7 +64,7 @@ def command(kind: str, path: Path) -> list[object]:
 
 
 SUFFIX = {"job": ".yaml", "model": ".yaml", "hf": ".json", "hardware": ".yaml", "deepspeed": ".json", "megatron": ".sh",
-          "megatron_args": ".txt", "torchtitan": ".toml", "estimate_model": ".yaml", "estimate_hardware": ".yaml",
+          "megatron_args": ".txt", "torchtitan": ".toml", "automodel": ".yaml", "estimate_model": ".yaml", "estimate_hardware": ".yaml",
           "runs": ".yaml", "log": ".log", "profile": ".yaml"}
 
 
@@ -152,6 +154,16 @@ HOSTILE: list[tuple[str, str, str, tuple[str, ...]]] = [
     ("torchtitan-seq-nan", "torchtitan", replace_line(TORCHTITAN, "seq_len", "nan", "="), ("seq_len",)),
     ("torchtitan-deep", "torchtitan", "x = " + "[" * 5000 + "]" * 5000 + "\n", ("nest",)),
     ("torchtitan-duplicate-table", "torchtitan", TORCHTITAN + "\n[training]\nseq_len = 5\n", ("malformed TOML",)),
+    ("automodel-batch-huge", "automodel", replace_line(AUTOMODEL, "global_batch_size", str(HUGE)),
+     ("global_batch",)),
+    ("automodel-seq-huge", "automodel", replace_line(AUTOMODEL, "seq_len", str(HUGE)), ("seq_len",)),
+    ("automodel-tp-true", "automodel", replace_line(AUTOMODEL, "tp_size", "true"), ("distributed.tp_size",)),
+    ("automodel-tp-string", "automodel", replace_line(AUTOMODEL, "tp_size", "'2'"), ("distributed.tp_size",)),
+    ("automodel-seq-nan", "automodel", replace_line(AUTOMODEL, "seq_len", ".nan"), ("dataset.seq_len",)),
+    ("automodel-duplicate", "automodel", AUTOMODEL + "distributed: {}\n", ("duplicate key 'distributed'",)),
+    ("automodel-python-tag", "automodel", "!!python/object/apply:os.system ['echo hacked']\n", ("malformed YAML",)),
+    ("automodel-distributed-scalar", "automodel", AUTOMODEL.replace("\ndistributed:\n", "\ndistributed: 5\nunused:\n", 1),
+     ("distributed must be a mapping",)),
     ("runs-step-nan", "runs", RUNS.replace("1.5", ".nan"), ("step_seconds", "finite")),
     ("runs-step-string", "runs", RUNS.replace("1.5", "'1.5'"), ("step_seconds",)),
     ("runs-step-huge", "runs", RUNS.replace("1.5", "1.0e+30"), ("step_seconds", "limit of")),
