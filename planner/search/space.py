@@ -459,7 +459,9 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         cuda_graphs=const(0, np.int64),
         moments_bf16=const(problem.optimizer_state_dtype == "bf16", bool),
         master_bf16=const(problem.master_weights_dtype == "bf16", bool),
-        mtp_layers=const(-1, np.int64),
+        # the model's MTP layers (-1), or none where the engine builds no MTP module (torchtitan, fsdp, automodel,
+        # deepspeed: the readers read their files so)
+        mtp_layers=const(0 if model.mtp_layers and not engine_profile(problem.engine).moe.mtp else -1, np.int64),
         activation_input_fp8=const(False, bool),
     )
     if filters.sequence_parallel is None:

@@ -64,3 +64,15 @@ def test_published_rows_of_automodel_run_under_its_profile() -> None:
     assert engine_fields("am_x", "NVIDIA-NeMo/Automodel docs/performance-summary.md @ 89e3a9fd", "full") == {
         "engine": "automodel"}
     assert engine_fields("x", "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md", "full") == {}
+
+
+def test_search_trains_no_mtp_under_an_engine_that_builds_none() -> None:
+    # DeepSeek-V3 has one MTP layer: Megatron trains the model's (-1: its count), AutoModel's Hugging Face modeling
+    # code builds none, so its candidates carry 0, as its reader reads a recipe
+    from planner.engines.load import load_model
+    from planner.search.space import build_space
+
+    model = load_model("deepseek-v3").spec
+    for engine, expected in (("megatron", -1), ("automodel", 0)):
+        space = build_space(model, Problem(gpus=256, global_batch=512, seq_len=4096, engine=engine))
+        assert set(np.unique(space.grid.mtp_layers).tolist()) == {expected}
