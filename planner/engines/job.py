@@ -164,18 +164,26 @@ def _import_engine(
     if name == torchtitan.HF_BACKEND:
         repo = torchtitan.hf_backend_model(applied, where)
         mapped, described = _catalog_id_for_hf(repo), f"torchtitan's transformers backend with {repo}"
-    catalog = _catalog_entry(mapped)
-    if loaded is None:
-        if catalog is None:
-            known = f"maps to '{mapped}', which is not in planner's catalog" if mapped else "has no entry in planner's catalog"
-            raise PlannerError(f"{described} {known}; give the model (--model or 'model' in the job: a catalog id, a "
-                               "YAML spec or the model's config.json)", source=where, field="model.flavor")
-        loaded = catalog
-    elif catalog is not None and not same_architecture(catalog.spec, loaded.spec):
-        raise PlannerError(f"the job's model '{loaded.id}' is not {described} ('{catalog.id}'), which the file "
-                           "trains; remove the model from the job or change the file", source=source, field="model")
+    known = f"maps to '{mapped}', which is not in planner's catalog" if mapped else "has no entry in planner's catalog"
+    loaded = _file_model(loaded, _catalog_entry(mapped), described=described, missing=f"{described} {known}",
+                         where=where, source=source, field="model.flavor", file="file")
     imported = torchtitan.import_torchtitan(config, overrides, gpus=gpus, given=given, model=loaded.spec, source=where)
     return imported, loaded
+
+
+def _file_model(loaded: load.Loaded | None, catalog: load.Loaded | None, *, described: str, missing: str, where: str,
+                source: str, field: str, file: str) -> load.Loaded:
+    """The model an engine file trains: the job's, which must be the catalog model the file names (`catalog`,
+    `described` in messages) where it names one; else that catalog model, or an error (`missing`, at `field`)."""
+    if loaded is None:
+        if catalog is None:
+            raise PlannerError(f"{missing}; give the model (--model or 'model' in the job: a catalog id, a YAML spec or "
+                               "the model's config.json)", source=where, field=field)
+        return catalog
+    if catalog is not None and not same_architecture(catalog.spec, loaded.spec):
+        raise PlannerError(f"the job's model '{loaded.id}' is not {described} ('{catalog.id}'), which the {file} "
+                           f"trains; remove the model from the job or change the {file}", source=source, field="model")
+    return loaded
 
 
 def _import_automodel(loaded: load.Loaded | None, gpus: int, given: dict[str, Any], path: Path | None, source: str,
@@ -186,16 +194,9 @@ def _import_automodel(loaded: load.Loaded | None, gpus: int, given: dict[str, An
     if not isinstance(config, dict):
         raise PlannerError("an AutoModel recipe is a YAML mapping", source=where)
     repo = automodel.model_repo(config)
-    catalog = _catalog_entry(_catalog_id_for_hf(repo)) if repo else None
-    if loaded is None:
-        if catalog is None:
-            what = f"its model {repo} is not in planner's catalog" if repo else "it names no model"
-            raise PlannerError(f"{what}; give the model (--model or 'model' in the job: a catalog id, a YAML spec or "
-                               "the model's config.json)", source=where, field="model.config.pretrained_model_name_or_path")
-        loaded = catalog
-    elif catalog is not None and not same_architecture(catalog.spec, loaded.spec):
-        raise PlannerError(f"the job's model '{loaded.id}' is not {repo} ('{catalog.id}'), which the recipe trains; "
-                           "remove the model from the job or change the recipe", source=source, field="model")
+    loaded = _file_model(loaded, _catalog_entry(_catalog_id_for_hf(repo)) if repo else None, described=str(repo),
+                         missing=f"its model {repo} is not in planner's catalog" if repo else "it names no model",
+                         where=where, source=source, field="model.config.pretrained_model_name_or_path", file="recipe")
     return automodel.import_automodel(config, gpus=gpus, given=given, model=loaded.spec, source=where), loaded
 
 
