@@ -253,13 +253,9 @@ def check_layout(model: ModelSpec, layout: Layout, gpus: int) -> None:
             raise PlannerError(rule.message(model, layout, gpus))
 
 
-def _engine_optimizer(engine: object) -> Any:
-    profile = engine_profile(str(engine)) if engine is not None else engine_or_default(None)
-    return profile.optimizer
-
-
-def _engine_default_grad_dtype(engine: object) -> str:
-    return str(_engine_optimizer(engine).default_grad_dtype)
+def _engine(engine: object) -> EngineProfile:
+    """The profile of a layout's engine field (the default engine's when unset)."""
+    return engine_profile(str(engine)) if engine is not None else engine_or_default(None)
 
 
 def resolve_layout(model: ModelSpec, gpus: int, **fields: Any) -> Layout:
@@ -272,13 +268,14 @@ def resolve_layout(model: ModelSpec, gpus: int, **fields: Any) -> Layout:
     if gpus < 1:
         raise PlannerError(f"gpus({gpus}) must be positive")
     given = {k: v for k, v in fields.items() if v is not None}
+    profile = _engine(given.get("engine"))
     if "grad_dtype" not in given:  # the engine's own (Megatron-LM: fp32 main grads under --bf16)
-        given["grad_dtype"] = _engine_default_grad_dtype(given.get("engine"))
+        given["grad_dtype"] = profile.optimizer.default_grad_dtype
     for name in ("optimizer_state_dtype", "master_weights_dtype"):  # the engine's (AutoModel: bf16 states)
         if name not in given and given.get("optimizer", "adam") == "adam":
-            given[name] = _engine_optimizer(given.get("engine")).default_state_dtype
+            given[name] = profile.optimizer.default_state_dtype
     if "moe_dispatcher" not in given:  # an engine without Layout's default dispatcher runs its own (AutoModel: DeepEP)
-        moe = (engine_profile(str(given["engine"])) if given.get("engine") else engine_or_default(None)).moe
+        moe = profile.moe
         if (Layout.model_fields["moe_dispatcher"].default not in moe.dispatchers and model.moe is not None
                 and int(given.get("ep", 1)) > 1):
             given["moe_dispatcher"] = moe.default_dispatcher
