@@ -42,11 +42,23 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray, *, moe_layer: 
         else 0.0
     )
     if moe_layer and model.moe is not None:
-        moe = model.moe
-        f: float = moe.experts_per_token * moe.moe_ffn_hidden_size + moe.shared_ffn_width
-        permute = 2.0 * moe.experts_per_token * 4 * h  # dispatch and combine: read and write each copy
+        mlp = routed_elementwise_bytes_per_token(model, tp) + _activation_bytes(model, model.moe.shared_ffn_width) / t
     else:
-        f = model.ffn_hidden_size
-        permute = 0.0
-    activation = (6 if model.mlp_kind == "gated" else 4) * f / t
-    return np.asarray(replicated / rep_div + rotary + activation + permute)
+        mlp = _activation_bytes(model, model.ffn_hidden_size) / t
+    return np.asarray(replicated / rep_div + rotary + mlp)
+
+
+def _activation_bytes(model: ModelSpec, width: float) -> float:
+    """Bytes per token of the activation over `width` intermediate elements (SwiGLU reads 4f, writes 2f; GeLU
+    reads and writes 2f), before the TP split."""
+    return (6 if model.mlp_kind == "gated" else 4) * width
+
+
+def routed_elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
+    """The routed experts' part of elementwise_bytes_per_token for a MoE layer: the activation over the top-k
+    copies' width (split by tp) and the dispatch and combine permutations, which read and write each copy."""
+    assert model.moe is not None
+    k = model.moe.experts_per_token
+    t = np.asarray(tp).astype(float)
+    permute = 2.0 * k * 4 * model.hidden_size
+    return np.asarray(_activation_bytes(model, k * model.moe.moe_ffn_hidden_size) / t + permute)

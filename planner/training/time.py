@@ -33,6 +33,7 @@ from planner.physics.comm import (
     ring_latency_seconds,
 )
 from planner.physics.elementwise import elementwise_bytes_per_token as shared_elementwise_bytes_per_token
+from planner.physics.elementwise import routed_elementwise_bytes_per_token
 from planner.physics.kernels import (
     CAUSAL_WORK_FRACTION,
     FLASH_BACKWARD_TO_FORWARD,
@@ -53,6 +54,7 @@ from planner.physics.launch import (
     bookkeeping_seconds,
     host_launch_seconds,
     host_syncs_every_layer,
+    layer_host_seconds,
     layer_launches,
 )
 from planner.physics.moe import dispatch_seconds, expert_bias_bytes, regroup_bytes, tokens_per_local_expert
@@ -167,14 +169,20 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     widths = attention_dims(model)
     qkv_out = widths.query / t + (widths.key + widths.value) / kv_divisor(model, lay.tp)
     if moe_layer and model.moe is not None:
-        copies = float(model.moe.experts_per_token + model.moe.num_shared_experts)
-        f = copies * model.moe.moe_ffn_hidden_size
+        copies, width = float(model.moe.experts_per_token + model.moe.num_shared_experts), model.moe.moe_ffn_hidden_size
     else:
-        copies, f = 1.0, float(model.ffn_hidden_size)
+        copies, width = 1.0, model.ffn_hidden_size
+    per_copy = width / t
     up = 2.0 if model.mlp_kind == "gated" else 1.0
-    forward = h + widths.output / t + copies * h + f / t
-    backward = qkv_out + h + up * f / t + copies * h
+    forward = h + widths.output / t + _mlp_cast_elements(copies, h, per_copy)
+    backward = qkv_out + h + up * copies * per_copy + copies * h
     return forward, backward
+
+
+def _mlp_cast_elements(copies: float, h: int, f_per_copy: np.ndarray) -> np.ndarray:
+    """Forward fp8 cast elements per token of `copies` MLPs: each copy's fc1 input (h) and fc2 input (its width
+    over TP, `f_per_copy`)."""
+    return np.asarray(copies * (h + f_per_copy))
 
 
 def cp_kv_elements(model: ModelSpec, lay: LayoutArrays, cp: ContextParallelSection) -> np.ndarray:
@@ -465,12 +473,10 @@ def routed_side_forward_seconds(model: ModelSpec, hw: HardwareProfile, lay: Layo
     share of elementwise_bytes_per_token (the experts' activation and the dispatch/combine permutations) and,
     under fp8, of fp8_cast_elements_per_token (each routed copy's fc1 and fc2 inputs)."""
     assert model.moe is not None
-    k, h, f = model.moe.experts_per_token, model.hidden_size, model.moe.moe_ffn_hidden_size
-    t = lay.tp.astype(float)
-    activation = (6 if model.mlp_kind == "gated" else 4) * k * f / t
-    permute = 2.0 * k * 4 * h
-    casts = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * (k * h + k * f / t)), 0.0)
-    return np.asarray(memory_seconds(hw, tokens * (activation + permute)) + casts)
+    per_copy = model.moe.moe_ffn_hidden_size / lay.tp.astype(float)
+    casts = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * _mlp_cast_elements(
+        float(model.moe.experts_per_token), model.hidden_size, per_copy)), 0.0)
+    return np.asarray(memory_seconds(hw, tokens * routed_elementwise_bytes_per_token(model, lay.tp)) + casts)
 
 
 def expert_comm_seconds(
@@ -749,11 +755,8 @@ def stage_time(
     # host), so it waits once, for the stage.
     full = lay.recompute == RecomputeCode.FULL
     passes = 1.0 + full
-    launch = host_launch_seconds(hw)
-    before_dense, _ = layer_launches(model, lay, moe_layer=False)
-    before_moe, after_moe = layer_launches(model, lay, moe_layer=True) if model.moe is not None else (before_dense, 0.0)
-    host_dense = (passes + BACKWARD_LAUNCH_RATIO) * before_dense * launch
-    host_moe = (passes + BACKWARD_LAUNCH_RATIO) * (before_moe + after_moe) * launch
+    host_dense = layer_host_seconds(model, hw, lay, moe_layer=False, passes=passes)
+    host_moe = layer_host_seconds(model, hw, lay, moe_layer=True, passes=passes) if model.moe is not None else host_dense
 
     def device(layer: LayerTime) -> np.ndarray:
         return np.asarray(layer.forward + layer.backward + layer.recompute + layer.tp_comm + layer.cp_comm + layer.ep_comm)
@@ -768,6 +771,9 @@ def stage_time(
     if model.moe is None:  # no dispatcher, no sync: the stage waits once
         host = whole_stage_wait
     else:
+        launch = host_launch_seconds(hw)
+        before_dense, _ = layer_launches(model, lay, moe_layer=False)
+        before_moe, after_moe = layer_launches(model, lay, moe_layer=True)
         fwd_a = forward_device(moe) - moe.after_sync_forward
         fwd_b = moe.after_sync_forward + moe.after_sync_comm
         moe_forward_wait = (np.maximum(before_moe * launch - fwd_a, 0.0) + np.maximum(after_moe * launch - fwd_b, 0.0))
