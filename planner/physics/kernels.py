@@ -49,8 +49,31 @@ def window_work_fraction(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
     if not model.sliding_window_layers or model.sliding_window_tokens is None:
         return np.ones_like(s)
     ratio = causal_pairs(s, model.sliding_window_tokens) / causal_pairs(s)
-    sliding = model.sliding_window_layers / model.num_layers
+    sliding = sliding_layer_share(model)
     return np.asarray(1.0 - sliding + sliding * ratio)
+
+
+def sliding_layer_share(model: ModelSpec) -> float:
+    """Share of the model's layers that attend within a sliding window (0 without windows)."""
+    if not model.sliding_window_layers or model.sliding_window_tokens is None:
+        return 0.0
+    return model.sliding_window_layers / model.num_layers
+
+
+def sliding_window_block(model: ModelSpec) -> float:
+    """The causal block length at which a sliding-window layer's flash kernel runs on the attention curve: 2 W.
+
+    The curve (attention_efficiency) is plateau x s / (s + s_half) for a causal block of s keys, whose queries
+    see s/2 keys on average: its time is (s/2 + s_half/2) per query, a fixed cost of s_half/2 keys per query
+    beside the keys it computes. A window of W keys has every query see W keys at the same fixed cost
+    (a query tile loops over the W/tile key tiles of its band, the diagonal one masked), which is the causal
+    curve at s = 2 W. Measured in the same direction: FlashAttention-4's causal-left local kernel on B300
+    (Dao-AILab/flash-attention PR #2749, hd256, 65,536 tokens, window 1,023: 6.34 ms forward + backward, about
+    0.3 PFLOP/s counting the window's pairs) runs far below the same kernel's full causal rate. Infinite
+    without a window."""
+    if not model.sliding_window_layers or model.sliding_window_tokens is None:
+        return float("inf")
+    return 2.0 * float(model.sliding_window_tokens)
 
 
 def peak_16bit_flops(hw: HardwareProfile) -> float:

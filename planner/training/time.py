@@ -47,6 +47,8 @@ from planner.physics.kernels import (
     matmul_seconds,
     memory_seconds,
     peak_16bit_flops,
+    sliding_layer_share,
+    sliding_window_block,
     window_work_fraction,
 )
 from planner.physics.launch import (
@@ -207,25 +209,36 @@ def cp_attention_kernels(
     Transformer Engine and torch's context_parallel alike: the sequence cut into 2 cp chunks, rank i holding
     chunks i and 2 cp - 1 - i, so every rank has the same causal work): of a rank's work, 1/cp is the causal
     diagonal block of s/cp keys, the rest cp - 1 unmasked steps, half of them over s/(2 cp) keys (all local
-    queries against the sending rank's early chunk) and half over s/cp (the late local chunk against both)."""
+    queries against the sending rank's early chunk) and half over s/cp (the late local chunk against both).
+
+    Sliding-window layers (averaged over the model's layers with the full ones): the kernel skips the key tiles
+    outside the window (window_work_fraction counts the pairs it keeps), and each query tile then loops over
+    about W keys instead of s/2: the attention curve at a causal block of 2 W (sliding_window_block). Their keys
+    are local (W within the rank's chunks), so their whole work is in the local step."""
     if plateau is None:
         plateau = layout_attention_plateau(hw, lay)
     widths = attention_dims(model)
     tokens = tokens_per_microbatch(lay)
     t = lay.tp.astype(float)
     cp = lay.cp.astype(float)
-    # Flash kernels skip the blocks above the diagonal and, on sliding-window layers, those outside the window
-    # (averaged over the model's layers); the unfused path computes and masks the full s x s scores.
-    window = window_work_fraction(model, lay.seq_len)
-    work = CAUSAL_WORK_FRACTION * window * 2 * tokens * lay.seq_len * (widths.query + widths.output) / t
+    # Flash kernels skip the blocks above the diagonal and, on sliding-window layers, those outside the window;
+    # the unfused path computes and masks the full s x s scores.
+    causal_work = CAUSAL_WORK_FRACTION * 2 * tokens * lay.seq_len * (widths.query + widths.output) / t
+    window_share = window_work_fraction(model, lay.seq_len)
+    full_share = 1.0 - sliding_layer_share(model)
+    full_work = causal_work * full_share
+    window_work = causal_work * (window_share - full_share)  # the sliding layers' kept pairs
     peak16 = peak_16bit_flops(hw)
     head_dim = widths.query / model.num_attention_heads
     block = lay.seq_len / cp
     diagonal = 1.0 / attention_efficiency(hw, block, head_dim, causal=True, plateau=plateau)
+    window_block = np.minimum(block, sliding_window_block(model))
+    windowed = 1.0 / attention_efficiency(hw, window_block, head_dim, causal=True, plateau=plateau)
     off_diagonal = 0.5 / attention_efficiency(hw, block / 2, head_dim, causal=False, plateau=plateau) + (
         0.5 / attention_efficiency(hw, block, head_dim, causal=False, plateau=plateau)
     )
-    return np.asarray(work / peak16 * diagonal / cp), np.asarray(work / peak16 * off_diagonal / cp)
+    local = full_work / peak16 * diagonal / cp + window_work / peak16 * windowed
+    return np.asarray(local), np.asarray(full_work / peak16 * off_diagonal / cp)
 
 
 def attention_core_seconds(

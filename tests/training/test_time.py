@@ -111,18 +111,36 @@ def test_one_tiny_layer_forward_and_backward():
 
 def test_sliding_window_layers_skip_attention_work_outside_the_window():
     # tiny (2 layers, s = 32) with an 8-token window on one layer: that layer computes 8*9/2 + 24*8 = 228 of
-    # the 32*33/2 = 528 causal pairs; averaged over the 2 layers the flash core does 0.5 + 0.5 * 228/528 of its
-    # work. The full core is 1.14425856e-8 s forward (test above) and 2.5x that backward.
-    fraction = 0.5 + 0.5 * 228 / 528
+    # the 32*33/2 = 528 causal pairs. The full layer keeps its half of the core, 0.5 x 1.14425856e-8 s forward
+    # (test above), at the curve for a causal block of 32 keys; the windowed layer's 0.5 x 228/528 of it runs at
+    # the curve for a causal block of 2 W = 16 keys: efficiency ratio (32/582) / (16/566) = 18,112 / 9,312, so
+    # it takes 0.5 x 228/528 x 18,112/9,312 = 0.4199580 of the full core, and the saving is 0.0800420 of it.
     full = layer_time(tiny(), HW, lay(), moe_layer=False)
     windowed = layer_time(tiny(sliding_window_tokens=8, sliding_window_layers=1), HW, lay(), moe_layer=False)
-    saved = (1 - fraction) * 1.14425856e-8
+    saved = (1 - 0.5 - 0.5 * 228 / 528 * 18112 / 9312) * 1.14425856e-8
     assert float(full.forward[0] - windowed.forward[0]) == pytest.approx(saved, rel=1e-6)
     assert float(full.backward[0] - windowed.backward[0]) == pytest.approx(2.5 * saved, rel=1e-6)
     # The unfused path computes and masks the full scores: no saving.
     unfused = lay(flash_attention=False)
     assert float(layer_time(tiny(sliding_window_tokens=8, sliding_window_layers=1), HW, unfused,
                             moe_layer=False).forward[0]) == float(layer_time(tiny(), HW, unfused, moe_layer=False).forward[0])
+
+
+def test_a_sliding_window_layer_runs_at_the_curve_of_a_causal_block_of_twice_its_window():
+    # Every layer windowed (W = 64) at s = 256 against no window at s = 128 = 2 W, the same tokens per micro-batch:
+    # the windowed core does 256 tokens x (keys kept) at the efficiency of a 128-key causal block, so per kept
+    # query-key pair it costs exactly what the 128-token causal core costs per pair. Pairs per layer as the
+    # flash path counts them: s^2/2 x causal_pairs(s, W)/causal_pairs(s) and s^2/2.
+    from planner.physics.kernels import causal_pairs
+
+    model = tiny(sliding_window_tokens=64, sliding_window_layers=2)
+    long = attention_core_seconds(model, HW, lay(seq_len=256, micro_batch=1))[0][0]
+    short = attention_core_seconds(tiny(), HW, lay(seq_len=128, micro_batch=2))[0][0]
+    kept = 256 * 256 / 2 * float(causal_pairs(np.array(256.0), 64) / causal_pairs(np.array(256.0)))
+    assert float(long) / kept == pytest.approx(float(short) / (2 * 128 * 128 / 2), rel=1e-12)
+    # and below the full causal rate at its own length: more time per pair than the 256-token causal core
+    full = attention_core_seconds(tiny(), HW, lay(seq_len=256, micro_batch=1))[0][0]
+    assert float(long) / kept > float(full) / (256 * 256 / 2)
 
 
 def test_full_recompute_repeats_the_forward():
