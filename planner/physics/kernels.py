@@ -46,10 +46,10 @@ def window_work_fraction(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
     a sliding-window layer computes causal_pairs(s, window) of the s(s+1)/2 pairs (Mistral v0.1, Gemma 2/3,
     gpt-oss). Flash kernels with a window skip the rest (FlashAttention-2's window_size); 1 without windows."""
     s = np.asarray(seq_len, dtype=float)
-    if not model.sliding_window_layers or model.sliding_window_tokens is None:
+    sliding = sliding_layer_share(model)
+    if not sliding or model.sliding_window_tokens is None:
         return np.ones_like(s)
     ratio = causal_pairs(s, model.sliding_window_tokens) / causal_pairs(s)
-    sliding = sliding_layer_share(model)
     return np.asarray(1.0 - sliding + sliding * ratio)
 
 
@@ -71,9 +71,9 @@ def sliding_window_block(model: ModelSpec) -> float:
     (Dao-AILab/flash-attention PR #2749, hd256, 65,536 tokens, window 1,023: 6.34 ms forward + backward, about
     0.3 PFLOP/s counting the window's pairs) runs far below the same kernel's full causal rate. Infinite
     without a window."""
-    if not model.sliding_window_layers or model.sliding_window_tokens is None:
+    if not sliding_layer_share(model):
         return float("inf")
-    return 2.0 * float(model.sliding_window_tokens)
+    return 2.0 * float(model.sliding_window_tokens or 0)
 
 
 def peak_16bit_flops(hw: HardwareProfile) -> float:
