@@ -23,7 +23,7 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray, *, moe_layer: 
     Norm (norms_per_layer of them): read 2h, write 2h. Residual add (bias-dropout-add): read 2h + 2h,
     write 2h (+ h mask with dropout); two per layer, or one three-way add for a parallel attention/MLP
     block. Activation: GeLU reads 2f and writes 2f; SwiGLU reads 4f and writes 2f (f split by tp).
-    Rotary: reads and writes Q and K (split by tp). MoE layers: f is the top-k and shared experts' width,
+    Rotary: reads and writes Q and K (split by tp); so do the q/k norms of a model that has them. MoE layers: f is the top-k and shared experts' width,
     and dispatch and combine read and write each routed copy. The replicated (h-wide) terms are split by
     sequence parallelism.
     """
@@ -36,16 +36,16 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray, *, moe_layer: 
     residual = 8 * h + 2 * drop * h if model.parallel_attention_mlp else 2 * (6 * h + drop * h)
     replicated = model.norms_per_layer * 4 * h + residual
     widths = attention_dims(model)
-    rotary = (
-        2 * ACTIVATION_BYTES * (widths.query / t + widths.key / kv_divisor(model, np.asarray(tp)))
-        if model.position_embedding == "rotary"
-        else 0.0
-    )
+    # One read and one write of the rank's Q and K: rotary, and the q/k norms where the model has them
+    # (Qwen3, Gemma 3, OLMo 2: Megatron-Core's q_layernorm and k_layernorm, their own kernels before the rotary).
+    qk_pass = 2 * ACTIVATION_BYTES * (widths.query / t + widths.key / kv_divisor(model, np.asarray(tp)))
+    rotary = qk_pass if model.position_embedding == "rotary" else 0.0
+    qk_norm = qk_pass if model.qk_norm else 0.0
     if moe_layer and model.moe is not None:
         mlp = routed_elementwise_bytes_per_token(model, tp) + _activation_bytes(model, model.moe.shared_ffn_width) / t
     else:
         mlp = _activation_bytes(model, model.ffn_hidden_size) / t
-    return np.asarray(replicated / rep_div + rotary + mlp)
+    return np.asarray(replicated / rep_div + rotary + qk_norm + mlp)
 
 
 def _activation_bytes(model: ModelSpec, width: float) -> float:

@@ -14,7 +14,8 @@ Kernel counts per layer and micro-batch, forward (the backward issues twice as m
 weight gradients, each element-wise kernel's backward), counted from Megatron-Core with Transformer Engine:
 - attention block (norm fused into the QKV GEMM, its fp8 cast, rotary, the fused attention kernel, output
   projection and its cast, the bias-dropout-add): ATTENTION_LAUNCHES; MLA's down/up projections and latent
-  norms add MLA_EXTRA_LAUNCHES;
+  norms add MLA_EXTRA_LAUNCHES; q/k norms (Qwen3, Gemma 3: Megatron-Core's q_layernorm and k_layernorm modules,
+  attention.py get_query_key_value_tensors) add QK_NORM_LAUNCHES;
 - dense MLP (norm + fc1 + activation + fc2, their casts, the residual add): MLP_LAUNCHES;
 - MoE router: ROUTER_LAUNCHES, the count NVIDIA measured for DeepSeek-V3's unfused router (Megatron-LM
   docs/discussions/deepseek-v3-gb200-optimization, @ 1d9edcf8: "72 -> 31" kernels with router fusion);
@@ -59,6 +60,7 @@ Charged to the router's and the dispatcher's bookkeeping kernels, whose bytes no
 BACKWARD_LAUNCH_RATIO = 2.0
 ATTENTION_LAUNCHES = 12
 MLA_EXTRA_LAUNCHES = 8
+QK_NORM_LAUNCHES = 2  # the query norm and the key norm, one kernel each
 MLP_LAUNCHES = 8
 ROUTER_LAUNCHES = 72
 DISPATCH_LAUNCHES = 24
@@ -79,7 +81,8 @@ def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> t
     ("before_ep_alltoall", token_dispatcher.py @ d98e8a64) and only then issues the all-to-alls, the experts
     and the combine (MoELayer.forward: shared_experts_compute, route, preprocess | dispatch,
     routed_experts_compute, combine, postprocess; moe_layer.py @ d98e8a64). A dense layer is all 'before'."""
-    attention = ATTENTION_LAUNCHES + (MLA_EXTRA_LAUNCHES if model.mla is not None else 0)
+    attention = (ATTENTION_LAUNCHES + (MLA_EXTRA_LAUNCHES if model.mla is not None else 0)
+                 + (QK_NORM_LAUNCHES if model.qk_norm else 0))
     attn = np.where(_graphed(lay, "attn"), 0.0, float(attention))
     if not (moe_layer and model.moe is not None):
         return np.asarray(attn + np.where(_graphed(lay, "mlp"), 0.0, float(MLP_LAUNCHES))), np.zeros(np.shape(attn))

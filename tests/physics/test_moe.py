@@ -236,6 +236,14 @@ def test_layer_launches_split_at_the_dispatcher_sync_by_hand():
     assert total == pytest.approx((2 + 2) * 113 * HOST_SECONDS_PER_LAUNCH)
 
 
+def test_qk_norms_add_two_launches_to_the_attention_block():
+    # Megatron-Core's q_layernorm and k_layernorm are a kernel each: a dense layer issues 12 + 2 + 8 = 22
+    # forward launches instead of 20, a MoE layer 94 before its dispatcher's sync instead of 92.
+    qwen_like = MOE.model_copy(update={"qk_norm": True})
+    assert one(layer_launches(qwen_like, arrays(dp=8, ep=8), moe_layer=False)[0]) == 22.0
+    assert one(layer_launches(qwen_like, arrays(dp=8, ep=8), moe_layer=True)[0]) == 94.0
+
+
 def _host_wait(lay) -> float:
     stage = np.array([0])
     return one(stage_time(MOE, HW, lay, stage, stage_params(MOE, lay, stage)).host)

@@ -77,6 +77,19 @@ def test_elementwise_traffic_per_token():
     assert got.tolist() == [2_944]
 
 
+def test_qk_norms_read_and_write_q_and_k_once_more():
+    # tiny with q/k norms (Qwen3-style): the two norms read and write Q and K like the rotary does,
+    # 2 x 2 x (64 + 64) = 512 more bytes per token than the 2,944 above; under tp 2 both halve (Q and K split by
+    # head; tiny's 4 heads are all K/V heads): 2 x 2 x (32 + 32) = 256.
+    m, a = tiny(qk_norm=True), lay()
+    got = elementwise_bytes_per_token(m, a.tp, moe_layer=False, dropout=m.dropout, sequence_parallel=a.sequence_parallel)
+    assert got.tolist() == [2_944 + 512]
+    t2 = lay(tp=2)
+    with_norms = elementwise_bytes_per_token(m, t2.tp, moe_layer=False, dropout=m.dropout, sequence_parallel=False)
+    without = elementwise_bytes_per_token(tiny(), t2.tp, moe_layer=False, dropout=m.dropout, sequence_parallel=False)
+    assert (with_norms - without).tolist() == [256]
+
+
 def test_parallel_block_adds_both_branches_in_one_pass():
     # GPT-J style (one LayerNorm, attention and MLP in parallel): the residual add reads x, the attention
     # output and the MLP output (3 x 2h) and writes 2h, plus two 1-byte masks: 8h + 2h = 640 instead of 896;
