@@ -67,10 +67,11 @@ def sliding_window_block(model: ModelSpec) -> float:
     see s/2 keys on average: its time is (s/2 + s_half/2) per query, a fixed cost of s_half/2 keys per query
     beside the keys it computes. A window of W keys has every query see W keys at the same fixed cost
     (a query tile loops over the W/tile key tiles of its band, the diagonal one masked), which is the causal
-    curve at s = 2 W. Measured in the same direction: FlashAttention-4's causal-left local kernel on B300
-    (Dao-AILab/flash-attention PR #2749, hd256, 65,536 tokens, window 1,023: 6.34 ms forward + backward, about
-    0.3 PFLOP/s counting the window's pairs) runs far below the same kernel's full causal rate. Infinite
-    without a window."""
+    curve at s = 2 W. Measured in the same direction, not fitted: FlashAttention-4's causal-left local kernel on
+    B300 (Dao-AILab/flash-attention PR #2749, hd 256, 65,536 tokens, window 1,023: 6.34 ms forward + backward,
+    about 0.30 PFLOP/s counting the window's pairs) runs at a quarter of the same family's causal kernels at
+    8,192 keys (PR #2046, sm100, hd 128: 1,409 TFLOP/s forward, 1,105 backward, 1.18 PFLOP/s together); the
+    head dims differ, so this bounds the direction, not the size. Infinite without a window."""
     if not sliding_layer_share(model):
         return float("inf")
     return 2.0 * float(model.sliding_window_tokens or 0)
