@@ -253,13 +253,31 @@ def megatron_bridge_fp8_params(case_id: str, source: str, fields: dict[str, Any]
     return {}
 
 
+def fp8_recipe_fields(case_id: str, source: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The fp8 recipe an fp8 row ran (Layout.fp8_recipe): Megatron-Bridge's FP8-CS rows per-tensor current scaling
+    (tensorwise), its MXFP8 rows mxfp8 (the row id says which), its subchannel row blockwise (MEGATRON_BRIDGE_BLOCKWISE_FP8);
+    NeMo 24.03-24.07's launcher recipes delayed scaling (NVIDIA/NeMo-Framework-Launcher conf/training/*: fp8_hybrid
+    with fp8_amax_history_len 1024 and amax_compute_algo max, Transformer Engine's DelayedScaling); torchtitan's
+    float8 tensorwise (torchao's dynamic scaling, the Layout default)."""
+    if fields.get("dtype") != "fp8":
+        return {}
+    if source.startswith(MEGATRON_BRIDGE_SOURCE):
+        if case_id in MEGATRON_BRIDGE_BLOCKWISE_FP8:
+            return {"fp8_recipe": "blockwise"}
+        return {"fp8_recipe": "mxfp8" if "mxfp8" in case_id else "tensorwise"}
+    if source.startswith("NVIDIA/NeMo") and engine_fields(case_id, source, None).get("engine") == "nemo":
+        return {"fp8_recipe": "delayed"}
+    return {}
+
+
 def published_overrides(case_id: str, source: str, fields: dict[str, Any]) -> dict[str, Any]:
     """A published row's layout fields with what its engine and recipe add, in one order for every reader (the
     calibration runs here, the validation cases of benchmarks/import_published_runs.py): the engine that ran it,
-    Megatron-Bridge's fp8 parameters, then the row's own recipe settings (RECIPES), which win."""
+    Megatron-Bridge's fp8 parameters, the fp8 recipe, then the row's own recipe settings (RECIPES), which win."""
     out = dict(fields)
     out.update(engine_fields(case_id, source, out.get("recompute")))
     out.update(megatron_bridge_fp8_params(case_id, source, out))
+    out.update(fp8_recipe_fields(case_id, source, out))
     out.update(RECIPES.get(case_id, {}))
     return out
 

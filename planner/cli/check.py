@@ -23,6 +23,7 @@ from planner.cli.options import (
     count,
     echo_json,
     engine_option,
+    fp8_recipe_option,
     moe_layout_options,
     warn_if_far,
 )
@@ -45,7 +46,7 @@ PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "re
                   "overlap_tp_comm", "offload_optimizer", "offload_params", "offload_activation_layers", "recompute_modules", "shard_group",
                   "etp", "moe_dispatcher", "moe_ep_overlap", "moe_shared_expert_overlap", "moe_capacity_factor",
                   "cuda_graph_scope", "mtp_layers")
-TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "grad_dtype", "optimizer", "engine", "compile",
+TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "fp8_recipe", "grad_dtype", "optimizer", "engine", "compile",
                   "optimizer_state_dtype", "master_weights_dtype")
 
 
@@ -72,6 +73,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--interleave", type=count("interleave"), help="Virtual pipeline stages per rank."),
         click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), help="Pipeline schedule."),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), help="Compute precision."),
+        fp8_recipe_option(),
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Gradient precision."),
         click.option("--optimizer", type=click.Choice(["adam", "sgd"]), help="Optimizer."),
         click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention."),

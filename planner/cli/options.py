@@ -115,11 +115,22 @@ def attention_kernel_option() -> Callable[..., Any]:
     )
 
 
+def fp8_recipe_option() -> Callable[..., Any]:
+    """--fp8-recipe (Layout.fp8_recipe; the search's Problem field)."""
+    return click.option(
+        "--fp8-recipe", type=click.Choice(["tensorwise", "delayed", "mxfp8", "blockwise"]), default=None,
+        help="With --dtype fp8, how the casts are scaled: tensorwise (per-tensor current scaling, FP8-CS), delayed "
+        "(amax history: Megatron-LM's --fp8-recipe default), mxfp8 (32-element blocks, Blackwell) or blockwise "
+        "(1x128 / 128x128 blocks)  [default: tensorwise]",
+    )
+
+
 def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Layout-independent training options shared by estimate and search (precision, kernels, overlap)."""
     options = [
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
                      help="Compute precision of the matrix multiplies."),
+        fp8_recipe_option(),
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
                      help="Gradient precision (fp32 = Megatron's main grads)  [default: the engine's: fp32 for "
                      "megatron, nemo, torchtitan and fsdp, bf16 for deepspeed and automodel]"),

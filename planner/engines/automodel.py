@@ -31,6 +31,8 @@ from planner.specs.layout import Layout, Zero
 from planner.specs.model import ModelSpec
 
 FORMAT = "automodel"
+# TEFp8Config's recipe names (Transformer Engine's current and block scaling) as Layout.fp8_recipe names them.
+TE_FP8_RECIPES: dict[str, str] = {"current": "tensorwise", "block": "blockwise"}
 
 # model.backend.attn -> the attention kernel that runs (Layout.attention_kernel): Transformer Engine's
 # DotProductAttention and cuDNN are cuDNN fused attention on Hopper; PyTorch SDPA picks FlashAttention-2.
@@ -243,6 +245,12 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
     # torchao path's fp8 section
     if _get(config, "model.backend.te_fp8") not in (None, False):
         got.set("dtype", "fp8", "model.backend.te_fp8")
+        recipe = str(_get(config, "model.backend.te_fp8.recipe", "current"))
+        if recipe in TE_FP8_RECIPES:
+            got.set("fp8_recipe", TE_FP8_RECIPES[recipe], "model.backend.te_fp8.recipe")
+        else:
+            got.warn(f"model.backend.te_fp8.recipe {recipe!r} is not current or block scaling: modelled as per-tensor "
+                     "current scaling (fp8_recipe tensorwise)")
     elif _get(config, "fp8") not in (None, False) and _get(config, "fp8.enabled", True):
         got.set("dtype", "fp8", "fp8")
     fields = got.merge(given)
@@ -274,6 +282,9 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                       ("offload_params", "the recipes write no CPUOffloadPolicy here")):
         if getattr(layout, flag):
             raise PlannerError(f"{flag}: {why}; export for Megatron-LM or drop it")
+    if layout.dtype == "fp8" and layout.fp8_recipe not in TE_FP8_RECIPES.values():
+        raise PlannerError(f"fp8_recipe {layout.fp8_recipe}: AutoModel's TEFp8Config takes current (tensorwise) or block "
+                           "(blockwise) scaling; export for Megatron-LM or choose one of those")
     if layout.schedule == "dualpipe":
         raise PlannerError("schedule dualpipe: AutoModel's pipelining runs 1f1b, gpipe, interleaved1f1b or loopedbfs")
     moe_tp = model.moe is not None and layout.tp > 1
@@ -383,7 +394,7 @@ def recipe(ctx: ExportContext) -> dict[str, Any]:
         backend["dispatcher"] = {v: k for k, v in DISPATCHERS.items()}[lay.moe_dispatcher]
     if lay.dtype == "fp8":
         backend["te_fp8"] = {"_target_": "nemo_automodel.components.models.common.utils.TEFp8Config",
-                             "recipe": "current"}
+                             "recipe": {v: k for k, v in TE_FP8_RECIPES.items()}[lay.fp8_recipe]}
     if lay.optimizer == "sgd":
         optimizer: dict[str, Any] = {"_target_": "torch.optim.SGD", "lr": 0.0001}
     elif (lay.optimizer_state_dtype, lay.master_weights_dtype) == ("bf16", "bf16"):

@@ -56,7 +56,7 @@ IGNORED_KEYS: frozenset[str] = frozenset({
 })
 # Layout fields the model code decides (DeepSpeed has no key for them): the only ones read from `_planner`.
 MODEL_CODE_FIELDS: tuple[str, ...] = ("seq_len", "recompute", "recompute_layers_per_stage", "flash_attention",
-                                      "dtype", "optimizer")
+                                      "dtype", "fp8_recipe", "optimizer")
 
 # Settings that change memory in ways planner does not model: read the rest, say so on stderr.
 APPROXIMATED_KEYS: dict[str, str] = {

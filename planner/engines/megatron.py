@@ -37,7 +37,7 @@ from planner.errors import PlannerError
 from planner.physics.stages import layers_on_stage
 from planner.specs.bounds import over_limit
 from planner.specs.engine import engine_profile
-from planner.specs.layout import CUDA_GRAPH_BITS, RECOMPUTE_MODULE_BITS, Layout
+from planner.specs.layout import CUDA_GRAPH_BITS, FP8_RECIPE_CODES, RECOMPUTE_MODULE_BITS, Layout
 from planner.specs.model import ModelSpec
 
 # kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true) / path (one value)
@@ -59,7 +59,7 @@ READ_FLAGS: dict[str, str] = {
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
     **{f: "str" for f in (
         "recompute-granularity", "recompute-method", "position-embedding-type", "normalization", "optimizer",
-        "attention-backend", "fp8-format", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
+        "attention-backend", "fp8-format", "fp8-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
         "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
@@ -122,7 +122,7 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "no-create-attention-mask-in-dataloader", "defer-embedding-wgrad-compute", "tp-comm-overlap-cfg",
     "tp-comm-bulk-wgrad", "tp-comm-bulk-dgrad", "no-check-for-nan-in-loss-and-grad", "check-for-nan-in-loss-and-grad",
     "bias-dropout-fusion", "masked-softmax-fusion", "bias-gelu-fusion", "apply-query-key-layer-scaling",
-    "fp8-margin", "fp8-interval", "fp8-amax-history-len", "fp8-amax-compute-algo", "fp8-recipe",
+    "fp8-margin", "fp8-interval", "fp8-amax-history-len", "fp8-amax-compute-algo",
     "no-fp8-wgrad", "first-last-layers-bf16", "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16",
     "empty-unused-memory-level", "ddp-bucket-size", "ddp-average-in-collective", "align-grad-reduce",
     "align-param-gather", "num-distributed-optimizer-instances", "use-ring-exchange-p2p",
@@ -568,6 +568,12 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     if args.get("bf16") or args.get("fp16") or args.get("fp8-format"):
         dtype = "fp8" if args.get("fp8-format") else ("bf16" if args.get("bf16") else "fp16")
         got.set("dtype", dtype, "--fp8-format" if dtype == "fp8" else f"--{'bf16' if args.get('bf16') else 'fp16'}")
+        if dtype == "fp8":  # Megatron-LM's --fp8-recipe: delayed unless the arguments say (training/arguments.py)
+            recipe = str(args.get("fp8-recipe") or "delayed")
+            if recipe not in FP8_RECIPE_CODES:
+                raise PlannerError(f"--fp8-recipe {recipe}: Megatron-LM takes {', '.join(FP8_RECIPE_CODES)}", source=src)
+            got.set("fp8_recipe", recipe, "--fp8-recipe" if args.get("fp8-recipe") else "Megatron-LM's --fp8-recipe default",
+                    explicit="fp8-recipe" in args)
     grad_flags = [f for f in ("grad-reduce-in-bf16", "main-grads-dtype", "accumulate-allreduce-grads-in-fp32")
                   if f in args]
     if args.get("fp16"):
@@ -1504,6 +1510,7 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
         flags.append(["--bf16"])
         if lay.dtype == "fp8":
             flags.append(["--fp8-format", "hybrid"])
+            flags.append(["--fp8-recipe", lay.fp8_recipe])
             if lay.fp8_param_gather:
                 flags.append(["--fp8-param-gather"])
         if lay.grad_dtype != "fp32":

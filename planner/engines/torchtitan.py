@@ -416,11 +416,12 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
     fp8_flag = next((path for path in ("float8.enable_float8_linear", "training.enable_float8_linear",
                                        "training.fp8_linear") if _get(config, path)), None)  # the last: "" or a recipe
     fp8 = any("float8" in str(c) for c in converters) or fp8_flag is not None
-    if any(str(c).endswith("mx") or ".mx" in str(c) for c in converters):
-        fp8 = True
-        got.warn("MX (mxfp8) training is modelled as fp8")
+    mx = any(str(c).endswith("mx") or ".mx" in str(c) for c in converters)
+    fp8 = fp8 or mx
     origin = fp8_flag or "model.converters"
     got.set("dtype", "fp8" if fp8 else "bf16", origin if fp8 else "training.mixed_precision_param")
+    if fp8:  # torchao's float8 scales per tensor, computed from each tensor (dynamic); its MX converter per 32 elements
+        got.set("fp8_recipe", "mxfp8" if mx else "tensorwise", "model.converters")
     if pure == "bfloat16":  # 'all parameters, gradients, and optimizer states in bfloat16' (job_config.py)
         for name in ("grad_dtype", "optimizer_state_dtype", "master_weights_dtype"):
             got.set(name, "bf16", "training.dtype")
@@ -566,6 +567,10 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     if layout.fp8_param_gather:
         raise PlannerError("fp8_param_gather: torchtitan keeps bf16 weights (its float8 all-gather casts only the "
                            "communication); export for Megatron-LM")
+    if layout.dtype == "fp8" and layout.fp8_recipe not in ("tensorwise", "mxfp8"):
+        raise PlannerError(f"fp8_recipe {layout.fp8_recipe}: torchtitan's float8 converter scales per tensor from each "
+                           "tensor (tensorwise) and its MX converter per 32 elements (mxfp8); export for Megatron-LM "
+                           "or choose one of those")
     changes: dict[str, Any] = {}
     notes: list[str] = []
     sharded = (layout.zero > Zero.NONE and layout.dp > 1) or layout.cp > 1  # torchtitan wraps CP in FSDP
@@ -683,7 +688,7 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
         out["model"] = {"name": HF_BACKEND, "flavor": "full", "hf_assets_path": f"./assets/hf/{repo.split('/')[-1]}"}
         out["hf_transformers"] = {"model": repo}
     if lay.dtype == "fp8":
-        out["model"]["converters"] = ["quantize.linear.float8"]
+        out["model"]["converters"] = ["quantize.linear.mx" if lay.fp8_recipe == "mxfp8" else "quantize.linear.float8"]
     training: dict[str, Any] = {"seq_len": lay.seq_len, "global_batch_size": lay.global_batch,
                                 "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32"}
     training["local_batch_size"] = lay.micro_batch if lay.pp == 1 else lay.global_batch // lay.dp

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import LayoutArrays
+from planner.specs.layout import Fp8RecipeCode, LayoutArrays
 from planner.specs.model import ModelSpec
 
 # --- GEMMs --------------------------------------------------------------------------------------------
@@ -155,18 +155,25 @@ def grouped_matmul_seconds(
 # --- FP8 casts ----------------------------------------------------------------------------------------
 
 FP8_CAST_BYTES_PER_ELEMENT = 6.0
-"""HBM bytes the FP8 recipe moves per element of a GEMM input it quantizes (an activation in the
-forward, an output gradient in the backward): read the bf16 tensor once for its amax (current
-scaling; per-tensor "FP8-CS" in NeMo, torchao's dynamic tensorwise) and once to cast it (2 + 2),
-write the fp8 copy and the fp8 transposed copy that the backward's other GEMM needs (1 + 1):
-Hopper's fp8 tensor cores take only the TN layout, so Transformer Engine's fused cast-transpose
-writes both. Blackwell's (sm100) take every layout: there Transformer Engine's per-tensor quantizers
-write the one copy and no transpose (FP8_TRANSPOSE_BYTES_PER_ELEMENT, dropped where the profile's
-accelerator.fp8_gemm_any_layout). MXFP8 (block scales along the rows and along the columns) would
-still need both copies, at the same count plus 1/32 of a byte of scales each; the planner's fp8 is the
-per-tensor recipe. torchao's float8 README measures this overhead as memory-bound and positive for
-every shape (H100: a 1,024 x 2,048 x 1,024 float8 linear runs at 0.80x of bf16, a 4,096 x 8,192 x
+"""HBM bytes the per-tensor current-scaling recipe (Fp8RecipeCode.TENSORWISE: "FP8-CS" in NeMo and
+Megatron-Bridge, Megatron-LM --fp8-recipe tensorwise, torchao's dynamic tensorwise float8) moves per element of
+a GEMM input it quantizes (an activation in the forward, an output gradient in the backward): read the bf16
+tensor once for its amax (FP8_AMAX_PASS_BYTES_PER_ELEMENT) and once to cast it (2 + 2), write the fp8 copy and
+the fp8 transposed copy that the backward's other GEMM needs (1 + 1): Hopper's fp8 tensor cores take only the
+TN layout, so Transformer Engine's fused cast-transpose writes both. Blackwell's (sm100) take every layout:
+there Transformer Engine's per-tensor quantizers write the one copy and no transpose
+(FP8_TRANSPOSE_BYTES_PER_ELEMENT, dropped where the profile's accelerator.fp8_gemm_any_layout). The other
+recipes: fp8_cast_bytes_per_element. torchao's float8 README measures this overhead as memory-bound and
+positive for every shape (H100: a 1,024 x 2,048 x 1,024 float8 linear runs at 0.80x of bf16, a 4,096 x 8,192 x
 16,384 one at 1.39x; pytorch/ao torchao/float8/README.md, "Performance"). Counted, not fitted."""
+
+FP8_AMAX_PASS_BYTES_PER_ELEMENT = 2.0
+"""The read of the bf16 tensor that current scaling makes for its amax before it can cast (Transformer
+Engine's Float8CurrentScalingQuantizer: nvte_compute_amax, then the scale, then the cast), inside
+FP8_CAST_BYTES_PER_ELEMENT. Delayed scaling (Fp8RecipeCode.DELAYED, Megatron-LM's --fp8-recipe default;
+Transformer Engine's DelayedScaling) casts with a scale taken from the amax history of earlier steps and records
+the tensor's amax in the same kernel that casts it, so it reads the tensor once: 4 bytes on Hopper, 3 on
+Blackwell."""
 
 FP8_TRANSPOSE_BYTES_PER_ELEMENT = 1.0
 """The transposed fp8 copy's write inside FP8_CAST_BYTES_PER_ELEMENT, which chips whose fp8 GEMMs take
@@ -175,23 +182,45 @@ quantizer.cpp, the delayed- and current-scaling quantizers: with_transpose = col
 !is_non_tn_fp8_gemm_supported; transformer_engine/pytorch/utils.py is_non_tn_fp8_gemm_supported: compute
 capability 10.x or >= 13.0, i.e. B200/GB200/B300/GB300, not Hopper 9.0 or Ada 8.9)."""
 
+FP8_BLOCK_SCALED_BYTES_PER_ELEMENT = 2.0 + 1.0 + 1.0 + 2.0 / 32.0
+"""The block-scaled recipes (Fp8RecipeCode.MXFP8: a power-of-two E8M0 scale byte per 32 elements, OCP MX v1.0;
+Fp8RecipeCode.BLOCKWISE: an fp32 scale per 1 x 128 activation block, DeepSeek-V3 technical report Sec. 3.3.2)
+quantize in one pass, the scales of each block taken inside the kernel that casts it (Transformer Engine's
+MXFP8Quantizer and Float8BlockQuantizer: one kernel writes the rowwise and the columnwise copies): read the
+bf16 tensor once (2), write the rowwise and the columnwise fp8 copies (1 + 1: the scales follow the blocks
+along each direction, so the backward's copy is a quantization of its own on every chip, not a transpose),
+and a scale of 1/32 byte per element for each (1 byte per 32 for MX, 4 bytes per 128 for 1 x 128 blocks).
+The same per weight element (blockwise weights use 128 x 128 blocks, whose scales are smaller still)."""
+
 FP8_WEIGHT_CAST_BYTES_PER_ELEMENT = 6.0
 """The same per weight element, once per step: engines cast a weight to fp8 on its first
 micro-batch and reuse the copy (Transformer Engine's is_first_microbatch weight caching; torchao's
 float8 all-gather casts before the gather). Amortised over the step's micro-batches. Less the
-transpose's byte on chips that take every layout, as for the activations."""
+transpose's byte on chips that take every layout, and the amax pass under delayed scaling, as for the
+activations."""
 
 
-def fp8_cast_bytes_per_element(hw: HardwareProfile, *, weight: bool = False) -> float:
-    """HBM bytes per quantized GEMM-input element (FP8_CAST_BYTES_PER_ELEMENT, or the weights'
-    FP8_WEIGHT_CAST_BYTES_PER_ELEMENT), less the transposed copy where the chip's fp8 GEMMs take every layout."""
+def fp8_cast_bytes_per_element(
+    hw: HardwareProfile, recipe: np.ndarray | int = Fp8RecipeCode.TENSORWISE, *, weight: bool = False
+) -> np.ndarray:
+    """HBM bytes per quantized GEMM-input element under each candidate's fp8 recipe (Fp8RecipeCode):
+    per-tensor recipes FP8_CAST_BYTES_PER_ELEMENT (or the weights' FP8_WEIGHT_CAST_BYTES_PER_ELEMENT), less the
+    transposed copy where the chip's fp8 GEMMs take every layout and less the amax pass under delayed scaling;
+    the block-scaled recipes FP8_BLOCK_SCALED_BYTES_PER_ELEMENT on every chip."""
+    code = np.asarray(recipe)
     full = FP8_WEIGHT_CAST_BYTES_PER_ELEMENT if weight else FP8_CAST_BYTES_PER_ELEMENT
-    return full - (FP8_TRANSPOSE_BYTES_PER_ELEMENT if hw.accelerator.fp8_gemm_any_layout else 0.0)
+    transpose = FP8_TRANSPOSE_BYTES_PER_ELEMENT if hw.accelerator.fp8_gemm_any_layout else 0.0
+    per_tensor = full - transpose - np.where(code == Fp8RecipeCode.DELAYED, FP8_AMAX_PASS_BYTES_PER_ELEMENT, 0.0)
+    block = (code == Fp8RecipeCode.MXFP8) | (code == Fp8RecipeCode.BLOCKWISE)
+    return np.asarray(np.where(block, FP8_BLOCK_SCALED_BYTES_PER_ELEMENT, per_tensor))
 
 
-def fp8_cast_seconds(hw: HardwareProfile, elements: np.ndarray, *, weight: bool = False) -> np.ndarray:
+def fp8_cast_seconds(
+    hw: HardwareProfile, elements: np.ndarray, recipe: np.ndarray | int = Fp8RecipeCode.TENSORWISE, *,
+    weight: bool = False,
+) -> np.ndarray:
     """Memory-bound FP8 quantization of `elements` GEMM-input (or weight) elements (fp8_cast_bytes_per_element)."""
-    return memory_seconds(hw, np.asarray(elements, dtype=float) * fp8_cast_bytes_per_element(hw, weight=weight))
+    return memory_seconds(hw, np.asarray(elements, dtype=float) * fp8_cast_bytes_per_element(hw, recipe, weight=weight))
 
 
 def memory_seconds(hw: HardwareProfile, nbytes: np.ndarray) -> np.ndarray:

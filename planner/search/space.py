@@ -49,6 +49,7 @@ from planner.specs.engine import DEFAULT_ENGINE, AttentionKernel, EngineProfile,
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import (
     DISPATCHER_CODES,
+    FP8_RECIPE_CODES,
     OPTIMIZER_STATE_BYTES_PER_PARAM,
     RECOMPUTE_CODES,
     STATE_DTYPE_BYTES,
@@ -116,6 +117,7 @@ class Problem:
     moe_ep_overlap: bool | None = None  # likewise
     fp8_param_gather: bool = False  # Layout.fp8_param_gather on every candidate with ZeRO >= 1 (Megatron engines)
     attention_kernel: AttentionKernel | None = None  # Layout.attention_kernel for every candidate; None: the engine's
+    fp8_recipe: str = "tensorwise"  # Layout.fp8_recipe for every candidate (with dtype fp8)
 
     def __post_init__(self) -> None:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
@@ -149,6 +151,10 @@ class Problem:
                                "drop it or choose an engine whose optimizer.fp8_params is true (megatron, nemo)")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
             raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
+        if self.fp8_recipe not in FP8_RECIPE_CODES:
+            raise PlannerError(f"fp8_recipe({self.fp8_recipe}) must be one of {', '.join(FP8_RECIPE_CODES)}")
+        if self.fp8_recipe != "tensorwise" and self.dtype != "fp8":
+            raise PlannerError(f"fp8_recipe {self.fp8_recipe} applies only with --dtype fp8")
         if self.attention_kernel not in (None, "fused", "flash2"):
             raise PlannerError(f"attention_kernel({self.attention_kernel}) must be fused or flash2")
         if self.attention_kernel is not None and not self.flash_attention:
@@ -444,6 +450,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         overlap_tp_comm=np.asarray(cols["sequence_parallel"] & bool(problem.overlap_tp_comm)),
         # Megatron allows fp8 parameters only with the distributed optimizer or FSDP (Layout's rule): ZeRO >= 1
         fp8_params=np.asarray((cols["zero"] >= 1) & problem.fp8_param_gather),
+        fp8_recipe=const(FP8_RECIPE_CODES[problem.fp8_recipe], np.int64),
         compile=const(problem.compile, bool),
         offload_optimizer=const(False, bool),
         offload_params=const(False, bool),

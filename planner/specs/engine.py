@@ -398,7 +398,7 @@ _MEGATRON = EngineProfile(
             "781e765, 2025-08): with an fp8 recipe other than delayed and Transformer Engine >= 2.6 the attention "
             "sets linear_proj to save its original input, as 'the output of the fused core_attn is saved by itself, "
             "and linear_proj also saves the quantized tensor of this output'; one bf16 copy. (The delayed recipe "
-            "keeps both; a layout names no fp8 recipe, so it is not told apart.)",
+            "keeps both: training/memory.py counts the cast copy for every layout whose fp8_recipe is delayed.)",
             "attention_kernel": "Megatron-Core's TEDotProductAttention: Transformer Engine picks cuDNN fused attention "
             "on Hopper (NVIDIA/TransformerEngine docs, attention backend selection)",
             "loss_bytes_per_logit": "training/memory.py LOSS_PEAK_BYTES_PER_LOGIT: at the loss's backward the fp32 "

@@ -121,6 +121,11 @@ class AcceleratorSpec(BaseModel):
         "per-tensor scales writes one fp8 copy of a GEMM input and no transposed one (Transformer Engine's "
         "is_non_tn_fp8_gemm_supported); false on Hopper and Ada, whose fp8 GEMMs take only the TN layout.",
     )
+    fp8_block_scaling: bool = Field(
+        default=False,
+        description="The fp8 tensor cores apply a scale per block of 32 elements themselves (the MX formats: "
+        "Blackwell's block-scaled MMA), which the mxfp8 recipe needs; false on Hopper and Ada.",
+    )
     source: str = Field(description="Datasheet or paper the figures come from.")
     power_limit: PowerLimit | None = Field(
         default=None,

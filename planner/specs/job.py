@@ -42,6 +42,7 @@ from planner.specs.engine import AttentionKernel, EngineName
 from planner.specs.layout import (
     ComputeDtype,
     CudaGraphScope,
+    Fp8Recipe,
     GradDtype,
     MoeDispatcher,
     Optimizer,
@@ -168,6 +169,11 @@ class TrainingSection(BaseModel):
     )
     seq_len: SeqLen | None = Field(default=None, description="Tokens per sequence.")
     dtype: ComputeDtype | None = Field(default=None, description="Compute precision: bf16, fp16 or fp8 (default bf16).")
+    fp8_recipe: Fp8Recipe | None = Field(
+        default=None, description="With dtype fp8, how the casts are scaled: tensorwise (per-tensor current scaling, "
+        "FP8-CS), delayed (amax history: Megatron-LM's --fp8-recipe default), mxfp8 (Blackwell) or blockwise "
+        "(default tensorwise).",
+    )
     grad_dtype: GradDtype | None = Field(
         default=None, description="Gradient precision: bf16, fp16 or fp32 (default bf16)."
     )

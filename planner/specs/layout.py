@@ -100,6 +100,21 @@ def cuda_graph_names(mask: int) -> tuple[str, ...]:
 StateDtype = Literal["fp32", "bf16"]
 
 ComputeDtype = Literal["bf16", "fp16", "fp8"]
+
+
+class Fp8RecipeCode(IntEnum):
+    """How fp8 training scales what it casts (Megatron-LM --fp8-recipe; Transformer Engine's recipes): what
+    `LayoutArrays.fp8_recipe` holds. The bytes each moves are physics.kernels.fp8_cast_bytes_per_element's."""
+
+    TENSORWISE = 0  # per-tensor current scaling: an amax pass over the tensor, then the cast (FP8-CS)
+    DELAYED = 1  # per-tensor scale from an amax history; the cast records the tensor's amax as it goes
+    MXFP8 = 2  # a power-of-two scale per 32 elements, along rows and along columns (Blackwell's MX formats)
+    BLOCKWISE = 3  # an fp32 scale per 1 x 128 activation block and 128 x 128 weight block (DeepSeek-V3)
+
+
+Fp8Recipe = Literal["tensorwise", "delayed", "mxfp8", "blockwise"]
+FP8_RECIPE_CODES: dict[str, int] = {code.name.lower(): code for code in Fp8RecipeCode}
+FP8_RECIPE_NAMES: dict[int, str] = {code: name for name, code in FP8_RECIPE_CODES.items()}
 GradDtype = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal["adam", "sgd"]
 # dualpipe: DeepSeek-V3's bidirectional pipeline (arXiv:2412.19437 Sec. 3.2.1; deepseek-ai/DualPipe): each of the
@@ -182,6 +197,14 @@ class Layout(BaseModel):
         default=False,
         description="fp8 training keeps the transformer layers' compute weights in fp8 and all-gathers them in "
         "fp8 (Megatron-LM --fp8-param-gather); needs dtype fp8 and a sharded optimizer (zero >= 1).",
+    )
+    fp8_recipe: Fp8Recipe = Field(
+        default="tensorwise",
+        description="How fp8 training scales its casts (dtype fp8): tensorwise (per-tensor current scaling, an "
+        "amax pass then the cast: NeMo/Megatron-Bridge FP8-CS, torchao's tensorwise float8), delayed (a per-tensor "
+        "scale from an amax history, the cast records the amax: Megatron-LM's --fp8-recipe default, Transformer "
+        "Engine's DelayedScaling), mxfp8 (a scale per 32 elements, chips with block-scaled fp8 tensor cores: "
+        "Blackwell) or blockwise (1 x 128 activation and 128 x 128 weight blocks, DeepSeek-V3's).",
     )
     offload_optimizer: StrictBool = Field(
         default=False,
@@ -290,6 +313,8 @@ class Layout(BaseModel):
             raise ValueError("optimizer_state_dtype bf16 applies to adam's moments only")
         if self.attention_kernel is not None and not self.flash_attention:
             raise ValueError("attention_kernel applies only with flash_attention (the unfused path has no kernel choice)")
+        if self.fp8_recipe != "tensorwise" and self.dtype != "fp8":
+            raise ValueError(f"fp8_recipe {self.fp8_recipe} applies only with dtype fp8 (got dtype {self.dtype})")
         return self
 
     @property
@@ -347,6 +372,7 @@ class LayoutArrays:
     overlap_grad_reduce: np.ndarray
     overlap_tp_comm: np.ndarray
     fp8_params: np.ndarray  # transformer-layer weights held in fp8 (fp8_param_gather)
+    fp8_recipe: np.ndarray  # FP8_RECIPE_CODES (Layout.fp8_recipe)
     compile: np.ndarray
     offload_optimizer: np.ndarray
     offload_params: np.ndarray
@@ -431,6 +457,7 @@ class LayoutArrays:
         for flag in ("overlap_grad_reduce", "overlap_tp_comm", "compile", "offload_optimizer", "offload_params"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
         cols["fp8_params"] = np.array([lay.fp8_param_gather for lay in layouts], dtype=bool)
+        cols["fp8_recipe"] = np.array([FP8_RECIPE_CODES[lay.fp8_recipe] for lay in layouts], dtype=np.int64)
         cols["torch_cpu_adam"] = np.array(
             [(lay.cpu_optimizer or engine_profile(lay.engine).offload.cpu_optimizer) == "torch" for lay in layouts],
             dtype=bool,
@@ -483,6 +510,7 @@ class LayoutArrays:
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_tp_comm=bool(self.overlap_tp_comm[i]),
             fp8_param_gather=bool(self.fp8_params[i]),
+            fp8_recipe=FP8_RECIPE_NAMES[int(self.fp8_recipe[i])] if bool(self.fp8[i]) else "tensorwise",
             compile=bool(self.compile[i]),
             offload_optimizer=bool(self.offload_optimizer[i]),
             offload_params=bool(self.offload_params[i]),

@@ -411,12 +411,16 @@ class TrainingEstimate:
         }
 
 
-def check_dtype(hw: HardwareProfile, dtype: str) -> None:
-    """A compute dtype the chip has a peak for, else a PlannerError listing those it has."""
+def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise") -> None:
+    """A compute dtype the chip has a peak for, else a PlannerError listing those it has; under fp8, an fp8
+    recipe its tensor cores run (mxfp8 needs block-scaled fp8 MMA: accelerator.fp8_block_scaling)."""
     peaks = hw.accelerator.peak_flops_per_s
     if dtype not in peaks:
         have = ", ".join(sorted(peaks))
         raise PlannerError(f"{hw.name} has no {dtype} peak (it has {have}); choose one of those dtypes")
+    if dtype == "fp8" and fp8_recipe == "mxfp8" and not hw.accelerator.fp8_block_scaling:
+        raise PlannerError(f"{hw.name}'s fp8 tensor cores take no MX block scales: fp8_recipe mxfp8 needs a chip "
+                           "with block-scaled fp8 (Blackwell); choose tensorwise, delayed or blockwise")
 
 
 def estimate(
@@ -426,7 +430,7 @@ def estimate(
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
     check_layout(model, layout, layout.gpus)
-    check_dtype(hw, layout.dtype)
+    check_dtype(hw, layout.dtype, layout.fp8_recipe)
     lay = layout.to_arrays()
     result = evaluate(model, hw, lay, headroom=headroom, engine=engine_profile(layout.engine))
     all_stages = np.arange(layout.pp)[:, None]  # (p, 1): every stage of the one layout

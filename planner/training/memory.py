@@ -28,7 +28,7 @@ from planner.physics.shapes import (
 )
 from planner.physics.stages import microbatches_in_flight, mtp_layers_on_stage, stage_layer_split
 from planner.specs.engine import EngineProfile
-from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays, RecomputeCode, Zero
+from planner.specs.layout import RECOMPUTE_MODULE_BITS, Fp8RecipeCode, LayoutArrays, RecomputeCode, Zero
 from planner.specs.model import ModelSpec
 
 # Bytes of a 16-bit weight copy (bf16/fp16); fp8 training keeps 16-bit weights too (Transformer Engine
@@ -264,7 +264,11 @@ def layer_activation_bytes_per_token(
     # the attention output: the fused kernel's 16-bit copy (its backward needs O), plus under fp8 the projection's
     # own cast where it keeps one; without flash attention the output of the AV batched matmul is needed only as
     # the projection's input, kept as that GEMM keeps its inputs
-    out = np.where(lay.flash_attention, e + np.where(lay.fp8 & proj_cast_copy, FP8_ACTIVATION_BYTES, 0), g)
+    # Delayed scaling keeps the projection's fp8 cast on every engine: Megatron-Core hands linear_proj its original
+    # (16-bit) input only under the other recipes (attention.py @ d98e8a64, since 781e765), and a Transformer
+    # Engine Linear otherwise saves the quantised input it computed.
+    keeps_cast = lay.fp8 & (proj_cast_copy | (lay.fp8_recipe == Fp8RecipeCode.DELAYED))
+    out = np.where(lay.flash_attention, e + np.where(keeps_cast, FP8_ACTIVATION_BYTES, 0), g)
     attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + out * widths.output / t
     if model.mla is not None:
         # MLA's compressed latents: the query and K/V down-projections' outputs, kept by their RMSNorms, and

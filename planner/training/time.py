@@ -388,9 +388,9 @@ def layer_time(
                 ag_split = ag_split + on_ub
             fp8_weights = fp8_weights + elements
     cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer)
-    weight_cast = fp8_cast_seconds(hw, fp8_weights, weight=True) / lay.num_micro_batches
-    cast_fwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_fwd_elements) + weight_cast, 0.0)
-    cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements), 0.0)
+    weight_cast = fp8_cast_seconds(hw, fp8_weights, lay.fp8_recipe, weight=True) / lay.num_micro_batches
+    cast_fwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_fwd_elements, lay.fp8_recipe) + weight_cast, 0.0)
+    cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements, lay.fp8_recipe), 0.0)
 
     widths = attention_dims(model)
     kernels = cp_attention_kernels(model, hw, lay, attention_plateau)  # shared by the core and the CP exchange
@@ -488,7 +488,7 @@ def routed_side_forward_seconds(model: ModelSpec, hw: HardwareProfile, lay: Layo
     assert model.moe is not None
     per_copy = model.moe.moe_ffn_hidden_size / lay.tp.astype(float)
     casts = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * _mlp_cast_elements(
-        float(model.moe.experts_per_token), model.hidden_size, per_copy)), 0.0)
+        float(model.moe.experts_per_token), model.hidden_size, per_copy), lay.fp8_recipe), 0.0)
     return np.asarray(memory_seconds(hw, tokens * routed_elementwise_bytes_per_token(model, lay.tp)) + casts)
 
 

@@ -142,6 +142,21 @@ def test_fp8_on_a100(run_cli):
     assert_one_line_error(result, "no fp8 peak")
 
 
+def test_mxfp8_on_hopper_is_one_line_and_runs_on_blackwell(run_cli):
+    args = ("--model", "llama-3.1-8b", "--gpus", "8", "--global-batch", "8", "--seq-len", "4096", "--dtype", "fp8",
+            "--fp8-recipe", "mxfp8")
+    assert_one_line_error(run_cli("estimate", "--hardware", "h100-sxm", *args), "take no MX block scales")
+    assert_one_line_error(run_cli("search", "--hardware", "h100-sxm", *args), "take no MX block scales")
+    ok = run_cli("estimate", "--hardware", "b200", *args, "--format", "json")
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["config"]["fp8_recipe"] == "mxfp8"
+
+
+def test_fp8_recipe_without_fp8_is_one_line(run_cli):
+    result = run_cli("estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                     "--global-batch", "8", "--seq-len", "4096", "--fp8-recipe", "delayed")
+    assert_one_line_error(result, "fp8_recipe delayed applies only with dtype fp8")
+
+
 @pytest.mark.parametrize(
     "flag, value",
     [("--gpus", "-8"), ("--tp", "-2"), ("--pp", "0"), ("--micro-batch", "-1"), ("--global-batch", "0"),

@@ -319,3 +319,20 @@ def test_a_backend_variable_on_the_launch_command_and_an_explicit_flag():
     flags, warnings = read_launch_text(explicit, "run.sh")
     assert import_megatron(flags, gpus=8, given={}, model=None, source="run.sh").fields["attention_kernel"] == "fused"
     assert not any("NVTE_" in w for w in warnings)
+
+
+@pytest.mark.parametrize(("extra", "recipe"), [("", "delayed"), ("--fp8-recipe tensorwise", "tensorwise"),
+                                               ("--fp8-recipe mxfp8", "mxfp8"), ("--fp8-recipe blockwise", "blockwise")])
+def test_fp8_recipe_is_read_with_megatrons_default(extra, recipe):
+    # Megatron-LM's --fp8-recipe defaults to delayed (megatron/training/arguments.py, _add_transformer_engine_args)
+    base = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --bf16 "
+            "--fp8-format hybrid " + extra)
+    imp = import_megatron(split_launch_text(base, "t"), gpus=1, given={}, model=None, source="t")
+    assert (imp.fields["dtype"], imp.fields["fp8_recipe"]) == ("fp8", recipe)
+
+
+def test_an_unknown_fp8_recipe_is_one_error_naming_the_choices():
+    base = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --bf16 "
+            "--fp8-format hybrid --fp8-recipe nvfp4")
+    with pytest.raises(PlannerError, match="--fp8-recipe nvfp4: Megatron-LM takes tensorwise, delayed, mxfp8, blockwise"):
+        import_megatron(split_launch_text(base, "t"), gpus=1, given={}, model=None, source="t")

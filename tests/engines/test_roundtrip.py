@@ -177,7 +177,7 @@ def test_deepspeed_export_holds_its_degrees_in_deepspeed_keys():
     config = json.loads(render_export("deepspeed", "llama-3.1-8b", model, HW, layout, est).text)
     assert config["sequence_parallel_size"] == 2
     assert set(config["_planner"]["model_code"]) == {"seq_len", "recompute", "recompute_layers_per_stage",
-                                                     "flash_attention", "dtype", "optimizer"}
+                                                     "flash_attention", "dtype", "fp8_recipe", "optimizer"}
     # DeepSpeedConfig._batch_assertion: train = micro x accum x (world / sequence_parallel_size) = 2 x 2 x 16
     assert config["train_batch_size"] == config["train_micro_batch_size_per_gpu"] * \
         config["gradient_accumulation_steps"] * (32 // 2) == 64

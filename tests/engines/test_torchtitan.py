@@ -130,6 +130,15 @@ def test_float8_converter_sets_fp8_and_unknown_keys_warn():
     assert any("parallelism.warp_drive_degree is not known" in w for w in imp.warnings)
 
 
+@pytest.mark.parametrize(("converter", "recipe"), [("quantize.linear.float8", "tensorwise"), ("quantize.linear.mx", "mxfp8"),
+                                                 ("mx", "mxfp8")])
+def test_float8_and_mx_converters_name_their_fp8_recipe(converter, recipe):
+    # torchao's float8 scales each tensor from its own amax (tensorwise); its MX converter per 32 elements (mxfp8)
+    config = {"model": {"name": "llama3", "flavor": "8B", "converters": [converter]}}
+    imp = import_torchtitan(config, [], gpus=8, given={}, model=LLAMA8B, source="t")
+    assert (imp.fields["dtype"], imp.fields["fp8_recipe"]) == ("fp8", recipe)
+
+
 def test_2024_releases_pp_and_float8_under_training_are_read():
     """April-July 2024 torchtitan kept pipeline_parallel_degree and fp8_linear / enable_float8_linear under
     [training]; ignoring them read a pp=2 fp8 job as pp=1 bf16 (wrong dp, wrong memory) with only a warning."""

@@ -112,3 +112,19 @@ def test_fp8_any_layout_follows_transformer_engine_capability_rule(profile, expe
     # Transformer Engine's is_non_tn_fp8_gemm_supported: compute capability 10.x or >= 13.0 (Blackwell datacenter
     # parts), not Hopper 9.0, Ada 8.9 or Ampere.
     assert load_hardware(profile).spec.accelerator.fp8_gemm_any_layout is expected
+
+
+def test_fp8_cast_bytes_by_recipe():
+    # Per quantized element (Fp8RecipeCode): tensorwise 2 (amax read) + 2 (cast read) + 1 (copy) + 1 (TN
+    # transpose) = 6, 5 where fp8 GEMMs take every layout; delayed skips the amax read: 4 and 3; the block-scaled
+    # recipes read once and write a rowwise and a columnwise copy on every chip, each with 1/32 byte of scales:
+    # 2 + 1 + 1 + 2/32 = 4.0625. Weights alike.
+    from planner.specs.layout import Fp8RecipeCode
+
+    tn_only, any_ = round_hw(), any_layout(round_hw())
+    codes = np.array([Fp8RecipeCode.TENSORWISE, Fp8RecipeCode.DELAYED, Fp8RecipeCode.MXFP8, Fp8RecipeCode.BLOCKWISE])
+    assert fp8_cast_bytes_per_element(tn_only, codes).tolist() == [6.0, 4.0, 4.0625, 4.0625]
+    assert fp8_cast_bytes_per_element(any_, codes).tolist() == [5.0, 3.0, 4.0625, 4.0625]
+    assert fp8_cast_bytes_per_element(tn_only, codes, weight=True).tolist() == [6.0, 4.0, 4.0625, 4.0625]
+    # at 1.8e12 B/s, 1.8e12 / 4 elements under delayed scaling on a TN-only chip take 1 s
+    assert float(fp8_cast_seconds(tn_only, 1.8e12 / 4, Fp8RecipeCode.DELAYED)) == pytest.approx(1.0)

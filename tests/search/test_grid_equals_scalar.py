@@ -65,12 +65,15 @@ def models(draw: st.DrawFn) -> ModelSpec:
        seq_len=st.sampled_from([1024, 2048, 4096]), pick=st.randoms(use_true_random=False),
        dispatcher=st.sampled_from(["alltoall", "allgather", "deepep", "hybridep"]), ep_overlap=st.booleans(),
        moments=st.sampled_from(["fp32", "bf16"]), schedule=st.sampled_from(["1f1b", "gpipe"]),
-       kernel=st.sampled_from([None, "fused", "flash2"]))
+       kernel=st.sampled_from([None, "fused", "flash2"]),
+       recipe=st.sampled_from([None, "tensorwise", "delayed", "blockwise"]))
 def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick, dispatcher,
-                                                        ep_overlap, moments, schedule, kernel):
+                                                        ep_overlap, moments, schedule, kernel, recipe):
+    # recipe None: bf16; else fp8 under that recipe
+    precision = {} if recipe is None else {"dtype": "fp8", "fp8_recipe": recipe}
     problem = Problem(gpus=gpus, global_batch=gpus * batch_per_gpu, seq_len=seq_len, moe_dispatcher=dispatcher,
                       moe_ep_overlap=ep_overlap, optimizer_state_dtype=moments, schedule=schedule,
-                      attention_kernel=kernel)
+                      attention_kernel=kernel, **precision)
     try:
         result = run_search(model, HW, problem, chunk=64)  # small chunks: several chunks per search
     except PlannerError:
@@ -87,6 +90,7 @@ def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_
         assert layout.moe_dispatcher == (dispatcher if layout.ep > 1 else "alltoall")
         assert layout.moe_ep_overlap == ep_overlap and layout.optimizer_state_dtype == moments
         assert layout.schedule == schedule
+        assert (layout.dtype, layout.fp8_recipe) == (("bf16", "tensorwise") if recipe is None else ("fp8", recipe))
         # the problem's kernel, read back as null where it is the engine's own (megatron: fused)
         assert layout.attention_kernel == (None if kernel in (None, "fused") else kernel)
         one = estimate(model, HW, layout)

@@ -11,6 +11,7 @@ LM head and element-wise kernels; nothing here is fitted to the ratio.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from planner.engines.load import load_hardware, load_model
@@ -37,3 +38,19 @@ def test_fp8_over_bf16_step_ratio_is_in_the_published_band(model: str, layout: d
     bf16 = estimate(spec, H100, Layout(dtype="bf16", **layout), headroom=0.0).scalar("step_seconds")
     fp8 = estimate(spec, H100, Layout(dtype="fp8", **layout), headroom=0.0).scalar("step_seconds")
     assert 1.2 <= bf16 / fp8 <= 1.5
+
+
+def test_delayed_scaling_keeps_the_output_projections_fp8_cast_too():
+    # tiny (o_w = 64, tp 1, flash attention) in fp8: under delayed scaling the output projection keeps its 1-byte
+    # cast of the attention output beside the kernel's 16-bit copy (Megatron-Core hands it the original input
+    # only under the other recipes): 64 bytes more per token and layer; under tensorwise, nothing more.
+    from round_specs import tiny
+
+    from planner.training.memory import layer_activation_bytes_per_token
+
+    def stored(recipe: str) -> float:
+        lay = Layout(global_batch=1, seq_len=32, dtype="fp8", fp8_recipe=recipe).to_arrays()
+        return float(np.ravel(layer_activation_bytes_per_token(tiny(), lay, moe_layer=False).stored)[0])
+
+    assert stored("delayed") - stored("tensorwise") == 64.0
+    assert stored("mxfp8") == stored("tensorwise")

@@ -262,6 +262,21 @@ def test_fp8_cast_traffic_per_token():
     assert float(fp8_cast_seconds(HW, 1.8e12 / 6)) == pytest.approx(1.0)
 
 
+def test_delayed_scaling_saves_the_amax_read_of_every_cast():
+    # The same fp8 layer under delayed and tensorwise scaling differs only in its casts, by the amax pass's 2 bytes
+    # per quantized element at 1.8e12 B/s: forward, the 32 tokens x 448 inputs and the layer's 49,152 weight
+    # elements (QKV 12,288 + out 4,096 + fc1 16,384 + fc2 16,384; one micro-batch per step, so not amortised);
+    # backward, 32 x 576 output gradients.
+    model = tiny()
+    current = Layout(global_batch=1, seq_len=32, dtype="fp8").to_arrays()
+    delayed = Layout(global_batch=1, seq_len=32, dtype="fp8", fp8_recipe="delayed").to_arrays()
+    t_cur, t_del = layer_time(model, HW, current, moe_layer=False), layer_time(model, HW, delayed, moe_layer=False)
+    assert float(t_cur.forward[0] - t_del.forward[0]) == pytest.approx((32 * 448 + 49_152) * 2 / 1.8e12, rel=1e-9)
+    assert float(t_cur.backward[0] - t_del.backward[0]) == pytest.approx(32 * 576 * 2 / 1.8e12, rel=1e-9)
+    with pytest.raises(ValueError, match="fp8_recipe delayed applies only with dtype fp8"):
+        Layout(global_batch=1, seq_len=32, fp8_recipe="delayed")
+
+
 def test_fp8_forward_adds_exactly_the_casts_to_the_gemm_change():
     # Same layer in fp8 and bf16: the forward differs by the GEMM time change plus the input casts
     # (tokens x 448 x 6 bytes) and the weight casts amortised over the micro-batches (weights x 6 bytes / m).
