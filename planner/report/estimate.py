@@ -34,7 +34,7 @@ def _layout_line(est: TrainingEstimate) -> str:
               f"micro-batch {lay.micro_batch}", f"global batch {lay.global_batch}", f"seq {lay.seq_len}"]
     if lay.interleave > 1:
         parts.append(f"interleave {lay.interleave}")
-    parts.append(lay.dtype)
+    parts.append(f"fp8 ({lay.fp8_recipe})" if lay.dtype == "fp8" else lay.dtype)
     return ", ".join(parts + _moe_parts(est))
 
 
