@@ -14,6 +14,7 @@ import click
 
 from planner.errors import PlannerError
 from planner.specs.bounds import FIELD_KINDS, describe, over_limit
+from planner.specs.layout import FP8_RECIPE_CODES
 
 FORMAT_TABLE_JSON = click.Choice(["table", "json"])
 
@@ -118,7 +119,7 @@ def attention_kernel_option() -> Callable[..., Any]:
 def fp8_recipe_option() -> Callable[..., Any]:
     """--fp8-recipe (Layout.fp8_recipe; the search's Problem field)."""
     return click.option(
-        "--fp8-recipe", type=click.Choice(["tensorwise", "delayed", "mxfp8", "blockwise"]), default=None,
+        "--fp8-recipe", type=click.Choice(list(FP8_RECIPE_CODES)), default=None,
         help="With --dtype fp8, how the casts are scaled: tensorwise (per-tensor current scaling, FP8-CS), delayed "
         "(amax history: Megatron-LM's --fp8-recipe default), mxfp8 (32-element blocks, Blackwell) or blockwise "
         "(1x128 / 128x128 blocks)  [default: tensorwise]",
