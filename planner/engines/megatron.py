@@ -34,7 +34,7 @@ from planner.engines.common import (
 )
 from planner.engines.shell import first_marker, launch
 from planner.errors import PlannerError
-from planner.physics.stages import layers_on_stage
+from planner.physics.stages import PIPELINE_EDGE_UNITS, layers_on_stage
 from planner.specs.bounds import over_limit
 from planner.specs.engine import engine_profile
 from planner.specs.layout import CUDA_GRAPH_BITS, FP8_RECIPE_CODES, RECOMPUTE_MODULE_BITS, Layout
@@ -949,7 +949,7 @@ def megatron_split(args: Mapping[str, Any], layers: int, pp: int, source: str) -
         return [middle if first is None else first] + [middle] * (pp - 2) + [middle if last is None else last]
     embed = int(bool(args.get("account-for-embedding-in-pipeline-split")))
     loss = int(bool(args.get("account-for-loss-in-pipeline-split")))
-    total = layers + embed + loss
+    total = layers + _edge_units(args)
     if total % pp:
         counted = f"{layers} layers" + (f" (+{embed + loss} for the embedding/loss)" if embed + loss else "")
         raise PlannerError(f"{counted} do not divide by --pipeline-model-parallel-size {pp} (Megatron-LM asserts "
@@ -958,6 +958,29 @@ def megatron_split(args: Mapping[str, Any], layers: int, pp: int, source: str) -
                            "split, or change pp", source=source)
     per = total // pp
     return [per - embed] + [per] * (pp - 2) + [per - loss]
+
+
+def _edge_units(args: Mapping[str, Any]) -> int:
+    """Layers --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split add to the count
+    Megatron-LM divides over the pipeline (validate_args; Megatron-Core get_transformer_layer_offset)."""
+    return int(bool(args.get("account-for-embedding-in-pipeline-split"))) + int(
+        bool(args.get("account-for-loss-in-pipeline-split")))
+
+
+def edge_unit_split(model: ModelSpec, layout: Layout) -> bool:
+    """Whether Megatron-LM places planner's interleaved split only with the embedding and the loss counted as
+    pipeline layers (--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split): the layers
+    do not divide into pp x v virtual stages, the layers plus those two do, and planner's split (one layer fewer
+    on the first and the last stage, physics.stages.layers_on_stage) is the one Megatron then builds. Llama 3.1
+    405B's 126 layers on pp 8 x v 8 (Megatron-Bridge's H100 recipe) or pp 16 x v 8 (its GB200 recipe)."""
+    layers, pp, v = model.num_layers, layout.pp, layout.interleave
+    if pp == 1 or v == 1 or layers % (pp * v) == 0:
+        return False
+    units = layers + PIPELINE_EDGE_UNITS
+    if units % (pp * v):
+        return False
+    per = units // pp
+    return planner_split(layers, pp) == [per - 1] + [per] * (pp - 2) + [per - 1]
 
 
 def planner_split(layers: int, pp: int) -> list[int]:
@@ -1067,10 +1090,13 @@ def _interleave(args: Mapping[str, Any], layers: int, pp: int, source: str,
         return len(stages) // pp
     per_stage = args.get("num-layers-per-virtual-pipeline-stage")
     if per_stage:
-        if layers % pp or (layers // pp) % per_stage:
+        # validate_args counts the embedding and the loss as layers under --account-for-*-in-pipeline-split
+        units = layers + _edge_units(args)
+        if units % pp or (units // pp) % per_stage:
+            counted = f"{layers}" + (f" (+{units - layers} for the embedding/loss)" if units > layers else "")
             raise PlannerError(f"--num-layers-per-virtual-pipeline-stage {per_stage} does not divide the "
-                               f"{layers} / {pp} layers per pipeline stage", source=source)
-        chunks: int = (layers // pp) // per_stage
+                               f"{counted} / {pp} layers per pipeline stage", source=source)
+        chunks: int = (units // pp) // per_stage
         return chunks
     v = args.get("num-virtual-stages-per-pipeline-rank") or args.get("virtual-pipeline-model-parallel-size")
     return int(v) if v else None
@@ -1290,11 +1316,7 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     problem = moe_conflict(model, layout.model_dump())
     if problem:
         raise PlannerError(problem)
-    _uneven_flags(model, layout)  # raises when Megatron-LM cannot place planner's split
-    if layout.interleave > 1 and model.num_layers % (layout.pp * layout.interleave):
-        raise PlannerError(f"Megatron-LM's --num-layers-per-virtual-pipeline-stage needs num_layers({model.num_layers}) "
-                           f"divisible by pp({layout.pp}) * interleave({layout.interleave}); planner does not write "
-                           "uneven virtual-stage splits")
+    _split_flags(model, layout)  # raises when Megatron-LM cannot place planner's split
     if layout.recompute_layers_per_stage is not None and layout.recompute_layers_per_stage % layout.interleave:
         raise PlannerError(f"recompute_layers_per_stage({layout.recompute_layers_per_stage}) is not a multiple of "
                            f"interleave({layout.interleave}); Megatron-LM recomputes the same number of layers in "
@@ -1355,6 +1377,25 @@ def moe_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
     return flags
 
 
+def _split_flags(model: ModelSpec, layout: Layout) -> list[list[str]]:
+    """The flags that make Megatron-LM place planner's layer split: the uneven first/last stage counts, or, for an
+    interleaved split whose virtual stages the layers alone do not fill evenly, the embedding and the loss counted
+    as layers (edge_unit_split); then the layers per virtual stage. Raises where no flags of Megatron-LM do."""
+    if layout.interleave > 1 and edge_unit_split(model, layout):
+        per_virtual = (model.num_layers + PIPELINE_EDGE_UNITS) // (layout.pp * layout.interleave)
+        return [["--account-for-embedding-in-pipeline-split"], ["--account-for-loss-in-pipeline-split"],
+                ["--num-layers-per-virtual-pipeline-stage", str(per_virtual)]]
+    if layout.interleave == 1:
+        return _uneven_flags(model, layout)
+    if model.num_layers % (layout.pp * layout.interleave):
+        raise PlannerError(f"Megatron-LM's --num-layers-per-virtual-pipeline-stage needs num_layers({model.num_layers}) "
+                           f"divisible by pp({layout.pp}) * interleave({layout.interleave}), or num_layers + 2 "
+                           f"({model.num_layers + PIPELINE_EDGE_UNITS}, the embedding and the loss counted) with one "
+                           "layer fewer on the first and the last stage; planner does not write other uneven "
+                           "virtual-stage splits")
+    return [["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // (layout.pp * layout.interleave))]]
+
+
 def _uneven_flags(model: ModelSpec, layout: Layout) -> list[list[str]]:
     """--decoder-first/last-pipeline-num-layers for planner's split when the layers do not divide by pp.
 
@@ -1370,10 +1411,6 @@ def _uneven_flags(model: ModelSpec, layout: Layout) -> list[list[str]]:
                            "Megatron-LM cannot express (it takes uneven counts only on the first and last stage); "
                            "choose a pp that divides the layers, or one that leaves the remainder on every middle "
                            "stage")
-    if layout.interleave > 1:
-        raise PlannerError(f"pp({pp}) with num_layers({layers}) and interleave({layout.interleave}): Megatron-LM "
-                           "splits uneven virtual stages only with --num-virtual-stages-per-pipeline-rank, which "
-                           "planner does not write; choose a pp that divides the layers")
     return [["--decoder-first-pipeline-num-layers", str(split[0])],
             ["--decoder-last-pipeline-num-layers", str(split[-1])]]
 
@@ -1484,9 +1521,7 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
     ]
     if lay.ep > 1:
         flags.append(["--expert-model-parallel-size", str(lay.ep)])
-    flags += _uneven_flags(model, lay)
-    if lay.interleave > 1:
-        flags.append(["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // (lay.pp * lay.interleave))])
+    flags += _split_flags(model, lay)
     if lay.sequence_parallel:
         flags.append(["--sequence-parallel"])
     if lay.recompute == "selective":

@@ -54,6 +54,22 @@ def stage_of_layer(num_layers: int, pp: np.ndarray, layer: int) -> np.ndarray:
     return np.clip(np.where(pp == 1, 0, stage), 0, pp - 1)
 
 
+PIPELINE_EDGE_UNITS = 2
+"""The embedding and the loss, each counted as one more unit of the pipeline split where a virtual stage must
+hold at least one: Megatron-Core's --account-for-embedding-in-pipeline-split and
+--account-for-loss-in-pipeline-split add one layer each to the count the pp x v virtual stages divide
+(megatron/core/transformer/transformer_layer.py get_transformer_layer_offset; megatron/training/arguments.py
+validate_args, NVIDIA/Megatron-LM), so a virtual stage may hold the embedding or the loss alone. Megatron-Bridge's
+Llama 3.1 405B recipe on GB200 runs 126 layers on pp 16 x v 8 = 128 virtual stages this way (26.02 and 26.04.01
+performance tables, docs/performance-summary-archive.md @ 067f987df0)."""
+
+
+def pipeline_units_per_rank(num_layers: int, pp: np.ndarray | int) -> np.ndarray:
+    """Pipeline units per rank, the embedding and the loss counted (PIPELINE_EDGE_UNITS): how many virtual stages
+    a rank's share can fill with at least one unit each."""
+    return np.asarray((num_layers + PIPELINE_EDGE_UNITS) // np.asarray(pp))
+
+
 def max_layers_per_stage(num_layers: int, pp: np.ndarray | int) -> np.ndarray:
     """The most layers any stage holds under the split of `layers_on_stage`: ceil(L / p) (the middle stages
     take the remainder first, and there are at least as many of them as remainder layers less one)."""

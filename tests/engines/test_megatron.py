@@ -336,3 +336,50 @@ def test_an_unknown_fp8_recipe_is_one_error_naming_the_choices():
             "--fp8-format hybrid --fp8-recipe nvfp4")
     with pytest.raises(PlannerError, match="--fp8-recipe nvfp4: Megatron-LM takes tensorwise, delayed, mxfp8, blockwise"):
         import_megatron(split_launch_text(base, "t"), gpus=1, given={}, model=None, source="t")
+
+
+@pytest.mark.parametrize(("pp", "interleave", "per_virtual"), [(8, 8, 2), (16, 8, 1)])
+def test_an_interleaved_split_of_126_layers_counts_the_embedding_and_the_loss(pp, interleave, per_virtual):
+    # Llama 3.1 405B (126 layers) as Megatron-Bridge runs it: pp 8 x v 8 (its H100 recipe) and pp 16 x v 8 (its
+    # GB200 recipe). 126 does not divide into the virtual stages, 126 + 2 does: planner's split (one layer fewer on
+    # the first and the last rank) is Megatron's with --account-for-embedding/loss-in-pipeline-split, whose
+    # validate_args then divides (126 + 2) / pp by the layers per virtual stage.
+    model = load_model("llama-3.1-405b").spec
+    gpus = 8 * pp * 2
+    layout = resolve_layout(model, gpus, tp=8, pp=pp, interleave=interleave, zero=1, global_batch=2 * pp,
+                            seq_len=8192)
+    flags = layout_flags(model, layout)
+    assert ["--account-for-embedding-in-pipeline-split"] in flags
+    assert ["--account-for-loss-in-pipeline-split"] in flags
+    assert ["--num-layers-per-virtual-pipeline-stage", str(per_virtual)] in flags
+    assert not any(group[0].startswith("--decoder-") for group in flags)
+    text = " ".join(token for group in flags for token in group) + " --vocab-size 128256"
+    back = import_megatron(split_launch_text(text, "t"), gpus=gpus, given={}, model=model, source="t")
+    assert resolve_layout(model, gpus, **back.fields).interleave == interleave
+    assert not back.warnings  # Megatron's split is planner's: nothing approximate to say
+
+
+def test_virtual_stages_per_rank_with_the_edge_units_are_read():
+    # the GB200 recipe's flags as Megatron-Bridge passes them: 8 virtual stages per rank of 16
+    model = load_model("llama-3.1-405b").spec
+    text = ("--tensor-model-parallel-size 4 --pipeline-model-parallel-size 16 --sequence-parallel "
+            "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+            "--num-virtual-stages-per-pipeline-rank 8 --micro-batch-size 1 --global-batch-size 1536 "
+            "--seq-length 8192 --bf16 --use-distributed-optimizer --vocab-size 128256")
+    back = import_megatron(split_launch_text(text, "t"), gpus=256, given={}, model=model, source="t")
+    assert resolve_layout(model, 256, **back.fields).interleave == 8
+    # one layer per virtual stage needs the two edge units: without them 126 / 16 is not whole
+    with pytest.raises(PlannerError, match="does not divide the 126 / 16 layers"):
+        import_megatron(split_launch_text(text.replace("--num-virtual-stages-per-pipeline-rank 8",
+                                                       "--num-layers-per-virtual-pipeline-stage 1")
+                                          .replace("--account-for-embedding-in-pipeline-split ", "")
+                                          .replace("--account-for-loss-in-pipeline-split ", ""), "t"),
+                        gpus=256, given={}, model=model, source="t")
+
+
+def test_an_interleaved_split_megatron_cannot_place_is_refused_with_the_counts():
+    # 126 layers on pp 4 x v 3: neither 126 nor 128 fills 12 virtual stages evenly
+    model = load_model("llama-3.1-405b").spec
+    layout = resolve_layout(model, 4 * 8, tp=8, pp=4, interleave=3, zero=1, global_batch=8, seq_len=8192)
+    with pytest.raises(PlannerError, match=r"num_layers \+ 2 \(128"):
+        layout_flags(model, layout)

@@ -90,11 +90,11 @@ def test_search_is_never_slower_than_the_published_llama3_layout(llama3_8192):
 def test_published_layout_is_in_the_space(llama3_8192):
     lay = llama3_8192.layouts
     hit = (lay.tp == 8) & (lay.pp == 16) & (lay.cp == 1) & (lay.dp == 64) & (lay.micro_batch == 1)
-    # zero x sp x recompute x interleave: v = 1, and 2 and 4 on Llama 3's split of 126 layers as 128 (the
-    # embedding and the loss counted as a layer each: 8 per stage); v = 8 would leave 7 // 8 = 0 layers
-    # per chunk on the first stage and is rejected.
-    assert hit.sum() == 4 * 2 * 3 * 3
-    assert set(lay.interleave[hit].tolist()) == {1, 2, 4}
+    # zero x sp x recompute x interleave: v = 1, and 2, 4 and 8 on Llama 3's split of 126 layers as 128 (the
+    # embedding and the loss counted as a layer each: 8 per stage); v = 8 puts one unit on each virtual stage, the
+    # embedding alone on the first rank's first one (Megatron-Bridge's Llama 3.1 405B GB200 recipe, pp 16 x v 8).
+    assert hit.sum() == 4 * 2 * 3 * 4
+    assert set(lay.interleave[hit].tolist()) == {1, 2, 4, 8}
 
 
 def test_reason_is_the_first_broken_rule():

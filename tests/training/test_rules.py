@@ -87,6 +87,17 @@ def test_interleave_needs_pipeline_and_micro_batches_divisible_by_pp():
     check_layout(model(), Layout(pp=4, interleave=2, global_batch=8, seq_len=1024), 4)
 
 
+def test_interleave_counts_the_embedding_and_the_loss_as_pipeline_units():
+    # Megatron-Bridge's Llama 3.1 405B GB200 recipe: 126 layers on pp 16 x v 8. The layers alone give 126 // 16 = 7
+    # per rank, too few for 8 virtual stages; with the embedding and the loss counted (Megatron-Core
+    # --account-for-embedding/loss-in-pipeline-split) 128 units fill the 128 virtual stages one each.
+    deep = model(num_layers=126)
+    check_layout(deep, Layout(pp=16, interleave=8, global_batch=16, seq_len=1024), 16)
+    # 9 virtual stages per rank would need 144 units: refused, with the count that says so.
+    text = message(Layout(pp=16, interleave=9, global_batch=16, seq_len=1024), 16, deep)
+    assert "((num_layers(126) + 2) // pp(16) = 8 >= interleave)" in text
+
+
 def test_expert_parallel_needs_a_moe_model():
     text = message(Layout(dp=2, ep=2, global_batch=2, seq_len=1024), 2)
     assert text.startswith("ep(2) needs a MoE model")
