@@ -424,3 +424,27 @@ def test_direct_check_flags_give_what_the_megatron_file_lacks(run_cli, tmp_path)
     assert_one_line_error(run_cli(*base, "--moe-capacity-factor", "2"), "moe_capacity_factor",
                           "--moe-expert-capacity-factor")
 
+
+
+def test_the_405b_interleaved_layout_exports_to_megatron_and_checks_back(run_cli, tmp_path):
+    """Llama 3.1 405B, tp 8 pp 8 cp 2 v 8 (Megatron-Bridge's H100 recipe, and the search's first 405B layouts'
+    kind): 126 layers fill the 64 virtual stages only with the embedding and the loss counted, so the export
+    writes --account-for-embedding/loss-in-pipeline-split; it used to refuse the layout. The file's own check
+    line reads it back to the same interleave and step."""
+    out = tmp_path / "args.sh"
+    flags = ("--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--gpus", "1024", "--tp", "8", "--pp", "8",
+             "--cp", "2", "--interleave", "8", "--zero", "1", "--global-batch", "512", "--seq-len", "8192",
+             "--grad-dtype", "bf16")
+    result = run_cli("export", "--to", "megatron", *flags, "--out", out)
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "--account-for-embedding-in-pipeline-split" in text and "--account-for-loss-in-pipeline-split" in text
+    assert "--num-layers-per-virtual-pipeline-stage 2" in text
+    line = next(x for x in text.splitlines() if "Check it in CI" in x)
+    command = line.split("planner check ", 1)[1].replace("<this file>", str(out)).split()
+    checked = run_cli("check", *command, "--format", "json")
+    assert checked.exit_code == 0, checked.output
+    estimated = run_cli("estimate", *flags, "--format", "json")
+    job = json.loads(checked.stdout)[0]
+    assert job["config"]["interleave"] == 8
+    assert job["time"]["step_seconds"] == pytest.approx(json.loads(estimated.stdout)["time"]["step_seconds"])
