@@ -19,12 +19,11 @@ from pathlib import Path
 
 import yaml
 
-from planner.calibrate.published import RECIPE_NOTES, catalog_hardware, published_overrides
+from planner.calibrate.published import RECIPE_NOTES, catalog_hardware, inline_model, published_overrides
 from planner.engines.hf_config import model_from_hf_config
 from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
 from planner.specs.layout import Layout
-from planner.specs.model import ModelSpec
 from planner.training.estimate import estimate
 
 OUT = Path(__file__).resolve().parents[1] / "planner" / "validate" / "training_cases_published.yaml"
@@ -90,7 +89,7 @@ def main() -> None:
                 if isinstance(raw_model, str):
                     model = load_model(raw_model).spec
                 elif "num_layers" in raw_model:  # planner's own spec fields (gpt-oss rows)
-                    model = ModelSpec(**{k: v for k, v in raw_model.items() if k != "source"})
+                    model = inline_model(raw_model, source)
                 else:
                     model = model_from_hf_config(raw_model, source)
                 layout = published_overrides(raw["id"], raw["source"], _layout(raw["layout"]))

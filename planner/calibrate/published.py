@@ -172,6 +172,19 @@ def _gpt(m: dict[str, Any]) -> ModelSpec:
     )
 
 
+# What the reference rows' inline planner specs leave out of the configs they cite, by the spec's name: gpt-oss's
+# rows cite HF openai/gpt-oss-120b config.json, whose swiglu_limit 7.0 clamps the activation's inputs (the catalog's
+# gpt-oss-120b and planner's HF reader carry it as activation_clamp).
+INLINE_MODEL_SUPPLEMENTS: dict[str, dict[str, Any]] = {"gpt-oss-120b": {"activation_clamp": 7.0}}
+
+
+def inline_model(fields: dict[str, Any], source: str) -> ModelSpec:
+    """A reference row's inline planner spec, with what INLINE_MODEL_SUPPLEMENTS adds for its name."""
+    spec = {k: v for k, v in fields.items() if k != "source"}
+    spec = {**INLINE_MODEL_SUPPLEMENTS.get(str(spec.get("name")), {}), **spec}
+    return validate_spec(ModelSpec, spec, source)
+
+
 def _model(case: dict[str, Any], source: str) -> ModelSpec:
     m = case["model"]
     if isinstance(m, str):
@@ -179,7 +192,7 @@ def _model(case: dict[str, Any], source: str) -> ModelSpec:
     if "model_type" in m:
         return model_from_hf_config(dict(m), source=source)
     if "num_layers" in m:  # planner's own spec fields
-        return validate_spec(ModelSpec, {k: v for k, v in m.items() if k != "source"}, source)
+        return inline_model(m, source)
     return _gpt(m)
 
 

@@ -102,6 +102,15 @@ class _Reader:
             raise self.error(key, f"must be positive, got {value}")
         return value
 
+    def positive_float(self, key: str, default: float) -> float:
+        """A positive number; missing or null means `default`."""
+        value = self.raw(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise self.error(key, f"expected a positive number, got {value!r}")
+        return float(value)
+
     def bool_(self, key: str, default: bool) -> bool:
         value = self.raw(key)
         if value is None:
@@ -453,6 +462,8 @@ def _gpt_oss(r: _Reader) -> None:
     _attention_bias(r, default=True)
     r.put("mlp_bias", True)  # experts carry gate_up_proj_bias (2 f) and down_proj_bias (h)
     r.put("attention_sinks", True)  # self_attn.sinks: one logit per query head
+    # GptOssExperts clamps the gate to at most swiglu_limit and the linear half to +-swiglu_limit (default 7.0)
+    r.put("activation_clamp", r.positive_float("swiglu_limit", 7.0), "swiglu_limit")
     window = r.int_("sliding_window", 128, required=False)
     counted = _count_layer_types(r)
     sliding = counted if counted is not None else (r.spec["num_layers"] + 1) // 2  # default: even layers slide
@@ -721,7 +732,7 @@ IGNORED_KEYS.update({
     "qwen2_moe": {**_QWEN_IGNORED, **_MOE_ROUTING},
     "gpt_oss": {**_LLAMA_IGNORED, **_MOE_ROUTING,
                 "initial_context_length": "YaRN's original context length (rotary scaling); no weights",
-                "swiglu_limit": "clamp of the activation; no weights", "swiglu_alpha": "activation slope; no weights"},
+                "swiglu_alpha": "activation slope; no weights"},
     "olmo2": _LLAMA_IGNORED,
     "starcoder2": {"hidden_act": _ACT, "activation_function": "legacy duplicate of hidden_act",
                    "norm_epsilon": "numerical epsilon", **_SOFTMAX_FP32,

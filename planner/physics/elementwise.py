@@ -62,3 +62,35 @@ def routed_elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray) -> np.n
     t = np.asarray(tp).astype(float)
     permute = 2.0 * k * 4 * model.hidden_size
     return np.asarray(_activation_bytes(model, k * model.moe.moe_ffn_hidden_size) / t + permute)
+
+
+ACTIVATION_CLAMP_FORWARD_BYTES = 8.0
+ACTIVATION_CLAMP_BACKWARD_BYTES = 10.0
+"""HBM bytes per element of fc1's output (the gated activation's 2f inputs) that clamping them costs where the
+clamp runs as kernels of its own: Megatron-Core splits fc1's output in two, clamps each half and concatenates
+them before its fused activation kernel (weighted_bias_quick_geglu_impl with clamp_value: chunk, two clamps and
+torch.cat outside the jit-fused function; NVIDIA/Megatron-LM core_v0.15.0 megatron/core/fusions/fused_bias_geglu.py,
+the gpt-oss path), and Hugging Face's GptOssExperts clamps gate and up eagerly. Forward: each clamp reads and writes
+its half (2 + 2), the concatenation reads and writes the whole (2 + 2): 8. Backward: each clamp's gradient reads
+the incoming gradient and the saved input and writes the result (2 + 2 + 2), and the split's gradient joins the two
+halves into fc1's output gradient (2 + 2): 10. Counted, not fitted. torch.compile fuses the clamp into the
+activation (0); serving engines' gpt-oss activation kernels clamp inside (vLLM swigluoai_and_mul), so serving
+counts none."""
+
+
+def activation_clamp_bytes_per_token(model: ModelSpec, tp: np.ndarray, *, moe_layer: bool
+                                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) bytes per token of clamping one layer's gated-activation inputs
+    (ModelSpec.activation_clamp), on one rank of a tensor-parallel group of `tp`; zero without a clamp. The
+    width is the activation's: the dense MLP's, or a MoE layer's top-k copies and shared experts."""
+    t = np.asarray(tp).astype(float)
+    if model.activation_clamp is None:
+        return np.zeros(np.shape(t)), np.zeros(np.shape(t))
+    if moe_layer and model.moe is not None:
+        width = model.moe.experts_per_token * model.moe.moe_ffn_hidden_size + model.moe.shared_ffn_width
+    else:
+        width = model.ffn_hidden_size
+    elements = 2.0 * width / t  # gate and linear halves of fc1's output
+    return (np.asarray(ACTIVATION_CLAMP_FORWARD_BYTES * elements),
+            np.asarray(ACTIVATION_CLAMP_BACKWARD_BYTES * elements))
+

@@ -45,7 +45,14 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.specs.engine import DEFAULT_ENGINE, AttentionKernel, EngineProfile, attention_kernel_run, engine_profile
+from planner.specs.engine import (
+    DEFAULT_ENGINE,
+    AttentionKernel,
+    EngineProfile,
+    attention_kernel_run,
+    clamp_fused,
+    engine_profile,
+)
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import (
     DISPATCHER_CODES,
@@ -452,6 +459,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         fp8_params=np.asarray((cols["zero"] >= 1) & problem.fp8_param_gather),
         fp8_recipe=const(FP8_RECIPE_CODES[problem.fp8_recipe], np.int64),
         compile=const(problem.compile, bool),
+        clamp_fused=const(clamp_fused(problem.engine, problem.compile), bool),
         offload_optimizer=const(False, bool),
         offload_params=const(False, bool),
         torch_cpu_adam=const(False, bool),

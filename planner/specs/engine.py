@@ -87,6 +87,11 @@ class KernelSection(_Sourced):
         default=True, description="TP comm overlap still runs in a model with multi-latent attention (false: the "
         "engine turns it off for the whole model, and its TP collectives stay exposed)."
     )
+    activation_clamp_fused: bool = Field(
+        default=False, description="A clamped gated activation (ModelSpec.activation_clamp, gpt-oss) clamps inside "
+        "the activation kernel; false: the clamp and its concatenation are kernels of their own "
+        "(physics.elementwise ACTIVATION_CLAMP_*), unless torch.compile fuses them."
+    )
 
 
 class ZeroSection(_Sourced):
@@ -407,6 +412,9 @@ _MEGATRON = EngineProfile(
             "fused_elementwise": _MEGATRON_FUSED,
             "supports_compile": "Megatron-LM has no torch.compile switch for the model (fusions are hand-written)",
             "eager_elementwise_traffic_factor": "unused when fused_elementwise is true; 1.0",
+            "activation_clamp_fused": "Megatron-Core's weighted_bias_quick_geglu_impl (the gpt-oss experts' "
+            "activation) clamps outside its jit-fused function: chunk, two clamps and torch.cat (NVIDIA/Megatron-LM "
+            "core_v0.15.0 megatron/core/fusions/fused_bias_geglu.py)",
         },
     ),
     zero=ZeroSection(
@@ -887,7 +895,7 @@ _AUTOMODEL = _derive(
     kernels={
         "fused_elementwise": True, "supports_compile": False, "attention_kernel": "fused", "cuda_graphs": False,
         "fp8_proj_keeps_cast_input": False, "fp8_tp_all_gather": False, "loss_bytes_per_logit": 4.0,
-        "eager_elementwise_traffic_factor": 1.0,
+        "eager_elementwise_traffic_factor": 1.0, "activation_clamp_fused": True,
         "sources": {
             "fused_elementwise": _AUTOMODEL_SRC + " examples/llm_benchmark/*/*_te_deepep.yaml backend: linear te, "
             "rms_norm te, rope_fusion true (Transformer Engine's fused norm and rotary kernels), counted as the "
@@ -896,6 +904,9 @@ _AUTOMODEL = _derive(
             "attention_kernel": "backend attn te: Transformer Engine's DotProductAttention, cuDNN fused attention on "
             "Hopper (as Megatron-Core's)",
             "cuda_graphs": "no CUDA-graph capture in the AutoModel training recipes",
+            "activation_clamp_fused": "the DeepEP experts' quick_geglu_deepep clamps, activates and weights by the "
+            "routing probability in one torch.compile'd function (NVIDIA-NeMo/Automodel "
+            "nemo_automodel/components/moe/layers.py @ 01883b41)",
             "fp8_proj_keeps_cast_input": "counted as Megatron-Core's Transformer Engine path (one 16-bit copy)",
             "fp8_tp_all_gather": "the TP all-gathers counted in 16 bits (no fp8 gather in the DTensor TP plans)",
             "loss_bytes_per_logit": _AUTOMODEL_SRC + " recipes: loss_fn MaskedCrossEntropy(fp32_upcast: false) "
@@ -1126,6 +1137,12 @@ def attention_kernel_run(engine: str, chosen: AttentionKernel | None) -> Attenti
     """The attention kernel that runs: the one chosen (Layout.attention_kernel, the search's Problem), else the
     engine's."""
     return chosen or engine_profile(engine).kernels.attention_kernel
+
+
+def clamp_fused(engine: str, compile_on: bool) -> bool:
+    """Whether a clamped gated activation's clamp runs inside a fused kernel: under torch.compile, or where the
+    engine's own activation kernel clamps (kernels.activation_clamp_fused)."""
+    return bool(compile_on or engine_profile(engine).kernels.activation_clamp_fused)
 
 
 def engine_or_default(engine: EngineProfile | None) -> EngineProfile:

@@ -16,7 +16,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from planner.specs.bounds import Degree, GlobalBatch, Interleave, Layers, LayersOrNone, MicroBatch, SeqLen, ZeroStage
-from planner.specs.engine import DEFAULT_ENGINE, AttentionKernel, EngineName, attention_kernel_run, engine_profile
+from planner.specs.engine import (
+    DEFAULT_ENGINE,
+    AttentionKernel,
+    EngineName,
+    attention_kernel_run,
+    clamp_fused,
+    engine_profile,
+)
 
 # none; selective (Megatron --recompute-granularity selective: the modules in `recompute_modules`, by
 # default the attention core); full (every layer, or k per stage); op (torchtitan's op-level selective
@@ -374,6 +381,7 @@ class LayoutArrays:
     fp8_params: np.ndarray  # transformer-layer weights held in fp8 (fp8_param_gather)
     fp8_recipe: np.ndarray  # FP8_RECIPE_CODES (Layout.fp8_recipe)
     compile: np.ndarray
+    clamp_fused: np.ndarray  # resolved: a clamped activation's clamp runs inside a fused kernel (compile, or the engine's)
     offload_optimizer: np.ndarray
     offload_params: np.ndarray
     torch_cpu_adam: np.ndarray
@@ -456,6 +464,7 @@ class LayoutArrays:
         cols["fp8"] = np.array([lay.dtype == "fp8" for lay in layouts], dtype=bool)
         for flag in ("overlap_grad_reduce", "overlap_tp_comm", "compile", "offload_optimizer", "offload_params"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
+        cols["clamp_fused"] = np.array([clamp_fused(lay.engine, lay.compile) for lay in layouts], dtype=bool)
         cols["fp8_params"] = np.array([lay.fp8_param_gather for lay in layouts], dtype=bool)
         cols["fp8_recipe"] = np.array([FP8_RECIPE_CODES[lay.fp8_recipe] for lay in layouts], dtype=np.int64)
         cols["torch_cpu_adam"] = np.array(

@@ -146,6 +146,11 @@ class ModelSpec(BaseModel):
     qkv_bias: StrictBool = Field(default=False, description="Bias on the query/key/value projections.")
     attention_output_bias: StrictBool = Field(default=False, description="Bias on the attention output projection.")
     mlp_bias: StrictBool = Field(default=False, description="Bias on the feed-forward projections.")
+    activation_clamp: Annotated[float, BeforeValidator(strict_float)] | None = Field(
+        default=None, gt=0, le=1e6,
+        description="The gated activation's two inputs clamped to this bound before the activation (gpt-oss: "
+        "HF swiglu_limit 7.0; the gate at most c, the linear half within +-c); null: no clamp. No weights.",
+    )
     max_seq_len: SeqLen = Field(description="Longest context the model supports (tokens).")
     dropout: StrictBool = Field(
         default=False,
@@ -187,6 +192,9 @@ class ModelSpec(BaseModel):
             raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) exceeds num_layers ({self.num_layers})")
         if self.sliding_window_layers and self.sliding_window_tokens is None:
             raise ValueError("sliding_window_layers is set but sliding_window_tokens is not; give the window size")
+        if self.activation_clamp is not None and self.mlp_kind != "gated":
+            raise ValueError("activation_clamp bounds a gated activation's two inputs; set mlp_kind 'gated' or "
+                             "remove activation_clamp")
         return self
 
     # Derived shapes -------------------------------------------------------

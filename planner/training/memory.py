@@ -308,7 +308,11 @@ def layer_activation_bytes_per_token(
     # keeps fc1's output (f) and GeLU's output (f): Korthikanti's 8sbh + 8sbh bytes for f = 4h. fc1's output is
     # the activation's input: 1 byte where the layout keeps it in fp8 (activation_input_fp8, SwiGLU only).
     fc1_out = np.where(lay.activation_input_fp8 & (model.mlp_kind == "gated"), FP8_ACTIVATION_BYTES, e)
-    mlp = (up * fc1_out + g) * f / t + permuted + router
+    # A clamped gated activation (activation_clamp, gpt-oss) keeps fc1's output twice: the clamps save their
+    # input, the fused activation its clamped concatenation (physics.elementwise ACTIVATION_CLAMP_*; where one
+    # fused kernel clamps, torch.compile's or the engine's, it saves the input alone).
+    clamped = np.where(lay.clamp_fused | (model.activation_clamp is None), 0.0, up * e)
+    mlp = (up * fc1_out + clamped + g) * f / t + permuted + router
     heads_per_rank = model.num_attention_heads / t
     # Scores per token: softmax output (2 bytes) + with dropout its mask (1) and output (2): a*s*(2+3) bytes.
     scores = heads_per_rank * lay.seq_len * (e + dropout * (1 + e))
@@ -329,13 +333,13 @@ def layer_activation_bytes_per_token(
         else 0.0
     )
     if moe_layer and model.moe is not None:
-        routed_act = c * g * f_routed / t  # the experts' activation output (fc2's input)
-        shared_internal = (up * fc1_out + g) * f_shared / t
+        routed_act = c * (g + clamped) * f_routed / t  # the experts' activation output (fc2's input), clamped copy
+        shared_internal = (up * fc1_out + clamped + g) * f_shared / t
         mlp_drop = np.where(
             has("moe"), mlp, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared_internal, 0.0)
         )
     else:
-        mlp_drop = np.where(has("mlp"), (up * fc1_out + g) * f / t, 0.0)
+        mlp_drop = np.where(has("mlp"), (up * fc1_out + clamped + g) * f / t, 0.0)
     module_drop = norm_drop + mla_drop + mlp_drop
 
     keeps_scores = ~lay.flash_attention & (lay.recompute == RecomputeCode.NONE) | (selective & ~has("core_attn") & ~lay.flash_attention)

@@ -32,8 +32,8 @@ from planner.physics.comm import (
     reduce_scatter_seconds,
     ring_latency_seconds,
 )
+from planner.physics.elementwise import activation_clamp_bytes_per_token, routed_elementwise_bytes_per_token
 from planner.physics.elementwise import elementwise_bytes_per_token as shared_elementwise_bytes_per_token
-from planner.physics.elementwise import routed_elementwise_bytes_per_token
 from planner.physics.kernels import (
     CAUSAL_WORK_FRACTION,
     FLASH_BACKWARD_TO_FORWARD,
@@ -406,6 +406,9 @@ def layer_time(
         lay.flash_attention, flash_bwd, 2 * unfused_gemm + BACKWARD_TO_FORWARD_TRAFFIC * (unfused_fwd - unfused_gemm)
     )
     elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
+    # A clamped gated activation's clamp and concatenation, kernels of their own unless a fused kernel clamps
+    clamp_fwd, clamp_bwd = (np.where(lay.clamp_fused, 0.0, memory_seconds(hw, tokens * b))
+                            for b in activation_clamp_bytes_per_token(model, lay.tp, moe_layer=moe_layer))
     # The router's and dispatcher's small kernels (physics.launch): their launch latency on the GPU.
     bookkeeping = bookkeeping_seconds(model, lay, moe_layer=moe_layer)
     # The dispatcher's regrouping by local expert and the routed experts' second bias (physics.moe): memory
@@ -416,8 +419,9 @@ def layer_time(
         expert_fwd, expert_bwd = regroup + bias_fwd, regroup + bias_bwd
     else:
         expert_fwd = expert_bwd = np.zeros_like(elementwise)
-    forward = gemm + core_fwd + elementwise + cast_fwd + expert_fwd + bookkeeping / (1 + BACKWARD_LAUNCH_RATIO)
-    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + cast_bwd + expert_bwd + (
+    forward = (gemm + core_fwd + elementwise + clamp_fwd + cast_fwd + expert_fwd
+               + bookkeeping / (1 + BACKWARD_LAUNCH_RATIO))
+    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + clamp_bwd + cast_bwd + expert_bwd + (
         bookkeeping * BACKWARD_LAUNCH_RATIO / (1 + BACKWARD_LAUNCH_RATIO)
     )
     # Under --tp-comm-overlap the row-parallel forward GEMMs (attention output, fc2) run beside their pipelined
@@ -587,6 +591,10 @@ def recompute_extra_seconds(
     def traffic(bytes_per_token: np.ndarray | float) -> np.ndarray:
         return np.asarray(eager_factor * memory_seconds(hw, tokens * bytes_per_token))
 
+    # the activation's clamp runs again with it (its forward bytes; already unfused, so no eager factor)
+    clamp = np.where(lay.clamp_fused, 0.0, memory_seconds(
+        hw, tokens * activation_clamp_bytes_per_token(model, lay.tp, moe_layer=moe_layer)[0]))
+
     selective = lay.recompute == RecomputeCode.SELECTIVE
 
     def has(module: str) -> np.ndarray:
@@ -601,7 +609,7 @@ def recompute_extra_seconds(
         op_share.update({"mlp_down": 1.0, "expert_down": 1.0, "shared_down": 1.0})
     op = _gemm_forward_seconds(model, hw, lay, moe_layer, op_share) + traffic(
         elementwise_bytes_per_token(model, lay, moe_layer=moe_layer)
-    )
+    ) + clamp
     modules = np.where(has("layernorm"), traffic(model.norms_per_layer * 4 * h / rep_div), 0.0)
     if model.mla is not None:  # mla_up_proj: the query and key/value up-projections from the latents, again
         modules = modules + np.where(
@@ -610,16 +618,20 @@ def recompute_extra_seconds(
     if moe is not None:
         whole = (
             _gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(expert_names, 1.0))
-            + traffic(activation_bytes + 2 * moe.experts_per_token * 4 * h)
+            + traffic(activation_bytes + 2 * moe.experts_per_token * 4 * h) + clamp
             + layer.ep_comm / 2.0
         )
-        routed_act = traffic((6 if gated else 4) * moe.experts_per_token * moe.moe_ffn_hidden_size / t)
+        routed_width = moe.experts_per_token * moe.moe_ffn_hidden_size
+        routed_share = routed_width / (routed_width + moe.shared_ffn_width)
+        routed_act = traffic((6 if gated else 4) * moe.experts_per_token * moe.moe_ffn_hidden_size / t) + (
+            routed_share * clamp)
         shared = _gemm_forward_seconds(model, hw, lay, moe_layer, {"shared_up": 1.0, "shared_down": 1.0})
         modules = modules + np.where(
             has("moe"), whole, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared, 0.0)
         )
     else:
-        mlp = _gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(mlp_names, 1.0)) + traffic(activation_bytes)
+        mlp = (_gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(mlp_names, 1.0)) + traffic(activation_bytes)
+               + clamp)
         modules = modules + np.where(has("mlp"), mlp, 0.0)
     return np.where(lay.recompute == RecomputeCode.OP, op, modules)
 

@@ -410,6 +410,10 @@ def test_gpt_oss_sinks_biased_experts_and_alternating_windows():
     assert spec.moe is not None and spec.moe.router_bias and spec.moe.num_experts == 32
     assert (spec.sliding_window_tokens, spec.sliding_window_layers) == (128, 12)
     assert refusal({**fixture("gpt-oss-20b.json"), "experts_per_token": 2}).field == "experts_per_token"
+    # the config's swiglu_limit bounds the activation's inputs (GptOssExperts clamps gate and up)
+    assert spec.activation_clamp == 7.0
+    assert imported("gpt-oss-20b.json", swiglu_limit=3.5).activation_clamp == 3.5
+    assert refusal({**fixture("gpt-oss-20b.json"), "swiglu_limit": -1}).field == "swiglu_limit"
 
 
 def test_qwen2_moe_gated_shared_expert_of_its_own_width():
