@@ -45,9 +45,7 @@ def layout_fields(row: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         "global_batch": t["gbs"], "seq_len": t["seq"], "interleave": t.get("vp") or 1,
         "dtype": "bf16" if precision == "BF16" else "fp8", "zero": 3 if t.get("fsdp") else 1, "grad_dtype": "fp32",
     }
-    # the reference rows name an MXFP8 row by its id (planner.calibrate.published.fp8_recipe_fields)
-    case_id = str(row["id"]) + ("_mxfp8" if "MX" in precision and "mxfp8" not in str(row["id"]) else "")
-    fields = published_overrides(case_id, MEGATRON_BRIDGE_SOURCE, fields)
+    fields = published_overrides(str(row["id"]), MEGATRON_BRIDGE_SOURCE, fields)  # every fp8 row names its recipe
     for key, value in (row.get("planner_fields") or {}).items():
         if key == "recompute_modules" and not value:
             continue

@@ -949,7 +949,7 @@ def megatron_split(args: Mapping[str, Any], layers: int, pp: int, source: str) -
         return [middle if first is None else first] + [middle] * (pp - 2) + [middle if last is None else last]
     embed = int(bool(args.get("account-for-embedding-in-pipeline-split")))
     loss = int(bool(args.get("account-for-loss-in-pipeline-split")))
-    total = layers + _edge_units(args)
+    total = layers + embed + loss
     if total % pp:
         counted = f"{layers} layers" + (f" (+{embed + loss} for the embedding/loss)" if embed + loss else "")
         raise PlannerError(f"{counted} do not divide by --pipeline-model-parallel-size {pp} (Megatron-LM asserts "

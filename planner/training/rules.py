@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.physics.stages import max_layers_per_stage, pipeline_units_per_rank
+from planner.physics.stages import PIPELINE_EDGE_UNITS, max_layers_per_stage, pipeline_units_per_rank
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
 from planner.specs.layout import DISPATCHER_CODES, RECOMPUTE_CODES, Layout, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -181,7 +181,8 @@ RULES: tuple[Rule, ...] = (
         & ((a.pp == 1) | (pipeline_units_per_rank(m.num_layers, a.pp) < a.interleave) | (a.num_micro_batches % a.pp != 0)
            | a.gpipe),
         lambda m, l, g: f"interleave({l.interleave}) needs pp > 1, at least one layer, the embedding or the loss per "
-        f"virtual stage ((num_layers({m.num_layers}) + 2) // pp({l.pp}) = {(m.num_layers + 2) // l.pp} >= interleave), "
+        f"virtual stage ((num_layers({m.num_layers}) + {PIPELINE_EDGE_UNITS}) // pp({l.pp}) = {pipeline_units_per_rank(m.num_layers, l.pp)} "
+        f">= interleave), "
         f"the micro-batch count "
         f"({l.global_batch // max(l.dp * l.micro_batch, 1)}) divisible by pp, and the 1f1b schedule",
     ),

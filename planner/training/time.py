@@ -406,9 +406,7 @@ def layer_time(
         lay.flash_attention, flash_bwd, 2 * unfused_gemm + BACKWARD_TO_FORWARD_TRAFFIC * (unfused_fwd - unfused_gemm)
     )
     elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
-    # A clamped gated activation's clamp and concatenation, kernels of their own unless a fused kernel clamps
-    clamp_fwd, clamp_bwd = (np.where(lay.clamp_fused, 0.0, memory_seconds(hw, tokens * b))
-                            for b in activation_clamp_bytes_per_token(model, lay.tp, moe_layer=moe_layer))
+    clamp_fwd, clamp_bwd = clamp_seconds(model, hw, lay, moe_layer=moe_layer)
     # The router's and dispatcher's small kernels (physics.launch): their launch latency on the GPU.
     bookkeeping = bookkeeping_seconds(model, lay, moe_layer=moe_layer)
     # The dispatcher's regrouping by local expert and the routed experts' second bias (physics.moe): memory
@@ -566,6 +564,16 @@ def _gemm_forward_seconds(
     return total
 
 
+def clamp_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of a clamped gated activation's clamp and concatenation, one layer and micro-batch:
+    kernels of their own (physics.elementwise ACTIVATION_CLAMP_*) unless a fused kernel clamps (lay.clamp_fused)."""
+    tokens = tokens_per_microbatch(lay)
+    fwd, bwd = activation_clamp_bytes_per_token(model, lay.tp, moe_layer=moe_layer)
+    return (np.asarray(np.where(lay.clamp_fused, 0.0, memory_seconds(hw, tokens * fwd))),
+            np.asarray(np.where(lay.clamp_fused, 0.0, memory_seconds(hw, tokens * bwd))))
+
+
 def recompute_extra_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, layer: LayerTime, *, moe_layer: bool,
     eager_factor: np.ndarray,
@@ -591,9 +599,8 @@ def recompute_extra_seconds(
     def traffic(bytes_per_token: np.ndarray | float) -> np.ndarray:
         return np.asarray(eager_factor * memory_seconds(hw, tokens * bytes_per_token))
 
-    # the activation's clamp runs again with it (its forward bytes; already unfused, so no eager factor)
-    clamp = np.where(lay.clamp_fused, 0.0, memory_seconds(
-        hw, tokens * activation_clamp_bytes_per_token(model, lay.tp, moe_layer=moe_layer)[0]))
+    # the activation's clamp runs again with it (its forward; already unfused, so no eager factor)
+    clamp, _ = clamp_seconds(model, hw, lay, moe_layer=moe_layer)
 
     selective = lay.recompute == RecomputeCode.SELECTIVE
 
