@@ -13,7 +13,8 @@ main gradients unless the recipe says otherwise, fp8 parameter gathering, the fp
 global batch x sequence length / (tokens per second per GPU x GPUs). Prints one line per row, then the median
 |error|, the signed median and the maximum, overall and per group (dense / MoE, per system), and the rows that
 planner would call "does not fit" at the default headroom. Rows whose notes end in "Low confidence" (the table's
-layout matches no recipe of its release) are predicted and listed, and left out of the summaries.
+layout matches no recipe of its release) or "Known regression" (the table footnotes the row as a known performance
+regression) are predicted and listed, and left out of the summaries.
 
 Recipe settings a row records that planner has no term for (UNMODELLED: FP8 attention) are dropped before the row
 becomes a layout; docs/validation.md says which rows ran them.
@@ -40,7 +41,8 @@ DATA = (Path(__file__).resolve().parent / "data" / "megatron_bridge_26.yaml",
 # (mixed_precision.fp8_dot_product_attention), whose speed-up over 16-bit attention in cuDNN's own benchmark
 # ranges from 0.9x to 1.8x with the chip, the head size and the mask (docs/validation.md).
 UNMODELLED = frozenset({"fp8_attention"})
-LOW_CONFIDENCE = "Low confidence"
+LOW_CONFIDENCE = "Low confidence"  # the table's layout matches no recipe of its release
+KNOWN_REGRESSION = "Known regression"  # the table's own footnote names a regression of that row
 MODELS = {"LLAMA3_70B": "llama-3.1-70b", "LLAMA3.1_405B": "llama-3.1-405b", "LLAMA3_8B": "llama-3.1-8b",
           "DeepSeekV3": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b",
           "Qwen3_235B_a22B": "qwen3-235b-a22b", "Kimi_K2": "kimi-k2"}
@@ -101,10 +103,11 @@ def main() -> None:
         result = estimate(model, hw, layout)
         predicted, measured = result.scalar("step_seconds"), measured_seconds(row)
         error = (predicted - measured) / measured
-        uncertain = LOW_CONFIDENCE in str(row.get("notes", ""))
+        notes = str(row.get("notes", ""))
+        uncertain = LOW_CONFIDENCE in notes or KNOWN_REGRESSION in notes
         t = row["table"]
         degrees = f"{t['tp']}/{t['pp']}/{t['cp']}/{t.get('vp') or 1}/{t.get('ep') or 1}"
-        mark = " (low confidence)" if uncertain else ""
+        mark = " (low confidence)" if LOW_CONFIDENCE in notes else " (known regression)" if uncertain else ""
         if args.markdown:
             print(f"| {row['release']} | {row['system']} | {row['model_name']} | {row['precision']} | {gpus} | "
                   f"{degrees} | {predicted:.2f} | {measured:.2f} | {error * 100:+.1f}%{mark} |")
@@ -132,7 +135,8 @@ def main() -> None:
     else:
         for name in order:
             print(f"{name}: {summary(groups[name])}")
-    print(f"left out of the summaries (low confidence: the table's layout matches no recipe): {', '.join(low) or 'none'}")
+    print(f"left out of the summaries (low confidence: the table's layout matches no recipe; or a regression the table "
+          f"footnotes): {', '.join(low) or 'none'}")
     print(f"called 'does not fit' at the default headroom: {', '.join(unfit) if unfit else 'none'}")
 
 
