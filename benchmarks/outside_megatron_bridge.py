@@ -15,9 +15,6 @@ global batch x sequence length / (tokens per second per GPU x GPUs). Prints one 
 planner would call "does not fit" at the default headroom. Rows whose notes end in "Low confidence" (the table's
 layout matches no recipe of its release) or "Known regression" (the table footnotes the row as a known performance
 regression) are predicted and listed, and left out of the summaries.
-
-Recipe settings a row records that planner has no term for (UNMODELLED: FP8 attention) are dropped before the row
-becomes a layout; docs/validation.md says which rows ran them.
 """
 
 from __future__ import annotations
@@ -37,10 +34,6 @@ from planner.training.rules import resolve_layout
 
 DATA = (Path(__file__).resolve().parent / "data" / "megatron_bridge_26.yaml",
         Path(__file__).resolve().parent / "data" / "megatron_bridge_26_later.yaml")
-# Recipe settings recorded per row that the cost model has no term for: Transformer Engine's FP8 attention
-# (mixed_precision.fp8_dot_product_attention), whose speed-up over 16-bit attention in cuDNN's own benchmark
-# ranges from 0.9x to 1.8x with the chip, the head size and the mask (docs/validation.md).
-UNMODELLED = frozenset({"fp8_attention"})
 LOW_CONFIDENCE = "Low confidence"  # the table's layout matches no recipe of its release
 KNOWN_REGRESSION = "Known regression"  # the table's own footnote names a regression of that row
 MODELS = {"LLAMA3_70B": "llama-3.1-70b", "LLAMA3.1_405B": "llama-3.1-405b", "LLAMA3_8B": "llama-3.1-8b",
@@ -62,7 +55,7 @@ def layout_fields(row: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     }
     fields = published_overrides(str(row["id"]), MEGATRON_BRIDGE_SOURCE, fields)  # every fp8 row names its recipe
     for key, value in (row.get("planner_fields") or {}).items():
-        if (key == "recompute_modules" and not value) or key in UNMODELLED:
+        if key == "recompute_modules" and not value:
             continue
         fields[key] = tuple(value) if isinstance(value, list) else value
     return int(t["gpus"]), fields

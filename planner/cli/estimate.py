@@ -14,6 +14,7 @@ from planner.cli.options import (
     count,
     echo_json,
     format_option,
+    fp8_attention_option,
     fp8_param_gather_option,
     hardware_option,
     model_option,
@@ -55,6 +56,7 @@ from planner.training.rules import resolve_layout
               help="Pipeline schedule.")
 @training_precision_options
 @fp8_param_gather_option()
+@fp8_attention_option()
 @click.option("--activation-input-fp8/--no-activation-input-fp8", default=False, show_default=True,
               help="Keep the SwiGLU's input (fc1's output) for the backward in fp8 (Megatron "
               "--activation-func-fp8-input-store; DeepSeek-V3's framework also under moe_act recompute).")

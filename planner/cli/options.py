@@ -165,6 +165,16 @@ def fp8_param_gather_option() -> Callable[..., Any]:
     )
 
 
+def fp8_attention_option() -> Callable[..., Any]:
+    """--fp8-attention for estimate and search (Layout.fp8_attention; the search's Problem field)."""
+    return click.option(
+        "--fp8-attention/--no-fp8-attention", default=False, show_default=True,
+        help="With --dtype fp8: Transformer Engine's FP8 attention (Megatron --fp8-dot-product-attention), at the "
+        "speed the hardware profile measures for it (efficiency.attention_fp8); megatron and nemo engines, per-tensor "
+        "or MXFP8 recipes.",
+    )
+
+
 CUDA_GRAPH_SCOPES = ("full", "attn", "mlp", "moe", "moe_router", "moe_preprocess")  # specs.layout.CUDA_GRAPH_BITS
 MOE_DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")  # specs.layout.DISPATCHER_CODES
 

@@ -20,6 +20,7 @@ from planner.cli.options import (
     Finite,
     Outputs,
     count,
+    fp8_attention_option,
     fp8_param_gather_option,
     hardware_option,
     model_option,
@@ -166,6 +167,7 @@ def _filter_options(f: Any) -> Any:
 @_filter_options
 @training_precision_options
 @fp8_param_gather_option()
+@fp8_attention_option()
 @_moe_options
 @click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM, show_default=True,
               help="Share of GPU memory kept free on top of the modelled reserve.")
@@ -191,7 +193,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                grad_dtype: str, optimizer: str, flash_attention: bool, attention_kernel: AttentionKernel | None,
                overlap_grad_reduce: bool, tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
                moe_ep_overlap: bool | None, optimizer_state_dtype: str | None, master_weights_dtype: str | None, schedule: str,
-               fp8_param_gather: bool, fp8_recipe: str | None, headroom: float,
+               fp8_param_gather: bool, fp8_attention: bool, fp8_recipe: str | None, headroom: float,
                objective: str, tokens: float | None, price: float | None,
                top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,
                **filter_values: Any) -> None:
@@ -238,7 +240,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                       optimizer_state_dtype=optimizer_state_dtype, master_weights_dtype=master_weights_dtype,
                       moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap, schedule=schedule,
                       fp8_param_gather=fp8_param_gather, attention_kernel=attention_kernel,
-                      fp8_recipe=fp8_recipe or "tensorwise")
+                      fp8_recipe=fp8_recipe or "tensorwise", fp8_attention=fp8_attention)
     result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)
     selection = select(result.layouts, result.results, result.fits, objective, top=top, pareto=pareto)
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,

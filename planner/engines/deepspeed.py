@@ -511,6 +511,9 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                            "Megatron-LM's --activation-func-fp8-input-store); export for Megatron-LM")
     if layout.fp8_param_gather:
         raise PlannerError("fp8_param_gather: DeepSpeed keeps 16-bit weights; export for Megatron-LM")
+    if layout.fp8_attention:
+        raise PlannerError("fp8_attention: DeepSpeed's models run their attention in 16 bits (FP8 attention is Transformer "
+                           "Engine's, Megatron-LM's --fp8-dot-product-attention); export for Megatron-LM")
     if layout.cp > 1 and (model.num_attention_heads % layout.cp or model.kv_heads % layout.cp):
         raise PlannerError(f"cp({layout.cp}): DeepSpeed's Ulysses sequence parallelism splits the attention heads, "
                            f"and {model.num_attention_heads} query / {model.kv_heads} KV heads do not divide by it")

@@ -80,7 +80,7 @@ READ_FLAGS: dict[str, str] = {
         "enable-gpt-oss",  # megatron/post_training/arguments.py: GPT-OSS's YaRN RoPE (model_builder.py)
         "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "moe-shared-expert-overlap",
         "moe-pad-expert-input-to-capacity", "enable-cuda-graph", "external-cuda-graph",
-        "activation-func-fp8-input-store",
+        "activation-func-fp8-input-store", "fp8-dot-product-attention", "fp8-multi-head-attention",
         # Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed)
         "deepspeed", "deepspeed-activation-checkpointing", "partition-activations", "embed-layernorm",
         "no-pipeline-parallel", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "cpu-optimizer",
@@ -615,6 +615,7 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
                                "it); add --use-distributed-optimizer", source=src)
         else:
             got.set("fp8_param_gather", True, "--fp8-param-gather")
+    _fp8_attention(args, got)
     # attention kernel: Megatron-LM picks flash/fused attention (Transformer Engine) unless told otherwise
     # Megatron-DeepSpeed runs its fused softmax unless --use-flash-attn(-v1/-v2/-triton) is given
     flash_flags = ("use-flash-attn", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton")
@@ -738,6 +739,28 @@ def _moe_flags(args: Mapping[str, Any], got: Collected) -> None:
                  "not padded to capacity, so planner counts dropless routing (the balanced load)")
         return
     got.set("moe_capacity_factor", float(factor), "--moe-expert-capacity-factor")
+
+
+def _fp8_attention(args: Mapping[str, Any], got: Collected) -> None:
+    """--fp8-dot-product-attention: Megatron-Core hands fp8_dpa to Transformer Engine's delayed, current-scaling
+    and MXFP8 recipes, not to Float8BlockScaling (megatron/core/fp8_utils.py @ d98e8a64), whose attention stays
+    16-bit. --fp8-multi-head-attention (fp8_mha) runs the same fp8 kernel and also hands its output to the
+    projection in fp8; read as FP8 attention."""
+    flags = [f for f in ("fp8-dot-product-attention", "fp8-multi-head-attention") if args.get(f)]
+    if not flags:
+        return
+    flag = "--" + flags[0]
+    if got.values.get("dtype") != "fp8":
+        raise PlannerError(f"{flag} runs the attention in fp8, which needs fp8 training; add --fp8-format hybrid (or "
+                           "e4m3) or remove it", source=got.source)
+    if got.values.get("fp8_recipe") == "blockwise":
+        got.warn(f"{flag} with --fp8-recipe blockwise: Megatron-Core's Float8BlockScaling recipe takes no fp8_dpa "
+                 "(megatron/core/fp8_utils.py), so the attention runs in 16 bits; read as off")
+        return
+    if "fp8-multi-head-attention" in flags:
+        got.warn("--fp8-multi-head-attention read as --fp8-dot-product-attention (the fp8 output handed to the "
+                 "projection is not modelled)")
+    got.set("fp8_attention", True, flag)
 
 
 # --cuda-graph-scope names (megatron/core/transformer/enums.py CudaGraphScope at c1e938b0) -> planner's scope
@@ -1548,6 +1571,8 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
             flags.append(["--fp8-recipe", lay.fp8_recipe])
             if lay.fp8_param_gather:
                 flags.append(["--fp8-param-gather"])
+            if lay.fp8_attention:
+                flags.append(["--fp8-dot-product-attention"])
         if lay.grad_dtype != "fp32":
             flags.append(["--grad-reduce-in-bf16"])
     if lay.activation_input_fp8:

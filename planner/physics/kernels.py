@@ -8,6 +8,8 @@ themselves, one value for every chip, each with its source.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from planner.specs.hardware import HardwareProfile
@@ -287,6 +289,34 @@ def attention_plateau(hw: HardwareProfile, kernel: str = "fused") -> float:
     if kernel == "flash2" and fa2 is not None:
         return float(fa2.fraction) * compute_fraction(hw)
     return float(hw.efficiency.attention.fraction) * compute_fraction(hw)
+
+
+def fp8_attention_speedup(hw: HardwareProfile, block_tokens: np.ndarray | float, head_dim: float,
+                          mxfp8: np.ndarray | bool) -> np.ndarray:
+    """How many times faster the fused attention (forward + backward) runs on fp8 inputs than on 16-bit ones, on
+    blocks of `block_tokens` keys, from the profile's measured table (efficiency.attention_fp8): the row of the
+    nearest measured head dimension (in ratio), linear in log2 of the length between the measured ones and held at
+    the first and last beyond them; the MXFP8 row where `mxfp8`, the per-tensor one elsewhere. 1 where the profile
+    has no table or no row for that scaling (rules refuse such a layout; see fp8_attention_available)."""
+    table = hw.efficiency.attention_fp8
+    s = np.maximum(np.asarray(block_tokens, dtype=float), 1.0)
+    if table is None:
+        return np.ones(np.shape(s))
+    row = int(np.argmin([abs(math.log(d / max(head_dim, 1.0))) for d in table.head_dims]))
+    x = np.log2(np.asarray(table.block_tokens, dtype=float))
+
+    def pick(rows: list[list[float]] | None) -> np.ndarray:
+        if rows is None:
+            return np.ones(np.shape(s))
+        return np.asarray(np.interp(np.log2(s), x, np.asarray(rows[row], dtype=float)))
+
+    return np.asarray(np.where(mxfp8, pick(table.mxfp8), pick(table.per_tensor)))
+
+
+def fp8_attention_available(hw: HardwareProfile, mxfp8: bool) -> bool:
+    """Whether the profile measures FP8 attention for the scaling (per-tensor, or MXFP8)."""
+    table = hw.efficiency.attention_fp8
+    return table is not None and (table.mxfp8 if mxfp8 else table.per_tensor) is not None
 
 
 def layout_attention_plateau(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:

@@ -181,7 +181,7 @@ def run_search(
     """Build the space, reject rule-breakers, cost the grid in one vectorised pass, mask what does not fit."""
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
-    check_dtype(hw, problem.dtype, problem.fp8_recipe)
+    check_dtype(hw, problem.dtype, problem.fp8_recipe, problem.fp8_attention)
     problem = problem.for_model(model, hw)  # the MoE settings decided, as the result reports them
     start = time.perf_counter()
     space = build_space(model, problem, filters)
@@ -348,7 +348,8 @@ def _fit_at(model: ModelSpec, hw: HardwareProfile, est: TrainingEstimate, gpus: 
                       master_weights_dtype=base.master_weights_dtype, moe_dispatcher=base.moe_dispatcher,
                       moe_ep_overlap=base.moe_ep_overlap, schedule=base.schedule, engine=base.engine,
                       compile=base.compile, fp8_param_gather=base.fp8_param_gather,
-                      attention_kernel=base.attention_kernel, fp8_recipe=base.fp8_recipe)
+                      attention_kernel=base.attention_kernel, fp8_recipe=base.fp8_recipe,
+                      fp8_attention=base.fp8_attention)
     try:
         result = run_search(model, hw, problem, headroom=est.headroom)
     except PlannerError:

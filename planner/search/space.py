@@ -125,6 +125,7 @@ class Problem:
     fp8_param_gather: bool = False  # Layout.fp8_param_gather on every candidate with ZeRO >= 1 (Megatron engines)
     attention_kernel: AttentionKernel | None = None  # Layout.attention_kernel for every candidate; None: the engine's
     fp8_recipe: str = "tensorwise"  # Layout.fp8_recipe for every candidate (with dtype fp8)
+    fp8_attention: bool = False  # Layout.fp8_attention for every candidate (with dtype fp8, engines that run it)
 
     def __post_init__(self) -> None:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
@@ -162,6 +163,12 @@ class Problem:
             raise PlannerError(f"fp8_recipe({self.fp8_recipe}) must be one of {', '.join(FP8_RECIPE_CODES)}")
         if self.fp8_recipe != "tensorwise" and self.dtype != "fp8":
             raise PlannerError(f"fp8_recipe {self.fp8_recipe} applies only with --dtype fp8")
+        if self.fp8_attention and (self.dtype != "fp8" or self.fp8_recipe == "blockwise" or not self.flash_attention):
+            raise PlannerError("fp8_attention runs Transformer Engine's fused attention on fp8 inputs: it needs --dtype "
+                               "fp8 with per-tensor or MX scales (not blockwise) and flash attention")
+        if self.fp8_attention and not profile.kernels.fp8_attention:
+            raise PlannerError(f"engine {self.engine} cannot run fp8_attention ({profile.kernels.sources['fp8_attention']}); "
+                               "drop it or choose an engine whose kernels.fp8_attention is true (megatron, nemo)")
         if self.attention_kernel not in (None, "fused", "flash2"):
             raise PlannerError(f"attention_kernel({self.attention_kernel}) must be fused or flash2")
         if self.attention_kernel is not None and not self.flash_attention:
@@ -478,6 +485,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         # deepspeed: the readers read their files so)
         mtp_layers=const(0 if model.mtp_layers and not engine_profile(problem.engine).moe.mtp else -1, np.int64),
         activation_input_fp8=const(False, bool),
+        fp8_attention=const(problem.fp8_attention, bool),
     )
     if filters.sequence_parallel is None:
         in_space = ~cols["sequence_parallel"] | (cols["tp"] > 1)

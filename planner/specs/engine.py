@@ -92,6 +92,10 @@ class KernelSection(_Sourced):
         "the activation kernel; false: the clamp and its concatenation are kernels of their own "
         "(physics.elementwise ACTIVATION_CLAMP_*), unless torch.compile fuses them."
     )
+    fp8_attention: bool = Field(
+        default=False, description="The fused attention can run on fp8 inputs (Transformer Engine's FP8 attention, "
+        "Layout.fp8_attention)."
+    )
 
 
 class ZeroSection(_Sourced):
@@ -388,8 +392,12 @@ _MEGATRON = EngineProfile(
     kernels=KernelSection(
         fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
         attention_kernel="fused", cuda_graphs=True, fp8_proj_keeps_cast_input=False, fp8_tp_all_gather=False,
-        tp_overlap_with_mla=False,
+        tp_overlap_with_mla=False, fp8_attention=True,
         sources={
+            "fp8_attention": "Megatron-LM --fp8-dot-product-attention (Megatron-Bridge mixed_precision."
+            "fp8_dot_product_attention) sets the fp8 recipe's fp8_dpa, and Transformer Engine's DotProductAttention "
+            "then runs FusedAttnFunc on quantized Q, K, V (NVIDIA/TransformerEngine transformer_engine/pytorch/"
+            "attention/dot_product_attention/backends.py @ d0067d0)",
             "tp_overlap_with_mla": "Megatron-Core megatron/core/extensions/transformer_engine.py @ d98e8a64 (TELinear): "
             "a TE linear whose userbuffer name is not qkv, proj, fc1 or fc2 sets config.tp_comm_overlap = False "
             "('Disabling TP communication overlap for this layer'); MLA's q_down_proj, kv_down_proj, q_up_proj and "
@@ -647,11 +655,13 @@ _TORCH_EAGER_SOURCES: dict[str, str] = {
     "fused_elementwise": "PyTorch eager modules: RMSNorm, residual add, SiLU x up each a separate kernel",
     "supports_compile": "torchtitan [compile] enable / torch.compile per block (`--compile` here)",
     "eager_elementwise_traffic_factor": _EAGER_FACTOR,
+    "fp8_attention": "torchao's float8 training converts nn.Linear modules only; scaled_dot_product_attention "
+    "stays 16-bit (torchao/float8/float8_linear_utils.py convert_to_float8_training)",
 }
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 3.0,
     "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
-    "fp8_proj_keeps_cast_input": True, "tp_overlap_with_mla": True,
+    "fp8_proj_keeps_cast_input": True, "tp_overlap_with_mla": True, "fp8_attention": False,
     "sources": _TORCH_EAGER_SOURCES,
 }
 
@@ -913,6 +923,8 @@ _AUTOMODEL = _derive(
             "(nemo_automodel/components/loss/masked_ce.py): cross entropy on the bf16 logits, whose log-softmax "
             "keeps its bf16 output (2) and whose backward writes the bf16 logit gradient (2): 4",
             "eager_elementwise_traffic_factor": "unused when fused_elementwise is true; 1.0",
+            "fp8_attention": "AutoModel's fp8 config converts Linear modules with torchao; Transformer Engine's "
+            "attention runs 16-bit (no fp8_dot_product_attention setting in its recipes)",
         },
     },
     schedules={
@@ -1022,6 +1034,7 @@ _DEEPSPEED = _derive(
         "supports_compile": "DeepSpeed config 'compile' / engine.compile()",
         "eager_elementwise_traffic_factor": _EAGER_FACTOR,
         "loss_bytes_per_logit": "Hugging Face causal-LM loss: logits.float() then cross_entropy, as torchtitan: " + _TORCH_LOSS,
+        "fp8_attention": "the user's model runs its attention in 16 bits (DeepSpeed has no fp8 attention setting)",
     }),
     zero={
         "collectives_per_layer": 20, "prefetch_units": 1, "prefetch_bucket_params": 50_000_000,

@@ -226,6 +226,43 @@ class AttentionEfficiency(Fraction):
     )
 
 
+class Fp8AttentionSpeedup(BaseModel):
+    """How much faster the chip's fused attention runs with fp8 inputs than with 16-bit ones (Transformer
+    Engine's FP8 attention: Megatron --fp8-dot-product-attention), measured on causal forward + backward:
+    16-bit time / fp8 time, one row per head dimension, one column per sequence length, for the per-tensor
+    scaled kernel (delayed and current scaling) and the MXFP8 one (physics/kernels.py fp8_attention_speedup)."""
+
+    model_config = _STRICT
+
+    head_dims: list[Annotated[int, Field(gt=0, le=1024)]] = Field(
+        min_length=1, description="Query/key head dimensions of the rows, increasing.")
+    block_tokens: list[Annotated[int, Field(gt=0, le=10_000_000)]] = Field(
+        min_length=1, description="Keys per sequence of the columns, increasing.")
+    per_tensor: list[list[Annotated[float, Field(gt=0, le=10)]]] | None = Field(
+        default=None, description="Per-tensor scaled fp8 (delayed or current scaling): 16-bit / fp8 time.")
+    mxfp8: list[list[Annotated[float, Field(gt=0, le=10)]]] | None = Field(
+        default=None, description="MXFP8 (a scale per 32 elements): 16-bit / fp8 time; null where the chip has none.")
+    note: str = Field(description="The benchmark the ratios come from.")
+
+    _check_note = field_validator("note")(_non_empty)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> Fp8AttentionSpeedup:
+        for name in ("head_dims", "block_tokens"):
+            values = getattr(self, name)
+            if any(b <= a for a, b in zip(values, values[1:])):
+                raise ValueError(f"{name} must increase")
+        if self.per_tensor is None and self.mxfp8 is None:
+            raise ValueError("give per_tensor, mxfp8 or both")
+        for name in ("per_tensor", "mxfp8"):
+            table = getattr(self, name)
+            if table is not None and (len(table) != len(self.head_dims)
+                                      or any(len(row) != len(self.block_tokens) for row in table)):
+                raise ValueError(f"{name} needs one row per head dimension ({len(self.head_dims)}) of one value per "
+                                 f"sequence length ({len(self.block_tokens)})")
+        return self
+
+
 class HostLaunch(BaseModel):
     """Host (CPU) time to issue one eager framework op and its kernel, on the node's CPUs, with its source."""
 
@@ -279,6 +316,11 @@ class EfficiencySpec(BaseModel):
         description="FlashAttention-2 (PyTorch SDPA's default flash backend) where the chip has a faster fused "
         "kernel: the plateau of the same attention curve, fraction of dense 16-bit peak; null where "
         "FlashAttention-2 is the chip's best kernel (the attention plateau applies).",
+    )
+    attention_fp8: Fp8AttentionSpeedup | None = Field(
+        default=None,
+        description="The fused attention's speed with fp8 inputs over 16-bit ones, measured (Transformer Engine's "
+        "FP8 attention); null where no measurement is at hand (a layout asking for FP8 attention is refused).",
     )
     memory_bandwidth: Fraction = Field(description="Streaming (memory-bound) kernels, fraction of HBM bandwidth.")
     intra_node_link: Fraction = Field(description="Collective bus bandwidth reached inside a node (NCCL busbw / link).")

@@ -298,6 +298,13 @@ class Layout(BaseModel):
         default=False,
         description="torch.compile on (torch engines): element-wise kernels fused as the compiler fuses them.",
     )
+    fp8_attention: StrictBool = Field(
+        default=False,
+        description="Transformer Engine's FP8 attention (Megatron --fp8-dot-product-attention, Megatron-Bridge "
+        "mixed_precision.fp8_dot_product_attention): the fused attention kernel runs on fp8 Q, K and V, at the speed "
+        "the hardware profile measures for it (efficiency.attention_fp8), and keeps them in fp8 for its backward; "
+        "needs dtype fp8 with per-tensor or MX scales (fp8_recipe tensorwise, delayed or mxfp8) and flash attention.",
+    )
 
     @model_validator(mode="after")
     def _check_flags(self) -> Layout:
@@ -322,6 +329,13 @@ class Layout(BaseModel):
             raise ValueError("attention_kernel applies only with flash_attention (the unfused path has no kernel choice)")
         if self.fp8_recipe != "tensorwise" and self.dtype != "fp8":
             raise ValueError(f"fp8_recipe {self.fp8_recipe} applies only with dtype fp8 (got dtype {self.dtype})")
+        if self.fp8_attention and (self.dtype != "fp8" or not self.flash_attention):
+            raise ValueError("fp8_attention runs the fused attention kernel on fp8 inputs: it needs dtype fp8 and "
+                             "flash_attention (Megatron-LM's --fp8-dot-product-attention needs --fp8-format)")
+        if self.fp8_attention and self.fp8_recipe == "blockwise":
+            raise ValueError("fp8_attention with fp8_recipe blockwise: Transformer Engine has no fused fp8 attention "
+                             "for block scaling (its backend selection disables it); use tensorwise, delayed or mxfp8, "
+                             "or set fp8_attention false")
         return self
 
     @property
@@ -397,6 +411,7 @@ class LayoutArrays:
     master_bf16: np.ndarray  # no fp32 master copy (optimizer_bytes already counts it)
     mtp_layers: np.ndarray  # -1 = the model's
     activation_input_fp8: np.ndarray  # fc1's output kept in fp8 for the backward (Layout.activation_input_fp8)
+    fp8_attention: np.ndarray  # the fused attention on fp8 inputs (Layout.fp8_attention)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -461,6 +476,7 @@ class LayoutArrays:
         cols["cuda_graphs"] = np.array([cuda_graph_mask(lay.cuda_graph_scope) for lay in layouts], dtype=np.int64)
         cols["mtp_layers"] = np.array([-1 if lay.mtp_layers is None else lay.mtp_layers for lay in layouts], dtype=np.int64)
         cols["activation_input_fp8"] = np.array([lay.activation_input_fp8 for lay in layouts], dtype=bool)
+        cols["fp8_attention"] = np.array([lay.fp8_attention for lay in layouts], dtype=bool)
         cols["fp8"] = np.array([lay.dtype == "fp8" for lay in layouts], dtype=bool)
         for flag in ("overlap_grad_reduce", "overlap_tp_comm", "compile", "offload_optimizer", "offload_params"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
@@ -539,5 +555,6 @@ class LayoutArrays:
             cuda_graph_scope=cuda_graph_names(int(self.cuda_graphs[i])),
             mtp_layers=None if mtp < 0 else mtp,
             activation_input_fp8=bool(self.activation_input_fp8[i]),
+            fp8_attention=bool(self.fp8_attention[i]),
             dtype="fp8" if bool(self.fp8[i]) else dtype,
         )

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.physics.kernels import gemm_peak_flops
+from planner.physics.kernels import fp8_attention_available, gemm_peak_flops
 from planner.physics.stages import candidate_stages, dualpipe_candidate_stages, layers_on_stage
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
 from planner.specs.hardware import HardwareProfile
@@ -411,9 +411,10 @@ class TrainingEstimate:
         }
 
 
-def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise") -> None:
+def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise", fp8_attention: bool = False) -> None:
     """A compute dtype the chip has a peak for, else a PlannerError listing those it has; under fp8, an fp8
-    recipe its tensor cores run (mxfp8 needs block-scaled fp8 MMA: accelerator.fp8_block_scaling)."""
+    recipe its tensor cores run (mxfp8 needs block-scaled fp8 MMA: accelerator.fp8_block_scaling), and with FP8
+    attention a profile that measures its speed for that scaling (efficiency.attention_fp8)."""
     peaks = hw.accelerator.peak_flops_per_s
     if dtype not in peaks:
         have = ", ".join(sorted(peaks))
@@ -421,6 +422,11 @@ def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise")
     if dtype == "fp8" and fp8_recipe == "mxfp8" and not hw.accelerator.fp8_block_scaling:
         raise PlannerError(f"{hw.name}'s fp8 tensor cores take no MX block scales: fp8_recipe mxfp8 needs a chip "
                            "with block-scaled fp8 (Blackwell); choose tensorwise, delayed or blockwise")
+    if fp8_attention and not fp8_attention_available(hw, mxfp8=fp8_recipe == "mxfp8"):
+        scaling = "MXFP8" if fp8_recipe == "mxfp8" else "per-tensor"
+        raise PlannerError(f"{hw.name}'s profile measures no FP8 attention with {scaling} scales "
+                           "(efficiency.attention_fp8); set fp8_attention false, or add the measured speed-up to a "
+                           "profile of your own (docs/hardware.md)")
 
 
 def estimate(
@@ -430,7 +436,7 @@ def estimate(
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
     check_layout(model, layout, layout.gpus)
-    check_dtype(hw, layout.dtype, layout.fp8_recipe)
+    check_dtype(hw, layout.dtype, layout.fp8_recipe, layout.fp8_attention)
     lay = layout.to_arrays()
     result = evaluate(model, hw, lay, headroom=headroom, engine=engine_profile(layout.engine))
     all_stages = np.arange(layout.pp)[:, None]  # (p, 1): every stage of the one layout

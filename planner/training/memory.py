@@ -268,8 +268,14 @@ def layer_activation_bytes_per_token(
     # (16-bit) input only under the other recipes (attention.py @ d98e8a64, since 781e765), and a Transformer
     # Engine Linear otherwise saves the quantised input it computed.
     keeps_cast = lay.fp8 & (proj_cast_copy | (lay.fp8_recipe == Fp8RecipeCode.DELAYED))
-    out = np.where(lay.flash_attention, e + np.where(keeps_cast, FP8_ACTIVATION_BYTES, 0), g)
-    attention = e * widths.query / t + e * (widths.key + widths.value) / kv_div + out * widths.output / t
+    # Transformer Engine's FP8 attention keeps the fp8 Q, K and V it quantized for its backward, and O in fp8 under
+    # delayed scaling (the other recipes keep O 16-bit: NVTE_DPA_FP8CS_O_in_F16 defaults to 1; backends.py
+    # FusedAttnFunc @ d0067d0).
+    attention_fp8 = lay.fp8 & lay.fp8_attention
+    qkv_bytes = np.where(attention_fp8, FP8_ACTIVATION_BYTES, e)
+    kernel_out = np.where(attention_fp8 & (lay.fp8_recipe == Fp8RecipeCode.DELAYED), FP8_ACTIVATION_BYTES, e)
+    out = np.where(lay.flash_attention, kernel_out + np.where(keeps_cast, FP8_ACTIVATION_BYTES, 0), g)
+    attention = qkv_bytes * widths.query / t + qkv_bytes * (widths.key + widths.value) / kv_div + out * widths.output / t
     if model.mla is not None:
         # MLA's compressed latents: the query and K/V down-projections' outputs, kept by their RMSNorms, and
         # the norms' outputs, kept as the up-projections' GEMM inputs (and as the checkpointed inputs under

@@ -127,6 +127,13 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: "master_weights_dtype bf16", "optimizer.bf16_master_weights"),
     _engine_rule("engine_no_fp8_params", lambda a, e: a.fp8_params & (not e.optimizer.fp8_params),
                  lambda l: "fp8_param_gather", "optimizer.fp8_params"),
+    _engine_rule("engine_no_fp8_attention", lambda a, e: a.fp8_attention & (not e.kernels.fp8_attention),
+                 lambda l: "fp8_attention", "kernels.fp8_attention"),
+    # an engine that runs FP8 attention, told to run FlashAttention-2 instead (Layout.attention_kernel)
+    Rule("fp8_attention_flash2", None,
+         lambda m, l, g: "fp8_attention is Transformer Engine's fused fp8 kernel, and attention_kernel flash2 runs "
+         "FlashAttention-2 in 16 bits; use the fused kernel or set fp8_attention false",
+         lambda a, e: a.fp8_attention & a.attention_flash2 & e.kernels.fp8_attention),
 )
 
 

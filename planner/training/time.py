@@ -39,6 +39,7 @@ from planner.physics.kernels import (
     FLASH_BACKWARD_TO_FORWARD,
     GEMM_FIXED_SECONDS,
     attention_efficiency,
+    fp8_attention_speedup,
     fp8_cast_seconds,
     gemm_peak_flops,
     gemm_plateau,
@@ -73,7 +74,7 @@ from planner.physics.shapes import (
 from planner.physics.stages import microbatches_in_flight
 from planner.specs.engine import ContextParallelSection, EngineProfile, engine_or_default
 from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import RECOMPUTE_MODULE_BITS, LayoutArrays, RecomputeCode, Zero
+from planner.specs.layout import RECOMPUTE_MODULE_BITS, Fp8RecipeCode, LayoutArrays, RecomputeCode, Zero
 from planner.specs.model import ModelSpec
 from planner.training.memory import (
     ACTIVATION_BYTES,
@@ -231,12 +232,19 @@ def cp_attention_kernels(
     peak16 = peak_16bit_flops(hw)
     head_dim = widths.query / model.num_attention_heads
     block = lay.seq_len / cp
-    diagonal = 1.0 / attention_efficiency(hw, block, head_dim, causal=True, plateau=plateau)
+    # Transformer Engine's FP8 attention: each kernel at the profile's measured fp8 / 16-bit speed for its block
+    # (physics/kernels.py fp8_attention_speedup; the causal measurement stands for the unmasked steps too).
+    fp8 = lay.fp8 & lay.fp8_attention
+    mx = lay.fp8_recipe == Fp8RecipeCode.MXFP8
+
+    def slower(block_tokens: np.ndarray) -> np.ndarray:  # 16-bit time over this kernel's time
+        return np.asarray(np.where(fp8, fp8_attention_speedup(hw, block_tokens, head_dim, mx), 1.0))
+
+    diagonal = 1.0 / attention_efficiency(hw, block, head_dim, causal=True, plateau=plateau) / slower(block)
     window_block = np.minimum(block, sliding_window_block(model))
-    windowed = 1.0 / attention_efficiency(hw, window_block, head_dim, causal=True, plateau=plateau)
-    off_diagonal = 0.5 / attention_efficiency(hw, block / 2, head_dim, causal=False, plateau=plateau) + (
-        0.5 / attention_efficiency(hw, block, head_dim, causal=False, plateau=plateau)
-    )
+    windowed = 1.0 / attention_efficiency(hw, window_block, head_dim, causal=True, plateau=plateau) / slower(window_block)
+    off_diagonal = 0.5 / attention_efficiency(hw, block / 2, head_dim, causal=False, plateau=plateau) / slower(
+        block / 2) + 0.5 / attention_efficiency(hw, block, head_dim, causal=False, plateau=plateau) / slower(block)
     local = full_work / peak16 * diagonal / cp + window_work / peak16 * windowed
     return np.asarray(local), np.asarray(full_work / peak16 * off_diagonal / cp)
 
@@ -393,6 +401,18 @@ def layer_time(
     cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements, lay.fp8_recipe), 0.0)
 
     widths = attention_dims(model)
+    # Transformer Engine's FP8 attention quantizes Q, K and V before its kernel (and O under delayed scaling, whose
+    # backward reads O in fp8; the other recipes keep O 16-bit) and dO before the backward kernel
+    # (transformer_engine/pytorch/attention/dot_product_attention/backends.py FusedAttnFunc @ d0067d0): casts as a
+    # GEMM input's, per element of the rank's Q, K, V and O.
+    attention_fp8 = lay.fp8 & lay.fp8_attention
+    t = lay.tp.astype(float)
+    qkv = widths.query / t + (widths.key + widths.value) / kv_divisor(model, lay.tp)
+    o = widths.output / t
+    delayed = lay.fp8_recipe == Fp8RecipeCode.DELAYED
+    cast_fwd = cast_fwd + np.where(
+        attention_fp8, fp8_cast_seconds(hw, tokens * (qkv + np.where(delayed, o, 0.0)), lay.fp8_recipe), 0.0)
+    cast_bwd = cast_bwd + np.where(attention_fp8, fp8_cast_seconds(hw, tokens * o, lay.fp8_recipe), 0.0)
     kernels = cp_attention_kernels(model, hw, lay, attention_plateau)  # shared by the core and the CP exchange
     flash_fwd, flash_bwd = attention_core_seconds(model, hw, lay, attention_plateau, engine.context_parallel, kernels)
     # Unfused: batched GEMMs per head (size 2 s^2 d) at the matmul curve, plus the softmax traffic.

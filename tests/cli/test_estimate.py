@@ -262,3 +262,14 @@ def test_attention_kernel_option_sets_the_layouts_kernel(run_cli, tmp_path):
                    "training: {global_batch: 32, seq_len: 16384}\n")
     data = json.loads(run_cli("check", str(job), "--format", "json").stdout)
     assert data[0]["config"]["attention_kernel"] == "flash2"
+
+
+def test_fp8_attention_is_a_flag_and_a_chip_without_its_measurement_is_one_line(run_cli):
+    on = estimate_json(run_cli, "--gpus", "8", "--zero", "1", "--dtype", "fp8", "--fp8-attention")
+    assert on["config"]["fp8_attention"] is True
+    off = estimate_json(run_cli, "--gpus", "8", "--zero", "1", "--dtype", "fp8")
+    assert on["memory"]["activations_bytes"] < off["memory"]["activations_bytes"]  # Q, K, V kept in one byte
+    h20 = ("estimate", "--model", "llama-3.1-8b", "--hardware", "h20", "--global-batch", "32", "--seq-len", "4096",
+           "--gpus", "8", "--dtype", "fp8", "--fp8-attention")
+    assert_one_line_error(run_cli(*h20), "measures no FP8 attention")
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--fp8-attention"), "needs dtype fp8")

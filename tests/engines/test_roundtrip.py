@@ -68,6 +68,9 @@ CASES: dict[str, tuple[str, int, dict]] = {
     # the SwiGLU input kept in fp8: a Megatron flag the other formats have no spelling for
     "activation-input-fp8": ("llama-3.1-8b", 8, dict(zero=3, recompute="full", global_batch=8, seq_len=8192,
                                                      grad_dtype="fp32", activation_input_fp8=True)),
+    # Transformer Engine's FP8 attention: Megatron's --fp8-dot-product-attention; no other format runs it
+    "fp8-attention": ("llama-3.1-8b", 8, dict(zero=1, dtype="fp8", fp8_attention=True, global_batch=64,
+                                              seq_len=8192)),
 }
 
 # (case, engine) -> what the refusal names
@@ -88,6 +91,8 @@ REFUSED: dict[tuple[str, str], str] = {
     ("zero2-fp16-ddp-overlap-off", "torchtitan"): "fp16",
     **{("activation-input-fp8", fmt): "activation_input_fp8" for fmt in ("deepspeed", "torchtitan", "hf_trainer",
                                                                         "automodel")},
+    **{("fp8-attention", fmt): "fp8_attention" for fmt in ("deepspeed", "torchtitan", "automodel")},
+    ("fp8-attention", "hf_trainer"): "zero(1)",
     # NeMo AutoModel builds its models in bf16 and gathers bf16 parameters
     ("fp16-tp8-pp8-noflash", "automodel"): "fp16",
     ("zero2-fp16-ddp-overlap-off", "automodel"): "fp16",
