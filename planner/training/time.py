@@ -237,14 +237,14 @@ def cp_attention_kernels(
     fp8 = lay.fp8 & lay.fp8_attention
     mx = lay.fp8_recipe == Fp8RecipeCode.MXFP8
 
-    def slower(block_tokens: np.ndarray) -> np.ndarray:  # 16-bit time over this kernel's time
+    def speedup(block_tokens: np.ndarray) -> np.ndarray:  # 16-bit time over this kernel's time
         return np.asarray(np.where(fp8, fp8_attention_speedup(hw, block_tokens, head_dim, mx), 1.0))
 
-    diagonal = 1.0 / attention_efficiency(hw, block, head_dim, causal=True, plateau=plateau) / slower(block)
+    diagonal = 1.0 / attention_efficiency(hw, block, head_dim, causal=True, plateau=plateau) / speedup(block)
     window_block = np.minimum(block, sliding_window_block(model))
-    windowed = 1.0 / attention_efficiency(hw, window_block, head_dim, causal=True, plateau=plateau) / slower(window_block)
-    off_diagonal = 0.5 / attention_efficiency(hw, block / 2, head_dim, causal=False, plateau=plateau) / slower(
-        block / 2) + 0.5 / attention_efficiency(hw, block, head_dim, causal=False, plateau=plateau) / slower(block)
+    windowed = 1.0 / attention_efficiency(hw, window_block, head_dim, causal=True, plateau=plateau) / speedup(window_block)
+    off_diagonal = 0.5 / attention_efficiency(hw, block / 2, head_dim, causal=False, plateau=plateau) / speedup(
+        block / 2) + 0.5 / attention_efficiency(hw, block, head_dim, causal=False, plateau=plateau) / speedup(block)
     local = full_work / peak16 * diagonal / cp + window_work / peak16 * windowed
     return np.asarray(local), np.asarray(full_work / peak16 * off_diagonal / cp)
 
