@@ -21,7 +21,7 @@ from planner.cli import cli
 from planner.cli.options import echo_json, format_option
 from planner.engines.load import Loaded, hardware_catalog, load_hardware
 from planner.physics.kernels import GEMM_FIXED_SECONDS, attention_half_saturation_tokens, peak_16bit_flops
-from planner.specs.hardware import HardwareProfile
+from planner.specs.hardware import Fp8AttentionSpeedup, HardwareProfile
 
 GIB = 2**30
 
@@ -203,6 +203,8 @@ def _profile_renderables(entry: Loaded) -> list[RenderableType]:
         table.add_row(label, curve if label == "attention" else f"{fraction.fraction:g}", Text(fraction.note))
         if label == "attention" and eff.attention_flash2 is not None:
             table.add_row("attention (FA2)", f"{eff.attention_flash2.fraction:g}", Text(eff.attention_flash2.note))
+        if label == "attention" and eff.attention_fp8 is not None:
+            table.add_row("attention (fp8)", _fp8_attention_cell(eff.attention_fp8), Text(eff.attention_fp8.note))
     if acc.power_limit is not None:
         limit = acc.power_limit
         table.add_row("power limit", f"{limit.watts:g} W of {limit.nominal_watts:g} W: compute-bound kernels "
@@ -216,6 +218,16 @@ def _profile_renderables(entry: Loaded) -> list[RenderableType]:
         sources.add_row(block, Text(text))
     out.append(sources)
     return out
+
+
+def _fp8_attention_cell(table: Fp8AttentionSpeedup) -> str:
+    """The measured fp8 speed-ups, one line per head dimension and scaling: 'hd128 per-tensor 1.01-1.37x'."""
+    lines = []
+    for name, rows in (("per-tensor", table.per_tensor), ("MXFP8", table.mxfp8)):
+        for dim, row in zip(table.head_dims, rows or []):
+            lines.append(f"hd{dim} {name} {min(row):g}-{max(row):g}x")
+    lines.append(f"({table.block_tokens[0]:,}-{table.block_tokens[-1]:,} keys)")
+    return "\n".join(lines)
 
 
 # Commands --------------------------------------------------------------------------

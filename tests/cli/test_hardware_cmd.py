@@ -286,3 +286,11 @@ def test_show_prints_the_power_limit(run_cli) -> None:
     assert "power limit" not in run_cli("hardware", "show", "h100-sxm").stdout
     data = json.loads(run_cli("hardware", "show", "h100-sxm-96gb", "--format", "json").stdout)
     assert data["spec"]["accelerator"]["power_limit"]["compute_fraction"] == 0.78
+
+
+def test_show_lists_the_measured_fp8_attention_range_where_the_profile_has_one(run_cli) -> None:
+    shown = run_cli("hardware", "show", "gb300-nvl72")
+    assert shown.exit_code == 0, shown.output
+    # cudnn-frontend's GB300 rows (the profile's table): 192-wide heads, per-tensor 1.68 at 2K up to 1.84 at 16K
+    assert "hd192 per-tensor 1.68-1.84x" in shown.stdout
+    assert "attention (fp8)" not in run_cli("hardware", "show", "a100-80gb").stdout
