@@ -162,6 +162,12 @@ def softmax_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
     return np.asarray(model.num_attention_heads / lay.tp * lay.seq_len * (4.0 + 5.0 * dropout))
 
 
+def qkv_elements_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """Q, K and V elements per token on one rank: the query width over TP, the K/V width over kv_divisor."""
+    widths = attention_dims(model)
+    return np.asarray(widths.query / lay.tp.astype(float) + (widths.key + widths.value) / kv_divisor(model, lay.tp))
+
+
 def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) GEMM-input elements per token one rank quantizes to fp8 in one layer: the input
     of every fp8 GEMM in the forward (QKV and fc1 read the full hidden state, gathered under SP; the output
@@ -170,7 +176,7 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     h = model.hidden_size
     t = lay.tp.astype(float)
     widths = attention_dims(model)
-    qkv_out = widths.query / t + (widths.key + widths.value) / kv_divisor(model, lay.tp)
+    qkv_out = qkv_elements_per_token(model, lay)
     if moe_layer and model.moe is not None:
         copies, width = float(model.moe.experts_per_token + model.moe.num_shared_experts), model.moe.moe_ffn_hidden_size
     else:
@@ -236,8 +242,11 @@ def cp_attention_kernels(
     # (physics/kernels.py fp8_attention_speedup; the causal measurement stands for the unmasked steps too).
     fp8 = lay.fp8 & lay.fp8_attention
     mx = lay.fp8_recipe == Fp8RecipeCode.MXFP8
+    any_fp8 = bool(np.any(fp8))  # a grid without FP8 attention skips the table look-ups
 
     def speedup(block_tokens: np.ndarray) -> np.ndarray:  # 16-bit time over this kernel's time
+        if not any_fp8:
+            return np.ones(())
         return np.asarray(np.where(fp8, fp8_attention_speedup(hw, block_tokens, head_dim, mx), 1.0))
 
     diagonal = 1.0 / attention_efficiency(hw, block, head_dim, causal=True, plateau=plateau) / speedup(block)
@@ -406,9 +415,8 @@ def layer_time(
     # (transformer_engine/pytorch/attention/dot_product_attention/backends.py FusedAttnFunc @ d0067d0): casts as a
     # GEMM input's, per element of the rank's Q, K, V and O.
     attention_fp8 = lay.fp8 & lay.fp8_attention
-    t = lay.tp.astype(float)
-    qkv = widths.query / t + (widths.key + widths.value) / kv_divisor(model, lay.tp)
-    o = widths.output / t
+    qkv = qkv_elements_per_token(model, lay)
+    o = widths.output / lay.tp.astype(float)
     delayed = lay.fp8_recipe == Fp8RecipeCode.DELAYED
     cast_fwd = cast_fwd + np.where(
         attention_fp8, fp8_cast_seconds(hw, tokens * (qkv + np.where(delayed, o, 0.0)), lay.fp8_recipe), 0.0)
