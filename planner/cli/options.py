@@ -219,6 +219,10 @@ def moe_layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--master-weights-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
                      help="Master weights: fp32 copy, or bf16 = the 16-bit weights are the master (DeepSpeed "
                      "bf16_master_weights_and_grads)  [default: the engine's: bf16 for automodel, else fp32]"),
+        click.option("--moe-fused-mlp/--no-moe-fused-mlp", default=None,
+                     help="Routed experts in Transformer Engine's fused grouped MLP (Megatron "
+                     "--use-transformer-engine-op-fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; MXFP8, B200/GB200/"
+                     "B300/GB300)  [default: off]"),
         click.option("--mtp-layers", type=Count("layers", minimum=0), default=None,
                      help="Multi-token-prediction layers trained (Megatron --mtp-num-layers)  [default: the model's]"),
     ]

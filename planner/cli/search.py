@@ -128,6 +128,10 @@ def _moe_options(f: Any) -> Any:
         click.option("--master-weights-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
                      help="Master weights' dtype (bf16: the 16-bit weights are the master; Megatron --main-params-dtype)  "
                      "[default: the engine's: bf16 for automodel, else fp32]"),
+        click.option("--moe-fused-mlp/--no-moe-fused-mlp", default=False, show_default=True,
+                     help="Every candidate's routed experts in Transformer Engine's fused grouped MLP (Megatron "
+                     "--use-transformer-engine-op-fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1); needs --dtype fp8 "
+                     "--fp8-recipe mxfp8 on B200/GB200/B300/GB300, megatron and nemo engines."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -193,7 +197,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                grad_dtype: str, optimizer: str, flash_attention: bool, attention_kernel: AttentionKernel | None,
                overlap_grad_reduce: bool, tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
                moe_ep_overlap: bool | None, optimizer_state_dtype: str | None, master_weights_dtype: str | None, schedule: str,
-               fp8_param_gather: bool, fp8_attention: bool, fp8_recipe: str | None, headroom: float,
+               fp8_param_gather: bool, fp8_attention: bool, fp8_recipe: str | None, moe_fused_mlp: bool, headroom: float,
                objective: str, tokens: float | None, price: float | None,
                top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,
                **filter_values: Any) -> None:
@@ -240,7 +244,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                       optimizer_state_dtype=optimizer_state_dtype, master_weights_dtype=master_weights_dtype,
                       moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap, schedule=schedule,
                       fp8_param_gather=fp8_param_gather, attention_kernel=attention_kernel,
-                      fp8_recipe=fp8_recipe or "tensorwise", fp8_attention=fp8_attention)
+                      fp8_recipe=fp8_recipe or "tensorwise", fp8_attention=fp8_attention, moe_fused_mlp=moe_fused_mlp)
     result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)
     selection = select(result.layouts, result.results, result.fits, objective, top=top, pareto=pareto)
     view = SearchView(result=result, objective=objective, selection=selection, pareto=pareto,

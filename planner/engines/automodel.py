@@ -279,6 +279,8 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     for flag, why in (("activation_input_fp8", "the fp8 store of the SwiGLU input is Megatron-LM's"),
                       ("fp8_param_gather", "FSDP2 gathers the bf16 parameters"),
                       ("fp8_attention", "its Transformer Engine attention runs in 16 bits in these recipes"),
+                      ("moe_fused_mlp", "its experts are its own GroupedExperts modules, not Transformer Engine's fused "
+                       "grouped MLP"),
                       ("offload_optimizer", "the recipes write no CPUOffloadPolicy here"),
                       ("offload_params", "the recipes write no CPUOffloadPolicy here")):
         if getattr(layout, flag):

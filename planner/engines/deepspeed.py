@@ -514,6 +514,9 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     if layout.fp8_attention:
         raise PlannerError("fp8_attention: DeepSpeed's models run their attention in 16 bits (FP8 attention is Transformer "
                            "Engine's, Megatron-LM's --fp8-dot-product-attention); export for Megatron-LM")
+    if layout.moe_fused_mlp:
+        raise PlannerError("moe_fused_mlp: DeepSpeed-MoE runs the user's expert modules (Transformer Engine's fused "
+                           "grouped MLP is Megatron-Core's --use-transformer-engine-op-fuser); export for Megatron-LM")
     if layout.cp > 1 and (model.num_attention_heads % layout.cp or model.kv_heads % layout.cp):
         raise PlannerError(f"cp({layout.cp}): DeepSpeed's Ulysses sequence parallelism splits the attention heads, "
                            f"and {model.num_attention_heads} query / {model.kv_heads} KV heads do not divide by it")

@@ -107,6 +107,13 @@ def resolve_job(job: Job, *, base: Path, source: str, profile: Path | None = Non
         layout = resolve_layout(model, gpus, **imported.fields)
     except PlannerError as err:
         raise PlannerError(err.message, source=err.source or imported.source, field=err.field) from None
+    warnings = imported.warnings
+    if layout.moe_fused_mlp and "moe_fused_mlp" in imported.origins and not hw.spec.accelerator.fused_grouped_mlp:
+        # Transformer Engine's fuser falls back to its unfused ops on a chip its fused kernels are not built for
+        layout = layout.model_copy(update={"moe_fused_mlp": False})
+        warnings = (*warnings, f"{imported.source}: {imported.origins['moe_fused_mlp']} fuses the experts only on "
+                    f"compute capability 10 (accelerator.fused_grouped_mlp); on {hw.spec.name} Transformer Engine runs "
+                    "them unfused, as planner reads it")
     peaks = hw.spec.accelerator.peak_flops_per_s
     if layout.dtype not in peaks and "dtype" in imported.origins:
         raise PlannerError(f"{hw.spec.name} has no {layout.dtype} peak (it has {', '.join(sorted(peaks))}); the "
@@ -115,7 +122,7 @@ def resolve_job(job: Job, *, base: Path, source: str, profile: Path | None = Non
     return ResolvedJob(
         source=source, model_id=loaded.id, model=model, hardware_id=hw.id, hardware=hw.spec, gpus=gpus,
         layout=layout, headroom=job.headroom if job.headroom is not None else DEFAULT_HEADROOM,
-        engine=imported.format if engine else None, warnings=imported.warnings, profile=overlay,
+        engine=imported.format if engine else None, warnings=warnings, profile=overlay,
     )
 
 

@@ -40,9 +40,14 @@ from planner.specs.engine import engine_profile
 from planner.specs.layout import CUDA_GRAPH_BITS, FP8_RECIPE_CODES, RECOMPUTE_MODULE_BITS, Layout
 from planner.specs.model import ModelSpec
 
+# planner's token for NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in the launch environment (read_launch_text adds it; see
+# _fused_mlp); not a Megatron-LM flag
+FUSED_MLP_ENV_FLAG = "nvte-cutedsl-fused-grouped-mlp"
+
 # kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true) / path (one value)
 READ_FLAGS: dict[str, str] = {
     **{f: "int" for f in (
+        "moe-mlp-glu-interleave-size",
         "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
         "expert-model-parallel-size", "expert-tensor-parallel-size", "num-layers-per-virtual-pipeline-stage",
         "virtual-pipeline-model-parallel-size", "num-virtual-stages-per-pipeline-rank", "recompute-num-layers",
@@ -81,6 +86,7 @@ READ_FLAGS: dict[str, str] = {
         "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "moe-shared-expert-overlap",
         "moe-pad-expert-input-to-capacity", "enable-cuda-graph", "external-cuda-graph",
         "activation-func-fp8-input-store", "fp8-dot-product-attention", "fp8-multi-head-attention",
+        "use-transformer-engine-op-fuser", FUSED_MLP_ENV_FLAG,
         # Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed)
         "deepspeed", "deepspeed-activation-checkpointing", "partition-activations", "embed-layernorm",
         "no-pipeline-parallel", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "cpu-optimizer",
@@ -161,6 +167,10 @@ GPT2_VOCAB = 50257  # GPT2BPETokenizer (Radford et al. 2019): 50,257 tokens
 
 
 
+FUSED_MLP_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+FUSED_MLP_GLU_INTERLEAVE = 32  # Transformer Engine's fused kernel takes 32-wide GLU interleaving only
+
+
 # Launch-script text -> flags ------------------------------------------------------------------
 def read_launch_text(text: str, source: str) -> tuple[list[str], list[str]]:
     """The Megatron flags in an arguments file or a launch script, and warnings about reading it.
@@ -173,6 +183,10 @@ def read_launch_text(text: str, source: str) -> tuple[list[str], list[str]]:
     an error if planner needs its value (see `parse_flags`).
     """
     flags, warnings, environment = launch(text, source)
+    if environment.get(FUSED_MLP_ENV, "0").strip() not in ("", "0") and f"--{FUSED_MLP_ENV_FLAG}" not in flags:
+        # Transformer Engine reads int(NVTE_CUTEDSL_FUSED_GROUPED_MLP) > 0 (ops/fused/grouped_mlp.py); the flag below is
+        # planner's own token for it, which _fused_mlp reads beside --use-transformer-engine-op-fuser
+        flags = [*flags, f"--{FUSED_MLP_ENV_FLAG}"]
     backend = _environment_attention_backend(environment)
     if backend is not None and "--attention-backend" not in flags:
         flags = [*flags, "--attention-backend", backend]
@@ -763,6 +777,38 @@ def _fp8_attention(args: Mapping[str, Any], got: Collected) -> None:
     got.set("fp8_attention", True, flag)
 
 
+def _fused_mlp(args: Mapping[str, Any], got: Collected, moe: bool) -> None:
+    """Transformer Engine's fused grouped MLP (Layout.moe_fused_mlp). Megatron-Core builds a MoE model's experts from
+    Transformer Engine ops under --use-transformer-engine-op-fuser (megatron/core/transformer/moe/experts.py
+    @ d98e8a64), and Transformer Engine fuses fc1, the gated activation and fc2 into its CuTe DSL kernels when
+    NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 is in the environment, the recipe is MXFP8 and the GLU halves are interleaved
+    in blocks of 32 (--moe-mlp-glu-interleave-size 32); otherwise its fuser leaves the basic ops, the unfused path
+    (transformer_engine/pytorch/ops/fused/grouped_mlp.py fuse_grouped_mlp_ops @ d0067d0). The environment variable
+    comes from the launch script (read_launch_text) or, in an arguments file, planner's --nvte-cutedsl-fused-grouped-mlp."""
+    fuser = bool(args.get("use-transformer-engine-op-fuser"))
+    env = bool(args.get(FUSED_MLP_ENV_FLAG))
+    if not (fuser and moe):
+        if env and moe:
+            got.warn(f"{FUSED_MLP_ENV}=1 without --use-transformer-engine-op-fuser: Megatron-Core builds the experts "
+                     "without Transformer Engine's op fuser, so the variable changes nothing; read as unfused")
+        return
+    unfused = None
+    if not env:
+        unfused = (f"the fused kernel also needs {FUSED_MLP_ENV}=1 in the launch environment, which this file does not "
+                   f"set (set it in the script, or pass --{FUSED_MLP_ENV_FLAG})")
+    elif got.values.get("dtype") != "fp8" or got.values.get("fp8_recipe") != "mxfp8":
+        recipe = got.values.get("fp8_recipe") if got.values.get("dtype") == "fp8" else got.values.get("dtype")
+        unfused = f"Transformer Engine fuses the experts under MXFP8 only, and this file trains with {recipe}"
+    elif args.get("moe-mlp-glu-interleave-size") != FUSED_MLP_GLU_INTERLEAVE:
+        unfused = (f"the fused kernel takes GLU halves interleaved in blocks of {FUSED_MLP_GLU_INTERLEAVE} "
+                   f"(--moe-mlp-glu-interleave-size {FUSED_MLP_GLU_INTERLEAVE}), and this file gives "
+                   f"{args.get('moe-mlp-glu-interleave-size', 'none')}")
+    if unfused is not None:
+        got.warn(f"--use-transformer-engine-op-fuser: {unfused}; read as the unfused experts")
+        return
+    got.set("moe_fused_mlp", True, f"--use-transformer-engine-op-fuser with {FUSED_MLP_ENV}=1")
+
+
 # --cuda-graph-scope names (megatron/core/transformer/enums.py CudaGraphScope at c1e938b0) -> planner's scope
 _GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess")
 
@@ -1220,6 +1266,7 @@ def import_megatron(
     got.set("engine", "megatron", "the engine file", explicit=False)  # the engine that reads it runs it
     _layout_fields(args, got)
     moe = model.moe is not None if model is not None else int(args.get("num-experts") or 0) > 1
+    _fused_mlp(args, got, moe)
     if moe and not args.get("deepspeed"):  # Megatron-DeepSpeed's DeepSpeed-MoE dispatches by all-to-all
         got.set("moe_dispatcher", engine_profile("megatron").moe.default_dispatcher,
                 "Megatron-Core's default --moe-token-dispatcher-type", explicit=False)
@@ -1397,6 +1444,9 @@ def moe_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
     mtp = model.mtp_layers if lay.mtp_layers is None else lay.mtp_layers
     if mtp:
         flags.append(["--mtp-num-layers", str(mtp)])
+    if lay.moe_fused_mlp:  # with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, which render() exports
+        flags.append(["--use-transformer-engine-op-fuser", "--moe-mlp-glu-interleave-size",
+                      str(FUSED_MLP_GLU_INTERLEAVE)])
     return flags
 
 
@@ -1611,6 +1661,8 @@ def render(ctx: ExportContext) -> str:
     per_node = min(lay.gpus, ctx.hardware.node.gpus_per_node)
     out = ["# Megatron-LM arguments (bash). Source this file and pass \"${MEGATRON_ARGS[@]}\" to pretrain_gpt.py."]
     out += [f"# {line}" for line in notes]
+    if lay.moe_fused_mlp:  # Transformer Engine's fused grouped MLP is switched on by the environment
+        out += ["", f"export {FUSED_MLP_ENV}=1"]
     out += ["", "MEGATRON_ARGS=(", "    # model"]
     out += [f"    {' '.join(shlex.quote(part) for part in flag)}" for flag in model_part]
     out += ["    # layout"]

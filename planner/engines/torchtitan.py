@@ -570,6 +570,9 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     if layout.fp8_attention:
         raise PlannerError("fp8_attention: torchtitan's float8 converts the Linear layers only and its attention runs "
                            "in 16 bits; export for Megatron-LM")
+    if layout.moe_fused_mlp:
+        raise PlannerError("moe_fused_mlp: torchtitan's experts are torch grouped matmuls with the activation a kernel "
+                           "of its own (Transformer Engine's fused grouped MLP is Megatron-Core's); export for Megatron-LM")
     if layout.dtype == "fp8" and layout.fp8_recipe not in ("tensorwise", "mxfp8"):
         raise PlannerError(f"fp8_recipe {layout.fp8_recipe}: torchtitan's float8 converter scales per tensor from each "
                            "tensor (tensorwise) and its MX converter per 32 elements (mxfp8); export for Megatron-LM "

@@ -59,9 +59,16 @@ def routed_elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray) -> np.n
     copies' width (split by tp) and the dispatch and combine permutations, which read and write each copy."""
     assert model.moe is not None
     k = model.moe.experts_per_token
-    t = np.asarray(tp).astype(float)
     permute = 2.0 * k * 4 * model.hidden_size
-    return np.asarray(_activation_bytes(model, k * model.moe.moe_ffn_hidden_size) / t + permute)
+    return np.asarray(routed_activation_bytes_per_token(model, tp) + permute)
+
+
+def routed_activation_bytes_per_token(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
+    """The routed experts' activation inside routed_elementwise_bytes_per_token: over the top-k copies' width,
+    split by tp (what a fused grouped MLP computes in its GEMM epilogue instead)."""
+    assert model.moe is not None
+    t = np.asarray(tp).astype(float)
+    return np.asarray(_activation_bytes(model, model.moe.experts_per_token * model.moe.moe_ffn_hidden_size) / t)
 
 
 ACTIVATION_CLAMP_FORWARD_BYTES = 8.0

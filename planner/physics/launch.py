@@ -25,7 +25,9 @@ weight gradients, each element-wise kernel's backward), counted from Megatron-Co
   EXPERT_LAUNCHES_PER_LOCAL_EXPERT, plus the activation, and under fp8 each expert's quantization of its two
   GEMM inputs (expert_quantize_launches); shared experts as a dense MLP. Biased experts (gpt-oss)
   add fc2's bias one local expert at a time (Megatron-Core core_v0.15.0 TEGroupedMLP._apply_bias):
-  EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT each, plus the concatenation.
+  EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT each, plus the concatenation. Transformer Engine's fused grouped MLP
+  (Layout.moe_fused_mlp) runs all local experts in FUSED_MLP_LAUNCHES kernels whatever their number, bias
+  and quantization included.
 These are counts of a structure, not fitted.
 """
 
@@ -68,6 +70,11 @@ PREPROCESS_LAUNCHES = 8  # of DISPATCH_LAUNCHES: the token-count preprocessing C
 EXPERT_LAUNCHES_PER_LOCAL_EXPERT = 2
 EXPERT_QUANTIZE_LAUNCHES_PER_LOCAL_EXPERT = 2  # fc1's and fc2's input, one kernel each per expert, under fp8
 EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT = 2  # b x p and the add (TEGroupedMLP._apply_bias), forward
+FUSED_MLP_LAUNCHES = 3
+"""Forward kernels of Transformer Engine's fused grouped MLP for all local experts: one grouped MXFP8 quantization of
+fc1's input (tex.group_quantize), fc1's grouped GEMM with the activation, routing weight and fc2-input quantization
+in its epilogue, and fc2's grouped GEMM with its bias (transformer_engine/pytorch/ops/fused/grouped_mlp.py
+fuser_forward @ d0067d0; the weights' scale swizzles run on a step's first micro-batch only)."""
 
 
 def _graphed(lay: LayoutArrays, scope: str) -> np.ndarray:
@@ -91,6 +98,7 @@ def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> t
     experts = EXPERT_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0 + expert_quantize_launches(model, lay)
     if model.mlp_bias:  # fc2's bias, one local expert at a time, then the concatenation (physics.moe)
         experts = experts + EXPERT_BIAS_LAUNCHES_PER_LOCAL_EXPERT * local + 1.0
+    experts = np.where(lay.moe_fused_mlp, float(FUSED_MLP_LAUNCHES), experts)
     shared = MLP_LAUNCHES if moe.num_shared_experts else 0
     router = np.where(_graphed(lay, "moe_router"), 0.0, ROUTER_LAUNCHES + shared)
     preprocess = np.where(_graphed(lay, "moe_preprocess"), 0.0, float(PREPROCESS_LAUNCHES))
@@ -115,10 +123,11 @@ def expert_quantize_launches(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
     pieces one kernel each: transformer_engine/pytorch/csrc/extensions/cast.cpp multi_tensor_quantize_impl,
     'Quantize kernels individually', fused only for delayed scaling; NVIDIA/TransformerEngine v2.9, the
     release Megatron-Bridge v0.2 pins). Counted as one kernel per piece (MXFP8's; current scaling adds an amax
-    kernel and a scale update to each)."""
+    kernel and a scale update to each). None under the fused grouped MLP, whose grouped quantization is one of
+    FUSED_MLP_LAUNCHES."""
     assert model.moe is not None
     local = model.moe.num_experts / lay.ep
-    return np.asarray(np.where(lay.fp8, EXPERT_QUANTIZE_LAUNCHES_PER_LOCAL_EXPERT * local, 0.0))
+    return np.asarray(np.where(lay.fp8 & ~lay.moe_fused_mlp, EXPERT_QUANTIZE_LAUNCHES_PER_LOCAL_EXPERT * local, 0.0))
 
 
 def bookkeeping_seconds(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:

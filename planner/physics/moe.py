@@ -200,8 +200,18 @@ sum over rows: about 14. Counted, not fitted; fc1's bias is fused into the activ
 (weighted_bias_quick_geglu_impl / weighted_bias_swiglu_impl)."""
 
 
+FUSED_EXPERT_BIAS_BACKWARD_BYTES = 2.0
+"""The same under Transformer Engine's fused grouped MLP (Layout.moe_fused_mlp): fc2's GEMM adds the bias, scaled by
+the routing probability, in its epilogue (nothing in the forward), and the backward's bias and probability
+gradients come from one grouped kernel that reads fc2's output gradient once (transformer_engine/pytorch/triton/
+grouped_dbias_dscales.py compute_grouped_dbias_dscales, called from ops/fused/grouped_mlp.py @ d0067d0): 2 bytes
+per element, 16-bit. Counted, not fitted."""
+
+
 def expert_bias_bytes(model: ModelSpec, lay: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) HBM bytes of the routed experts' second bias, one micro-batch; 0 without biases."""
     assert model.moe is not None
     elements = routed_rows(model, lay) * model.hidden_size * (1.0 if model.mlp_bias else 0.0)
-    return np.asarray(EXPERT_BIAS_FORWARD_BYTES * elements), np.asarray(EXPERT_BIAS_BACKWARD_BYTES * elements)
+    fused = lay.moe_fused_mlp
+    return (np.asarray(np.where(fused, 0.0, EXPERT_BIAS_FORWARD_BYTES) * elements),
+            np.asarray(np.where(fused, FUSED_EXPERT_BIAS_BACKWARD_BYTES, EXPERT_BIAS_BACKWARD_BYTES) * elements))

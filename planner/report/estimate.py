@@ -47,6 +47,8 @@ def _moe_parts(est: TrainingEstimate) -> list[str]:
                   f"ep-overlap {'on' if lay.moe_ep_overlap else 'off'}"]
         if lay.moe_shared_expert_overlap:
             parts.append("shared-expert overlap")
+        if lay.moe_fused_mlp:
+            parts.append("fused grouped MLP")
         parts.append("dropless" if lay.moe_capacity_factor is None else f"capacity {lay.moe_capacity_factor:g}")
     if lay.cuda_graph_scope:
         parts.append(f"cuda graphs {'+'.join(lay.cuda_graph_scope)}")

@@ -113,7 +113,7 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
                     "compile": r.problem.compile, "optimizer_state_dtype": r.problem.optimizer_state_dtype,
                     "master_weights_dtype": r.problem.master_weights_dtype, "schedule": r.problem.schedule,
                     "moe_dispatcher": r.problem.moe_dispatcher, "moe_ep_overlap": r.problem.moe_ep_overlap,
-                    "headroom": r.headroom},
+                    "moe_fused_mlp": r.problem.moe_fused_mlp, "headroom": r.headroom},
         "seconds": {"search": view.seconds, "grid": r.grid_seconds, "evaluate": r.evaluate_seconds},
     }
     if r.model.moe is not None:
@@ -174,7 +174,8 @@ def moe_assumption(view: SearchView) -> str:
         overlap = "overlapped with compute by the dualpipe schedule"
     else:
         overlap = "not overlapped"
-    return f"{p.moe_dispatcher} token dispatcher, expert all-to-all {overlap}"
+    fused = ", experts in the fused grouped MLP" if p.moe_fused_mlp else ""
+    return f"{p.moe_dispatcher} token dispatcher, expert all-to-all {overlap}{fused}"
 
 
 def _headline(view: SearchView, model_id: str, hardware_id: str) -> str:

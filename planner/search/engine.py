@@ -181,7 +181,10 @@ def run_search(
     """Build the space, reject rule-breakers, cost the grid in one vectorised pass, mask what does not fit."""
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
-    check_dtype(hw, problem.dtype, problem.fp8_recipe, problem.fp8_attention)
+    check_dtype(hw, problem.dtype, problem.fp8_recipe, problem.fp8_attention, problem.moe_fused_mlp)
+    if problem.moe_fused_mlp and (model.moe is None or model.mlp_kind != "gated"):
+        raise PlannerError(f"moe_fused_mlp runs a MoE model's routed experts with a gated activation; {model.name} has "
+                           f"{'no experts' if model.moe is None else 'a ' + model.mlp_kind + ' MLP'}: drop --moe-fused-mlp")
     problem = problem.for_model(model, hw)  # the MoE settings decided, as the result reports them
     start = time.perf_counter()
     space = build_space(model, problem, filters)
@@ -349,7 +352,7 @@ def _fit_at(model: ModelSpec, hw: HardwareProfile, est: TrainingEstimate, gpus: 
                       moe_ep_overlap=base.moe_ep_overlap, schedule=base.schedule, engine=base.engine,
                       compile=base.compile, fp8_param_gather=base.fp8_param_gather,
                       attention_kernel=base.attention_kernel, fp8_recipe=base.fp8_recipe,
-                      fp8_attention=base.fp8_attention)
+                      fp8_attention=base.fp8_attention, moe_fused_mlp=base.moe_fused_mlp)
     try:
         result = run_search(model, hw, problem, headroom=est.headroom)
     except PlannerError:

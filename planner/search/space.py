@@ -126,6 +126,7 @@ class Problem:
     attention_kernel: AttentionKernel | None = None  # Layout.attention_kernel for every candidate; None: the engine's
     fp8_recipe: str = "tensorwise"  # Layout.fp8_recipe for every candidate (with dtype fp8)
     fp8_attention: bool = False  # Layout.fp8_attention for every candidate (with dtype fp8, engines that run it)
+    moe_fused_mlp: bool = False  # Layout.moe_fused_mlp for every candidate (MXFP8 MoE, engines that run it)
 
     def __post_init__(self) -> None:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
@@ -169,6 +170,12 @@ class Problem:
         if self.fp8_attention and not profile.kernels.fp8_attention:
             raise PlannerError(f"engine {self.engine} cannot run fp8_attention ({profile.kernels.sources['fp8_attention']}); "
                                "drop it or choose an engine whose kernels.fp8_attention is true (megatron, nemo)")
+        if self.moe_fused_mlp and (self.dtype != "fp8" or self.fp8_recipe != "mxfp8"):
+            raise PlannerError("moe_fused_mlp is Transformer Engine's fused grouped MLP, which runs only under MXFP8: it "
+                               "needs --dtype fp8 --fp8-recipe mxfp8")
+        if self.moe_fused_mlp and not profile.kernels.moe_fused_mlp:
+            raise PlannerError(f"engine {self.engine} cannot run moe_fused_mlp ({profile.kernels.sources['moe_fused_mlp']}); "
+                               "drop it or choose an engine whose kernels.moe_fused_mlp is true (megatron, nemo)")
         if self.attention_kernel not in (None, "fused", "flash2"):
             raise PlannerError(f"attention_kernel({self.attention_kernel}) must be fused or flash2")
         if self.attention_kernel is not None and not self.flash_attention:
@@ -486,6 +493,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         mtp_layers=const(0 if model.mtp_layers and not engine_profile(problem.engine).moe.mtp else -1, np.int64),
         activation_input_fp8=const(False, bool),
         fp8_attention=const(problem.fp8_attention, bool),
+        moe_fused_mlp=const(problem.moe_fused_mlp, bool),
     )
     if filters.sequence_parallel is None:
         in_space = ~cols["sequence_parallel"] | (cols["tp"] > 1)

@@ -96,6 +96,10 @@ class KernelSection(_Sourced):
         default=False, description="The fused attention can run on fp8 inputs (Transformer Engine's FP8 attention, "
         "Layout.fp8_attention)."
     )
+    moe_fused_mlp: bool = Field(
+        default=False, description="The routed experts can run as Transformer Engine's fused grouped MLP "
+        "(Layout.moe_fused_mlp)."
+    )
 
 
 class ZeroSection(_Sourced):
@@ -392,8 +396,13 @@ _MEGATRON = EngineProfile(
     kernels=KernelSection(
         fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
         attention_kernel="fused", cuda_graphs=True, fp8_proj_keeps_cast_input=False, fp8_tp_all_gather=False,
-        tp_overlap_with_mla=False, fp8_attention=True,
+        tp_overlap_with_mla=False, fp8_attention=True, moe_fused_mlp=True,
         sources={
+            "moe_fused_mlp": "Megatron-Core's TEGroupedMLP builds the experts from Transformer Engine ops under "
+            "--use-transformer-engine-op-fuser (megatron/core/transformer/moe/experts.py @ d98e8a64), and Transformer "
+            "Engine's fuser replaces GroupedLinear + gated activation + GroupedLinear by its CuTe DSL grouped MLP when "
+            "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 under an MXFP8 recipe (transformer_engine/pytorch/ops/fused/"
+            "grouped_mlp.py @ d0067d0); Megatron-Bridge's 26.06+ MoE recipes set both (cutedsl_fused_grouped_mlp)",
             "fp8_attention": "Megatron-LM --fp8-dot-product-attention (Megatron-Bridge mixed_precision."
             "fp8_dot_product_attention) sets the fp8 recipe's fp8_dpa, and Transformer Engine's DotProductAttention "
             "then runs FusedAttnFunc on quantized Q, K, V (NVIDIA/TransformerEngine transformer_engine/pytorch/"
@@ -657,11 +666,13 @@ _TORCH_EAGER_SOURCES: dict[str, str] = {
     "eager_elementwise_traffic_factor": _EAGER_FACTOR,
     "fp8_attention": "torchao's float8 training converts nn.Linear modules only; scaled_dot_product_attention "
     "stays 16-bit (torchao/float8/float8_linear_utils.py convert_to_float8_training)",
+    "moe_fused_mlp": "torch engines run the experts as torch grouped matmuls (torch._grouped_mm) with the activation "
+    "a kernel of its own; Transformer Engine's op fuser is not in their model code",
 }
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 3.0,
     "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
-    "fp8_proj_keeps_cast_input": True, "tp_overlap_with_mla": True, "fp8_attention": False,
+    "fp8_proj_keeps_cast_input": True, "tp_overlap_with_mla": True, "fp8_attention": False, "moe_fused_mlp": False,
     "sources": _TORCH_EAGER_SOURCES,
 }
 
@@ -905,7 +916,7 @@ _AUTOMODEL = _derive(
     kernels={
         "fused_elementwise": True, "supports_compile": False, "attention_kernel": "fused", "cuda_graphs": False,
         "fp8_proj_keeps_cast_input": False, "fp8_tp_all_gather": False, "loss_bytes_per_logit": 4.0,
-        "eager_elementwise_traffic_factor": 1.0, "activation_clamp_fused": True,
+        "eager_elementwise_traffic_factor": 1.0, "activation_clamp_fused": True, "moe_fused_mlp": False,
         "sources": {
             "fused_elementwise": _AUTOMODEL_SRC + " examples/llm_benchmark/*/*_te_deepep.yaml backend: linear te, "
             "rms_norm te, rope_fusion true (Transformer Engine's fused norm and rotary kernels), counted as the "
@@ -925,6 +936,8 @@ _AUTOMODEL = _derive(
             "eager_elementwise_traffic_factor": "unused when fused_elementwise is true; 1.0",
             "fp8_attention": "AutoModel's fp8 config converts Linear modules with torchao; Transformer Engine's "
             "attention runs 16-bit (no fp8_dot_product_attention setting in its recipes)",
+            "moe_fused_mlp": "AutoModel's experts are its own GroupedExperts modules (torch grouped GEMMs or "
+            "Transformer Engine GroupedLinear), not Transformer Engine's op fuser: unfused",
         },
     },
     schedules={
@@ -1035,6 +1048,7 @@ _DEEPSPEED = _derive(
         "eager_elementwise_traffic_factor": _EAGER_FACTOR,
         "loss_bytes_per_logit": "Hugging Face causal-LM loss: logits.float() then cross_entropy, as torchtitan: " + _TORCH_LOSS,
         "fp8_attention": "the user's model runs its attention in 16 bits (DeepSpeed has no fp8 attention setting)",
+        "moe_fused_mlp": "DeepSpeed-MoE runs the user's expert modules (no Transformer Engine op fuser)",
     }),
     zero={
         "collectives_per_layer": 20, "prefetch_units": 1, "prefetch_bucket_params": 50_000_000,

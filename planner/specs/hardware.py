@@ -126,6 +126,12 @@ class AcceleratorSpec(BaseModel):
         description="The fp8 tensor cores apply a scale per block of 32 elements themselves (the MX formats: "
         "Blackwell's block-scaled MMA), which the mxfp8 recipe needs; false on Hopper and Ada.",
     )
+    fused_grouped_mlp: bool = Field(
+        default=False,
+        description="Transformer Engine's fused grouped MLP for MoE experts runs on this chip (Layout.moe_fused_mlp): "
+        "its CuTe DSL grouped-GEMM kernels are built for compute capability 10 only (B200, GB200, B300, GB300; "
+        "transformer_engine/pytorch/ops/fused/grouped_mlp.py is_supported); false on Hopper, Ada and AMD.",
+    )
     source: str = Field(description="Datasheet or paper the figures come from.")
     power_limit: PowerLimit | None = Field(
         default=None,

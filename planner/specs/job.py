@@ -141,6 +141,11 @@ class ParallelSection(BaseModel):
         default=None, description="Expert all-to-all overlapped with another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm; default false)."
     )
+    moe_fused_mlp: StrictBool | None = Field(
+        default=None, description="Routed experts in Transformer Engine's fused grouped MLP (Megatron "
+        "--use-transformer-engine-op-fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; needs dtype fp8 with fp8_recipe "
+        "mxfp8 on a compute-capability-10 chip; default false)."
+    )
     moe_shared_expert_overlap: StrictBool | None = Field(
         default=None, description="Shared experts computed beside the dispatch (Megatron --moe-shared-expert-overlap; "
         "default false)."

@@ -305,6 +305,16 @@ class Layout(BaseModel):
         "the hardware profile measures for it (efficiency.attention_fp8), and keeps them in fp8 for its backward; "
         "needs dtype fp8 with per-tensor or MX scales (fp8_recipe tensorwise, delayed or mxfp8) and flash attention.",
     )
+    moe_fused_mlp: StrictBool = Field(
+        default=False,
+        description="Transformer Engine's fused grouped MLP for the routed experts (Megatron "
+        "--use-transformer-engine-op-fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; Megatron-Bridge's "
+        "cutedsl_fused_grouped_mlp): fc1's grouped GEMM applies the gated activation, the routing weight and the "
+        "MXFP8 quantization of fc2's input in its epilogue, and fc2's data-gradient GEMM the activation's gradient "
+        "and the quantization of fc1's output gradient, one kernel for all local experts (CuTe DSL kernels of "
+        "cuDNN frontend); needs dtype fp8 with fp8_recipe mxfp8, a MoE model with a gated MLP, and a chip of compute "
+        "capability 10 (the hardware profile's accelerator.fused_grouped_mlp).",
+    )
 
     @model_validator(mode="after")
     def _check_flags(self) -> Layout:
@@ -336,6 +346,10 @@ class Layout(BaseModel):
             raise ValueError("fp8_attention with fp8_recipe blockwise: Transformer Engine has no fused fp8 attention "
                              "for block scaling (its backend selection disables it); use tensorwise, delayed or mxfp8, "
                              "or set fp8_attention false")
+        if self.moe_fused_mlp and (self.dtype != "fp8" or self.fp8_recipe != "mxfp8"):
+            raise ValueError("moe_fused_mlp is Transformer Engine's fused grouped MLP, which runs only under block "
+                             "scaling (its fuser leaves the experts unfused for any other recipe): it needs dtype fp8 "
+                             "with fp8_recipe mxfp8, or set moe_fused_mlp false")
         return self
 
     @property
@@ -412,6 +426,7 @@ class LayoutArrays:
     mtp_layers: np.ndarray  # -1 = the model's
     activation_input_fp8: np.ndarray  # fc1's output kept in fp8 for the backward (Layout.activation_input_fp8)
     fp8_attention: np.ndarray  # the fused attention on fp8 inputs (Layout.fp8_attention)
+    moe_fused_mlp: np.ndarray  # the routed experts in Transformer Engine's fused grouped MLP (Layout.moe_fused_mlp)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -477,6 +492,7 @@ class LayoutArrays:
         cols["mtp_layers"] = np.array([-1 if lay.mtp_layers is None else lay.mtp_layers for lay in layouts], dtype=np.int64)
         cols["activation_input_fp8"] = np.array([lay.activation_input_fp8 for lay in layouts], dtype=bool)
         cols["fp8_attention"] = np.array([lay.fp8_attention for lay in layouts], dtype=bool)
+        cols["moe_fused_mlp"] = np.array([lay.moe_fused_mlp for lay in layouts], dtype=bool)
         cols["fp8"] = np.array([lay.dtype == "fp8" for lay in layouts], dtype=bool)
         for flag in ("overlap_grad_reduce", "overlap_tp_comm", "compile", "offload_optimizer", "offload_params"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
@@ -556,5 +572,6 @@ class LayoutArrays:
             mtp_layers=None if mtp < 0 else mtp,
             activation_input_fp8=bool(self.activation_input_fp8[i]),
             fp8_attention=bool(self.fp8_attention[i]),
+            moe_fused_mlp=bool(self.moe_fused_mlp[i]),
             dtype="fp8" if bool(self.fp8[i]) else dtype,
         )

@@ -411,10 +411,12 @@ class TrainingEstimate:
         }
 
 
-def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise", fp8_attention: bool = False) -> None:
+def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise", fp8_attention: bool = False,
+                moe_fused_mlp: bool = False) -> None:
     """A compute dtype the chip has a peak for, else a PlannerError listing those it has; under fp8, an fp8
-    recipe its tensor cores run (mxfp8 needs block-scaled fp8 MMA: accelerator.fp8_block_scaling), and with FP8
-    attention a profile that measures its speed for that scaling (efficiency.attention_fp8)."""
+    recipe its tensor cores run (mxfp8 needs block-scaled fp8 MMA: accelerator.fp8_block_scaling), with FP8
+    attention a profile that measures its speed for that scaling (efficiency.attention_fp8), and with the fused
+    grouped MLP a chip its kernels are built for (accelerator.fused_grouped_mlp)."""
     peaks = hw.accelerator.peak_flops_per_s
     if dtype not in peaks:
         have = ", ".join(sorted(peaks))
@@ -427,6 +429,10 @@ def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise",
         raise PlannerError(f"{hw.name}'s profile measures no FP8 attention with {scaling} scales "
                            "(efficiency.attention_fp8); set fp8_attention false, or add the measured speed-up to a "
                            "profile of your own (docs/hardware.md)")
+    if moe_fused_mlp and not hw.accelerator.fused_grouped_mlp:
+        raise PlannerError(f"{hw.name} cannot run moe_fused_mlp: Transformer Engine's fused grouped MLP is built for "
+                           "compute capability 10 only (B200, GB200, B300, GB300; accelerator.fused_grouped_mlp); set "
+                           "moe_fused_mlp false")
 
 
 def estimate(
@@ -436,7 +442,7 @@ def estimate(
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
     check_layout(model, layout, layout.gpus)
-    check_dtype(hw, layout.dtype, layout.fp8_recipe, layout.fp8_attention)
+    check_dtype(hw, layout.dtype, layout.fp8_recipe, layout.fp8_attention, layout.moe_fused_mlp)
     lay = layout.to_arrays()
     result = evaluate(model, hw, lay, headroom=headroom, engine=engine_profile(layout.engine))
     all_stages = np.arange(layout.pp)[:, None]  # (p, 1): every stage of the one layout

@@ -129,12 +129,25 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: "fp8_param_gather", "optimizer.fp8_params"),
     _engine_rule("engine_no_fp8_attention", lambda a, e: a.fp8_attention & (not e.kernels.fp8_attention),
                  lambda l: "fp8_attention", "kernels.fp8_attention"),
+    _engine_rule("engine_no_moe_fused_mlp", lambda a, e: a.moe_fused_mlp & (not e.kernels.moe_fused_mlp),
+                 lambda l: "moe_fused_mlp", "kernels.moe_fused_mlp"),
     # an engine that runs FP8 attention, told to run FlashAttention-2 instead (Layout.attention_kernel)
     Rule("fp8_attention_flash2", None,
          lambda m, l, g: "fp8_attention is Transformer Engine's fused fp8 kernel, and attention_kernel flash2 runs "
          "FlashAttention-2 in 16 bits; use the fused kernel or set fp8_attention false",
          lambda a, e: a.fp8_attention & a.attention_flash2 & e.kernels.fp8_attention),
 )
+
+
+def _fused_mlp_shapes_ok(model: ModelSpec, etp: np.ndarray) -> np.ndarray:
+    """Whether Transformer Engine's fused grouped MLP takes the model's experts at expert TP `etp`: a gated
+    activation (fc1 twice fc2's input), and fc1's and fc2's input and output widths multiples of 64
+    (transformer_engine/pytorch/ops/fused/grouped_mlp.py validate_grouped_mlp_dims @ d0067d0)."""
+    if model.moe is None or model.mlp_kind != "gated" or model.hidden_size % 64:
+        return np.zeros(np.shape(etp), dtype=bool)
+    width = model.moe.moe_ffn_hidden_size
+    e = np.asarray(etp)
+    return np.asarray((width % e == 0) & ((width // e) % 64 == 0))
 
 
 def _moe_experts(model: ModelSpec) -> int:
@@ -227,6 +240,14 @@ RULES: tuple[Rule, ...] = (
         lambda m, a, g: (a.etp != a.tp) & ((m.moe is None) | ((m.moe.moe_ffn_hidden_size if m.moe else 1) % a.etp != 0)),
         lambda m, l, g: f"etp({l.expert_tp}) needs a MoE model whose moe_ffn_hidden_size "
         f"({m.moe.moe_ffn_hidden_size if m.moe else 'none'}) it divides",
+    ),
+    Rule(
+        "moe_fused_mlp_shapes",
+        lambda m, a, g: a.moe_fused_mlp & ~_fused_mlp_shapes_ok(m, a.etp),
+        lambda m, l, g: "moe_fused_mlp (Transformer Engine's fused grouped MLP) needs a MoE model with a gated MLP "
+        "whose hidden size and per-rank expert width are multiples of 64 (grouped_mlp.py validate_grouped_mlp_dims): "
+        f"hidden_size {m.hidden_size}, moe_ffn_hidden_size {m.moe.moe_ffn_hidden_size if m.moe else 'none'} / "
+        f"etp({l.expert_tp}), mlp {m.mlp_kind}; set moe_fused_mlp false",
     ),
     Rule(
         "recompute_layers_too_many",

@@ -32,7 +32,11 @@ from planner.physics.comm import (
     reduce_scatter_seconds,
     ring_latency_seconds,
 )
-from planner.physics.elementwise import activation_clamp_bytes_per_token, routed_elementwise_bytes_per_token
+from planner.physics.elementwise import (
+    activation_clamp_bytes_per_token,
+    routed_activation_bytes_per_token,
+    routed_elementwise_bytes_per_token,
+)
 from planner.physics.elementwise import elementwise_bytes_per_token as shared_elementwise_bytes_per_token
 from planner.physics.kernels import (
     CAUSAL_WORK_FRACTION,
@@ -150,9 +154,27 @@ def host_link_bytes_per_s(hw: HardwareProfile) -> float:
 
 def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
     """A training layout's element-wise bytes per token of one layer: the one formula training and serving
-    share (planner.physics.elementwise), with the model's dropout and the layout's sequence parallelism."""
-    return shared_elementwise_bytes_per_token(model, lay.tp, moe_layer=moe_layer, dropout=model.dropout,
-                                              sequence_parallel=lay.sequence_parallel)
+    share (planner.physics.elementwise), with the model's dropout and the layout's sequence parallelism, less
+    the routed experts' activation where the fused grouped MLP computes it in its GEMMs' epilogues
+    (fused_routed_activation_bytes_per_token)."""
+    shared = shared_elementwise_bytes_per_token(model, lay.tp, moe_layer=moe_layer, dropout=model.dropout,
+                                                sequence_parallel=lay.sequence_parallel)
+    if not (moe_layer and model.moe is not None):
+        return shared
+    return np.asarray(shared - fused_routed_activation_bytes_per_token(model, lay))
+
+
+def fused_routed_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """Forward bytes per token of the routed experts' gated activation that Transformer Engine's fused grouped MLP
+    (Layout.moe_fused_mlp) does not move: fc1's grouped GEMM applies the activation and the routing weight to its
+    accumulator and writes fc2's quantized input (the 'grouped GEMM + GLU' kernel), and in the backward fc2's
+    data-gradient GEMM applies the activation's gradient in its epilogue ('grouped GEMM + dGLU'), so neither pass
+    reads or writes the activation's input and output as kernels of their own (NVIDIA/TransformerEngine @ d0067d0
+    transformer_engine/pytorch/ops/fused/grouped_mlp.py; the kernels are cuDNN frontend's CuTe DSL
+    grouped_gemm_glu / grouped_gemm_dglu for sm100). 0 where the experts run unfused. The backward's share follows
+    (BACKWARD_TO_FORWARD_TRAFFIC times the forward count, as for every element-wise term)."""
+    assert model.moe is not None
+    return np.asarray(np.where(lay.moe_fused_mlp, routed_activation_bytes_per_token(model, lay.tp), 0.0))
 
 
 def softmax_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
@@ -177,14 +199,17 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     t = lay.tp.astype(float)
     widths = attention_dims(model)
     qkv_out = qkv_elements_per_token(model, lay)
+    up = 2.0 if model.mlp_kind == "gated" else 1.0
     if moe_layer and model.moe is not None:
         copies, width = float(model.moe.experts_per_token + model.moe.num_shared_experts), model.moe.moe_ffn_hidden_size
+        # the fused grouped MLP quantizes fc2's input and fc1's output gradient in its GEMMs' epilogues
+        # (fused_routed_activation_bytes_per_token): the routed copies' casts of those two are not kernels
+        fused = np.where(lay.moe_fused_mlp, float(model.moe.experts_per_token) * width / t, 0.0)
     else:
-        copies, width = 1.0, model.ffn_hidden_size
+        copies, width, fused = 1.0, model.ffn_hidden_size, np.zeros(np.shape(t))
     per_copy = width / t
-    up = 2.0 if model.mlp_kind == "gated" else 1.0
-    forward = h + widths.output / t + _mlp_cast_elements(copies, h, per_copy)
-    backward = qkv_out + h + up * copies * per_copy + copies * h
+    forward = h + widths.output / t + _mlp_cast_elements(copies, h, per_copy) - fused
+    backward = qkv_out + h + up * copies * per_copy + copies * h - up * fused
     return forward, backward
 
 
@@ -516,10 +541,11 @@ def routed_side_forward_seconds(model: ModelSpec, hw: HardwareProfile, lay: Layo
     share of elementwise_bytes_per_token (the experts' activation and the dispatch/combine permutations) and,
     under fp8, of fp8_cast_elements_per_token (each routed copy's fc1 and fc2 inputs)."""
     assert model.moe is not None
-    per_copy = model.moe.moe_ffn_hidden_size / lay.tp.astype(float)
+    per_copy = np.where(lay.moe_fused_mlp, 0.0, model.moe.moe_ffn_hidden_size / lay.tp.astype(float))
     casts = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * _mlp_cast_elements(
         float(model.moe.experts_per_token), model.hidden_size, per_copy), lay.fp8_recipe), 0.0)
-    return np.asarray(memory_seconds(hw, tokens * routed_elementwise_bytes_per_token(model, lay.tp)) + casts)
+    routed = routed_elementwise_bytes_per_token(model, lay.tp) - fused_routed_activation_bytes_per_token(model, lay)
+    return np.asarray(memory_seconds(hw, tokens * routed) + casts)
 
 
 def expert_comm_seconds(
@@ -598,8 +624,20 @@ def clamp_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, m
     kernels of their own (physics.elementwise ACTIVATION_CLAMP_*) unless a fused kernel clamps (lay.clamp_fused)."""
     tokens = tokens_per_microbatch(lay)
     fwd, bwd = activation_clamp_bytes_per_token(model, lay.tp, moe_layer=moe_layer)
-    return (np.asarray(np.where(lay.clamp_fused, 0.0, memory_seconds(hw, tokens * fwd))),
-            np.asarray(np.where(lay.clamp_fused, 0.0, memory_seconds(hw, tokens * bwd))))
+    # the fused grouped MLP clamps the routed experts' inputs in its epilogue (TE's ScaledClampedQGeGLU fused op):
+    # only the shared experts' share stays a kernel of its own
+    kept = np.where(lay.moe_fused_mlp, 1.0 - _routed_activation_share(model), 1.0) if moe_layer else 1.0
+    return (np.asarray(np.where(lay.clamp_fused, 0.0, kept * memory_seconds(hw, tokens * fwd))),
+            np.asarray(np.where(lay.clamp_fused, 0.0, kept * memory_seconds(hw, tokens * bwd))))
+
+
+def _routed_activation_share(model: ModelSpec) -> float:
+    """The routed experts' share of a MoE layer's activation width (top-k copies against the shared experts); 0
+    for a dense model."""
+    if model.moe is None:
+        return 0.0
+    routed = model.moe.experts_per_token * model.moe.moe_ffn_hidden_size
+    return routed / (routed + model.moe.shared_ffn_width)
 
 
 def recompute_extra_seconds(
@@ -623,6 +661,8 @@ def recompute_extra_seconds(
     moe = model.moe if moe_layer else None
     f = (moe.experts_per_token + moe.num_shared_experts) * moe.moe_ffn_hidden_size if moe is not None else model.ffn_hidden_size
     activation_bytes = (6 if gated else 4) * f / t
+    if moe is not None:  # the fused grouped MLP's activation is inside its GEMMs: nothing of its own to rerun
+        activation_bytes = activation_bytes - fused_routed_activation_bytes_per_token(model, lay)
 
     def traffic(bytes_per_token: np.ndarray | float) -> np.ndarray:
         return np.asarray(eager_factor * memory_seconds(hw, tokens * bytes_per_token))
@@ -656,10 +696,9 @@ def recompute_extra_seconds(
             + traffic(activation_bytes + 2 * moe.experts_per_token * 4 * h) + clamp
             + layer.ep_comm / 2.0
         )
-        routed_width = moe.experts_per_token * moe.moe_ffn_hidden_size
-        routed_share = routed_width / (routed_width + moe.shared_ffn_width)
-        routed_act = traffic((6 if gated else 4) * moe.experts_per_token * moe.moe_ffn_hidden_size / t) + (
-            routed_share * clamp)
+        routed_share = _routed_activation_share(model)
+        routed_act = np.where(lay.moe_fused_mlp, 0.0, traffic(
+            (6 if gated else 4) * moe.experts_per_token * moe.moe_ffn_hidden_size / t) + routed_share * clamp)
         shared = _gemm_forward_seconds(model, hw, lay, moe_layer, {"shared_up": 1.0, "shared_down": 1.0})
         modules = modules + np.where(
             has("moe"), whole, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared, 0.0)

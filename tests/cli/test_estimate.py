@@ -273,3 +273,22 @@ def test_fp8_attention_is_a_flag_and_a_chip_without_its_measurement_is_one_line(
            "--gpus", "8", "--dtype", "fp8", "--fp8-attention")
     assert_one_line_error(run_cli(*h20), "measures no FP8 attention")
     assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--fp8-attention"), "needs dtype fp8")
+
+
+def test_moe_fused_mlp_is_a_flag_with_one_line_refusals(run_cli):
+    qwen = ("estimate", "--model", "qwen3-30b-a3b", "--hardware", "gb300-nvl72", "--gpus", "8", "--ep", "8",
+            "--micro-batch", "8", "--global-batch", "512", "--seq-len", "4096", "--zero", "1", "--dtype", "fp8",
+            "--fp8-recipe", "mxfp8", "--format", "json")
+    on, off = (run_cli(*qwen, *extra) for extra in (("--moe-fused-mlp",), ()))
+    assert on.exit_code == 0 and off.exit_code == 0, on.output + off.output
+    on_doc, off_doc = json.loads(on.stdout), json.loads(off.stdout)
+    assert on_doc["config"]["moe_fused_mlp"] is True and off_doc["config"]["moe_fused_mlp"] is False
+    assert on_doc["time"]["step_seconds"] < off_doc["time"]["step_seconds"]
+    table = run_cli(*qwen[:-2], "--moe-fused-mlp")
+    assert "fused grouped MLP" in " ".join(table.stdout.split())
+    assert_one_line_error(run_cli(*qwen[:-4], "--moe-fused-mlp"), "fp8_recipe mxfp8")  # fp8 per tensor
+    h100 = tuple("h100-sxm" if part == "gb300-nvl72" else part for part in qwen[:-2])
+    assert_one_line_error(run_cli(*h100, "--moe-fused-mlp"), "mxfp8")  # H100: no MX block scales
+    b200 = ("estimate", "--model", "llama-3.1-8b", "--hardware", "b200", "--global-batch", "32", "--seq-len", "4096",
+            "--gpus", "8", "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--moe-fused-mlp")
+    assert_one_line_error(run_cli(*b200), "MoE model")

@@ -276,3 +276,21 @@ def test_dispatcher_choices_match_the_layout_codes():
     from planner.specs.layout import DISPATCHER_CODES
 
     assert MOE_DISPATCHERS == tuple(DISPATCHER_CODES)
+
+
+def test_moe_fused_mlp_search_costs_every_candidate_with_it_and_says_so(run_cli):
+    qwen = ("search", "--model", "qwen3-30b-a3b", "--hardware", "gb300-nvl72", "--gpus", "8", "--global-batch", "512",
+            "--seq-len", "4096", "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--top", "2")
+    out = run_cli(*qwen, "--moe-fused-mlp")
+    assert out.exit_code == 0, out.output
+    assert "experts in the fused grouped MLP" in " ".join(out.stdout.split())
+    doc = as_json(run_cli(*qwen, "--moe-fused-mlp", "--format", "json"))
+    assert doc["problem"]["moe_fused_mlp"] is True
+    assert all(cand["config"]["moe_fused_mlp"] for cand in doc["candidates"])
+    plain = as_json(run_cli(*qwen, "--format", "json"))
+    assert doc["candidates"][0]["time"]["step_seconds"] < plain["candidates"][0]["time"]["step_seconds"]
+    dense = run_cli("search", "--model", "llama-3.1-8b", "--hardware", "b200", "--gpus", "8", "--global-batch", "64",
+                    "--seq-len", "4096", "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--moe-fused-mlp")
+    assert dense.exit_code == 2 and dense.stderr.startswith("error:") and "no experts" in dense.stderr
+    torch = run_cli(*qwen, "--moe-fused-mlp", "--engine", "torchtitan")
+    assert torch.exit_code == 2 and "cannot run moe_fused_mlp" in torch.stderr
