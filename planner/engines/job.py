@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.engines import automodel, deepspeed, hf_trainer, load, megatron, torchtitan
+from planner.engines import automodel, deepspeed, hf_trainer, load, megatron, torchtitan, torchtitan_registry
 from planner.engines.common import EngineImport, require
 from planner.errors import PlannerError
 from planner.specs.engine import ENGINE_PROFILES
@@ -162,8 +162,15 @@ def _import_engine(
             assert imported.model is not None
             loaded = load.Loaded(id=(path.stem if path else Path(source).stem), spec=imported.model, source=where)
         return imported, loaded
-    config = load.read_engine_file("torchtitan", path) if path is not None else {}
     overrides = torchtitan.split_args(engine.args) if engine.args else []
+    registry_notes: tuple[str, ...] = ()
+    if path is not None and path.suffix == ".py":  # torchtitan's Python config registry (main since 2026-02)
+        module, function, overrides = torchtitan_registry.split_registry_args(overrides)
+        registry = torchtitan_registry.read_registry(load.read_text(path), function, source=where, module=module,
+                                                     overrides=overrides)
+        config, registry_notes, overrides = registry.config, registry.warnings, []
+    else:
+        config = load.read_engine_file("torchtitan", path) if path is not None else {}
     applied = torchtitan.apply_overrides(config, overrides, where)
     name, flavor = torchtitan.model_name(applied)
     mapped = torchtitan.catalog_id(name, flavor)
@@ -175,6 +182,8 @@ def _import_engine(
     loaded = _file_model(loaded, _catalog_entry(mapped), described=described, missing=f"{described} {known}",
                          where=where, source=source, field="model.flavor", file="file")
     imported = torchtitan.import_torchtitan(config, overrides, gpus=gpus, given=given, model=loaded.spec, source=where)
+    if registry_notes:
+        imported = replace(imported, warnings=(*registry_notes, *imported.warnings))
     return imported, loaded
 
 

@@ -3,8 +3,8 @@
 Read as torchtitan's JobConfig / ParallelDims / Trainer read it (v0.1.0 - v0.2.x, the
 releases that take `--job.config_file x.toml`; the 2024 layout with the degrees and float8
 under [training] and [experimental] is read too). Since February 2026 torchtitan's main branch
-describes runs as Python functions (`--module`/`--config`), which planner cannot execute;
-the `--section.option` flags that still override them are read (give them as `args`).
+describes runs as Python functions (`--module`/`--config`): planner.engines.torchtitan_registry reads those
+(without running them) into the settings this reader takes.
 
 Mapping: FSDP (data_parallel_shard_degree > 1, or context parallelism, which torchtitan
 always wraps in FSDP) -> ZeRO 3 over dp = replicate x shard; DDP (replicate only) -> ZeRO 0;
@@ -80,7 +80,7 @@ KNOWN: dict[str, frozenset[str]] = {
         "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size", "pipeline_parallel_expert_parallel_overlap",
         "context_parallel_degree", "context_parallel_load_balancer", "context_parallel_rotate_method",
         "expert_parallel_degree", "expert_tensor_parallel_degree", "expert_parallel_comm_backend",
-        "pipeline_parallel_split_points",
+        "pipeline_parallel_split_points", "enable_sequence_parallel",
     }),
     "training": frozenset({
         "dataset", "dataset_path", "local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps",
@@ -470,7 +470,10 @@ def import_torchtitan(
     fsdp = deg["shard"] > 1 or deg["cp"] > 1
     got.set("zero", (1 if deg["pp"] > 1 else 3) if fsdp else 0,
             "data_parallel_shard_degree (FSDP" + (" under pipeline parallelism: ZeRO-1)" if deg["pp"] > 1 else ")"))
-    got.set("sequence_parallel", deg["tp"] > 1, "parallelism.tensor_parallel_degree (TP plans shard the sequence)")
+    # torchtitan's TP plans shard the sequence; main (2026) can turn that off (parallelism.enable_sequence_parallel)
+    sp_on = _flag(config, "parallelism.enable_sequence_parallel", source=source, default=True)
+    got.set("sequence_parallel", deg["tp"] > 1 and sp_on, "parallelism.tensor_parallel_degree (TP plans shard the "
+            "sequence)" if sp_on else "parallelism.enable_sequence_parallel")
     got.set("overlap_tp_comm", _flag(config, "parallelism.enable_async_tensor_parallel",
                                      "experimental.enable_async_tensor_parallel", source=source),
             "parallelism.enable_async_tensor_parallel")

@@ -1,0 +1,489 @@
+"""torchtitan's Python config registry -> the settings the torchtitan reader takes.
+
+Since February 2026 torchtitan describes a run as a Python function that returns a `Trainer.Config`
+(`torchtitan/models/<model>/config_registry.py`, launched as `--module <model> --config <function>` with
+`--section.option` overrides). planner does not run the file. It reads the chosen function's syntax tree and
+evaluates the small language these registries are written in:
+
+- keyword calls that build configs (`Trainer.Config(...)`, `TrainingConfig(...)`, `ParallelismConfig(...)`,
+  `FullAC.Config()`, `CompileConfig(...)`, `model_registry("70B", converters=[...])`, `default_adamw(...)`);
+- literals, arithmetic on numbers (`4 * 4096`), `and` / `or` / `not`, `in` and comparisons;
+- local names, the module's constants, and calls to the registry's other functions (`config = llama3_8b()`);
+- attribute assignments on a config (`config.training.max_context_length = 32768`) and attribute reads.
+
+Anything else (loops, ifs, imported helpers) is left unread: an unreadable value of a setting planner needs is an
+error naming its line, anything else a warning. The result is mapped onto the keys of the TOML job config of
+torchtitan v0.1-v0.2.x (planner.engines.torchtitan), whose reader does the rest:
+
+Registry settings (torchtitan main, torchtitan/config/configs.py @ b5bcd76c) -> TOML keys:
+- training.max_context_length (default 2,048) -> training.seq_len;
+- training.num_tokens_per_microbatch_per_dp_rank (default 16,384) / the context length -> the micro-batch in
+  sequences; times parallelism.num_pp_microbatches with pp > 1 (default 1) -> training.local_batch_size, the
+  micro-batch itself -> parallelism.pipeline_parallel_microbatch_size;
+- training.num_tokens_per_train_step / the context length -> training.global_batch_size (default -1: one round of
+  micro-batches per DP rank);
+- activation_checkpoint: SelectiveAC.Config() (the Trainer's default, per-op SAC) -> selective with option op,
+  FullAC.Config() -> full, None -> none; MemoryBudgetAC is not modelled;
+- compile=CompileConfig(enable, enable_async_tensor_parallel) -> compile.enable,
+  parallelism.enable_async_tensor_parallel;
+- model_registry(flavor, converters=[Float8LinearConverter.Config(...) | MXFP8LinearConverter.Config(...)]) ->
+  model.flavor, model.converters (NVFP4 is not modelled);
+- the other training and parallelism fields -> the same names.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import PlannerError
+
+# Trainer.Config fields that do not change a layout's memory or time (data, logging, checkpoints, validation).
+IGNORED_TRAINER_FIELDS = frozenset({
+    "loss", "hf_assets_path", "profiler", "metrics", "lr_scheduler", "dataloader", "checkpoint", "validator", "comm",
+    "debug", "override", "fault_tolerance", "tokenizer", "job", "dump_folder",
+})
+READ_TRAINER_FIELDS = frozenset({"model_spec", "training", "parallelism", "activation_checkpoint", "compile",
+                                 "optimizer"})
+# registry-only fields the TOML reader does not take (consumed here, or without effect on a layout)
+CONSUMED = {
+    "training": frozenset({"num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step", "max_context_length",
+                           "disable_cuda_graphs"}),
+    "parallelism": frozenset({"num_pp_microbatches", "spmd_backend", "enable_fsdp_symm_mem"}),
+}
+DEFAULT_CONTEXT = 2048  # TrainingConfig.max_context_length
+DEFAULT_MICROBATCH_TOKENS = 16384  # TrainingConfig.num_tokens_per_microbatch_per_dp_rank
+MAX_DEPTH = 16  # calls of registry functions inside one another
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A value planner did not evaluate, with the line it comes from."""
+
+    text: str
+    line: int
+
+
+@dataclass
+class Call:
+    """A config built by a keyword call: the callee's dotted name and its arguments."""
+
+    name: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    args: list[Any] = field(default_factory=list)
+    line: int = 0
+
+    @property
+    def short(self) -> str:
+        """The class name without a trailing '.Config' (FullAC.Config -> FullAC)."""
+        parts = self.name.split(".")
+        return parts[-2] if parts[-1] == "Config" and len(parts) > 1 else parts[-1]
+
+
+@dataclass(frozen=True)
+class Registry:
+    """What read_registry found: the TOML-shaped settings, the model, and warnings."""
+
+    config: dict[str, Any]
+    model_name: str | None
+    flavor: str | None
+    warnings: tuple[str, ...]
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+class _Interpreter:
+    def __init__(self, tree: ast.Module, source: str) -> None:
+        self.source = source
+        self.functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.constants: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        self.depth = 0
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                value = self.eval(node.value, {})
+                if not isinstance(value, Unknown):
+                    self.constants[node.targets[0].id] = value
+
+    # expressions ---------------------------------------------------------------------------------
+    def eval(self, node: ast.expr, scope: dict[str, Any]) -> Any:  # noqa: C901 - one case per syntax node
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [self.eval(e, scope) for e in node.elts]
+        if isinstance(node, ast.Name):
+            if node.id in scope:
+                return scope[node.id]
+            if node.id in self.constants:
+                return self.constants[node.id]
+            return {"True": True, "False": False, "None": None}.get(node.id, Unknown(node.id, line))
+        if isinstance(node, ast.UnaryOp):
+            value = self.eval(node.operand, scope)
+            if isinstance(node.op, ast.Not) and isinstance(value, bool):
+                return not value
+            if isinstance(node.op, ast.USub) and _number(value):
+                return -value
+            return Unknown(ast.unparse(node), line)
+        if isinstance(node, ast.BinOp):
+            left, right = self.eval(node.left, scope), self.eval(node.right, scope)
+            return _arith(node.op, left, right) if _number(left) and _number(right) else Unknown(ast.unparse(node), line)
+        if isinstance(node, ast.BoolOp):
+            values = [self.eval(v, scope) for v in node.values]
+            if all(isinstance(v, bool) for v in values):
+                return all(values) if isinstance(node.op, ast.And) else any(values)
+            return Unknown(ast.unparse(node), line)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            left, right = self.eval(node.left, scope), self.eval(node.comparators[0], scope)
+            if isinstance(left, Unknown) or isinstance(right, Unknown):
+                return Unknown(ast.unparse(node), line)
+            op = node.ops[0]
+            if isinstance(op, ast.In) and isinstance(right, list):
+                return left in right
+            if isinstance(op, ast.Eq):
+                return left == right
+            return Unknown(ast.unparse(node), line)
+        if isinstance(node, ast.Attribute):
+            base = self.eval(node.value, scope)
+            if isinstance(base, Call) and node.attr in base.kwargs:
+                return base.kwargs[node.attr]
+            return Unknown(ast.unparse(node), line)
+        if isinstance(node, ast.Call):
+            return self.call(node, scope)
+        return Unknown(ast.unparse(node), line)
+
+    def call(self, node: ast.Call, scope: dict[str, Any]) -> Any:
+        name = _dotted(node.func)
+        line = node.lineno
+        if name is None:
+            return Unknown(ast.unparse(node), line)
+        if name in self.functions:  # another function of the registry, its parameters bound as Python binds them
+            return self.run(name, self._bind(self.functions[name], node, scope))
+        if name == "cast" and len(node.args) == 2:  # typing.cast(T, value)
+            return self.eval(node.args[1], scope)
+        last = name.split(".")[-1]
+        if not (last.endswith("Config") or last in BUILDERS):
+            return Unknown(ast.unparse(node), line)  # a helper planner does not run
+        kwargs = {k.arg: self.eval(k.value, scope) for k in node.keywords if k.arg is not None}
+        return Call(name, kwargs, [self.eval(a, scope) for a in node.args], line)
+
+    # statements ----------------------------------------------------------------------------------
+    def _bind(self, func: ast.FunctionDef, node: ast.Call, scope: dict[str, Any]) -> dict[str, Any]:
+        params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+        defaults = func.args.defaults
+        bound: dict[str, Any] = {p: self.eval(d, {}) for p, d in zip(params[len(params) - len(defaults):], defaults)}
+        for kw, default in zip(func.args.kwonlyargs, func.args.kw_defaults):
+            if default is not None:
+                bound[kw.arg] = self.eval(default, {})
+        for param, arg in zip(params, node.args):
+            bound[param] = self.eval(arg, scope)
+        for keyword in node.keywords:
+            if keyword.arg is not None:
+                bound[keyword.arg] = self.eval(keyword.value, scope)
+        return bound
+
+    def run(self, function: str, bound: dict[str, Any] | None = None) -> Any:
+        if function not in self.functions:
+            raise PlannerError(f"no function '{function}' in the file (it has {', '.join(sorted(self.functions))})",
+                               source=self.source)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise PlannerError(f"'{function}' calls the registry's functions more than {MAX_DEPTH} deep",
+                               source=self.source)
+        scope: dict[str, Any] = dict(bound or {})
+        result: Any = None
+        for stmt in self.functions[function].body:
+            if isinstance(stmt, ast.Return) and stmt.value is not None:
+                result = copy.deepcopy(self.eval(stmt.value, scope))
+                break
+            if isinstance(stmt, ast.Assign):
+                value = self.eval(stmt.value, scope)
+                for target in stmt.targets:
+                    self.assign(target, value, scope)
+            elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+                self.assign(stmt.target, self.eval(stmt.value, scope), scope)
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+                self._mutating_call(stmt.value, scope)
+            elif isinstance(stmt, (ast.Assert, ast.Pass)) or (
+                    isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+                continue  # checks and docstrings
+            else:
+                self.warnings.append(f"{self.source}:{stmt.lineno}: '{ast.unparse(stmt).splitlines()[0]}' in "
+                                     f"{function} is not read (planner evaluates assignments and config calls only)")
+        self.depth -= 1
+        return result
+
+    def _mutating_call(self, node: ast.Call, scope: dict[str, Any]) -> None:
+        """A call whose value is dropped: a registry helper that changes the config it is given (e.g.
+        enable_fused_swiglu(config)) is not run; say so unless it is a list append on settings planner does not
+        read."""
+        name = _dotted(node.func) or ast.unparse(node.func)
+        self.warnings.append(f"{self.source}:{node.lineno}: the call '{name}(...)' is not run by planner; what it "
+                             "changes in the config is not read")
+
+    def assign(self, target: ast.expr, value: Any, scope: dict[str, Any]) -> None:
+        if isinstance(target, ast.Name):
+            scope[target.id] = value
+            return
+        if isinstance(target, ast.Attribute):
+            base = self._writable(target.value, scope)
+            if isinstance(base, Call):
+                base.kwargs[target.attr] = copy.deepcopy(value)
+                return
+        self.warnings.append(f"{self.source}:{target.lineno}: the assignment to '{ast.unparse(target)}' is not read")
+
+
+    def _writable(self, node: ast.expr, scope: dict[str, Any]) -> Any:
+        """The config an assignment writes into: a section of a Trainer.Config that the call left at its default
+        (config.parallelism.x = ... with no parallelism=...) is created empty, as the Trainer's default factory
+        would."""
+        if isinstance(node, ast.Attribute):
+            base = self._writable(node.value, scope)
+            if isinstance(base, Call):
+                if node.attr not in base.kwargs and base.short == "Trainer" and node.attr in SECTION_CLASSES:
+                    base.kwargs[node.attr] = Call(SECTION_CLASSES[node.attr], line=getattr(node, "lineno", 0))
+                if node.attr in base.kwargs:
+                    return base.kwargs[node.attr]
+            return Unknown(ast.unparse(node), getattr(node, "lineno", 0))
+        return self.eval(node, scope)
+
+
+# Calls that build a config without a name ending in Config (the model registry, the optimizer's factory)
+BUILDERS = frozenset({"model_registry", "default_adamw", "default_adam"})
+# The Trainer.Config sections whose default an assignment may write into (trainer.py @ b5bcd76c default factories).
+SECTION_CLASSES = {"training": "TrainingConfig", "parallelism": "ParallelismConfig", "compile": "CompileConfig"}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _arith(op: ast.operator, a: float, b: float) -> Any:
+    if isinstance(op, ast.Add):
+        return a + b
+    if isinstance(op, ast.Sub):
+        return a - b
+    if isinstance(op, ast.Mult):
+        return a * b
+    if isinstance(op, ast.FloorDiv) and b:
+        return a // b
+    if isinstance(op, ast.Div) and b:
+        return a / b
+    if isinstance(op, ast.Pow):
+        return a ** b
+    return Unknown(f"{a} {type(op).__name__} {b}", 0)
+
+
+# mapping onto the TOML reader's keys ------------------------------------------------------------
+def _settings(call: Any, what: str, source: str) -> dict[str, Any]:
+    """A config call's keyword arguments (an unset section: {})."""
+    if call is None:
+        return {}
+    if not isinstance(call, Call):
+        raise PlannerError(f"{what} is {_shown(call)}, which planner cannot read as a config", source=source)
+    return dict(call.kwargs)
+
+
+def _shown(value: Any) -> str:
+    return f"'{value.text}' (line {value.line})" if isinstance(value, Unknown) else repr(value)
+
+
+def _needed(value: Any, name: str, source: str) -> Any:
+    if isinstance(value, Call):
+        raise PlannerError(f"{name} is a {value.name}(...) call (line {value.line}), not a value planner can use; "
+                           f"write the value, or pass --{name} N with the config", source=source)
+    if isinstance(value, Unknown):
+        raise PlannerError(f"{name} is set by {_shown(value)}, which planner does not evaluate; write the value, or "
+                           f"pass --{name} N with the config", source=source)
+    return value
+
+
+def _converters(model: Call | None, source: str) -> list[str]:
+    """The model's converters as the TOML reader names them: float8, or the MX converter."""
+    if model is None:
+        return []
+    names: list[str] = []
+    converters = model.kwargs.get("converters") or []
+    if not isinstance(converters, list):
+        raise PlannerError(f"model_registry(converters=...) is {_shown(converters)}, which planner cannot read",
+                           source=source)
+    for conv in converters:
+        short = conv.short if isinstance(conv, Call) else str(conv)
+        if "NVFP4" in short:
+            raise PlannerError(f"{short}: NVFP4 training is not modelled (planner has no fp4 compute dtype); use the "
+                               "bf16, float8 or MXFP8 config", source=source)
+        if short.startswith("MXFP8"):
+            names.append("quantize.linear.mx" if "Linear" in short else "quantize.grouped_mm.mx")
+        elif short.startswith("Float8"):
+            names.append("float8" if "Linear" in short else "quantize.grouped_mm.float8")
+        else:
+            names.append(short)
+    return names
+
+
+def _activation_checkpoint(value: Any, present: bool, source: str) -> dict[str, Any]:
+    if not present:  # Trainer.Config's default: SelectiveAC.Config (per-op selective checkpointing)
+        return {"mode": "selective", "selective_ac_option": "op"}
+    if value is None:
+        return {"mode": "none"}
+    if isinstance(value, Call):
+        kind = value.short
+        if kind == "FullAC":
+            return {"mode": "full"}
+        if kind == "SelectiveAC":
+            return {"mode": "selective", "selective_ac_option": "op"}
+        if kind == "MemoryBudgetAC":
+            raise PlannerError("activation_checkpoint MemoryBudgetAC (torch.compile's memory-budget partitioner) is not "
+                               "modelled; use FullAC, SelectiveAC or None", source=source)
+    raise PlannerError(f"activation_checkpoint is {_shown(value) if not isinstance(value, Call) else value.name}, "
+                       "which planner does not know (FullAC, SelectiveAC, MemoryBudgetAC or None)", source=source)
+
+
+def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[str]) -> tuple[dict[str, Any], str | None]:
+    """A `Trainer.Config(...)` value -> (the TOML reader's settings, the model flavor)."""
+    if not isinstance(trainer, Call):
+        raise PlannerError(f"the function returns {_shown(trainer)}, not a Trainer.Config(...) that planner can read",
+                           source=source)
+    for key in trainer.kwargs:
+        if key not in READ_TRAINER_FIELDS and key not in IGNORED_TRAINER_FIELDS:
+            warnings.append(f"{source}: Trainer.Config {key}=... is not known to planner and was ignored; if it "
+                            "changes memory, the estimate does not include it")
+    model = trainer.kwargs.get("model_spec")
+    flavor = None
+    if isinstance(model, Call) and model.name.split(".")[-1] == "model_registry":
+        first = model.args[0] if model.args else model.kwargs.get("flavor")
+        flavor = str(_needed(first, "model_registry flavor", source))
+    elif model is not None:
+        raise PlannerError(f"model_spec is {_shown(model) if not isinstance(model, Call) else model.name + '(...)'}; "
+                           "planner reads model_registry('<flavor>', ...) (or give the model with --model)",
+                           source=source)
+    training = _settings(trainer.kwargs.get("training"), "training", source)
+    parallelism = _settings(trainer.kwargs.get("parallelism"), "parallelism", source)
+    compile_ = _settings(trainer.kwargs.get("compile"), "compile", source)
+    for section, values in (("training", training), ("parallelism", parallelism)):
+        for key, value in values.items():
+            if isinstance(value, (Unknown, Call)):
+                values[key] = _needed(value, f"{section}.{key}", source)
+    context = int(training.pop("max_context_length", DEFAULT_CONTEXT))
+    tokens = int(training.pop("num_tokens_per_microbatch_per_dp_rank", DEFAULT_MICROBATCH_TOKENS))
+    step_tokens = int(training.pop("num_tokens_per_train_step", -1))
+    training.pop("disable_cuda_graphs", None)
+    if context < 1 or tokens < 1:
+        raise PlannerError("max_context_length and num_tokens_per_microbatch_per_dp_rank must be positive", source=source,
+                           field="training")
+    if tokens % context:
+        raise PlannerError(f"num_tokens_per_microbatch_per_dp_rank ({tokens}) is not a multiple of max_context_length "
+                           f"({context}); planner models whole sequences per micro-batch", source=source,
+                           field="training.num_tokens_per_microbatch_per_dp_rank")
+    micro = tokens // context
+    pp = int(parallelism.get("pipeline_parallel_degree", 1))
+    rounds = int(parallelism.pop("num_pp_microbatches", 1)) if pp > 1 else 1
+    parallelism.pop("num_pp_microbatches", None)
+    for key in CONSUMED["parallelism"]:
+        parallelism.pop(key, None)
+    toml: dict[str, Any] = {
+        "training": {**training, "seq_len": context, "local_batch_size": micro * rounds},
+        "parallelism": parallelism,
+        "activation_checkpoint": _activation_checkpoint(trainer.kwargs.get("activation_checkpoint"),
+                                                        "activation_checkpoint" in trainer.kwargs, source),
+        "model": {"converters": _converters(model if isinstance(model, Call) else None, source)},
+        "optimizer": {"name": "AdamW"},
+    }
+    if step_tokens > 0:
+        if step_tokens % context:
+            raise PlannerError(f"num_tokens_per_train_step ({step_tokens}) is not a multiple of max_context_length "
+                               f"({context})", source=source, field="training.num_tokens_per_train_step")
+        toml["training"]["global_batch_size"] = step_tokens // context
+    if pp > 1:
+        parallelism["pipeline_parallel_microbatch_size"] = micro
+    if model_name is not None:
+        toml["model"]["name"] = model_name
+    if flavor is not None:
+        toml["model"]["flavor"] = flavor
+    components = compile_.get("components", ["model", "loss"])  # CompileConfig's default components
+    if _needed(compile_.get("enable", False), "compile.enable", source) is True and (
+            isinstance(components, list) and "model" in components):
+        toml["compile"] = {"enable": True}  # the model compiled (not only the loss: components ["loss"])
+    if _needed(compile_.get("enable_async_tensor_parallel", False), "compile.enable_async_tensor_parallel",
+               source) is True:
+        parallelism["enable_async_tensor_parallel"] = True
+    optimizer = trainer.kwargs.get("optimizer")
+    if isinstance(optimizer, Call) and "adam" not in optimizer.name.lower():
+        toml["optimizer"] = {"name": optimizer.short}
+    return toml, flavor
+
+
+def split_registry_args(args: list[str]) -> tuple[str | None, str | None, list[str]]:
+    """(--module NAME, --config NAME, the --section.option overrides) from torchtitan's command line."""
+    module = config = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        name, eq, inline = tok.partition("=")
+        if name in ("--module", "--config", "--job.module", "--job.config"):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if eq else 2
+            if name.endswith("module"):
+                module = value
+            else:
+                config = value
+            continue
+        rest.append(tok)
+        i += 1
+    return module, config, rest
+
+
+def registry_model_name(path_text: str) -> str | None:
+    """The model a registry belongs to, from its path: torchtitan/models/<name>/config_registry.py."""
+    parts = path_text.replace("\\", "/").split("/")
+    if len(parts) >= 2 and parts[-1].endswith(".py"):
+        return parts[-2]
+    return None
+
+
+def _apply_overrides(trainer: Any, overrides: list[str], source: str) -> None:
+    """torchtitan's `--section.option value` flags over the function's config (the command line wins), on the
+    Trainer.Config's sections, before they are mapped."""
+    if not overrides or not isinstance(trainer, Call):
+        return
+    from planner.engines.torchtitan import apply_overrides
+
+    sections = {name: dict(value.kwargs) for name, value in trainer.kwargs.items() if isinstance(value, Call)}
+    changed = apply_overrides(sections, overrides, source)
+    for name, values in changed.items():
+        if name not in SECTION_CLASSES:
+            continue  # overrides of settings planner does not read
+        section = trainer.kwargs.get(name)
+        if not isinstance(section, Call):
+            section = trainer.kwargs[name] = Call(SECTION_CLASSES[name])
+        section.kwargs = dict(values)
+
+
+def read_registry(text: str, function: str | None, *, source: str, module: str | None = None,
+                  overrides: list[str] | None = None) -> Registry:
+    """The function's Trainer.Config with `overrides` applied, read as the TOML reader's settings (see the module
+    docstring)."""
+    try:
+        tree = ast.parse(text, filename=source)
+    except SyntaxError as err:
+        raise PlannerError(f"not Python (line {err.lineno}: {err.msg})", source=source) from None
+    interp = _Interpreter(tree, source)
+    if not function:
+        raise PlannerError("a torchtitan config registry needs the function to read: --config NAME in the engine "
+                           f"args (the file has {', '.join(sorted(interp.functions)) or 'no functions'})", source=source)
+    trainer = interp.run(function)
+    _apply_overrides(trainer, list(overrides or []), source)
+    warnings = list(interp.warnings)
+    model_name = module if module else registry_model_name(source)
+    toml, flavor = to_toml(trainer, model_name, f"{source}: {function}", warnings)
+    return Registry(config=toml, model_name=model_name, flavor=flavor, warnings=tuple(warnings))

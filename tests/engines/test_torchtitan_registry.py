@@ -1,0 +1,172 @@
+"""torchtitan's Python config registries (torchtitan main since 2026-02), read without running them: the real
+registries of pytorch/torchtitan b5bcd76c (tests/fixtures/engines/upstream/SOURCES.md) give the layouts their
+functions describe; hand-written registries pin the language planner evaluates and what it refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.engines.load import load_model
+from planner.engines.torchtitan import import_torchtitan
+from planner.engines.torchtitan_registry import read_registry, split_registry_args
+from planner.errors import PlannerError
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "upstream" / "torchtitan" / "registry"
+
+
+def fields(model_dir: str, function: str, gpus: int = 64, overrides: list[str] | None = None,
+           model_id: str = "llama-3.1-8b") -> tuple[dict, tuple[str, ...]]:
+    path = UPSTREAM / model_dir / "config_registry.py"
+    registry = read_registry(path.read_text(), function, source=str(path), overrides=overrides)
+    imported = import_torchtitan(registry.config, [], gpus=gpus, given={}, model=load_model(model_id).spec,
+                                 source=str(path))
+    return dict(imported.fields), registry.warnings
+
+
+def test_llama3_8b_is_fsdp_over_every_rank_with_per_op_checkpointing() -> None:
+    # num_tokens_per_microbatch_per_dp_rank 1 x 8192 over max_context_length 8192: one sequence per micro-batch;
+    # no parallelism section: FSDP over all 64 ranks; SelectiveAC is torchtitan's per-op SAC; AdamW; bf16
+    f, warnings = fields("llama3", "llama3_8b")
+    assert (f["tp"], f["pp"], f["dp"], f["zero"]) == (1, 1, 64, 3)
+    assert (f["seq_len"], f["micro_batch"], f["global_batch"]) == (8192, 1, 64)
+    assert (f["recompute"], f["dtype"], f.get("compile", False)) == ("op", "bf16", False)
+    assert warnings == ()
+
+
+def test_llama3_405b_reads_tp_float8_compile_async_tp_and_full_checkpointing() -> None:
+    # tensor_parallel_degree 8; Float8LinearConverter (torchao's tensorwise float8); CompileConfig(enable=True,
+    # enable_async_tensor_parallel=True) with the default components (model, loss); FullAC; 2 x 8192 tokens
+    f, _ = fields("llama3", "llama3_405b", gpus=256, model_id="llama-3.1-405b")
+    assert (f["tp"], f["dp"], f["sequence_parallel"], f["overlap_tp_comm"]) == (8, 32, True, True)
+    assert (f["dtype"], f["fp8_recipe"], f["compile"], f["recompute"]) == ("fp8", "tensorwise", True, "full")
+    assert (f["seq_len"], f["micro_batch"]) == (8192, 2)
+
+
+def test_a_function_built_on_another_takes_its_config_and_its_changes() -> None:
+    # llama3_8b_mxfp8: config = llama3_8b(); config.compile = CompileConfig(enable=True, components=["model"]);
+    # config.model_spec = model_registry("8B", converters=[MXFP8LinearConverter.Config(...)])
+    f, _ = fields("llama3", "llama3_8b_mxfp8")
+    assert (f["dtype"], f["fp8_recipe"], f["compile"], f["seq_len"]) == ("fp8", "mxfp8", True, 8192)
+
+
+def test_deepseek_v3_671b_compiles_only_its_loss_and_reads_expert_parallelism() -> None:
+    # CompileConfig(enable=True, components=["loss"]): the model itself runs eager; expert_parallel_degree 2;
+    # 4 x 4096 tokens per micro-batch; Interleaved1F1B named but pipeline_parallel_degree left at 1
+    f, _ = fields("deepseek_v3", "deepseek_v3_671b", gpus=256, model_id="deepseek-v3")
+    assert (f["ep"], f["pp"], f["seq_len"], f["micro_batch"]) == (2, 1, 4096, 4)
+    assert not f.get("compile", False)
+
+
+def test_gpt_oss_120b_full_checkpointing() -> None:
+    f, _ = fields("gpt_oss", "gpt_oss_120b", model_id="gpt-oss-120b")
+    assert (f["recompute"], f["ep"], f["seq_len"], f["micro_batch"]) == ("full", 1, 8192, 1)
+
+
+def test_command_line_overrides_win_over_the_function() -> None:
+    f, _ = fields("llama3", "llama3_70b", overrides=[
+        "--parallelism.tensor_parallel_degree", "8", "--training.max_context_length", "16384",
+        "--training.num_tokens_per_microbatch_per_dp_rank", "32768"], model_id="llama-3.1-70b")
+    assert (f["tp"], f["dp"], f["seq_len"], f["micro_batch"]) == (8, 8, 16384, 2)
+
+
+def test_module_and_config_come_off_the_command_line() -> None:
+    assert split_registry_args(["--module", "llama3", "--config=llama3_8b", "--training.steps", "5"]) == (
+        "llama3", "llama3_8b", ["--training.steps", "5"])
+
+
+HAND = '''
+STEP_TOKENS = 64 * 4096
+
+def base():
+    return Trainer.Config(
+        model_spec=model_registry("8B"),
+        training=TrainingConfig(num_tokens_per_microbatch_per_dp_rank=2 * 4096, max_context_length=4096,
+                                num_tokens_per_train_step=STEP_TOKENS),
+        parallelism=ParallelismConfig(pipeline_parallel_degree=2, num_pp_microbatches=4,
+                                      pipeline_parallel_schedule="1F1B"),
+        activation_checkpoint=None,
+    )
+
+def derived():
+    config = base()
+    config.parallelism.tensor_parallel_degree = 2
+    for x in range(3):
+        pass
+    return config
+
+def opaque():
+    config = base()
+    config.training.max_context_length = helper()
+    return config
+
+def nvfp4():
+    return Trainer.Config(model_spec=model_registry("8B", converters=[NVFP4LinearConverter.Config()]))
+
+def budget():
+    return Trainer.Config(model_spec=model_registry("8B"), activation_checkpoint=MemoryBudgetAC.Config())
+
+def sized(tokens=4096, tp=1):
+    return Trainer.Config(model_spec=model_registry("8B"),
+                          training=TrainingConfig(num_tokens_per_microbatch_per_dp_rank=tokens, max_context_length=4096),
+                          parallelism=ParallelismConfig(tensor_parallel_degree=tp))
+
+def big():
+    return sized(3 * 4096, tp=4)
+'''
+
+
+def hand(function: str, gpus: int = 16) -> tuple[dict, tuple[str, ...]]:
+    registry = read_registry(HAND, function, source="hand.py")
+    imported = import_torchtitan(registry.config, [], gpus=gpus, given={}, model=load_model("llama-3.1-8b").spec,
+                                 source="hand.py")
+    return dict(imported.fields), registry.warnings
+
+
+def test_pipeline_micro_batches_and_the_step_in_tokens() -> None:
+    # pp 2 with 4 micro-batches of 2 sequences (8,192 tokens / 4,096); 64 x 4096 tokens a step = 64 sequences;
+    # 16 GPUs / pp 2 = 8 DP ranks of 8 sequences a round: one round, no accumulation; no checkpointing
+    f, warnings = hand("base")
+    assert (f["pp"], f["dp"], f["micro_batch"], f["global_batch"], f["recompute"]) == (2, 8, 2, 64, "none")
+    assert warnings == ()
+
+
+def test_statements_planner_does_not_evaluate_are_named_with_their_line() -> None:
+    f, warnings = hand("derived")
+    assert (f["tp"], f["pp"], f["dp"]) == (2, 2, 4)
+    assert len(warnings) == 1 and "hand.py:17" in warnings[0] and "for x in range(3)" in warnings[0]
+
+
+@pytest.mark.parametrize(("function", "why"), [
+    ("opaque", "max_context_length is set by 'helper()' (line 23)"),
+    ("nvfp4", "NVFP4 training is not modelled"),
+    ("budget", "MemoryBudgetAC"),
+    ("missing", "no function 'missing' in the file (it has base, big, budget, derived, nvfp4, opaque, sized)"),
+])
+def test_what_it_cannot_read_is_an_error_that_says_where(function: str, why: str) -> None:
+    with pytest.raises(PlannerError, match=why.replace("(", r"\(").replace(")", r"\)")):
+        hand(function)
+
+
+def test_a_registry_function_called_with_arguments_binds_them_as_python_does() -> None:
+    # big() = sized(3 * 4096, tp=4): three sequences of 4,096 per micro-batch, tp 4 (defaults where not given)
+    f, _ = hand("big")
+    assert (f["tp"], f["micro_batch"], f["seq_len"]) == (4, 3, 4096)
+
+
+def test_no_function_named_lists_the_functions() -> None:
+    with pytest.raises(PlannerError, match="--config NAME"):
+        read_registry(HAND, None, source="hand.py")
+
+
+def test_planner_check_reads_a_registry_from_the_command_line(run_cli) -> None:
+    path = UPSTREAM / "llama3" / "config_registry.py"
+    out = run_cli("check", "--torchtitan", str(path), "--engine-args", "--config llama3_8b", "--hardware", "h100-sxm",
+                  "--gpus", "64", "--format", "json")
+    assert out.exit_code == 0, out.output
+    job = json.loads(out.stdout)[0]
+    assert job["model"] == "llama-3.1-8b" and job["config"]["recompute"] == "op" and job["fits"]
+    missing = run_cli("check", "--torchtitan", str(path), "--hardware", "h100-sxm", "--gpus", "64")
+    assert missing.exit_code == 2 and missing.stderr.startswith("error:") and "--config NAME" in missing.stderr
