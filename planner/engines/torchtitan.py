@@ -313,7 +313,9 @@ def _degrees(pick: _Picker, gpus: int, got: Collected) -> dict[str, int]:
 
 
 # [parallelism] expert_parallel_comm_backend (torchtitan/config/job_config.py, 238fa995) -> moe_dispatcher
-COMM_BACKENDS = {"standard": "alltoall", "deepep": "deepep"}
+# standard and deepep: the TOML job config (238fa995); hybridep: torchtitan main's model_registry(moe_comm_backend=...)
+# (torchtitan/models/common/config_utils.py @ b5bcd76c), read through planner.engines.torchtitan_registry
+COMM_BACKENDS = {"standard": "alltoall", "deepep": "deepep", "hybridep": "hybridep"}
 
 
 def _expert_parallel(pick: _Picker, tp: int, got: Collected) -> None:
@@ -327,7 +329,7 @@ def _expert_parallel(pick: _Picker, tp: int, got: Collected) -> None:
     got.set("etp", None if etp == tp else etp, "parallelism.expert_tensor_parallel_degree")
     backend = _get(config, "parallelism.expert_parallel_comm_backend", default="standard")
     if backend not in COMM_BACKENDS:
-        raise PlannerError(f"must be standard or deepep, got {backend!r}", source=src,
+        raise PlannerError(f"must be standard, deepep or hybridep, got {backend!r}", source=src,
                            field="parallelism.expert_parallel_comm_backend")
     got.set("moe_dispatcher", COMM_BACKENDS[str(backend)], "parallelism.expert_parallel_comm_backend")
 

@@ -26,8 +26,9 @@ Registry settings (torchtitan main, torchtitan/config/configs.py @ b5bcd76c) -> 
   FullAC.Config() -> full, None -> none; MemoryBudgetAC is not modelled;
 - compile=CompileConfig(enable, enable_async_tensor_parallel) -> compile.enable,
   parallelism.enable_async_tensor_parallel;
-- model_registry(flavor, converters=[Float8LinearConverter.Config(...) | MXFP8LinearConverter.Config(...)]) ->
-  model.flavor, model.converters (NVFP4 is not modelled);
+- model_registry(flavor, converters=[Float8LinearConverter.Config(...) | MXFP8LinearConverter.Config(...)],
+  moe_comm_backend=...) -> model.flavor, model.converters (NVFP4 is not modelled),
+  parallelism.expert_parallel_comm_backend (standard, deepep, hybridep);
 - the other training and parallelism fields -> the same names.
 """
 
@@ -257,6 +258,8 @@ class _Interpreter:
         return self.eval(node, scope)
 
 
+# model_registry(moe_comm_backend=...) values the TOML reader's expert_parallel_comm_backend takes
+MOE_COMM_BACKENDS = frozenset({"standard", "deepep", "hybridep"})
 # Calls that build a config without a name ending in Config (the model registry, the optimizer's factory)
 BUILDERS = frozenset({"model_registry", "default_adamw", "default_adam"})
 # The Trainer.Config sections whose default an assignment may write into (trainer.py @ b5bcd76c default factories).
@@ -405,6 +408,14 @@ def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[st
         toml["training"]["global_batch_size"] = step_tokens // context
     if pp > 1:
         parallelism["pipeline_parallel_microbatch_size"] = micro
+    backend = model.kwargs.get("moe_comm_backend") if isinstance(model, Call) else None
+    if backend is not None:  # torchtitan main names the expert all-to-all in the model's registry entry
+        backend = _needed(backend, "model_registry moe_comm_backend", source)
+        if backend not in MOE_COMM_BACKENDS:
+            warnings.append(f"{source}: model_registry moe_comm_backend={backend!r} is not modelled; read as the "
+                            "standard all-to-all")
+            backend = "standard"
+        parallelism["expert_parallel_comm_backend"] = backend
     if model_name is not None:
         toml["model"]["name"] = model_name
     if flavor is not None:

@@ -60,6 +60,16 @@ def test_deepseek_v3_671b_compiles_only_its_loss_and_reads_expert_parallelism() 
     assert not f.get("compile", False)
 
 
+def test_the_model_registry_names_the_expert_all_to_all() -> None:
+    # deepseek_v3_debugmodel_hybridep: model_registry("debugmodel", moe_comm_backend="hybridep")
+    path = UPSTREAM / "deepseek_v3" / "config_registry.py"
+    registry = read_registry(path.read_text(), "deepseek_v3_debugmodel_hybridep", source=str(path))
+    assert registry.config["parallelism"]["expert_parallel_comm_backend"] == "hybridep"
+    f, _ = fields("deepseek_v3", "deepseek_v3_16b", gpus=64, model_id="deepseek-v2-lite",
+                  overrides=["--parallelism.expert_parallel_degree", "8"])
+    assert (f["ep"], f["moe_dispatcher"]) == (8, "alltoall")
+
+
 def test_gpt_oss_120b_full_checkpointing() -> None:
     f, _ = fields("gpt_oss", "gpt_oss_120b", model_id="gpt-oss-120b")
     assert (f["recompute"], f["ep"], f["seq_len"], f["micro_batch"]) == ("full", 1, 8192, 1)
