@@ -366,13 +366,14 @@ def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | N
 # export -------------------------------------------------------------------------------------------
 @cli.command("export")
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[JOB]")
-@click.option("--to", "to", required=True, type=click.Choice(["megatron", "deepspeed", "torchtitan", "hf_trainer", "automodel"]),
+@click.option("--to", "to", required=True, type=click.Choice(["megatron", "deepspeed", "torchtitan", "torchtitan_registry", "hf_trainer", "automodel"]),
               help="Engine format to write.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
               help="File to write (default: print to stdout).")
 @layout_options
 def export_cmd(job_file: Path | None, to: str, out: Path | None, **kw: Any) -> None:
-    """Write the launch configuration of a layout for Megatron-LM, DeepSpeed or torchtitan.
+    """Write the launch configuration of a layout for Megatron-LM, DeepSpeed, torchtitan (its v0.2 TOML, or a Python
+    config function for torchtitan main with --to torchtitan_registry), NeMo AutoModel or the Hugging Face Trainer.
 
     The layout comes from a job file, or from the flags of 'planner estimate'. The file starts with what
     planner predicts for it (peak memory, step time, MFU); for DeepSpeed, whose JSON has no comments, the

@@ -35,7 +35,8 @@ from planner.training.estimate import DEFAULT_HEADROOM
 if TYPE_CHECKING:
     from planner.specs.engine import AttentionKernel
 
-EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "hf_trainer", "automodel")  # planner.engines.export.EXPORT_FORMATS, without its imports
+# planner.engines.export.EXPORT_FORMATS, without its imports
+EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "torchtitan_registry", "hf_trainer", "automodel")
 # Search options that keep a field as an engine would set it, for when the engine changes the best layout.
 ENGINE_HINTS = {"grad_dtype": "--grad-dtype fp32", "zero": "--zero 0,3", "overlap_grad_reduce": "--overlap-grad-reduce",
                 "flash_attention": "--flash-attention"}
@@ -190,7 +191,8 @@ def _filter_options(f: Any) -> Any:
               "Needs matplotlib (pip install 'planner[plot]').")
 @click.option("--export", "export", nargs=2, default=None, metavar="FORMAT DIR",
               type=(click.Choice(list(EXPORT_FORMATS)), click.Path(file_okay=False, path_type=Path)),
-              help="Also write the best layout's launch configuration for FORMAT (megatron, deepspeed or torchtitan) "
+              help="Also write the best layout's launch configuration for FORMAT (megatron, deepspeed, torchtitan (TOML), "
+              "torchtitan_registry (torchtitan main's Python config), hf_trainer or automodel) "
               "into DIR (created if missing), headed by what planner predicts for it; the path goes to stderr. "
               "Exit 2 when no layout fits or FORMAT cannot run the layout.")
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,

@@ -152,7 +152,8 @@ def require(fields: Mapping[str, Any], name: str, source: str, hint: str) -> Non
 # --- what the writers share --------------------------------------------------------------------------
 GIB = float(1 << 30)
 CHECK_FLAGS: dict[str, str] = {"megatron": "--megatron-args", "deepspeed": "--deepspeed", "torchtitan": "--torchtitan",
-                               "hf_trainer": "--hf-trainer", "automodel": "--automodel"}
+                               "torchtitan_registry": "--torchtitan", "hf_trainer": "--hf-trainer",
+                               "automodel": "--automodel"}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from planner.engines import automodel, deepspeed, hf_trainer, megatron, torchtitan
+from planner.engines import automodel, deepspeed, hf_trainer, megatron, torchtitan, torchtitan_registry
 from planner.engines.common import ExportContext, ExportFile
 from planner.errors import PlannerError
 from planner.specs.engine import engine_profile
@@ -24,11 +24,12 @@ from planner.specs.model import ModelSpec
 from planner.training.estimate import TrainingEstimate, estimate
 from planner.training.rules import check_layout
 
-EXPORT_FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan", "hf_trainer", "automodel")
+EXPORT_FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan", "torchtitan_registry", "hf_trainer", "automodel")
 DEFAULT_NAMES: dict[str, str] = {
     "megatron": "megatron_args.sh",
     "deepspeed": "ds_config.json",
     "torchtitan": "torchtitan.toml",
+    "torchtitan_registry": "torchtitan_config_registry.py",
     "hf_trainer": "train_hf.sh",
     "automodel": "automodel_recipe.yaml",
 }
@@ -39,8 +40,8 @@ Mapper = Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]]
 
 
 def exporter(fmt: str) -> tuple[Mapper, Renderer]:
-    modules = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan, "hf_trainer": hf_trainer,
-               "automodel": automodel}
+    modules = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan,
+               "torchtitan_registry": torchtitan_registry, "hf_trainer": hf_trainer, "automodel": automodel}
     if fmt not in modules:
         raise PlannerError(f"unknown export format '{fmt}'; use one of {', '.join(EXPORT_FORMATS)}")
     return modules[fmt].engine_layout, modules[fmt].render
@@ -52,6 +53,8 @@ def engine_of_format(fmt: str, engine: str) -> str:
     (the fsdp profile), or DeepSpeed when the layout is DeepSpeed's."""
     if fmt == "hf_trainer":
         return "deepspeed" if engine == "deepspeed" else "fsdp"
+    if fmt == "torchtitan_registry":  # torchtitan main's Python configs: torchtitan runs them
+        return "torchtitan"
     return engine if (fmt, engine) == ("megatron", "nemo") else fmt
 
 

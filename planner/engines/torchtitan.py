@@ -560,8 +560,9 @@ def hf_backend_repo(model_id: str, model: ModelSpec, layout: Layout) -> str:
     return repo
 
 
-def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
-    """The layout torchtitan would run for this one, and a note per change."""
+def engine_layout(model: ModelSpec, layout: Layout, *, registry: bool = False) -> tuple[Layout, tuple[str, ...]]:
+    """The layout torchtitan would run for this one, and a note per change (`registry`: as torchtitan main's Python
+    config registries can say it, planner.engines.torchtitan_registry)."""
     if layout.dtype == "fp16":
         raise PlannerError("torchtitan trains in bf16 (or fp8), not fp16; use dtype bf16")
     if layout.optimizer != "adam":
@@ -622,18 +623,20 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         changes["offload_optimizer"] = changes["offload_params"] = True
         notes.append("offload_optimizer and offload_params -> true: torchtitan's enable_cpu_offload moves parameters, "
                      "gradients and the optimizer step to the CPU together")
-    _moe_layout(model, layout, changes, notes)
+    _moe_layout(model, layout, changes, notes, registry=registry)
     mapped = layout.model_copy(update=changes) if changes else layout
     if mapped.interleave > 1:
         _layers_per_stage(model, mapped)
     return mapped, tuple(notes)
 
 
-def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes: list[str]) -> None:
+def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes: list[str], *,
+                registry: bool = False) -> None:
     """What torchtitan's TOML job config (238fa995) can say of the MoE, CUDA-graph, optimizer-precision and MTP
     fields: expert TP 1 or tp (with ep > 1), the standard or DeepEP all-to-all, EP overlap only as the DualPipeV
     schedule, bf16 moments and master weights only together (training.dtype bfloat16); no shared-expert overlap,
-    token drop, CUDA graphs or MTP layers."""
+    token drop, CUDA graphs or MTP layers. `registry`: torchtitan main's Python configs, whose model_registry also
+    takes the HybridEP all-to-all."""
     ep = layout.ep
     if layout.etp is not None and layout.etp == layout.tp:
         changes["etp"] = None  # the same degree, spelled as the reader reads it
@@ -646,7 +649,8 @@ def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes
     if ep == 1 and layout.expert_tp != layout.tp:
         raise PlannerError(f"etp({layout.expert_tp}) without expert parallelism: torchtitan splits experts with tp "
                            "when ep is 1; use ep > 1 or leave etp unset")
-    if ep > 1 and layout.moe_dispatcher not in COMM_BACKENDS.values():
+    if ep > 1 and layout.moe_dispatcher not in ("alltoall", "deepep") and not (
+            registry and layout.moe_dispatcher == "hybridep"):
         raise PlannerError(f"moe_dispatcher {layout.moe_dispatcher}: torchtitan's expert_parallel_comm_backend is "
                            "standard (all-to-all) or deepep in its TOML configs; export for Megatron-LM")
     if ep == 1 and layout.moe_dispatcher != "alltoall":

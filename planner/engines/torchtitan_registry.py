@@ -39,7 +39,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.engines.common import ExportContext, prediction_lines
 from planner.errors import PlannerError
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
 
 # Trainer.Config fields that do not change a layout's memory or time (data, logging, checkpoints, validation).
 IGNORED_TRAINER_FIELDS = frozenset({
@@ -489,6 +492,11 @@ def read_registry(text: str, function: str | None, *, source: str, module: str |
     except SyntaxError as err:
         raise PlannerError(f"not Python (line {err.lineno}: {err.msg})", source=source) from None
     interp = _Interpreter(tree, source)
+    if module is None:  # `from torchtitan.models.<model> import model_registry` (planner's export), else the path
+        module = next((node.module.split(".")[2] for node in tree.body if isinstance(node, ast.ImportFrom)
+                       and node.module and node.module.startswith("torchtitan.models.")
+                       and len(node.module.split(".")) == 3 and any(a.name == "model_registry" for a in node.names)),
+                      None)
     if not function:
         raise PlannerError("a torchtitan config registry needs the function to read: --config NAME in the engine "
                            f"args (the file has {', '.join(sorted(interp.functions)) or 'no functions'})", source=source)
@@ -498,3 +506,102 @@ def read_registry(text: str, function: str | None, *, source: str, module: str |
     model_name = module if module else registry_model_name(source)
     toml, flavor = to_toml(trainer, model_name, f"{source}: {function}", warnings)
     return Registry(config=toml, model_name=model_name, flavor=flavor, warnings=tuple(warnings))
+
+
+# --- writer ----------------------------------------------------------------------------------------
+# Layout -> a torchtitan main config function (the format this module reads). The layout is first mapped onto what
+# torchtitan runs (planner.engines.torchtitan.engine_layout, as for the TOML writer), then onto what a registry can
+# say: every layer or per-op checkpointing (no every-n-th layer), no expert TP (experts shard over FSDP x EP).
+
+
+def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
+    """The layout torchtitan main would run for this one, and a note per change."""
+    from planner.engines import torchtitan
+
+    mapped, notes = torchtitan.engine_layout(model, layout, registry=True)
+    changes: dict[str, Any] = {}
+    extra: list[str] = []
+    if mapped.recompute_layers_per_stage is not None:
+        changes["recompute_layers_per_stage"] = None
+        extra.append(f"recompute of {mapped.recompute_layers_per_stage} layers per stage -> all layers: torchtitan "
+                     "main checkpoints every layer (FullAC) or per op (SelectiveAC)")
+    if mapped.ep > 1 and mapped.expert_tp != 1:
+        changes["etp"] = 1
+        extra.append(f"etp {mapped.expert_tp} -> 1: torchtitan main shards experts over FSDP x EP, with no expert "
+                     "tensor parallelism")
+    if changes:
+        mapped = mapped.model_copy(update=changes)
+    return mapped, (*notes, *extra)
+
+
+def function_name(model_id: str) -> str:
+    """The exported function's name: planner_<model id as an identifier>."""
+    return "planner_" + "".join(c if c.isalnum() else "_" for c in model_id)
+
+
+def _python(value: Any) -> str:
+    return repr(value) if not isinstance(value, str) else '"' + value.replace('"', '\\"') + '"'
+
+
+def render(ctx: ExportContext) -> str:
+    """The function, with planner's prediction and the command that runs it in its header."""
+    from planner.engines import torchtitan
+
+    lay = ctx.layout
+    named = torchtitan.flavor_for(ctx.model_id)
+    if named is None:
+        raise PlannerError(f"'{ctx.model_id}' has no torchtitan flavor, and planner writes no registry for torchtitan's "
+                           "transformers backend; export --to torchtitan (the TOML with the backend) instead")
+    name, flavor = named
+    tables = torchtitan.tables(ctx)
+    training, parallelism = tables["training"], dict(tables["parallelism"])
+    micro = int(parallelism.pop("pipeline_parallel_microbatch_size", lay.micro_batch))
+    rounds = int(training["local_batch_size"]) // micro if lay.pp > 1 else 1
+    registry_args = [f'"{flavor}"']
+    converters = {"quantize.linear.mx": "MXFP8LinearConverter", "quantize.linear.float8": "Float8LinearConverter"}
+    used = [converters[c] for c in tables["model"].get("converters", [])]
+    if used:
+        registry_args.append("converters=[" + ", ".join(f"{c}.Config()" for c in used) + "]")
+    backend = parallelism.pop("expert_parallel_comm_backend", None)
+    if lay.ep > 1 and lay.moe_dispatcher == "hybridep":
+        backend = "hybridep"
+    if backend:
+        registry_args.append(f'moe_comm_backend="{backend}"')
+    parallelism.pop("expert_tensor_parallel_degree", None)  # 1: torchtitan main has no expert TP
+    async_tp = parallelism.pop("enable_async_tensor_parallel", False)
+    if lay.pp > 1:
+        parallelism["num_pp_microbatches"] = rounds
+    train_kwargs = {
+        "num_tokens_per_microbatch_per_dp_rank": f"{micro} * {lay.seq_len}",
+        "max_context_length": str(lay.seq_len),
+        "num_tokens_per_train_step": f"{lay.global_batch} * {lay.seq_len}",
+    }
+    for key in ("dtype", "enable_cpu_offload"):
+        if key in training:
+            train_kwargs[key] = _python(training[key])
+    mode = tables["activation_checkpoint"]["mode"]
+    ac = {"none": "None", "full": "FullAC.Config()"}.get(mode, "SelectiveAC.Config()")
+    compile_kwargs = [f"enable={lay.compile}"] + (["enable_async_tensor_parallel=True"] if async_tp else [])
+    fn = function_name(ctx.model_id)
+    nodes_gpus = min(lay.gpus, ctx.hardware.node.gpus_per_node)
+    lines = [f"# {line}".replace("<this file>", f'<this file> --engine-args "--config {function_name(ctx.model_id)}"')
+             for line in prediction_lines(ctx)]
+    lines += [f"# torchtitan main: put this function in a config registry (e.g. torchtitan/models/{name}/"
+              "config_registry.py, or a module of your own)",
+              f"# and run: NGPU={nodes_gpus} ./run_train.sh --module {name} --config {fn} (on each node)",
+              "# Data, tokenizer, optimizer and checkpoint settings stay torchtitan's defaults: add yours.",
+              "from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig",
+              "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401",
+              f"from torchtitan.models.{name} import model_registry",
+              "from torchtitan.trainer import Trainer"]
+    if used:
+        lines.insert(len(lines) - 2, f"from torchtitan.components.quantization import {', '.join(used)}")
+    lines += ["", "", f"def {fn}() -> Trainer.Config:", "    return Trainer.Config(",
+              f"        model_spec=model_registry({', '.join(registry_args)}),",
+              "        training=TrainingConfig("]
+    lines += [f"            {key}={value}," for key, value in train_kwargs.items()]
+    lines += ["        ),", "        parallelism=ParallelismConfig("]
+    lines += [f"            {key}={_python(value)}," for key, value in parallelism.items()]
+    lines += ["        ),", f"        activation_checkpoint={ac},",
+              f"        compile=CompileConfig({', '.join(compile_kwargs)}),", "    )"]
+    return "\n".join(lines) + "\n"

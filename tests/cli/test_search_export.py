@@ -19,6 +19,7 @@ from planner.engines.hf_trainer import import_hf_trainer, parse_command
 from planner.engines.load import load_model, parse_toml, parse_yaml
 from planner.engines.megatron import import_megatron, split_launch_text
 from planner.engines.torchtitan import import_torchtitan
+from planner.engines.torchtitan_registry import read_registry
 from planner.specs.layout import Layout
 from planner.training.rules import resolve_layout
 
@@ -51,11 +52,13 @@ def _for_format(fmt: str, case: tuple) -> tuple | None:
         # the Trainer keeps fp32 gradients under autocast (the exporter changes bf16 to fp32): search with them
         return (*case[:4], (*extra, "--tp", "1", "--pp", "1", "--cp", "1", "--ep", "1", "--zero", "0,2,3",
                             "--recompute", "none,full", "--grad-dtype", "fp32"))
-    if fmt != "torchtitan":
+    if fmt not in ("torchtitan", "torchtitan_registry"):
         return case
     if "sgd" in extra:
         return None
     if case[0].startswith("mixtral"):  # no torchtitan flavor: its transformers backend runs MoE with FSDP only
+        if fmt == "torchtitan_registry":  # torchtitan main's registries build torchtitan's own models only
+            return None
         return (*case[:4], ("--tp", "1", "--pp", "1", "--ep", "1", "--interleave", "1"))
     return (*case[:4], extra if "--interleave" in extra else (*extra, "--interleave", "1,2"))
 
@@ -94,6 +97,10 @@ def _import(fmt: str, path, model, gpus: int) -> Layout:
         got = import_hf_trainer(parse_command(text, path.name), None, gpus=gpus, given={}, source=path.name)
     elif fmt == "automodel":
         got = import_automodel(parse_yaml(text, path.name), gpus=gpus, given={}, model=model, source=path.name)
+    elif fmt == "torchtitan_registry":
+        registry = read_registry(text, next(line.split("def ")[1].split("(")[0] for line in text.splitlines()
+                                            if line.startswith("def ")), source=path.name)
+        got = import_torchtitan(registry.config, [], gpus=gpus, given={}, model=model, source=path.name)
     else:
         got = import_torchtitan(parse_toml(text, path.name), [], gpus=gpus, given={}, model=model, source=path.name)
     return resolve_layout(model, gpus, **got.fields)
@@ -123,7 +130,8 @@ def test_search_export_import_estimate_roundtrip(run_cli, tmp_path, fmt, model_i
     out = tmp_path / "launch" / "configs"  # created, parents too
     # searched under the engine that runs the file, so the winner is a layout that engine runs
     result = _search(run_cli, model_id, gpus, batch, seq, extra, "--format", "json", "--top", "1",
-                     "--engine", {"hf_trainer": "fsdp"}.get(fmt, fmt), "--export", fmt, out)
+                     "--engine", {"hf_trainer": "fsdp", "torchtitan_registry": "torchtitan"}.get(fmt, fmt), "--export",
+                     fmt, out)
     assert result.exit_code == 0, result.output
     best = json.loads(result.stdout)["candidates"][0]  # stdout stays the JSON document
     path = out / DEFAULT_NAMES[fmt]
@@ -135,7 +143,7 @@ def test_search_export_import_estimate_roundtrip(run_cli, tmp_path, fmt, model_i
     winner = Layout(**cfg)
     imported = _import(fmt, path, model, gpus)
     changed = {name for name in Layout.model_fields if getattr(imported, name) != getattr(winner, name)}
-    if fmt == "torchtitan":  # torchtitan fixes some settings itself; each change is noted on stderr and in the file
+    if fmt in ("torchtitan", "torchtitan_registry"):  # torchtitan fixes some settings itself; each change is noted
         assert changed <= {"grad_dtype", "zero", "sequence_parallel", "overlap_grad_reduce", "flash_attention"}, changed
         assert bool(changed) == ("note:" in result.stderr) == ("# Note:" in path.read_text())
     elif fmt == "hf_trainer":  # DDP/FSDP keep fp32 gradients and overlap their reduction; each change is noted

@@ -180,3 +180,41 @@ def test_planner_check_reads_a_registry_from_the_command_line(run_cli) -> None:
     assert job["model"] == "llama-3.1-8b" and job["config"]["recompute"] == "op" and job["fits"]
     missing = run_cli("check", "--torchtitan", str(path), "--hardware", "h100-sxm", "--gpus", "64")
     assert missing.exit_code == 2 and missing.stderr.startswith("error:") and "--config NAME" in missing.stderr
+
+
+# writer ----------------------------------------------------------------------------------------
+def _export(model_id: str, gpus: int, **layout_fields):  # type: ignore[no-untyped-def]
+    from planner.engines.export import render_export
+    from planner.engines.load import load_hardware
+    from planner.training.estimate import estimate
+    from planner.training.rules import resolve_layout
+
+    hw = load_hardware("h100-sxm").spec
+    model = load_model(model_id).spec
+    layout = resolve_layout(model, gpus, engine="torchtitan", **layout_fields)
+    exported = render_export("torchtitan_registry", model_id, model, hw, layout, estimate(model, hw, layout),
+                             hardware_id="h100-sxm")
+    return model, exported
+
+
+def test_the_exported_function_reads_back_with_hybridep_and_the_notes_for_what_main_cannot_say() -> None:
+    # Qwen3 30B-A3B with tp 2 and ep 8 over HybridEP; etp 2 and full recompute of 12 of 24 layers per stage,
+    # which torchtitan main cannot say: etp 1 and every layer, each noted in the file
+    from planner.training.rules import resolve_layout
+
+    model, exported = _export("qwen3-30b-a3b", 32, tp=2, pp=2, ep=8, etp=2, zero=1, recompute="full", sequence_parallel=True,
+                              recompute_layers_per_stage=12, moe_dispatcher="hybridep", global_batch=64, seq_len=4096)
+    text = exported.text
+    assert 'model_registry("30B-A3B", moe_comm_backend="hybridep")' in text
+    assert "num_pp_microbatches=" in text and "activation_checkpoint=FullAC.Config()" in text
+    assert "Note: etp 2 -> 1" in text and "Note: recompute of 12 layers per stage -> all layers" in text
+    registry = read_registry(text, "planner_qwen3_30b_a3b", source="config_registry.py")
+    back = import_torchtitan(registry.config, [], gpus=32, given={}, model=model, source="config_registry.py")
+    assert resolve_layout(model, 32, **back.fields) == exported.layout
+    assert (exported.layout.etp, exported.layout.recompute_layers_per_stage, exported.layout.moe_dispatcher) == (
+        1, None, "hybridep")
+
+
+def test_a_model_without_a_torchtitan_flavor_is_refused_for_the_registry() -> None:
+    with pytest.raises(PlannerError, match="no torchtitan flavor"):
+        _export("mixtral-8x7b", 8, zero=3, global_batch=8, seq_len=4096)
