@@ -278,7 +278,8 @@ def _render_github(checked: list[Checked]) -> None:
 @click.option("--megatron-args", "megatron_args", type=click.Path(dir_okay=False, path_type=Path),
               help="Check Megatron-LM arguments or a launch script (with --hardware, --gpus).")
 @click.option("--torchtitan", "torchtitan", type=click.Path(dir_okay=False, path_type=Path),
-              help="Check a torchtitan TOML job config (with --hardware, --gpus).")
+              help="Check a torchtitan TOML job config, or a config_registry.py of torchtitan main with "
+              "--engine-args \"--config FUNCTION\" (with --hardware, --gpus).")
 @click.option("--automodel", "automodel", type=click.Path(dir_okay=False, path_type=Path),
               help="Check a NeMo AutoModel recipe YAML (with --hardware, --gpus).")
 @click.option("--hf-trainer", "hf_trainer", metavar="SCRIPT|COMMAND",
@@ -311,6 +312,8 @@ def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | N
       planner check --deepspeed ds_config.json --model llama-3.1-8b --hardware h100-sxm --gpus 64 --seq-len 4096
       planner check --megatron-args train_llama.sh --hardware h100-sxm --gpus 512
       planner check --torchtitan llama3_8b.toml --hardware h100-sxm --gpus 64
+      planner check --torchtitan torchtitan/models/llama3/config_registry.py --engine-args "--config llama3_70b" \\
+          --hardware h100-sxm --gpus 64
       planner check --automodel qwen3_moe_30b_te_deepep.yaml --hardware h100-sxm --gpus 8
       planner check --hf-trainer "torchrun --nproc_per_node 8 train.py --model_name_or_path Qwen/Qwen2.5-7B
         --fsdp 'full_shard auto_wrap' --bf16 true --per_device_train_batch_size 1" --hardware h100-sxm --seq-len 4096
