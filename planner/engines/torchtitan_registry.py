@@ -39,6 +39,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.engines import torchtitan
 from planner.engines.common import ExportContext, prediction_lines
 from planner.errors import PlannerError
 from planner.specs.layout import Layout
@@ -216,7 +217,7 @@ class _Interpreter:
             elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
                 self.assign(stmt.target, self.eval(stmt.value, scope), scope)
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-                self._mutating_call(stmt.value, scope)
+                self._dropped_call(stmt.value)
             elif isinstance(stmt, (ast.Assert, ast.Pass)) or (
                     isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
                 continue  # checks and docstrings
@@ -226,10 +227,9 @@ class _Interpreter:
         self.depth -= 1
         return result
 
-    def _mutating_call(self, node: ast.Call, scope: dict[str, Any]) -> None:
-        """A call whose value is dropped: a registry helper that changes the config it is given (e.g.
-        enable_fused_swiglu(config)) is not run; say so unless it is a list append on settings planner does not
-        read."""
+    def _dropped_call(self, node: ast.Call) -> None:
+        """A call whose value is dropped, such as a registry helper that changes the config it is given
+        (enable_fused_swiglu(config)): not run, and said so."""
         name = _dotted(node.func) or ast.unparse(node.func)
         self.warnings.append(f"{self.source}:{node.lineno}: the call '{name}(...)' is not run by planner; what it "
                              "changes in the config is not read")
@@ -244,7 +244,6 @@ class _Interpreter:
                 base.kwargs[target.attr] = copy.deepcopy(value)
                 return
         self.warnings.append(f"{self.source}:{target.lineno}: the assignment to '{ast.unparse(target)}' is not read")
-
 
     def _writable(self, node: ast.expr, scope: dict[str, Any]) -> Any:
         """The config an assignment writes into: a section of a Trainer.Config that the call left at its default
@@ -261,6 +260,8 @@ class _Interpreter:
         return self.eval(node, scope)
 
 
+# Linear-layer converters of torchtitan main (torchtitan/components/quantization) -> the TOML reader's converter names
+LINEAR_CONVERTERS = {"Float8LinearConverter": "quantize.linear.float8", "MXFP8LinearConverter": "quantize.linear.mx"}
 # model_registry(moe_comm_backend=...) values the TOML reader's expert_parallel_comm_backend takes
 MOE_COMM_BACKENDS = frozenset({"standard", "deepep", "hybridep"})
 # Calls that build a config without a name ending in Config (the model registry, the optimizer's factory)
@@ -327,10 +328,12 @@ def _converters(model: Call | None, source: str) -> list[str]:
         if "NVFP4" in short:
             raise PlannerError(f"{short}: NVFP4 training is not modelled (planner has no fp4 compute dtype); use the "
                                "bf16, float8 or MXFP8 config", source=source)
-        if short.startswith("MXFP8"):
-            names.append("quantize.linear.mx" if "Linear" in short else "quantize.grouped_mm.mx")
+        if short in LINEAR_CONVERTERS:
+            names.append(LINEAR_CONVERTERS[short])
+        elif short.startswith("MXFP8"):
+            names.append("quantize.grouped_mm.mx")
         elif short.startswith("Float8"):
-            names.append("float8" if "Linear" in short else "quantize.grouped_mm.float8")
+            names.append("quantize.grouped_mm.float8")
         else:
             names.append(short)
     return names
@@ -379,10 +382,9 @@ def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[st
         for key, value in values.items():
             if isinstance(value, (Unknown, Call)):
                 values[key] = _needed(value, f"{section}.{key}", source)
-    context = int(training.pop("max_context_length", DEFAULT_CONTEXT))
-    tokens = int(training.pop("num_tokens_per_microbatch_per_dp_rank", DEFAULT_MICROBATCH_TOKENS))
-    step_tokens = int(training.pop("num_tokens_per_train_step", -1))
-    training.pop("disable_cuda_graphs", None)
+    context = int(training.get("max_context_length", DEFAULT_CONTEXT))
+    tokens = int(training.get("num_tokens_per_microbatch_per_dp_rank", DEFAULT_MICROBATCH_TOKENS))
+    step_tokens = int(training.get("num_tokens_per_train_step", -1))
     if context < 1 or tokens < 1:
         raise PlannerError("max_context_length and num_tokens_per_microbatch_per_dp_rank must be positive", source=source,
                            field="training")
@@ -392,10 +394,10 @@ def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[st
                            field="training.num_tokens_per_microbatch_per_dp_rank")
     micro = tokens // context
     pp = int(parallelism.get("pipeline_parallel_degree", 1))
-    rounds = int(parallelism.pop("num_pp_microbatches", 1)) if pp > 1 else 1
-    parallelism.pop("num_pp_microbatches", None)
-    for key in CONSUMED["parallelism"]:
-        parallelism.pop(key, None)
+    rounds = int(parallelism.get("num_pp_microbatches", 1)) if pp > 1 else 1
+    for section, values in (("training", training), ("parallelism", parallelism)):
+        for key in CONSUMED[section]:
+            values.pop(key, None)
     toml: dict[str, Any] = {
         "training": {**training, "seq_len": context, "local_batch_size": micro * rounds},
         "parallelism": parallelism,
@@ -470,10 +472,8 @@ def _apply_overrides(trainer: Any, overrides: list[str], source: str) -> None:
     Trainer.Config's sections, before they are mapped."""
     if not overrides or not isinstance(trainer, Call):
         return
-    from planner.engines.torchtitan import apply_overrides
-
     sections = {name: dict(value.kwargs) for name, value in trainer.kwargs.items() if isinstance(value, Call)}
-    changed = apply_overrides(sections, overrides, source)
+    changed = torchtitan.apply_overrides(sections, overrides, source)
     for name, values in changed.items():
         if name not in SECTION_CLASSES:
             continue  # overrides of settings planner does not read
@@ -516,8 +516,6 @@ def read_registry(text: str, function: str | None, *, source: str, module: str |
 
 def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
     """The layout torchtitan main would run for this one, and a note per change."""
-    from planner.engines import torchtitan
-
     mapped, notes = torchtitan.engine_layout(model, layout, registry=True)
     changes: dict[str, Any] = {}
     extra: list[str] = []
@@ -545,8 +543,6 @@ def _python(value: Any) -> str:
 
 def render(ctx: ExportContext) -> str:
     """The function, with planner's prediction and the command that runs it in its header."""
-    from planner.engines import torchtitan
-
     lay = ctx.layout
     named = torchtitan.flavor_for(ctx.model_id)
     if named is None:
@@ -558,8 +554,8 @@ def render(ctx: ExportContext) -> str:
     micro = int(parallelism.pop("pipeline_parallel_microbatch_size", lay.micro_batch))
     rounds = int(training["local_batch_size"]) // micro if lay.pp > 1 else 1
     registry_args = [f'"{flavor}"']
-    converters = {"quantize.linear.mx": "MXFP8LinearConverter", "quantize.linear.float8": "Float8LinearConverter"}
-    used = [converters[c] for c in tables["model"].get("converters", [])]
+    converter_class = {toml_name: cls for cls, toml_name in LINEAR_CONVERTERS.items()}
+    used = [converter_class[c] for c in tables["model"].get("converters", [])]
     if used:
         registry_args.append("converters=[" + ", ".join(f"{c}.Config()" for c in used) + "]")
     backend = parallelism.pop("expert_parallel_comm_backend", None)
@@ -584,7 +580,7 @@ def render(ctx: ExportContext) -> str:
     compile_kwargs = [f"enable={lay.compile}"] + (["enable_async_tensor_parallel=True"] if async_tp else [])
     fn = function_name(ctx.model_id)
     nodes_gpus = min(lay.gpus, ctx.hardware.node.gpus_per_node)
-    lines = [f"# {line}".replace("<this file>", f'<this file> --engine-args "--config {function_name(ctx.model_id)}"')
+    lines = [f"# {line}".replace("<this file>", f'<this file> --engine-args "--config {fn}"')
              for line in prediction_lines(ctx)]
     lines += [f"# torchtitan main: put this function in a config registry (e.g. torchtitan/models/{name}/"
               "config_registry.py, or a module of your own)",

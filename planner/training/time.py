@@ -697,8 +697,8 @@ def recompute_extra_seconds(
             + layer.ep_comm / 2.0
         )
         routed_share = _routed_activation_share(model)
-        routed_act = np.where(lay.moe_fused_mlp, 0.0, traffic(
-            (6 if gated else 4) * moe.experts_per_token * moe.moe_ffn_hidden_size / t) + routed_share * clamp)
+        routed_act = np.where(lay.moe_fused_mlp, 0.0,
+                              traffic(routed_activation_bytes_per_token(model, lay.tp)) + routed_share * clamp)
         shared = _gemm_forward_seconds(model, hw, lay, moe_layer, {"shared_up": 1.0, "shared_down": 1.0})
         modules = modules + np.where(
             has("moe"), whole, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared, 0.0)
