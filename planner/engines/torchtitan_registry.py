@@ -110,6 +110,7 @@ class _Interpreter:
     def __init__(self, tree: ast.Module, source: str) -> None:
         self.source = source
         self.functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.registries = registry_imports(tree, source)
         self.constants: dict[str, Any] = {}
         self.warnings: list[str] = []
         self.depth = 0
@@ -142,11 +143,16 @@ class _Interpreter:
         if isinstance(node, ast.BinOp):
             left, right = self.eval(node.left, scope), self.eval(node.right, scope)
             return _arith(node.op, left, right) if _number(left) and _number(right) else Unknown(ast.unparse(node), line)
-        if isinstance(node, ast.BoolOp):
-            values = [self.eval(v, scope) for v in node.values]
-            if all(isinstance(v, bool) for v in values):
-                return all(values) if isinstance(node.op, ast.And) else any(values)
-            return Unknown(ast.unparse(node), line)
+        if isinstance(node, ast.BoolOp):  # Python's: the first operand that decides, else the last
+            decided: Any = None
+            for operand in node.values:
+                decided = self.eval(operand, scope)
+                if isinstance(decided, Unknown):
+                    return Unknown(ast.unparse(node), line)
+                truthy = True if isinstance(decided, Call) else bool(decided)  # a config object is truthy
+                if truthy == isinstance(node.op, ast.Or):
+                    return decided
+            return decided
         if isinstance(node, ast.Compare) and len(node.ops) == 1:
             left, right = self.eval(node.left, scope), self.eval(node.comparators[0], scope)
             if isinstance(left, Unknown) or isinstance(right, Unknown):
@@ -175,6 +181,12 @@ class _Interpreter:
             return self.run(name, self._bind(self.functions[name], node, scope))
         if name == "cast" and len(node.args) == 2:  # typing.cast(T, value)
             return self.eval(node.args[1], scope)
+        if name == "list" and len(node.args) <= 1 and not node.keywords:  # list(converters or []): a copy
+            value = self.eval(node.args[0], scope) if node.args else []
+            return list(value) if isinstance(value, list) else Unknown(ast.unparse(node), line)
+        if name in self.registries:  # an imported model registry, maybe under another name
+            kwargs = {k.arg: self.eval(k.value, scope) for k in node.keywords if k.arg is not None}
+            return Call(name, kwargs, [self.eval(a, scope) for a in node.args], line)
         last = name.split(".")[-1]
         if not (last.endswith("Config") or last in BUILDERS):
             return Unknown(ast.unparse(node), line)  # a helper planner does not run
@@ -270,6 +282,28 @@ BUILDERS = frozenset({"model_registry", "default_adamw", "default_adam"})
 SECTION_CLASSES = {"training": "TrainingConfig", "parallelism": "ParallelismConfig", "compile": "CompileConfig"}
 
 
+def registry_imports(tree: ast.Module, source: str) -> dict[str, str]:
+    """The model registries a file imports, by the name the file calls them: `from torchtitan.models.<model> import
+    model_registry [as name]` (and the experiments' `.../<model> import model_registry`) -> <model>; `from . import
+    model_registry` -> the model of the file's own directory."""
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for alias in node.names:
+            if alias.name != "model_registry":
+                continue
+            if node.level == 0 and node.module and node.module.startswith("torchtitan."):
+                model: str | None = node.module.split(".")[-1]
+            elif node.level == 1 and not node.module:
+                model = registry_model_name(source)
+            else:
+                model = None
+            if model:
+                found[alias.asname or alias.name] = model
+    return found
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -357,18 +391,31 @@ def _activation_checkpoint(value: Any, present: bool, source: str) -> dict[str, 
                        "which planner does not know (FullAC, SelectiveAC, MemoryBudgetAC or None)", source=source)
 
 
-def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[str]) -> tuple[dict[str, Any], str | None]:
-    """A `Trainer.Config(...)` value -> (the TOML reader's settings, the model flavor)."""
+def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[str],
+            registries: frozenset[str] = frozenset({"model_registry"})) -> tuple[dict[str, Any], str | None]:
+    """A `Trainer.Config(...)` value -> (the TOML reader's settings, the model flavor); `registries` are the names the
+    file calls its model registries by."""
+    if isinstance(trainer, Unknown) and trainer.text.startswith("to_graph_trainer_config("):
+        base = ast.unparse(ast.parse(trainer.text, mode="eval").body.args[0])  # type: ignore[attr-defined]
+        raise PlannerError(
+            f"the function returns {_shown(trainer)}: torchtitan's graph_trainer (experiments/graph_trainer) traces the "
+            "step with make_fx and runs its own graph-based activation checkpointing, which planner does not model; "
+            f"read the eager config it wraps ({base}) with --config, or give the layout on the command line",
+            source=source)
     if not isinstance(trainer, Call):
         raise PlannerError(f"the function returns {_shown(trainer)}, not a Trainer.Config(...) that planner can read",
                            source=source)
+    if trainer.short == "Controller" or isinstance(trainer.kwargs.get("trainer"), Call):
+        raise PlannerError(f"{trainer.name}(...) is a reinforcement-learning controller (torchtitan/experiments/rl): its "
+                           "trainer's batches come from the rollouts and its generator runs beside it, which planner "
+                           "does not model; planner reads Trainer.Config functions", source=source)
     for key in trainer.kwargs:
         if key not in READ_TRAINER_FIELDS and key not in IGNORED_TRAINER_FIELDS:
             warnings.append(f"{source}: Trainer.Config {key}=... is not known to planner and was ignored; if it "
                             "changes memory, the estimate does not include it")
     model = trainer.kwargs.get("model_spec")
     flavor = None
-    if isinstance(model, Call) and model.name.split(".")[-1] == "model_registry":
+    if isinstance(model, Call) and (model.name in registries or model.name.split(".")[-1] == "model_registry"):
         first = model.args[0] if model.args else model.kwargs.get("flavor")
         flavor = str(_needed(first, "model_registry flavor", source))
     elif model is not None:
@@ -492,19 +539,20 @@ def read_registry(text: str, function: str | None, *, source: str, module: str |
     except SyntaxError as err:
         raise PlannerError(f"not Python (line {err.lineno}: {err.msg})", source=source) from None
     interp = _Interpreter(tree, source)
-    if module is None:  # `from torchtitan.models.<model> import model_registry` (planner's export), else the path
-        module = next((node.module.split(".")[2] for node in tree.body if isinstance(node, ast.ImportFrom)
-                       and node.module and node.module.startswith("torchtitan.models.")
-                       and len(node.module.split(".")) == 3 and any(a.name == "model_registry" for a in node.names)),
-                      None)
     if not function:
         raise PlannerError("a torchtitan config registry needs the function to read: --config NAME in the engine "
                            f"args (the file has {', '.join(sorted(interp.functions)) or 'no functions'})", source=source)
     trainer = interp.run(function)
     _apply_overrides(trainer, list(overrides or []), source)
     warnings = list(interp.warnings)
+    if module is None:  # the model registry the config calls (a file may import several), else the file's directory
+        spec = trainer.kwargs.get("model_spec") if isinstance(trainer, Call) else None
+        called = interp.registries.get(spec.name) if isinstance(spec, Call) else None
+        only = set(interp.registries.values())
+        module = called or (only.pop() if len(only) == 1 else None)
     model_name = module if module else registry_model_name(source)
-    toml, flavor = to_toml(trainer, model_name, f"{source}: {function}", warnings)
+    toml, flavor = to_toml(trainer, model_name, f"{source}: {function}", warnings, frozenset(interp.registries)
+                           | {"model_registry"})
     return Registry(config=toml, model_name=model_name, flavor=flavor, warnings=tuple(warnings))
 
 

@@ -218,3 +218,58 @@ def test_the_exported_function_reads_back_with_hybridep_and_the_notes_for_what_m
 def test_a_model_without_a_torchtitan_flavor_is_refused_for_the_registry() -> None:
     with pytest.raises(PlannerError, match="no torchtitan flavor"):
         _export("mixtral-8x7b", 8, zero=3, global_batch=8, seq_len=4096)
+
+
+SEVERAL = '''
+from torchtitan.models.gpt_oss import model_registry as gpt_oss_model_registry
+from torchtitan.models.qwen3 import model_registry
+
+def _qwen(flavor, *, converters=None):
+    converters = list(converters or [])
+    return model_registry(flavor, converters=converters)
+
+def _training(context=None):
+    return TrainingConfig(max_context_length=context or 4096, num_tokens_per_microbatch_per_dp_rank=4096 and 8192)
+
+def qwen():
+    return Trainer.Config(model_spec=_qwen("30B-A3B"), training=_training())
+
+def qwen_mxfp8():
+    return Trainer.Config(model_spec=_qwen("30B-A3B", converters=[MXFP8LinearConverter.Config()]),
+                          training=_training(8192))
+
+def oss():
+    return Trainer.Config(model_spec=gpt_oss_model_registry("120b"), training=_training())
+'''
+
+
+@pytest.mark.parametrize(("function", "model", "flavor", "converters", "context"), [
+    ("qwen", "qwen3", "30B-A3B", [], 4096),
+    ("qwen_mxfp8", "qwen3", "30B-A3B", ["quantize.linear.mx"], 8192),
+    ("oss", "gpt_oss", "120b", [], 4096),
+])
+def test_the_model_is_the_registry_the_function_calls_under_the_name_it_was_imported_as(
+        function: str, model: str, flavor: str, converters: list[str], context: int) -> None:
+    # two registries imported, one under another name: each function's model is the one it calls (the file's
+    # first import was taken for all of them before); `converters or []`, `list(...)`, `context or 4096` and
+    # `4096 and 8192` evaluate as Python does
+    registry = read_registry(SEVERAL, function, source="several.py")
+    assert (registry.model_name, registry.flavor) == (model, flavor)
+    assert registry.config["model"]["converters"] == converters
+    assert registry.config["training"]["seq_len"] == context
+    assert registry.config["training"]["local_batch_size"] == 8192 // context
+
+
+def test_an_rl_controller_config_is_refused_not_read_as_a_trainer() -> None:
+    # torchtitan/experiments/rl: Controller.Config(model_spec=..., trainer=PolicyTrainer.Config(...), generator=...)
+    # was read as if it were a Trainer.Config, with the defaults of every section and gpt_oss as its model
+    path = UPSTREAM / "rl_alphabet_sort" / "config_registry.py"
+    for function in ("rl_grpo_qwen3_moe_debug_varlen", "rl_grpo_gpt_oss_20b_varlen"):
+        with pytest.raises(PlannerError, match="reinforcement-learning controller"):
+            read_registry(path.read_text(), function, source=str(path))
+
+
+def test_a_graph_trainer_config_names_the_eager_config_it_wraps() -> None:
+    path = UPSTREAM / "graph_trainer_llama3" / "config_registry.py"
+    with pytest.raises(PlannerError, match=r"read the eager config it wraps \(llama3_70b\(\)\) with --config"):
+        read_registry(path.read_text(), "graph_trainer_llama3_70b", source=str(path))
