@@ -7,11 +7,12 @@ peak memory. `predict_seconds` is the model's prediction of that run on a (possi
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.engines import load, logs, megatron
+from planner.engines import load, logs, megatron, megatron_bridge
 from planner.engines.job import ResolvedJob, resolve_job
 from planner.errors import PlannerError
 from planner.specs.engine import engine_profile
@@ -103,7 +104,10 @@ def _log_figures(reading: logs.LogReading, global_batch: int | None) -> Measured
 
 def _megatron_job(reading: logs.LogReading, entry_job: dict[str, Any] | None, hardware: str | None,
                   source: str) -> Job:
-    """A job for a Megatron-LM log: the printed arguments as engine flags, world size as the GPU count."""
+    """A job for a Megatron-LM log: the printed arguments as engine flags, world size as the GPU count; for a
+    Megatron-Bridge log, its printed Task Configuration."""
+    if not reading.arguments and reading.bridge_config is not None:
+        return _megatron_bridge_job(reading, entry_job, hardware, source)
     arguments = logs.megatron_job_arguments(reading)
     missing = logs.missing_megatron_arguments(arguments, entry_job or {})
     if missing:
@@ -123,6 +127,27 @@ def _megatron_job(reading: logs.LogReading, entry_job: dict[str, Any] | None, ha
     if not flags:
         raise PlannerError("the log prints no arguments block planner can read; give the layout in 'job'", source=source)
     base["engine"] = EngineSection(format="megatron", args=" ".join(flags)).model_dump(exclude_none=True)
+    return validate_spec(Job, base, source)
+
+
+def _megatron_bridge_job(reading: logs.LogReading, entry_job: dict[str, Any] | None, hardware: str | None,
+                         source: str) -> Job:
+    """A job for a Megatron-Bridge log: its Task Configuration as the engine's arguments (the model and layout
+    from its `model` and `train` sections); the GPU count from the log's world size, else the entry's job."""
+    assert reading.bridge_config is not None
+    data = megatron_bridge.parse_bridge_text(reading.bridge_config, source)
+    if data is None:
+        raise PlannerError("the log's Task Configuration block is not a Megatron-Bridge config planner can read; give "
+                           "the layout in 'job'", source=source)
+    tokens, _ = megatron_bridge.bridge_tokens(data, source)
+    base = dict(entry_job or {})
+    if hardware is not None:
+        base["hardware"] = hardware
+    if "gpus" not in base and "nodes" not in base:
+        if reading.world_size is None:
+            raise PlannerError("a Megatron-Bridge log does not print the GPU count; give job.gpus", source=source)
+        base["gpus"] = reading.world_size
+    base["engine"] = EngineSection(format="megatron", args=shlex.join(tokens)).model_dump(exclude_none=True)
     return validate_spec(Job, base, source)
 
 

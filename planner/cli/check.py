@@ -276,7 +276,8 @@ def _render_github(checked: list[Checked]) -> None:
 @click.option("--deepspeed", "deepspeed", type=click.Path(dir_okay=False, path_type=Path),
               help="Check a DeepSpeed JSON config (with --model, --hardware, --gpus, --seq-len).")
 @click.option("--megatron-args", "megatron_args", type=click.Path(dir_okay=False, path_type=Path),
-              help="Check Megatron-LM arguments or a launch script (with --hardware, --gpus).")
+              help="Check Megatron-LM arguments or a launch script, or a Megatron-Bridge run_config.yaml or "
+              "override file (with --hardware, --gpus; --model for an override).")
 @click.option("--torchtitan", "torchtitan", type=click.Path(dir_okay=False, path_type=Path),
               help="Check a torchtitan TOML job config, or a config_registry.py of torchtitan main with "
               "--engine-args \"--config FUNCTION\" (with --hardware, --gpus).")
@@ -369,14 +370,16 @@ def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | N
 # export -------------------------------------------------------------------------------------------
 @cli.command("export")
 @click.argument("job_file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[JOB]")
-@click.option("--to", "to", required=True, type=click.Choice(["megatron", "deepspeed", "torchtitan", "torchtitan_registry", "hf_trainer", "automodel"]),
+@click.option("--to", "to", required=True, type=click.Choice(["megatron", "megatron_bridge", "deepspeed", "torchtitan", "torchtitan_registry",
+                                    "hf_trainer", "automodel"]),
               help="Engine format to write.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
               help="File to write (default: print to stdout).")
 @layout_options
 def export_cmd(job_file: Path | None, to: str, out: Path | None, **kw: Any) -> None:
-    """Write the launch configuration of a layout for Megatron-LM, DeepSpeed, torchtitan (its v0.2 TOML, or a Python
-    config function for torchtitan main with --to torchtitan_registry), NeMo AutoModel or the Hugging Face Trainer.
+    """Write the launch configuration of a layout for Megatron-LM (its arguments, or a Megatron-Bridge override YAML
+    with --to megatron_bridge), DeepSpeed, torchtitan (its v0.2 TOML, or a Python config function for torchtitan
+    main with --to torchtitan_registry), NeMo AutoModel or the Hugging Face Trainer.
 
     The layout comes from a job file, or from the flags of 'planner estimate'. The file starts with what
     planner predicts for it (peak memory, step time, MFU); for DeepSpeed, whose JSON has no comments, the

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from planner.specs.engine import AttentionKernel
 
 # planner.engines.export.EXPORT_FORMATS, without its imports
-EXPORT_FORMATS = ("megatron", "deepspeed", "torchtitan", "torchtitan_registry", "hf_trainer", "automodel")
+EXPORT_FORMATS = ("megatron", "megatron_bridge", "deepspeed", "torchtitan", "torchtitan_registry", "hf_trainer",
+                  "automodel")
 # Search options that keep a field as an engine would set it, for when the engine changes the best layout.
 ENGINE_HINTS = {"grad_dtype": "--grad-dtype fp32", "zero": "--zero 0,3", "overlap_grad_reduce": "--overlap-grad-reduce",
                 "flash_attention": "--flash-attention"}

@@ -151,7 +151,7 @@ def require(fields: Mapping[str, Any], name: str, source: str, hint: str) -> Non
 
 # --- what the writers share --------------------------------------------------------------------------
 GIB = float(1 << 30)
-CHECK_FLAGS: dict[str, str] = {"megatron": "--megatron-args", "deepspeed": "--deepspeed", "torchtitan": "--torchtitan",
+CHECK_FLAGS: dict[str, str] = {"megatron": "--megatron-args", "megatron_bridge": "--megatron-args", "deepspeed": "--deepspeed", "torchtitan": "--torchtitan",
                                "torchtitan_registry": "--torchtitan", "hf_trainer": "--hf-trainer",
                                "automodel": "--automodel"}
 

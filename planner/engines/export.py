@@ -14,7 +14,15 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from planner.engines import automodel, deepspeed, hf_trainer, megatron, torchtitan, torchtitan_registry
+from planner.engines import (
+    automodel,
+    deepspeed,
+    hf_trainer,
+    megatron,
+    megatron_bridge,
+    torchtitan,
+    torchtitan_registry,
+)
 from planner.engines.common import ExportContext, ExportFile
 from planner.errors import PlannerError
 from planner.specs.engine import engine_profile
@@ -24,9 +32,11 @@ from planner.specs.model import ModelSpec
 from planner.training.estimate import TrainingEstimate, estimate
 from planner.training.rules import check_layout
 
-EXPORT_FORMATS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan", "torchtitan_registry", "hf_trainer", "automodel")
+EXPORT_FORMATS: tuple[str, ...] = ("megatron", "megatron_bridge", "deepspeed", "torchtitan", "torchtitan_registry", "hf_trainer",
+                                   "automodel")
 DEFAULT_NAMES: dict[str, str] = {
     "megatron": "megatron_args.sh",
+    "megatron_bridge": "megatron_bridge_override.yaml",
     "deepspeed": "ds_config.json",
     "torchtitan": "torchtitan.toml",
     "torchtitan_registry": "torchtitan_config_registry.py",
@@ -40,7 +50,7 @@ Mapper = Callable[[ModelSpec, Layout], tuple[Layout, tuple[str, ...]]]
 
 
 def exporter(fmt: str) -> tuple[Mapper, Renderer]:
-    modules = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan,
+    modules = {"megatron": megatron, "megatron_bridge": megatron_bridge, "deepspeed": deepspeed, "torchtitan": torchtitan,
                "torchtitan_registry": torchtitan_registry, "hf_trainer": hf_trainer, "automodel": automodel}
     if fmt not in modules:
         raise PlannerError(f"unknown export format '{fmt}'; use one of {', '.join(EXPORT_FORMATS)}")
@@ -55,6 +65,8 @@ def engine_of_format(fmt: str, engine: str) -> str:
         return "deepspeed" if engine == "deepspeed" else "fsdp"
     if fmt == "torchtitan_registry":  # torchtitan main's Python configs: torchtitan runs them
         return "torchtitan"
+    if fmt == "megatron_bridge":  # Megatron-Bridge runs Megatron-Core, as NeMo does
+        return engine if engine == "nemo" else "megatron"
     return engine if (fmt, engine) == ("megatron", "nemo") else fmt
 
 
@@ -62,7 +74,7 @@ def engine_of_format(fmt: str, engine: str) -> str:
 # AutoModel recipe's model.backend.attn).
 # torchtitan's TOML, DeepSpeed's JSON and the Trainer's arguments have no such setting: their engines' own
 # kernel runs (PyTorch SDPA's flash backend, or what the model code picks).
-ATTENTION_KERNEL_FORMATS = frozenset({"megatron", "automodel"})  # AutoModel: model.backend.attn te | sdpa
+ATTENTION_KERNEL_FORMATS = frozenset({"megatron", "megatron_bridge", "automodel"})  # AutoModel: model.backend.attn te | sdpa
 
 
 def _attention_kernel_as_run(fmt: str, layout: Layout, notes: tuple[str, ...]) -> tuple[Layout, tuple[str, ...]]:

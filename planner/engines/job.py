@@ -10,7 +10,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.engines import automodel, deepspeed, hf_trainer, load, megatron, torchtitan, torchtitan_registry
+from planner.engines import (
+    automodel,
+    deepspeed,
+    hf_trainer,
+    load,
+    megatron,
+    megatron_bridge,
+    torchtitan,
+    torchtitan_registry,
+)
 from planner.engines.common import EngineImport, require
 from planner.errors import PlannerError
 from planner.specs.engine import ENGINE_PROFILES
@@ -151,7 +160,11 @@ def _import_engine(
         for text, origin in ((load.read_engine_file("megatron", path) if path is not None else None, str(path)),
                              (engine.args, f"{source}: engine.args")):
             if text:
-                more, warnings = megatron.read_launch_text(text, origin)
+                bridge = megatron_bridge.parse_bridge_text(text, origin) if origin == str(path) else None
+                if bridge is not None:  # Megatron-Bridge's ConfigContainer YAML (run_config.yaml, an override)
+                    more, warnings = megatron_bridge.bridge_tokens(bridge, origin)
+                else:
+                    more, warnings = megatron.read_launch_text(text, origin)
                 tokens += more
                 notes += warnings
         imported = megatron.import_megatron(tokens, gpus=gpus, given=given,

@@ -9,7 +9,9 @@ Pure: text in, values out (`planner.engines.load.read_log_file` reads the file).
   closed by `end of arguments`); `using world size: n, data-parallel-size: d, [context-parallel size:
   c,] tensor-model-parallel size: t, pipeline-model-parallel size: p` (hyphens vary by version); `using
   torch.float16|bfloat16 for parameters ...`; and, once the tokenizer is built, `> padded vocab (size: v)
-  with k dummy tokens (new size: n)`.
+  with k dummy tokens (new size: n)`. Megatron-Bridge prints no arguments block: its run is the YAML between
+  `------- Task Configuration -------` and a line of dashes (v0.2-v0.3), or the `Configuration Summary
+  (Non-Default Values vs Megatron Core)` (v0.4 on); planner.engines.megatron_bridge reads both.
 - torchtitan (train.py, metrics logger): `step: n  loss: ...  memory: x GiB(y%)  tps: t  tflops: f  mfu: m%`;
   tps is tokens per second per GPU, memory the peak reserved memory of the step's window.
 - DeepSpeed (utils/timer.py, ThroughputTimer): `e/step, RunningAvgSamplesPerSec=a, CurrSamplesPerSec=c,
@@ -32,6 +34,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from planner.engines import megatron_bridge
 from planner.errors import PlannerError
 
 LogFormat = Literal["megatron", "torchtitan", "deepspeed", "hf_trainer"]
@@ -74,6 +77,7 @@ class LogReading:
     arguments: dict[str, str] = field(default_factory=dict)  # Megatron: the printed block, as printed
     arguments_complete: bool = False  # Megatron: the block's `end of arguments` line was seen
     startup: dict[str, str] = field(default_factory=dict)  # Megatron: argument values other start-up lines print
+    bridge_config: str | None = None  # Megatron-Bridge: the log from its printed config on (YAML or summary)
     warnings: tuple[str, ...] = ()
 
 
@@ -196,6 +200,7 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
         step_seconds=_median([s.step_seconds for s in used]), tflops_per_gpu=_median([s.tflops_per_gpu for s in used]),
         step_seconds_logged=tuple(s.step_seconds for s in used if s.step_seconds is not None),
         peak_memory_bytes=peak, world_size=world, arguments=args, arguments_complete=complete, startup=startup,
+        bridge_config=megatron_bridge.config_block(text),
     )
 
 

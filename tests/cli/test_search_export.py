@@ -18,6 +18,7 @@ from planner.engines.export import EXPORT_FORMATS as EXPORTER_FORMATS
 from planner.engines.hf_trainer import import_hf_trainer, parse_command
 from planner.engines.load import load_model, parse_toml, parse_yaml
 from planner.engines.megatron import import_megatron, split_launch_text
+from planner.engines.megatron_bridge import bridge_tokens, parse_bridge_text
 from planner.engines.torchtitan import import_torchtitan
 from planner.engines.torchtitan_registry import read_registry
 from planner.specs.layout import Layout
@@ -91,6 +92,10 @@ def _import(fmt: str, path, model, gpus: int) -> Layout:
     text = path.read_text()
     if fmt == "megatron":
         got = import_megatron(split_launch_text(text, path.name), gpus=gpus, given={}, model=model, source=path.name)
+    elif fmt == "megatron_bridge":
+        data = parse_bridge_text(text, path.name)
+        assert data is not None
+        got = import_megatron(bridge_tokens(data, path.name)[0], gpus=gpus, given={}, model=model, source=path.name)
     elif fmt == "deepspeed":
         got = import_deepspeed(json.loads(text), gpus=gpus, given={}, source=path.name)
     elif fmt == "hf_trainer":
@@ -119,6 +124,9 @@ def _estimate_args(model_id: str, layout: Layout) -> list[str]:
     if layout.recompute_layers_per_stage is not None:
         args += ["--recompute-layers", str(layout.recompute_layers_per_stage)]
     args += ["--etp", str(layout.etp)] if layout.etp is not None else []
+    if layout.dtype == "fp8":
+        args += ["--fp8-recipe", layout.fp8_recipe,
+                 "--fp8-param-gather" if layout.fp8_param_gather else "--no-fp8-param-gather"]
     args += ["--moe-dispatcher", layout.moe_dispatcher,
              "--moe-ep-overlap" if layout.moe_ep_overlap else "--no-moe-ep-overlap",
              "--optimizer-state-dtype", layout.optimizer_state_dtype]
@@ -130,7 +138,8 @@ def test_search_export_import_estimate_roundtrip(run_cli, tmp_path, fmt, model_i
     out = tmp_path / "launch" / "configs"  # created, parents too
     # searched under the engine that runs the file, so the winner is a layout that engine runs
     result = _search(run_cli, model_id, gpus, batch, seq, extra, "--format", "json", "--top", "1",
-                     "--engine", {"hf_trainer": "fsdp", "torchtitan_registry": "torchtitan"}.get(fmt, fmt), "--export",
+                     "--engine", {"hf_trainer": "fsdp", "torchtitan_registry": "torchtitan",
+                                   "megatron_bridge": "megatron"}.get(fmt, fmt), "--export",
                      fmt, out)
     assert result.exit_code == 0, result.output
     best = json.loads(result.stdout)["candidates"][0]  # stdout stays the JSON document
@@ -151,6 +160,9 @@ def test_search_export_import_estimate_roundtrip(run_cli, tmp_path, fmt, model_i
         assert bool(changed) == ("note:" in result.stderr) == ("Note:" in path.read_text())
     elif fmt == "automodel":  # FSDP2 (ZeRO-1 under PP), bf16 gradients, no TP overlap; each change is noted
         assert changed <= {"grad_dtype", "zero", "overlap_grad_reduce", "overlap_tp_comm"}, changed
+        assert bool(changed) == ("note:" in result.stderr) == ("Note:" in path.read_text())
+    elif fmt == "megatron_bridge":  # the precision recipe's gradient reduction and fp8 gathering; each noted
+        assert changed <= {"grad_dtype", "fp8_param_gather"}, changed
         assert bool(changed) == ("note:" in result.stderr) == ("Note:" in path.read_text())
     elif fmt == "deepspeed":  # AutoTP has no sequence parallelism or TP overlap; each change is noted
         assert changed <= {"overlap_tp_comm", "grad_dtype", "zero"}, changed

@@ -20,6 +20,7 @@ from planner.engines.export import EXPORT_FORMATS, render_export
 from planner.engines.hf_trainer import import_hf_trainer, parse_command
 from planner.engines.load import load_hardware, load_model, parse_toml, parse_yaml
 from planner.engines.megatron import import_megatron, split_launch_text
+from planner.engines.megatron_bridge import bridge_tokens, parse_bridge_text
 from planner.engines.torchtitan import import_torchtitan
 from planner.errors import PlannerError
 from planner.training.estimate import estimate
@@ -109,6 +110,8 @@ REFUSED: dict[tuple[str, str], str] = {
 }
 
 MATRIX = [pytest.param(name, fmt, id=f"{fmt}-{name}") for name in CASES for fmt in EXPORT_FORMATS]
+# formats another format's engine runs: torchtitan main's registries, Megatron-Bridge's overrides (Megatron-Core)
+SAME_ENGINE = {"torchtitan_registry": "torchtitan", "megatron_bridge": "megatron"}
 
 
 def _estimate(model_id: str, gpus: int, fields: dict):
@@ -121,6 +124,12 @@ def _read_back(fmt: str, text: str, model, gpus: int):
     """The exported file read by planner's importer for `fmt` (with only the file and the GPU count)."""
     if fmt == "megatron":
         imported = import_megatron(split_launch_text(text, "m.sh"), gpus=gpus, given={}, model=model, source="m.sh")
+    elif fmt == "megatron_bridge":
+        data = parse_bridge_text(text, "override.yaml")
+        assert data is not None
+        tokens, warnings = bridge_tokens(data, "override.yaml")
+        assert warnings == []  # the export says all it needs: nothing taken from a recipe's base
+        imported = import_megatron(tokens, gpus=gpus, given={}, model=model, source="override.yaml")
     elif fmt == "deepspeed":
         imported = import_deepspeed(json.loads(text), gpus=gpus, given={}, source="ds.json")
     elif fmt == "automodel":
@@ -149,8 +158,8 @@ def test_export_reads_back_to_the_same_estimate_or_is_refused(name, fmt):
     model_id, gpus, fields = CASES[name]
     model, layout, est = _estimate(model_id, gpus, fields)
     refused = REFUSED.get((name, fmt))
-    if refused is None and fmt == "torchtitan_registry":  # torchtitan refuses the same layouts in either format
-        refused = REFUSED.get((name, "torchtitan"))
+    if refused is None and fmt in SAME_ENGINE:  # an engine refuses the same layouts in either of its formats
+        refused = REFUSED.get((name, SAME_ENGINE[fmt]))
     if refused is not None:
         with pytest.raises(PlannerError, match=refused.replace("(", r"\(").replace(")", r"\)")):
             render_export(fmt, model_id, model, HW, layout, est, hardware_id="h100-sxm")

@@ -1,0 +1,599 @@
+"""Megatron-Bridge's ConfigContainer YAML -> the Megatron-LM arguments planner's Megatron reader takes, and back.
+
+Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge, the NeMo framework's Megatron-Core trainer since 2025) describes a
+run as a `ConfigContainer` of dataclasses and writes it out as YAML in two places a user has:
+- `run_config.yaml` in every checkpoint iteration folder (what `AutoBridge` reads back), and
+- the `------- Task Configuration -------` block it prints at start-up (`ConfigContainer.print_yaml`);
+and it takes a partial YAML of the same shape as an override of a recipe (`--config-file`, the tutorials'
+`conf/*.yaml`). Every section is a dataclass dump with `_target_` keys (ignored here).
+
+The sections and fields read (megatron/bridge/training/config.py, mixed_precision.py, comm_overlap.py @ v0.6.0):
+- `model` (a GPTModelProvider: Megatron-Core's TransformerConfig and ModelParallelConfig fields; or a GPTModelConfig,
+  the same TransformerConfig fields nested under `transformer` with the GPT ones beside it): the model's
+  shape and the layout, under the names Megatron-LM's arguments take with '-' for '_' (MODEL_FLAGS lists them),
+  plus the few whose argument differs (RENAMED: `num_moe_experts` is `--num-experts`, `fp8` is `--fp8-format`,
+  `fp8_param` is `--fp8-param-gather`, `num_layers_in_first_pipeline_stage` is
+  `--decoder-first-pipeline-num-layers`, ...) and those that are flags in Megatron-LM but values here
+  (`gated_linear_unit` + `activation_func` -> `--swiglu` / `--squared-relu`, `add_bias_linear: false` ->
+  `--disable-bias-linear`, `share_embeddings_and_output_weights: false` -> `--untie-embeddings-and-output-weights`,
+  `attention_backend: AttnBackend(n)` -> its name, `num_query_groups` -> `--group-query-attention`);
+- `train`: `global_batch_size`, `micro_batch_size`; `dataset`: `sequence_length` (or `seq_length`);
+- `ddp`: `use_distributed_optimizer`, `overlap_grad_reduce`, `grad_reduce_in_fp32`, `use_megatron_fsdp`,
+  `data_parallel_sharding_strategy`, `fp8_param_gather`;
+- `optimizer`: `optimizer`, `use_precision_aware_optimizer`, `main_grads_dtype`, `main_params_dtype`,
+  `exp_avg_dtype`, `exp_avg_sq_dtype` (`_target_: torch.bfloat16` -> bf16), `optimizer_cpu_offload`;
+- `mixed_precision` (applied onto the model by Megatron-Bridge, so it wins over the model's own fields when set):
+  `bf16`, `fp16`, `fp8`, `fp8_recipe`, `fp8_param_gather`, `grad_reduce_in_fp32`; a recipe name
+  (`bf16_mixed`, `bf16_with_fp8_current_scaling_mixed`, `bf16_with_mxfp8_mixed`, ...) is read by what it names;
+- `comm_overlap`: `tp_comm_overlap` (CommOverlapConfig sets the model's at run time);
+- `tokenizer`: `vocab_size`, where the model gives none (padded as Megatron pads the tokenizer's vocabulary).
+A value of null is Megatron-Bridge's "unset" and is not passed on. The GPU count is not in the file (give --gpus).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from planner.engines import megatron
+from planner.engines.common import ExportContext, prediction_lines
+from planner.errors import PlannerError
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+
+# model fields whose Megatron-LM argument is the same name with '-' for '_': int/float/str values
+MODEL_VALUES = (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+    "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "num_layers", "hidden_size",
+    "ffn_hidden_size", "num_attention_heads", "kv_channels", "make_vocab_size_divisible_by", "moe_router_topk",
+    "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+    "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "recompute_granularity", "recompute_method",
+    "recompute_num_layers", "cpu_offloading_num_layers", "cuda_graph_impl", "fp8_recipe", "softmax_type",
+    "window_attn_skip_freq", "pipeline_model_parallel_layout", "normalization", "position_embedding_type",
+    "moe_mlp_glu_interleave_size", "hybrid_override_pattern", "hybrid_layer_pattern", "attention_dropout",
+    "hidden_dropout",
+)
+# model fields that are store_true flags in Megatron-LM: passed when true
+MODEL_SWITCHES = (
+    "sequence_parallel", "add_qkv_bias", "qk_layernorm", "multi_latent_attention", "moe_router_enable_expert_bias",
+    "moe_enable_deepep", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "moe_shared_expert_overlap",
+    "moe_pad_expert_input_to_capacity", "enable_cuda_graph", "external_cuda_graph", "cpu_offloading", "tp_comm_overlap",
+    "fp8_dot_product_attention", "fp8_multi_head_attention", "activation_func_fp8_input_store",
+    "use_transformer_engine_op_fuser", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+    "moe_shared_expert_gate", "moe_layer_recompute", "distribute_saved_activations", "bf16", "fp16",
+)
+# model fields whose Megatron-LM argument has another name
+RENAMED = {
+    "num_moe_experts": "num-experts", "fp8": "fp8-format", "fp8_param": "fp8-param-gather",
+    "num_layers_in_first_pipeline_stage": "decoder-first-pipeline-num-layers",
+    "num_layers_in_last_pipeline_stage": "decoder-last-pipeline-num-layers",
+}
+# Megatron-Core's enums as dumped (`{_target_: ...enums.AttnBackend, _args_: [5]}`): value -> the name Megatron-LM's
+# arguments take (megatron/core/transformer/enums.py @ d98e8a64; CudaGraphScope is the older numbering)
+ATTN_BACKENDS = {1: "flash", 2: "fused", 3: "unfused", 4: "local", 5: "auto"}
+ENUMS: dict[str, dict[int, str]] = {
+    "AttnBackend": ATTN_BACKENDS,
+    "CudaGraphModule": {1: "attn", 2: "mlp", 3: "moe", 4: "moe_router", 5: "moe_preprocess", 6: "mamba"},
+    "CudaGraphScope": {1: "full_iteration", 2: "attn", 3: "mlp", 4: "moe", 5: "moe_router", 6: "moe_preprocess",
+                       7: "mamba", 8: "full_iteration_inference"},
+}
+# torch dtypes as Megatron-LM's --*-dtype arguments name them
+TORCH_DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
+                "torch.float8_e4m3fn": "fp8", "torch.uint8": "fp8"}
+OPTIMIZER_DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+# mixed_precision given as a recipe name (megatron/bridge/training/mixed_precision.py @ v0.6.0, each registered with
+# '_' and with '-'): the fields each sets that planner reads. The fp16 recipes reduce gradients in fp16
+# (grad_reduce_in_fp32 False), the bf16 ones in fp32. The current-scaling recipes also keep the first and last
+# layers in 16 bits (first_last_layers_bf16), which planner does not model.
+_BF16 = {"bf16": True, "grad_reduce_in_fp32": True}
+_FP16 = {"fp16": True, "grad_reduce_in_fp32": False}
+PRECISION_RECIPES: dict[str, dict[str, Any]] = {
+    "bf16_mixed": _BF16,
+    "fp16_mixed": _FP16,
+    **{f"{half}_with_fp8_delayed_scaling_mixed": {**base, "fp8": "hybrid", "fp8_recipe": "delayed",
+                                                  "fp8_param_gather": True}
+       for half, base in (("bf16", _BF16), ("fp16", _FP16))},
+    **{f"{half}_with_fp8_current_scaling_mixed": {**base, "fp8": "hybrid", "fp8_recipe": "tensorwise",
+                                                  "fp8_param_gather": True}
+       for half, base in (("bf16", _BF16), ("fp16", _FP16))},
+    "nemotron_h_bf16_with_fp8_current_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "tensorwise",
+                                                       "fp8_param_gather": True},
+    "nanov2_bf16_with_fp8_current_scaling_mixed": {**_BF16, "fp8": "hybrid", "fp8_recipe": "blockwise",
+                                                   "fp8_param_gather": True},
+    **{f"{half}_with_mxfp8_mixed": {**base, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp8_param_gather": True}
+       for half, base in (("bf16", _BF16), ("fp16", _FP16))},
+    **{f"{half}_with_fp8_subchannel_scaling_mixed": {**base, "fp8": "hybrid", "fp8_recipe": "blockwise",
+                                                     "fp8_param_gather": False}
+       for half, base in (("bf16", _BF16), ("fp16", _FP16))},
+}
+FP4_RECIPES = ("bf16_with_nvfp4_mixed", "nemotron_3_super_bf16_with_nvfp4_mixed")  # planner has no fp4 dtype
+SECTIONS = ("model", "train", "dataset", "ddp", "optimizer", "mixed_precision", "comm_overlap", "dist", "tokenizer")
+# What an override file (no top-level `_target_: ...ConfigContainer`: a partial config merged onto a recipe) leaves to
+# the recipe, taken from the base every pre-training recipe starts from (megatron/bridge/recipes/common.py
+# _pretrain_common @ v0.6.0): bf16 mixed precision, the distributed optimizer, fp32 gradient reduction overlapped
+# with the backward pass. A recipe that changes them (an fp8 recipe, FSDP) is not seen: the reader says so.
+RECIPE_BASE: dict[str, dict[str, Any]] = {
+    "mixed_precision": PRECISION_RECIPES["bf16_mixed"],
+    "ddp": {"use_distributed_optimizer": True, "grad_reduce_in_fp32": True, "overlap_grad_reduce": True},
+}
+
+
+def is_bridge_config(data: Any) -> bool:
+    """Whether parsed YAML is a Megatron-Bridge ConfigContainer (full or an override): a mapping with a `model`
+    or `train` section and no key outside the container's sections (plus `_target_` and the ones ignored)."""
+    if not isinstance(data, Mapping) or not any(isinstance(data.get(s), Mapping) for s in ("model", "train")):
+        return False
+    target = str(data.get("_target_", ""))
+    return target.endswith("ConfigContainer") or isinstance(data.get("model"), Mapping)
+
+
+def parse_bridge_text(text: str, source: str) -> Mapping[str, Any] | None:
+    """The YAML of a Megatron-Bridge config, or None when the text is not one (an argument list, a launch script).
+    From a log: its `------- Task Configuration -------` block (v0.2-v0.3), else its `Configuration Summary`
+    (v0.4 on)."""
+    block = task_configuration(text)
+    if block is None:
+        summary = configuration_summary(text)
+        if summary is not None:
+            return summary
+    try:
+        data = yaml.safe_load(block if block is not None else text)
+    except yaml.YAMLError:
+        return None
+    return data if is_bridge_config(data) else None
+
+
+TASK_HEADER = "------- Task Configuration -------"
+SUMMARY_HEADER = "Configuration Summary (Non-Default Values vs Megatron Core)"
+SUMMARY_TARGET = "logged summary of a ConfigContainer"
+_SUMMARY_SECTION = re.compile(r"^\[(\w+)\](?: Non-default values \(vs Mcore \w+\))?:\s*$")
+_SUMMARY_ENTRY = re.compile(r"^  (\w+): (.*?)(?:  \(Mcore default: .*\))?\s*$")
+_ENUM_REPR = re.compile(r"^<\w+\.(\w+): [^>]*>$")
+_LIST_ITEM = re.compile(r"<\w+\.(\w+): [^>]*>|'([^']*)'")
+
+
+def config_block(text: str) -> str | None:
+    """The part of a log that holds its Megatron-Bridge config, from its header on (either form), or None."""
+    for header in (TASK_HEADER, SUMMARY_HEADER):
+        start = text.find(header)
+        if start >= 0:
+            return text[start:]
+    return None
+
+
+def configuration_summary(text: str) -> dict[str, Any] | None:
+    """The config Megatron-Bridge v0.4+ logs at start-up instead of the whole YAML
+    (ConfigContainer.log_non_default_values, megatron/bridge/training/config.py @ v0.6.0): for the model,
+    ddp and optimizer sections the fields that differ from Megatron-Core's defaults, `  name: repr  (Mcore
+    default: repr)`; for train, dataset, tokenizer and the rest every set field, `  name: repr`. A field not
+    printed has Megatron-Core's default, so the result is read as a whole config, not as a recipe override.
+    None when the text holds no summary."""
+    start = text.find(SUMMARY_HEADER)
+    if start < 0:
+        return None
+    config: dict[str, Any] = {"_target_": SUMMARY_TARGET}
+    section: dict[str, Any] | None = None
+    for line in text[start + len(SUMMARY_HEADER):].splitlines()[2:]:
+        if line.startswith("=" * 10):
+            break
+        m = _SUMMARY_SECTION.match(line)
+        if m:
+            section = config.setdefault(m.group(1), {})
+            continue
+        m = _SUMMARY_ENTRY.match(line)
+        if m and section is not None:
+            section[m.group(1)] = _logged_value(m.group(2))
+    if not isinstance(config.get("model"), dict):
+        return None
+    # a field the summary leaves out has Megatron-Core's default; the one the reader would otherwise take from
+    # Megatron-LM's bf16 rule: DistributedDataParallelConfig.grad_reduce_in_fp32 = False (bf16 gradient reduction)
+    config.setdefault("ddp", {}).setdefault("grad_reduce_in_fp32", False)
+    return config
+
+
+def _logged_value(text: str) -> Any:
+    """A value as `repr` printed it: Python literals, enum members (`<AttnBackend.auto: 5>` -> auto), torch dtypes
+    (`torch.bfloat16` -> bf16); anything else as the text."""
+    text = text.strip()
+    if text in TORCH_DTYPES:
+        return TORCH_DTYPES[text]
+    m = _ENUM_REPR.match(text)
+    if m:
+        return m.group(1)
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        pass
+    if text.startswith("[") and text.endswith("]"):  # a list of enum members and strings: [<CudaGraphModule.attn: 1>]
+        return [enum or quoted for enum, quoted in _LIST_ITEM.findall(text)]
+    return text
+
+
+def task_configuration(text: str) -> str | None:
+    """The YAML Megatron-Bridge prints at start-up between `------- Task Configuration -------` and a line of
+    dashes (megatron/bridge/training/setup.py), or None."""
+    start = text.find(TASK_HEADER)
+    if start < 0:
+        return None
+    lines = text[start + len(TASK_HEADER):].splitlines()[1:]
+    block: list[str] = []
+    for line in lines:
+        if line.startswith("----"):
+            break
+        block.append(line)
+    return "\n".join(block)
+
+
+def _plain(value: Any) -> Any:
+    """A dumped value as Megatron-LM's argument takes it: `{_target_: torch.bfloat16}` -> bf16, an enum
+    `{_target_: ...AttnBackend, _args_: [5]}` -> auto, anything else as is."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping) and "_target_" in value:
+        target = str(value["_target_"])
+        if target in TORCH_DTYPES:
+            return TORCH_DTYPES[target]
+        names = ENUMS.get(target.rsplit(".", 1)[-1])
+        if names is not None:
+            args = value.get("_args_") or []
+            if args and isinstance(args[0], int) and args[0] in names:
+                return names[args[0]]
+            return args[0] if args and isinstance(args[0], str) else None
+        return value
+    return value
+
+
+def _flag_value(value: Any) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list[str]]:
+    """The Megatron-LM arguments a Megatron-Bridge config stands for, and warnings (see the module docstring)."""
+    warnings: list[str] = []
+    sections: dict[str, dict[str, Any]] = {}
+    data = _with_recipe_base(data, warnings, source)
+    for name in SECTIONS:
+        section = data.get(name)
+        if section is None:
+            continue
+        if name == "mixed_precision" and isinstance(section, str):
+            section = section.replace("-", "_")  # Megatron-Bridge registers each recipe under both spellings
+            if section in FP4_RECIPES:
+                raise PlannerError(f"mixed_precision {section}: NVFP4 training is not modelled (planner has no fp4 "
+                                   "compute dtype); use a bf16, fp8 or MXFP8 recipe", source=source,
+                                   field="mixed_precision")
+            if section not in PRECISION_RECIPES:
+                raise PlannerError(f"mixed_precision {section!r} is not a recipe planner knows ("
+                                   f"{', '.join(PRECISION_RECIPES)}); write its fields as a mapping", source=source,
+                                   field="mixed_precision")
+            section = PRECISION_RECIPES[section]
+        if not isinstance(section, Mapping):
+            raise PlannerError(f"{name} must be a mapping of its fields, got {type(section).__name__}", source=source,
+                               field=name)
+        sections[name] = {k: _plain(v) for k, v in section.items() if k != "_target_"}
+    if data.get("_target_") == SUMMARY_TARGET:
+        warnings.append(f"{source}: the logged configuration summary prints the TransformerConfig fields only, not the "
+                        "GPT model's (tied embeddings, vocabulary, position embedding): read with Megatron-LM's "
+                        "defaults (embeddings tied, the tokenizer's vocabulary); name the model (--job with model) "
+                        "where they differ")
+    model = dict(sections.get("model", {}))
+    nested = model.pop("transformer", None)
+    if isinstance(nested, Mapping):  # GPTModelConfig (Megatron-LM megatron/training/models/gpt.py): the
+        # TransformerConfig nested under `transformer`, the GPT fields (vocab, sequence, embeddings) beside it
+        model = {**{k: _plain(v) for k, v in nested.items() if k != "_target_"}, **model}
+    # what Megatron-Bridge applies onto the model at run time wins over the model's own fields
+    precision = sections.get("mixed_precision", {})
+    for key in ("bf16", "fp16", "fp8", "fp8_recipe", "fp8_dot_product_attention", "fp8_multi_head_attention"):
+        if precision.get(key) is not None:
+            model[key] = precision[key]
+    if precision.get("fp8_param_gather") is not None:
+        model["fp8_param"] = precision["fp8_param_gather"]
+    overlap = sections.get("comm_overlap", {})
+    if overlap.get("tp_comm_overlap") is not None:
+        model["tp_comm_overlap"] = overlap["tp_comm_overlap"]
+    tokens: list[str] = []
+
+    def put(flag: str, value: Any = None) -> None:
+        tokens.append(f"--{flag}")
+        if value is not None:
+            tokens.extend(_flag_value(value))
+
+    # a provider dumps its expert fields whatever the model; a file that says the model has no experts has no use
+    # for them (an override that does not say takes them as written: the recipe's model decides)
+    moe = "num_moe_experts" not in model or int(model.get("num_moe_experts") or 0) > 0
+    for key in MODEL_VALUES:
+        value = model.get(key)
+        if value is None or value == "" or (key.startswith("moe_") and not moe):
+            continue  # unset, or an expert setting of a dense model (the provider's defaults)
+        if key == "moe_layer_freq" and isinstance(value, (list, tuple)):
+            value = "[" + ",".join(str(v) for v in value) + "]"  # Megatron-LM's pattern expression
+        put(key.replace("_", "-"), value)
+    for key in MODEL_SWITCHES:
+        if model.get(key) is True and not (key.startswith("moe_") and not moe):
+            put(key.replace("_", "-"))
+    for key, flag in RENAMED.items():
+        value = model.get(key)
+        if value is not None and value is not False:
+            put(flag, None if value is True else value)
+    _model_shape_flags(model, put, warnings, source)
+    tokenizer_vocab = sections.get("tokenizer", {}).get("vocab_size")
+    if model.get("vocab_size") is None and tokenizer_vocab is not None:
+        put("vocab-size", tokenizer_vocab)  # the tokenizer's, padded for TP as the model pads it
+    train = sections.get("train", {})
+    for key in ("global_batch_size", "micro_batch_size"):
+        if train.get(key) is not None:
+            put(key.replace("_", "-"), train[key])
+    dataset = sections.get("dataset", {})
+    data_seq = dataset.get("sequence_length", dataset.get("seq_length"))
+    model_seq = model.get("seq_length")
+    if data_seq is not None and model_seq is not None and data_seq != model_seq:
+        warnings.append(f"{source}: dataset.sequence_length {data_seq} and model.seq_length {model_seq} differ; the "
+                        "dataset's is read: its samples are the sequences trained (Megatron-Bridge v0.4+ asserts "
+                        "they match)")
+    seq = data_seq if data_seq is not None else model_seq
+    if seq is not None:
+        put("seq-length", seq)
+    _ddp_flags(sections.get("ddp", {}), precision, put)
+    _optimizer_flags(sections.get("optimizer", {}), put)
+    if sections.get("dist", {}).get("use_torch_fsdp2"):
+        put("use-torch-fsdp2")
+    return tokens, warnings
+
+
+def _with_recipe_base(data: Mapping[str, Any], warnings: list[str], source: str) -> Mapping[str, Any]:
+    """An override file with what it leaves to the recipe filled from RECIPE_BASE (a full dump: unchanged)."""
+    if str(data.get("_target_", "")).endswith("ConfigContainer"):
+        return data
+    merged = dict(data)
+    filled: list[str] = []
+    section = data.get("model")
+    model: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
+    if data.get("mixed_precision") is None and not any(model.get(k) for k in ("bf16", "fp16", "fp8")):
+        merged["mixed_precision"] = RECIPE_BASE["mixed_precision"]
+        filled.append("mixed_precision bf16_mixed")
+    ddp = data.get("ddp")
+    if ddp is None or isinstance(ddp, Mapping):
+        given = dict(ddp or {})
+        for key, value in RECIPE_BASE["ddp"].items():
+            if key not in given:
+                given[key] = value
+                filled.append(f"ddp.{key} {str(value).lower()}")
+        merged["ddp"] = given
+    if filled:
+        warnings.append(f"{source}: an override file (no ConfigContainer _target_): what it leaves to its recipe is "
+                        f"read as Megatron-Bridge's pre-training base (recipes/common.py): {', '.join(filled)}; a "
+                        "recipe that sets these otherwise (fp8, FSDP) is not seen, so give them in the file")
+    return merged
+
+
+def _model_shape_flags(model: Mapping[str, Any], put: Any, warnings: list[str], source: str) -> None:
+    """The model fields that are values in Megatron-Bridge and flags (or other names) in Megatron-LM."""
+    heads, groups = model.get("num_attention_heads"), model.get("num_query_groups")
+    if groups is not None and groups != heads:
+        put("group-query-attention")
+        put("num-query-groups", groups)
+    activation = model.get("activation_func")
+    name = str(activation.get("_target_", "")) if isinstance(activation, Mapping) else str(activation or "")
+    if model.get("gated_linear_unit"):
+        if name.endswith("silu") or not name:
+            put("swiglu")
+        elif name.endswith("quick_gelu"):
+            put("quick-geglu")
+        else:
+            warnings.append(f"{source}: model.gated_linear_unit with activation {name}: read as SwiGLU (the same shapes)")
+            put("swiglu")
+    elif "squared_relu" in name:
+        put("squared-relu")
+    if model.get("add_bias_linear") is False:
+        put("disable-bias-linear")
+    if model.get("share_embeddings_and_output_weights") is False:
+        put("untie-embeddings-and-output-weights")
+    vocab = model.get("vocab_size")
+    if vocab is not None:
+        put("padded-vocab-size" if model.get("should_pad_vocab") is False else "vocab-size", vocab)
+    backend = model.get("attention_backend")
+    if isinstance(backend, str) and backend in ATTN_BACKENDS.values():
+        put("attention-backend", backend)
+    window = model.get("window_size")
+    if isinstance(window, (list, tuple)) and len(window) == 2:
+        put("window-size", f"{window[0]},{window[1]}")
+    scope = model.get("cuda_graph_scope")
+    graphs = model.get("cuda_graph_impl") not in (None, "none") or model.get("enable_cuda_graph") or model.get(
+        "external_cuda_graph")
+    if scope and graphs:  # the provider's default scope ("full") captures nothing without an impl
+        put("cuda-graph-scope", scope if isinstance(scope, (list, tuple)) else [scope])
+    modules = model.get("recompute_modules")
+    if modules and model.get("recompute_granularity") == "selective":
+        put("recompute-modules", modules)
+    if model.get("is_hybrid_model") and not (model.get("hybrid_override_pattern") or model.get("hybrid_layer_pattern")):
+        raise PlannerError("model.is_hybrid_model: hybrid (Mamba) layer patterns are not modelled; planner models "
+                           "transformer layers", source=source, field="model.is_hybrid_model")
+
+
+def _ddp_flags(ddp: Mapping[str, Any], precision: Mapping[str, Any], put: Any) -> None:
+    if ddp.get("use_distributed_optimizer"):
+        put("use-distributed-optimizer")
+    if ddp.get("overlap_grad_reduce"):
+        put("overlap-grad-reduce")
+    grad_fp32 = precision.get("grad_reduce_in_fp32", ddp.get("grad_reduce_in_fp32"))
+    if grad_fp32 is True:
+        put("accumulate-allreduce-grads-in-fp32")
+    elif grad_fp32 is False:
+        put("grad-reduce-in-bf16")
+    if ddp.get("use_megatron_fsdp") or ddp.get("use_custom_fsdp"):
+        put("use-megatron-fsdp")
+        if ddp.get("data_parallel_sharding_strategy"):
+            put("data-parallel-sharding-strategy", ddp["data_parallel_sharding_strategy"])
+    if ddp.get("fp8_param_gather"):
+        put("fp8-param-gather")
+
+
+def _optimizer_flags(optimizer: Mapping[str, Any], put: Any) -> None:
+    if optimizer.get("optimizer"):
+        put("optimizer", optimizer["optimizer"])
+    if optimizer.get("use_distributed_optimizer"):
+        put("use-distributed-optimizer")
+    if optimizer.get("use_precision_aware_optimizer"):
+        put("use-precision-aware-optimizer")
+        for key in OPTIMIZER_DTYPES:
+            value = optimizer.get(key)
+            if isinstance(value, str):
+                put(key.replace("_", "-"), value)
+    if optimizer.get("optimizer_cpu_offload"):
+        put("optimizer-cpu-offload")
+
+
+# --- writer ----------------------------------------------------------------------------------------
+# Layout -> an override file for a Megatron-Bridge recipe (the YAML that `process_config_with_overrides` merges onto a
+# recipe's ConfigContainer: tutorials/recipes/llama/02_pretrain_with_yaml.py --config-file, @ v0.6.0). The recipe
+# builds the model, so the file holds the layout only: the Megatron-LM flags planner writes for the layout
+# (planner.engines.megatron.layout_flags) under the ConfigContainer fields that hold them (WRITTEN_FIELDS), the
+# precision as the recipe that sets it, and the dtypes and enums in the form `to_yaml` dumps them.
+
+# flag -> (section, field); a flag with no value writes true
+WRITTEN_FIELDS: dict[str, tuple[str, str]] = {
+    **{f: ("model", f.replace("-", "_")) for f in (
+        "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
+        "expert-model-parallel-size", "expert-tensor-parallel-size", "sequence-parallel", "recompute-granularity",
+        "recompute-method", "recompute-num-layers", "recompute-modules", "account-for-embedding-in-pipeline-split",
+        "account-for-loss-in-pipeline-split", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
+        "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "moe-shared-expert-overlap",
+        "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "cuda-graph-impl", "cuda-graph-scope",
+        "mtp-num-layers", "cpu-offloading", "cpu-offloading-num-layers", "fp8-dot-product-attention",
+        "activation-func-fp8-input-store")},
+    "decoder-first-pipeline-num-layers": ("model", "num_layers_in_first_pipeline_stage"),
+    "decoder-last-pipeline-num-layers": ("model", "num_layers_in_last_pipeline_stage"),
+    "micro-batch-size": ("train", "micro_batch_size"),
+    "global-batch-size": ("train", "global_batch_size"),
+    "use-distributed-optimizer": ("ddp", "use_distributed_optimizer"),
+    "overlap-grad-reduce": ("ddp", "overlap_grad_reduce"),
+    "use-megatron-fsdp": ("ddp", "use_megatron_fsdp"),
+    "data-parallel-sharding-strategy": ("ddp", "data_parallel_sharding_strategy"),
+    "ckpt-format": ("checkpoint", "ckpt_format"),
+    "optimizer": ("optimizer", "optimizer"),
+    "use-precision-aware-optimizer": ("optimizer", "use_precision_aware_optimizer"),
+    "optimizer-cpu-offload": ("optimizer", "optimizer_cpu_offload"),
+    "tp-comm-overlap": ("comm_overlap", "tp_comm_overlap"),
+}
+# flags the writer spells another way: the precision (a recipe name), the sequence (model and dataset), the
+# optimizer's dtypes and the attention backend (dumped objects), the virtual stages (a count per rank)
+PRECISION_FLAGS = frozenset({"bf16", "fp16", "fp8-format", "fp8-recipe", "fp8-param-gather", "grad-reduce-in-bf16",
+                             "accumulate-allreduce-grads-in-fp32"})
+# the Megatron-Bridge recipe for a layout's precision: (dtype, fp8 recipe) -> name; its gradient reduction and
+# fp8 parameter gathering are the recipe's (PRECISION_RECIPES)
+RECIPE_OF: dict[tuple[str, str | None], str] = {
+    ("bf16", None): "bf16_mixed", ("fp16", None): "fp16_mixed",
+    ("fp8", "tensorwise"): "bf16_with_fp8_current_scaling_mixed",
+    ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+    ("fp8", "mxfp8"): "bf16_with_mxfp8_mixed",
+    ("fp8", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
+}
+ATTN_BACKEND_VALUES = {name: value for value, name in ATTN_BACKENDS.items()}
+
+
+def precision_recipe(lay: Layout) -> str:
+    return RECIPE_OF[(lay.dtype, lay.fp8_recipe if lay.dtype == "fp8" else None)]
+
+
+def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
+    """What a Megatron-Bridge override runs for this layout: Megatron-LM's (planner.engines.megatron.engine_layout),
+    with the gradient reduction and fp8 parameter gathering of the precision recipe it names, and without the
+    fused grouped MLP (switched on by an environment variable, not by the file)."""
+    mapped, notes = megatron.engine_layout(model, layout)
+    recipe = PRECISION_RECIPES[precision_recipe(mapped)]
+    changes: dict[str, Any] = {}
+    more: list[str] = []
+    grad = "fp32" if recipe["grad_reduce_in_fp32"] else mapped.dtype if mapped.dtype == "fp16" else "bf16"
+    if mapped.grad_dtype != grad:
+        changes["grad_dtype"] = grad
+        more.append(f"grad_dtype {mapped.grad_dtype} -> {grad}: the file names the mixed-precision recipe "
+                    f"{precision_recipe(mapped)}, which reduces gradients in {grad} (set "
+                    "cfg.mixed_precision.grad_reduce_in_fp32 in the training script to change it)")
+    if mapped.dtype == "fp8" and mapped.fp8_param_gather != recipe["fp8_param_gather"]:
+        changes["fp8_param_gather"] = recipe["fp8_param_gather"]
+        more.append(f"fp8_param_gather {str(mapped.fp8_param_gather).lower()} -> "
+                    f"{str(recipe['fp8_param_gather']).lower()}: the recipe {precision_recipe(mapped)} sets it")
+    if mapped.moe_fused_mlp:
+        changes["moe_fused_mlp"] = False
+        more.append("moe_fused_mlp -> false: Transformer Engine's fused grouped MLP is switched on by "
+                    f"{megatron.FUSED_MLP_ENV}=1 in the environment with model.use_transformer_engine_op_fuser and "
+                    "model.moe_mlp_glu_interleave_size 32, which an override file cannot carry")
+    if changes:
+        mapped = mapped.model_copy(update=changes)
+    return mapped, (*notes, *more)
+
+
+def override(model: ModelSpec, lay: Layout) -> dict[str, Any]:
+    """The ConfigContainer fields of the layout, by section (see WRITTEN_FIELDS)."""
+    out: dict[str, dict[str, Any]] = {name: {} for name in ("model", "train", "dataset", "ddp", "optimizer",
+                                                             "comm_overlap", "checkpoint")}
+    flags = megatron.layout_flags(model, lay)
+    tokens = [tok for flag in flags for tok in flag]
+    i = 0
+    while i < len(tokens):
+        name = tokens[i][2:]
+        values: list[str] = []
+        i += 1
+        while i < len(tokens) and not tokens[i].startswith("--"):
+            values.append(tokens[i])
+            i += 1
+        if name in PRECISION_FLAGS:
+            continue
+        if name == "seq-length":
+            out["model"]["seq_length"] = out["dataset"]["seq_length"] = int(values[0])
+        elif name == "num-layers-per-virtual-pipeline-stage":
+            out["model"]["virtual_pipeline_model_parallel_size"] = lay.interleave
+        elif name in ("exp-avg-dtype", "exp-avg-sq-dtype"):
+            out["optimizer"][name.replace("-", "_")] = {"_call_": False, "_target_": "torch.bfloat16"}
+        elif name == "attention-backend":
+            out["model"]["attention_backend"] = {"_args_": [ATTN_BACKEND_VALUES[values[0]]], "_call_": True,
+                                                 "_target_": "megatron.core.transformer.enums.AttnBackend"}
+        elif name in WRITTEN_FIELDS:
+            section, field = WRITTEN_FIELDS[name]
+            out[section][field] = True if not values else values if name in LIST_FLAGS else _scalar(values[0])
+        else:  # a flag the layout writer gained without a field here: a bug to fix, not a file to write
+            raise PlannerError(f"--{name}: planner has no Megatron-Bridge field for it yet; export --to megatron")
+    if lay.offload_optimizer:
+        out["optimizer"]["optimizer_offload_fraction"] = 1.0  # Megatron-Bridge's default is 0.0: nothing offloaded
+    # the distributed optimizer from ZeRO 1 up: Megatron-FSDP always runs it (ConfigContainer
+    # _validate_and_apply_megatron_fsdp_configs turns it on)
+    out["ddp"]["use_distributed_optimizer"] = out["optimizer"]["use_distributed_optimizer"] = lay.zero >= 1
+    out["ddp"].setdefault("overlap_grad_reduce", False)
+    recipe = precision_recipe(lay)
+    out["ddp"]["grad_reduce_in_fp32"] = PRECISION_RECIPES[recipe]["grad_reduce_in_fp32"]  # as the recipe sets it
+    result: dict[str, Any] = {name: section for name, section in out.items() if section}
+    result["mixed_precision"] = recipe
+    return result
+
+
+LIST_FLAGS = frozenset({"recompute-modules", "cuda-graph-scope"})
+
+
+def _scalar(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def render(ctx: ExportContext) -> str:
+    lay = ctx.layout
+    lines = ["# Megatron-Bridge override file: merged onto the recipe that builds the model, e.g.",
+             "#   python tutorials/recipes/llama/02_pretrain_with_yaml.py --config-file <this file>",
+             "# (Megatron-Bridge's process_config_with_overrides; the recipe keeps the model, data, tokenizer,",
+             "# learning rate and checkpoints). Degrees, batch, recompute, precision and MoE dispatch are set here."]
+    lines += [f"# {line}" for line in prediction_lines(ctx)]
+    nodes = -(-lay.gpus // ctx.hardware.node.gpus_per_node)
+    lines.append(f"# Run on {lay.gpus} GPUs: torchrun --nnodes {nodes} --nproc-per-node "
+                 f"{min(lay.gpus, ctx.hardware.node.gpus_per_node)} <script> --config-file <this file>")
+    return "\n".join(lines) + "\n" + yaml.safe_dump(override(ctx.model, lay), sort_keys=False,
+                                                    default_flow_style=False)

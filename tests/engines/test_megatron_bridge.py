@@ -1,0 +1,392 @@
+"""Megatron-Bridge's ConfigContainer YAML (run_config.yaml, the printed Task Configuration, override files) ->
+Megatron-LM arguments -> Layout fields and ModelSpec, through the Megatron reader. The override file is Megatron-Bridge's
+own tutorial config (tests/fixtures/engines/upstream/SOURCES.md); the dumps are hand-written in the shape
+`ConfigContainer.to_yaml` writes (`_target_` keys, torch dtypes and Megatron-Core enums as `_target_` / `_args_`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.engines.common import EngineImport
+from planner.engines.load import load_model
+from planner.engines.megatron import import_megatron
+from planner.engines.megatron_bridge import (
+    FP4_RECIPES,
+    PRECISION_RECIPES,
+    bridge_tokens,
+    engine_layout,
+    override,
+    parse_bridge_text,
+    task_configuration,
+)
+from planner.errors import PlannerError
+from planner.training.rules import resolve_layout
+from tests.engines.test_roundtrip import CASES as ROUNDTRIP_CASES
+from tests.engines.test_roundtrip_moe import MOE_CASES
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "upstream" / "megatron_bridge"
+
+# A DeepSeek-V3-shaped run as ConfigContainer.to_yaml writes it (fields of Megatron-Bridge v0.6.0's dataclasses;
+# the values are a 16-layer cut of the DeepSeek-V3 recipe, not a published run)
+DUMP = """
+_target_: megatron.bridge.training.config.ConfigContainer
+comm_overlap:
+  _target_: megatron.bridge.training.comm_overlap.CommOverlapConfig
+  tp_comm_overlap: false
+dataset:
+  _target_: megatron.bridge.training.config.GPTDatasetConfig
+  sequence_length: 4096
+ddp:
+  _target_: megatron.bridge.training.config.DistributedDataParallelConfig
+  grad_reduce_in_fp32: false
+  overlap_grad_reduce: true
+  use_distributed_optimizer: true
+  use_megatron_fsdp: false
+mixed_precision: bf16_with_mxfp8_mixed
+model:
+  _target_: megatron.bridge.models.deepseek.deepseek_provider.DeepSeekV3ModelProvider
+  activation_func:
+    _call_: false
+    _target_: torch.nn.functional.silu
+  add_bias_linear: false
+  attention_backend:
+    _args_: [2]
+    _call_: true
+    _target_: megatron.core.transformer.enums.AttnBackend
+  context_parallel_size: 1
+  cuda_graph_impl: transformer_engine
+  cuda_graph_scope:
+  - _args_: [1]
+    _call_: true
+    _target_: megatron.core.transformer.enums.CudaGraphModule
+  - moe_router
+  - moe_preprocess
+  expert_model_parallel_size: 8
+  expert_tensor_parallel_size: 1
+  ffn_hidden_size: 18432
+  gated_linear_unit: true
+  hidden_size: 7168
+  kv_channels: 128
+  kv_lora_rank: 512
+  moe_ffn_hidden_size: 2048
+  moe_flex_dispatcher_backend: hybridep
+  moe_layer_freq: [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+  moe_router_topk: 8
+  moe_shared_expert_intermediate_size: 2048
+  moe_token_dispatcher_type: flex
+  mtp_num_layers: 1
+  multi_latent_attention: true
+  normalization: RMSNorm
+  num_attention_heads: 128
+  num_layers: 16
+  num_moe_experts: 256
+  num_query_groups: 128
+  pipeline_model_parallel_size: 2
+  position_embedding_type: rope
+  q_lora_rank: 1536
+  qk_head_dim: 128
+  qk_pos_emb_head_dim: 64
+  recompute_granularity: selective
+  recompute_modules: [mla_up_proj, moe_act]
+  seq_length: 4096
+  sequence_parallel: false
+  share_embeddings_and_output_weights: false
+  should_pad_vocab: false
+  tensor_model_parallel_size: 1
+  v_head_dim: 128
+  virtual_pipeline_model_parallel_size: null
+  vocab_size: 129280
+optimizer:
+  _target_: megatron.bridge.training.config.OptimizerConfig
+  exp_avg_dtype: {_call_: false, _target_: torch.bfloat16}
+  exp_avg_sq_dtype: {_call_: false, _target_: torch.bfloat16}
+  main_grads_dtype: {_call_: false, _target_: torch.float32}
+  main_params_dtype: {_call_: false, _target_: torch.float32}
+  optimizer: adam
+  use_distributed_optimizer: true
+  use_precision_aware_optimizer: true
+train:
+  _target_: megatron.bridge.training.config.TrainingConfig
+  global_batch_size: 1024
+  micro_batch_size: 1
+"""
+
+
+def read(text: str, gpus: int, model_id: str | None = None, source: str = "run_config.yaml"
+         ) -> tuple[dict, EngineImport, list[str]]:
+    data = parse_bridge_text(text, source)
+    assert data is not None
+    tokens, warnings = bridge_tokens(data, source)
+    model = load_model(model_id).spec if model_id else None
+    imported = import_megatron(tokens, gpus=gpus, given={}, model=model, source=source)
+    return dict(imported.fields), imported, warnings
+
+
+def test_a_full_dump_gives_the_layout_the_model_and_the_precision_recipe() -> None:
+    f, imported, warnings = read(DUMP, gpus=128)
+    assert warnings == []  # a full dump: nothing taken from a recipe
+    # degrees, batch, the dataset's sequences; pp 2 x ep 8 of 128 GPUs: dp 64
+    assert (f["tp"], f["pp"], f["ep"], f["dp"]) == (1, 2, 8, 64)
+    assert (f["micro_batch"], f["global_batch"], f["seq_len"]) == (1, 1024, 4096)
+    # mixed_precision named by its recipe: MXFP8 with fp8 parameter gathering, and the recipe's fp32 gradient
+    # reduction over the ddp section's false (MixedPrecisionConfig.setup writes its fields onto the ddp config)
+    assert (f["dtype"], f["fp8_recipe"], f["fp8_param_gather"], f["grad_dtype"]) == ("fp8", "mxfp8", True, "fp32")
+    # the precision-aware optimizer's bf16 moments (torch dtypes dumped as _target_), the flex dispatcher's backend
+    assert f["optimizer_state_dtype"] == "bf16"
+    assert f["moe_dispatcher"] == "hybridep"
+    # CudaGraphModule.attn (an enum dumped with its value) beside the names, the recompute modules, MTP
+    assert f["cuda_graph_scope"] == ("attn", "moe_router", "moe_preprocess")
+    assert (f["recompute"], set(f["recompute_modules"])) == ("selective", {"mla_up_proj", "moe_act"})
+    assert f["attention_kernel"] == "fused"  # AttnBackend(2)
+    model = imported.model
+    assert model is not None and model.moe is not None and model.mla is not None
+    assert (model.num_layers, model.moe.num_experts, model.moe.num_dense_layers) == (16, 256, 3)
+    assert (model.vocab_size, model.mla.kv_lora_rank, model.mtp_layers) == (129280, 512, 1)
+
+
+def test_the_tutorial_override_reads_with_the_model_named() -> None:
+    # Megatron-Bridge tutorials/recipes/llama/conf/llama32_1b_pretrain.yaml @ v0.6.0: degrees, batch, sequence only
+    text = (UPSTREAM / "llama32_1b_pretrain.yaml").read_text()
+    f, _, warnings = read(text, gpus=8, model_id="llama-3.2-1b", source="llama32_1b_pretrain.yaml")
+    assert (f["tp"], f["pp"], f["cp"], f["dp"]) == (1, 1, 1, 8)
+    # what it leaves to its recipe comes from the recipes' common base, and the warning says which
+    assert (f["dtype"], f["grad_dtype"], f["zero"], f["overlap_grad_reduce"]) == ("bf16", "fp32", 1, True)
+    assert len(warnings) == 1 and "mixed_precision bf16_mixed" in warnings[0] and "recipes/common.py" in warnings[0]
+    assert (f["micro_batch"], f["global_batch"], f["seq_len"]) == (1, 8, 4096)
+
+
+def test_a_dense_model_does_not_take_the_providers_expert_defaults() -> None:
+    # GPTModelProvider dumps moe_router_topk 2 and moe_token_dispatcher_type allgather for every model; a dense
+    # model must not become an MoE layout from them, and no flag is left unread
+    text = """
+model:
+  num_layers: 16
+  hidden_size: 2048
+  ffn_hidden_size: 8192
+  num_attention_heads: 32
+  num_query_groups: 8
+  kv_channels: 64
+  vocab_size: 128256
+  gated_linear_unit: true
+  seq_length: 1024
+  num_moe_experts: null
+  moe_router_topk: 2
+  moe_token_dispatcher_type: allgather
+  moe_shared_expert_overlap: false
+  tensor_model_parallel_size: 2
+train: {global_batch_size: 64, micro_batch_size: 2}
+"""
+    f, imported, _ = read(text, gpus=8)
+    assert imported.model is not None and imported.model.moe is None
+    assert (f["tp"], f["dp"], f["micro_batch"]) == (2, 4, 2)
+    assert not [w for w in imported.warnings if "not known" in w]
+
+
+def test_a_gpt_model_config_nests_the_transformer_config() -> None:
+    # Megatron-Bridge's GPTModelConfig (Megatron-LM megatron/training/models/gpt.py): `transformer:` holds the
+    # TransformerConfig, the GPT fields sit beside it; read as the flat provider is
+    text = """
+_target_: megatron.bridge.training.config.ConfigContainer
+model:
+  _target_: megatron.training.models.gpt.GPTModelConfig
+  seq_length: 8192
+  vocab_size: 128256
+  share_embeddings_and_output_weights: false
+  position_embedding_type: rope
+  transformer:
+    _target_: megatron.core.transformer.transformer_config.TransformerConfig
+    num_layers: 32
+    hidden_size: 4096
+    ffn_hidden_size: 14336
+    num_attention_heads: 32
+    num_query_groups: 8
+    gated_linear_unit: true
+    normalization: RMSNorm
+    add_bias_linear: false
+    tensor_model_parallel_size: 2
+    pipeline_model_parallel_size: 2
+    sequence_parallel: true
+mixed_precision: bf16_mixed
+train: {global_batch_size: 128, micro_batch_size: 1}
+"""
+    f, imported, _ = read(text, gpus=16)
+    assert (f["tp"], f["pp"], f["dp"], f["sequence_parallel"], f["seq_len"]) == (2, 2, 4, True, 8192)
+    model = imported.model
+    assert model is not None and (model.num_layers, model.hidden_size, model.num_kv_heads) == (32, 4096, 8)
+    assert not model.tied_embeddings
+
+
+def test_the_printed_task_configuration_is_cut_out_of_a_log() -> None:
+    log = ("[after dataloaders are built] datetime: 2025-10-06 03:26:20\n------- Task Configuration -------\n"
+           + DUMP.strip() + "\n\n----------------------------------\nTraining ...\n iteration 10/10 |\n")
+    block = task_configuration(log)
+    assert block is not None and yaml.safe_load(block)["train"]["global_batch_size"] == 1024
+    assert parse_bridge_text(log, "log") is not None
+    assert task_configuration("no configuration here") is None
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("model: {num_layers: 2, is_hybrid_model: true}\ntrain: {global_batch_size: 8}", "hybrid (Mamba)"),
+    ("model: {num_layers: 2}\nmixed_precision: bf16_with_fancy_mixed", "mixed_precision 'bf16_with_fancy_mixed'"),
+    ("model: [1, 2]\ntrain: {global_batch_size: 8}", None),
+])
+def test_what_it_cannot_read_is_one_error(text: str, why: str | None) -> None:
+    data = parse_bridge_text(text, "x.yaml")
+    if why is None:  # not a ConfigContainer at all: left to the argument reader
+        assert data is None
+        return
+    assert data is not None
+    with pytest.raises(PlannerError, match=why.replace("(", r"\(").replace(")", r"\)")):
+        bridge_tokens(data, "x.yaml")
+
+
+def test_planner_check_takes_a_bridge_config_as_megatron_args(run_cli, tmp_path) -> None:
+    path = tmp_path / "run_config.yaml"
+    path.write_text(DUMP)
+    result = run_cli("check", "--megatron-args", str(path), "--hardware", "gb200-nvl72", "--gpus", "128",
+                     "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    job = json.loads(result.output)[0]
+    assert (job["config"]["ep"], job["config"]["pp"], job["config"]["fp8_recipe"]) == (8, 2, "mxfp8")
+
+
+# Megatron-Bridge v0.4+ logs a summary instead of the whole YAML (ConfigContainer.log_non_default_values,
+# megatron/bridge/training/config.py @ v0.6.0). Hand-written in that format: the figures are made up, not a run.
+SUMMARY_LOG = """time to initialize megatron (seconds): 12.345
+
+======================================================================
+Configuration Summary (Non-Default Values vs Megatron Core)
+======================================================================
+
+[optimizer] Non-default values (vs Mcore OptimizerConfig):
+  adam_beta2: 0.95  (Mcore default: 0.999)
+  bf16: True  (Mcore default: False)
+  lr: 0.0003  (Mcore default: None)
+  use_distributed_optimizer: True  (Mcore default: False)
+
+[ddp] Non-default values (vs Mcore DistributedDataParallelConfig):
+  average_in_collective: True  (Mcore default: False)
+  grad_reduce_in_fp32: True  (Mcore default: False)
+  overlap_grad_reduce: True  (Mcore default: False)
+  overlap_param_gather: True  (Mcore default: False)
+  use_distributed_optimizer: True  (Mcore default: False)
+
+[model] Non-default values (vs Mcore TransformerConfig):
+  add_bias_linear: False  (Mcore default: True)
+  attention_backend: <AttnBackend.auto: 5>  (Mcore default: <AttnBackend.auto: 5>)
+  bf16: True  (Mcore default: False)
+  cuda_graph_impl: 'transformer_engine'  (Mcore default: 'none')
+  cuda_graph_scope: [<CudaGraphModule.attn: 1>, <CudaGraphModule.mlp: 2>]  (Mcore default: [])
+  ffn_hidden_size: 14336  (Mcore default: None)
+  gated_linear_unit: True  (Mcore default: False)
+  hidden_size: 4096  (Mcore default: 0)
+  kv_channels: 128  (Mcore default: None)
+  normalization: 'RMSNorm'  (Mcore default: 'LayerNorm')
+  num_attention_heads: 32  (Mcore default: 0)
+  num_layers: 32  (Mcore default: 0)
+  num_query_groups: 8  (Mcore default: None)
+  params_dtype: torch.bfloat16  (Mcore default: torch.float32)
+  pipeline_dtype: torch.bfloat16  (Mcore default: None)
+  tensor_model_parallel_size: 2  (Mcore default: 1)
+
+----------------------------------------------------------------------
+Other Configuration Values:
+----------------------------------------------------------------------
+
+[train]:
+  global_batch_size: 128
+  micro_batch_size: 1
+  train_iters: 50
+
+[dataset]:
+  seq_length: 8192
+  sequence_length: 8192
+
+[tokenizer]:
+  tokenizer_type: 'NullTokenizer'
+  vocab_size: 128256
+
+======================================================================
+ [2026-08-20 10:00:01] iteration        5/      50 | elapsed time per iteration (ms): 9100.0 | global batch size:   128 |
+ [2026-08-20 10:00:46] iteration       10/      50 | elapsed time per iteration (ms): 9000.0 | global batch size:   128 |
+ [2026-08-20 10:01:31] iteration       15/      50 | elapsed time per iteration (ms): 9020.0 | global batch size:   128 |
+ [2026-08-20 10:02:16] iteration       20/      50 | elapsed time per iteration (ms): 8980.0 | global batch size:   128 |
+[Rank 0] (after 20 iterations) memory (MB) | allocated: 30000.0 | max allocated: 52000.0 | reserved: 54000.0 | max reserved: 54000.0
+"""
+
+
+def test_the_logged_configuration_summary_is_read_as_the_whole_config() -> None:
+    data = parse_bridge_text(SUMMARY_LOG, "train.log")
+    assert data is not None
+    # repr-printed values: strings unquoted, enum members by name (also in lists), torch dtypes as planner names
+    assert data["model"]["cuda_graph_scope"] == ["attn", "mlp"]
+    assert data["model"]["attention_backend"] == "auto"
+    assert data["model"]["params_dtype"] == "bf16"
+    assert data["tokenizer"]["vocab_size"] == 128256
+    f, imported, warnings = read(SUMMARY_LOG, gpus=16, source="train.log")
+    # a summary is the whole config (nothing is taken from a recipe), less the GPT fields it does not print
+    assert len(warnings) == 1 and "tied" in warnings[0]
+    assert (f["tp"], f["dp"], f["seq_len"], f["global_batch"]) == (2, 8, 8192, 128)
+    assert (f["dtype"], f["grad_dtype"], f["zero"], f["cuda_graph_scope"]) == ("bf16", "fp32", 1, ("attn", "mlp"))
+    model = imported.model
+    assert model is not None and (model.num_layers, model.num_kv_heads) == (32, 8)
+    assert model.vocab_size == 128256  # the tokenizer's, a multiple of 128 x tp already
+
+
+def test_a_summary_without_grad_reduce_in_fp32_reduces_in_bf16() -> None:
+    # a field the summary leaves out has Megatron-Core's default: DistributedDataParallelConfig.grad_reduce_in_fp32
+    # is False, so gradients are reduced in bf16 (Megatron-LM's own bf16 rule would say fp32)
+    text = SUMMARY_LOG.replace("  grad_reduce_in_fp32: True  (Mcore default: False)\n", "")
+    f, _, _ = read(text, gpus=16, source="train.log")
+    assert f["grad_dtype"] == "bf16"
+
+
+def test_calibrate_builds_the_run_of_a_bridge_log(run_cli, tmp_path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(SUMMARY_LOG)
+    job = tmp_path / "job.yaml"
+    job.write_text("hardware: h100-sxm\ngpus: 16\n")
+    result = run_cli("calibrate", "--log", str(log), "--job", str(job), "--format", "json")
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.output)["runs"][0]
+    # the steps after the first logged interval: 9000, 9020, 8980 ms -> the median; the max reserved memory
+    assert (run["quantity"], run["measured_seconds"]) == ("step_seconds", pytest.approx(9.0))
+    assert run["measured_peak_gib"] == pytest.approx(54000 / 1024)
+    assert run["layout"]["tp"] == 2 and run["layout"]["seq_len"] == 8192
+    no_gpus = run_cli("calibrate", "--log", str(log), "--hardware", "h100-sxm")
+    assert no_gpus.exit_code == 2 and "does not print the GPU count" in no_gpus.output
+
+
+FIELDS = json.loads((UPSTREAM / "config_fields.json").read_text())
+
+
+def test_the_precision_recipes_are_megatron_bridges_own() -> None:
+    # every recipe Megatron-Bridge v0.6.0 registers is read (or refused as NVFP4), and no other
+    assert sorted([*PRECISION_RECIPES, *FP4_RECIPES]) == FIELDS["mixed_precision_recipes"]
+
+
+WRITER_CASES = {**{k: v for k, v in ROUNDTRIP_CASES.items()}, **{k: v[:3] for k, v in MOE_CASES.items()}}
+
+
+@pytest.mark.parametrize("name", list(WRITER_CASES))
+def test_every_field_the_writer_writes_is_one_of_megatron_bridges(name: str) -> None:
+    # the dataclass fields of Megatron-Core / Megatron-Bridge (config_fields.json, read from their sources): an
+    # override with a name they do not have fails OmegaConf's merge onto the recipe
+    model_id, gpus, fields = WRITER_CASES[name]
+    model = load_model(model_id).spec
+    layout = resolve_layout(model, gpus, **fields)
+    try:
+        mapped, _ = engine_layout(model, layout)
+    except PlannerError:
+        return  # a layout Megatron-LM cannot run (test_roundtrip says which)
+    written = override(model, mapped)
+    assert written["mixed_precision"] in FIELDS["mixed_precision_recipes"]
+    for section, values in written.items():
+        if section == "mixed_precision":
+            continue
+        unknown = set(values) - set(FIELDS["fields"][section])
+        assert not unknown, (section, unknown)
