@@ -3,14 +3,17 @@
 Megatron-Bridge (NVIDIA-NeMo/Megatron-Bridge, the NeMo framework's Megatron-Core trainer since 2025) describes a
 run as a `ConfigContainer` of dataclasses and writes it out as YAML in two places a user has:
 - `run_config.yaml` in every checkpoint iteration folder (what `AutoBridge` reads back), and
-- the `------- Task Configuration -------` block it prints at start-up (`ConfigContainer.print_yaml`);
+- the `------- Task Configuration -------` block it prints at start-up (`ConfigContainer.print_yaml`, v0.2-v0.3;
+  v0.4 on logs a summary of the fields that differ from Megatron-Core's defaults instead: configuration_summary);
 and it takes a partial YAML of the same shape as an override of a recipe (`--config-file`, the tutorials'
-`conf/*.yaml`). Every section is a dataclass dump with `_target_` keys (ignored here).
+`conf/*.yaml`). Every section is a dataclass dump with `_target_` keys (ignored here). The writer at the end makes
+such an override of a layout.
 
 The sections and fields read (megatron/bridge/training/config.py, mixed_precision.py, comm_overlap.py @ v0.6.0):
 - `model` (a GPTModelProvider: Megatron-Core's TransformerConfig and ModelParallelConfig fields; or a GPTModelConfig,
   the same TransformerConfig fields nested under `transformer` with the GPT ones beside it): the model's
-  shape and the layout, under the names Megatron-LM's arguments take with '-' for '_' (MODEL_FLAGS lists them),
+  shape and the layout, under the names Megatron-LM's arguments take with '-' for '_' (MODEL_VALUES and
+  MODEL_SWITCHES list them),
   plus the few whose argument differs (RENAMED: `num_moe_experts` is `--num-experts`, `fp8` is `--fp8-format`,
   `fp8_param` is `--fp8-param-gather`, `num_layers_in_first_pipeline_stage` is
   `--decoder-first-pipeline-num-layers`, ...) and those that are flags in Megatron-LM but values here
@@ -341,7 +344,7 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
     if seq is not None:
         put("seq-length", seq)
     _ddp_flags(sections.get("ddp", {}), precision, put)
-    _optimizer_flags(sections.get("optimizer", {}), put)
+    _optimizer_flags(sections.get("optimizer", {}), put, warnings, source)
     if sections.get("dist", {}).get("use_torch_fsdp2"):
         put("use-torch-fsdp2")
     return tokens, warnings
@@ -435,7 +438,7 @@ def _ddp_flags(ddp: Mapping[str, Any], precision: Mapping[str, Any], put: Any) -
         put("fp8-param-gather")
 
 
-def _optimizer_flags(optimizer: Mapping[str, Any], put: Any) -> None:
+def _optimizer_flags(optimizer: Mapping[str, Any], put: Any, warnings: list[str], source: str) -> None:
     if optimizer.get("optimizer"):
         put("optimizer", optimizer["optimizer"])
     if optimizer.get("use_distributed_optimizer"):
@@ -447,6 +450,14 @@ def _optimizer_flags(optimizer: Mapping[str, Any], put: Any) -> None:
             if isinstance(value, str):
                 put(key.replace("_", "-"), value)
     if optimizer.get("optimizer_cpu_offload"):
+        fraction = optimizer.get("optimizer_offload_fraction")
+        if fraction is not None and float(fraction) <= 0:
+            warnings.append(f"{source}: optimizer.optimizer_cpu_offload with optimizer_offload_fraction {fraction}: "
+                            "nothing is offloaded; read as no offload")
+            return
+        if fraction is not None and float(fraction) < 1:
+            warnings.append(f"{source}: optimizer_offload_fraction {fraction}: planner offloads the whole optimizer "
+                            "state or none; read as all of it")
         put("optimizer-cpu-offload")
 
 

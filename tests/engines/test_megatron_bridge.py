@@ -390,3 +390,20 @@ def test_every_field_the_writer_writes_is_one_of_megatron_bridges(name: str) -> 
             continue
         unknown = set(values) - set(FIELDS["fields"][section])
         assert not unknown, (section, unknown)
+
+
+@pytest.mark.parametrize(("fraction", "offloaded", "said"), [(None, True, None), (1.0, True, None),
+                                                             (0.5, True, "read as all of it"),
+                                                             (0.0, False, "nothing is offloaded")])
+def test_optimizer_offload_follows_its_fraction(fraction, offloaded: bool, said: str | None) -> None:
+    # OptimizerConfig.optimizer_offload_fraction defaults to 0.0 in Megatron-Core: offload on with it at 0 moves
+    # nothing; planner offloads all of the optimizer state or none
+    optimizer = {"use_distributed_optimizer": True, "optimizer_cpu_offload": True, "use_precision_aware_optimizer": True}
+    if fraction is not None:
+        optimizer["optimizer_offload_fraction"] = fraction
+    text = yaml.safe_dump({"model": {"tensor_model_parallel_size": 1}, "optimizer": optimizer,
+                           "train": {"global_batch_size": 16, "micro_batch_size": 1}, "dataset": {"seq_length": 4096},
+                           "mixed_precision": "bf16_mixed"})
+    f, _, warnings = read(text, gpus=8, model_id="llama-3.1-8b")
+    assert f.get("offload_optimizer", False) is offloaded
+    assert any(said in w for w in warnings) if said else not [w for w in warnings if "offload" in w]
