@@ -117,16 +117,23 @@ def _megatron_job(reading: logs.LogReading, entry_job: dict[str, Any] | None, ha
         raise PlannerError(f"{cut} and lacks {', '.join(missing)}; give the rest in a job file with --job (model: "
                            "a catalog id or a ModelSpec, and the fields named), or log the whole block", source=source)
     flags = logs.megatron_flags(arguments, megatron.READ_FLAGS)
+    if not flags:
+        raise PlannerError("the log prints no arguments block planner can read; give the layout in 'job'", source=source)
+    return _log_job(reading, entry_job, hardware, " ".join(flags), "the log prints no 'using world size'", source)
+
+
+def _log_job(reading: logs.LogReading, entry_job: dict[str, Any] | None, hardware: str | None, args: str,
+             no_world: str, source: str) -> Job:
+    """The entry's job with the hardware, the GPU count (the job's, else the log's world size) and the log's
+    Megatron arguments as its engine."""
     base = dict(entry_job or {})
     if hardware is not None:
         base["hardware"] = hardware
     if "gpus" not in base and "nodes" not in base:
         if reading.world_size is None:
-            raise PlannerError("the log prints no 'using world size'; give job.gpus", source=source)
+            raise PlannerError(f"{no_world}; give job.gpus", source=source)
         base["gpus"] = reading.world_size
-    if not flags:
-        raise PlannerError("the log prints no arguments block planner can read; give the layout in 'job'", source=source)
-    base["engine"] = EngineSection(format="megatron", args=" ".join(flags)).model_dump(exclude_none=True)
+    base["engine"] = EngineSection(format="megatron", args=args).model_dump(exclude_none=True)
     return validate_spec(Job, base, source)
 
 
@@ -140,15 +147,8 @@ def _megatron_bridge_job(reading: logs.LogReading, entry_job: dict[str, Any] | N
         raise PlannerError("the log's Task Configuration block is not a Megatron-Bridge config planner can read; give "
                            "the layout in 'job'", source=source)
     tokens, _ = megatron_bridge.bridge_tokens(data, source)
-    base = dict(entry_job or {})
-    if hardware is not None:
-        base["hardware"] = hardware
-    if "gpus" not in base and "nodes" not in base:
-        if reading.world_size is None:
-            raise PlannerError("a Megatron-Bridge log does not print the GPU count; give job.gpus", source=source)
-        base["gpus"] = reading.world_size
-    base["engine"] = EngineSection(format="megatron", args=shlex.join(tokens)).model_dump(exclude_none=True)
-    return validate_spec(Job, base, source)
+    return _log_job(reading, entry_job, hardware, shlex.join(tokens), "a Megatron-Bridge log does not print the GPU "
+                    "count", source)
 
 
 def runs_from_entries(data: RunsFile, base: Path, source: str) -> list[Run]:
