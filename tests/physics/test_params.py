@@ -493,3 +493,13 @@ def test_glm45_totals_against_the_published_figures(model_id, published, with_mt
     counts = count_params(load_model(model_id).spec)
     total = counts.total + (counts.mtp_module * counts.num_mtp_layers if with_mtp else 0)
     assert abs(total / published - 1) < 0.01
+
+
+def test_minimax_m2_totals_against_the_published_figures():
+    """MiniMax-M2 is published as '230 billion total parameters with 10 billion active parameters' (transformers
+    docs/source/en/model_doc/minimax_m2.md, from MiniMax's release). The main model comes to 228.7e9 (MTP modules
+    apart, as DeepSeek-V3's 671B is counted); a token passes 9.8e9 outside the embedding and the output layer
+    (11.0e9 with them): the rounded 10B is the one without."""
+    counts = count_params(load_model("minimax-m2").spec)
+    assert abs(counts.total / 230e9 - 1) < 0.01
+    assert abs((counts.active - counts.embedding - counts.head) / 10e9 - 1) < 0.03
