@@ -157,18 +157,23 @@ def _import_engine(
     if engine.format == "megatron":
         tokens: list[str] = []
         notes: list[str] = []
+        from_bridge = False
         for text, origin in ((load.read_engine_file("megatron", path) if path is not None else None, str(path)),
                              (engine.args, f"{source}: engine.args")):
             if text:
                 bridge = megatron_bridge.parse_bridge_text(text, origin) if origin == str(path) else None
                 if bridge is not None:  # Megatron-Bridge's ConfigContainer YAML (run_config.yaml, an override)
                     more, warnings = megatron_bridge.bridge_tokens(bridge, origin)
+                    from_bridge = True
                 else:
                     more, warnings = megatron.read_launch_text(text, origin)
                 tokens += more
                 notes += warnings
-        imported = megatron.import_megatron(tokens, gpus=gpus, given=given,
-                                            model=loaded.spec if loaded else None, source=where)
+        try:
+            imported = megatron.import_megatron(tokens, gpus=gpus, given=given,
+                                                model=loaded.spec if loaded else None, source=where)
+        except PlannerError as err:  # a Megatron-Bridge file's values are named by their fields, not the arguments
+            raise megatron_bridge.in_bridge_terms(err) if from_bridge else err from None
         if notes:
             imported = replace(imported, warnings=(*notes, *imported.warnings))
         if loaded is None:

@@ -45,6 +45,7 @@ import yaml
 from planner.engines import megatron
 from planner.engines.common import ExportContext, prediction_lines
 from planner.errors import PlannerError
+from planner.specs.bounds import over_limit
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 
@@ -246,7 +247,9 @@ def _plain(value: Any) -> Any:
             args = value.get("_args_") or []
             if args and isinstance(args[0], int) and args[0] in names:
                 return names[args[0]]
-            return args[0] if args and isinstance(args[0], str) else None
+            if args and isinstance(args[0], str) and args[0] in names.values():
+                return args[0]
+            return f"<{target} {args!r}>"  # not a member planner knows: the reader names it in its error
         return value
     return value
 
@@ -269,17 +272,17 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
         if name == "mixed_precision" and isinstance(section, str):
             section = section.replace("-", "_")  # Megatron-Bridge registers each recipe under both spellings
             if section in FP4_RECIPES:
-                raise PlannerError(f"mixed_precision {section}: NVFP4 training is not modelled (planner has no fp4 "
+                raise PlannerError(f"{section}: NVFP4 training is not modelled (planner has no fp4 "
                                    "compute dtype); use a bf16, fp8 or MXFP8 recipe", source=source,
                                    field="mixed_precision")
             if section not in PRECISION_RECIPES:
-                raise PlannerError(f"mixed_precision {section!r} is not a recipe planner knows ("
+                raise PlannerError(f"{section!r} is not a recipe planner knows ("
                                    f"{', '.join(PRECISION_RECIPES)}); write its fields as a mapping", source=source,
                                    field="mixed_precision")
             section = PRECISION_RECIPES[section]
         if not isinstance(section, Mapping):
-            raise PlannerError(f"{name} must be a mapping of its fields, got {type(section).__name__}", source=source,
-                               field=name)
+            what = "a recipe name or a mapping of its fields" if name == "mixed_precision" else "a mapping of its fields"
+            raise PlannerError(f"expected {what}, got {section!r}", source=source, field=name)
         sections[name] = {k: _plain(v) for k, v in section.items() if k != "_target_"}
     if data.get("_target_") == SUMMARY_TARGET:
         warnings.append(f"{source}: the logged configuration summary prints the TransformerConfig fields only, not the "
@@ -288,6 +291,9 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
                         "where they differ")
     model = dict(sections.get("model", {}))
     nested = model.pop("transformer", None)
+    if nested is not None and not isinstance(nested, Mapping):
+        raise PlannerError(f"expected a mapping of TransformerConfig fields, got {nested!r}",
+                           source=source, field="model.transformer")
     if isinstance(nested, Mapping):  # GPTModelConfig (Megatron-LM megatron/training/models/gpt.py): the
         # TransformerConfig nested under `transformer`, the GPT fields (vocab, sequence, embeddings) beside it
         model = {**{k: _plain(v) for k, v in nested.items() if k != "_target_"}, **model}
@@ -308,6 +314,8 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
         if value is not None:
             tokens.extend(_flag_value(value))
 
+    for key, value in model.items():  # each field read is checked against the kind of its argument, by its name
+        _check_kind(f"model.{key}", value, _flag_of(key), source, RENAMED.get(key, key.replace("_", "-")))
     # a provider dumps its expert fields whatever the model; a file that says the model has no experts has no use
     # for them (an override that does not say takes them as written: the recipe's model decides)
     moe = "num_moe_experts" not in model or int(model.get("num_moe_experts") or 0) > 0
@@ -332,8 +340,11 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
     train = sections.get("train", {})
     for key in ("global_batch_size", "micro_batch_size"):
         if train.get(key) is not None:
+            _check_kind(f"train.{key}", train[key], "int", source, key.replace("_", "-"))
             put(key.replace("_", "-"), train[key])
     dataset = sections.get("dataset", {})
+    for key in ("sequence_length", "seq_length"):
+        _check_kind(f"dataset.{key}", dataset.get(key), "int", source, "seq-length")
     data_seq = dataset.get("sequence_length", dataset.get("seq_length"))
     model_seq = model.get("seq_length")
     if data_seq is not None and model_seq is not None and data_seq != model_seq:
@@ -376,6 +387,81 @@ def _with_recipe_base(data: Mapping[str, Any], warnings: list[str], source: str)
     return merged
 
 
+def _field_names() -> dict[str, str]:
+    """Megatron-LM argument -> the Megatron-Bridge field it is read from (for error messages)."""
+    names = {key.replace("_", "-"): f"model.{key}" for key in (*MODEL_VALUES, *MODEL_SWITCHES)}
+    names.update({flag: f"model.{key}" for key, flag in RENAMED.items()})
+    names.update({"global-batch-size": "train.global_batch_size", "micro-batch-size": "train.micro_batch_size",
+                  "seq-length": "dataset.seq_length", "num-query-groups": "model.num_query_groups",
+                  "vocab-size": "model.vocab_size", "padded-vocab-size": "model.vocab_size",
+                  "window-size": "model.window_size", "attention-backend": "model.attention_backend",
+                  "cuda-graph-scope": "model.cuda_graph_scope", "recompute-modules": "model.recompute_modules",
+                  "data-parallel-sharding-strategy": "ddp.data_parallel_sharding_strategy",
+                  "optimizer": "optimizer.optimizer"})
+    return names
+
+
+FIELD_OF_FLAG = _field_names()
+_FLAG_IN_TEXT = re.compile(r"--([a-z0-9-]+)")
+
+
+def in_bridge_terms(err: PlannerError) -> PlannerError:
+    """The Megatron reader's error about an argument, said with the Megatron-Bridge field it came from: the first
+    such field becomes the error's field (`model.tensor_model_parallel_size: --tensor-model-parallel-size must be
+    positive`), any later one is named beside its argument."""
+    first: list[str] = []
+
+    def name(match: re.Match[str]) -> str:
+        field = FIELD_OF_FLAG.get(match.group(1))
+        if field is None:
+            return match.group(0)
+        first.append(field)
+        # the first field becomes the error's own field (printed before the message): its argument stays as is
+        return match.group(0) if len(first) == 1 and err.field is None else f"{field} ({match.group(0)})"
+
+    message = _FLAG_IN_TEXT.sub(name, err.message)
+    return PlannerError(message, source=err.source, field=err.field or (first[0] if first else None))
+
+
+def _flag_of(key: str) -> str | None:
+    """The kind of the Megatron-LM argument a model field becomes (planner.engines.megatron.READ_FLAGS): int, float,
+    str, list or bool; None for a field read another way or not at all."""
+    if key in MODEL_SWITCHES:
+        return "bool"
+    flag = RENAMED.get(key, key.replace("_", "-"))
+    if key in ("moe_layer_freq", "window_size", "cuda_graph_scope", "recompute_modules"):
+        return None  # each checked where it is read
+    if key in (*MODEL_VALUES, *RENAMED, "num_query_groups", "vocab_size"):
+        return megatron.READ_FLAGS.get(flag, "int" if key in ("num_query_groups", "vocab_size") else None)
+    if key in ("gated_linear_unit", "add_bias_linear", "share_embeddings_and_output_weights", "should_pad_vocab",
+               "is_hybrid_model"):
+        return "bool"
+    return None
+
+
+def _check_kind(field: str, value: Any, kind: str | None, source: str, flag: str | None = None) -> None:
+    """One error naming the field when a value is not of its argument's kind (null is unset: always allowed), or,
+    for a count, not positive or above planner's limit for what it counts (the Megatron reader's own checks of
+    `flag`, said with the field)."""
+    if value is None or kind is None:
+        return
+    if kind == "int" and isinstance(value, int) and not isinstance(value, bool) and flag is not None:
+        if value < (0 if flag in megatron.NON_NEGATIVE_FLAGS else 1):
+            raise PlannerError(f"must be {'>= 0' if flag in megatron.NON_NEGATIVE_FLAGS else 'positive'}, got "
+                               f"{value}", source=source, field=field)
+        problem = over_limit(megatron.FLAG_LIMITS.get(flag, "count"), value)
+        if problem:
+            raise PlannerError(problem, source=source, field=field)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool), "float": number, "bool": isinstance(value, bool),
+          "str": isinstance(value, str) or number, "path": isinstance(value, str),
+          "list": isinstance(value, (str, list))}.get(kind, True)
+    if not ok:
+        wanted = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
+                  "path": "a path", "list": "a list"}[kind]
+        raise PlannerError(f"expected {wanted}, got {value!r}", source=source, field=field)
+
+
 def _model_shape_flags(model: Mapping[str, Any], put: Any, warnings: list[str], source: str) -> None:
     """The model fields that are values in Megatron-Bridge and flags (or other names) in Megatron-LM."""
     heads, groups = model.get("num_attention_heads"), model.get("num_query_groups")
@@ -402,10 +488,17 @@ def _model_shape_flags(model: Mapping[str, Any], put: Any, warnings: list[str], 
     if vocab is not None:
         put("padded-vocab-size" if model.get("should_pad_vocab") is False else "vocab-size", vocab)
     backend = model.get("attention_backend")
-    if isinstance(backend, str) and backend in ATTN_BACKENDS.values():
+    if backend is not None:
+        if not (isinstance(backend, str) and backend in ATTN_BACKENDS.values()):
+            raise PlannerError(f"{backend!r} is not one of Megatron-Core's AttnBackend members "
+                               f"({', '.join(ATTN_BACKENDS.values())})", source=source, field="model.attention_backend")
         put("attention-backend", backend)
     window = model.get("window_size")
-    if isinstance(window, (list, tuple)) and len(window) == 2:
+    if window is not None:
+        if not (isinstance(window, (list, tuple)) and len(window) == 2 and all(
+                isinstance(w, int) and not isinstance(w, bool) for w in window)):
+            raise PlannerError(f"expected [left, right] token counts, got {window!r}", source=source,
+                               field="model.window_size")
         put("window-size", f"{window[0]},{window[1]}")
     scope = model.get("cuda_graph_scope")
     graphs = model.get("cuda_graph_impl") not in (None, "none") or model.get("enable_cuda_graph") or model.get(
@@ -416,7 +509,7 @@ def _model_shape_flags(model: Mapping[str, Any], put: Any, warnings: list[str], 
     if modules and model.get("recompute_granularity") == "selective":
         put("recompute-modules", modules)
     if model.get("is_hybrid_model") and not (model.get("hybrid_override_pattern") or model.get("hybrid_layer_pattern")):
-        raise PlannerError("model.is_hybrid_model: hybrid (Mamba) layer patterns are not modelled; planner models "
+        raise PlannerError("hybrid (Mamba) layer patterns are not modelled; planner models "
                            "transformer layers", source=source, field="model.is_hybrid_model")
 
 
@@ -451,6 +544,7 @@ def _optimizer_flags(optimizer: Mapping[str, Any], put: Any, warnings: list[str]
                 put(key.replace("_", "-"), value)
     if optimizer.get("optimizer_cpu_offload"):
         fraction = optimizer.get("optimizer_offload_fraction")
+        _check_kind("optimizer.optimizer_offload_fraction", fraction, "float", source)
         if fraction is not None and float(fraction) <= 0:
             warnings.append(f"{source}: optimizer.optimizer_cpu_offload with optimizer_offload_fraction {fraction}: "
                             "nothing is offloaded; read as no offload")

@@ -357,6 +357,30 @@ def test_malformed_megatron_flag(tmp_path: Path, flag: str, data: st.DataObject)
     assert_rejected(command("megatron_args", path), str(path), flag, folder=tmp_path)
 
 
+# Megatron-Bridge's ConfigContainer YAML (planner.engines.megatron_bridge): each field read, by section
+BRIDGE = {"model": {"num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 512, "num_attention_heads": 4,
+                    "vocab_size": 1024, "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1},
+          "train": {"global_batch_size": 32, "micro_batch_size": 1}, "dataset": {"sequence_length": 1024},
+          "mixed_precision": "bf16_mixed"}
+BRIDGE_FIELDS = {"model.tensor_model_parallel_size": "degree", "model.pipeline_model_parallel_size": "degree",
+                 "model.num_layers": "layers", "model.hidden_size": "width", "model.num_attention_heads": "heads",
+                 "train.global_batch_size": "global_batch", "train.micro_batch_size": "micro_batch",
+                 "dataset.sequence_length": "seq_len"}
+
+
+@pytest.mark.parametrize("field", sorted(BRIDGE_FIELDS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_megatron_bridge_field(tmp_path: Path, field: str, data: st.DataObject) -> None:
+    value = data.draw(bad_count(BRIDGE_FIELDS[field]).filter(lambda v: v is not None))
+    section, key = field.split(".")
+    config = {name: (dict(values) if isinstance(values, dict) else values) for name, values in BRIDGE.items()}
+    config[section][key] = value
+    path = tmp_path / "run_config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert_rejected(command("megatron", path), str(path), field, folder=tmp_path)
+
+
 TORCHTITAN_KEYS = {"local_batch_size": "micro_batch", "seq_len": "seq_len", "tensor_parallel_degree": "degree",
                    "pipeline_parallel_degree": "degree", "context_parallel_degree": "degree"}
 
