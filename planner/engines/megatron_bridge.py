@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import ast
 import re
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from planner.engines import megatron
+from planner.engines import load, megatron
 from planner.engines.common import ExportContext, prediction_lines
 from planner.errors import PlannerError
 from planner.specs.bounds import over_limit
@@ -145,11 +146,17 @@ def parse_bridge_text(text: str, source: str) -> Mapping[str, Any] | None:
         summary = configuration_summary(text)
         if summary is not None:
             return summary
-    try:
-        data = yaml.safe_load(block if block is not None else text)
-    except yaml.YAMLError:
-        return None
+    body = block if block is not None else text
+    try:  # planner's YAML loader: duplicate keys, nesting and non-finite numbers refused, shared aliases walked once
+        data = load.parse_yaml(body, source)
+    except PlannerError:
+        if _BRIDGE_SECTION.search(body):
+            raise  # a Megatron-Bridge file that is not valid YAML: say so
+        return None  # Megatron-LM arguments or a launch script
     return data if is_bridge_config(data) else None
+
+
+_BRIDGE_SECTION = re.compile(r"^(?:model|train|_target_):", re.MULTILINE)
 
 
 TASK_HEADER = "------- Task Configuration -------"
@@ -233,11 +240,12 @@ def task_configuration(text: str) -> str | None:
     return "\n".join(block)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Any, top: bool = True) -> Any:
     """A dumped value as Megatron-LM's argument takes it: `{_target_: torch.bfloat16}` -> bf16, an enum
-    `{_target_: ...AttnBackend, _args_: [5]}` -> auto, anything else as is."""
+    `{_target_: ...AttnBackend, _args_: [5]}` -> auto, the items of a list (one level: no field nests deeper,
+    and a YAML alias of lists of lists is not walked into) likewise, anything else as is."""
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, top=False) for v in value] if top else value
     if isinstance(value, Mapping) and "_target_" in value:
         target = str(value["_target_"])
         if target in TORCH_DTYPES:
@@ -249,7 +257,7 @@ def _plain(value: Any) -> Any:
                 return names[args[0]]
             if args and isinstance(args[0], str) and args[0] in names.values():
                 return args[0]
-            return f"<{target} {args!r}>"  # not a member planner knows: the reader names it in its error
+            return f"<{target} {reprlib.repr(args)}>"  # not a member planner knows: the reader names it in its error
         return value
     return value
 
@@ -282,7 +290,7 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
             section = PRECISION_RECIPES[section]
         if not isinstance(section, Mapping):
             what = "a recipe name or a mapping of its fields" if name == "mixed_precision" else "a mapping of its fields"
-            raise PlannerError(f"expected {what}, got {section!r}", source=source, field=name)
+            raise PlannerError(f"expected {what}, got {reprlib.repr(section)}", source=source, field=name)
         sections[name] = {k: _plain(v) for k, v in section.items() if k != "_target_"}
     if data.get("_target_") == SUMMARY_TARGET:
         warnings.append(f"{source}: the logged configuration summary prints the TransformerConfig fields only, not the "
@@ -292,7 +300,7 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
     model = dict(sections.get("model", {}))
     nested = model.pop("transformer", None)
     if nested is not None and not isinstance(nested, Mapping):
-        raise PlannerError(f"expected a mapping of TransformerConfig fields, got {nested!r}",
+        raise PlannerError(f"expected a mapping of TransformerConfig fields, got {reprlib.repr(nested)}",
                            source=source, field="model.transformer")
     if isinstance(nested, Mapping):  # GPTModelConfig (Megatron-LM megatron/training/models/gpt.py): the
         # TransformerConfig nested under `transformer`, the GPT fields (vocab, sequence, embeddings) beside it
@@ -314,8 +322,24 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
         if value is not None:
             tokens.extend(_flag_value(value))
 
+    layout = model.get("pipeline_model_parallel_layout")
+    if isinstance(layout, (list, tuple)):  # Megatron-Core's list form: one list of layer names per virtual stage
+        model["pipeline_model_parallel_layout"] = _layout_string(layout, source)
     for key, value in model.items():  # each field read is checked against the kind of its argument, by its name
         _check_kind(f"model.{key}", value, _flag_of(key), source, RENAMED.get(key, key.replace("_", "-")))
+    freq = model.get("moe_layer_freq")
+    if isinstance(freq, (list, tuple)) and not all(isinstance(v, int) and not isinstance(v, bool) and v in (0, 1)
+                                                   for v in freq):
+        raise PlannerError("expected an integer or a list of 0 (dense) and 1 (MoE) per layer", source=source,
+                           field="model.moe_layer_freq")
+    for key in ("cuda_graph_scope", "recompute_modules"):  # names, one by one (never a nested list walked)
+        value = model.get(key)
+        if isinstance(value, (list, tuple)) and not all(isinstance(v, str) for v in value):
+            raise PlannerError(f"expected a list of names, got {len(value)} items not all names", source=source,
+                               field=f"model.{key}")
+        if value is not None and not isinstance(value, (str, list, tuple)):
+            raise PlannerError(f"expected a name or a list of names, got {reprlib.repr(value)}", source=source,
+                               field=f"model.{key}")
     # a provider dumps its expert fields whatever the model; a file that says the model has no experts has no use
     # for them (an override that does not say takes them as written: the recipe's model decides)
     moe = "num_moe_experts" not in model or int(model.get("num_moe_experts") or 0) > 0
@@ -385,6 +409,36 @@ def _with_recipe_base(data: Mapping[str, Any], warnings: list[str], source: str)
                         f"read as Megatron-Bridge's pre-training base (recipes/common.py): {', '.join(filled)}; a "
                         "recipe that sets these otherwise (fp8, FSDP) is not seen, so give them in the file")
     return merged
+
+
+LAYOUT_LETTERS = {name: letter for letter, name in megatron.LAYOUT_LAYERS.items()}
+MAX_LAYOUT_ENTRIES = 1_000_000  # layers named over all stages; a YAML alias cannot make more be walked
+
+
+def _layout_string(stages: Any, source: str) -> str:
+    """`pipeline_model_parallel_layout` as lists of names ([["embedding", "decoder"], ["decoder", "loss"]], what
+    Megatron-Bridge's DeepSeek recipes set) -> Megatron-LM's argument string (`Et|tL`)."""
+    field = "model.pipeline_model_parallel_layout"
+    total = 0
+    out: list[str] = []
+    for stage in stages:
+        if not isinstance(stage, (list, tuple)):
+            raise PlannerError(f"expected a list of stages, each a list of layer names; got {reprlib.repr(stage)} as a "
+                               "stage",
+                               source=source, field=field)
+        total += len(stage)
+        if total > MAX_LAYOUT_ENTRIES:
+            raise PlannerError(f"more than {MAX_LAYOUT_ENTRIES:,} layers named (planner's limit)", source=source,
+                               field=field)
+        if not all(isinstance(name, str) for name in stage):
+            raise PlannerError("expected a list of stages, each a list of layer names; a stage holds something else",
+                               source=source, field=field)
+        unknown = sorted({name for name in stage if name not in LAYOUT_LETTERS})
+        if unknown:
+            raise PlannerError(f"unknown layer name {unknown[0]!r} (embedding, decoder, mtp, loss)", source=source,
+                               field=field)
+        out.append("".join(LAYOUT_LETTERS[name] for name in stage))
+    return "|".join(out)
 
 
 def _field_names() -> dict[str, str]:
@@ -459,7 +513,7 @@ def _check_kind(field: str, value: Any, kind: str | None, source: str, flag: str
     if not ok:
         wanted = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
                   "path": "a path", "list": "a list"}[kind]
-        raise PlannerError(f"expected {wanted}, got {value!r}", source=source, field=field)
+        raise PlannerError(f"expected {wanted}, got {reprlib.repr(value)}", source=source, field=field)
 
 
 def _model_shape_flags(model: Mapping[str, Any], put: Any, warnings: list[str], source: str) -> None:
@@ -490,14 +544,14 @@ def _model_shape_flags(model: Mapping[str, Any], put: Any, warnings: list[str], 
     backend = model.get("attention_backend")
     if backend is not None:
         if not (isinstance(backend, str) and backend in ATTN_BACKENDS.values()):
-            raise PlannerError(f"{backend!r} is not one of Megatron-Core's AttnBackend members "
+            raise PlannerError(f"{reprlib.repr(backend)} is not one of Megatron-Core's AttnBackend members "
                                f"({', '.join(ATTN_BACKENDS.values())})", source=source, field="model.attention_backend")
         put("attention-backend", backend)
     window = model.get("window_size")
     if window is not None:
         if not (isinstance(window, (list, tuple)) and len(window) == 2 and all(
                 isinstance(w, int) and not isinstance(w, bool) for w in window)):
-            raise PlannerError(f"expected [left, right] token counts, got {window!r}", source=source,
+            raise PlannerError(f"expected [left, right] token counts, got {reprlib.repr(window)}", source=source,
                                field="model.window_size")
         put("window-size", f"{window[0]},{window[1]}")
     scope = model.get("cuda_graph_scope")

@@ -142,7 +142,10 @@ class _Interpreter:
             return Unknown(ast.unparse(node), line)
         if isinstance(node, ast.BinOp):
             left, right = self.eval(node.left, scope), self.eval(node.right, scope)
-            return _arith(node.op, left, right) if _number(left) and _number(right) else Unknown(ast.unparse(node), line)
+            if not (_number(left) and _number(right)):
+                return Unknown(ast.unparse(node), line)
+            result = _arith(node.op, left, right)
+            return Unknown(result.text, line) if isinstance(result, Unknown) else result
         if isinstance(node, ast.BoolOp):  # Python's: the first operand that decides, else the last
             decided: Any = None
             for operand in node.values:
@@ -308,20 +311,38 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+MAX_MAGNITUDE = 2**63  # no setting of a run is larger; arithmetic beyond it is not evaluated (a hostile 10 ** 10 ** 7)
+
+
 def _arith(op: ast.operator, a: float, b: float) -> Any:
+    """a op b for the four operations, floor division and powers, when every operand and the result stay within
+    MAX_MAGNITUDE (a power is refused before it is computed when its result could not); else Unknown."""
+    too_large = Unknown(f"{a} {type(op).__name__} {b} (beyond {MAX_MAGNITUDE:,})", 0)
+    if abs(a) > MAX_MAGNITUDE or abs(b) > MAX_MAGNITUDE:
+        return too_large
+    result: Any
     if isinstance(op, ast.Add):
-        return a + b
-    if isinstance(op, ast.Sub):
-        return a - b
-    if isinstance(op, ast.Mult):
-        return a * b
-    if isinstance(op, ast.FloorDiv) and b:
-        return a // b
-    if isinstance(op, ast.Div) and b:
-        return a / b
-    if isinstance(op, ast.Pow):
-        return a ** b
-    return Unknown(f"{a} {type(op).__name__} {b}", 0)
+        result = a + b
+    elif isinstance(op, ast.Sub):
+        result = a - b
+    elif isinstance(op, ast.Mult):
+        result = a * b
+    elif isinstance(op, ast.FloorDiv) and b:
+        result = a // b
+    elif isinstance(op, ast.Div) and b:
+        result = a / b
+    elif isinstance(op, ast.Pow):
+        if abs(a) > 1 and (b > 64 or not float(b).is_integer() and b > 0 and abs(a) ** min(b, 64) > MAX_MAGNITUDE):
+            return too_large
+        try:
+            result = a ** b
+        except (OverflowError, ZeroDivisionError):
+            return too_large
+    else:
+        return Unknown(f"{a} {type(op).__name__} {b}", 0)
+    if isinstance(result, complex) or (_number(result) and abs(result) > MAX_MAGNITUDE):
+        return too_large
+    return result
 
 
 # mapping onto the TOML reader's keys ------------------------------------------------------------
@@ -332,6 +353,13 @@ def _settings(call: Any, what: str, source: str) -> dict[str, Any]:
     if not isinstance(call, Call):
         raise PlannerError(f"{what} is {_shown(call)}, which planner cannot read as a config", source=source)
     return dict(call.kwargs)
+
+
+def _integer(value: Any, name: str, source: str) -> int:
+    """A count the layout needs as a whole number (an integral float, 8192.0, is one)."""
+    if isinstance(value, bool) or not _number(value) or not float(value).is_integer():
+        raise PlannerError(f"expected a whole number, got {value!r}", source=source, field=name)
+    return int(value)
 
 
 def _shown(value: Any) -> str:
@@ -429,9 +457,10 @@ def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[st
         for key, value in values.items():
             if isinstance(value, (Unknown, Call)):
                 values[key] = _needed(value, f"{section}.{key}", source)
-    context = int(training.get("max_context_length", DEFAULT_CONTEXT))
-    tokens = int(training.get("num_tokens_per_microbatch_per_dp_rank", DEFAULT_MICROBATCH_TOKENS))
-    step_tokens = int(training.get("num_tokens_per_train_step", -1))
+    context = _integer(training.get("max_context_length", DEFAULT_CONTEXT), "training.max_context_length", source)
+    tokens = _integer(training.get("num_tokens_per_microbatch_per_dp_rank", DEFAULT_MICROBATCH_TOKENS),
+                      "training.num_tokens_per_microbatch_per_dp_rank", source)
+    step_tokens = _integer(training.get("num_tokens_per_train_step", -1), "training.num_tokens_per_train_step", source)
     if context < 1 or tokens < 1:
         raise PlannerError("max_context_length and num_tokens_per_microbatch_per_dp_rank must be positive", source=source,
                            field="training")
@@ -440,8 +469,8 @@ def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[st
                            f"({context}); planner models whole sequences per micro-batch", source=source,
                            field="training.num_tokens_per_microbatch_per_dp_rank")
     micro = tokens // context
-    pp = int(parallelism.get("pipeline_parallel_degree", 1))
-    rounds = int(parallelism.get("num_pp_microbatches", 1)) if pp > 1 else 1
+    pp = _integer(parallelism.get("pipeline_parallel_degree", 1), "parallelism.pipeline_parallel_degree", source)
+    rounds = _integer(parallelism.get("num_pp_microbatches", 1), "parallelism.num_pp_microbatches", source) if pp > 1 else 1
     for section, values in (("training", training), ("parallelism", parallelism)):
         for key in CONSUMED[section]:
             values.pop(key, None)
@@ -538,6 +567,9 @@ def read_registry(text: str, function: str | None, *, source: str, module: str |
         tree = ast.parse(text, filename=source)
     except SyntaxError as err:
         raise PlannerError(f"not Python (line {err.lineno}: {err.msg})", source=source) from None
+    except (RecursionError, MemoryError, ValueError):  # nesting beyond the parser's stack, a NUL byte
+        raise PlannerError("not a config registry planner can parse (nested too deep, or not text)",
+                           source=source) from None
     interp = _Interpreter(tree, source)
     if not function:
         raise PlannerError("a torchtitan config registry needs the function to read: --config NAME in the engine "

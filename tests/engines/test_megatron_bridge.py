@@ -420,3 +420,23 @@ def test_optimizer_offload_follows_its_fraction(fraction, offloaded: bool, said:
     f, _, warnings = read(text, gpus=8, model_id="llama-3.1-8b")
     assert f.get("offload_optimizer", False) is offloaded
     assert any(said in w for w in warnings) if said else not [w for w in warnings if "offload" in w]
+
+
+def test_a_layout_given_as_lists_of_layer_names_is_megatrons_layout_string() -> None:
+    # Megatron-Bridge's DeepSeek-V3 recipes set pipeline_model_parallel_layout as one list of names per virtual
+    # stage (recipes/deepseek/h100/deepseek_v3.py @ v0.6.0, (pp 8, vp 1)): embedding + 8, six stages of 8, 5 + mtp +
+    # loss over the 61 layers; a run_config.yaml dumps it so
+    layout = [["embedding"] + ["decoder"] * 8] + [["decoder"] * 8] * 6 + [["decoder"] * 5 + ["mtp", "loss"]]
+    text = DUMP.replace("  pipeline_model_parallel_size: 2\n", "  pipeline_model_parallel_size: 8\n").replace(
+        "  num_layers: 16\n", "  num_layers: 61\n").replace(
+        "  moe_layer_freq: [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n", "  moe_layer_freq: ([0]*3+[1]*58)\n")
+    data = yaml.safe_load(text)
+    data["model"]["pipeline_model_parallel_layout"] = layout
+    tokens, _ = bridge_tokens(data, "run_config.yaml")
+    flag = tokens.index("--pipeline-model-parallel-layout")
+    assert tokens[flag + 1] == "E" + "t" * 8 + ("|" + "t" * 8) * 6 + "|" + "t" * 5 + "mL"
+    imported = import_megatron(tokens, gpus=512, given={}, model=None, source="run_config.yaml")
+    assert dict(imported.fields)["pp"] == 8
+    bad = {**data, "model": {**data["model"], "pipeline_model_parallel_layout": [["decoder", "attention"]]}}
+    with pytest.raises(PlannerError, match="unknown layer name 'attention'"):
+        bridge_tokens(bad, "run_config.yaml")

@@ -416,3 +416,51 @@ def test_valid_files_still_pass() -> None:
                  command("megatron", FIX / "engines/megatron/train_llama3_8b.sh")):
         result, _ = invoke(args)
         assert result.exit_code in (0, 1), result.output
+
+
+REGISTRY = '''from torchtitan.models.llama3 import model_registry
+
+def hostile():
+    return Trainer.Config(model_spec=model_registry("8B"),
+                          training=TrainingConfig(max_context_length={value}, num_tokens_per_microbatch_per_dp_rank=8192))
+'''
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ("10 ** 10 ** 7", "beyond"),  # a hundred-million-digit power: refused before it is computed
+    ("9999999999999999999999 * 1", "beyond"),
+    ("1e308 * 1e308", "beyond"),
+    ("(-8) ** 0.5", "beyond"),  # a complex number
+    ("2 ** 0.5 * 4096", "expected a whole number"),
+    ("'8192'", "expected a whole number"),
+    ("True", "expected a whole number"),
+    ("(" * 400 + "1" + ")" * 400, "not Python"),
+    ("1+" * 3000 + "1", "nested too deep"),
+])
+def test_hostile_torchtitan_registry(tmp_path: Path, value: str, needle: str) -> None:
+    path = tmp_path / "config_registry.py"
+    path.write_text(REGISTRY.format(value=value))
+    args = ["check", "--torchtitan", path, "--engine-args", "--config hostile", "--hardware", "h100-sxm", "--gpus", "8"]
+    assert_rejected(args, str(path), needle, folder=tmp_path)
+
+
+def _alias_bomb(field: str, extra: str = "") -> str:
+    """A Megatron-Bridge file whose `field` is nine levels of YAML aliases, each nine copies of the one below
+    (9^9 items if walked): read in bounded time or refused."""
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    lines += [f"model: {{{field}: *i{extra}}}", "train: {global_batch_size: 8}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("field", "extra", "needle"), [
+    ("cuda_graph_scope", ", cuda_graph_impl: local", "list of names"),
+    ("moe_layer_freq", ", num_moe_experts: 8", "list of 0 (dense) and 1"),
+    ("pipeline_model_parallel_layout", "", "list of layer names"),
+    ("tensor_model_parallel_size", "", "expected an integer"),
+])
+def test_megatron_bridge_alias_bomb(tmp_path: Path, field: str, extra: str, needle: str) -> None:
+    path = tmp_path / "run_config.yaml"
+    path.write_text(_alias_bomb(field, extra))
+    assert_rejected(command("megatron", path), str(path), f"model.{field}", needle, folder=tmp_path)
