@@ -666,7 +666,8 @@ def _exaone4(r: _Reader) -> None:
     if isinstance(pattern, str):
         if not pattern or set(pattern) - {"L", "G"}:
             raise r.error("sliding_window_pattern", f"{pattern!r}: expected a string of L (local) and G (global)")
-        default = sum(1 for i in range(layers) if pattern[i % len(pattern)] == "L")
+        whole, rest = divmod(layers, len(pattern))  # the pattern repeated over the layers, counted without a loop
+        default = whole * pattern.count("L") + pattern[:rest].count("L")
     else:
         default = _every_nth_global(layers, 4 if pattern is None else _count(r, "sliding_window_pattern") or layers + 1)
     _local_global_windows(r, default)
