@@ -485,7 +485,7 @@ def _flag_of(key: str) -> str | None:
     flag = RENAMED.get(key, key.replace("_", "-"))
     if key in ("moe_layer_freq", "window_size", "cuda_graph_scope", "recompute_modules"):
         return None  # each checked where it is read
-    if key in (*MODEL_VALUES, *RENAMED, "num_query_groups", "vocab_size"):
+    if key in (*MODEL_VALUES, *RENAMED, "num_query_groups", "vocab_size", "seq_length"):
         return megatron.READ_FLAGS.get(flag, "int" if key in ("num_query_groups", "vocab_size") else None)
     if key in ("gated_linear_unit", "add_bias_linear", "share_embeddings_and_output_weights", "should_pad_vocab",
                "is_hybrid_model"):
