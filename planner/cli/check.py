@@ -276,8 +276,9 @@ def _render_github(checked: list[Checked]) -> None:
 @click.option("--deepspeed", "deepspeed", type=click.Path(dir_okay=False, path_type=Path),
               help="Check a DeepSpeed JSON config (with --model, --hardware, --gpus, --seq-len).")
 @click.option("--megatron-args", "megatron_args", type=click.Path(dir_okay=False, path_type=Path),
-              help="Check Megatron-LM arguments or a launch script, or a Megatron-Bridge run_config.yaml or "
-              "override file (with --hardware, --gpus; --model for an override).")
+              help="Check Megatron-LM arguments or a launch script, a MODEL_ARGS YAML (its variables as "
+              "NAME=value in --engine-args), or a Megatron-Bridge run_config.yaml or override file (with "
+              "--hardware, --gpus; --model for an override).")
 @click.option("--torchtitan", "torchtitan", type=click.Path(dir_okay=False, path_type=Path),
               help="Check a torchtitan TOML job config, or a config_registry.py of torchtitan main with "
               "--engine-args \"--config FUNCTION\" (with --hardware, --gpus).")

@@ -6,6 +6,7 @@ error is a PlannerError naming the job or engine file and the field.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -158,11 +159,22 @@ def _import_engine(
         tokens: list[str] = []
         notes: list[str] = []
         from_bridge = False
-        for text, origin in ((load.read_engine_file("megatron", path) if path is not None else None, str(path)),
-                             (engine.args, f"{source}: engine.args")):
+        file_text = load.read_engine_file("megatron", path) if path is not None else None
+        args_text = engine.args
+        model_args = None
+        if file_text:
+            words = _words(engine.args)
+            variables = [w for w in words if _is_assignment(w)]
+            model_args = megatron.parse_model_args_text(file_text, str(path), variables)
+            if model_args is not None:  # the NAME=value words were the file's variables; the rest are flags
+                args_text = shlex.join(w for w in words if not _is_assignment(w)) if words else engine.args
+        for text, origin in ((file_text, str(path)), (args_text, f"{source}: engine.args")):
             if text:
-                bridge = megatron_bridge.parse_bridge_text(text, origin) if origin == str(path) else None
-                if bridge is not None:  # Megatron-Bridge's ConfigContainer YAML (run_config.yaml, an override)
+                in_file = origin == str(path)
+                bridge = megatron_bridge.parse_bridge_text(text, origin) if in_file and model_args is None else None
+                if in_file and model_args is not None:  # Megatron-LM's MODEL_ARGS YAML (functional tests, MoE zoo)
+                    more, warnings = megatron.read_launch_text(megatron.model_args_script(model_args, origin), origin)
+                elif bridge is not None:  # Megatron-Bridge's ConfigContainer YAML (run_config.yaml, an override)
                     more, warnings = megatron_bridge.bridge_tokens(bridge, origin)
                     from_bridge = True
                 else:
@@ -173,6 +185,8 @@ def _import_engine(
             imported = megatron.import_megatron(tokens, gpus=gpus, given=given,
                                                 model=loaded.spec if loaded else None, source=where)
         except PlannerError as err:  # a Megatron-Bridge file's values are named by their fields, not the arguments
+            if model_args is not None:
+                raise megatron.in_model_args_terms(err) from None
             raise megatron_bridge.in_bridge_terms(err) if from_bridge else err from None
         if notes:
             imported = replace(imported, warnings=(*notes, *imported.warnings))
@@ -256,6 +270,20 @@ def same_architecture(a: ModelSpec, b: ModelSpec) -> bool:
     """Two specs describe the same network (names, sources and the context limit aside)."""
     skip = {"name", "source", "max_seq_len"}
     return a.model_dump(exclude=skip) == b.model_dump(exclude=skip)
+
+
+def _is_assignment(word: str) -> bool:
+    """Whether a shell word is NAME=value (a variable for a MODEL_ARGS file), not a flag or its value."""
+    name, equals, _ = word.partition("=")
+    return bool(equals) and name.isidentifier() and name.isascii()
+
+
+def _words(args: str | None) -> list[str]:
+    """The shell words of a job's engine args (none when they do not split: the Megatron reader says why)."""
+    try:
+        return shlex.split(args or "", comments=True)
+    except ValueError:
+        return []
 
 
 def _import_hf_trainer(

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from planner.engines import load
 from planner.engines.common import (
     Collected,
     EngineImport,
@@ -35,7 +36,7 @@ from planner.engines.common import (
 from planner.engines.shell import first_marker, launch
 from planner.errors import PlannerError
 from planner.physics.stages import PIPELINE_EDGE_UNITS, layers_on_stage
-from planner.specs.bounds import over_limit
+from planner.specs.bounds import MAX_FILE_BYTES, over_limit
 from planner.specs.engine import engine_profile
 from planner.specs.layout import CUDA_GRAPH_BITS, FP8_RECIPE_CODES, RECOMPUTE_MODULE_BITS, Layout
 from planner.specs.model import ModelSpec
@@ -158,6 +159,8 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "reset-progress", "moe-loss-coeff", "moe-train-capacity-factor", "moe-eval-capacity-factor", "moe-min-capacity",
     "create-moe-param-group", "disable-moe-token-dropping", "mlp-type", "train-tokens", "lr-decay-tokens",
     "lr-warmup-tokens", "override-opt_param-scheduler", "override-lr-scheduler",
+    # Megatron-LM's functional tests and the MoE model zoo (MODEL_ARGS files): switches and logging
+    "enable-experimental", "save-retain-interval", "logging-level",
 })
 
 FSDP_STRATEGY_ZERO: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -195,6 +198,109 @@ def read_launch_text(text: str, source: str) -> tuple[list[str], list[str]]:
                     "(Transformer Engine's choice among its attention backends; Megatron-Core since 0.10 asserts "
                     "against these variables unless --attention-backend names the same backend)"]
     return flags, warnings
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_VARIABLE = re.compile(r"\$")
+
+
+def model_args_yaml(data: Any) -> bool:
+    """Whether parsed YAML is a Megatron-LM arguments file in the form of its functional tests and of the Megatron
+    MoE model zoo: a `MODEL_ARGS` mapping of flags (with `ENV_VARS` beside it)."""
+    return isinstance(data, Mapping) and isinstance(data.get("MODEL_ARGS"), Mapping)
+
+
+def parse_model_args_text(text: str, source: str, variables: Sequence[str] = ()) -> Mapping[str, Any] | None:
+    """A MODEL_ARGS YAML file's data, or None when the text is something else (an arguments file, a script). A file
+    that has a `MODEL_ARGS:` line but is not valid YAML is an error saying so.
+
+    The harnesses that run these files substitute the environment into the text before reading the YAML (`envsubst`
+    in Megatron-LM's tests/functional_tests and in the MoE model zoo's sbatch_benchmarking.sh), so `variables`
+    (NAME=value words, given in the engine args) replace `${NAME}` and `$NAME` in the text first; a variable not
+    given stays a reference, an error only where planner needs its value."""
+    if not _MODEL_ARGS_LINE.search(text):
+        return None
+    defined: dict[str, str] = {}
+    for word in variables:
+        if not _ASSIGNMENT.match(word):
+            raise PlannerError(f"{word!r} is not NAME=value (the variables of a MODEL_ARGS file are given as "
+                               "NAME=value words in the engine args)", source=source)
+        name, _, value = word.partition("=")
+        defined[name] = value
+    if defined:
+        grown = sum(len(defined[n]) for m in _REFERENCE.finditer(text) if (n := m.group(1) or m.group(2)) in defined)
+        if len(text) + grown > MAX_FILE_BYTES:
+            raise PlannerError(f"with its variables substituted the file would exceed {MAX_FILE_BYTES:,} characters "
+                               "(planner's limit for a config file); give shorter values", source=source)
+        text = _REFERENCE.sub(lambda m: defined.get(m.group(1) or m.group(2), m.group(0)), text)
+    data = load.parse_yaml(text, source)
+    if not model_args_yaml(data):
+        raise PlannerError("MODEL_ARGS must be a mapping of --flags to values", source=source, field="MODEL_ARGS")
+    mapping: Mapping[str, Any] = data
+    return mapping
+
+
+_MODEL_ARGS_LINE = re.compile(r"^MODEL_ARGS:", re.MULTILINE)
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def model_args_script(data: Mapping[str, Any], source: str) -> str:
+    """A MODEL_ARGS YAML (`parse_model_args_text`) as the launch script it stands for, for `read_launch_text`:
+    `ENV_VARS` exported, then `pretrain_gpt.py` with each flag as the launchers pass it
+    (tests/functional_tests/shell_test_utils/_run_training.sh, the model zoo's sbatch_benchmarking.sh):
+    `--flag: true` is the flag alone; false or null leaves a switch out and is refused for a flag that takes a
+    value; a list or a bracketed string "[a b]" gives its values; anything else is one value. A `${NAME}` left in
+    a value stays a shell variable."""
+    lines: list[str] = []
+    env = data.get("ENV_VARS") or {}
+    if not isinstance(env, Mapping):
+        raise PlannerError("ENV_VARS must be a mapping of variable names to values", source=source, field="ENV_VARS")
+    for name, value in env.items():
+        if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)):
+            raise PlannerError(f"{name!r} is not a variable name", source=source, field="ENV_VARS")
+        if value is not None:
+            lines.append(f"export {name}={_shell_word(value)}")
+    words = ["pretrain_gpt.py"]
+    for flag, value in data["MODEL_ARGS"].items():
+        if not (isinstance(flag, str) and flag.startswith("--")):
+            raise PlannerError(f"{flag!r} is not a --flag", source=source, field="MODEL_ARGS")
+        if value is None or value is False:
+            kind = READ_FLAGS.get(flag[2:])
+            if kind is None or kind == "bool":
+                continue  # a switch left off (the model zoo's launcher drops false), or a flag planner does not read
+            raise PlannerError(f"expected a value, got {'null' if value is None else 'false'} (a variable the "
+                               "harness would substitute is given as NAME=value in --engine-args)", source=source,
+                               field=f"MODEL_ARGS.{flag}")
+        words.append(flag)
+        if value is True:
+            continue
+        if isinstance(value, str) and re.fullmatch(r"\[[^]]+\]", value.strip()):
+            value = value.strip()[1:-1].split()  # the functional tests' launcher passes "[a b]" as two values
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(item, (list, Mapping)) for item in items):
+            raise PlannerError("expected a value or a list of values", source=source, field=f"MODEL_ARGS.{flag}")
+        words += [_shell_word(item) for item in items]
+    return "\n".join([*lines, " ".join(words)]) + "\n"
+
+
+_UNDEFINED_IN_FILE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*) is not defined in the file(.*?)define it in the file or")
+
+
+def in_model_args_terms(err: PlannerError) -> PlannerError:
+    """The reader's error about a variable the file does not define, said as a MODEL_ARGS file's user fixes it: the
+    harness substitutes the environment into the file, so the value is given as NAME=value in the engine args."""
+    message = _UNDEFINED_IN_FILE.sub(
+        lambda m: f"${m.group(1)} is not given{m.group(2)}add {m.group(1)}=VALUE to --engine-args (the test harness "
+                  "substitutes it into the file) or", err.message)
+    return err if message == err.message else PlannerError(message, source=err.source, field=err.field)
+
+
+def _shell_word(value: Any) -> str:
+    """A YAML value as one shell word: `${NAME}` references expanded (double quotes), anything else literal."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    if _VARIABLE.search(text):
+        return '"' + re.sub(r'(["\\`])', r"\\\1", text) + '"'
+    return shlex.quote(text)
 
 
 def _environment_attention_backend(environment: Mapping[str, str]) -> str | None:

@@ -211,12 +211,13 @@ class EngineSection(BaseModel):
     path: str | None = Field(
         default=None,
         description="The engine file, relative to the job file: a DeepSpeed JSON, a file of Megatron-LM arguments "
-        "or a launch script, a torchtitan TOML job config, a Hugging Face Trainer launch script, an accelerate "
-        "config YAML.",
+        "or a launch script (or a MODEL_ARGS YAML, or a Megatron-Bridge run_config.yaml or override), a torchtitan "
+        "TOML job config, a Hugging Face Trainer launch script, an accelerate config YAML.",
     )
     args: str | None = Field(
         default=None,
-        description="Command-line flags as one string: Megatron-LM arguments (instead of, or after, `path`), "
+        description="Command-line flags as one string: Megatron-LM arguments (instead of, or after, `path`; with "
+        "a MODEL_ARGS YAML, NAME=value words are the variables its harness substitutes), "
         "torchtitan `--section.option value` overrides applied on top of the TOML, or the Hugging Face Trainer "
         "command line (hf_trainer, accelerate).",
     )

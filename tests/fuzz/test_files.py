@@ -464,3 +464,36 @@ def test_megatron_bridge_alias_bomb(tmp_path: Path, field: str, extra: str, need
     path = tmp_path / "run_config.yaml"
     path.write_text(_alias_bomb(field, extra))
     assert_rejected(command("megatron", path), str(path), f"model.{field}", needle, folder=tmp_path)
+
+
+# Megatron-LM's MODEL_ARGS YAML (functional tests, the MoE model zoo): each flag planner reads, as a YAML value
+MODEL_ARGS_TEXT = (FIX / "engines/upstream/megatron/model_args/gpt3_mcore_te_tp2_pp2_cp2.yaml").read_text()
+
+
+@pytest.mark.parametrize("flag", sorted(MEGATRON_FLAGS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_model_args_flag(tmp_path: Path, flag: str, data: st.DataObject) -> None:
+    value = data.draw(st.one_of(over(MEGATRON_FLAGS[flag]), st.integers(max_value=0), st.just(True), st.just(False),
+                                st.just(None), st.just([2, 2]), st.just({"a": 1}),
+                                st.sampled_from(["1.5", "1e30", "nan", "two", "0x10", 1.5, float("inf")])))
+    config = yaml.safe_load(MODEL_ARGS_TEXT)
+    config["MODEL_ARGS"][flag] = value
+    path = tmp_path / "model_config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert_rejected(command("megatron", path), str(path), flag, folder=tmp_path)
+
+
+@pytest.mark.parametrize(("text", "args", "needle"), [
+    ("MODEL_ARGS:\n  --num-layers: [\n", "", "malformed YAML"),
+    ("MODEL_ARGS:\n  --num-layers: 4\n  --num-layers: 8\n", "", "duplicate key"),
+    ("MODEL_ARGS:\n  --save: " + "${X}" * 20_000 + "\n", "X=" + "a" * 1_000, "would exceed"),
+    ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     "MODEL_ARGS:\n  --recompute-modules: *b\n", "", "MODEL_ARGS.--recompute-modules"),
+    ("MODEL_ARGS:\n  --num-layers: ${L}\n", "L='4\n  --bf16: [x'", "malformed YAML"),
+])
+def test_hostile_model_args(tmp_path: Path, text: str, args: str, needle: str) -> None:
+    path = tmp_path / "model_config.yaml"
+    path.write_text(text)
+    extra = ["--engine-args", args] if args else []
+    assert_rejected([*command("megatron", path), *extra], str(path), needle, folder=tmp_path)

@@ -1,0 +1,201 @@
+"""Megatron-LM's MODEL_ARGS YAML (its functional and release tests, the Megatron MoE model zoo) read as the
+harness that runs it reads it: the environment substituted into the text, then each `--flag: value` passed to
+pretrain_gpt.py (tests/functional_tests/shell_test_utils/_run_training.sh @ Megatron-LM d98e8a64; the zoo's
+sbatch_benchmarking.sh @ yanring/Megatron-MoE-ModelZoo e8650517).
+
+Fixtures: tests/fixtures/engines/upstream/megatron/ and .../megatron/model_args/ (repository, path and commit in
+tests/fixtures/engines/upstream/SOURCES.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.engines.load import load_model
+from planner.engines.megatron import model_args_script, parse_model_args_text, read_launch_text
+from planner.errors import PlannerError
+from planner.physics.params import count_params
+
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "upstream" / "megatron"
+MODEL_ARGS = UPSTREAM / "model_args"
+ZOO = MODEL_ARGS / "moe_model_zoo_qwen3_235b_a22b.yaml"
+# best_practice/qwen3/run_h100_235b.sh of the model zoo (same commit) sets TP=2 PP=8 VPP=4 EP=32 MBS=1 GBS=2048
+# SEQ_LEN=4096 MOE_GROUPED_GEMM=true on 32 nodes; the file's --num-layers-per-virtual-pipeline-stage takes
+# LAYERS_PER_VP: (94 layers + embedding + loss) / PP 8 = 12 per stage, 3 per virtual stage gives VPP 4
+ZOO_VARIABLES = "TP=2 PP=8 LAYERS_PER_VP=3 EP=32 CP=1 MBS=1 GBS=2048 SEQ_LEN=4096 MOE_GROUPED_GEMM=true"
+
+FILES = [
+    UPSTREAM / "a2a_ovlp_8experts_etp1_ep4.model_config.yaml",
+    UPSTREAM / "tp4_ep2_etp2_pp2_scoped_cudagraph.model_config.yaml",
+    UPSTREAM / "tp2_pp2_ep4_etp1_selective_recompute.model_config.yaml",
+    UPSTREAM / "tp2_pp2_cp2_etp4_dp_last.model_config.yaml",
+    MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_cp2.yaml",
+    MODEL_ARGS / "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release.yaml",
+    ZOO,
+]
+
+
+def _launcher_words(text: str) -> list[str]:
+    """What the functional tests' launcher passes for MODEL_ARGS, written from its shell (not from planner): a
+    true value is the bare flag, false is dropped (the zoo's yq filter), a value in [ ] is its space-separated
+    items, anything else one word. Flags whose value holds a `$` (a variable left for the harness) are left out."""
+    words: list[str] = []
+    for flag, value in yaml.safe_load(text)["MODEL_ARGS"].items():
+        if value is True:
+            words.append(flag)
+        elif value is False or value is None or "$" in str(value):
+            continue
+        elif isinstance(value, str) and value.startswith("["):
+            words += [flag, *value.strip("[]").split()]
+        else:
+            words += [flag, str(value).strip()]
+    return words
+
+
+def _flags_without_variables(tokens: list[str]) -> list[str]:
+    """The reader's words less each flag whose value is a variable it could not substitute (marked with NUL)."""
+    kept: list[str] = []
+    i = 0
+    while i < len(tokens):
+        j = i + 1
+        while j < len(tokens) and not tokens[j].startswith("--"):
+            j += 1
+        if not any("\x00" in t for t in tokens[i:j]):
+            kept += tokens[i:j]
+        i = j
+    return kept
+
+
+def _read(path: Path, variables: str = "") -> list[str]:
+    text = path.read_text()
+    data = parse_model_args_text(text, path.name, variables.split())
+    assert data is not None
+    tokens, _ = read_launch_text(model_args_script(data, path.name), path.name)
+    return tokens
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_model_args_become_the_words_the_launcher_passes(path: Path) -> None:
+    variables = ZOO_VARIABLES if path == ZOO else ""
+    expected = _launcher_words(re.sub(r"\$\{?(\w+)\}?", lambda m: dict(
+        w.split("=") for w in variables.split()).get(m.group(1), m.group(0)), path.read_text()))
+    got = _flags_without_variables(_read(path, variables))
+    assert [_number_or_word(w) for w in got] == [_number_or_word(w) for w in expected]
+
+
+def _number_or_word(word: str) -> float | str:
+    """A word as the number it spells, if it spells one: YAML 1.2 (yq, planner) reads `1e-2` as a number that
+    planner writes back as 0.01, PyYAML's YAML 1.1 keeps it as the text 1e-2; Megatron's argparse reads both alike."""
+    try:
+        return float(word)
+    except ValueError:
+        return word
+
+
+def test_plain_arguments_and_bridge_files_are_not_model_args() -> None:
+    assert parse_model_args_text("--num-layers 4\n--hidden-size 64\n", "args.txt") is None
+    assert parse_model_args_text("model:\n  num_layers: 4\ntrain:\n  global_batch_size: 8\n", "run.yaml") is None
+    # a line MODEL_ARGS: that is not the top-level mapping of flags is said to be wrong, not read as something else
+    with pytest.raises(PlannerError, match="MODEL_ARGS must be a mapping"):
+        parse_model_args_text("MODEL_ARGS:\n  - --bf16\n", "t.yaml")
+
+
+def test_gpt3_functional_test_reads_its_layout_and_exact_model(run_cli) -> None:
+    """gpt3_mcore_te_tp2_pp2_cp2: 12 layers of width 512, 8 heads, NullTokenizer with --vocab-size 50257,
+    learned positions for 1,024 tokens, biases and LayerNorm (GPT defaults), tied embeddings. By hand, per layer:
+    qkv 512 x 1536 + 1536, proj 512^2 + 512, fc1 512 x 2048 + 2048, fc2 2048 x 512 + 512, two LayerNorms 4 x 512
+    = 3,152,384; the vocabulary padded to a multiple of 128 x tp 2 is 50,432 rows of 512; positions 1,024 x 512;
+    the final LayerNorm 1,024: 12 x 3,152,384 + 50,432 x 512 + 524,288 + 1,024 = 64,175,104."""
+    result = run_cli("check", "--megatron-args", MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_cp2.yaml", "--hardware",
+                     "h100-sxm", "--gpus", "16", "--format", "json")
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)[0]
+    config = job["config"]
+    assert job["params"] == 12 * 3_152_384 + 50_432 * 512 + 1_024 * 512 + 1_024
+    assert (config["tp"], config["pp"], config["cp"], config["dp"]) == (2, 2, 2, 2)
+    assert (config["micro_batch"], config["global_batch"], config["seq_len"]) == (4, 32, 1024)
+    assert config["sequence_parallel"] and config["dtype"] == "bf16" and config["attention_kernel"].startswith("flash")
+
+
+def test_deepseek_v3_proxy_release_test_reads_hybridep_and_its_pipeline_layout(run_cli) -> None:
+    """The DeepSeek-V3 proxy of Megatron-LM's release tests: 14 layers with MLA, 64 experts of which 8 routed,
+    the flex dispatcher's HybridEP backend, tp 2, pp 4 with an explicit layout, ep 16 with expert TP 1, one MTP
+    layer. Its tokenizer is a SentencePiece model planner does not read, so the vocabulary is asked for."""
+    path = MODEL_ARGS / "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release.yaml"
+    refused = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "64")
+    assert refused.exit_code == 2 and "--padded-vocab-size" in refused.output
+    result = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "64", "--engine-args",
+                     "--padded-vocab-size 258560", "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    config = json.loads(result.stdout)[0]["config"]
+    assert (config["tp"], config["pp"], config["ep"], config["etp"], config["dp"]) == (2, 4, 16, 1, 8)
+    assert config["moe_dispatcher"] == "hybridep"
+    assert (config["micro_batch"], config["global_batch"], config["seq_len"]) == (1, 512, 4096)
+
+
+def test_model_zoo_file_takes_the_harness_variables_from_the_engine_args(run_cli) -> None:
+    """The zoo's Qwen3-235B-A22B file leaves the layout to variables its run scripts export. Given as NAME=value
+    words, they are substituted before the YAML is read; with the vocabulary Qwen3's config.json pads to, the
+    flags describe exactly the catalog's Qwen3-235B-A22B (counted independently from its HF config)."""
+    result = run_cli("check", "--megatron-args", ZOO, "--hardware", "h100-sxm", "--gpus", "256", "--engine-args",
+                     f"{ZOO_VARIABLES} --padded-vocab-size 151936 --recompute-granularity full "
+                     "--recompute-method uniform --recompute-num-layers 1", "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    job = json.loads(result.stdout)[0]
+    config = job["config"]
+    counts = count_params(load_model("qwen3-235b-a22b").spec)
+    assert job["params"] == counts.embedding + counts.head + 94 * counts.moe_layer
+    assert (config["tp"], config["pp"], config["interleave"], config["ep"], config["etp"], config["dp"]) == (
+        2, 8, 4, 32, 1, 16)
+    assert (config["micro_batch"], config["global_batch"], config["seq_len"]) == (1, 2048, 4096)
+    assert config["recompute"] == "full"
+
+
+def test_a_variable_not_given_is_named_with_how_to_give_it(run_cli) -> None:
+    result = run_cli("check", "--megatron-args", ZOO, "--hardware", "h100-sxm", "--gpus", "256", "--engine-args",
+                     "--padded-vocab-size 151936")
+    assert result.exit_code == 2
+    assert result.output.count("error:") == 1
+    assert "$TP is not given; add TP=VALUE to --engine-args" in result.output
+    assert "--tensor-model-parallel-size" in result.output
+
+
+def test_variables_substitute_both_reference_forms_and_leave_others() -> None:
+    text = "MODEL_ARGS:\n  --num-layers: ${L}\n  --hidden-size: $H\n  --save: ${OUT}/ckpt\n"
+    data = parse_model_args_text(text, "t.yaml", ["L=4", "H=256"])
+    assert data is not None
+    assert data["MODEL_ARGS"] == {"--num-layers": 4, "--hidden-size": 256, "--save": "${OUT}/ckpt"}
+
+
+@pytest.mark.parametrize(("text", "field", "why"), [
+    ("MODEL_ARGS:\n  num-layers: 4\n", "MODEL_ARGS", "is not a --flag"),
+    ("MODEL_ARGS:\n  --num-layers: {a: 1}\n", "MODEL_ARGS.--num-layers", "expected a value or a list of values"),
+    ("MODEL_ARGS:\n  --num-layers: false\n", "MODEL_ARGS.--num-layers", "expected a value, got false"),
+    ("MODEL_ARGS:\n  --num-layers:\n", "MODEL_ARGS.--num-layers", "expected a value, got null"),
+    ("ENV_VARS: [A]\nMODEL_ARGS:\n  --bf16: true\n", "ENV_VARS", "must be a mapping"),
+    ("ENV_VARS:\n  1A: x\nMODEL_ARGS:\n  --bf16: true\n", "ENV_VARS", "is not a variable name"),
+])
+def test_malformed_model_args_name_the_field(text: str, field: str, why: str) -> None:
+    data = parse_model_args_text(text, "t.yaml")
+    assert data is not None
+    with pytest.raises(PlannerError, match=re.escape(why)) as info:
+        model_args_script(data, "t.yaml")
+    assert info.value.field == field and info.value.source == "t.yaml"
+
+
+def test_switches_set_false_or_empty_are_left_out() -> None:
+    data = parse_model_args_text("MODEL_ARGS:\n  --bf16: true\n  --sequence-parallel: false\n  --fp16:\n", "t.yaml")
+    assert data is not None
+    tokens, _ = read_launch_text(model_args_script(data, "t.yaml"), "t.yaml")
+    assert tokens == ["--bf16"]
+
+
+def test_substitution_is_bounded_before_it_is_done() -> None:
+    text = "MODEL_ARGS:\n  --save: " + "${X}" * 20_000 + "\n"
+    with pytest.raises(PlannerError, match="with its variables substituted the file would exceed"):
+        parse_model_args_text(text, "t.yaml", ["X=" + "a" * 1_000])
