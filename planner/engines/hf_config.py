@@ -770,12 +770,39 @@ def _qwen2_vl_text(r: _Reader) -> None:
     _qwen2(r)
 
 
+def _qwen3_vl_text(r: _Reader) -> None:
+    """The language model of Qwen3-VL (transformers Qwen3VLTextConfig / modeling_qwen3_vl): Qwen3's decoder (per-head
+    q/k RMSNorm, no biases unless attention_bias) with interleaved multimodal rotary embedding, which has no weights;
+    the DeepStack visual features are added to the first layers' hidden states, also without weights."""
+    _qwen3(r)
+
+
+def _qwen3_vl_moe_text(r: _Reader) -> None:
+    """The language model of Qwen3-VL-MoE (Qwen3VLMoeTextConfig / modeling_qwen3_vl_moe): Qwen3-MoE's decoder (routed
+    experts of moe_intermediate_size, no shared expert, the layers of mlp_only_layers dense); head_dim defaults to
+    hidden_size / heads here (Qwen3VLMoeTextConfig.__post_init__), not to Qwen3's 128."""
+    _rotary_decoder(r, tied_default=False)
+    _head_dim(r)
+    _attention_bias(r)
+    r.put("qk_norm", True)
+    _qwen_window(r)
+    _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=_leading_dense_layers(r))
+
+
 # Keys each reader ignores on purpose, with the reason (shown in docs/models.md).
 _LLAMA_IGNORED = {"pretraining_tp": "tensor-parallel split of the original checkpoint; same shapes",
                   "hidden_act": _ACT, **{k: _ROPE for k in ROPE_KEYS}}
 _MOE_ROUTING = {"output_router_logits": "training output switch", "router_aux_loss_coef": "load-balancing loss weight",
                 "router_jitter_noise": "training-time router noise", "norm_topk_prob": "routing normalisation"}
 _QWEN_IGNORED = {**_LLAMA_IGNORED, "use_mrope": "multimodal rotary variant; no weights"}
+# Keys some Qwen3-MoE hub files carry (Qwen3-Coder-480B-A35B) that Qwen3MoeConfig does not define and
+# modeling_qwen3_moe never reads: its q/k/v bias is attention_bias, its q/k norm is always there, it has no shared
+# expert. transformers builds the same model whatever they hold.
+_QWEN3_MOE_UNREAD = {
+    "qkv_bias": "not read by transformers' Qwen3-MoE (its q/k/v bias is attention_bias)",
+    "use_qk_norm": "not read by transformers' Qwen3-MoE (its q/k norm is always built)",
+    "shared_expert_intermediate_size": "not read by transformers' Qwen3-MoE (it builds no shared expert)",
+}
 _GEMMA_IGNORED = {**_LLAMA_IGNORED, "hidden_activation": _ACT,
                   "query_pre_attn_scalar": "attention score scale", "attn_logit_softcapping": "score soft-capping",
                   "final_logit_softcapping": "logit soft-capping", "cache_implementation": "KV-cache class choice",
@@ -787,7 +814,7 @@ IGNORED_KEYS: dict[str, dict[str, str]] = {
     "mixtral": {**_LLAMA_IGNORED, **_MOE_ROUTING},
     "qwen2": _QWEN_IGNORED,
     "qwen3": _QWEN_IGNORED,
-    "qwen3_moe": {**_QWEN_IGNORED, **_MOE_ROUTING},
+    "qwen3_moe": {**_QWEN_IGNORED, **_MOE_ROUTING, **_QWEN3_MOE_UNREAD},
     "gemma": _GEMMA_IGNORED,
     "gemma2": _GEMMA_IGNORED,
     "phi3": {**_LLAMA_IGNORED, "original_max_position_embeddings": "rope scaling reference length"},
@@ -823,6 +850,8 @@ _VL_TOKENS = {key: "token id of the image/video placeholders; no weights" for ke
     "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id", "vision_token_id")}
 
 IGNORED_KEYS.update({
+    "qwen3_vl_text": {**_QWEN_IGNORED, **_VL_TOKENS},
+    "qwen3_vl_moe_text": {**_QWEN_IGNORED, **_MOE_ROUTING, **_VL_TOKENS},
     "gemma3_text": {**_GEMMA_IGNORED, "rope_local_base_freq": _ROPE,
                     "_sliding_window_pattern": "private copy of sliding_window_pattern written by transformers"},
     "qwen2_moe": {**_QWEN_IGNORED, **_MOE_ROUTING},
@@ -912,12 +941,13 @@ def _architecture_relevant(key: str) -> bool:
 MULTIMODAL_TEXT_TYPES: dict[str, str] = {
     "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "gemma3": "gemma3_text",
     "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "llama4": "llama4_text",
+    "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text",
 }
 _FLAT_MULTIMODAL = frozenset({"qwen2_vl", "qwen2_5_vl"})
 # The wrapper's own tie_word_embeddings default (transformers 5.x: the wrapper's key decides tying).
 _WRAPPER_TIED_DEFAULT: dict[str, bool] = {
     "llava": False, "llava_next": False, "mistral3": True, "gemma3": True, "qwen2_vl": False, "qwen2_5_vl": False,
-    "llama4": False,
+    "llama4": False, "qwen3_vl": False, "qwen3_vl_moe": False,
 }
 WRAPPER_IGNORED_KEYS: dict[str, str] = {
     "vision_config": "the vision tower: not modelled (planner counts and times the language model only)",
@@ -930,6 +960,10 @@ WRAPPER_IGNORED_KEYS: dict[str, str] = {
     "vision_feature_layer": "which vision layer feeds the projector (not modelled)",
     "vision_feature_select_strategy": "vision feature selection (not modelled)",
     "image_grid_pinpoints": "image tiling (input length, not weights)", "image_seq_length": "image tokens per image",
+    # Kimi K2.5 (KimiK25Config, remote code): the MoonViT tower's media handling
+    "use_unified_vision_chunk": "how the vision tower chunks images and video (not modelled)",
+    "media_placeholder_token_id": "token id of the media placeholder", "video_placeholder": "text of the video "
+    "placeholder",
     **_VL_TOKENS,
 }
 # Class defaults of the text configs (transformers 5.24) for nested text_config blocks, which transformers
@@ -946,6 +980,13 @@ NESTED_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
                     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "max_position_embeddings": 131072},
+    "qwen3_vl_text": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+                      "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128,
+                      "max_position_embeddings": 128000},
+    "qwen3_vl_moe_text": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
+                          "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+                          "max_position_embeddings": 128000, "moe_intermediate_size": 1408, "num_experts_per_tok": 4,
+                          "num_experts": 60},
     **{t: {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
            "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 32768}
        for t in ("qwen2_vl_text", "qwen2_5_vl_text")},
@@ -965,6 +1006,8 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "minimax_m2": _minimax_m2,
     "olmo3": _olmo3,
     "exaone4": _exaone4,
+    "qwen3_vl_text": _qwen3_vl_text,
+    "qwen3_vl_moe_text": _qwen3_vl_moe_text,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 

