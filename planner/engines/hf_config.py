@@ -789,6 +789,51 @@ def _qwen3_vl_moe_text(r: _Reader) -> None:
     _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=_leading_dense_layers(r))
 
 
+def _smollm3(r: _Reader) -> None:
+    """SmolLM3 (transformers SmolLM3Config / modeling_smollm3): Llama's decoder, tied by default, attention_bias on
+    q, k, v and the output, mlp_bias; rotary embedding left out on the layers `no_rope_layers` marks 0 (default
+    every no_rope_layer_interval-th: a cost too small to count, and no weights either way); with use_sliding_window,
+    `sliding_window` on the `sliding_attention` layers of layer_types (SmolLM3Config's default: the NoPE layers)."""
+    _rotary_decoder(r, tied_default=True)
+    _head_dim(r)
+    _attention_bias(r)
+    r.put("mlp_bias", r.bool_("mlp_bias", False), "mlp_bias")
+    layers = r.spec["num_layers"]
+    interval = r.int_("no_rope_layer_interval", 4)
+    marks = r.raw("no_rope_layers")
+    if marks is None:
+        nope = layers // interval
+    elif isinstance(marks, list) and len(marks) == layers and all(m in (0, 1) and not isinstance(m, float)
+                                                                  for m in marks):
+        nope = marks.count(0)
+    else:
+        raise r.error("no_rope_layers", f"expected a list of {layers} flags, 1 for a layer with rotary embedding "
+                      "and 0 for one without")
+    use = r.bool_("use_sliding_window", False)
+    window = r.int_("sliding_window", required=False)
+    counted = _count_layer_types(r)
+    sliding = counted if counted is not None else (nope if use and window is not None else 0)
+    if use and window is not None and sliding:  # modeling_smollm3: the window needs use_sliding_window too
+        r.put("sliding_window_tokens", window, "sliding_window")
+        r.put("sliding_window_layers", sliding, "layer_types" if counted is not None else "no_rope_layers")
+
+
+def _granite(r: _Reader) -> None:
+    """IBM Granite 3 (transformers GraniteConfig / modeling_granite): Llama's decoder (attention_bias on q, k, v and
+    the output, mlp_bias); its muP multipliers scale activations and logits and size nothing."""
+    _llama(r)
+
+
+def _granitemoe(r: _Reader) -> None:
+    """IBM Granite 3 MoE (GraniteMoeConfig / modeling_granitemoe): Granite's attention and, on every layer,
+    num_local_experts gated experts of intermediate_size (fused input_linear / output_layer, no bias), top
+    num_experts_per_tok, a router without bias, no shared expert."""
+    _rotary_decoder(r, tied_default=False)
+    _head_dim(r)
+    _attention_bias(r)
+    _moe(r, experts="num_local_experts", ffn="intermediate_size")
+
+
 # Keys each reader ignores on purpose, with the reason (shown in docs/models.md).
 _LLAMA_IGNORED = {"pretraining_tp": "tensor-parallel split of the original checkpoint; same shapes",
                   "hidden_act": _ACT, **{k: _ROPE for k in ROPE_KEYS}}
@@ -849,7 +894,17 @@ _SOFTMAX_FP32 = {"attention_softmax_in_fp32": "numerics of the attention kernel"
 _VL_TOKENS = {key: "token id of the image/video placeholders; no weights" for key in (
     "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id", "vision_token_id")}
 
+_GRANITE_MULTIPLIERS = {
+    "embedding_multiplier": "scales the embeddings (muP); no weights",
+    "residual_multiplier": "scales the residual branches (muP); no weights",
+    "attention_multiplier": "attention score scale (muP); no weights",
+    "logits_scaling": "divides the logits (muP); no weights",
+}
 IGNORED_KEYS.update({
+    "smollm3": {**_LLAMA_IGNORED, "max_window_layers": "not read by transformers' SmolLM3 (layer_types decide "
+                "the windows)"},
+    "granite": {**_LLAMA_IGNORED, **_GRANITE_MULTIPLIERS},
+    "granitemoe": {**_LLAMA_IGNORED, **_GRANITE_MULTIPLIERS, **_MOE_ROUTING},
     "qwen3_vl_text": {**_QWEN_IGNORED, **_VL_TOKENS},
     "qwen3_vl_moe_text": {**_QWEN_IGNORED, **_MOE_ROUTING, **_VL_TOKENS},
     "gemma3_text": {**_GEMMA_IGNORED, "rope_local_base_freq": _ROPE,
@@ -1007,6 +1062,9 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "olmo3": _olmo3,
     "exaone4": _exaone4,
     "qwen3_vl_text": _qwen3_vl_text,
+    "smollm3": _smollm3,
+    "granite": _granite,
+    "granitemoe": _granitemoe,
     "qwen3_vl_moe_text": _qwen3_vl_moe_text,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
@@ -1102,6 +1160,48 @@ def _unwrap_multimodal(data: dict[str, Any], source: str, wrapper: Any) -> tuple
     return text, text_type, "text_config.", notes
 
 
+# Architectures planner knows it does not model, and why: their layers are not softmax-attention decoder layers
+# (or attend sparsely), so no reader can map them onto planner's layer.
+NOT_MODELLED: dict[str, str] = {
+    **{t: "a hybrid stack of Mamba-2 (state-space) and attention layers" for t in (
+        "nemotron_h", "falcon_h1", "jamba", "bamba", "zamba", "zamba2", "granitemoehybrid", "mamba", "mamba2")},
+    **{t: "Gated DeltaNet (linear attention) layers between its attention layers" for t in (
+        "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")},
+    "kimi_linear": "Kimi Delta Attention (linear attention) layers between its attention layers",
+    "minimax": "lightning (linear) attention layers (MiniMax-01)",
+    "deepseek_v32": "DeepSeek Sparse Attention: a lightning indexer picks 2,048 keys per query, which changes "
+                    "the attention's cost and adds the indexer's weights",
+    "glm_moe_dsa": "DeepSeek Sparse Attention (GLM-5): a lightning indexer picks the keys each query attends",
+    "lfm2": "short-convolution layers between its attention layers",
+}
+
+
+def _unsupported(text_type: Any) -> str:
+    what = f"unsupported model_type {text_type!r}" if text_type is not None else "missing model_type"
+    why = NOT_MODELLED.get(text_type) if isinstance(text_type, str) else None
+    if why:
+        return f"{what}: {why}, which planner does not model; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+    return f"{what}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+
+
+def refuse_unsupported_model_type(data: Any, source: str) -> None:
+    """The error for a config whose model_type (or text_config's) planner has no reader for; nothing for others,
+    which read_hf_config judges key by key."""
+    if not isinstance(data, dict):
+        return
+    model_type = data.get("model_type")
+    nested = data.get("text_config")
+    if model_type in MULTIMODAL_TEXT_TYPES or isinstance(nested, dict):
+        text_type = nested.get("model_type") if isinstance(nested, dict) else None
+        if text_type is None and isinstance(model_type, str):
+            text_type = MULTIMODAL_TEXT_TYPES.get(model_type)
+        field = "text_config.model_type"
+    else:
+        text_type, field = model_type, "model_type"
+    if isinstance(text_type, str) and text_type not in READERS:
+        raise PlannerError(_unsupported(text_type), source=source, field=field)
+
+
 def read_hf_config(data: dict[str, Any], source: str) -> HfImport:
     """Map a HuggingFace config.json dict to a ModelSpec, refusing anything it cannot map exactly."""
     if not isinstance(data, dict):
@@ -1114,9 +1214,7 @@ def read_hf_config(data: dict[str, Any], source: str) -> HfImport:
     if model_type in MULTIMODAL_TEXT_TYPES or isinstance(data.get("text_config"), dict):
         text, text_type, prefix, notes = _unwrap_multimodal(data, source, model_type)
     if text_type not in READERS:
-        supported = ", ".join(SUPPORTED_MODEL_TYPES)
-        what = f"unsupported model_type {text_type!r}" if text_type is not None else "missing model_type"
-        raise PlannerError(f"{what}; supported: {supported}", source=source, field=prefix + "model_type")
+        raise PlannerError(_unsupported(text_type), source=source, field=prefix + "model_type")
     assert isinstance(text_type, str)
     reader = _Reader(text, source, text_type, prefix)
     reader.used.add("model_type")

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -176,7 +177,10 @@ def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def parse_json(text: str, source: str) -> Any:
+def parse_json(text: str, source: str, *, before_check: Callable[[Any], None] | None = None) -> Any:
+    """JSON data, checked for depth and finite numbers; `before_check` sees the data first (a HuggingFace config's
+    model_type is judged before a key of an unsupported architecture holds Infinity: Nemotron-H's
+    time_step_limit)."""
     if _json_depth(text) > MAX_NESTING:
         raise PlannerError(f"nested more than {MAX_NESTING} levels deep (planner's limit)", source=source)
     try:
@@ -191,6 +195,8 @@ def parse_json(text: str, source: str) -> Any:
         raise PlannerError(f"malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}", source=source) from None
     except RecursionError:
         raise PlannerError(f"nested more than {MAX_NESTING} levels deep (planner's limit)", source=source) from None
+    if before_check is not None:
+        before_check(data)
     return _check_structure(data, source)
 
 
@@ -273,10 +279,14 @@ def load_model(ref: str) -> Loaded:
     if not _looks_like_path(ref):
         return _resolve(MODEL_CATALOG, ModelSpec, ref, "models")
     path = Path(ref)
-    data = read_structured(path)
-    if path.suffix.lower() == ".json" or (isinstance(data, dict) and "model_type" in data):
-        from planner.engines.hf_config import model_from_hf_config
+    from planner.engines.hf_config import model_from_hf_config, refuse_unsupported_model_type
 
+    if path.suffix.lower() == ".json":
+        data = parse_json(read_text(path), str(path),
+                          before_check=lambda d: refuse_unsupported_model_type(d, str(path)))
+    else:
+        data = read_structured(path)
+    if path.suffix.lower() == ".json" or (isinstance(data, dict) and "model_type" in data):
         return Loaded(id=path.stem if path.name != "config.json" else path.parent.name or path.stem,
                       spec=model_from_hf_config(data, source=str(path)), source=str(path))
     if isinstance(data, dict):

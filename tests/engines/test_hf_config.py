@@ -45,6 +45,14 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
   095f58a51c4ca8e61b66ec108d86f223f8d559ce. aiconfigurator's Qwen3-VL copies leave out the hub files'
   rope_scaling (the multimodal rotary sections), vision_start/end_token_id and transformers_version, none of
   which has weights.
+- nemotron-h-56b-base-8k: nvidia/Nemotron-H-56B-Base-8K's config.json (a hybrid Mamba-2 stack, refused) as copied
+  in ai-dynamo/aiconfigurator, aic-core/src/aiconfigurator_core/model_configs/nvidia--Nemotron-H-56B-Base-8K_config.json
+  at commit 095f58a51c4ca8e61b66ec108d86f223f8d559ce.
+- smollm3-3b: HuggingFaceTB/SmolLM3-3B's config.json as mirrored in fetchwiki/HuggingFaceTB-SmolLM3-3B, config.json
+  at commit 24f7882f92998ee0e691d105ade637afc3e5171f.
+- granite-3.3-8b-instruct: ibm-granite/granite-3.3-8b-instruct's config.json as copied in vllm-project/vllm-spyre,
+  tests/fixtures/model_configs/ibm-granite/granite-3.3-8b-instruct/config.json at commit
+  f6a83ce12faf6e99e51c8380fba6a90359825e09.
 - No public copy of a multimodal gemma3 config.json with its full text_config was found; the gemma3
   wrapper is tested on gemma-3-1b-it's text config nested in a gemma3 config (built in the test).
 
@@ -393,6 +401,8 @@ TRANSFORMERS_COUNTS = [
     # transformers 5.25.0 builds the text_config as DeepseekV3ForCausalLM: 1,026,408,209,408 parameters and the
     # 60 x 384 = 23,040 correction-bias buffer, which planner counts as weights
     ("kimi-k2.5.json", {}, 1_026_408_209_408 + 60 * 384),
+    ("smollm3-3b.json", {}, 3_075_098_624),  # transformers 5.25.0
+    ("granite-3.3-8b-instruct.json", {}, 8_170_864_640),  # transformers 5.25.0
 ]
 
 
@@ -784,3 +794,55 @@ def test_kimi_k25_reads_its_deepseek_v3_language_model():
     assert (k25.moe.num_experts, k25.moe.experts_per_token, k25.moe.num_shared_experts) == (384, 8, 1)
     assert (k25.num_layers, k25.moe.num_dense_layers, k25.vocab_size) == (61, 1, 163840)
     assert "text model only" in k25.source
+
+
+# SmolLM3, Granite (fixtures: see the module docstring) -----------------------------------------------------------
+def test_smollm3_is_tied_and_windows_only_where_its_modeling_applies_them():
+    """SmolLM3-3B ties its output layer (SmolLM3Config's default; the hub file does not say) and, with
+    use_sliding_window false, has no windowed layer whatever layer_types says; turned on, the window applies to
+    the layers layer_types marks, by default the NoPE layers (every 4th: 36 / 4 = 9)."""
+    spec = imported("smollm3-3b.json")
+    assert spec.tied_embeddings and spec.sliding_window_layers == 0
+    windowed = imported("smollm3-3b.json", use_sliding_window=True, sliding_window=4096, layer_types=None)
+    assert (windowed.sliding_window_tokens, windowed.sliding_window_layers) == (4096, 9)
+    marked = ["sliding_attention" if i % 2 else "full_attention" for i in range(36)]
+    assert imported("smollm3-3b.json", use_sliding_window=True, sliding_window=4096,
+                    layer_types=marked).sliding_window_layers == 18
+    assert "no_rope_layers" in str(refusal({**fixture("smollm3-3b.json"), "no_rope_layers": [1, 0]}))
+
+
+def test_granite_multipliers_size_nothing():
+    """granite-3.3-8b-instruct: 40 Llama layers of 4096 (32 heads, 8 KV heads of 128, SwiGLU 12,800), a tied
+    49,159-row vocabulary; the muP multipliers are scalars."""
+    spec = imported("granite-3.3-8b-instruct.json")
+    layer = 4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 12800 + 2 * 4096
+    assert count_params(spec).total == 40 * layer + 4096 + 49159 * 4096
+    assert spec.tied_embeddings and not spec.qkv_bias and not spec.mlp_bias
+
+
+def test_granitemoe_counts_every_layer_as_experts_by_hand():
+    """A GraniteMoE config of granite-3.1-3b-a800m's sizes (written here; no public copy of its file was found):
+    40 experts of 512 on every layer (fused gate/up 40 x 1024 x 1536 and down 40 x 1536 x 512), top 8, a 1536 x 40
+    router; the count transformers 5.25.0 gives for it is 3,298,793,472, the same as below."""
+    data = {"architectures": ["GraniteMoeForCausalLM"], "model_type": "granitemoe", "attention_bias": False,
+            "embedding_multiplier": 12.0, "hidden_act": "silu", "hidden_size": 1536, "intermediate_size": 512,
+            "logits_scaling": 6.0, "max_position_embeddings": 4096, "num_attention_heads": 24,
+            "num_experts_per_tok": 8, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 40,
+            "residual_multiplier": 0.22, "attention_multiplier": 0.015625, "rms_norm_eps": 1e-06,
+            "rope_theta": 10000, "tie_word_embeddings": True, "vocab_size": 49155}
+    spec = model_from_hf_config(data, "granitemoe.json")
+    assert spec.moe is not None and (spec.moe.num_experts, spec.moe.experts_per_token) == (40, 8)
+    layer = 2 * 1536 * 1536 + 2 * 512 * 1536 + 1536 * 40 + 40 * 3 * 1536 * 512 + 2 * 1536
+    assert count_params(spec).total == 32 * layer + 1536 + 49155 * 1536 == 3_298_793_472
+
+
+def test_an_architecture_planner_does_not_model_is_refused_for_what_it_is(run_cli):
+    """Nemotron-H's hub file holds time_step_limit [0.0, Infinity]; the refusal is about its Mamba-2 layers, found
+    before the non-finite number a supported type would be refused for."""
+    result = run_cli("models", "show", HF / "nemotron-h-56b-base-8k.json")
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "model_type: unsupported model_type 'nemotron_h': a hybrid stack of Mamba-2" in lines[0]
+    assert "Infinity" not in lines[0] and " inf " not in lines[0]
+    qwen35 = {"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", "hidden_size": 64}}
+    assert "Gated DeltaNet" in str(refusal(qwen35)) and refusal(qwen35).field == "text_config.model_type"
