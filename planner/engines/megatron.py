@@ -67,6 +67,8 @@ READ_FLAGS: dict[str, str] = {
         "recompute-granularity", "recompute-method", "position-embedding-type", "normalization", "optimizer",
         "attention-backend", "fp8-format", "fp8-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
+        "experimental-attention-variant", "linear-attention-freq", "heterogeneous-layers-config-path",
+        "heterogeneous-layers-config-encoded-json",
         "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
         "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "cuda-graph-impl",
@@ -1351,6 +1353,33 @@ def moe_conflict(model: ModelSpec, fields: Mapping[str, Any]) -> str | None:
     return None
 
 
+# Megatron-Core's experimental attention variants (TransformerConfig.experimental_attention_variant @ d98e8a64) and
+# what each puts in place of softmax attention
+ATTENTION_VARIANTS: dict[str, str] = {
+    "dsa": "DeepSeek Sparse Attention (a lightning indexer picks the top-k keys of every query: DeepSeek-V3.2, "
+           "GLM-5)",
+    "gdn": "Gated DeltaNet linear-attention layers", "gdn2": "Gated DeltaNet-2 linear-attention layers",
+    "gated_delta_net": "Gated DeltaNet linear-attention layers",
+}
+
+
+def _refuse_unmodelled_layers(args: Mapping[str, Any], source: str) -> None:
+    """Flags that put layers planner does not model in the network: refused, since reading the rest as softmax
+    attention would size and time another model."""
+    variant = args.get("experimental-attention-variant")
+    if variant is not None:
+        what = ATTENTION_VARIANTS.get(str(variant), f"the attention variant {variant!r}")
+        raise PlannerError(f"--experimental-attention-variant {variant}: {what}, which planner does not model; "
+                           "planner models softmax-attention layers", source=source)
+    if args.get("linear-attention-freq") is not None:
+        raise PlannerError("--linear-attention-freq puts linear-attention layers between the softmax ones, which "
+                           "planner does not model", source=source)
+    for flag in ("heterogeneous-layers-config-path", "heterogeneous-layers-config-encoded-json"):
+        if args.get(flag) is not None:
+            raise PlannerError(f"--{flag}: layers that differ in shape or are replaced (Llama-Nemotron's block "
+                               "configs) are not modelled; planner's layers share one shape", source=source)
+
+
 def import_megatron(
     tokens: Sequence[str],
     *,
@@ -1362,6 +1391,7 @@ def import_megatron(
     """Megatron-LM flags, the GPU count, the job's own fields and (optionally) the model -> Layout fields and
     the model (built from the flags when `model` is None)."""
     args, warnings = parse_flags(tokens, source)
+    _refuse_unmodelled_layers(args, source)
     for alias, flag in (("encoder-seq-length", "seq-length"), ("encoder-num-layers", "num-layers")):
         if alias in args:  # Megatron-LM's validate_args: the GPT model's length and depth, when the other is absent
             if flag in args:

@@ -440,3 +440,15 @@ def test_a_layout_given_as_lists_of_layer_names_is_megatrons_layout_string() -> 
     bad = {**data, "model": {**data["model"], "pipeline_model_parallel_layout": [["decoder", "attention"]]}}
     with pytest.raises(PlannerError, match="unknown layer name 'attention'"):
         bridge_tokens(bad, "run_config.yaml")
+
+
+def test_an_attention_variant_planner_does_not_model_is_refused_by_its_field(run_cli, tmp_path) -> None:
+    """A provider with experimental_attention_variant dsa (Megatron-Bridge's GLM-5 bridge sets it) is not read as
+    softmax attention: one error naming the field; the provider default null reads as before."""
+    path = tmp_path / "run_config.yaml"
+    path.write_text(DUMP.replace("model:\n", "model:\n  experimental_attention_variant: dsa\n", 1))
+    result = run_cli("check", "--megatron-args", str(path), "--hardware", "gb200-nvl72", "--gpus", "128")
+    assert result.exit_code == 2
+    assert "model.experimental_attention_variant: --experimental-attention-variant dsa" in result.stderr
+    path.write_text(DUMP.replace("model:\n", "model:\n  experimental_attention_variant: null\n", 1))
+    assert run_cli("check", "--megatron-args", str(path), "--hardware", "gb200-nvl72", "--gpus", "128").exit_code in (0, 1)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from planner.engines.load import load_model
-from planner.engines.megatron import model_args_script, parse_model_args_text, read_launch_text
+from planner.engines.megatron import import_megatron, model_args_script, parse_model_args_text, read_launch_text
 from planner.errors import PlannerError
 from planner.physics.params import count_params
 
@@ -36,6 +36,7 @@ FILES = [
     UPSTREAM / "tp2_pp2_cp2_etp4_dp_last.model_config.yaml",
     MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_cp2.yaml",
     MODEL_ARGS / "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release.yaml",
+    MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_dsa.yaml",
     ZOO,
 ]
 
@@ -199,3 +200,26 @@ def test_substitution_is_bounded_before_it_is_done() -> None:
     text = "MODEL_ARGS:\n  --save: " + "${X}" * 20_000 + "\n"
     with pytest.raises(PlannerError, match="with its variables substituted the file would exceed"):
         parse_model_args_text(text, "t.yaml", ["X=" + "a" * 1_000])
+
+
+def test_deepseek_sparse_attention_functional_test_is_refused_for_what_it_is(run_cli) -> None:
+    """gpt3_mcore_te_tp2_pp2_dsa turns on --experimental-attention-variant dsa (an indexer picks 2,048 keys per
+    query). Read as softmax attention it would be another model, so it is one error naming the variant."""
+    result = run_cli("check", "--megatron-args", MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_dsa.yaml", "--hardware",
+                     "h100-sxm", "--gpus", "8")
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "--experimental-attention-variant dsa: DeepSeek Sparse Attention" in lines[0]
+
+
+@pytest.mark.parametrize(("flags", "why"), [
+    (["--experimental-attention-variant", "gdn", "--linear-attention-freq", "4"], "Gated DeltaNet"),
+    (["--linear-attention-freq", "4"], "linear-attention layers"),
+    (["--heterogeneous-layers-config-path", "nemotron_super.json"], "Llama-Nemotron's block configs"),
+])
+def test_layers_planner_does_not_model_are_refused(flags: list[str], why: str) -> None:
+    base = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "512",
+            "--max-position-embeddings", "512", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16",
+            "--vocab-size", "1024"]
+    with pytest.raises(PlannerError, match=re.escape(why)):
+        import_megatron([*base, *flags], gpus=8, given={}, model=None, source="args")
