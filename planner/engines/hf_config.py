@@ -398,6 +398,55 @@ def _deepseek_v3(r: _Reader) -> None:
     _deepseek(r, default_topk_method="noaux_tc")
 
 
+def _sparse_attention(r: _Reader, *, default_heads: int) -> None:
+    """DeepSeek Sparse Attention's indexer (DeepseekV32Config / GlmMoeDsaConfig): index_n_heads heads of
+    index_head_dim, index_topk keys per query; every layer runs its own indexer (GLM-5.2's `indexer_types` with
+    shared layers, which reuse an earlier layer's top-k, are refused)."""
+    r.put("sparse_attention", {"index_heads": r.int_("index_n_heads", default_heads),
+                               "index_head_dim": r.int_("index_head_dim", 128),
+                               "topk": r.int_("index_topk", 2048)}, "index_topk")
+    for field, key in (("index_heads", "index_n_heads"), ("index_head_dim", "index_head_dim"), ("topk", "index_topk")):
+        r.origin[f"sparse_attention.{field}"] = key  # a nested field's error names its own key
+    types = r.raw("indexer_types")
+    freq = r.raw("index_topk_freq")
+    pattern = r.raw("index_topk_pattern")
+    r.raw("index_skip_topk_offset")
+    if (isinstance(types, list) and any(t != "full" for t in types)) or (freq not in (None, 1)) or pattern:
+        key = "indexer_types" if types is not None else ("index_topk_freq" if freq not in (None, 1) else
+                                                         "index_topk_pattern")
+        raise r.error(key, "layers that reuse another layer's top-k (shared indexers, GLM-5.2) are not modelled; "
+                      "planner models an indexer on every layer")
+
+
+def _deepseek_v32(r: _Reader) -> None:
+    """DeepSeek-V3.2 (transformers DeepseekV32Config / modeling_deepseek_v32): DeepSeek-V3 (MLA, shared and routed
+    experts after first_k_dense_replace dense layers, the router's correction bias) with DeepSeek Sparse
+    Attention's lightning indexer on every layer."""
+    _deepseek(r, default_topk_method="noaux_tc")
+    _sparse_attention(r, default_heads=64)
+    _mlp_layer_types(r)
+
+
+def _glm_moe_dsa(r: _Reader) -> None:
+    """GLM-5 (transformers GlmMoeDsaConfig / modeling_glm_moe_dsa): DeepSeek-V3's layout (MLA with q_lora_rank,
+    routed and one shared expert after first_k_dense_replace dense layers, sigmoid routing with a correction bias)
+    and DeepSeek Sparse Attention (index_n_heads 32 by default)."""
+    _deepseek(r, default_topk_method="noaux_tc")
+    _sparse_attention(r, default_heads=32)
+    _mlp_layer_types(r)
+
+
+def _mlp_layer_types(r: _Reader) -> None:
+    """`mlp_layer_types`, when written out, must be what first_k_dense_replace implies (dense first, then MoE)."""
+    types = r.raw("mlp_layer_types")
+    if types is None:
+        return
+    layers, dense = r.spec["num_layers"], r.spec["moe"]["num_dense_layers"]
+    if types != ["dense"] * dense + ["sparse"] * (layers - dense):
+        raise r.error("mlp_layer_types", f"expected {dense} 'dense' then {layers - dense} 'sparse' (first_k_dense_"
+                      "replace); other placements of the dense layers are not modelled")
+
+
 def _deepseek_v2(r: _Reader) -> None:
     _deepseek(r, default_topk_method="greedy")  # DeepseekV2Config default
 
@@ -900,7 +949,16 @@ _GRANITE_MULTIPLIERS = {
     "attention_multiplier": "attention score scale (muP); no weights",
     "logits_scaling": "divides the logits (muP); no weights",
 }
+_DSA_IGNORED = {
+    "head_dim": "MLA head sizes come from qk_nope/qk_rope/v_head_dim (the config points head_dim at the rotary part)",
+    "qk_head_dim": "qk_nope_head_dim + qk_rope_head_dim", "rope_interleave": "rotary layout; no weights",
+    "indexer_rope_interleave": "the indexer's rotary layout; no weights",
+    "index_share_for_mtp_iteration": "MTP reuses the top-k when drafting; no weights",
+    "layer_types": "every layer indexed attention (the cache class it drives)",
+}
 IGNORED_KEYS.update({
+    "deepseek_v32": {**IGNORED_KEYS["deepseek_v3"], **_DSA_IGNORED},
+    "glm_moe_dsa": {**IGNORED_KEYS["deepseek_v3"], **_DSA_IGNORED},
     "smollm3": {**_LLAMA_IGNORED, "max_window_layers": "not read by transformers' SmolLM3 (layer_types decide "
                 "the windows)"},
     "granite": {**_LLAMA_IGNORED, **_GRANITE_MULTIPLIERS},
@@ -1062,6 +1120,8 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "olmo3": _olmo3,
     "exaone4": _exaone4,
     "qwen3_vl_text": _qwen3_vl_text,
+    "deepseek_v32": _deepseek_v32,
+    "glm_moe_dsa": _glm_moe_dsa,
     "smollm3": _smollm3,
     "granite": _granite,
     "granitemoe": _granitemoe,
@@ -1169,9 +1229,6 @@ NOT_MODELLED: dict[str, str] = {
         "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")},
     "kimi_linear": "Kimi Delta Attention (linear attention) layers between its attention layers",
     "minimax": "lightning (linear) attention layers (MiniMax-01)",
-    "deepseek_v32": "DeepSeek Sparse Attention: a lightning indexer picks 2,048 keys per query, which changes "
-                    "the attention's cost and adds the indexer's weights",
-    "glm_moe_dsa": "DeepSeek Sparse Attention (GLM-5): a lightning indexer picks the keys each query attends",
     "lfm2": "short-convolution layers between its attention layers",
 }
 
@@ -1229,7 +1286,8 @@ def read_hf_config(data: dict[str, Any], source: str) -> HfImport:
         return HfImport(spec=ModelSpec.model_validate(spec), notes=tuple(notes))
     except ValidationError as err:
         loc = err.errors()[0]["loc"]
-        key = reader.origin.get(str(loc[0])) if loc else None
+        nested = ".".join(str(part) for part in loc[:2])
+        key = reader.origin.get(nested, reader.origin.get(str(loc[0]))) if loc else None
         raise PlannerError(describe_validation_error(err), source=source,
                            field=None if key is None else prefix + key) from None
 

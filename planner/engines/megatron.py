@@ -56,6 +56,7 @@ READ_FLAGS: dict[str, str] = {
         "num-attention-heads", "ffn-hidden-size", "num-query-groups", "kv-channels", "max-position-embeddings",
         "padded-vocab-size", "vocab-size", "make-vocab-size-divisible-by", "num-experts", "moe-router-topk",
         "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "q-lora-rank", "kv-lora-rank",
+        "dsa-indexer-n-heads", "dsa-indexer-head-dim", "dsa-indexer-topk", "dsa-indexer-topk-freq",
         "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "decoder-first-pipeline-num-layers",
         "decoder-last-pipeline-num-layers", "mtp-num-layers", "encoder-seq-length", "encoder-num-layers",
         "zero-stage", "pad-vocab-size-to", "checkpoint-num-layers",
@@ -68,6 +69,7 @@ READ_FLAGS: dict[str, str] = {
         "attention-backend", "fp8-format", "fp8-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
         "experimental-attention-variant", "linear-attention-freq", "heterogeneous-layers-config-path",
+        "dsa-kernel-backend",
         "heterogeneous-layers-config-encoded-json",
         "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
@@ -163,6 +165,10 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "lr-warmup-tokens", "override-opt_param-scheduler", "override-lr-scheduler",
     # Megatron-LM's functional tests and the MoE model zoo (MODEL_ARGS files): switches and logging
     "enable-experimental", "save-retain-interval", "logging-level",
+    # DeepSeek Sparse Attention's loss and numerics (TransformerConfig @ d98e8a64): no weights, no change of work
+    "dsa-indexer-loss-coeff", "dsa-indexer-use-sparse-loss", "dsa-indexer-rope-interleaved",
+    "dsa-indexer-rotate-activation", "dsa-indexer-scoring-relu", "dsa-indexer-k-norm-epsilon",
+    "dsa-indexer-k-norm-fp32", "dsa-indexer-skip-topk-offset",
 })
 
 FSDP_STRATEGY_ZERO: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
@@ -420,6 +426,8 @@ FLAG_LIMITS: dict[str, str] = {
     **dict.fromkeys(("num-attention-heads", "num-query-groups"), "heads"),
     **dict.fromkeys(("padded-vocab-size", "vocab-size", "make-vocab-size-divisible-by"), "vocab"),
     **dict.fromkeys(("num-experts", "moe-router-topk"), "experts"),
+    "dsa-indexer-n-heads": "heads", "dsa-indexer-head-dim": "width", "dsa-indexer-topk": "seq_len",
+    "dsa-indexer-topk-freq": "layers",
 }
 
 
@@ -618,6 +626,7 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
                    qk_nope_head_dim=int(args.get("qk-head-dim", 128)),
                    qk_rope_head_dim=int(args.get("qk-pos-emb-head-dim", 64)),
                    v_head_dim=int(args.get("v-head-dim", 128)))
+    sparse = _sparse_attention(args, source)
     dropout = float(args.get("attention-dropout", 0.1)) > 0 or float(args.get("hidden-dropout", 0.1)) > 0
     spec: dict[str, Any] = dict(
         name=f"Megatron-LM arguments ({source})", source=source, num_layers=layers, hidden_size=h,
@@ -633,7 +642,7 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
         qk_norm=bool(args.get("qk-layernorm")), qkv_bias=bias or bool(args.get("add-qkv-bias")),
         attention_output_bias=bias, mlp_bias=bias,
         max_seq_len=int(args.get("max-position-embeddings") or args.get("seq-length") or 0) or None,
-        dropout=dropout, moe=moe, mla=mla,  # validated with the spec below, so a bad value is a one-line error
+        dropout=dropout, moe=moe, mla=mla, sparse_attention=sparse,  # validated below: a bad value is one error
         mtp_layers=int(args.get("mtp-num-layers") or 0),
     )
     if spec["max_seq_len"] is None:
@@ -645,6 +654,22 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
 
         raise PlannerError(f"the arguments describe an invalid model: {describe_validation_error(err)}",
                            source=source) from None
+
+
+def _sparse_attention(args: Mapping[str, Any], source: str) -> dict[str, int] | None:
+    """DeepSeek Sparse Attention from --experimental-attention-variant dsa and its --dsa-indexer-* sizes (each
+    required: TransformerConfig leaves them None), on MLA with a query latent."""
+    if args.get("experimental-attention-variant") != "dsa":
+        return None
+    missing = [f"--{flag}" for flag in ("dsa-indexer-n-heads", "dsa-indexer-head-dim", "dsa-indexer-topk")
+               if args.get(flag) is None]
+    if missing:
+        raise PlannerError(f"--experimental-attention-variant dsa needs {', '.join(missing)}", source=source)
+    if not args.get("multi-latent-attention") or not args.get("q-lora-rank"):
+        raise PlannerError("--experimental-attention-variant dsa runs on multi-latent attention with a query latent; "
+                           "add --multi-latent-attention and --q-lora-rank", source=source)
+    return {"index_heads": int(args["dsa-indexer-n-heads"]), "index_head_dim": int(args["dsa-indexer-head-dim"]),
+            "topk": int(args["dsa-indexer-topk"])}
 
 
 _ARCH_CHECK: dict[str, str] = {
@@ -1353,11 +1378,10 @@ def moe_conflict(model: ModelSpec, fields: Mapping[str, Any]) -> str | None:
     return None
 
 
-# Megatron-Core's experimental attention variants (TransformerConfig.experimental_attention_variant @ d98e8a64) and
-# what each puts in place of softmax attention
+# Megatron-Core's experimental attention variants planner does not model (TransformerConfig.
+# experimental_attention_variant @ d98e8a64: 'dsa', DeepSeek Sparse Attention, is read) and what each puts in place
+# of softmax attention
 ATTENTION_VARIANTS: dict[str, str] = {
-    "dsa": "DeepSeek Sparse Attention (a lightning indexer picks the top-k keys of every query: DeepSeek-V3.2, "
-           "GLM-5)",
     "gdn": "Gated DeltaNet linear-attention layers", "gdn2": "Gated DeltaNet-2 linear-attention layers",
     "gated_delta_net": "Gated DeltaNet linear-attention layers",
 }
@@ -1367,7 +1391,11 @@ def _refuse_unmodelled_layers(args: Mapping[str, Any], source: str) -> None:
     """Flags that put layers planner does not model in the network: refused, since reading the rest as softmax
     attention would size and time another model."""
     variant = args.get("experimental-attention-variant")
-    if variant is not None:
+    if variant == "dsa" and int(args.get("dsa-indexer-topk-freq") or 1) > 1:
+        raise PlannerError(f"--dsa-indexer-topk-freq {args['dsa-indexer-topk-freq']}: layers that reuse another "
+                           "layer's top-k (shared indexers) are not modelled; planner models an indexer on every "
+                           "layer", source=source)
+    if variant is not None and variant != "dsa":  # DeepSeek Sparse Attention is modelled (model_from_args)
         what = ATTENTION_VARIANTS.get(str(variant), f"the attention variant {variant!r}")
         raise PlannerError(f"--experimental-attention-variant {variant}: {what}, which planner does not model; "
                            "planner models softmax-attention layers", source=source)
@@ -1400,6 +1428,10 @@ def import_megatron(
             args[flag] = args.pop(alias)
     got = Collected(source=source, warnings=list(warnings))
     got.set("engine", "megatron", "the engine file", explicit=False)  # the engine that reads it runs it
+    if args.get("experimental-attention-variant") == "dsa" and args.get("dsa-kernel-backend", "none") == "none":
+        got.warn("--dsa-kernel-backend none (Megatron-Core's default) runs DeepSeek Sparse Attention's PyTorch "
+                 "fallback, which materialises the fp32 scores; planner times the fused kernels "
+                 "(--dsa-kernel-backend cudnn or tilelang)")
     _layout_fields(args, got)
     moe = model.moe is not None if model is not None else int(args.get("num-experts") or 0) > 1
     _fused_mlp(args, got, moe)
@@ -1701,6 +1733,11 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
             flags.append(["--q-lora-rank", str(mla.q_lora_rank)])
         flags += [["--kv-lora-rank", str(mla.kv_lora_rank)], ["--qk-head-dim", str(mla.qk_nope_head_dim)],
                   ["--qk-pos-emb-head-dim", str(mla.qk_rope_head_dim)], ["--v-head-dim", str(mla.v_head_dim)]]
+    if model.sparse_attention is not None:  # Megatron-Core's DSA, with the fused cuDNN kernels planner times
+        dsa = model.sparse_attention
+        flags += [["--experimental-attention-variant", "dsa"], ["--dsa-indexer-n-heads", str(dsa.index_heads)],
+                  ["--dsa-indexer-head-dim", str(dsa.index_head_dim)], ["--dsa-indexer-topk", str(dsa.topk)],
+                  ["--dsa-indexer-use-sparse-loss"], ["--dsa-kernel-backend", "cudnn"]]
     if model.sliding_window_layers:
         window = _window_flags(model)
         if window is None:

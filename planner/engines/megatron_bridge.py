@@ -61,7 +61,8 @@ MODEL_VALUES = (
     "recompute_num_layers", "cpu_offloading_num_layers", "cuda_graph_impl", "fp8_recipe", "softmax_type",
     "window_attn_skip_freq", "pipeline_model_parallel_layout", "normalization", "position_embedding_type",
     "moe_mlp_glu_interleave_size", "hybrid_override_pattern", "hybrid_layer_pattern", "attention_dropout",
-    "hidden_dropout", "experimental_attention_variant", "linear_attention_freq",
+    "hidden_dropout", "experimental_attention_variant", "linear_attention_freq", "dsa_indexer_n_heads",
+    "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_topk_freq", "dsa_kernel_backend",
 )
 # model fields that are store_true flags in Megatron-LM: passed when true
 MODEL_SWITCHES = (

@@ -46,8 +46,12 @@ def causal_pairs(new_tokens: np.ndarray, window: int = 0) -> np.ndarray:
 def window_work_fraction(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
     """Share of the full causal attention work that the model's layers do, averaged over its layers:
     a sliding-window layer computes causal_pairs(s, window) of the s(s+1)/2 pairs (Mistral v0.1, Gemma 2/3,
-    gpt-oss). Flash kernels with a window skip the rest (FlashAttention-2's window_size); 1 without windows."""
+    gpt-oss). Flash kernels with a window skip the rest (FlashAttention-2's window_size); 1 without windows.
+    Under DeepSeek Sparse Attention every layer keeps each query's top-k keys: the pairs of a window of top-k
+    (physics/sparse_attention.py)."""
     s = np.asarray(seq_len, dtype=float)
+    if model.sparse_attention is not None:
+        return np.asarray(causal_pairs(s, model.sparse_attention.topk) / causal_pairs(s))
     sliding = sliding_layer_share(model)
     if not sliding or model.sliding_window_tokens is None:
         return np.ones_like(s)

@@ -33,7 +33,7 @@ def attention_params(model: ModelSpec) -> int:
         kv_proj += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
         out = a * m.v_head_dim * h
         out_bias = h if model.attention_output_bias else 0  # projection biases are not modelled for MLA's q/kv
-        return q + kv_proj + out + out_bias + qk_norm_params(model) + sink_params(model)
+        return q + kv_proj + out + out_bias + qk_norm_params(model) + sink_params(model) + indexer_params(model)
     q = h * a * d
     k_and_v = 2 * h * kv * d
     out = a * d * h
@@ -43,6 +43,18 @@ def attention_params(model: ModelSpec) -> int:
     if model.attention_output_bias:
         bias += h
     return q + k_and_v + out + bias + qk_norm_params(model) + sink_params(model)
+
+
+def indexer_params(model: ModelSpec) -> int:
+    """DeepSeek Sparse Attention's lightning indexer, one layer (DeepSeek-V3.2-Exp inference/model.py Indexer;
+    transformers DeepseekV32Indexer, GlmMoeDsaIndexer): wq_b from the query latent to H_I x d_I, wk from the
+    hidden state to one d_I key, its LayerNorm (weight and bias), and weights_proj (h -> H_I), all without bias.
+    0 without sparse attention."""
+    dsa = model.sparse_attention
+    if dsa is None or model.mla is None or model.mla.q_lora_rank is None:
+        return 0
+    h, heads, d = model.hidden_size, dsa.index_heads, dsa.index_head_dim
+    return model.mla.q_lora_rank * heads * d + h * d + 2 * d + h * heads
 
 
 def qk_norm_params(model: ModelSpec) -> int:
@@ -195,6 +207,21 @@ def kv_cache_elements_per_token_per_layer(model: ModelSpec) -> int:
     return 2 * model.kv_heads * model.head_size
 
 
+INDEXER_CACHE_SCALE_BYTES = 4
+"""What a sparse-attention layer's indexer key cache adds to its d_I fp8 values per token: one fp32 scale
+(DeepSeek-V3.2-Exp inference/model.py; DeepGEMM's paged layout, block_size x (head_dim + 4) bytes): 132 bytes at
+d_I 128, whatever the KV cache's own dtype."""
+
+
+def indexer_cache_bytes_per_token_per_layer(model: ModelSpec) -> float:
+    """Bytes of DeepSeek Sparse Attention's indexer key cache per token and layer (0 without it)."""
+    if model.sparse_attention is None:
+        return 0.0
+    return float(model.sparse_attention.index_head_dim + INDEXER_CACHE_SCALE_BYTES)
+
+
 def kv_cache_bytes_per_token(model: ModelSpec, dtype: str = "bf16") -> float:
-    """KV-cache bytes per token for the whole model: 2 . L . kv_heads . head_dim . bytes (or MLA latent)."""
-    return model.num_layers * kv_cache_elements_per_token_per_layer(model) * bytes_per_element(dtype)
+    """KV-cache bytes per token for the whole model: 2 . L . kv_heads . head_dim . bytes (or MLA latent), plus a
+    sparse-attention model's indexer keys."""
+    per_layer = kv_cache_elements_per_token_per_layer(model) * bytes_per_element(dtype)
+    return model.num_layers * (per_layer + indexer_cache_bytes_per_token_per_layer(model))

@@ -47,6 +47,14 @@ class AttentionWidths(NamedTuple):
 def attention_dims(model: ModelSpec) -> AttentionWidths:
     """Q, K, V and output widths. The attention core costs 2 s (query + output) FLOPs per token (QK^T, PV)."""
     a = model.num_attention_heads
+    if model.sparse_attention is not None and model.mla is not None:
+        # DeepSeek Sparse Attention runs MLA in its MQA form (DeepSeek-V3.2-Exp report Sec. 1; Megatron-Core
+        # AbsorbedMLASelfAttention): each query head, absorbed through the key up-projection, is kv_lora + rope
+        # wide, the key is the one shared latent with its rotary part (V is its first kv_lora channels, no
+        # tensor of its own), and each head's output is kv_lora wide before the value up-projection.
+        m = model.mla
+        latent = m.kv_lora_rank + m.qk_rope_head_dim
+        return AttentionWidths(a * latent, latent, 0, a * m.kv_lora_rank)
     if model.mla is not None:  # MLA materialises per-head K and V after the up-projection
         m = model.mla
         qk = a * (m.qk_nope_head_dim + m.qk_rope_head_dim)
@@ -57,7 +65,10 @@ def attention_dims(model: ModelSpec) -> AttentionWidths:
 
 
 def kv_divisor(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
-    """What K and V tensors are divided by under TP: kv_shard for GQA/MHA; tp for MLA's per-head K/V."""
+    """What K and V tensors are divided by under TP: kv_shard for GQA/MHA; tp for MLA's per-head K/V; 1 for the
+    shared latent key of sparse attention's MQA form (every TP rank holds it whole)."""
+    if model.sparse_attention is not None:
+        return np.ones_like(np.asarray(tp))
     if model.mla is not None:
         return np.asarray(tp)
     return kv_shard(model, tp)
@@ -107,6 +118,14 @@ def _attention_gemms(model: ModelSpec) -> tuple[tuple[Gemm, ...], int]:
         gemms.append(Gemm("kv_down", replicated_elements=h * (m.kv_lora_rank + m.qk_rope_head_dim)))
         gemms.append(Gemm("kv_up", tp_elements=m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)))
         gemms.append(Gemm("attn_out", tp_elements=a * m.v_head_dim * h))
+        dsa = model.sparse_attention
+        if dsa is not None and m.q_lora_rank is not None:
+            # the lightning indexer's projections, replicated on every TP rank (Megatron-Core dsa.py @ d98e8a64:
+            # parallel_mode="duplicated", inputs all-gathered under sequence parallelism)
+            heads, d = dsa.index_heads, dsa.index_head_dim
+            gemms.append(Gemm("index_q", replicated_elements=m.q_lora_rank * heads * d))
+            gemms.append(Gemm("index_k", replicated_elements=h * d))
+            gemms.append(Gemm("index_weights", replicated_elements=h * heads))
     else:
         gemms = [Gemm("qkv", tp_elements=h * a * d, kv_elements_per_head=2 * h * d), Gemm("attn_out", tp_elements=a * d * h)]
     weights = sum(g.tp_elements + g.replicated_elements + g.kv_elements_per_head * kv for g in gemms)
@@ -226,6 +245,8 @@ def _head_wise_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarra
         total = total + model.num_attention_heads / t
     if model.mla is not None:  # RMSNorms of the query and K/V latents, replicated with the down-projections
         total = total + (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
+    if model.sparse_attention is not None:  # the indexer key's LayerNorm (weight and bias), replicated with it
+        total = total + 2 * model.sparse_attention.index_head_dim
     return total
 
 

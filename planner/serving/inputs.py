@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.physics import sparse_attention
 from planner.physics.elementwise import elementwise_bytes_per_token
 from planner.physics.params import (
     count_params,
+    indexer_cache_bytes_per_token_per_layer,
     kv_cache_elements_per_token_per_layer,
 )
 from planner.physics.shapes import LayerShape, kv_heads_per_rank, layer_shape
@@ -183,6 +185,19 @@ class ModelShapes:
     sliding_window_tokens: int  # 0 when none
     sliding_window_layers: int
     spec: ModelSpec  # what the shared physics functions take
+    sparse_topk: int = 0  # DeepSeek Sparse Attention: keys each query attends (0: dense attention)
+    indexer_flop_per_pair: float = 0.0  # its indexer's logit FLOPs per (query, key) pair, all indexer heads
+    indexer_cache_bytes_per_token_per_layer: float = 0.0  # its indexer's key cache (fp8 values and a scale)
+
+    def kv_bytes_per_token_per_layer_per_gpu(self, tp: np.ndarray, kv_bytes: np.ndarray) -> np.ndarray:
+        """Cache bytes per token per layer on one GPU: the K/V (or MLA latent) elements at the KV dtype, and under
+        sparse attention the indexer's key cache, fixed at fp8 with its scale and whole on every GPU."""
+        return np.asarray(self.kv_elements_per_token_per_layer_per_gpu(tp) * kv_bytes
+                          + self.indexer_cache_bytes_per_token_per_layer)
+
+    def kv_bytes_per_token_per_layer(self, kv_bytes: np.ndarray) -> np.ndarray:
+        """Cache bytes per token per layer of one replica (before any split)."""
+        return np.asarray(self.kv_elements_per_token_per_layer * kv_bytes + self.indexer_cache_bytes_per_token_per_layer)
 
     def elementwise_bytes_per_token(self, tp: np.ndarray) -> np.ndarray:
         """Element-wise bytes per token of one dense layer on one GPU (planner.physics.elementwise, the
@@ -219,6 +234,11 @@ class ModelShapes:
 def model_shapes(model: ModelSpec) -> ModelShapes:
     counts = count_params(model)
     mla = model.mla
+    dsa = model.sparse_attention
+    # sparse attention runs MLA in its MQA form for the prefill too (FlashMLA's sparse prefill kernel)
+    prefill_qk = (mla.kv_lora_rank + mla.qk_rope_head_dim if dsa else mla.qk_nope_head_dim + mla.qk_rope_head_dim
+                  ) if mla else model.head_size
+    prefill_v = (mla.kv_lora_rank if dsa else mla.v_head_dim) if mla else model.head_size
     return ModelShapes(
         num_layers=model.num_layers,
         hidden=model.hidden_size,
@@ -236,13 +256,17 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
         tied_embeddings=model.tied_embeddings,
         kv_elements_per_token_per_layer=kv_cache_elements_per_token_per_layer(model),
         mla=mla is not None,
-        attn_qk_dim=(mla.qk_nope_head_dim + mla.qk_rope_head_dim) if mla else model.head_size,
-        attn_v_dim=mla.v_head_dim if mla else model.head_size,
+        attn_qk_dim=prefill_qk,
+        attn_v_dim=prefill_v,
         decode_qk_dim=(mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else model.head_size,
         decode_v_dim=mla.kv_lora_rank if mla else model.head_size,
         sliding_window_tokens=model.sliding_window_tokens or 0,
         sliding_window_layers=model.sliding_window_layers,
         spec=model,
+        sparse_topk=dsa.topk if dsa else 0,
+        indexer_flop_per_pair=sparse_attention.indexer_flop_per_pair(model) if dsa else 0.0,
+        indexer_cache_bytes_per_token_per_layer=(
+            indexer_cache_bytes_per_token_per_layer(model)),
     )
 
 

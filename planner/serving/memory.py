@@ -111,14 +111,14 @@ def kv_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, conte
     """KV-cache bytes one sequence of `context` tokens occupies on a GPU of the most loaded stage."""
     g_layers, s_layers = stage_layer_mix(shapes, x.pp)
     full, capped = cached_tokens(shapes, context)
-    per_token_layer = shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes
+    per_token_layer = shapes.kv_bytes_per_token_per_layer_per_gpu(x.tp, x.kv_bytes)
     return np.asarray(per_token_layer * (g_layers * full + s_layers * capped))
 
 
 def kv_bytes_per_sequence_replica(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
     """KV-cache bytes of one sequence in the whole model (one replica, before any split)."""
     full, capped = cached_tokens(shapes, context)
-    per_token_layer = shapes.kv_elements_per_token_per_layer * x.kv_bytes
+    per_token_layer = shapes.kv_bytes_per_token_per_layer(x.kv_bytes)
     return np.asarray(per_token_layer * (shapes.global_layers() * full + shapes.sliding_window_layers * capped))
 
 
@@ -281,7 +281,7 @@ def stage_memory(shapes: ModelShapes, x: InferenceArrays, stages: np.ndarray) ->
         stages == x.pp - 1, head, 0.0)
     global_layers = -(-(n * shapes.global_layers()) // shapes.num_layers)
     full, capped = cached_tokens(shapes, x.context_len)
-    per_token_layer = shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes
+    per_token_layer = shapes.kv_bytes_per_token_per_layer_per_gpu(x.tp, x.kv_bytes)
     kv = x.concurrency * per_token_layer * (global_layers * full + (n - global_layers) * capped)
     act = activation_workspace_bytes(shapes, x, x.concurrency) + np.zeros(stages.shape)
     other = reserve_bytes(x) + np.zeros(stages.shape)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.physics import sparse_attention
 from planner.physics.comm import (
     all_gather_seconds,
     all_reduce_seconds,
@@ -107,6 +108,7 @@ class Rates:
     attention_peak_flop_per_s: float
     memory_bytes_per_s: float
     memory_peak_bytes_per_s: float
+    indexer_flop_per_s: float = 0.0  # DeepSeek Sparse Attention's indexer logits (fp8 where the chip has it)
 
 
 def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
@@ -130,6 +132,8 @@ def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
         attention_peak_flop_per_s=p16,
         memory_bytes_per_s=bw * SERVING_MEMORY_BANDWIDTH_FRACTION,
         memory_peak_bytes_per_s=bw,
+        # the indexer's logits run in fp8 in serving (DeepSeek-V3.2-Exp's fp8_index, DeepGEMM's fp8_mqa_logits)
+        indexer_flop_per_s=float(peaks.get("fp8", p16)) * sparse_attention.INDEXER_EFFICIENCY,
     )
 
 
@@ -229,8 +233,10 @@ def _attention(shapes: ModelShapes, x: InferenceArrays, r: Rates, w: Work) -> tu
     """Attention of all layers: prefill (compute-bound flash attention over causal pairs) and decode
     (reads each sequence's cached K/V; per-head kernels re-read it for every query head of a group)."""
     heads_gpu = shapes.heads / x.tp
-    window = shapes.sliding_window_tokens
+    window = shapes.sliding_window_tokens or shapes.sparse_topk  # sparse attention: each query's top-k keys
     g_layers, s_layers = shapes.global_layers(), shapes.sliding_window_layers
+    if shapes.sparse_topk:  # every layer attends the top-k keys the indexer picks (a window's pair count)
+        g_layers, s_layers = 0, shapes.num_layers
     pairs = g_layers * causal_pairs(w.prefill_len) + s_layers * causal_pairs(w.prefill_len, window)
     prefill_flop = w.prefill_seqs * pairs * 2 * heads_gpu * (shapes.attn_qk_dim + shapes.attn_v_dim)
     ctx = np.asarray(w.decode_context, dtype=float)
@@ -242,10 +248,15 @@ def _attention(shapes: ModelShapes, x: InferenceArrays, r: Rates, w: Work) -> tu
     amplification = np.where(x.per_head_decode_attention & (not shapes.mla), reread, 1.0)
     padded = seen + shapes.num_layers * KV_PAGE_TOKENS / 2  # half a page per sequence and layer
     kv_read = w.decode_seqs * padded * kv_per_token_layer
-    seconds = prefill_flop / r.attention_flop_per_s + np.maximum(
-        decode_flop / r.attention_flop_per_s, kv_read * amplification / r.memory_bytes_per_s
+    # DeepSeek Sparse Attention's indexer scores every cached token with all its heads, on every GPU of the TP
+    # group (its weights are replicated), reading the whole indexer key cache (physics/sparse_attention.py)
+    indexer_flop = shapes.num_layers * shapes.indexer_flop_per_pair * (
+        w.prefill_seqs * causal_pairs(w.prefill_len) + w.decode_seqs * ctx)
+    index_read = w.decode_seqs * shapes.num_layers * (ctx + KV_PAGE_TOKENS / 2) * shapes.indexer_cache_bytes_per_token_per_layer
+    seconds = prefill_flop / r.attention_flop_per_s + indexer_flop / max(r.indexer_flop_per_s, 1.0) + np.maximum(
+        decode_flop / r.attention_flop_per_s, (kv_read * amplification + index_read) / r.memory_bytes_per_s
     )
-    return seconds, prefill_flop + decode_flop, kv_read
+    return seconds, prefill_flop + decode_flop + indexer_flop, kv_read + index_read
 
 
 def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r: Rates, w: Work) -> PassTime:
@@ -259,7 +270,7 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
         gemm, flop, wbytes = gemm + count * t, flop + count * f, wbytes + count * b
         per_token = shapes.elementwise_bytes_per_token_moe if layer is shapes.moe else shapes.elementwise_bytes_per_token
         elementwise_bytes = elementwise_bytes + count * tokens * per_token(x.tp)
-    kv_write = tokens * shapes.kv_elements_per_token_per_layer_per_gpu(x.tp) * x.kv_bytes * shapes.num_layers
+    kv_write = tokens * shapes.kv_bytes_per_token_per_layer_per_gpu(x.tp, x.kv_bytes) * shapes.num_layers
     elementwise = (elementwise_bytes + kv_write) / r.memory_bytes_per_s
     attention, attention_flop, kv_read = _attention(shapes, x, r, w)
     layers = shapes.num_layers

@@ -91,6 +91,18 @@ class MLASpec(BaseModel):
     v_head_dim: Width = Field(description="Per-head value dimension.")
 
 
+class SparseAttentionSpec(BaseModel):
+    """DeepSeek Sparse Attention (DeepSeek-V3.2-Exp report Sec. 1, eq. 1-2; GLM-5): on every layer a lightning
+    indexer scores each preceding token with index_heads small heads (ReLU, weighted by the query token, FP8),
+    and MLA attends only the topk best keys of each query, in MLA's MQA form (the latent shared by all heads)."""
+
+    model_config = _STRICT
+
+    index_heads: Heads = Field(description="Indexer heads H_I (HF index_n_heads; DeepSeek-V3.2: 64, GLM-5: 32).")
+    index_head_dim: Width = Field(description="Indexer query/key dimension d_I (HF index_head_dim; 128).")
+    topk: SeqLen = Field(description="Keys each query attends (HF index_topk; 2,048).")
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer's architecture."""
 
@@ -165,6 +177,9 @@ class ModelSpec(BaseModel):
     )
     moe: MoESpec | None = Field(default=None, description="Mixture-of-experts settings; null for a dense model.")
     mla: MLASpec | None = Field(default=None, description="Multi-head latent attention settings; null for standard attention.")
+    sparse_attention: SparseAttentionSpec | None = Field(
+        default=None, description="DeepSeek Sparse Attention over MLA (DeepSeek-V3.2, GLM-5); null for dense attention."
+    )
     mtp_layers: LayersOrNone = Field(
         default=0,
         description="Multi-token-prediction modules (DeepSeek-V3 Sec. 2.2; HF num_nextn_predict_layers): each a "
@@ -192,6 +207,11 @@ class ModelSpec(BaseModel):
             raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) exceeds num_layers ({self.num_layers})")
         if self.sliding_window_layers and self.sliding_window_tokens is None:
             raise ValueError("sliding_window_layers is set but sliding_window_tokens is not; give the window size")
+        if self.sparse_attention is not None and (self.mla is None or self.mla.q_lora_rank is None):
+            raise ValueError("sparse_attention needs mla with a q_lora_rank: the indexer's queries come from MLA's "
+                             "query latent")
+        if self.sparse_attention is not None and self.sliding_window_layers:
+            raise ValueError("sparse_attention and sliding-window layers together are not modelled; give one")
         if self.activation_clamp is not None and self.mlp_kind != "gated":
             raise ValueError("activation_clamp bounds a gated activation's two inputs; set mlp_kind 'gated' or "
                              "remove activation_clamp")

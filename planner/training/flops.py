@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.physics import sparse_attention
 from planner.physics.kernels import window_work_fraction
 from planner.physics.params import count_params
 from planner.physics.shapes import attention_dims
@@ -41,6 +42,26 @@ def attention_core_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.n
     return flop
 
 
+def indexer_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
+    """Forward FLOPs per token, all layers, of DeepSeek Sparse Attention's indexer logits, counted like the
+    attention core (s keys per token, not halved for the causal mask); 0 without sparse attention. Its backward
+    is twice its forward (the query and key gradients), as for every other term."""
+    if model.sparse_attention is None:
+        return np.zeros_like(np.asarray(seq_len, dtype=float))
+    s = np.asarray(seq_len, dtype=float)
+    return np.asarray(model.num_layers * s * sparse_attention.indexer_flop_per_pair(model))
+
+
+def indexer_target_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
+    """FLOPs per token, all layers, of the indexer loss's target (the selected pairs' scores recomputed, forward
+    only: the target is detached); 0 without sparse attention."""
+    if model.sparse_attention is None:
+        return np.zeros_like(np.asarray(seq_len, dtype=float))
+    s = np.asarray(seq_len, dtype=float)
+    share = sparse_attention.selected_share(model, s)
+    return np.asarray(model.num_layers * s * sparse_attention.target_flop_per_pair(model) * share)
+
+
 def lm_head_flop_per_token(model: ModelSpec) -> float:
     return 2.0 * model.vocab_size * model.hidden_size
 
@@ -55,10 +76,11 @@ class StepFlop:
 
 def step_flop(model: ModelSpec, lay: LayoutArrays) -> StepFlop:
     tokens = lay.global_batch.astype(float) * lay.seq_len
-    layers_fwd = layer_weight_flop_per_token(model) + attention_core_flop_per_token(model, lay.seq_len)
+    layers_fwd = (layer_weight_flop_per_token(model) + attention_core_flop_per_token(model, lay.seq_len)
+                  + indexer_flop_per_token(model, lay.seq_len))
     head_fwd = lm_head_flop_per_token(model)
     passes = 1.0 + BACKWARD_TO_FORWARD_FLOP
-    model_flop = tokens * passes * (layers_fwd + head_fwd)
+    model_flop = tokens * (passes * (layers_fwd + head_fwd) + indexer_target_flop_per_token(model, lay.seq_len))
     # Recompute repeats forward work: full = every layer's forward (the fraction of layers recomputed when
     # only some are); selective = the attention core (Korthikanti et al. 2022, Sec. 5). With flash
     # attention nothing extra is recomputed by "selective": the kernel already recomputes inside its

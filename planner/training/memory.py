@@ -283,7 +283,11 @@ def layer_activation_bytes_per_token(
         # multi_latent_attention.py @ d98e8a64, get_query_key_value_tensors: q_compressed and kv_compressed are
         # [s / TP, b, rank] under sequence parallelism). The rotary key joins K, counted there.
         latents = (model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank
-        attention = attention + (e + g) * latents / rep_div
+        if model.sparse_attention is None:
+            attention = attention + (e + g) * latents / rep_div
+        else:
+            attention = attention + (e + g) * (model.mla.q_lora_rank or 0) / rep_div + e * model.mla.kv_lora_rank / rep_div
+            attention = attention + sparse_attention_bytes_per_token(model, lay, g)
     up = 2 if model.mlp_kind == "gated" else 1
     if moe_layer and model.moe is not None:
         moe = model.moe
@@ -377,6 +381,29 @@ def layer_activation_bytes_per_token(
         np.where(lay.recompute == RecomputeCode.OP, np.maximum(full - needed_op, 0.0), np.where(selective, core_drop + module_drop, 0.0)),
     )
     return LayerActivations(stored=stored, full=full, working=working)
+
+
+TOPK_INDEX_BYTES = 4
+"""Bytes per selected key of the top-k index list a sparse-attention layer keeps for its backward: int32, the
+index type FlashMLA's sparse kernels and DeepSeek-V3.2-Exp's reference take (deepseek-ai/FlashMLA README
+@ 9241ae3e; inference/model.py)."""
+
+
+def sparse_attention_bytes_per_token(model: ModelSpec, lay: LayoutArrays, gemm_input_bytes: np.ndarray) -> np.ndarray:
+    """What DeepSeek Sparse Attention keeps per token beyond MLA's latents and the MQA-form core's Q, K and O
+    (counted through attention_dims): the query heads' no-rotary part before the key absorption and the value
+    up-projection's output (the output projection's input), split over TP; the indexer's queries (H_I x d_I), key
+    (d_I) and head weights (H_I) and the top-k index list, 16-bit and int32, whole on every TP rank (the indexer
+    scores the all-gathered sequence on each: Megatron-Core dsa.py @ d98e8a64, FusedDSAIndexerLoss saving q,
+    weights, k, query, key and topk_indices)."""
+    assert model.sparse_attention is not None and model.mla is not None
+    dsa, m = model.sparse_attention, model.mla
+    t = lay.tp.astype(float)
+    a = model.num_attention_heads
+    absorbed = (ACTIVATION_BYTES * a * m.qk_nope_head_dim + gemm_input_bytes * a * m.v_head_dim) / t
+    indexer = ACTIVATION_BYTES * (dsa.index_heads * dsa.index_head_dim + dsa.index_head_dim + dsa.index_heads)
+    topk = TOPK_INDEX_BYTES * np.minimum(float(dsa.topk), lay.seq_len)
+    return np.asarray(absorbed + indexer + topk)
 
 
 def tokens_per_microbatch(lay: LayoutArrays) -> np.ndarray:

@@ -16,6 +16,12 @@ from planner.specs.engine import EngineProfile, engine_or_default, engine_profil
 from planner.specs.layout import DISPATCHER_CODES, RECOMPUTE_CODES, Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 
+# Engines that run DeepSeek Sparse Attention's fused kernels: Megatron-Core (experimental_attention_variant 'dsa',
+# megatron/core/transformer/experimental_attention_variant/dsa.py @ d98e8a64) and NeMo's Megatron-Bridge on it
+# (its GLM-5 bridge and recipes, src/megatron/bridge/models/glm_moe_dsa/). torchtitan has no DSA model; the
+# Hugging Face path (transformers' DeepseekV32) masks a full score matrix instead.
+SPARSE_ATTENTION_ENGINES = ("megatron", "nemo")
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -24,8 +30,12 @@ class Rule:
     message: Callable[[ModelSpec, Layout, int], str]
     # Rules of what the engine can run read its profile instead of the GPU count.
     engine_broken: Callable[[LayoutArrays, EngineProfile], np.ndarray] | None = None
+    # Rules of what the engine can run of the model read both.
+    model_engine_broken: Callable[[ModelSpec, LayoutArrays, EngineProfile], np.ndarray] | None = None
 
     def mask(self, model: ModelSpec, lay: LayoutArrays, gpus: int, engine: EngineProfile) -> np.ndarray:
+        if self.model_engine_broken is not None:
+            return np.asarray(self.model_engine_broken(model, lay, engine))
         if self.engine_broken is not None:
             return np.asarray(self.engine_broken(lay, engine))
         assert self.broken is not None
@@ -248,6 +258,20 @@ RULES: tuple[Rule, ...] = (
         "whose hidden size and per-rank expert width are multiples of 64 (grouped_mlp.py validate_grouped_mlp_dims): "
         f"hidden_size {m.hidden_size}, moe_ffn_hidden_size {m.moe.moe_ffn_hidden_size if m.moe else 'none'} / "
         f"etp({l.expert_tp}), mlp {m.mlp_kind}; set moe_fused_mlp false",
+    ),
+    Rule(
+        "engine_no_sparse_attention", None,
+        lambda m, l, g: f"engine {l.engine} has no DeepSeek Sparse Attention (Megatron-Core's "
+        "--experimental-attention-variant dsa runs it: engines megatron and nemo); choose one of those engines",
+        model_engine_broken=lambda m, a, e: np.broadcast_to(
+            np.bool_(m.sparse_attention is not None and e.name not in SPARSE_ATTENTION_ENGINES), a.shape),
+    ),
+    Rule(
+        "sparse_attention_layout",
+        lambda m, a, g: (m.sparse_attention is not None) & ((a.cp > 1) | ~a.flash_attention | a.fp8_attention),
+        lambda m, l, g: "DeepSeek Sparse Attention runs its own fused kernels (FlashMLA's sparse MLA, the indexer's "
+        f"logits) in 16 bits, without context parallelism in planner's model: cp({l.cp}), flash_attention "
+        f"{l.flash_attention}, fp8_attention {l.fp8_attention}; use cp 1, flash attention, fp8_attention false",
     ),
     Rule(
         "recompute_layers_too_many",

@@ -23,6 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.physics import sparse_attention
 from planner.physics.comm import (
     all_gather_seconds,
     all_reduce_seconds,
@@ -293,6 +294,8 @@ def attention_core_seconds(
     extra step launches cp.step_kernels kernels at the fixed cost of a kernel and moves cp.step_traffic bytes
     per query and K/V element (merging partial outputs, accumulating dQ, dK, dV), each pass cp.pass_traffic
     once. `kernels`: cp_attention_kernels' result where the caller has it already."""
+    if model.sparse_attention is not None:  # DeepSeek Sparse Attention: its own kernels (context parallelism 1)
+        return sparse_attention_seconds(model, hw, lay)
     if cp is None:
         cp = engine_or_default(None).context_parallel
     widths = attention_dims(model)
@@ -314,6 +317,18 @@ def attention_core_seconds(
     merge_fwd = merges(step.fwd_q, step.fwd_kv, once.fwd_q, once.fwd_kv)
     merge_bwd = merges(step.bwd_q, step.bwd_kv, once.bwd_q, once.bwd_kv)
     return kernel_fwd + merge_fwd, FLASH_BACKWARD_TO_FORWARD * kernel_fwd + merge_bwd
+
+
+def sparse_attention_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one DeepSeek Sparse Attention layer, one micro-batch, one rank: the sparse
+    MLA kernel, the indexer and the loss target (physics/sparse_attention.py), and the TP all-reduce of the
+    target's probabilities, which the loss waits for."""
+    tokens = tokens_per_microbatch(lay)
+    forward, backward = sparse_attention.training_core_seconds(
+        model, tokens=tokens, seq_len=lay.seq_len, tp=lay.tp, peak16=peak_16bit_flops(hw))
+    target = sparse_attention.target_bytes(model, tokens=tokens, seq_len=lay.seq_len)
+    reduce = np.where(lay.tp > 1, all_reduce_seconds(target, lay.tp, group_link(hw, lay.tp, 1)), 0.0)
+    return np.asarray(forward + reduce), backward
 
 
 def cp_comm_seconds(

@@ -45,7 +45,10 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
   095f58a51c4ca8e61b66ec108d86f223f8d559ce. aiconfigurator's Qwen3-VL copies leave out the hub files'
   rope_scaling (the multimodal rotary sections), vision_start/end_token_id and transformers_version, none of
   which has weights.
-- nemotron-h-56b-base-8k: nvidia/Nemotron-H-56B-Base-8K's config.json (a hybrid Mamba-2 stack, refused) as copied
+- deepseek-v3.2 (deepseek_v32), glm-5 (glm_moe_dsa): deepseek-ai/DeepSeek-V3.2's and zai-org/GLM-5's config.json
+  as copied in ai-dynamo/aiconfigurator, aic-core/src/aiconfigurator_core/model_configs/{deepseek-ai--DeepSeek-V3.2,
+  zai-org--GLM-5}_config.json at commit 095f58a51c4ca8e61b66ec108d86f223f8d559ce.
+- unsupported/nemotron-h-56b-base-8k: nvidia/Nemotron-H-56B-Base-8K's config.json (a hybrid Mamba-2 stack, refused) as copied
   in ai-dynamo/aiconfigurator, aic-core/src/aiconfigurator_core/model_configs/nvidia--Nemotron-H-56B-Base-8K_config.json
   at commit 095f58a51c4ca8e61b66ec108d86f223f8d559ce.
 - smollm3-3b: HuggingFaceTB/SmolLM3-3B's config.json as mirrored in fetchwiki/HuggingFaceTB-SmolLM3-3B, config.json
@@ -401,6 +404,9 @@ TRANSFORMERS_COUNTS = [
     # transformers 5.25.0 builds the text_config as DeepseekV3ForCausalLM: 1,026,408,209,408 parameters and the
     # 60 x 384 = 23,040 correction-bias buffer, which planner counts as weights
     ("kimi-k2.5.json", {}, 1_026_408_209_408 + 60 * 384),
+    # transformers 5.25.0; the routers' correction biases are buffers there (58 and 75 MoE layers x 256)
+    ("deepseek-v3.2.json", {}, 671_877_929_216 + 58 * 256),
+    ("glm-5.json", {}, 743_911_199_232 + 75 * 256),
     ("smollm3-3b.json", {}, 3_075_098_624),  # transformers 5.25.0
     ("granite-3.3-8b-instruct.json", {}, 8_170_864_640),  # transformers 5.25.0
 ]
@@ -839,10 +845,34 @@ def test_granitemoe_counts_every_layer_as_experts_by_hand():
 def test_an_architecture_planner_does_not_model_is_refused_for_what_it_is(run_cli):
     """Nemotron-H's hub file holds time_step_limit [0.0, Infinity]; the refusal is about its Mamba-2 layers, found
     before the non-finite number a supported type would be refused for."""
-    result = run_cli("models", "show", HF / "nemotron-h-56b-base-8k.json")
+    result = run_cli("models", "show", HF / "unsupported" / "nemotron-h-56b-base-8k.json")
     assert result.exit_code == 2
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "model_type: unsupported model_type 'nemotron_h': a hybrid stack of Mamba-2" in lines[0]
     assert "Infinity" not in lines[0] and " inf " not in lines[0]
     qwen35 = {"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", "hidden_size": 64}}
     assert "Gated DeltaNet" in str(refusal(qwen35)) and refusal(qwen35).field == "text_config.model_type"
+
+
+# DeepSeek Sparse Attention (fixtures deepseek-v3.2, glm-5; see the module docstring) -----------------------------
+def test_dsa_readers_take_the_indexer_sizes():
+    v32, glm = imported("deepseek-v3.2.json"), imported("glm-5.json")
+    assert v32.sparse_attention is not None and glm.sparse_attention is not None
+    assert (v32.sparse_attention.index_heads, v32.sparse_attention.index_head_dim, v32.sparse_attention.topk) == (
+        64, 128, 2048)
+    assert (glm.sparse_attention.index_heads, glm.mla.qk_nope_head_dim, glm.mla.v_head_dim) == (32, 192, 256)
+    assert load_model("deepseek-v3.2").spec.model_dump(exclude={"name", "source"}) == v32.model_dump(
+        exclude={"name", "source"})
+    assert load_model("glm-5").spec.model_dump(exclude={"name", "source"}) == glm.model_dump(
+        exclude={"name", "source"})
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"index_topk_freq": 4, "index_skip_topk_offset": 3}, "reuse another layer's top-k"),
+    ({"indexer_types": ["full"] * 3 + ["shared"] * 75}, "reuse another layer's top-k"),
+    ({"mlp_layer_types": ["sparse"] * 78}, "expected 3 'dense' then 75 'sparse'"),
+])
+def test_glm5_layouts_planner_does_not_model_are_refused(change, why):
+    """GLM-5.2's shared indexers (index_topk_freq 4: three layers in four reuse an earlier top-k and build no
+    indexer) and MoE placements other than first_k_dense_replace's."""
+    assert why in str(refusal({**fixture("glm-5.json"), **change}))

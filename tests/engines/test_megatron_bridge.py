@@ -443,12 +443,20 @@ def test_a_layout_given_as_lists_of_layer_names_is_megatrons_layout_string() -> 
 
 
 def test_an_attention_variant_planner_does_not_model_is_refused_by_its_field(run_cli, tmp_path) -> None:
-    """A provider with experimental_attention_variant dsa (Megatron-Bridge's GLM-5 bridge sets it) is not read as
-    softmax attention: one error naming the field; the provider default null reads as before."""
+    """A provider with experimental_attention_variant gdn (Gated DeltaNet layers) is not read as softmax attention:
+    one error naming the field; dsa with the indexer's fields (Megatron-Bridge's GLM-5 bridge sets them) reads as
+    DeepSeek Sparse Attention; the provider default null reads as before."""
     path = tmp_path / "run_config.yaml"
-    path.write_text(DUMP.replace("model:\n", "model:\n  experimental_attention_variant: dsa\n", 1))
+    path.write_text(DUMP.replace("model:\n", "model:\n  experimental_attention_variant: gdn\n", 1))
     result = run_cli("check", "--megatron-args", str(path), "--hardware", "gb200-nvl72", "--gpus", "128")
     assert result.exit_code == 2
-    assert "model.experimental_attention_variant: --experimental-attention-variant dsa" in result.stderr
+    assert "model.experimental_attention_variant: --experimental-attention-variant gdn" in result.stderr
+    dsa = ("model:\n  experimental_attention_variant: dsa\n  dsa_indexer_n_heads: 32\n  dsa_indexer_head_dim: 128\n"
+           "  dsa_indexer_topk: 2048\n  dsa_kernel_backend: cudnn\n")
+    path.write_text(DUMP.replace("model:\n", dsa, 1))
+    tokens, _ = bridge_tokens(parse_bridge_text(path.read_text(), "run_config.yaml"), "run_config.yaml")
+    model = import_megatron(tokens, gpus=128, given={}, model=None, source="run_config.yaml").model
+    assert model is not None and model.sparse_attention is not None
+    assert (model.sparse_attention.index_heads, model.sparse_attention.topk) == (32, 2048)
     path.write_text(DUMP.replace("model:\n", "model:\n  experimental_attention_variant: null\n", 1))
     assert run_cli("check", "--megatron-args", str(path), "--hardware", "gb200-nvl72", "--gpus", "128").exit_code in (0, 1)

@@ -202,20 +202,36 @@ def test_substitution_is_bounded_before_it_is_done() -> None:
         parse_model_args_text(text, "t.yaml", ["X=" + "a" * 1_000])
 
 
-def test_deepseek_sparse_attention_functional_test_is_refused_for_what_it_is(run_cli) -> None:
-    """gpt3_mcore_te_tp2_pp2_dsa turns on --experimental-attention-variant dsa (an indexer picks 2,048 keys per
-    query). Read as softmax attention it would be another model, so it is one error naming the variant."""
-    result = run_cli("check", "--megatron-args", MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_dsa.yaml", "--hardware",
-                     "h100-sxm", "--gpus", "8")
-    assert result.exit_code == 2
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and "--experimental-attention-variant dsa: DeepSeek Sparse Attention" in lines[0]
+def test_deepseek_sparse_attention_functional_test_reads_the_indexer(run_cli) -> None:
+    """gpt3_mcore_te_tp2_pp2_dsa: MLA (query latent 192, K/V latent 64, heads of 16 + 8 rotary, values 16) with
+    --experimental-attention-variant dsa, an indexer of 64 heads of 128 keeping 2,048 keys; no
+    --dsa-kernel-backend, so Megatron-Core would run the PyTorch fallback, which the warning says planner does
+    not time."""
+    path = MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_dsa.yaml"
+    result = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8", "--format", "json")
+    assert result.exit_code in (0, 1), result.output
+    assert "--dsa-kernel-backend none" in result.stderr
+    config = json.loads(result.stdout)[0]["config"]
+    assert (config["tp"], config["pp"], config["cp"]) == (2, 2, 1)
+    tokens = _read(path)
+    imported = import_megatron(tokens, gpus=8, given={}, model=None, source="dsa.yaml")
+    assert imported.model is not None and imported.model.sparse_attention is not None
+    dsa, mla = imported.model.sparse_attention, imported.model.mla
+    assert (dsa.index_heads, dsa.index_head_dim, dsa.topk) == (64, 128, 2048)
+    assert mla is not None and (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim) == (192, 64, 16)
 
 
 @pytest.mark.parametrize(("flags", "why"), [
     (["--experimental-attention-variant", "gdn", "--linear-attention-freq", "4"], "Gated DeltaNet"),
     (["--linear-attention-freq", "4"], "linear-attention layers"),
     (["--heterogeneous-layers-config-path", "nemotron_super.json"], "Llama-Nemotron's block configs"),
+    (["--multi-latent-attention", "--q-lora-rank", "64", "--kv-lora-rank", "32", "--experimental-attention-variant",
+      "dsa", "--dsa-indexer-n-heads", "4", "--dsa-indexer-head-dim", "32", "--dsa-indexer-topk", "64",
+      "--dsa-indexer-topk-freq", "4"], "reuse another layer's top-k"),
+    (["--multi-latent-attention", "--q-lora-rank", "64", "--kv-lora-rank", "32", "--experimental-attention-variant",
+      "dsa"], "needs --dsa-indexer-n-heads, --dsa-indexer-head-dim, --dsa-indexer-topk"),
+    (["--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", "4", "--dsa-indexer-head-dim", "32",
+      "--dsa-indexer-topk", "64"], "add --multi-latent-attention and --q-lora-rank"),
 ])
 def test_layers_planner_does_not_model_are_refused(flags: list[str], why: str) -> None:
     base = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "512",

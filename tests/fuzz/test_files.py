@@ -497,3 +497,32 @@ def test_hostile_model_args(tmp_path: Path, text: str, args: str, needle: str) -
     path.write_text(text)
     extra = ["--engine-args", args] if args else []
     assert_rejected([*command("megatron", path), *extra], str(path), needle, folder=tmp_path)
+
+
+# DeepSeek Sparse Attention: each size of the indexer in a model YAML and an HF config
+DSA_MODEL = (REPO / "model_specs/deepseek-v3.2.yaml").read_text()
+DSA_FIELDS = {"index_heads": "heads", "index_head_dim": "width", "topk": "seq_len"}
+DSA_HF = json.loads((FIX / "hf/deepseek-v3.2.json").read_text())
+DSA_HF_KEYS = {"index_n_heads": "heads", "index_head_dim": "width", "index_topk": "seq_len"}
+
+
+@pytest.mark.parametrize("field", sorted(DSA_FIELDS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_sparse_attention_field(tmp_path: Path, field: str, data: st.DataObject) -> None:
+    value = data.draw(bad_count(DSA_FIELDS[field]))
+    spec = yaml.safe_load(DSA_MODEL)
+    spec["sparse_attention"][field] = value
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert_rejected(["models", "show", path], str(path), field, folder=tmp_path)
+
+
+@pytest.mark.parametrize("key", sorted(DSA_HF_KEYS))
+@FUZZ
+@given(data=st.data())
+def test_malformed_dsa_hf_key(tmp_path: Path, key: str, data: st.DataObject) -> None:
+    value = data.draw(bad_count(DSA_HF_KEYS[key]).filter(lambda v: v is not None))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**DSA_HF, key: value}))
+    assert_rejected(["models", "show", path], str(path), key, folder=tmp_path)

@@ -1,0 +1,107 @@
+"""DeepSeek Sparse Attention (DSA): the work of its lightning indexer and of MLA over the selected keys, for
+training and serving alike.
+
+DeepSeek-V3.2-Exp report (deepseek-ai/DeepSeek-V3.2-Exp @ 3b99a535, DeepSeek_V3_2.pdf), Sec. 1: a lightning
+indexer scores every preceding token s for query t, I(t, s) = sum_j w(t, j) ReLU(q(t, j) . k(s)), with H_I heads
+of d_I and one key per token shared by its heads; each query then attends its top-k tokens (eq. 2), in MLA's
+MQA form (the latent key shared by all query heads). The core attention drops from O(L^2) to O(L k); the indexer
+stays O(L^2) with a small constant. Training (Sec. 2.1) detaches the indexer's input and trains it by a KL loss
+against the main attention's head-summed probabilities over the selected keys; Megatron-Core does the same
+(megatron/core/transformer/experimental_attention_variant/dsa.py @ d98e8a64: the indexer replicated on every
+TP rank, its inputs all-gathered under sequence parallelism, FusedDSAIndexerLoss recomputing the index scores
+in backward, the target's probabilities all-reduced over TP).
+
+Pure functions over numpy arrays; every constant carries its source.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.physics.kernels import FLASH_BACKWARD_TO_FORWARD, causal_pairs
+from planner.specs.model import ModelSpec
+
+SPARSE_MLA_FORWARD_EFFICIENCY = 0.645
+"""Fraction of the dense 16-bit peak FlashMLA's sparse MLA prefill kernel reaches in its forward
+(deepseek-ai/FlashMLA README @ 9241ae3e: up to 640 TFLOP/s on H800 SXM5, peak 989; up to 1,450 on B200, peak
+2,250: 0.647 and 0.644), on DeepSeek-V3.2's shapes (h_q 128, d_qk 576, d_v 512, top-k 2,048)."""
+
+DENSE_FLASH_COMBINED_TO_FORWARD = (1.0 + FLASH_BACKWARD_TO_FORWARD) / (1.0 / 648.0 + FLASH_BACKWARD_TO_FORWARD / 561.0) / 648.0
+"""The rate of a flash kernel's forward + backward over its forward alone: FlashAttention-3 on H100, hd 128,
+16k tokens, 648 TFLOP/s forward and 561 backward (the figures physics/kernels.py cites for
+FLASH_BACKWARD_TO_FORWARD), weighted by the backward's 2.5x FLOPs: 0.90. No sparse backward rate is published;
+the sparse kernels are taken to lose the same share in their backward."""
+
+SPARSE_MLA_EFFICIENCY = SPARSE_MLA_FORWARD_EFFICIENCY * DENSE_FLASH_COMBINED_TO_FORWARD
+"""Fraction of the 16-bit peak the sparse MLA kernels reach forward and backward together (0.58)."""
+
+INDEXER_EFFICIENCY = SPARSE_MLA_FORWARD_EFFICIENCY * DENSE_FLASH_COMBINED_TO_FORWARD
+"""Fraction of the 16-bit peak the indexer's logit kernels reach. No figure is published: DeepGEMM's README
+(deepseek-ai/DeepGEMM @ 54e22612) gives none for fp8_mqa_logits, and its PR #227 calls the kernel bound by the
+CUDA cores and registers. Taken as the sparse MLA kernels' (an assumption, not a measurement)."""
+
+INDEXER_BACKWARD_TO_FORWARD = 3.0
+"""The indexer's backward over its forward logits: the scores recomputed (Megatron-Core FusedDSAIndexerLoss
+keeps q, k and the weights and recomputes, never materialising the scores), then the gradients of the queries
+and of the keys, each a product of the same size."""
+
+TARGET_BYTES = 4
+"""Bytes per selected (query, key) pair of the indexer loss's target: the head-summed attention probabilities in
+fp32, all-reduced over the TP group (Megatron-Core dsa.py @ d98e8a64)."""
+
+def selected_pairs(model: ModelSpec, new_tokens: np.ndarray) -> np.ndarray:
+    """(query, key) pairs the sparse attention computes for a causal sequence of `new_tokens`: each query attends
+    min(position, top-k) keys, the count of a window of top-k (causal_pairs)."""
+    assert model.sparse_attention is not None
+    return causal_pairs(new_tokens, model.sparse_attention.topk)
+
+
+def selected_share(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
+    """Share of the causal pairs the sparse attention keeps: 1 up to top-k tokens, about k / (s / 2) beyond."""
+    s = np.asarray(seq_len, dtype=float)
+    return np.asarray(selected_pairs(model, s) / causal_pairs(s))
+
+
+def indexer_flop_per_pair(model: ModelSpec) -> float:
+    """Forward FLOPs of the indexer's logits for one (query, key) pair: a d_I dot product per head (the ReLU and
+    the weighted sum over heads are element-wise)."""
+    assert model.sparse_attention is not None
+    return 2.0 * model.sparse_attention.index_heads * model.sparse_attention.index_head_dim
+
+
+def target_flop_per_pair(model: ModelSpec) -> float:
+    """Forward FLOPs of the loss target's attention scores for one selected pair, all heads: the MQA form's
+    query-key products again (kv_lora + rope wide), which the fused loss recomputes from the query and key it
+    keeps."""
+    assert model.mla is not None
+    return 2.0 * model.num_attention_heads * (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
+
+
+def training_core_seconds(
+    model: ModelSpec, *, tokens: np.ndarray, seq_len: np.ndarray, tp: np.ndarray, peak16: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one layer's sparse attention for `tokens` tokens (sequences of `seq_len`)
+    on one rank of a TP group: the sparse MLA kernel over the selected pairs of the rank's heads, the indexer's
+    logits over every causal pair (replicated: each TP rank scores the whole sequence) and the loss target's
+    scores over the selected pairs (forward only; the target is detached)."""
+    assert model.sparse_attention is not None and model.mla is not None
+    s = np.asarray(seq_len, dtype=float)
+    t = np.asarray(tp, dtype=float)
+    sequences = np.asarray(tokens, dtype=float) / s
+    selected = sequences * selected_pairs(model, s)
+    every = sequences * causal_pairs(s)
+    latent = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
+    core_flop = selected * 2.0 * model.num_attention_heads * (latent + model.mla.kv_lora_rank) / t
+    core = core_flop / (peak16 * SPARSE_MLA_EFFICIENCY)
+    indexer = every * indexer_flop_per_pair(model) / (peak16 * INDEXER_EFFICIENCY)
+    target = selected * target_flop_per_pair(model) / t / (peak16 * SPARSE_MLA_EFFICIENCY)
+    forward = core + indexer + target
+    backward = FLASH_BACKWARD_TO_FORWARD * core + INDEXER_BACKWARD_TO_FORWARD * indexer
+    return np.asarray(forward), np.asarray(backward)
+
+
+def target_bytes(model: ModelSpec, *, tokens: np.ndarray, seq_len: np.ndarray) -> np.ndarray:
+    """Bytes of the indexer loss's target that the TP group all-reduces for one layer: an fp32 probability per
+    selected pair."""
+    s = np.asarray(seq_len, dtype=float)
+    return np.asarray(np.asarray(tokens, dtype=float) / s * selected_pairs(model, s) * TARGET_BYTES)

@@ -1,0 +1,180 @@
+"""DeepSeek Sparse Attention (physics/sparse_attention.py and where training and serving use it).
+
+Every expected value is worked out by hand in the test from the model's sizes and the constants' definitions
+(DeepSeek-V3.2-Exp report Sec. 1-2; FlashMLA's README; Megatron-Core dsa.py), not read back from the code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from round_specs import round_hw  # noqa: E402
+
+from planner.engines.load import load_model
+from planner.errors import PlannerError
+from planner.physics import sparse_attention as dsa
+from planner.physics.params import attention_params, count_params, indexer_params, kv_cache_bytes_per_token
+from planner.physics.shapes import attention_dims, kv_divisor
+from planner.serving.estimate import InferenceArrays
+from planner.serving.inputs import model_shapes
+from planner.serving.time import Work, forward_pass, rates
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
+from planner.training.estimate import estimate
+from planner.training.flops import step_flop
+from planner.training.memory import layer_activation_bytes_per_token
+from planner.training.rules import check_layout, resolve_layout
+from planner.training.time import sparse_attention_seconds
+
+
+def mla_model(**sparse: int) -> ModelSpec:
+    """A 2-layer MLA model (h 256, 4 heads; query latent 64, K/V latent 32, heads of 16 + 8 rotary, values 16)
+    with an indexer of 2 heads of 8 keeping 16 keys when `sparse` says so."""
+    fields: dict = dict(name="tiny MLA", num_layers=2, hidden_size=256, num_attention_heads=4, ffn_hidden_size=512,
+                        vocab_size=1000, max_seq_len=4096,
+                        mla=dict(q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                                 v_head_dim=16))
+    if sparse:
+        fields["sparse_attention"] = dict(index_heads=sparse.get("heads", 2), index_head_dim=sparse.get("dim", 8),
+                                          topk=sparse.get("topk", 16))
+    return ModelSpec.model_validate(fields)
+
+
+def test_the_indexer_weights_by_hand() -> None:
+    """wq_b 64 x (2 x 8), wk 256 x 8, its LayerNorm 2 x 8, weights_proj 256 x 2: 1,024 + 2,048 + 16 + 512."""
+    sparse, dense = mla_model(heads=2), mla_model()
+    assert indexer_params(sparse) == 64 * 16 + 256 * 8 + 2 * 8 + 256 * 2 == 3_600
+    assert attention_params(sparse) - attention_params(dense) == 3_600
+    assert count_params(sparse).total - count_params(dense).total == 2 * 3_600
+
+
+def test_catalog_models_count_what_transformers_counts() -> None:
+    """transformers 5.25.0 (meta device) counts DeepSeek-V3.2 at 671,877,929,216 parameters and GLM-5 at
+    743,911,199,232, the routers' correction biases being buffers there (58 and 75 MoE layers x 256 experts), which
+    planner counts as weights."""
+    assert count_params(load_model("deepseek-v3.2").spec).total == 671_877_929_216 + 58 * 256
+    assert count_params(load_model("glm-5").spec).total == 743_911_199_232 + 75 * 256
+    # the indexer of DeepSeek-V3.2: 1536 x 64 x 128 + 7168 x 128 + 2 x 128 + 7168 x 64 per layer
+    assert indexer_params(load_model("deepseek-v3.2").spec) == 12_582_912 + 917_504 + 256 + 458_752
+
+
+def test_the_mqa_form_widths() -> None:
+    """Each query head is kv_lora + rope = 40 wide after absorption, the key the one shared 40-wide latent (whole
+    on every TP rank), V no tensor of its own, each head's output kv_lora = 32 wide."""
+    widths = attention_dims(mla_model(heads=2))
+    assert (widths.query, widths.key, widths.value, widths.output) == (4 * 40, 40, 0, 4 * 32)
+    assert kv_divisor(mla_model(heads=2), np.array([4])).tolist() == [1]
+
+
+@pytest.mark.parametrize(("s", "pairs"), [
+    (8, 8 * 9 // 2),  # under top-k every query keeps all its keys: the causal count
+    (16, 16 * 17 // 2),
+    (64, 16 * 17 // 2 + (64 - 16) * 16),  # beyond: 16 keys per query after the first 16 queries
+])
+def test_selected_pairs_are_a_window_of_top_k(s: int, pairs: int) -> None:
+    model = mla_model(topk=16)
+    assert float(dsa.selected_pairs(model, np.array(s))) == pairs
+    assert float(dsa.selected_share(model, np.array(s))) == pytest.approx(pairs / (s * (s + 1) / 2))
+
+
+def test_training_core_seconds_by_hand() -> None:
+    """One 64-token sequence, top-k 16, peak 1e15: the sparse MLA kernel computes 136 x 16 + 48 x 16 = 904 pairs of
+    2 x 4 heads x (40 + 32) FLOPs over tp, the indexer 64 x 65 / 2 = 2,080 pairs of 2 x 2 x 8 on every rank, the
+    target 904 pairs of 2 x 4 x 40 over tp, forward only; the backward is 2.5x the kernel and 3x the indexer."""
+    model = mla_model(topk=16)
+    peak = 1e15
+    fwd, bwd = dsa.training_core_seconds(model, tokens=np.array(64.0), seq_len=np.array(64.0), tp=np.array([1, 2]),
+                                         peak16=peak)
+    eff = 0.645 * dsa.DENSE_FLASH_COMBINED_TO_FORWARD
+    core = 904 * 2 * 4 * 72 / peak / eff
+    indexer = 2080 * 32 / peak / eff
+    target = 904 * 2 * 4 * 40 / peak / eff
+    assert fwd.tolist() == pytest.approx([core + indexer + target, core / 2 + indexer + target / 2])
+    assert bwd.tolist() == pytest.approx([2.5 * core + 3 * indexer, 2.5 * core / 2 + 3 * indexer])
+    assert dsa.DENSE_FLASH_COMBINED_TO_FORWARD == pytest.approx(3.5 / (1 / 648 + 2.5 / 561) / 648)
+
+
+def test_the_indexer_does_not_shrink_with_tensor_parallelism() -> None:
+    """Megatron-Core replicates the indexer on every TP rank: at a long sequence, where it dominates, doubling tp
+    cannot halve the sparse attention's time; the TP all-reduce of the fp32 target over the selected pairs is
+    charged only with tp > 1."""
+    model = mla_model(heads=64, dim=128, topk=16)
+    hw = round_hw()
+    one = resolve_layout(model, 1, global_batch=1, seq_len=4096)
+    two = resolve_layout(model, 2, tp=2, global_batch=1, seq_len=4096)
+    f1, _ = sparse_attention_seconds(model, hw, one.to_arrays())
+    f2, _ = sparse_attention_seconds(model, hw, two.to_arrays())
+    assert float(f2[0]) > 0.5 * float(f1[0])
+    assert float(dsa.target_bytes(model, tokens=np.array(4096.0), seq_len=np.array(4096.0))) == (
+        (16 * 17 / 2 + (4096 - 16) * 16) * 4)
+
+
+def test_step_flop_counts_the_indexer_and_the_target() -> None:
+    """Per token of a 64-token sequence, both layers: the indexer's forward 2 x 64 x (2 x 2 x 8) FLOPs, three times
+    with its backward; the target 2 x 64 x (2 x 4 x 40) x share, once; the core at the MQA widths times share."""
+    sparse, dense = mla_model(topk=16), mla_model()
+    layout = resolve_layout(sparse, 1, global_batch=1, seq_len=64).to_arrays()
+    share = 904 / (64 * 65 / 2)
+    per_token = 2 * (3 * 64 * 32 + 64 * 2 * 4 * 40 * share + 3 * 2 * 64 * (4 * 72 * share))
+    dense_core = 2 * 3 * 2 * 64 * 4 * (24 + 16)  # MHA form: 4 heads x (24 + 16) per key, all pairs
+    extra_weights = 3 * 2 * 2 * indexer_params(sparse)
+    got = float(step_flop(sparse, layout).model_flop[0]) - float(step_flop(dense, layout).model_flop[0])
+    assert got == pytest.approx(64 * (per_token - dense_core + extra_weights))
+
+
+def test_activations_keep_the_indexer_and_the_top_k_list() -> None:
+    """Beyond the core's Q, K and O: per token the indexer's 2 x 8 queries, its key 8 and 2 weights (16-bit) and
+    min(top-k, s) int32 indices, whole on every rank; raising top-k from 16 to 32 at s 64 adds 16 x 4 bytes."""
+    small, large = mla_model(topk=16), mla_model(topk=32)
+    layout = resolve_layout(small, 2, tp=2, global_batch=1, seq_len=64).to_arrays()
+    a = layer_activation_bytes_per_token(small, layout, moe_layer=False).full
+    b = layer_activation_bytes_per_token(large, layout, moe_layer=False).full
+    assert float(b[0] - a[0]) == 16 * 4
+
+
+def test_layouts_planner_does_not_time_are_refused() -> None:
+    model = mla_model(topk=16)
+    with pytest.raises(PlannerError, match="sparse_attention_layout|without context parallelism"):
+        check_layout(model, Layout(cp=2, global_batch=2, seq_len=64), 2)
+    with pytest.raises(PlannerError, match="has no DeepSeek Sparse Attention"):
+        check_layout(model, Layout(global_batch=2, seq_len=64, engine="torchtitan"), 1)
+    with pytest.raises(ValueError, match="q_lora_rank"):
+        ModelSpec.model_validate({**mla_model().model_dump(), "mla": {**mla_model().model_dump()["mla"],
+                                                                        "q_lora_rank": None},
+                                  "sparse_attention": {"index_heads": 2, "index_head_dim": 8, "topk": 16}})
+
+
+@pytest.mark.parametrize(("seq_len", "sparse_faster"), [(4096, False), (32768, True)])
+def test_sparse_attention_pays_off_only_at_long_sequences(seq_len: int, sparse_faster: bool) -> None:
+    """At 4,096 tokens each query keeps half its keys but each pair costs the MQA form's 2 x 128 x (576 + 512)
+    against the dense MHA form's 2 x 128 x (192 + 128), 3.4x, and the indexer scores every pair: DeepSeek-V3.2
+    steps slower than DeepSeek-V3 on the same layout (why the report simulates DSA with masked MHA on short
+    prefills, Sec. 3). At 32,768 tokens a query keeps 2,048 of about 16,000 keys and V3.2 is the faster."""
+    hw = round_hw(memory_bytes=10**13)
+    steps = []
+    for name in ("deepseek-v3.2", "deepseek-v3"):
+        model = load_model(name).spec
+        layout = resolve_layout(model, 256, ep=32, zero=3, recompute="full", global_batch=256, seq_len=seq_len)
+        steps.append(estimate(model, hw, layout).scalar("step_seconds"))
+    assert (steps[0] < steps[1]) == sparse_faster
+
+
+def test_serving_caches_the_indexer_keys_and_decodes_top_k() -> None:
+    """KV per token, DeepSeek-V3.2 in bf16: 61 layers x ((512 + 64) x 2 bytes + the indexer's 128 fp8 + 4) =
+    78,324 bytes. A decode at 64K of context reads the latent of 2,048 keys per layer (plus half a page) and the
+    indexer key of every token."""
+    model = load_model("deepseek-v3.2").spec
+    assert kv_cache_bytes_per_token(model, "bf16") == 61 * ((512 + 64) * 2 + 132) == 78_324
+    dense = load_model("deepseek-v3").spec
+    hw = round_hw(memory_bytes=10**12)
+    x = InferenceArrays.build(tp=8, input_len=65536, output_len=16)
+    r = rates(hw, x)
+    zero = np.zeros(1)
+    work = Work(np.ones(1), np.ones(1), zero, np.array([65536.0]), np.ones(1), np.array([65536.0]))
+    sparse_pass = forward_pass(model_shapes(model), hw, x, r, work)
+    dense_pass = forward_pass(model_shapes(dense), hw, x, r, work)
+    page = 16 / 2  # KV_PAGE_TOKENS / 2 per layer
+    latent = 61 * (2048 + page) * (512 + 64) * 2
+    index = 61 * (65536 + page) * 132
+    assert float(sparse_pass.kv_bytes_read[0]) == pytest.approx(latent + index)
+    assert float(sparse_pass.attention_seconds[0]) < float(dense_pass.attention_seconds[0])
