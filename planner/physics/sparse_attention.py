@@ -35,10 +35,18 @@ the sparse kernels are taken to lose the same share in their backward."""
 SPARSE_MLA_EFFICIENCY = SPARSE_MLA_FORWARD_EFFICIENCY * DENSE_FLASH_COMBINED_TO_FORWARD
 """Fraction of the 16-bit peak the sparse MLA kernels reach forward and backward together (0.58)."""
 
-INDEXER_EFFICIENCY = SPARSE_MLA_FORWARD_EFFICIENCY * DENSE_FLASH_COMBINED_TO_FORWARD
-"""Fraction of the 16-bit peak the indexer's logit kernels reach. No figure is published: DeepGEMM's README
-(deepseek-ai/DeepGEMM @ 54e22612) gives none for fp8_mqa_logits, and its PR #227 calls the kernel bound by the
-CUDA cores and registers. Taken as the sparse MLA kernels' (an assumption, not a measurement)."""
+INDEXER_EFFICIENCY = 0.40
+"""Fraction of the peak of its dtype the indexer's logit kernels reach (fp8 in serving, DeepGEMM's fp8_mqa_logits;
+16-bit in training, Megatron-Core's DSA kernels having no fp8 indexer). No kernel figure is published (DeepGEMM's
+README gives none; its PR #227 calls the kernel CUDA-core and register bound). Derived from DeepSeek's production
+costs instead: in the report's Fig. 3 (H800) the prefill cost per million tokens grows from position 0 to 128K by
+about $0.61 for V3.1 (dense MHA-form attention, 2 x 128 x (192 + 128) FLOPs per pair) and by about $0.09 for V3.2,
+whose only term growing with position is the indexer (2 x 64 x 128 per pair): the indexer runs at
+(16,384 / 81,920) / (0.09 / 0.61) = 1.36x the dense attention's FLOP rate, which at FlashAttention-3's forward
+rate (648 TFLOP/s of H100 SXM's 989) is about 0.45 of the fp8 peak; 0.40 allows for the figure read by eye. An
+open bf16 Triton indexer with top-k (PrimeIntellect-ai/prime-rl benchmarks/results/bench_fp8_indexer.md
+@ 0f88ce3a, B200, H 32, D 128: 42.6-45.8 ps per causal pair from 16K to 128K tokens) reaches 0.08 of B200's 16-bit
+peak: slower kernels run five times slower than this."""
 
 INDEXER_BACKWARD_TO_FORWARD = 3.0
 """The indexer's backward over its forward logits: the scores recomputed (Megatron-Core FusedDSAIndexerLoss
@@ -69,12 +77,14 @@ def indexer_flop_per_pair(model: ModelSpec) -> float:
     return 2.0 * model.sparse_attention.index_heads * model.sparse_attention.index_head_dim
 
 
-def target_flop_per_pair(model: ModelSpec) -> float:
-    """Forward FLOPs of the loss target's attention scores for one selected pair, all heads: the MQA form's
-    query-key products again (kv_lora + rope wide), which the fused loss recomputes from the query and key it
-    keeps."""
+def target_flop_per_pair(model: ModelSpec, *, mqa_form: bool = True) -> float:
+    """Forward FLOPs of the loss target's attention scores for one selected pair, all heads: the query-key
+    products again, which the fused loss recomputes from the query and key it keeps; in the MQA form the kernels
+    run (kv_lora + rope wide), or in the MHA form's widths (qk_nope + rope) that model FLOPs count the math in."""
     assert model.mla is not None
-    return 2.0 * model.num_attention_heads * (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim)
+    m = model.mla
+    width = m.kv_lora_rank + m.qk_rope_head_dim if mqa_form else m.qk_nope_head_dim + m.qk_rope_head_dim
+    return 2.0 * model.num_attention_heads * width
 
 
 def training_core_seconds(

@@ -35,8 +35,10 @@ def layer_weight_flop_per_token(model: ModelSpec) -> float:
 
 def attention_core_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
     """Forward QK^T and AV FLOPs per token, all layers, full (non-causal) s x s; sliding-window layers
-    count the share of causal query-key pairs their window keeps (window_work_fraction)."""
-    widths = attention_dims(model)
+    count the share of causal query-key pairs their window keeps (window_work_fraction), sparse attention the
+    share of the keys each query keeps, at the MHA form's widths: the math of the attention, not the MQA form's
+    3.4x wider products its kernels run (which the time counts), so that MFU does not grow with the formulation."""
+    widths = attention_dims(model.model_copy(update={"sparse_attention": None}) if model.sparse_attention else model)
     s = np.asarray(seq_len, dtype=float)
     flop: np.ndarray = model.num_layers * 2.0 * s * (widths.query + widths.output) * window_work_fraction(model, s)
     return flop
@@ -59,7 +61,7 @@ def indexer_target_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.n
         return np.zeros_like(np.asarray(seq_len, dtype=float))
     s = np.asarray(seq_len, dtype=float)
     share = sparse_attention.selected_share(model, s)
-    return np.asarray(model.num_layers * s * sparse_attention.target_flop_per_pair(model) * share)
+    return np.asarray(model.num_layers * s * sparse_attention.target_flop_per_pair(model, mqa_form=False) * share)
 
 
 def lm_head_flop_per_token(model: ModelSpec) -> float:

@@ -403,7 +403,10 @@ def sparse_attention_bytes_per_token(model: ModelSpec, lay: LayoutArrays, gemm_i
     absorbed = (ACTIVATION_BYTES * a * m.qk_nope_head_dim + gemm_input_bytes * a * m.v_head_dim) / t
     indexer = ACTIVATION_BYTES * (dsa.index_heads * dsa.index_head_dim + dsa.index_head_dim + dsa.index_heads)
     topk = TOPK_INDEX_BYTES * np.minimum(float(dsa.topk), lay.seq_len)
-    return np.asarray(absorbed + indexer + topk)
+    # all-gather context parallelism (Megatron-Core's only CP for DSA): the other ranks' latent and indexer keys,
+    # gathered for the forward, are kept for the backward, cp - 1 chunks as large as the rank's own per token
+    gathered = (lay.cp - 1) * ACTIVATION_BYTES * (m.kv_lora_rank + m.qk_rope_head_dim + dsa.index_head_dim)
+    return np.asarray(absorbed + indexer + topk + gathered)
 
 
 def tokens_per_microbatch(lay: LayoutArrays) -> np.ndarray:

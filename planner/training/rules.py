@@ -268,10 +268,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "sparse_attention_layout",
-        lambda m, a, g: (m.sparse_attention is not None) & ((a.cp > 1) | ~a.flash_attention | a.fp8_attention),
+        lambda m, a, g: (m.sparse_attention is not None) & (~a.flash_attention | a.fp8_attention),
         lambda m, l, g: "DeepSeek Sparse Attention runs its own fused kernels (FlashMLA's sparse MLA, the indexer's "
-        f"logits) in 16 bits, without context parallelism in planner's model: cp({l.cp}), flash_attention "
-        f"{l.flash_attention}, fp8_attention {l.fp8_attention}; use cp 1, flash attention, fp8_attention false",
+        f"logits) in 16 bits: flash_attention {l.flash_attention}, fp8_attention {l.fp8_attention}; use flash "
+        "attention and fp8_attention false",
     ),
     Rule(
         "recompute_layers_too_many",

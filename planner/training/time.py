@@ -294,7 +294,7 @@ def attention_core_seconds(
     extra step launches cp.step_kernels kernels at the fixed cost of a kernel and moves cp.step_traffic bytes
     per query and K/V element (merging partial outputs, accumulating dQ, dK, dV), each pass cp.pass_traffic
     once. `kernels`: cp_attention_kernels' result where the caller has it already."""
-    if model.sparse_attention is not None:  # DeepSeek Sparse Attention: its own kernels (context parallelism 1)
+    if model.sparse_attention is not None:  # DeepSeek Sparse Attention: its own kernels (CP: cp_comm_seconds)
         return sparse_attention_seconds(model, hw, lay)
     if cp is None:
         cp = engine_or_default(None).context_parallel
@@ -331,6 +331,25 @@ def sparse_attention_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutA
     return np.asarray(forward + reduce), backward
 
 
+def sparse_cp_comm_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
+    """Context parallelism under DeepSeek Sparse Attention, one layer, one micro-batch, one rank: Megatron-Core runs
+    it with all-gather CP only (transformer_config.py and dsa.py @ d98e8a64 assert cp_comm_type allgather), every
+    rank gathering the whole sequence's latent keys and indexer keys before its queries pick their top-k among
+    them, and reduce-scattering their gradients in the backward. Counted exposed: the gather must finish before
+    the indexer scores and the selection reaches anywhere in the sequence (the forward's runs again under full
+    recompute)."""
+    assert model.sparse_attention is not None and model.mla is not None
+    per_token = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim + model.sparse_attention.index_head_dim
+                 ) * ACTIVATION_BYTES
+    chunk = tokens_per_microbatch(lay) * per_token  # this rank's share of the keys
+    link = group_link(hw, lay.cp, lay.tp)
+    split = lay.cp > 1
+    gather = np.where(split, all_gather_seconds(chunk * lay.cp, lay.cp, link), 0.0)
+    scatter = np.where(split, reduce_scatter_seconds(chunk * lay.cp, lay.cp, link), 0.0)
+    forward_passes = 1.0 + (lay.recompute == RecomputeCode.FULL)
+    return np.asarray(forward_passes * gather + gather + scatter)  # the backward gathers again, then reduces
+
+
 def cp_comm_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, engine: EngineProfile, *, core_fwd: np.ndarray,
     core_bwd: np.ndarray, plateau: np.ndarray | float | None = None, kernels: tuple[np.ndarray, np.ndarray] | None = None,
@@ -346,6 +365,8 @@ def cp_comm_seconds(
     accumulators, each waited for after the next step's kernel (the last after the loop); overlapped transfers
     slow the kernels by the engine's NCCL contention. Under full recompute the forward's exchange runs again.
     `kernels`: cp_attention_kernels' result where the caller has it already."""
+    if model.sparse_attention is not None:
+        return sparse_cp_comm_seconds(model, hw, lay)
     cp = engine.context_parallel
     kv = cp_kv_elements(model, lay, cp)
     kv_bytes = kv * ACTIVATION_BYTES  # this rank's K/V chunk, 16-bit

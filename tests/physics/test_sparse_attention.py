@@ -24,7 +24,7 @@ from planner.training.estimate import estimate
 from planner.training.flops import step_flop
 from planner.training.memory import layer_activation_bytes_per_token
 from planner.training.rules import check_layout, resolve_layout
-from planner.training.time import sparse_attention_seconds
+from planner.training.time import sparse_attention_seconds, sparse_cp_comm_seconds
 
 
 def mla_model(**sparse: int) -> ModelSpec:
@@ -79,15 +79,16 @@ def test_selected_pairs_are_a_window_of_top_k(s: int, pairs: int) -> None:
 
 def test_training_core_seconds_by_hand() -> None:
     """One 64-token sequence, top-k 16, peak 1e15: the sparse MLA kernel computes 136 x 16 + 48 x 16 = 904 pairs of
-    2 x 4 heads x (40 + 32) FLOPs over tp, the indexer 64 x 65 / 2 = 2,080 pairs of 2 x 2 x 8 on every rank, the
-    target 904 pairs of 2 x 4 x 40 over tp, forward only; the backward is 2.5x the kernel and 3x the indexer."""
+    2 x 4 heads x (40 + 32) FLOPs over tp at 0.645 x 0.90 of the peak, the indexer 64 x 65 / 2 = 2,080 pairs of
+    2 x 2 x 8 on every rank at 0.40 of it, the target 904 pairs of 2 x 4 x 40 over tp, forward only; the backward is
+    2.5x the kernel and 3x the indexer."""
     model = mla_model(topk=16)
     peak = 1e15
     fwd, bwd = dsa.training_core_seconds(model, tokens=np.array(64.0), seq_len=np.array(64.0), tp=np.array([1, 2]),
                                          peak16=peak)
     eff = 0.645 * dsa.DENSE_FLASH_COMBINED_TO_FORWARD
     core = 904 * 2 * 4 * 72 / peak / eff
-    indexer = 2080 * 32 / peak / eff
+    indexer = 2080 * 32 / peak / 0.40
     target = 904 * 2 * 4 * 40 / peak / eff
     assert fwd.tolist() == pytest.approx([core + indexer + target, core / 2 + indexer + target / 2])
     assert bwd.tolist() == pytest.approx([2.5 * core + 3 * indexer, 2.5 * core / 2 + 3 * indexer])
@@ -110,16 +111,18 @@ def test_the_indexer_does_not_shrink_with_tensor_parallelism() -> None:
 
 
 def test_step_flop_counts_the_indexer_and_the_target() -> None:
-    """Per token of a 64-token sequence, both layers: the indexer's forward 2 x 64 x (2 x 2 x 8) FLOPs, three times
-    with its backward; the target 2 x 64 x (2 x 4 x 40) x share, once; the core at the MQA widths times share."""
+    """Model FLOPs count the attention's math, in the MHA form's widths: per token of a 64-token sequence, both
+    layers, the core 2 x 64 x 4 x (24 + 16) scaled by the share of pairs kept, three times with its backward; the
+    indexer's forward 64 x (2 x 2 x 8), three times; the target 64 x 2 x 4 x 24 x share, once (detached); the
+    indexer's projections as weights."""
     sparse, dense = mla_model(topk=16), mla_model()
     layout = resolve_layout(sparse, 1, global_batch=1, seq_len=64).to_arrays()
     share = 904 / (64 * 65 / 2)
-    per_token = 2 * (3 * 64 * 32 + 64 * 2 * 4 * 40 * share + 3 * 2 * 64 * (4 * 72 * share))
-    dense_core = 2 * 3 * 2 * 64 * 4 * (24 + 16)  # MHA form: 4 heads x (24 + 16) per key, all pairs
+    core = 3 * 2 * 64 * 4 * (24 + 16)
+    per_token = 2 * (3 * 64 * 32 + 64 * 2 * 4 * 24 * share + core * (share - 1))
     extra_weights = 3 * 2 * 2 * indexer_params(sparse)
     got = float(step_flop(sparse, layout).model_flop[0]) - float(step_flop(dense, layout).model_flop[0])
-    assert got == pytest.approx(64 * (per_token - dense_core + extra_weights))
+    assert got == pytest.approx(64 * (per_token + extra_weights))
 
 
 def test_activations_keep_the_indexer_and_the_top_k_list() -> None:
@@ -134,8 +137,10 @@ def test_activations_keep_the_indexer_and_the_top_k_list() -> None:
 
 def test_layouts_planner_does_not_time_are_refused() -> None:
     model = mla_model(topk=16)
-    with pytest.raises(PlannerError, match="sparse_attention_layout|without context parallelism"):
-        check_layout(model, Layout(cp=2, global_batch=2, seq_len=64), 2)
+    with pytest.raises(PlannerError, match="fp8_attention false"):
+        check_layout(model, Layout(dtype="fp8", fp8_attention=True, global_batch=2, seq_len=64), 1)
+    with pytest.raises(PlannerError, match="use flash attention"):
+        check_layout(model, Layout(flash_attention=False, global_batch=2, seq_len=64), 1)
     with pytest.raises(PlannerError, match="has no DeepSeek Sparse Attention"):
         check_layout(model, Layout(global_batch=2, seq_len=64, engine="torchtitan"), 1)
     with pytest.raises(ValueError, match="q_lora_rank"):
@@ -178,3 +183,21 @@ def test_serving_caches_the_indexer_keys_and_decodes_top_k() -> None:
     index = 61 * (65536 + page) * 132
     assert float(sparse_pass.kv_bytes_read[0]) == pytest.approx(latent + index)
     assert float(sparse_pass.attention_seconds[0]) < float(dense_pass.attention_seconds[0])
+
+
+def test_context_parallelism_splits_the_work_and_gathers_the_keys() -> None:
+    """Megatron-Core's all-gather CP for DSA: with the sequence balanced over cp ranks each rank does 1/cp of the
+    selected pairs and of the indexer's pairs; it gathers every rank's latent and indexer keys, (32 + 8 + 8) x 2
+    bytes per token, and keeps the other ranks' cp - 1 chunks for the backward."""
+    model = mla_model(topk=16)
+    hw = round_hw()
+    one = resolve_layout(model, 1, global_batch=1, seq_len=1024).to_arrays()
+    two = resolve_layout(model, 2, cp=2, global_batch=1, seq_len=1024).to_arrays()
+    f1, b1 = sparse_attention_seconds(model, hw, one)
+    f2, b2 = sparse_attention_seconds(model, hw, two)
+    assert float(f2[0]) == pytest.approx(float(f1[0]) / 2) and float(b2[0]) == pytest.approx(float(b1[0]) / 2)
+    assert float(sparse_cp_comm_seconds(model, hw, one)[0]) == 0.0
+    assert float(sparse_cp_comm_seconds(model, hw, two)[0]) > 0.0
+    a1 = layer_activation_bytes_per_token(model, one, moe_layer=False).full
+    a2 = layer_activation_bytes_per_token(model, two, moe_layer=False).full
+    assert float(a2[0] - a1[0]) == (32 + 8 + 8) * 2
