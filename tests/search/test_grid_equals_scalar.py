@@ -26,7 +26,7 @@ HW = load_hardware("h100-sxm").spec
 
 @st.composite
 def models(draw: st.DrawFn) -> ModelSpec:
-    kind = draw(st.sampled_from(["mha", "gqa", "moe", "mla", "window"]))
+    kind = draw(st.sampled_from(["mha", "gqa", "moe", "mla", "window", "dsa"]))
     heads = draw(st.sampled_from([8, 16, 32]))
     head_dim = draw(st.sampled_from([64, 128]))
     layers = draw(st.integers(4, 24))
@@ -54,9 +54,12 @@ def models(draw: st.DrawFn) -> ModelSpec:
             "num_shared_experts": draw(st.integers(0, 1)),
             "num_dense_layers": draw(st.integers(0, 2)),
         }
-    if kind == "mla":
+    if kind in ("mla", "dsa"):
         spec["mla"] = {"q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
                        "v_head_dim": 64}
+    if kind == "dsa":  # DeepSeek Sparse Attention over the MLA above, keeping fewer keys than the sequences hold
+        spec["sparse_attention"] = {"index_heads": draw(st.sampled_from([4, 16])), "index_head_dim": 64,
+                                    "topk": draw(st.sampled_from([256, 1024]))}
     return ModelSpec.model_validate(spec)
 
 

@@ -44,7 +44,14 @@ def models(draw, moe_layers: bool | None = None) -> ModelSpec:
         moe = dict(num_experts=experts, experts_per_token=draw(st.integers(1, experts)),
                    moe_ffn_hidden_size=draw(st.sampled_from([16, 32, 64])),
                    num_shared_experts=draw(st.integers(0, 1)), num_dense_layers=draw(st.integers(0, layers)))
+    # a quarter of the models attend through MLA, half of those with DeepSeek Sparse Attention over it
+    mla = sparse = None
+    if draw(st.booleans()) and draw(st.booleans()):
+        mla = dict(q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=head_dim, qk_rope_head_dim=4, v_head_dim=head_dim)
+        if draw(st.booleans()):
+            sparse = dict(index_heads=2, index_head_dim=8, topk=draw(st.sampled_from([8, 32, 256])))
     return ModelSpec.model_validate(dict(
+        mla=mla, sparse_attention=sparse,
         name="random", num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_kv_heads=draw(st.sampled_from(divisors(heads, (1, 2, 4, 8)))),
         ffn_hidden_size=draw(st.sampled_from([2 * hidden, 4 * hidden, 3 * hidden + 8])),
@@ -85,7 +92,8 @@ def layouts_for(draw, model: ModelSpec) -> Layout:
         # Megatron-Core runs EP with TP only under sequence parallelism (rule moe_tp_needs_sp)
         sequence_parallel=tp > 1 and (ep > 1 or draw(st.booleans())), recompute=recompute,
         micro_batch=micro, global_batch=dp * micro * m, seq_len=draw(st.sampled_from([16, 32, 64, 128])),
-        interleave=interleave, schedule=schedule, flash_attention=draw(st.booleans()),
+        interleave=interleave, schedule=schedule,
+        flash_attention=model.sparse_attention is not None or draw(st.booleans()),  # DSA runs its fused kernels
         grad_dtype=draw(st.sampled_from(["bf16", "fp32"])), optimizer=draw(st.sampled_from(["adam", "sgd"])),
         overlap_grad_reduce=draw(st.booleans()), overlap_tp_comm=draw(st.booleans()),
         dtype=draw(st.sampled_from(["bf16", "fp16"])),
@@ -299,8 +307,9 @@ def test_evaluate_on_a_grid_of_variants_equals_estimate(case):
     # Variants of one layout side by side: each row of the grid is its own estimate.
     model, layout, hw = case
     variants = [layout, layout.model_copy(update={"zero": (layout.zero + 1) % 4}),
-                layout.model_copy(update={"recompute": "full"}),
-                layout.model_copy(update={"flash_attention": not layout.flash_attention})]
+                layout.model_copy(update={"recompute": "full"})]
+    if model.sparse_attention is None:  # sparse attention runs only its fused kernels
+        variants.append(layout.model_copy(update={"flash_attention": not layout.flash_attention}))
     grid = evaluate(model, HARDWARE[hw], LayoutArrays.from_layouts(variants))
     for i, variant in enumerate(variants):
         one = estimate(model, HARDWARE[hw], variant).result
