@@ -838,6 +838,20 @@ def _qwen3_vl_moe_text(r: _Reader) -> None:
     _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=_leading_dense_layers(r))
 
 
+def _mimo(r: _Reader) -> None:
+    """Xiaomi MiMo (remote code, XiaomiMiMo/MiMo-7B modeling_mimo.py: MiMoConfig is Qwen2Config plus
+    num_nextn_predict_layers): Qwen2's decoder (bias on q, k and v) and num_nextn_predict_layers MiMoMTPLayers,
+    each the token and hidden norms, a 2h -> h input_proj without bias, one Qwen2 attention and MLP with their two
+    norms, and a final norm: planner's MTP module (mtp_layers), trained with the model."""
+    _qwen2(r)
+    _head_dim(r)  # Qwen2Attention: getattr(config, "head_dim", hidden_size // num_attention_heads)
+    if r.raw("attention_bias") not in (None, True):
+        raise r.error("attention_bias", "MiMo's attention is Qwen2's, which always has a bias on q, k and v")
+    mtp = _optional_count(r, "num_nextn_predict_layers")
+    if mtp:
+        r.put("mtp_layers", mtp, "num_nextn_predict_layers")
+
+
 def _smollm3(r: _Reader) -> None:
     """SmolLM3 (transformers SmolLM3Config / modeling_smollm3): Llama's decoder, tied by default, attention_bias on
     q, k, v and the output, mlp_bias; rotary embedding left out on the layers `no_rope_layers` marks 0 (default
@@ -959,6 +973,7 @@ _DSA_IGNORED = {
 IGNORED_KEYS.update({
     "deepseek_v32": {**IGNORED_KEYS["deepseek_v3"], **_DSA_IGNORED},
     "glm_moe_dsa": {**IGNORED_KEYS["deepseek_v3"], **_DSA_IGNORED},
+    "mimo": _QWEN_IGNORED,
     "smollm3": {**_LLAMA_IGNORED, "max_window_layers": "not read by transformers' SmolLM3 (layer_types decide "
                 "the windows)"},
     "granite": {**_LLAMA_IGNORED, **_GRANITE_MULTIPLIERS},
@@ -1123,6 +1138,7 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "deepseek_v32": _deepseek_v32,
     "glm_moe_dsa": _glm_moe_dsa,
     "smollm3": _smollm3,
+    "mimo": _mimo,
     "granite": _granite,
     "granitemoe": _granitemoe,
     "qwen3_vl_moe_text": _qwen3_vl_moe_text,

@@ -48,6 +48,11 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
 - deepseek-v3.2 (deepseek_v32), glm-5 (glm_moe_dsa): deepseek-ai/DeepSeek-V3.2's and zai-org/GLM-5's config.json
   as copied in ai-dynamo/aiconfigurator, aic-core/src/aiconfigurator_core/model_configs/{deepseek-ai--DeepSeek-V3.2,
   zai-org--GLM-5}_config.json at commit 095f58a51c4ca8e61b66ec108d86f223f8d559ce.
+- mimo-7b-base (mimo, remote code): XiaomiMiMo/MiMo-7B-Base's config.json as copied in ai-dynamo/aiconfigurator,
+  aic-core/src/aiconfigurator_core/model_configs/XiaomiMiMo--MiMo-7B-Base_config.json at commit
+  095f58a51c4ca8e61b66ec108d86f223f8d559ce. Its MTP layers are MiMoMTPLayers of XiaomiMiMo's modeling_mimo.py (as
+  copied in public repositories): token, hidden and final RMSNorms, a 2h -> h input_proj without bias, one Qwen2
+  attention and MLP with their two norms.
 - unsupported/nemotron-h-56b-base-8k: nvidia/Nemotron-H-56B-Base-8K's config.json (a hybrid Mamba-2 stack, refused) as copied
   in ai-dynamo/aiconfigurator, aic-core/src/aiconfigurator_core/model_configs/nvidia--Nemotron-H-56B-Base-8K_config.json
   at commit 095f58a51c4ca8e61b66ec108d86f223f8d559ce.
@@ -408,6 +413,8 @@ TRANSFORMERS_COUNTS = [
     ("deepseek-v3.2.json", {}, 671_877_929_216 + 58 * 256),
     ("glm-5.json", {}, 743_911_199_232 + 75 * 256),
     ("smollm3-3b.json", {}, 3_075_098_624),  # transformers 5.25.0
+    # MiMo's main model: transformers 5.25.0's Qwen2ForCausalLM from the same keys (MiMoConfig is Qwen2Config)
+    ("mimo-7b-base.json", {}, 7_622_619_136),
     ("granite-3.3-8b-instruct.json", {}, 8_170_864_640),  # transformers 5.25.0
 ]
 
@@ -876,3 +883,14 @@ def test_glm5_layouts_planner_does_not_model_are_refused(change, why):
     """GLM-5.2's shared indexers (index_topk_freq 4: three layers in four reuse an earlier top-k and build no
     indexer) and MoE placements other than first_k_dense_replace's."""
     assert why in str(refusal({**fixture("glm-5.json"), **change}))
+
+
+def test_mimo_trains_one_mtp_module_counted_by_hand():
+    """MiMo-7B: Qwen2's 36 layers (4096 wide, 32 heads and 8 KV heads of 128, q/k/v biases, SwiGLU 11,008) and one
+    MiMoMTPLayers: input_proj 2 x 4096 x 4096, three norms, and a layer of q 4096^2 + 4096, k and v
+    4096 x 1024 + 1024 each, o 4096^2, the MLP 3 x 4096 x 11,008 and its two norms."""
+    spec = imported("mimo-7b-base.json")
+    assert spec.mtp_layers == 1 and spec.qkv_bias and spec.head_dim == 128
+    layer = (4096 * 4096 + 4096) + 2 * (4096 * 1024 + 1024) + 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096
+    assert count_params(spec).mtp_module == 2 * 4096 * 4096 + 3 * 4096 + layer == 210_790_400
+    assert "attention_bias" in str(refusal({**fixture("mimo-7b-base.json"), "attention_bias": False}))
