@@ -838,6 +838,20 @@ def _qwen3_vl_moe_text(r: _Reader) -> None:
     _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=_leading_dense_layers(r))
 
 
+def _phimoe(r: _Reader) -> None:
+    """Phi-3.5-MoE and Phi-mini-MoE (transformers PhimoeConfig / modeling_phimoe): a GQA decoder with LayerNorm
+    (weight and bias), attention_bias on q, k, v and the output, lm_head_bias, `sliding_window` on every layer
+    when set; every layer a MoE of num_local_experts SwiGLU experts of intermediate_size, top num_experts_per_tok,
+    a router without bias, no shared expert."""
+    _rotary_decoder(r, tied_default=False)
+    _head_dim(r)
+    r.put("norm_kind", "layernorm")  # nn.LayerNorm(hidden_size, elementwise_affine=True): weight and bias
+    _attention_bias(r)
+    r.put("lm_head_bias", r.bool_("lm_head_bias", False), "lm_head_bias")
+    _window_all_layers(r)
+    _moe(r, experts="num_local_experts", ffn="intermediate_size")
+
+
 def _mimo(r: _Reader) -> None:
     """Xiaomi MiMo (remote code, XiaomiMiMo/MiMo-7B modeling_mimo.py: MiMoConfig is Qwen2Config plus
     num_nextn_predict_layers): Qwen2's decoder (bias on q, k and v) and num_nextn_predict_layers MiMoMTPLayers,
@@ -974,6 +988,8 @@ IGNORED_KEYS.update({
     "deepseek_v32": {**IGNORED_KEYS["deepseek_v3"], **_DSA_IGNORED},
     "glm_moe_dsa": {**IGNORED_KEYS["deepseek_v3"], **_DSA_IGNORED},
     "mimo": _QWEN_IGNORED,
+    "phimoe": {**_LLAMA_IGNORED, **_MOE_ROUTING, "input_jitter_noise": "training-time input noise",
+               "expert_dropout": "not read by transformers' Phimoe (PhimoeConfig has no such field)"},
     "smollm3": {**_LLAMA_IGNORED, "max_window_layers": "not read by transformers' SmolLM3 (layer_types decide "
                 "the windows)"},
     "granite": {**_LLAMA_IGNORED, **_GRANITE_MULTIPLIERS},
@@ -1139,6 +1155,7 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "glm_moe_dsa": _glm_moe_dsa,
     "smollm3": _smollm3,
     "mimo": _mimo,
+    "phimoe": _phimoe,
     "granite": _granite,
     "granitemoe": _granitemoe,
     "qwen3_vl_moe_text": _qwen3_vl_moe_text,

@@ -53,6 +53,8 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
   095f58a51c4ca8e61b66ec108d86f223f8d559ce. Its MTP layers are MiMoMTPLayers of XiaomiMiMo's modeling_mimo.py (as
   copied in public repositories): token, hidden and final RMSNorms, a 2h -> h input_proj without bias, one Qwen2
   attention and MLP with their two norms.
+- phi-mini-moe-instruct (phimoe): microsoft/Phi-mini-MoE-instruct's config.json as copied in casys-kaist/LLMServingSim,
+  configs/model/microsoft/Phi-mini-MoE-instruct.json at commit 5daddb21a545658d5150b535712d0494584b5278.
 - unsupported/nemotron-h-56b-base-8k: nvidia/Nemotron-H-56B-Base-8K's config.json (a hybrid Mamba-2 stack, refused) as copied
   in ai-dynamo/aiconfigurator, aic-core/src/aiconfigurator_core/model_configs/nvidia--Nemotron-H-56B-Base-8K_config.json
   at commit 095f58a51c4ca8e61b66ec108d86f223f8d559ce.
@@ -415,6 +417,7 @@ TRANSFORMERS_COUNTS = [
     ("smollm3-3b.json", {}, 3_075_098_624),  # transformers 5.25.0
     # MiMo's main model: transformers 5.25.0's Qwen2ForCausalLM from the same keys (MiMoConfig is Qwen2Config)
     ("mimo-7b-base.json", {}, 7_622_619_136),
+    ("phi-mini-moe-instruct.json", {}, 7_647_632_704),  # transformers 5.25.0
     ("granite-3.3-8b-instruct.json", {}, 8_170_864_640),  # transformers 5.25.0
 ]
 
@@ -894,3 +897,15 @@ def test_mimo_trains_one_mtp_module_counted_by_hand():
     layer = (4096 * 4096 + 4096) + 2 * (4096 * 1024 + 1024) + 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096
     assert count_params(spec).mtp_module == 2 * 4096 * 4096 + 3 * 4096 + layer == 210_790_400
     assert "attention_bias" in str(refusal({**fixture("mimo-7b-base.json"), "attention_bias": False}))
+
+
+def test_phimoe_by_hand():
+    """Phi-mini-MoE: 32 layers of 4096 with LayerNorms (weight and bias), q/k/v/o biases (32 heads and 8 KV heads of
+    128), 16 SwiGLU experts of 960 (top 2) behind a 4096 x 16 router, a 32,064-row vocabulary with an untied
+    output layer that has a bias, and a 2,047-token window on every layer."""
+    spec = imported("phi-mini-moe-instruct.json")
+    attention = 4096 * 4096 + 4096 + 2 * (4096 * 1024 + 1024) + 4096 * 4096 + 4096
+    layer = attention + 4096 * 16 + 16 * 3 * 4096 * 960 + 2 * 2 * 4096
+    assert count_params(spec).total == 32 * layer + 32064 * 4096 + 2 * 4096 + 32064 * 4096 + 32064
+    assert (spec.sliding_window_tokens, spec.sliding_window_layers) == (2047, 32)
+    assert spec.norm_kind == "layernorm" and spec.lm_head_bias
