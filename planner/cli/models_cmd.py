@@ -42,6 +42,7 @@ def model_summary(entry: Loaded) -> dict[str, Any]:
         "kv_cache_bytes_per_token": int(kv_bytes) if float(kv_bytes).is_integer() else kv_bytes,
         "moe": spec.moe.model_dump() if spec.moe is not None else None,
         "mla": spec.mla.model_dump() if spec.mla is not None else None,
+        "sparse_attention": spec.sparse_attention.model_dump() if spec.sparse_attention is not None else None,
     }
 
 
@@ -113,6 +114,10 @@ def _detail_table(row: dict[str, Any]) -> Table:
                       f"{shared}, {moe['num_dense_layers']} dense layers")
     if row["mla"]:
         table.add_row("MLA", ", ".join(f"{k}={v}" for k, v in row["mla"].items()))
+    if row.get("sparse_attention"):
+        dsa = row["sparse_attention"]
+        table.add_row("sparse attention", f"DeepSeek Sparse Attention: indexer {dsa['index_heads']} heads x "
+                      f"{dsa['index_head_dim']}, top-{dsa['topk']:,} keys per query")
     table.add_row("source", row["source"] or "")
     return table
 

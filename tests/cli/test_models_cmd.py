@@ -198,3 +198,14 @@ def test_hf_wrong_type(run_cli, tmp_path):
 
 def test_bad_format_choice(run_cli):
     assert_one_line_error(run_cli("models", "show", "llama-3.1-8b", "--format", "xml"), "--format")
+
+
+def test_show_names_sparse_attention(run_cli):
+    """GLM-5: the indexer's 32 heads of 128 keeping 2,048 keys per query; its cache adds 128 fp8 values and an fp32
+    scale per token and layer to MLA's (512 + 64) x 2 bytes: 78 x 1,284 = 100,152 bytes."""
+    row = json.loads(run_cli("models", "show", "glm-5", "--format", "json").stdout)
+    assert row["sparse_attention"] == {"index_heads": 32, "index_head_dim": 128, "topk": 2048}
+    assert row["kv_cache_bytes_per_token"] == 78 * ((512 + 64) * 2 + 128 + 4) == 100_152
+    table = run_cli("models", "show", "glm-5").stdout
+    assert "indexer 32 heads x 128, top-2,048 keys per query" in table
+    assert json.loads(run_cli("models", "show", "llama-3.1-8b", "--format", "json").stdout)["sparse_attention"] is None
