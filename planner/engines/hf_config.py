@@ -411,6 +411,12 @@ def _sparse_attention(r: _Reader, *, default_heads: int) -> None:
     freq = r.raw("index_topk_freq")
     pattern = r.raw("index_topk_pattern")
     r.raw("index_skip_topk_offset")
+    layers = r.spec["num_layers"]
+    if types is not None and not (isinstance(types, list) and len(types) == layers
+                                  and all(t in ("full", "shared") for t in types)):
+        raise r.error("indexer_types", f"expected a list of {layers} entries, each 'full' or 'shared'")
+    if freq is not None and (isinstance(freq, bool) or not isinstance(freq, int) or freq < 1):
+        raise r.error("index_topk_freq", f"expected a positive integer, got {freq!r}")
     if (isinstance(types, list) and any(t != "full" for t in types)) or (freq not in (None, 1)) or pattern:
         key = "indexer_types" if types is not None else ("index_topk_freq" if freq not in (None, 1) else
                                                          "index_topk_pattern")

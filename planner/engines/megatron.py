@@ -69,7 +69,7 @@ READ_FLAGS: dict[str, str] = {
         "attention-backend", "fp8-format", "fp8-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
         "experimental-attention-variant", "linear-attention-freq", "heterogeneous-layers-config-path",
-        "dsa-kernel-backend",
+        "dsa-kernel-backend", "cp-comm-type",
         "heterogeneous-layers-config-encoded-json",
         "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
@@ -84,7 +84,7 @@ READ_FLAGS: dict[str, str] = {
         "add-qkv-bias", "qk-layernorm", "overlap-grad-reduce", "tp-comm-overlap", "use-flash-attn",
         "use-torch-fsdp2", "use-megatron-fsdp", "accumulate-allreduce-grads-in-fp32", "grad-reduce-in-bf16",
         "cpu-offloading", "optimizer-cpu-offload", "use-rotary-position-embeddings", "no-position-embedding",
-        "multi-latent-attention", "moe-router-enable-expert-bias", "distribute-saved-activations", "squared-relu",
+        "multi-latent-attention", "moe-router-enable-expert-bias", "dsa-indexer-use-sparse-loss", "distribute-saved-activations", "squared-relu",
         "openai-gelu", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
         "fp8-param-gather", "use-precision-aware-optimizer", "moe-shared-expert-gate", "quick-geglu",
         "enable-gpt-oss",  # megatron/post_training/arguments.py: GPT-OSS's YaRN RoPE (model_builder.py)
@@ -142,7 +142,7 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "enable-one-logger", "one-logger-project", "one-logger-run-name", "ckpt-fully-parallel-save",
     "ckpt-fully-parallel-load", "ckpt-assume-constant-structure", "no-ckpt-fully-parallel-save",
     "retro-project-dir", "micro-batch-size-schedule", "recompute-granularity-selective", "qk-l2-norm",
-    "kv-lora-rank-ignored", "no-rope-freq", "cp-comm-type", "hierarchical-context-parallel-sizes",
+    "kv-lora-rank-ignored", "no-rope-freq", "hierarchical-context-parallel-sizes",
     "nccl-communicator-config-path", "use-tp-pp-dp-mapping", "high-priority-stream-groups", "keep-fp8-transpose-cache",
     "exit-on-missing-checkpoint", "use-persistent-ckpt-worker", "non-persistent-save-interval",
     "non-persistent-ckpt-type", "non-persistent-global-ckpt-dir", "ckpt-convert-format", "ckpt-convert-save",
@@ -166,7 +166,7 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     # Megatron-LM's functional tests and the MoE model zoo (MODEL_ARGS files): switches and logging
     "enable-experimental", "save-retain-interval", "logging-level",
     # DeepSeek Sparse Attention's loss and numerics (TransformerConfig @ d98e8a64): no weights, no change of work
-    "dsa-indexer-loss-coeff", "dsa-indexer-use-sparse-loss", "dsa-indexer-rope-interleaved",
+    "dsa-indexer-loss-coeff", "dsa-indexer-rope-interleaved",
     "dsa-indexer-rotate-activation", "dsa-indexer-scoring-relu", "dsa-indexer-k-norm-epsilon",
     "dsa-indexer-k-norm-fp32", "dsa-indexer-skip-topk-offset",
 })
@@ -1428,10 +1428,18 @@ def import_megatron(
             args[flag] = args.pop(alias)
     got = Collected(source=source, warnings=list(warnings))
     got.set("engine", "megatron", "the engine file", explicit=False)  # the engine that reads it runs it
-    if args.get("experimental-attention-variant") == "dsa" and args.get("dsa-kernel-backend", "none") == "none":
-        got.warn("--dsa-kernel-backend none (Megatron-Core's default) runs DeepSeek Sparse Attention's PyTorch "
-                 "fallback, which materialises the fp32 scores; planner times the fused kernels "
-                 "(--dsa-kernel-backend cudnn or tilelang)")
+    if args.get("experimental-attention-variant") == "dsa":
+        if args.get("dsa-kernel-backend", "none") == "none":
+            got.warn("--dsa-kernel-backend none (Megatron-Core's default) runs DeepSeek Sparse Attention's PyTorch "
+                     "fallback, which materialises the fp32 scores; planner times the fused kernels "
+                     "(--dsa-kernel-backend cudnn or tilelang)")
+        if not args.get("dsa-indexer-use-sparse-loss"):
+            got.warn("without --dsa-indexer-use-sparse-loss the indexer's KL loss covers every causal pair (DSA's "
+                     "dense warm-up); planner times the sparse loss of its main stage, whose backward covers each "
+                     "query's top-k keys")
+        if int(args.get("context-parallel-size") or 1) > 1 and args.get("cp-comm-type", "p2p") != "allgather":
+            got.warn(f"--cp-comm-type {args.get('cp-comm-type', 'p2p')}: Megatron-Core runs DeepSeek Sparse Attention "
+                     "with all-gather context parallelism only (transformer_config.py asserts it); planner times that")
     _layout_fields(args, got)
     moe = model.moe is not None if model is not None else int(args.get("num-experts") or 0) > 1
     _fused_mlp(args, got, moe)
@@ -1765,6 +1773,8 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
         ["--pipeline-model-parallel-size", str(lay.pp)],
         ["--context-parallel-size", str(lay.cp)],
     ]
+    if lay.cp > 1 and model.sparse_attention is not None:  # Megatron-Core's DSA runs all-gather CP only
+        flags.append(["--cp-comm-type", "allgather"])
     if lay.ep > 1:
         flags.append(["--expert-model-parallel-size", str(lay.ep)])
     flags += _split_flags(model, lay)

@@ -49,9 +49,12 @@ open bf16 Triton indexer with top-k (PrimeIntellect-ai/prime-rl benchmarks/resul
 peak: slower kernels run five times slower than this."""
 
 INDEXER_BACKWARD_TO_FORWARD = 3.0
-"""The indexer's backward over its forward logits: the scores recomputed (Megatron-Core FusedDSAIndexerLoss
-keeps q, k and the weights and recomputes, never materialising the scores), then the gradients of the queries
-and of the keys, each a product of the same size."""
+"""The indexer's backward per pair it covers, over its forward's: the scores recomputed (Megatron-Core
+FusedDSAIndexerLoss keeps q, k and the weights and recomputes, never materialising the scores), then the
+gradients of the queries and of the keys, each a product of the same size. Under the sparse indexer loss of
+DSA's main training stage (report Sec. 2.1; Megatron's --dsa-indexer-use-sparse-loss, which Megatron-Bridge's
+GLM-5 bridge sets) it covers only each query's selected keys (Megatron-Core's fused indexer backward loops over
+the top-k blocks alone: ops/tilelang_indexer_bwd.py)."""
 
 TARGET_BYTES = 4
 """Bytes per selected (query, key) pair of the indexer loss's target: the head-summed attention probabilities in
@@ -91,9 +94,10 @@ def training_core_seconds(
     model: ModelSpec, *, tokens: np.ndarray, seq_len: np.ndarray, tp: np.ndarray, peak16: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one layer's sparse attention for `tokens` tokens (sequences of `seq_len`)
-    on one rank of a TP group: the sparse MLA kernel over the selected pairs of the rank's heads, the indexer's
-    logits over every causal pair (replicated: each TP rank scores the whole sequence) and the loss target's
-    scores over the selected pairs (forward only; the target is detached)."""
+    on one rank of a TP group, `peak16` the chip's sustained 16-bit peak (its power limit applied): the sparse
+    MLA kernel over the selected pairs of the rank's heads, the indexer's logits over every causal pair
+    (replicated: each TP rank scores the whole sequence) with its sparse loss's backward over the selected pairs,
+    and the loss target's scores over the selected pairs (forward only; the target is detached)."""
     assert model.sparse_attention is not None and model.mla is not None
     s = np.asarray(seq_len, dtype=float)
     t = np.asarray(tp, dtype=float)
@@ -105,8 +109,9 @@ def training_core_seconds(
     core = core_flop / (peak16 * SPARSE_MLA_EFFICIENCY)
     indexer = every * indexer_flop_per_pair(model) / (peak16 * INDEXER_EFFICIENCY)
     target = selected * target_flop_per_pair(model) / t / (peak16 * SPARSE_MLA_EFFICIENCY)
+    indexer_selected = selected * indexer_flop_per_pair(model) / (peak16 * INDEXER_EFFICIENCY)
     forward = core + indexer + target
-    backward = FLASH_BACKWARD_TO_FORWARD * core + INDEXER_BACKWARD_TO_FORWARD * indexer
+    backward = FLASH_BACKWARD_TO_FORWARD * core + INDEXER_BACKWARD_TO_FORWARD * indexer_selected
     return np.asarray(forward), np.asarray(backward)
 
 

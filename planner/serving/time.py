@@ -24,6 +24,7 @@ from planner.physics.kernels import (
     GEMM_FIXED_SECONDS,
     attention_plateau,
     causal_pairs,
+    compute_fraction,
     fp8_gemm_plateau,
     matmul_plateau,
     peak_16bit_flops,
@@ -109,6 +110,7 @@ class Rates:
     memory_bytes_per_s: float
     memory_peak_bytes_per_s: float
     indexer_flop_per_s: float = 0.0  # DeepSeek Sparse Attention's indexer logits (fp8 where the chip has it)
+    sparse_attention_flop_per_s: float = 0.0  # its sparse MLA prefill kernel (FlashMLA's)
 
 
 def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
@@ -133,7 +135,8 @@ def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
         memory_bytes_per_s=bw * SERVING_MEMORY_BANDWIDTH_FRACTION,
         memory_peak_bytes_per_s=bw,
         # the indexer's logits run in fp8 in serving (DeepSeek-V3.2-Exp's fp8_index, DeepGEMM's fp8_mqa_logits)
-        indexer_flop_per_s=float(peaks.get("fp8", p16)) * sparse_attention.INDEXER_EFFICIENCY,
+        indexer_flop_per_s=float(peaks.get("fp8", p16)) * sparse_attention.INDEXER_EFFICIENCY * compute_fraction(hw),
+        sparse_attention_flop_per_s=p16 * sparse_attention.SPARSE_MLA_FORWARD_EFFICIENCY * compute_fraction(hw),
     )
 
 
@@ -253,7 +256,9 @@ def _attention(shapes: ModelShapes, x: InferenceArrays, r: Rates, w: Work) -> tu
     indexer_flop = shapes.num_layers * shapes.indexer_flop_per_pair * (
         w.prefill_seqs * causal_pairs(w.prefill_len) + w.decode_seqs * ctx)
     index_read = w.decode_seqs * shapes.num_layers * (ctx + KV_PAGE_TOKENS / 2) * shapes.indexer_cache_bytes_per_token_per_layer
-    seconds = prefill_flop / r.attention_flop_per_s + indexer_flop / max(r.indexer_flop_per_s, 1.0) + np.maximum(
+    # sparse attention's prefill runs FlashMLA's sparse kernel at its measured forward rate
+    prefill_rate = r.sparse_attention_flop_per_s if shapes.sparse_topk else r.attention_flop_per_s
+    seconds = prefill_flop / prefill_rate + indexer_flop / max(r.indexer_flop_per_s, 1.0) + np.maximum(
         decode_flop / r.attention_flop_per_s, (kv_read * amplification + index_read) / r.memory_bytes_per_s
     )
     return seconds, prefill_flop + decode_flop + indexer_flop, kv_read + index_read

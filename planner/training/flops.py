@@ -18,7 +18,7 @@ import numpy as np
 
 from planner.physics import sparse_attention
 from planner.physics.kernels import window_work_fraction
-from planner.physics.params import count_params
+from planner.physics.params import count_params, indexer_params
 from planner.physics.shapes import attention_dims
 from planner.specs.layout import LayoutArrays, RecomputeCode
 from planner.specs.model import ModelSpec
@@ -46,12 +46,23 @@ def attention_core_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.n
 
 def indexer_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
     """Forward FLOPs per token, all layers, of DeepSeek Sparse Attention's indexer logits, counted like the
-    attention core (s keys per token, not halved for the causal mask); 0 without sparse attention. Its backward
-    is twice its forward (the query and key gradients), as for every other term."""
+    attention core (s keys per token, not halved for the causal mask); 0 without sparse attention."""
     if model.sparse_attention is None:
         return np.zeros_like(np.asarray(seq_len, dtype=float))
     s = np.asarray(seq_len, dtype=float)
     return np.asarray(model.num_layers * s * sparse_attention.indexer_flop_per_pair(model))
+
+
+def indexer_backward_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
+    """Backward FLOPs per token, all layers, of the indexer: its sparse loss's query and key gradients over each
+    query's selected keys (twice the forward's products there), and its projections' weight gradients alone (its
+    input is detached: no input gradients); 0 without sparse attention."""
+    if model.sparse_attention is None:
+        return np.zeros_like(np.asarray(seq_len, dtype=float))
+    s = np.asarray(seq_len, dtype=float)
+    share = sparse_attention.selected_share(model, s)
+    logits = 2.0 * indexer_flop_per_token(model, s) * share
+    return np.asarray(logits + model.num_layers * 2.0 * indexer_params(model))
 
 
 def indexer_target_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
@@ -78,11 +89,15 @@ class StepFlop:
 
 def step_flop(model: ModelSpec, lay: LayoutArrays) -> StepFlop:
     tokens = lay.global_batch.astype(float) * lay.seq_len
+    # the indexer (sparse attention) goes apart: its backward is not twice its forward (see below)
+    indexer_fwd = indexer_flop_per_token(model, lay.seq_len) + model.num_layers * 2.0 * indexer_params(model)
     layers_fwd = (layer_weight_flop_per_token(model) + attention_core_flop_per_token(model, lay.seq_len)
                   + indexer_flop_per_token(model, lay.seq_len))
     head_fwd = lm_head_flop_per_token(model)
     passes = 1.0 + BACKWARD_TO_FORWARD_FLOP
-    model_flop = tokens * (passes * (layers_fwd + head_fwd) + indexer_target_flop_per_token(model, lay.seq_len))
+    indexer_steps = indexer_backward_flop_per_token(model, lay.seq_len) + indexer_target_flop_per_token(
+        model, lay.seq_len) - BACKWARD_TO_FORWARD_FLOP * indexer_fwd
+    model_flop = tokens * (passes * (layers_fwd + head_fwd) + indexer_steps)
     # Recompute repeats forward work: full = every layer's forward (the fraction of layers recomputed when
     # only some are); selective = the attention core (Korthikanti et al. 2022, Sec. 5). With flash
     # attention nothing extra is recomputed by "selective": the kernel already recomputes inside its

@@ -44,6 +44,7 @@ from planner.physics.kernels import (
     FLASH_BACKWARD_TO_FORWARD,
     GEMM_FIXED_SECONDS,
     attention_efficiency,
+    compute_fraction,
     fp8_attention_speedup,
     fp8_cast_seconds,
     gemm_peak_flops,
@@ -119,6 +120,7 @@ TP_OVERLAP_AG_GEMMS = frozenset({"qkv", "mlp_up", "shared_up"})
 # all-gather context_parallel for torchtitan), each count with its source there.
 # The router GEMM (shapes.py names it so) stays 16-bit under fp8 recipes.
 ROUTER_GEMM = "router"
+INDEXER_GEMM_PREFIX = "index_"  # physics/shapes.py: the sparse-attention indexer's projections
 SHARED_EXPERT_PREFIX = "shared_"  # shapes.py's names of the shared experts' GEMMs
 # While expert-parallel traffic overlaps compute its kernels hold SMs the GEMMs then lack: DeepSeek-V3 gives
 # 20 of the H800's 132 SMs to dispatch and combine ("only 20 SMs are sufficient to fully utilize the
@@ -325,7 +327,7 @@ def sparse_attention_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutA
     target's probabilities, which the loss waits for."""
     tokens = tokens_per_microbatch(lay)
     forward, backward = sparse_attention.training_core_seconds(
-        model, tokens=tokens, seq_len=lay.seq_len, tp=lay.tp, peak16=peak_16bit_flops(hw))
+        model, tokens=tokens, seq_len=lay.seq_len, tp=lay.tp, peak16=peak_16bit_flops(hw) * compute_fraction(hw))
     target = sparse_attention.target_bytes(model, tokens=tokens, seq_len=lay.seq_len)
     reduce = np.where(lay.tp > 1, all_reduce_seconds(target, lay.tp, group_link(hw, lay.tp, 1)), 0.0)
     return np.asarray(forward + reduce), backward
@@ -337,7 +339,8 @@ def sparse_cp_comm_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArr
     rank gathering the whole sequence's latent keys and indexer keys before its queries pick their top-k among
     them, and reduce-scattering their gradients in the backward. Counted exposed: the gather must finish before
     the indexer scores and the selection reaches anywhere in the sequence (the forward's runs again under full
-    recompute)."""
+    recompute); the gathered keys are kept for the backward (training/memory.py sparse_attention_bytes_per_token),
+    which only reduce-scatters."""
     assert model.sparse_attention is not None and model.mla is not None
     per_token = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim + model.sparse_attention.index_head_dim
                  ) * ACTIVATION_BYTES
@@ -347,7 +350,7 @@ def sparse_cp_comm_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArr
     gather = np.where(split, all_gather_seconds(chunk * lay.cp, lay.cp, link), 0.0)
     scatter = np.where(split, reduce_scatter_seconds(chunk * lay.cp, lay.cp, link), 0.0)
     forward_passes = 1.0 + (lay.recompute == RecomputeCode.FULL)
-    return np.asarray(forward_passes * gather + gather + scatter)  # the backward gathers again, then reduces
+    return np.asarray(forward_passes * gather + scatter)  # the gathered keys are kept for the backward (memory)
 
 
 def cp_comm_seconds(
@@ -442,6 +445,7 @@ def layer_time(
     routed_gemm = np.zeros_like(gemm)  # the routed experts' forward GEMMs (after the dispatcher's host sync)
     ag_split = np.zeros_like(gemm)  # GEMMs the TP overlap splits beside its all-gather / its reduce-scatter
     rs_split = np.zeros_like(gemm)
+    index_gemm = np.zeros_like(gemm)  # the sparse-attention indexer's projections (weight gradients only)
     for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
         if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
             gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
@@ -453,6 +457,8 @@ def layer_time(
         else:
             seconds = matmul_seconds(hw, 2 * tokens * elements, peak_gemm, plateau_gemm)
             gemm = gemm + seconds
+            if g.name.startswith(INDEXER_GEMM_PREFIX):
+                index_gemm = index_gemm + seconds
             if g.name.startswith(SHARED_EXPERT_PREFIX):
                 shared_gemm = shared_gemm + seconds
             # Megatron-Core's SharedExpertMLP turns its fc1/fc2 userbuffer overlap off under
@@ -508,7 +514,9 @@ def layer_time(
         expert_fwd = expert_bwd = np.zeros_like(elementwise)
     forward = (gemm + core_fwd + elementwise + clamp_fwd + cast_fwd + expert_fwd
                + bookkeeping / (1 + BACKWARD_LAUNCH_RATIO))
-    backward = 2 * gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + clamp_bwd + cast_bwd + expert_bwd + (
+    # the indexer's input is detached (DeepSeek-V3.2-Exp report Sec. 2.1; Megatron-Core dsa.py): its projections
+    # compute weight gradients only, one GEMM each in the backward instead of two
+    backward = 2 * gemm - index_gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + clamp_bwd + cast_bwd + expert_bwd + (
         bookkeeping * BACKWARD_LAUNCH_RATIO / (1 + BACKWARD_LAUNCH_RATIO)
     )
     # Under --tp-comm-overlap the row-parallel forward GEMMs (attention output, fc2) run beside their pipelined

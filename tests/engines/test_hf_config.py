@@ -881,6 +881,9 @@ def test_dsa_readers_take_the_indexer_sizes():
     ({"index_topk_freq": 4, "index_skip_topk_offset": 3}, "reuse another layer's top-k"),
     ({"indexer_types": ["full"] * 3 + ["shared"] * 75}, "reuse another layer's top-k"),
     ({"mlp_layer_types": ["sparse"] * 78}, "expected 3 'dense' then 75 'sparse'"),
+    ({"indexer_types": "shared"}, "expected a list of 78 entries, each 'full' or 'shared'"),
+    ({"indexer_types": ["full"] * 77}, "expected a list of 78 entries"),
+    ({"index_topk_freq": True}, "expected a positive integer"),
 ])
 def test_glm5_layouts_planner_does_not_model_are_refused(change, why):
     """GLM-5.2's shared indexers (index_topk_freq 4: three layers in four reuse an earlier top-k and build no

@@ -211,6 +211,7 @@ def test_deepseek_sparse_attention_functional_test_reads_the_indexer(run_cli) ->
     result = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8", "--format", "json")
     assert result.exit_code in (0, 1), result.output
     assert "--dsa-kernel-backend none" in result.stderr
+    assert "without --dsa-indexer-use-sparse-loss" in result.stderr  # the file trains the dense indexer loss
     config = json.loads(result.stdout)[0]["config"]
     assert (config["tp"], config["pp"], config["cp"]) == (2, 2, 1)
     tokens = _read(path)
@@ -239,3 +240,17 @@ def test_layers_planner_does_not_model_are_refused(flags: list[str], why: str) -
             "--vocab-size", "1024"]
     with pytest.raises(PlannerError, match=re.escape(why)):
         import_megatron([*base, *flags], gpus=8, given={}, model=None, source="args")
+
+
+def test_dsa_with_ring_context_parallelism_is_warned() -> None:
+    """Megatron-Core asserts all-gather CP for DSA; its default --cp-comm-type is p2p."""
+    flags = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "1024",
+             "--max-position-embeddings", "1024", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16",
+             "--vocab-size", "1024", "--multi-latent-attention", "--q-lora-rank", "64", "--kv-lora-rank", "32",
+             "--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", "4", "--dsa-indexer-head-dim", "32",
+             "--dsa-indexer-topk", "64", "--dsa-indexer-use-sparse-loss", "--dsa-kernel-backend", "cudnn",
+             "--context-parallel-size", "2"]
+    ring = import_megatron(flags, gpus=8, given={}, model=None, source="args")
+    assert any("--cp-comm-type p2p" in w for w in ring.warnings)
+    gathered = import_megatron([*flags, "--cp-comm-type", "allgather"], gpus=8, given={}, model=None, source="args")
+    assert not any("cp-comm-type" in w or "sparse-loss" in w or "kernel-backend" in w for w in gathered.warnings)

@@ -81,7 +81,7 @@ def test_training_core_seconds_by_hand() -> None:
     """One 64-token sequence, top-k 16, peak 1e15: the sparse MLA kernel computes 136 x 16 + 48 x 16 = 904 pairs of
     2 x 4 heads x (40 + 32) FLOPs over tp at 0.645 x 0.90 of the peak, the indexer 64 x 65 / 2 = 2,080 pairs of
     2 x 2 x 8 on every rank at 0.40 of it, the target 904 pairs of 2 x 4 x 40 over tp, forward only; the backward is
-    2.5x the kernel and 3x the indexer."""
+    2.5x the kernel and, for the sparse indexer loss, 3x the indexer's products over the 904 selected pairs."""
     model = mla_model(topk=16)
     peak = 1e15
     fwd, bwd = dsa.training_core_seconds(model, tokens=np.array(64.0), seq_len=np.array(64.0), tp=np.array([1, 2]),
@@ -91,7 +91,8 @@ def test_training_core_seconds_by_hand() -> None:
     indexer = 2080 * 32 / peak / 0.40
     target = 904 * 2 * 4 * 40 / peak / eff
     assert fwd.tolist() == pytest.approx([core + indexer + target, core / 2 + indexer + target / 2])
-    assert bwd.tolist() == pytest.approx([2.5 * core + 3 * indexer, 2.5 * core / 2 + 3 * indexer])
+    indexer_selected = 904 * 32 / peak / 0.40
+    assert bwd.tolist() == pytest.approx([2.5 * core + 3 * indexer_selected, 2.5 * core / 2 + 3 * indexer_selected])
     assert dsa.DENSE_FLASH_COMBINED_TO_FORWARD == pytest.approx(3.5 / (1 / 648 + 2.5 / 561) / 648)
 
 
@@ -113,14 +114,16 @@ def test_the_indexer_does_not_shrink_with_tensor_parallelism() -> None:
 def test_step_flop_counts_the_indexer_and_the_target() -> None:
     """Model FLOPs count the attention's math, in the MHA form's widths: per token of a 64-token sequence, both
     layers, the core 2 x 64 x 4 x (24 + 16) scaled by the share of pairs kept, three times with its backward; the
-    indexer's forward 64 x (2 x 2 x 8), three times; the target 64 x 2 x 4 x 24 x share, once (detached); the
-    indexer's projections as weights."""
+    indexer's forward 64 x (2 x 2 x 8) over every pair, its sparse loss's backward twice that over the kept share;
+    the target 64 x 2 x 4 x 24 x share, once (detached); the indexer's projections forward and weight gradient
+    only (2 x 2 FLOPs per weight: its input is detached)."""
     sparse, dense = mla_model(topk=16), mla_model()
     layout = resolve_layout(sparse, 1, global_batch=1, seq_len=64).to_arrays()
     share = 904 / (64 * 65 / 2)
     core = 3 * 2 * 64 * 4 * (24 + 16)
-    per_token = 2 * (3 * 64 * 32 + 64 * 2 * 4 * 24 * share + core * (share - 1))
-    extra_weights = 3 * 2 * 2 * indexer_params(sparse)
+    indexer = 64 * 32 * (1 + 2 * share)
+    per_token = 2 * (indexer + 64 * 2 * 4 * 24 * share + core * (share - 1))
+    extra_weights = 2 * 2 * 2 * indexer_params(sparse)
     got = float(step_flop(sparse, layout).model_flop[0]) - float(step_flop(dense, layout).model_flop[0])
     assert got == pytest.approx(64 * (per_token + extra_weights))
 
@@ -198,6 +201,23 @@ def test_context_parallelism_splits_the_work_and_gathers_the_keys() -> None:
     assert float(f2[0]) == pytest.approx(float(f1[0]) / 2) and float(b2[0]) == pytest.approx(float(b1[0]) / 2)
     assert float(sparse_cp_comm_seconds(model, hw, one)[0]) == 0.0
     assert float(sparse_cp_comm_seconds(model, hw, two)[0]) > 0.0
+    # the backward reduce-scatters only (the gathered keys are kept): full recompute adds one forward gather
+    full = resolve_layout(model, 2, cp=2, recompute="full", global_batch=1, seq_len=1024).to_arrays()
+    assert float(sparse_cp_comm_seconds(model, hw, full)[0]) > float(sparse_cp_comm_seconds(model, hw, two)[0])
     a1 = layer_activation_bytes_per_token(model, one, moe_layer=False).full
     a2 = layer_activation_bytes_per_token(model, two, moe_layer=False).full
     assert float(a2[0] - a1[0]) == (32 + 8 + 8) * 2
+
+
+def test_the_power_limit_slows_the_sparse_kernels() -> None:
+    """The 500 W H100 (compute_fraction below 1) runs every compute-bound kernel slower, DSA's too."""
+    from planner.engines.load import load_hardware
+    from planner.physics.kernels import compute_fraction
+
+    model = mla_model(topk=16)
+    full_power, limited = load_hardware("h100-sxm").spec, load_hardware("h100-sxm-96gb").spec
+    assert compute_fraction(limited) < compute_fraction(full_power) == 1.0
+    layout = resolve_layout(model, 1, global_batch=1, seq_len=4096).to_arrays()
+    f_full, _ = sparse_attention_seconds(model, full_power, layout)
+    f_limited, _ = sparse_attention_seconds(model, limited, layout)
+    assert float(f_limited[0]) == pytest.approx(float(f_full[0]) / compute_fraction(limited))
