@@ -566,6 +566,14 @@ def layer_time(
     # an engine whose overlap hides less than TE's hides that share of what TE hides
     hidden = engine.efficiency.tp_overlap_hidden_share * (traffic - te_exposed)
     tp_comm = np.where(overlapped, traffic - hidden, traffic)
+    if model.sparse_attention is not None and model.mla is not None:
+        # the indexer scores the whole sequence on every TP rank: under sequence parallelism its inputs, the hidden
+        # state and the query latent, are all-gathered over the TP group first (Megatron-Core dsa.py @ d98e8a64,
+        # forward_before_topk), in the forward and again under full recompute; no GEMM chunk hides it
+        index_inputs = tokens * (h + (model.mla.q_lora_rank or 0)) * ACTIVATION_BYTES
+        forward_passes = 1.0 + (lay.recompute == RecomputeCode.FULL)
+        tp_comm = tp_comm + np.where(lay.sequence_parallel & (lay.tp > 1),
+                                     forward_passes * all_gather_seconds(index_inputs, lay.tp, tp_link), 0.0)
 
     cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, kernels=kernels)
 

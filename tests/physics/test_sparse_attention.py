@@ -221,3 +221,19 @@ def test_the_power_limit_slows_the_sparse_kernels() -> None:
     f_full, _ = sparse_attention_seconds(model, full_power, layout)
     f_limited, _ = sparse_attention_seconds(model, limited, layout)
     assert float(f_limited[0]) == pytest.approx(float(f_full[0]) / compute_fraction(limited))
+
+
+def test_sequence_parallelism_gathers_the_indexer_inputs() -> None:
+    """Under SP every TP rank all-gathers the hidden state (256) and the query latent (64) of the whole sequence for
+    its indexer: one all-gather of 1,024 tokens x 320 x 2 bytes per layer and micro-batch in the forward, beyond what
+    the same MLA model without an indexer moves over TP."""
+    from planner.physics.comm import all_gather_seconds, group_link
+    from planner.training.time import layer_time
+
+    hw = round_hw()
+    sparse, dense = mla_model(topk=16), mla_model()
+    layout = resolve_layout(sparse, 2, tp=2, sequence_parallel=True, global_batch=1, seq_len=1024).to_arrays()
+    extra = layer_time(sparse, hw, layout, moe_layer=False).tp_comm - layer_time(dense, hw, layout,
+                                                                                   moe_layer=False).tp_comm
+    expected = all_gather_seconds(1024 * (256 + 64) * 2, layout.tp, group_link(hw, layout.tp, 1))
+    assert float(extra[0]) == pytest.approx(float(expected[0]))
