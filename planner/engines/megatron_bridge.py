@@ -72,6 +72,7 @@ MODEL_SWITCHES = (
     "fp8_dot_product_attention", "fp8_multi_head_attention", "activation_func_fp8_input_store",
     "use_transformer_engine_op_fuser", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "moe_shared_expert_gate", "moe_layer_recompute", "distribute_saved_activations", "bf16", "fp16",
+    "dsa_indexer_use_sparse_loss",
 )
 # model fields whose Megatron-LM argument has another name
 RENAMED = {

@@ -452,10 +452,12 @@ def test_an_attention_variant_planner_does_not_model_is_refused_by_its_field(run
     assert result.exit_code == 2
     assert "model.experimental_attention_variant: --experimental-attention-variant gdn" in result.stderr
     dsa = ("model:\n  experimental_attention_variant: dsa\n  dsa_indexer_n_heads: 32\n  dsa_indexer_head_dim: 128\n"
-           "  dsa_indexer_topk: 2048\n  dsa_kernel_backend: cudnn\n")
+           "  dsa_indexer_topk: 2048\n  dsa_kernel_backend: cudnn\n  dsa_indexer_use_sparse_loss: true\n")
     path.write_text(DUMP.replace("model:\n", dsa, 1))
     tokens, _ = bridge_tokens(parse_bridge_text(path.read_text(), "run_config.yaml"), "run_config.yaml")
-    model = import_megatron(tokens, gpus=128, given={}, model=None, source="run_config.yaml").model
+    imported = import_megatron(tokens, gpus=128, given={}, model=None, source="run_config.yaml")
+    assert not any("sparse-loss" in w or "kernel-backend" in w for w in imported.warnings)
+    model = imported.model
     assert model is not None and model.sparse_attention is not None
     assert (model.sparse_attention.index_heads, model.sparse_attention.topk) == (32, 2048)
     path.write_text(DUMP.replace("model:\n", "model:\n  experimental_attention_variant: null\n", 1))
