@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -141,9 +142,10 @@ def _core(r: _Reader, *, layers: str = "num_hidden_layers", hidden: str = "hidde
     r.put("vocab_size", r.int_(vocab), vocab)
 
 
-def _kv_heads(r: _Reader) -> None:
+def _kv_heads(r: _Reader, default: int | None = None) -> None:
+    """num_key_value_heads; absent, the config class's default (`default`), else the query heads (MHA)."""
     heads = r.spec["num_attention_heads"]
-    kv = r.int_("num_key_value_heads", heads)
+    kv = r.int_("num_key_value_heads", default or heads)
     if heads % kv:
         raise r.error("num_key_value_heads", f"num_attention_heads ({heads}) is not divisible by num_key_value_heads "
                       f"({kv}); use a divisor of the head count")
@@ -156,10 +158,11 @@ def _head_dim(r: _Reader, default: int | None = None) -> None:
         r.put("head_dim", value, "head_dim")
 
 
-def _rotary_decoder(r: _Reader, *, tied_default: bool) -> None:
-    """Llama-shaped decoder: RoPE, RMSNorm, gated MLP of intermediate_size."""
+def _rotary_decoder(r: _Reader, *, tied_default: bool, kv_default: int | None = None) -> None:
+    """Llama-shaped decoder: RoPE, RMSNorm, gated MLP of intermediate_size (`kv_default`: the config class's
+    num_key_value_heads when the file leaves it out; None: the query heads)."""
     _core(r)
-    _kv_heads(r)
+    _kv_heads(r, kv_default)
     _llama_block(r, tied_default=tied_default)
 
 
@@ -849,7 +852,7 @@ def _phimoe(r: _Reader) -> None:
     (weight and bias), attention_bias on q, k, v and the output, lm_head_bias, `sliding_window` on every layer
     when set; every layer a MoE of num_local_experts SwiGLU experts of intermediate_size, top num_experts_per_tok,
     a router without bias, no shared expert."""
-    _rotary_decoder(r, tied_default=False)
+    _rotary_decoder(r, tied_default=False, kv_default=8)  # PhimoeConfig: num_key_value_heads 8
     _head_dim(r)
     r.put("norm_kind", "layernorm")  # nn.LayerNorm(hidden_size, elementwise_affine=True): weight and bias
     _attention_bias(r)
@@ -877,7 +880,7 @@ def _smollm3(r: _Reader) -> None:
     q, k, v and the output, mlp_bias; rotary embedding left out on the layers `no_rope_layers` marks 0 (default
     every no_rope_layer_interval-th: a cost too small to count, and no weights either way); with use_sliding_window,
     `sliding_window` on the `sliding_attention` layers of layer_types (SmolLM3Config's default: the NoPE layers)."""
-    _rotary_decoder(r, tied_default=True)
+    _rotary_decoder(r, tied_default=True, kv_default=4)  # SmolLM3Config: num_key_value_heads 4
     _head_dim(r)
     _attention_bias(r)
     r.put("mlp_bias", r.bool_("mlp_bias", False), "mlp_bias")
@@ -1099,6 +1102,7 @@ _WRAPPER_TIED_DEFAULT: dict[str, bool] = {
     "llava": False, "llava_next": False, "mistral3": True, "gemma3": True, "qwen2_vl": False, "qwen2_5_vl": False,
     "llama4": False, "qwen3_vl": False, "qwen3_vl_moe": False,
 }
+_WRAPPER_DECIDES_TYING = frozenset({"qwen3_vl", "qwen3_vl_moe"})
 WRAPPER_IGNORED_KEYS: dict[str, str] = {
     "vision_config": "the vision tower: not modelled (planner counts and times the language model only)",
     "image_token_index": "token id of the image placeholder", "image_token_id": "token id of the image placeholder",
@@ -1237,10 +1241,12 @@ def _unwrap_multimodal(data: dict[str, Any], source: str, wrapper: Any) -> tuple
     if wrapper not in MULTIMODAL_TEXT_TYPES:
         notes.append(f"model_type {wrapper!r} read as a wrapper around its text_config")
     text = {**(NESTED_TEXT_DEFAULTS.get(text_type, {}) if isinstance(text_type, str) else {}), **nested}
-    # transformers 5.x ties the output layer by the wrapper's key when it is given.
+    # transformers 5.x ties the output layer by the wrapper's key when it is given; Qwen3-VL's wrappers decide it
+    # alone (their class default when the key is absent: Qwen3VLConfig, Qwen3VLMoeConfig carry no fallback to
+    # the text config's key, as LlavaConfig does)
     if "tie_word_embeddings" in data:
         text["tie_word_embeddings"] = data["tie_word_embeddings"]
-    elif "tie_word_embeddings" not in nested and wrapper in _WRAPPER_TIED_DEFAULT:
+    elif wrapper in _WRAPPER_DECIDES_TYING or ("tie_word_embeddings" not in nested and wrapper in _WRAPPER_TIED_DEFAULT):
         text["tie_word_embeddings"] = _WRAPPER_TIED_DEFAULT[wrapper]
     if "vocab_size" in data and data["vocab_size"] != text.get("vocab_size"):
         raise PlannerError(f"{data['vocab_size']} contradicts text_config.vocab_size ({text.get('vocab_size')})",
@@ -1280,11 +1286,21 @@ def _unsupported(text_type: Any) -> str:
     return f"{what}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
 
 
+def _check_model_type_names(data: dict[str, Any], source: str) -> None:
+    """model_type (top level and text_config's) must be a name when given."""
+    nested = data.get("text_config")
+    for field, value in (("model_type", data.get("model_type")),
+                         ("text_config.model_type", nested.get("model_type") if isinstance(nested, dict) else None)):
+        if value is not None and not isinstance(value, str):
+            raise PlannerError(f"expected a name, got {reprlib.repr(value)}", source=source, field=field)
+
+
 def refuse_unsupported_model_type(data: Any, source: str) -> None:
     """The error for a config whose model_type (or text_config's) planner has no reader for; nothing for others,
     which read_hf_config judges key by key."""
     if not isinstance(data, dict):
         return
+    _check_model_type_names(data, source)
     model_type = data.get("model_type")
     nested = data.get("text_config")
     if model_type in MULTIMODAL_TEXT_TYPES or isinstance(nested, dict):
@@ -1302,6 +1318,7 @@ def read_hf_config(data: dict[str, Any], source: str) -> HfImport:
     """Map a HuggingFace config.json dict to a ModelSpec, refusing anything it cannot map exactly."""
     if not isinstance(data, dict):
         raise PlannerError(f"expected a JSON object, got {type(data).__name__}", source=source)
+    _check_model_type_names(data, source)
     model_type = data.get("model_type")
     notes: list[str] = []
     text, text_type, prefix = data, model_type, ""

@@ -164,10 +164,15 @@ def _import_engine(
         model_args = None
         if file_text:
             words = _words(engine.args)
-            variables = [w for w in words if _is_assignment(w)]
+            # the file's variables: the NAME=value words before the first --flag (a flag's value may hold '=')
+            first_flag = next((i for i, w in enumerate(words) if w.startswith("-")), len(words))
+            variables, flags = words[:first_flag], words[first_flag:]
+            if any(not _is_assignment(w) for w in variables):
+                variables, flags = [w for w in variables if _is_assignment(w)], words
             model_args = megatron.parse_model_args_text(file_text, str(path), variables)
             if model_args is not None:  # the NAME=value words were the file's variables; the rest are flags
-                args_text = shlex.join(w for w in words if not _is_assignment(w)) if words else engine.args
+                args_text = shlex.join(flags) if words else engine.args
+                notes += megatron.unused_variables(file_text, variables, str(path))
         for text, origin in ((file_text, str(path)), (args_text, f"{source}: engine.args")):
             if text:
                 in_file = origin == str(path)
@@ -281,7 +286,7 @@ def _is_assignment(word: str) -> bool:
 def _words(args: str | None) -> list[str]:
     """The shell words of a job's engine args (none when they do not split: the Megatron reader says why)."""
     try:
-        return shlex.split(args or "", comments=True)
+        return shlex.split(args or "")  # no comments: '#' inside a word is the word's, as bash reads it
     except ValueError:
         return []
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+import reprlib
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -69,14 +70,15 @@ READ_FLAGS: dict[str, str] = {
         "attention-backend", "fp8-format", "fp8-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
         "experimental-attention-variant", "linear-attention-freq", "heterogeneous-layers-config-path",
-        "dsa-kernel-backend", "cp-comm-type",
+        "dsa-kernel-backend",
         "heterogeneous-layers-config-encoded-json",
         "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
         "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "cuda-graph-impl",
     )},
     **{f: "path" for f in ("deepspeed_config", "deepscale_config")},  # read for a warning only: may stay unresolved
-    **{f: "list" for f in ("recompute-modules", "rampup-batch-size", "cuda-graph-scope", "cuda-graph-modules")},
+    **{f: "list" for f in ("recompute-modules", "rampup-batch-size", "cuda-graph-scope", "cuda-graph-modules",
+                           "cp-comm-type")},  # --cp-comm-type: nargs='+', one type or one per layer
     **{f: "bool" for f in (
         "sequence-parallel", "recompute-activations", "checkpoint-activations", "moe-layer-recompute",
         "group-query-attention", "swiglu",
@@ -252,6 +254,18 @@ _MODEL_ARGS_LINE = re.compile(r"^MODEL_ARGS:", re.MULTILINE)
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
+def unused_variables(text: str, variables: Sequence[str], source: str) -> list[str]:
+    """A warning for each NAME=value the MODEL_ARGS file never references (a misspelt variable is not an error in
+    envsubst either, but it leaves the reference it was meant for unset)."""
+    used = {m.group(1) or m.group(2) for m in _REFERENCE.finditer(text)}
+    names = [w.partition("=")[0] for w in variables]
+    return [f"{source}: the variable {name} is not used in the file; check its spelling" for name in names
+            if name not in used]
+
+
+_FLAG_NAME = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
 def model_args_script(data: Mapping[str, Any], source: str) -> str:
     """A MODEL_ARGS YAML (`parse_model_args_text`) as the launch script it stands for, for `read_launch_text`:
     `ENV_VARS` exported, then `pretrain_gpt.py` with each flag as the launchers pass it
@@ -266,12 +280,15 @@ def model_args_script(data: Mapping[str, Any], source: str) -> str:
     for name, value in env.items():
         if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)):
             raise PlannerError(f"{name!r} is not a variable name", source=source, field="ENV_VARS")
+        if isinstance(value, (list, Mapping)):
+            raise PlannerError("expected a value", source=source, field=f"ENV_VARS.{name}")
         if value is not None:
             lines.append(f"export {name}={_shell_word(value)}")
     words = ["pretrain_gpt.py"]
     for flag, value in data["MODEL_ARGS"].items():
-        if not (isinstance(flag, str) and flag.startswith("--")):
-            raise PlannerError(f"{flag!r} is not a --flag", source=source, field="MODEL_ARGS")
+        if not (isinstance(flag, str) and _FLAG_NAME.fullmatch(flag)):
+            raise PlannerError(f"{reprlib.repr(flag)} is not a --flag (letters, digits, '-' and '_')", source=source,
+                               field="MODEL_ARGS")
         if value is None or value is False:
             kind = READ_FLAGS.get(flag[2:])
             if kind is None or kind == "bool":
@@ -1437,9 +1454,14 @@ def import_megatron(
             got.warn("without --dsa-indexer-use-sparse-loss the indexer's KL loss covers every causal pair (DSA's "
                      "dense warm-up); planner times the sparse loss of its main stage, whose backward covers each "
                      "query's top-k keys")
-        if int(args.get("context-parallel-size") or 1) > 1 and args.get("cp-comm-type", "p2p") != "allgather":
-            got.warn(f"--cp-comm-type {args.get('cp-comm-type', 'p2p')}: Megatron-Core runs DeepSeek Sparse Attention "
-                     "with all-gather context parallelism only (transformer_config.py asserts it); planner times that")
+        types = args.get("cp-comm-type") or ["p2p"]  # Megatron-LM's default
+        if int(args.get("context-parallel-size") or 1) > 1 and any(t != "allgather" for t in types):
+            got.warn(f"--cp-comm-type {' '.join(types)}: Megatron-Core runs DeepSeek Sparse Attention with all-gather "
+                     "context parallelism only (transformer_config.py asserts it); planner times that")
+        backend = args.get("dsa-kernel-backend", "none")
+        if backend not in ("none", "tilelang", "cudnn"):
+            raise PlannerError(f"--dsa-kernel-backend {backend}: Megatron-Core takes none, tilelang or cudnn "
+                               "(TransformerConfig.dsa_kernel_backend)", source=source)
     _layout_fields(args, got)
     moe = model.moe is not None if model is not None else int(args.get("num-experts") or 0) > 1
     _fused_mlp(args, got, moe)

@@ -912,3 +912,21 @@ def test_phimoe_by_hand():
     assert count_params(spec).total == 32 * layer + 32064 * 4096 + 2 * 4096 + 32064 * 4096 + 32064
     assert (spec.sliding_window_tokens, spec.sliding_window_layers) == (2047, 32)
     assert spec.norm_kind == "layernorm" and spec.lm_head_bias
+
+
+def test_review_fixes_tying_defaults_and_names(run_cli, tmp_path):
+    """Qwen3-VL's wrapper alone decides tying (transformers 5.25: the text config's key is not read back), the
+    config classes' own num_key_value_heads defaults (SmolLM3Config 4, PhimoeConfig 8) stand when the key is
+    absent, and a model_type that is not a name is one error line."""
+    tied_text = fixture("qwen3-vl-8b-instruct.json")
+    tied_text.pop("tie_word_embeddings")
+    tied_text["text_config"] = {**tied_text["text_config"], "tie_word_embeddings": True}
+    assert count_params(model_from_hf_config(tied_text, "t.json")).total == 8_190_735_360  # transformers 5.25.0
+    for name, expected in (("smollm3-3b.json", 3_075_098_624), ("phi-mini-moe-instruct.json", 7_647_632_704)):
+        data = {k: v for k, v in fixture(name).items() if k != "num_key_value_heads"}
+        assert count_params(model_from_hf_config(data, name)).total == expected  # transformers 5.25.0
+    path = tmp_path / "config.json"
+    for data in ({"model_type": ["llama"]}, {"model_type": "llava", "text_config": {"model_type": ["x"]}}):
+        path.write_text(json.dumps(data))
+        result = run_cli("models", "show", path)
+        assert result.exit_code == 2 and result.stderr.count("error:") == 1 and "expected a name" in result.stderr

@@ -254,3 +254,47 @@ def test_dsa_with_ring_context_parallelism_is_warned() -> None:
     assert any("--cp-comm-type p2p" in w for w in ring.warnings)
     gathered = import_megatron([*flags, "--cp-comm-type", "allgather"], gpus=8, given={}, model=None, source="args")
     assert not any("cp-comm-type" in w or "sparse-loss" in w or "kernel-backend" in w for w in gathered.warnings)
+
+
+def test_engine_args_keep_hashes_and_equals_inside_flag_values(run_cli) -> None:
+    """The variables are the NAME=value words before the first --flag; after it a word with '=' or '#' is a flag's
+    value, kept whole as bash keeps it (a '#' inside a word starts no comment)."""
+    path = MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_cp2.yaml"
+    args = ["check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "16", "--engine-args"]
+    refused = run_cli(*args, "TENSORBOARD_PATH=/tb --data-path a#b --pipeline-model-parallel-size 5")
+    assert refused.exit_code == 2 and "--pipeline-model-parallel-size" in refused.stderr  # 12 layers, not 5 stages
+    valued = run_cli(*args, "--data-path a=b --wandb-exp-name TP=8 --pipeline-model-parallel-size 4")
+    assert valued.exit_code in (0, 1), valued.output
+    assert json.loads(run_cli(*args, "--pipeline-model-parallel-size 4", "--format", "json").stdout)[0]["config"][
+        "pp"] == 4
+    unused = run_cli(*args, "TENSORBORD_PATH=/tb")
+    assert "the variable TENSORBORD_PATH is not used in the file" in unused.stderr
+
+
+@pytest.mark.parametrize(("text", "field", "why"), [
+    ("MODEL_ARGS:\n  --tensor-model-parallel-size 8 --foo: true\n", "MODEL_ARGS", "is not a --flag"),
+    ("MODEL_ARGS:\n  \"--foo'\": true\n", "MODEL_ARGS", "is not a --flag"),
+    ("ENV_VARS:\n  A: {b: 1}\nMODEL_ARGS:\n  --bf16: true\n", "ENV_VARS.A", "expected a value"),
+])
+def test_model_args_names_and_env_values_are_checked(text: str, field: str, why: str) -> None:
+    data = parse_model_args_text(text, "t.yaml")
+    assert data is not None
+    with pytest.raises(PlannerError, match=re.escape(why)) as info:
+        model_args_script(data, "t.yaml")
+    assert info.value.field == field
+
+
+def test_cp_comm_type_takes_one_type_per_layer_and_dsa_backends_are_checked() -> None:
+    """--cp-comm-type is nargs='+' in Megatron-LM (one type, or one per layer); --dsa-kernel-backend takes none,
+    tilelang or cudnn."""
+    base = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "1024",
+            "--max-position-embeddings", "1024", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16",
+            "--vocab-size", "1024", "--context-parallel-size", "2"]
+    import_megatron([*base, "--cp-comm-type", "a2a", "a2a", "p2p", "p2p"], gpus=8, given={}, model=None, source="a")
+    dsa = ["--multi-latent-attention", "--q-lora-rank", "64", "--kv-lora-rank", "32", "--experimental-attention-variant",
+           "dsa", "--dsa-indexer-n-heads", "4", "--dsa-indexer-head-dim", "32", "--dsa-indexer-topk", "64"]
+    per_layer = import_megatron([*base, *dsa, "--cp-comm-type", *["allgather"] * 4], gpus=8, given={}, model=None,
+                                source="a")
+    assert not any("cp-comm-type" in w for w in per_layer.warnings)
+    with pytest.raises(PlannerError, match="takes none, tilelang or cudnn"):
+        import_megatron([*base, *dsa, "--dsa-kernel-backend", "bogus"], gpus=8, given={}, model=None, source="a")
