@@ -36,11 +36,10 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray, *, moe_layer: 
     residual = 8 * h + 2 * drop * h if model.parallel_attention_mlp else 2 * (6 * h + drop * h)
     replicated = model.norms_per_layer * 4 * h + residual
     # sparse attention's MQA form absorbs the queries after the rotary, which runs on MLA's own Q and K
-    mla_form = model.model_copy(update={"sparse_attention": None}) if model.sparse_attention else model
-    widths = attention_dims(mla_form)
+    widths = attention_dims(model, absorbed=False)
     # One read and one write of the rank's Q and K: rotary, and the q/k norms where the model has them
     # (Qwen3, Gemma 3, OLMo 2: Megatron-Core's q_layernorm and k_layernorm, their own kernels before the rotary).
-    qk_pass = 2 * ACTIVATION_BYTES * (widths.query / t + widths.key / kv_divisor(mla_form, np.asarray(tp)))
+    qk_pass = 2 * ACTIVATION_BYTES * (widths.query / t + widths.key / kv_divisor(model, np.asarray(tp), absorbed=False))
     rotary = qk_pass if model.position_embedding == "rotary" else 0.0
     qk_norm = qk_pass if model.qk_norm else 0.0
     if moe_layer and model.moe is not None:

@@ -44,10 +44,12 @@ class AttentionWidths(NamedTuple):
     output: int  # the attention output (input of the output projection): heads x value head_dim
 
 
-def attention_dims(model: ModelSpec) -> AttentionWidths:
-    """Q, K, V and output widths. The attention core costs 2 s (query + output) FLOPs per token (QK^T, PV)."""
+def attention_dims(model: ModelSpec, *, absorbed: bool = True) -> AttentionWidths:
+    """Q, K, V and output widths. The attention core costs 2 s (query + output) FLOPs per token (QK^T, PV).
+    `absorbed`: sparse attention's MQA form, which its kernels run; False gives MLA's own Q and K (what the
+    rotary embedding sees, and the attention's math that model FLOPs count)."""
     a = model.num_attention_heads
-    if model.sparse_attention is not None and model.mla is not None:
+    if absorbed and model.sparse_attention is not None and model.mla is not None:
         # DeepSeek Sparse Attention runs MLA in its MQA form (DeepSeek-V3.2-Exp report Sec. 1; Megatron-Core
         # AbsorbedMLASelfAttention): each query head, absorbed through the key up-projection, is kv_lora + rope
         # wide, the key is the one shared latent with its rotary part (V is its first kv_lora channels, no
@@ -64,10 +66,11 @@ def attention_dims(model: ModelSpec) -> AttentionWidths:
     return AttentionWidths(a * d, kv, kv, a * d)
 
 
-def kv_divisor(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
+def kv_divisor(model: ModelSpec, tp: np.ndarray, *, absorbed: bool = True) -> np.ndarray:
     """What K and V tensors are divided by under TP: kv_shard for GQA/MHA; tp for MLA's per-head K/V; 1 for the
-    shared latent key of sparse attention's MQA form (every TP rank holds it whole)."""
-    if model.sparse_attention is not None:
+    shared latent key of sparse attention's MQA form (every TP rank holds it whole; `absorbed` as in
+    attention_dims)."""
+    if absorbed and model.sparse_attention is not None:
         return np.ones_like(np.asarray(tp))
     if model.mla is not None:
         return np.asarray(tp)

@@ -107,11 +107,10 @@ def training_core_seconds(
     latent = model.mla.kv_lora_rank + model.mla.qk_rope_head_dim
     core_flop = selected * 2.0 * model.num_attention_heads * (latent + model.mla.kv_lora_rank) / t
     core = core_flop / (peak16 * SPARSE_MLA_EFFICIENCY)
-    indexer = every * indexer_flop_per_pair(model) / (peak16 * INDEXER_EFFICIENCY)
+    per_indexer_pair = indexer_flop_per_pair(model) / (peak16 * INDEXER_EFFICIENCY)
     target = selected * target_flop_per_pair(model) / t / (peak16 * SPARSE_MLA_EFFICIENCY)
-    indexer_selected = selected * indexer_flop_per_pair(model) / (peak16 * INDEXER_EFFICIENCY)
-    forward = core + indexer + target
-    backward = FLASH_BACKWARD_TO_FORWARD * core + INDEXER_BACKWARD_TO_FORWARD * indexer_selected
+    forward = core + every * per_indexer_pair + target
+    backward = FLASH_BACKWARD_TO_FORWARD * core + INDEXER_BACKWARD_TO_FORWARD * selected * per_indexer_pair
     return np.asarray(forward), np.asarray(backward)
 
 

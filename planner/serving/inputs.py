@@ -21,7 +21,7 @@ from planner.physics.params import (
     indexer_cache_bytes_per_token_per_layer,
     kv_cache_elements_per_token_per_layer,
 )
-from planner.physics.shapes import LayerShape, kv_heads_per_rank, layer_shape
+from planner.physics.shapes import LayerShape, attention_dims, kv_heads_per_rank, layer_shape
 from planner.specs.dtypes import bytes_per_element
 from planner.specs.model import ModelSpec
 from planner.specs.serving import DEFAULT_MAX_BATCHED_TOKENS, ServingLayout
@@ -178,7 +178,7 @@ class ModelShapes:
     tied_embeddings: bool  # the output projection is the embedding's word table (V x h)
     kv_elements_per_token_per_layer: int  # whole layer, before TP
     mla: bool
-    attn_qk_dim: int  # per head, prefill (MLA: nope + rope)
+    attn_qk_dim: int  # per head, prefill (MLA: nope + rope; sparse attention: kv_lora + rope)
     attn_v_dim: int  # per head
     decode_qk_dim: int  # per head, decode (MLA absorbed: kv_lora + rope)
     decode_v_dim: int  # per head, decode (MLA absorbed: kv_lora)
@@ -235,10 +235,8 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
     counts = count_params(model)
     mla = model.mla
     dsa = model.sparse_attention
-    # sparse attention runs MLA in its MQA form for the prefill too (FlashMLA's sparse prefill kernel)
-    prefill_qk = (mla.kv_lora_rank + mla.qk_rope_head_dim if dsa else mla.qk_nope_head_dim + mla.qk_rope_head_dim
-                  ) if mla else model.head_size
-    prefill_v = (mla.kv_lora_rank if dsa else mla.v_head_dim) if mla else model.head_size
+    # per head, as the prefill kernels run it (sparse attention: MLA's MQA form, FlashMLA's sparse prefill)
+    prefill = attention_dims(model)
     return ModelShapes(
         num_layers=model.num_layers,
         hidden=model.hidden_size,
@@ -256,8 +254,8 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
         tied_embeddings=model.tied_embeddings,
         kv_elements_per_token_per_layer=kv_cache_elements_per_token_per_layer(model),
         mla=mla is not None,
-        attn_qk_dim=prefill_qk,
-        attn_v_dim=prefill_v,
+        attn_qk_dim=prefill.query // model.num_attention_heads,
+        attn_v_dim=prefill.output // model.num_attention_heads,
         decode_qk_dim=(mla.kv_lora_rank + mla.qk_rope_head_dim) if mla else model.head_size,
         decode_v_dim=mla.kv_lora_rank if mla else model.head_size,
         sliding_window_tokens=model.sliding_window_tokens or 0,
@@ -265,8 +263,7 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
         spec=model,
         sparse_topk=dsa.topk if dsa else 0,
         indexer_flop_per_pair=sparse_attention.indexer_flop_per_pair(model) if dsa else 0.0,
-        indexer_cache_bytes_per_token_per_layer=(
-            indexer_cache_bytes_per_token_per_layer(model)),
+        indexer_cache_bytes_per_token_per_layer=indexer_cache_bytes_per_token_per_layer(model),
     )
 
 

@@ -38,7 +38,7 @@ def attention_core_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.n
     count the share of causal query-key pairs their window keeps (window_work_fraction), sparse attention the
     share of the keys each query keeps, at the MHA form's widths: the math of the attention, not the MQA form's
     3.4x wider products its kernels run (which the time counts), so that MFU does not grow with the formulation."""
-    widths = attention_dims(model.model_copy(update={"sparse_attention": None}) if model.sparse_attention else model)
+    widths = attention_dims(model, absorbed=False)
     s = np.asarray(seq_len, dtype=float)
     flop: np.ndarray = model.num_layers * 2.0 * s * (widths.query + widths.output) * window_work_fraction(model, s)
     return flop
@@ -53,26 +53,21 @@ def indexer_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
     return np.asarray(model.num_layers * s * sparse_attention.indexer_flop_per_pair(model))
 
 
-def indexer_backward_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
-    """Backward FLOPs per token, all layers, of the indexer: its sparse loss's query and key gradients over each
-    query's selected keys (twice the forward's products there), and its projections' weight gradients alone (its
-    input is detached: no input gradients); 0 without sparse attention."""
+def indexer_beyond_the_rule_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
+    """What the indexer costs per token, all layers, beyond the rule that a backward is twice its forward (which
+    step_flop applies to its logits and projections with every other term): its sparse loss's query and key
+    gradients cover only each query's selected keys, its projections compute weight gradients alone (a detached
+    input), and the loss's target recomputes the selected pairs' scores once (forward only: the target is
+    detached). Negative where the indexer does less than the rule; 0 without sparse attention."""
     if model.sparse_attention is None:
         return np.zeros_like(np.asarray(seq_len, dtype=float))
     s = np.asarray(seq_len, dtype=float)
     share = sparse_attention.selected_share(model, s)
-    logits = 2.0 * indexer_flop_per_token(model, s) * share
-    return np.asarray(logits + model.num_layers * 2.0 * indexer_params(model))
-
-
-def indexer_target_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
-    """FLOPs per token, all layers, of the indexer loss's target (the selected pairs' scores recomputed, forward
-    only: the target is detached); 0 without sparse attention."""
-    if model.sparse_attention is None:
-        return np.zeros_like(np.asarray(seq_len, dtype=float))
-    s = np.asarray(seq_len, dtype=float)
-    share = sparse_attention.selected_share(model, s)
-    return np.asarray(model.num_layers * s * sparse_attention.target_flop_per_pair(model, mqa_form=False) * share)
+    logits = indexer_flop_per_token(model, s)
+    projections = model.num_layers * 2.0 * indexer_params(model)
+    backward = BACKWARD_TO_FORWARD_FLOP * logits * share + projections
+    target = model.num_layers * s * sparse_attention.target_flop_per_pair(model, mqa_form=False) * share
+    return np.asarray(backward + target - BACKWARD_TO_FORWARD_FLOP * (logits + projections))
 
 
 def lm_head_flop_per_token(model: ModelSpec) -> float:
@@ -89,15 +84,11 @@ class StepFlop:
 
 def step_flop(model: ModelSpec, lay: LayoutArrays) -> StepFlop:
     tokens = lay.global_batch.astype(float) * lay.seq_len
-    # the indexer (sparse attention) goes apart: its backward is not twice its forward (see below)
-    indexer_fwd = indexer_flop_per_token(model, lay.seq_len) + model.num_layers * 2.0 * indexer_params(model)
     layers_fwd = (layer_weight_flop_per_token(model) + attention_core_flop_per_token(model, lay.seq_len)
                   + indexer_flop_per_token(model, lay.seq_len))
     head_fwd = lm_head_flop_per_token(model)
     passes = 1.0 + BACKWARD_TO_FORWARD_FLOP
-    indexer_steps = indexer_backward_flop_per_token(model, lay.seq_len) + indexer_target_flop_per_token(
-        model, lay.seq_len) - BACKWARD_TO_FORWARD_FLOP * indexer_fwd
-    model_flop = tokens * (passes * (layers_fwd + head_fwd) + indexer_steps)
+    model_flop = tokens * (passes * (layers_fwd + head_fwd) + indexer_beyond_the_rule_flop_per_token(model, lay.seq_len))
     # Recompute repeats forward work: full = every layer's forward (the fraction of layers recomputed when
     # only some are); selective = the attention core (Korthikanti et al. 2022, Sec. 5). With flash
     # attention nothing extra is recomputed by "selective": the kernel already recomputes inside its
