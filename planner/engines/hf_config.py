@@ -284,9 +284,11 @@ def _qwen2(r: _Reader) -> None:
     _qwen_window(r)
 
 
-def _qwen3(r: _Reader) -> None:
+def _qwen3(r: _Reader, head_dim_default: int | None = 128) -> None:
+    """Qwen3: bias from attention_bias, per-head q/k norms, head_dim by default 128 (Qwen3Config; Qwen3-VL-MoE's
+    text config defaults to hidden / heads: None)."""
     _rotary_decoder(r, tied_default=False)
-    _head_dim(r, default=128)  # Qwen3Config default
+    _head_dim(r, default=head_dim_default)
     _attention_bias(r)
     r.put("qk_norm", True)
     _qwen_window(r)
@@ -839,11 +841,7 @@ def _qwen3_vl_moe_text(r: _Reader) -> None:
     """The language model of Qwen3-VL-MoE (Qwen3VLMoeTextConfig / modeling_qwen3_vl_moe): Qwen3-MoE's decoder (routed
     experts of moe_intermediate_size, no shared expert, the layers of mlp_only_layers dense); head_dim defaults to
     hidden_size / heads here (Qwen3VLMoeTextConfig.__post_init__), not to Qwen3's 128."""
-    _rotary_decoder(r, tied_default=False)
-    _head_dim(r)
-    _attention_bias(r)
-    r.put("qk_norm", True)
-    _qwen_window(r)
+    _qwen3(r, head_dim_default=None)
     _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=_leading_dense_layers(r))
 
 
@@ -1237,7 +1235,7 @@ def _unwrap_multimodal(data: dict[str, Any], source: str, wrapper: Any) -> tuple
     if not isinstance(nested, dict):
         raise PlannerError("missing or not an object; a multimodal config names its language model in text_config",
                            source=source, field="text_config")
-    text_type = nested.get("model_type") or MULTIMODAL_TEXT_TYPES.get(wrapper)
+    text_type = _text_model_type(nested, wrapper)
     if wrapper not in MULTIMODAL_TEXT_TYPES:
         notes.append(f"model_type {wrapper!r} read as a wrapper around its text_config")
     text = {**(NESTED_TEXT_DEFAULTS.get(text_type, {}) if isinstance(text_type, str) else {}), **nested}
@@ -1295,21 +1293,28 @@ def _check_model_type_names(data: dict[str, Any], source: str) -> None:
             raise PlannerError(f"expected a name, got {reprlib.repr(value)}", source=source, field=field)
 
 
+def _is_wrapper(data: dict[str, Any]) -> bool:
+    """A known multimodal type, or any config that nests its language model in a text_config (a text config never
+    has one)."""
+    return data.get("model_type") in MULTIMODAL_TEXT_TYPES or isinstance(data.get("text_config"), dict)
+
+
+def _text_model_type(nested: Any, wrapper: Any) -> Any:
+    """A wrapper's language-model type: its text_config's model_type, or the wrapper's usual one."""
+    text_type = nested.get("model_type") if isinstance(nested, dict) else None
+    return text_type or (MULTIMODAL_TEXT_TYPES.get(wrapper) if isinstance(wrapper, str) else None)
+
+
 def refuse_unsupported_model_type(data: Any, source: str) -> None:
-    """The error for a config whose model_type (or text_config's) planner has no reader for; nothing for others,
-    which read_hf_config judges key by key."""
+    """The error for a config whose model_type (or text_config's) planner has no reader for, or is not a name;
+    nothing for others, which read_hf_config judges key by key."""
     if not isinstance(data, dict):
         return
     _check_model_type_names(data, source)
-    model_type = data.get("model_type")
-    nested = data.get("text_config")
-    if model_type in MULTIMODAL_TEXT_TYPES or isinstance(nested, dict):
-        text_type = nested.get("model_type") if isinstance(nested, dict) else None
-        if text_type is None and isinstance(model_type, str):
-            text_type = MULTIMODAL_TEXT_TYPES.get(model_type)
-        field = "text_config.model_type"
+    if _is_wrapper(data):
+        text_type, field = _text_model_type(data.get("text_config"), data.get("model_type")), "text_config.model_type"
     else:
-        text_type, field = model_type, "model_type"
+        text_type, field = data.get("model_type"), "model_type"
     if isinstance(text_type, str) and text_type not in READERS:
         raise PlannerError(_unsupported(text_type), source=source, field=field)
 
@@ -1322,9 +1327,7 @@ def read_hf_config(data: dict[str, Any], source: str) -> HfImport:
     model_type = data.get("model_type")
     notes: list[str] = []
     text, text_type, prefix = data, model_type, ""
-    # A known multimodal type, or any config that nests its language model in a text_config (a text
-    # config never has one): read the language model.
-    if model_type in MULTIMODAL_TEXT_TYPES or isinstance(data.get("text_config"), dict):
+    if _is_wrapper(data):  # read the language model
         text, text_type, prefix, notes = _unwrap_multimodal(data, source, model_type)
     if text_type not in READERS:
         raise PlannerError(_unsupported(text_type), source=source, field=prefix + "model_type")

@@ -159,33 +159,29 @@ def _import_engine(
         tokens: list[str] = []
         notes: list[str] = []
         from_bridge = False
-        file_text = load.read_engine_file("megatron", path) if path is not None else None
-        args_text = engine.args
         model_args = None
-        if file_text:
+        if path is not None:
+            file_text = load.read_engine_file("megatron", path)
             words = _words(engine.args)
-            # the file's variables: the NAME=value words before the first --flag (a flag's value may hold '=')
-            first_flag = next((i for i, w in enumerate(words) if w.startswith("-")), len(words))
-            variables, flags = words[:first_flag], words[first_flag:]
-            if any(not _is_assignment(w) for w in variables):
-                variables, flags = [w for w in variables if _is_assignment(w)], words
-            model_args = megatron.parse_model_args_text(file_text, str(path), variables)
-            if model_args is not None:  # the NAME=value words were the file's variables; the rest are flags
-                args_text = shlex.join(flags) if words else engine.args
-                notes += megatron.unused_variables(file_text, variables, str(path))
-        for text, origin in ((file_text, str(path)), (args_text, f"{source}: engine.args")):
-            if text:
-                in_file = origin == str(path)
-                bridge = megatron_bridge.parse_bridge_text(text, origin) if in_file and model_args is None else None
-                if in_file and model_args is not None:  # Megatron-LM's MODEL_ARGS YAML (functional tests, MoE zoo)
-                    more, warnings = megatron.read_launch_text(megatron.model_args_script(model_args, origin), origin)
-                elif bridge is not None:  # Megatron-Bridge's ConfigContainer YAML (run_config.yaml, an override)
-                    more, warnings = megatron_bridge.bridge_tokens(bridge, origin)
-                    from_bridge = True
-                else:
-                    more, warnings = megatron.read_launch_text(text, origin)
-                tokens += more
-                notes += warnings
+            # the file's variables: the NAME=value words that open the engine args (after them, a word with '='
+            # is a flag's value)
+            count = next((i for i, w in enumerate(words) if not megatron.is_variable_assignment(w)), len(words))
+            model_args = megatron.parse_model_args_text(file_text, str(path), words[:count])
+            if model_args is not None:  # Megatron-LM's MODEL_ARGS YAML (its functional tests, the MoE model zoo)
+                tokens, notes = megatron.read_launch_text(megatron.model_args_script(model_args, str(path)), str(path))
+                notes += megatron.unused_variables(file_text, words[:count], str(path))
+                engine_args = shlex.join(words[count:]) if words else engine.args
+            elif (bridge := megatron_bridge.parse_bridge_text(file_text, str(path))) is not None:
+                tokens, notes = megatron_bridge.bridge_tokens(bridge, str(path))  # a ConfigContainer YAML
+                from_bridge, engine_args = True, engine.args
+            else:
+                tokens, notes = megatron.read_launch_text(file_text, str(path))
+                engine_args = engine.args
+        else:
+            engine_args = engine.args
+        if engine_args:
+            more, warnings = megatron.read_launch_text(engine_args, f"{source}: engine.args")
+            tokens, notes = [*tokens, *more], [*notes, *warnings]
         try:
             imported = megatron.import_megatron(tokens, gpus=gpus, given=given,
                                                 model=loaded.spec if loaded else None, source=where)
@@ -275,12 +271,6 @@ def same_architecture(a: ModelSpec, b: ModelSpec) -> bool:
     """Two specs describe the same network (names, sources and the context limit aside)."""
     skip = {"name", "source", "max_seq_len"}
     return a.model_dump(exclude=skip) == b.model_dump(exclude=skip)
-
-
-def _is_assignment(word: str) -> bool:
-    """Whether a shell word is NAME=value (a variable for a MODEL_ARGS file), not a flag or its value."""
-    name, equals, _ = word.partition("=")
-    return bool(equals) and name.isidentifier() and name.isascii()
 
 
 def _words(args: str | None) -> list[str]:

@@ -70,8 +70,7 @@ READ_FLAGS: dict[str, str] = {
         "attention-backend", "fp8-format", "fp8-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
         "experimental-attention-variant", "linear-attention-freq", "heterogeneous-layers-config-path",
-        "dsa-kernel-backend",
-        "heterogeneous-layers-config-encoded-json",
+        "heterogeneous-layers-config-encoded-json", "dsa-kernel-backend",
         "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
         "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "cuda-graph-impl",
@@ -210,8 +209,13 @@ def read_launch_text(text: str, source: str) -> tuple[list[str], list[str]]:
     return flags, warnings
 
 
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_VARIABLE = re.compile(r"\$")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # a shell variable's name
+_ASSIGNMENT = re.compile(rf"{_NAME}=")
+
+
+def is_variable_assignment(word: str) -> bool:
+    """Whether a shell word is NAME=value (a variable of a MODEL_ARGS file), not a flag or its value."""
+    return _ASSIGNMENT.match(word) is not None
 
 
 def model_args_yaml(data: Any) -> bool:
@@ -232,7 +236,7 @@ def parse_model_args_text(text: str, source: str, variables: Sequence[str] = ())
         return None
     defined: dict[str, str] = {}
     for word in variables:
-        if not _ASSIGNMENT.match(word):
+        if not is_variable_assignment(word):
             raise PlannerError(f"{word!r} is not NAME=value (the variables of a MODEL_ARGS file are given as "
                                "NAME=value words in the engine args)", source=source)
         name, _, value = word.partition("=")
@@ -251,7 +255,7 @@ def parse_model_args_text(text: str, source: str, variables: Sequence[str] = ())
 
 
 _MODEL_ARGS_LINE = re.compile(r"^MODEL_ARGS:", re.MULTILINE)
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_REFERENCE = re.compile(rf"\$\{{({_NAME})\}}|\$({_NAME})")
 
 
 def unused_variables(text: str, variables: Sequence[str], source: str) -> list[str]:
@@ -278,7 +282,7 @@ def model_args_script(data: Mapping[str, Any], source: str) -> str:
     if not isinstance(env, Mapping):
         raise PlannerError("ENV_VARS must be a mapping of variable names to values", source=source, field="ENV_VARS")
     for name, value in env.items():
-        if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)):
+        if not (isinstance(name, str) and re.fullmatch(_NAME, name)):
             raise PlannerError(f"{name!r} is not a variable name", source=source, field="ENV_VARS")
         if isinstance(value, (list, Mapping)):
             raise PlannerError("expected a value", source=source, field=f"ENV_VARS.{name}")
@@ -308,7 +312,7 @@ def model_args_script(data: Mapping[str, Any], source: str) -> str:
     return "\n".join([*lines, " ".join(words)]) + "\n"
 
 
-_UNDEFINED_IN_FILE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*) is not defined in the file(.*?)define it in the file or")
+_UNDEFINED_IN_FILE = re.compile(rf"\$({_NAME}) is not defined in the file(.*?)define it in the file or")
 
 
 def in_model_args_terms(err: PlannerError) -> PlannerError:
@@ -323,7 +327,7 @@ def in_model_args_terms(err: PlannerError) -> PlannerError:
 def _shell_word(value: Any) -> str:
     """A YAML value as one shell word: `${NAME}` references expanded (double quotes), anything else literal."""
     text = str(value).lower() if isinstance(value, bool) else str(value)
-    if _VARIABLE.search(text):
+    if "$" in text:
         return '"' + re.sub(r'(["\\`])', r"\\\1", text) + '"'
     return shlex.quote(text)
 
@@ -1425,6 +1429,27 @@ def _refuse_unmodelled_layers(args: Mapping[str, Any], source: str) -> None:
                                "configs) are not modelled; planner's layers share one shape", source=source)
 
 
+def _sparse_attention_settings(args: Mapping[str, Any], got: Collected, source: str) -> None:
+    """DeepSeek Sparse Attention's run settings: the kernel backend checked (TransformerConfig.dsa_kernel_backend),
+    and a warning for each setting Megatron-Core runs otherwise than planner times."""
+    backend = args.get("dsa-kernel-backend", "none")
+    if backend not in ("none", "tilelang", "cudnn"):
+        raise PlannerError(f"--dsa-kernel-backend {backend}: Megatron-Core takes none, tilelang or cudnn "
+                           "(TransformerConfig.dsa_kernel_backend)", source=source)
+    if backend == "none":
+        got.warn("--dsa-kernel-backend none (Megatron-Core's default) runs DeepSeek Sparse Attention's PyTorch "
+                 "fallback, which materialises the fp32 scores; planner times the fused kernels "
+                 "(--dsa-kernel-backend cudnn or tilelang)")
+    if not args.get("dsa-indexer-use-sparse-loss"):
+        got.warn("without --dsa-indexer-use-sparse-loss the indexer's KL loss covers every causal pair (DSA's "
+                 "dense warm-up); planner times the sparse loss of its main stage, whose backward covers each "
+                 "query's top-k keys")
+    types = args.get("cp-comm-type") or ["p2p"]  # Megatron-LM's default
+    if int(args.get("context-parallel-size") or 1) > 1 and any(t != "allgather" for t in types):
+        got.warn(f"--cp-comm-type {' '.join(types)}: Megatron-Core runs DeepSeek Sparse Attention with all-gather "
+                 "context parallelism only (transformer_config.py asserts it); planner times that")
+
+
 def import_megatron(
     tokens: Sequence[str],
     *,
@@ -1446,22 +1471,7 @@ def import_megatron(
     got = Collected(source=source, warnings=list(warnings))
     got.set("engine", "megatron", "the engine file", explicit=False)  # the engine that reads it runs it
     if args.get("experimental-attention-variant") == "dsa":
-        if args.get("dsa-kernel-backend", "none") == "none":
-            got.warn("--dsa-kernel-backend none (Megatron-Core's default) runs DeepSeek Sparse Attention's PyTorch "
-                     "fallback, which materialises the fp32 scores; planner times the fused kernels "
-                     "(--dsa-kernel-backend cudnn or tilelang)")
-        if not args.get("dsa-indexer-use-sparse-loss"):
-            got.warn("without --dsa-indexer-use-sparse-loss the indexer's KL loss covers every causal pair (DSA's "
-                     "dense warm-up); planner times the sparse loss of its main stage, whose backward covers each "
-                     "query's top-k keys")
-        types = args.get("cp-comm-type") or ["p2p"]  # Megatron-LM's default
-        if int(args.get("context-parallel-size") or 1) > 1 and any(t != "allgather" for t in types):
-            got.warn(f"--cp-comm-type {' '.join(types)}: Megatron-Core runs DeepSeek Sparse Attention with all-gather "
-                     "context parallelism only (transformer_config.py asserts it); planner times that")
-        backend = args.get("dsa-kernel-backend", "none")
-        if backend not in ("none", "tilelang", "cudnn"):
-            raise PlannerError(f"--dsa-kernel-backend {backend}: Megatron-Core takes none, tilelang or cudnn "
-                               "(TransformerConfig.dsa_kernel_backend)", source=source)
+        _sparse_attention_settings(args, got, source)
     _layout_fields(args, got)
     moe = model.moe is not None if model is not None else int(args.get("num-experts") or 0) > 1
     _fused_mlp(args, got, moe)

@@ -29,6 +29,14 @@ ZOO = MODEL_ARGS / "moe_model_zoo_qwen3_235b_a22b.yaml"
 # LAYERS_PER_VP: (94 layers + embedding + loss) / PP 8 = 12 per stage, 3 per virtual stage gives VPP 4
 ZOO_VARIABLES = "TP=2 PP=8 LAYERS_PER_VP=3 EP=32 CP=1 MBS=1 GBS=2048 SEQ_LEN=4096 MOE_GROUPED_GEMM=true"
 
+# a 4-layer model's flags, and DeepSeek Sparse Attention's over MLA, for the tests that build arguments by hand
+TINY = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "1024",
+        "--max-position-embeddings", "1024", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16",
+        "--vocab-size", "1024"]
+TINY_DSA = ["--multi-latent-attention", "--q-lora-rank", "64", "--kv-lora-rank", "32",
+            "--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", "4", "--dsa-indexer-head-dim", "32",
+            "--dsa-indexer-topk", "64"]
+
 FILES = [
     UPSTREAM / "a2a_ovlp_8experts_etp1_ep4.model_config.yaml",
     UPSTREAM / "tp4_ep2_etp2_pp2_scoped_cudagraph.model_config.yaml",
@@ -235,20 +243,13 @@ def test_deepseek_sparse_attention_functional_test_reads_the_indexer(run_cli) ->
       "--dsa-indexer-topk", "64"], "add --multi-latent-attention and --q-lora-rank"),
 ])
 def test_layers_planner_does_not_model_are_refused(flags: list[str], why: str) -> None:
-    base = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "512",
-            "--max-position-embeddings", "512", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16",
-            "--vocab-size", "1024"]
     with pytest.raises(PlannerError, match=re.escape(why)):
-        import_megatron([*base, *flags], gpus=8, given={}, model=None, source="args")
+        import_megatron([*TINY, *flags], gpus=8, given={}, model=None, source="args")
 
 
 def test_dsa_with_ring_context_parallelism_is_warned() -> None:
     """Megatron-Core asserts all-gather CP for DSA; its default --cp-comm-type is p2p."""
-    flags = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "1024",
-             "--max-position-embeddings", "1024", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16",
-             "--vocab-size", "1024", "--multi-latent-attention", "--q-lora-rank", "64", "--kv-lora-rank", "32",
-             "--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", "4", "--dsa-indexer-head-dim", "32",
-             "--dsa-indexer-topk", "64", "--dsa-indexer-use-sparse-loss", "--dsa-kernel-backend", "cudnn",
+    flags = [*TINY, *TINY_DSA, "--dsa-indexer-use-sparse-loss", "--dsa-kernel-backend", "cudnn",
              "--context-parallel-size", "2"]
     ring = import_megatron(flags, gpus=8, given={}, model=None, source="args")
     assert any("--cp-comm-type p2p" in w for w in ring.warnings)
@@ -257,7 +258,7 @@ def test_dsa_with_ring_context_parallelism_is_warned() -> None:
 
 
 def test_engine_args_keep_hashes_and_equals_inside_flag_values(run_cli) -> None:
-    """The variables are the NAME=value words before the first --flag; after it a word with '=' or '#' is a flag's
+    """The variables are the NAME=value words that open the engine args; after them a word with '=' or '#' is a flag's
     value, kept whole as bash keeps it (a '#' inside a word starts no comment)."""
     path = MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_cp2.yaml"
     args = ["check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "16", "--engine-args"]
@@ -287,12 +288,9 @@ def test_model_args_names_and_env_values_are_checked(text: str, field: str, why:
 def test_cp_comm_type_takes_one_type_per_layer_and_dsa_backends_are_checked() -> None:
     """--cp-comm-type is nargs='+' in Megatron-LM (one type, or one per layer); --dsa-kernel-backend takes none,
     tilelang or cudnn."""
-    base = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "1024",
-            "--max-position-embeddings", "1024", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16",
-            "--vocab-size", "1024", "--context-parallel-size", "2"]
+    base = [*TINY, "--context-parallel-size", "2"]
     import_megatron([*base, "--cp-comm-type", "a2a", "a2a", "p2p", "p2p"], gpus=8, given={}, model=None, source="a")
-    dsa = ["--multi-latent-attention", "--q-lora-rank", "64", "--kv-lora-rank", "32", "--experimental-attention-variant",
-           "dsa", "--dsa-indexer-n-heads", "4", "--dsa-indexer-head-dim", "32", "--dsa-indexer-topk", "64"]
+    dsa = TINY_DSA
     per_layer = import_megatron([*base, *dsa, "--cp-comm-type", *["allgather"] * 4], gpus=8, given={}, model=None,
                                 source="a")
     assert not any("cp-comm-type" in w for w in per_layer.warnings)
