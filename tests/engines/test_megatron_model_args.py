@@ -188,6 +188,9 @@ def test_variables_substitute_both_reference_forms_and_leave_others() -> None:
     ("MODEL_ARGS:\n  --num-layers:\n", "MODEL_ARGS.--num-layers", "expected a value, got null"),
     ("ENV_VARS: [A]\nMODEL_ARGS:\n  --bf16: true\n", "ENV_VARS", "must be a mapping"),
     ("ENV_VARS:\n  1A: x\nMODEL_ARGS:\n  --bf16: true\n", "ENV_VARS", "is not a variable name"),
+    ("MODEL_ARGS:\n  --tensor-model-parallel-size 8 --foo: true\n", "MODEL_ARGS", "is not a --flag"),
+    ("MODEL_ARGS:\n  \"--foo'\": true\n", "MODEL_ARGS", "is not a --flag"),
+    ("ENV_VARS:\n  A: {b: 1}\nMODEL_ARGS:\n  --bf16: true\n", "ENV_VARS.A", "expected a value"),
 ])
 def test_malformed_model_args_name_the_field(text: str, field: str, why: str) -> None:
     data = parse_model_args_text(text, "t.yaml")
@@ -270,19 +273,6 @@ def test_engine_args_keep_hashes_and_equals_inside_flag_values(run_cli) -> None:
         "pp"] == 4
     unused = run_cli(*args, "TENSORBORD_PATH=/tb")
     assert "the variable TENSORBORD_PATH is not used in the file" in unused.stderr
-
-
-@pytest.mark.parametrize(("text", "field", "why"), [
-    ("MODEL_ARGS:\n  --tensor-model-parallel-size 8 --foo: true\n", "MODEL_ARGS", "is not a --flag"),
-    ("MODEL_ARGS:\n  \"--foo'\": true\n", "MODEL_ARGS", "is not a --flag"),
-    ("ENV_VARS:\n  A: {b: 1}\nMODEL_ARGS:\n  --bf16: true\n", "ENV_VARS.A", "expected a value"),
-])
-def test_model_args_names_and_env_values_are_checked(text: str, field: str, why: str) -> None:
-    data = parse_model_args_text(text, "t.yaml")
-    assert data is not None
-    with pytest.raises(PlannerError, match=re.escape(why)) as info:
-        model_args_script(data, "t.yaml")
-    assert info.value.field == field
 
 
 def test_cp_comm_type_takes_one_type_per_layer_and_dsa_backends_are_checked() -> None:
