@@ -196,6 +196,8 @@ def _profile_renderables(entry: Loaded) -> list[RenderableType]:
                   Text(eff.matmul.note))
     if eff.matmul_fp8 is not None:
         table.add_row("matmul fp8", f"{eff.matmul_fp8.fraction:g} of the fp8 peak", Text(eff.matmul_fp8.note))
+    if eff.matmul_fp4 is not None:
+        table.add_row("matmul fp4", f"{eff.matmul_fp4.fraction:g} of the fp4 peak", Text(eff.matmul_fp4.note))
     half_causal, half_full = attention_half_saturation_tokens(hw)
     curve = f"{eff.attention.fraction:g} x s/(s + {half_causal:g}) causal, s/(s + {half_full:g}) full mask"
     for label, fraction in (("attention", eff.attention), ("memory bandwidth", eff.memory_bandwidth),

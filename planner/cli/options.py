@@ -129,8 +129,9 @@ def fp8_recipe_option() -> Callable[..., Any]:
 def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Layout-independent training options shared by estimate and search (precision, kernels, overlap)."""
     options = [
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
-                     help="Compute precision of the matrix multiplies."),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True,
+                     help="Compute precision of the matrix multiplies (fp4: NVFP4, Transformer Engine's "
+                     "NVFP4BlockScaling on Blackwell; megatron engine)."),
         fp8_recipe_option(),
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
                      help="Gradient precision (fp32 = Megatron's main grads)  [default: the engine's: fp32 for "
@@ -159,9 +160,9 @@ def fp8_param_gather_option() -> Callable[..., Any]:
     """--fp8-param-gather for estimate and search (Layout.fp8_param_gather; the search's Problem field)."""
     return click.option(
         "--fp8-param-gather/--no-fp8-param-gather", default=False, show_default=True,
-        help="With --dtype fp8: the layers' weights kept and all-gathered in fp8 where ZeRO >= 1 (estimate: needs "
-        "--zero 1 or more; search: every layout with ZeRO >= 1). Megatron --fp8-param-gather, which the "
-        "Megatron-Bridge fp8 recipes set; megatron and nemo engines.",
+        help="With --dtype fp8 (fp4): the layers' weights kept and all-gathered in fp8 (NVFP4) where ZeRO >= 1 "
+        "(estimate: needs --zero 1 or more; search: every layout with ZeRO >= 1). Megatron --fp8-param-gather "
+        "(--fp4-param-gather), which the Megatron-Bridge fp8 and NVFP4 recipes set; megatron and nemo engines.",
     )
 
 

@@ -67,7 +67,7 @@ READ_FLAGS: dict[str, str] = {
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
     **{f: "str" for f in (
         "recompute-granularity", "recompute-method", "position-embedding-type", "normalization", "optimizer",
-        "attention-backend", "fp8-format", "fp8-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
+        "attention-backend", "fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
         "moe-layer-freq", "pipeline-model-parallel-layout", "hybrid-layer-pattern", "hybrid-override-pattern",
         "experimental-attention-variant", "linear-attention-freq", "heterogeneous-layers-config-path",
         "heterogeneous-layers-config-encoded-json", "dsa-kernel-backend",
@@ -87,7 +87,7 @@ READ_FLAGS: dict[str, str] = {
         "cpu-offloading", "optimizer-cpu-offload", "use-rotary-position-embeddings", "no-position-embedding",
         "multi-latent-attention", "moe-router-enable-expert-bias", "dsa-indexer-use-sparse-loss", "distribute-saved-activations", "squared-relu",
         "openai-gelu", "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
-        "fp8-param-gather", "use-precision-aware-optimizer", "moe-shared-expert-gate", "quick-geglu",
+        "fp8-param-gather", "fp4-param-gather", "use-precision-aware-optimizer", "moe-shared-expert-gate", "quick-geglu",
         "enable-gpt-oss",  # megatron/post_training/arguments.py: GPT-OSS's YaRN RoPE (model_builder.py)
         "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "moe-shared-expert-overlap",
         "moe-pad-expert-input-to-capacity", "enable-cuda-graph", "external-cuda-graph",
@@ -733,9 +733,16 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     # precision
     if args.get("bf16") and args.get("fp16"):
         raise PlannerError("--bf16 and --fp16 are both set; keep one", source=src)
-    if args.get("bf16") or args.get("fp16") or args.get("fp8-format"):
-        dtype = "fp8" if args.get("fp8-format") else ("bf16" if args.get("bf16") else "fp16")
-        got.set("dtype", dtype, "--fp8-format" if dtype == "fp8" else f"--{'bf16' if args.get('bf16') else 'fp16'}")
+    if args.get("fp8-format") and args.get("fp4-format"):
+        raise PlannerError("--fp4-format and --fp8-format are both set (Megatron-LM refuses the pair); keep one",
+                           source=src)
+    if args.get("fp4-format"):
+        _fp4_format(args, src)
+    if args.get("bf16") or args.get("fp16") or args.get("fp8-format") or args.get("fp4-format"):
+        dtype = ("fp8" if args.get("fp8-format") else "fp4" if args.get("fp4-format")
+                 else "bf16" if args.get("bf16") else "fp16")
+        got.set("dtype", dtype, f"--{dtype}-format" if dtype in ("fp8", "fp4")
+                else f"--{'bf16' if args.get('bf16') else 'fp16'}")
         if dtype == "fp8":  # Megatron-LM's --fp8-recipe: delayed unless the arguments say (training/arguments.py)
             recipe = str(args.get("fp8-recipe") or "delayed")
             if recipe not in FP8_RECIPE_CODES:
@@ -783,6 +790,15 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
                                "it); add --use-distributed-optimizer", source=src)
         else:
             got.set("fp8_param_gather", True, "--fp8-param-gather")
+    if args.get("fp4-param-gather"):
+        if got.values.get("dtype") != "fp4":
+            raise PlannerError("--fp4-param-gather keeps NVFP4 weights, which needs fp4 training; add --fp4-format "
+                               "e2m1 or remove it (Megatron-LM refuses it alone)", source=src)
+        if not (zero_flags or args.get("deepspeed")):
+            got.warn("--fp4-param-gather without --use-distributed-optimizer or FSDP: planner counts NVFP4 weights "
+                     "only where they are all-gathered from shards; read as off")
+        else:
+            got.set("fp8_param_gather", True, "--fp4-param-gather")
     _fp8_attention(args, got)
     # attention kernel: Megatron-LM picks flash/fused attention (Transformer Engine) unless told otherwise
     # Megatron-DeepSpeed runs its fused softmax unless --use-flash-attn(-v1/-v2/-triton) is given
@@ -907,6 +923,18 @@ def _moe_flags(args: Mapping[str, Any], got: Collected) -> None:
                  "not padded to capacity, so planner counts dropless routing (the balanced load)")
         return
     got.set("moe_capacity_factor", float(factor), "--moe-expert-capacity-factor")
+
+
+def _fp4_format(args: Mapping[str, Any], src: str) -> None:
+    """--fp4-format e2m1 with --fp4-recipe nvfp4 (its default): Transformer Engine's NVFP4BlockScaling. The
+    'custom' recipe runs a quantizer factory of the user's (megatron/core/transformer/transformer_config.py
+    @ d98e8a64), whose cost planner cannot know."""
+    if str(args["fp4-format"]) != "e2m1":
+        raise PlannerError(f"--fp4-format {args['fp4-format']}: Megatron-LM takes e2m1", source=src)
+    recipe = str(args.get("fp4-recipe") or "nvfp4")
+    if recipe != "nvfp4":
+        raise PlannerError(f"--fp4-recipe {recipe}: planner models NVFP4 training (--fp4-recipe nvfp4) only; a custom "
+                           "quantizer factory's kernels are unknown to it", source=src)
 
 
 def _fp8_attention(args: Mapping[str, Any], got: Collected) -> None:
@@ -1838,6 +1866,11 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
                 flags.append(["--fp8-param-gather"])
             if lay.fp8_attention:
                 flags.append(["--fp8-dot-product-attention"])
+        elif lay.dtype == "fp4":
+            flags.append(["--fp4-format", "e2m1"])
+            flags.append(["--fp4-recipe", "nvfp4"])
+            if lay.fp8_param_gather:
+                flags.append(["--fp4-param-gather"])
         if lay.grad_dtype != "fp32":
             flags.append(["--grad-reduce-in-bf16"])
     if lay.activation_input_fp8:

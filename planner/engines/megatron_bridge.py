@@ -26,8 +26,9 @@ The sections and fields read (megatron/bridge/training/config.py, mixed_precisio
 - `optimizer`: `optimizer`, `use_precision_aware_optimizer`, `main_grads_dtype`, `main_params_dtype`,
   `exp_avg_dtype`, `exp_avg_sq_dtype` (`_target_: torch.bfloat16` -> bf16), `optimizer_cpu_offload`;
 - `mixed_precision` (applied onto the model by Megatron-Bridge, so it wins over the model's own fields when set):
-  `bf16`, `fp16`, `fp8`, `fp8_recipe`, `fp8_param_gather`, `grad_reduce_in_fp32`; a recipe name
-  (`bf16_mixed`, `bf16_with_fp8_current_scaling_mixed`, `bf16_with_mxfp8_mixed`, ...) is read by what it names;
+  `bf16`, `fp16`, `fp8`, `fp8_recipe`, `fp8_param_gather`, `fp4`, `fp4_recipe`, `fp4_param_gather` (or `fp4_param`),
+  `grad_reduce_in_fp32`; a recipe name (`bf16_mixed`, `bf16_with_fp8_current_scaling_mixed`, `bf16_with_mxfp8_mixed`,
+  `bf16_with_nvfp4_mixed`, ...) is read by what it names;
 - `comm_overlap`: `tp_comm_overlap` (CommOverlapConfig sets the model's at run time);
 - `tokenizer`: `vocab_size`, where the model gives none (padded as Megatron pads the tokenizer's vocabulary).
 A value of null is Megatron-Bridge's "unset" and is not passed on. The GPU count is not in the file (give --gpus).
@@ -58,7 +59,7 @@ MODEL_VALUES = (
     "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend", "moe_expert_capacity_factor", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
     "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "recompute_granularity", "recompute_method",
-    "recompute_num_layers", "cpu_offloading_num_layers", "cuda_graph_impl", "fp8_recipe", "softmax_type",
+    "recompute_num_layers", "cpu_offloading_num_layers", "cuda_graph_impl", "fp8_recipe", "fp4_recipe", "softmax_type",
     "window_attn_skip_freq", "pipeline_model_parallel_layout", "normalization", "position_embedding_type",
     "moe_mlp_glu_interleave_size", "hybrid_override_pattern", "hybrid_layer_pattern", "attention_dropout",
     "hidden_dropout", "experimental_attention_variant", "linear_attention_freq", "dsa_indexer_n_heads",
@@ -76,7 +77,8 @@ MODEL_SWITCHES = (
 )
 # model fields whose Megatron-LM argument has another name
 RENAMED = {
-    "num_moe_experts": "num-experts", "fp8": "fp8-format", "fp8_param": "fp8-param-gather",
+    "num_moe_experts": "num-experts", "fp8": "fp8-format", "fp8_param": "fp8-param-gather", "fp4": "fp4-format",
+    "fp4_param": "fp4-param-gather",
     "num_layers_in_first_pipeline_stage": "decoder-first-pipeline-num-layers",
     "num_layers_in_last_pipeline_stage": "decoder-last-pipeline-num-layers",
 }
@@ -118,7 +120,11 @@ PRECISION_RECIPES: dict[str, dict[str, Any]] = {
                                                      "fp8_param_gather": False}
        for half, base in (("bf16", _BF16), ("fp16", _FP16))},
 }
-FP4_RECIPES = ("bf16_with_nvfp4_mixed", "nemotron_3_super_bf16_with_nvfp4_mixed")  # planner has no fp4 dtype
+# NVFP4 (@ v0.6.0): fp4 e2m1 with the nvfp4 recipe, the layers' weights kept and gathered in NVFP4
+PRECISION_RECIPES["bf16_with_nvfp4_mixed"] = {**_BF16, "fp4": "e2m1", "fp4_recipe": "nvfp4", "fp4_param_gather": True}
+# recipes that keep layers in 16 bits, which planner does not model: name -> why
+UNMODELLED_RECIPES = {"nemotron_3_super_bf16_with_nvfp4_mixed": "keeps its last 14 layers in bf16 "
+                      "(first_last_layers_bf16, num_layers_at_end_in_bf16 14), which planner does not model"}
 SECTIONS = ("model", "train", "dataset", "ddp", "optimizer", "mixed_precision", "comm_overlap", "dist", "tokenizer")
 # What an override file (no top-level `_target_: ...ConfigContainer`: a partial config merged onto a recipe) leaves to
 # the recipe, taken from the base every pre-training recipe starts from (megatron/bridge/recipes/common.py
@@ -281,10 +287,9 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
             continue
         if name == "mixed_precision" and isinstance(section, str):
             section = section.replace("-", "_")  # Megatron-Bridge registers each recipe under both spellings
-            if section in FP4_RECIPES:
-                raise PlannerError(f"{section}: NVFP4 training is not modelled (planner has no fp4 "
-                                   "compute dtype); use a bf16, fp8 or MXFP8 recipe", source=source,
-                                   field="mixed_precision")
+            if section in UNMODELLED_RECIPES:
+                raise PlannerError(f"{section} {UNMODELLED_RECIPES[section]}; use bf16_with_nvfp4_mixed or write "
+                                   "the precision fields as a mapping", source=source, field="mixed_precision")
             if section not in PRECISION_RECIPES:
                 raise PlannerError(f"{section!r} is not a recipe planner knows ("
                                    f"{', '.join(PRECISION_RECIPES)}); write its fields as a mapping", source=source,
@@ -309,11 +314,14 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
         model = {**{k: _plain(v) for k, v in nested.items() if k != "_target_"}, **model}
     # what Megatron-Bridge applies onto the model at run time wins over the model's own fields
     precision = sections.get("mixed_precision", {})
-    for key in ("bf16", "fp16", "fp8", "fp8_recipe", "fp8_dot_product_attention", "fp8_multi_head_attention"):
+    for key in ("bf16", "fp16", "fp8", "fp8_recipe", "fp8_dot_product_attention", "fp8_multi_head_attention", "fp4",
+                "fp4_recipe"):
         if precision.get(key) is not None:
             model[key] = precision[key]
-    if precision.get("fp8_param_gather") is not None:
-        model["fp8_param"] = precision["fp8_param_gather"]
+    for key in ("fp8", "fp4"):  # fp4_param_gather and fp4_param are one setting (MixedPrecisionConfig keeps them equal)
+        gather = precision.get(f"{key}_param_gather", precision.get(f"{key}_param"))
+        if gather is not None:
+            model[f"{key}_param"] = gather
     overlap = sections.get("comm_overlap", {})
     if overlap.get("tp_comm_overlap") is not None:
         model["tp_comm_overlap"] = overlap["tp_comm_overlap"]
@@ -645,7 +653,8 @@ WRITTEN_FIELDS: dict[str, tuple[str, str]] = {
 }
 # flags the writer spells another way: the precision (a recipe name), the sequence (model and dataset), the
 # optimizer's dtypes and the attention backend (dumped objects), the virtual stages (a count per rank)
-PRECISION_FLAGS = frozenset({"bf16", "fp16", "fp8-format", "fp8-recipe", "fp8-param-gather", "grad-reduce-in-bf16",
+PRECISION_FLAGS = frozenset({"bf16", "fp16", "fp8-format", "fp8-recipe", "fp8-param-gather", "fp4-format",
+                             "fp4-recipe", "fp4-param-gather", "grad-reduce-in-bf16",
                              "accumulate-allreduce-grads-in-fp32"})
 # the Megatron-Bridge recipe for a layout's precision: (dtype, fp8 recipe) -> name; its gradient reduction and
 # fp8 parameter gathering are the recipe's (PRECISION_RECIPES)
@@ -655,6 +664,7 @@ RECIPE_OF: dict[tuple[str, str | None], str] = {
     ("fp8", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
     ("fp8", "mxfp8"): "bf16_with_mxfp8_mixed",
     ("fp8", "blockwise"): "bf16_with_fp8_subchannel_scaling_mixed",
+    ("fp4", None): "bf16_with_nvfp4_mixed",
 }
 ATTN_BACKEND_VALUES = {name: value for value, name in ATTN_BACKENDS.items()}
 
@@ -677,10 +687,11 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         more.append(f"grad_dtype {mapped.grad_dtype} -> {grad}: the file names the mixed-precision recipe "
                     f"{precision_recipe(mapped)}, which reduces gradients in {grad} (set "
                     "cfg.mixed_precision.grad_reduce_in_fp32 in the training script to change it)")
-    if mapped.dtype == "fp8" and mapped.fp8_param_gather != recipe["fp8_param_gather"]:
-        changes["fp8_param_gather"] = recipe["fp8_param_gather"]
+    gather = recipe.get(f"{mapped.dtype}_param_gather")
+    if gather is not None and mapped.fp8_param_gather != gather and (mapped.zero >= 1 or not gather):
+        changes["fp8_param_gather"] = gather
         more.append(f"fp8_param_gather {str(mapped.fp8_param_gather).lower()} -> "
-                    f"{str(recipe['fp8_param_gather']).lower()}: the recipe {precision_recipe(mapped)} sets it")
+                    f"{str(gather).lower()}: the recipe {precision_recipe(mapped)} sets it")
     if mapped.moe_fused_mlp:
         changes["moe_fused_mlp"] = False
         more.append("moe_fused_mlp -> false: Transformer Engine's fused grouped MLP is switched on by "

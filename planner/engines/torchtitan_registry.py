@@ -388,8 +388,9 @@ def _converters(model: Call | None, source: str) -> list[str]:
     for conv in converters:
         short = conv.short if isinstance(conv, Call) else str(conv)
         if "NVFP4" in short:
-            raise PlannerError(f"{short}: NVFP4 training is not modelled (planner has no fp4 compute dtype); use the "
-                               "bf16, float8 or MXFP8 config", source=source)
+            raise PlannerError(f"{short}: torchtitan's NVFP4 training is not modelled (torchao's prototype kernels; "
+                               "planner's fp4 is Transformer Engine's NVFP4 recipe, engine megatron); use the bf16, "
+                               "float8 or MXFP8 config", source=source)
         if short in LINEAR_CONVERTERS:
             names.append(LINEAR_CONVERTERS[short])
         elif short.startswith("MXFP8"):

@@ -112,15 +112,24 @@ def fp8_gemm_plateau(hw: HardwareProfile) -> float:
     return eff.fraction * compute_fraction(hw) if eff is not None else float("nan")
 
 
+def fp4_gemm_plateau(hw: HardwareProfile) -> float:
+    """Plateau fraction of the fp4 peak that large NVFP4 GEMMs reach (the profile's efficiency.matmul_fp4 x
+    compute_fraction; nan where the profile measures none, where no fp4 layout is allowed)."""
+    eff = hw.efficiency.matmul_fp4
+    return eff.fraction * compute_fraction(hw) if eff is not None else float("nan")
+
+
 def gemm_peak_flops(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
-    """Peak for the layer GEMMs: fp8 where the layout trains in fp8 (the attention core, the router and
-    the LM head stay 16-bit), which is also the peak MFU is measured against."""
-    return np.where(lay.fp8, hw.accelerator.peak_flops_per_s.get("fp8", np.nan), peak_16bit_flops(hw))
+    """Peak for the layer GEMMs: fp8 where the layout trains in fp8, fp4 under NVFP4 (the attention core, the
+    router and the LM head stay 16-bit), which is also the peak MFU is measured against."""
+    peaks = hw.accelerator.peak_flops_per_s
+    quantized = np.where(lay.fp4, peaks.get("fp4", np.nan), peaks.get("fp8", np.nan))
+    return np.where(lay.fp8, quantized, peak_16bit_flops(hw))
 
 
 def gemm_plateau(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
     """Plateau efficiency of the layer GEMMs, of their own dtype's peak (see gemm_peak_flops)."""
-    return np.where(lay.fp8, fp8_gemm_plateau(hw), matmul_plateau(hw))
+    return np.where(lay.fp8, np.where(lay.fp4, fp4_gemm_plateau(hw), fp8_gemm_plateau(hw)), matmul_plateau(hw))
 
 
 def matmul_seconds(
@@ -206,19 +215,51 @@ transpose's byte on chips that take every layout, and the amax pass under delaye
 activations."""
 
 
+NVFP4_COPY_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
+"""One NVFP4 copy of a tensor: a 4-bit E2M1 value per element and an E4M3 scale byte per 16 elements (the fp32
+scale per tensor is negligible): Transformer Engine's NVFP4BlockScaling (transformer_engine/common/recipe/
+__init__.py @ d0067d0)."""
+
+NVFP4_WEIGHT_CAST_BYTES_PER_ELEMENT = 2.0 + 2.0 + 2.0 * NVFP4_COPY_BYTES_PER_ELEMENT
+"""NVFP4 quantization of a weight, once per step (as FP8_WEIGHT_CAST_BYTES_PER_ELEMENT): Transformer Engine's
+weight quantizer takes the tensor's amax (nvte_compute_amax: read the bf16 weight, 2), then casts it with 2D 16 x 16
+block scales (nvte_quantize_v2: read it again, 2) into the rowwise copy and the columnwise one (2 x
+NVFP4_COPY_BYTES_PER_ELEMENT: the fp4 GEMMs take only the TN layout, so the backward's copy is stored transposed).
+No Hadamard transform and no stochastic rounding on weights (the recipe's defaults). Counted: 5.125."""
+
+NVFP4_CAST_BYTES_PER_ELEMENT = 6.25
+"""HBM-equivalent bytes of NVFP4 quantization per GEMM-input element (an activation in the forward, an output
+gradient in the backward), measured. Transformer Engine (@ d0067d0, quantize_impl) runs a pass for the amax of the
+tensor and of its 16-point random-Hadamard transform (nvte_hadamard_transform_amax, read 2), then one fused kernel
+that writes the rowwise copy and the Hadamard-transformed columnwise copy for the weight-gradient GEMM
+(nvte_quantize_with_hadamard_transform, read 2, write 2 x NVFP4_COPY_BYTES_PER_ELEMENT), with stochastic rounding on
+gradients, and a pass that swizzles the scales for the GEMM: about 5.4 bytes counted. Transformer Engine's GEMM
+profiling tutorial (docs/examples/gemm_profiling/gemm_profiling.rst @ d0067d0; B300, hidden 4,096, FFN 16,384, 15,872
+tokens, the 12 GEMMs of a layer) measures the quantization as the autocast time less the pre-quantized time: NVFP4
+6.453 - 3.764 = 2.689 ms per layer. Its GEMMs quantize 2.48e9 elements (each GEMM both operands: 4.55e8 inputs and
+2.01e8 weight elements per pass, 5.85e8 output-gradient elements in dgrad and wgrad), which at this model's streaming
+rate (70% of 8 TB/s, EfficiencySpec.memory_bandwidth) is 6.1 bytes each; the weights' 5.125 counted above leave 6.25
+for the activations and gradients: the transform's and the rounding's arithmetic beyond the bytes counted. The same
+subtraction on that table gives MXFP8 1.823 ms = 4.1 bytes (FP8_BLOCK_SCALED_BYTES_PER_ELEMENT counts 4.06) and FP8
+current scaling 2.335 ms = 5.3 (counted 5.0 on Blackwell): the method reproduces the recipes counted byte by byte."""
+
+
 def fp8_cast_bytes_per_element(
     hw: HardwareProfile, recipe: np.ndarray | int = Fp8RecipeCode.TENSORWISE, *, weight: bool = False
 ) -> np.ndarray:
     """HBM bytes per quantized GEMM-input element under each candidate's fp8 recipe (Fp8RecipeCode):
     per-tensor recipes FP8_CAST_BYTES_PER_ELEMENT (or the weights' FP8_WEIGHT_CAST_BYTES_PER_ELEMENT), less the
     transposed copy where the chip's fp8 GEMMs take every layout and less the amax pass under delayed scaling;
-    the block-scaled recipes FP8_BLOCK_SCALED_BYTES_PER_ELEMENT on every chip."""
+    the block-scaled recipes FP8_BLOCK_SCALED_BYTES_PER_ELEMENT on every chip; NVFP4 (dtype fp4)
+    NVFP4_CAST_BYTES_PER_ELEMENT, or NVFP4_WEIGHT_CAST_BYTES_PER_ELEMENT for weights."""
     code = np.asarray(recipe)
     full = FP8_WEIGHT_CAST_BYTES_PER_ELEMENT if weight else FP8_CAST_BYTES_PER_ELEMENT
     transpose = FP8_TRANSPOSE_BYTES_PER_ELEMENT if hw.accelerator.fp8_gemm_any_layout else 0.0
     per_tensor = full - transpose - np.where(code == Fp8RecipeCode.DELAYED, FP8_AMAX_PASS_BYTES_PER_ELEMENT, 0.0)
     block = (code == Fp8RecipeCode.MXFP8) | (code == Fp8RecipeCode.BLOCKWISE)
-    return np.asarray(np.where(block, FP8_BLOCK_SCALED_BYTES_PER_ELEMENT, per_tensor))
+    nvfp4 = NVFP4_WEIGHT_CAST_BYTES_PER_ELEMENT if weight else NVFP4_CAST_BYTES_PER_ELEMENT
+    return np.asarray(np.where(code == Fp8RecipeCode.NVFP4, nvfp4,
+                               np.where(block, FP8_BLOCK_SCALED_BYTES_PER_ELEMENT, per_tensor)))
 
 
 def fp8_cast_seconds(

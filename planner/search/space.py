@@ -58,8 +58,10 @@ from planner.specs.layout import (
     DISPATCHER_CODES,
     FP8_RECIPE_CODES,
     OPTIMIZER_STATE_BYTES_PER_PARAM,
+    QUANTIZED_DTYPES,
     RECOMPUTE_CODES,
     STATE_DTYPE_BYTES,
+    Fp8RecipeCode,
     Layout,
     LayoutArrays,
     optimizer_state_bytes,
@@ -153,8 +155,12 @@ class Problem:
         for name in ("optimizer_state_dtype", "master_weights_dtype"):
             if getattr(self, name) not in STATE_DTYPE_BYTES:
                 raise PlannerError(f"{name}({getattr(self, name)}) must be one of {', '.join(STATE_DTYPE_BYTES)}")
-        if self.fp8_param_gather and self.dtype != "fp8":
-            raise PlannerError("fp8_param_gather keeps the layers' weights in fp8: it needs --dtype fp8")
+        if self.fp8_param_gather and self.dtype not in QUANTIZED_DTYPES:
+            raise PlannerError("fp8_param_gather keeps the layers' weights in fp8 (NVFP4 under fp4): it needs --dtype "
+                               "fp8 or fp4")
+        if self.dtype == "fp4" and not profile.kernels.nvfp4:
+            raise PlannerError(f"engine {self.engine} cannot train in fp4 ({profile.kernels.sources['nvfp4']}); "
+                               "choose --dtype fp8 or bf16, or an engine whose kernels.nvfp4 is true (megatron)")
         if self.fp8_param_gather and not profile.optimizer.fp8_params:
             raise PlannerError(f"engine {self.engine} cannot run fp8_param_gather ({profile.optimizer.sources['fp8_params']}); "
                                "drop it or choose an engine whose optimizer.fp8_params is true (megatron, nemo)")
@@ -465,13 +471,14 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         grad_bytes=const(GRAD_BYTES[str(problem.grad_dtype)], np.int64),
         optimizer_bytes=const(optimizer_state_bytes(problem.optimizer, str(problem.optimizer_state_dtype),
                                                          str(problem.master_weights_dtype)), np.int64),
-        fp8=const(problem.dtype == "fp8", bool),
+        fp8=const(problem.dtype in QUANTIZED_DTYPES, bool),
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
         # the TP overlap where it runs: with sequence parallelism (which the default space offers with tp > 1 only)
         overlap_tp_comm=np.asarray(cols["sequence_parallel"] & bool(problem.overlap_tp_comm)),
         # Megatron allows fp8 parameters only with the distributed optimizer or FSDP (Layout's rule): ZeRO >= 1
         fp8_params=np.asarray((cols["zero"] >= 1) & problem.fp8_param_gather),
-        fp8_recipe=const(FP8_RECIPE_CODES[problem.fp8_recipe], np.int64),
+        fp8_recipe=const(Fp8RecipeCode.NVFP4 if problem.dtype == "fp4" else FP8_RECIPE_CODES[problem.fp8_recipe],
+                         np.int64),
         compile=const(problem.compile, bool),
         clamp_fused=const(clamp_fused(problem.engine, problem.compile), bool),
         offload_optimizer=const(False, bool),

@@ -100,6 +100,10 @@ class KernelSection(_Sourced):
         default=False, description="The routed experts can run as Transformer Engine's fused grouped MLP "
         "(Layout.moe_fused_mlp)."
     )
+    nvfp4: bool = Field(
+        default=False, description="The layers' GEMMs can train in NVFP4 (Transformer Engine's NVFP4BlockScaling "
+        "recipe: Layout.dtype fp4)."
+    )
 
 
 class ZeroSection(_Sourced):
@@ -396,8 +400,11 @@ _MEGATRON = EngineProfile(
     kernels=KernelSection(
         fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
         attention_kernel="fused", cuda_graphs=True, fp8_proj_keeps_cast_input=False, fp8_tp_all_gather=False,
-        tp_overlap_with_mla=False, fp8_attention=True, moe_fused_mlp=True,
+        tp_overlap_with_mla=False, fp8_attention=True, moe_fused_mlp=True, nvfp4=True,
         sources={
+            "nvfp4": "Megatron-LM --fp4-format e2m1 --fp4-recipe nvfp4 (megatron/core/transformer/transformer_config.py "
+            "@ d98e8a64: Transformer Engine's NVFP4BlockScaling recipe through fp8_autocast, megatron/core/fp4_utils.py; "
+            "Megatron-Bridge mixed_precision bf16_with_nvfp4_mixed)",
             "moe_fused_mlp": "Megatron-Core's TEGroupedMLP builds the experts from Transformer Engine ops under "
             "--use-transformer-engine-op-fuser (megatron/core/transformer/moe/experts.py @ d98e8a64), and Transformer "
             "Engine's fuser replaces GroupedLinear + gated activation + GroupedLinear by its CuTe DSL grouped MLP when "
@@ -610,8 +617,11 @@ _NEMO = _derive(
                     "apex/contrib/optimizers/distributed_fused_adam.py @ f9f19d5: 'dtype: datatype for optimizer state')"},
     },
     kernels={
-        "fp8_proj_keeps_cast_input": True,
-        "sources": {"fp8_proj_keeps_cast_input": "NeMo 24.07 runs Transformer Engine's delayed scaling (fp8_hybrid, "
+        "fp8_proj_keeps_cast_input": True, "nvfp4": False,
+        "sources": {"nvfp4": "NeMo 24.07's Transformer Engine (1.x) predates the NVFP4 recipe (Transformer Engine "
+                    ">= 2.7, megatron/core/transformer/transformer_config.py @ d98e8a64); newer NeMo runs "
+                    "Megatron-Bridge: engine megatron",
+                    "fp8_proj_keeps_cast_input": "NeMo 24.07 runs Transformer Engine's delayed scaling (fp8_hybrid, "
                     "amax history 1024: NeMo-Framework-Launcher conf/training/* @ 24.07) on a Megatron-Core from before "
                     "linear_proj saved its original input (781e765, 2025-08): TE's Linear keeps its fp8 input and "
                     "FusedAttnFunc its bf16 output (NVIDIA/TransformerEngine transformer_engine/pytorch/attention/"
@@ -668,12 +678,14 @@ _TORCH_EAGER_SOURCES: dict[str, str] = {
     "stays 16-bit (torchao/float8/float8_linear_utils.py convert_to_float8_training)",
     "moe_fused_mlp": "torch engines run the experts as torch grouped matmuls (torch._grouped_mm) with the activation "
     "a kernel of its own; Transformer Engine's op fuser is not in their model code",
+    "nvfp4": "NVFP4 training is not read for torch engines (torchtitan's NVFP4 converters are refused by its reader); "
+    "Transformer Engine's NVFP4 recipe is Megatron's",
 }
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 3.0,
     "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
     "fp8_proj_keeps_cast_input": True, "tp_overlap_with_mla": True, "fp8_attention": False, "moe_fused_mlp": False,
-    "sources": _TORCH_EAGER_SOURCES,
+    "nvfp4": False, "sources": _TORCH_EAGER_SOURCES,
 }
 
 _TORCH_CP = (
@@ -938,6 +950,7 @@ _AUTOMODEL = _derive(
             "attention runs 16-bit (no fp8_dot_product_attention setting in its recipes)",
             "moe_fused_mlp": "AutoModel's experts are its own GroupedExperts modules (torch grouped GEMMs or "
             "Transformer Engine GroupedLinear), not Transformer Engine's op fuser: unfused",
+            "nvfp4": "AutoModel's low-precision config is torchao float8 (no NVFP4 recipe in its training configs)",
         },
     },
     schedules={
@@ -1049,6 +1062,7 @@ _DEEPSPEED = _derive(
         "loss_bytes_per_logit": "Hugging Face causal-LM loss: logits.float() then cross_entropy, as torchtitan: " + _TORCH_LOSS,
         "fp8_attention": "the user's model runs its attention in 16 bits (DeepSpeed has no fp8 attention setting)",
         "moe_fused_mlp": "DeepSpeed-MoE runs the user's expert modules (no Transformer Engine op fuser)",
+        "nvfp4": "DeepSpeed's config has no fp4 training setting",
     }),
     zero={
         "collectives_per_layer": 20, "prefetch_units": 1, "prefetch_bucket_params": 50_000_000,

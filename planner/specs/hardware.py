@@ -288,6 +288,7 @@ class PublishedMfu(BaseModel):
 
     bf16: Number | None = Field(default=None, gt=0, le=1, description="Best published bf16/fp16 MFU, of the 16-bit peak.")
     fp8: Number | None = Field(default=None, gt=0, le=1, description="Best published fp8 MFU, of the fp8 peak.")
+    fp4: Number | None = Field(default=None, gt=0, le=1, description="Best published NVFP4 MFU, of the fp4 peak.")
     note: str = Field(description="Which runs, with their sources.")
 
     _check_note = field_validator("note")(_non_empty)
@@ -311,6 +312,11 @@ class EfficiencySpec(BaseModel):
         default=None,
         description="Plateau fraction of the fp8 peak that large fp8 GEMMs reach (same fixed cost per GEMM as "
         "16-bit); required when the accelerator has an fp8 peak.",
+    )
+    matmul_fp4: Fraction | None = Field(
+        default=None,
+        description="Plateau fraction of the fp4 peak that large NVFP4 GEMMs reach (same fixed cost per GEMM as "
+        "16-bit); NVFP4 training (dtype fp4) needs it and an fp4 peak.",
     )
     attention: AttentionEfficiency = Field(
         description="Fused (flash) attention forward + backward on long blocks: the plateau of the attention "

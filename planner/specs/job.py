@@ -173,7 +173,7 @@ class TrainingSection(BaseModel):
         default=None, description="Sequences per optimizer step, all data-parallel replicas together."
     )
     seq_len: SeqLen | None = Field(default=None, description="Tokens per sequence.")
-    dtype: ComputeDtype | None = Field(default=None, description="Compute precision: bf16, fp16 or fp8 (default bf16).")
+    dtype: ComputeDtype | None = Field(default=None, description="Compute precision: bf16, fp16, fp8 or fp4 (NVFP4) (default bf16).")
     fp8_recipe: Fp8Recipe | None = Field(
         default=None, description="With dtype fp8, how the casts are scaled: tensorwise (per-tensor current scaling, "
         "FP8-CS), delayed (amax history: Megatron-LM's --fp8-recipe default), mxfp8 (Blackwell) or blockwise "

@@ -106,7 +106,10 @@ def cuda_graph_names(mask: int) -> tuple[str, ...]:
 # --main-params-dtype, DeepSpeed bf16_master_weights_and_grads).
 StateDtype = Literal["fp32", "bf16"]
 
-ComputeDtype = Literal["bf16", "fp16", "fp8"]
+# fp4 is NVFP4 training (Transformer Engine's NVFP4BlockScaling recipe; Megatron-LM --fp4-format e2m1
+# --fp4-recipe nvfp4): the layers' GEMMs run on fp4 (E2M1) tensor cores with an E4M3 scale per 16 elements and an
+# fp32 scale per tensor. Its quantization is physics.kernels.fp4_cast_bytes_per_element's.
+ComputeDtype = Literal["bf16", "fp16", "fp8", "fp4"]
 
 
 class Fp8RecipeCode(IntEnum):
@@ -117,11 +120,13 @@ class Fp8RecipeCode(IntEnum):
     DELAYED = 1  # per-tensor scale from an amax history; the cast records the tensor's amax as it goes
     MXFP8 = 2  # a power-of-two scale per 32 elements, along rows and along columns (Blackwell's MX formats)
     BLOCKWISE = 3  # an fp32 scale per 1 x 128 activation block and 128 x 128 weight block (DeepSeek-V3)
+    NVFP4 = 4  # dtype fp4: not an fp8 recipe a layout names; LayoutArrays marks NVFP4 layouts with it
 
 
 Fp8Recipe = Literal["tensorwise", "delayed", "mxfp8", "blockwise"]
-FP8_RECIPE_CODES: dict[str, int] = {code.name.lower(): code for code in Fp8RecipeCode}
+FP8_RECIPE_CODES: dict[str, int] = {code.name.lower(): code for code in Fp8RecipeCode if code != Fp8RecipeCode.NVFP4}
 FP8_RECIPE_NAMES: dict[int, str] = {code: name for name, code in FP8_RECIPE_CODES.items()}
+QUANTIZED_DTYPES = ("fp8", "fp4")  # GEMMs on quantized inputs (LayoutArrays.fp8)
 GradDtype = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal["adam", "sgd"]
 # dualpipe: DeepSeek-V3's bidirectional pipeline (arXiv:2412.19437 Sec. 3.2.1; deepseek-ai/DualPipe): each of the
@@ -202,8 +207,9 @@ class Layout(BaseModel):
     )
     fp8_param_gather: StrictBool = Field(
         default=False,
-        description="fp8 training keeps the transformer layers' compute weights in fp8 and all-gathers them in "
-        "fp8 (Megatron-LM --fp8-param-gather); needs dtype fp8 and a sharded optimizer (zero >= 1).",
+        description="fp8 (fp4) training keeps the transformer layers' compute weights in fp8 (NVFP4) and all-gathers "
+        "them so (Megatron-LM --fp8-param-gather, --fp4-param); needs dtype fp8 or fp4 and a sharded optimizer "
+        "(zero >= 1).",
     )
     fp8_recipe: Fp8Recipe = Field(
         default="tensorwise",
@@ -320,9 +326,9 @@ class Layout(BaseModel):
     def _check_flags(self) -> Layout:
         if self.recompute_layers_per_stage is not None and self.recompute != "full":
             raise ValueError("recompute_layers_per_stage applies only with recompute 'full'")
-        if self.fp8_param_gather and (self.dtype != "fp8" or self.zero < Zero.OPTIMIZER):
-            raise ValueError("fp8_param_gather needs dtype fp8 and zero >= 1 (Megatron-LM allows it only with the "
-                             "distributed optimizer or FSDP)")
+        if self.fp8_param_gather and (self.dtype not in QUANTIZED_DTYPES or self.zero < Zero.OPTIMIZER):
+            raise ValueError("fp8_param_gather needs dtype fp8 or fp4 and zero >= 1 (Megatron-LM allows it only with "
+                             "the distributed optimizer or FSDP)")
         if self.recompute_modules is not None and self.recompute != "selective":
             raise ValueError("recompute_modules applies only with recompute 'selective'")
         if self.offload_params and self.zero != Zero.PARAMETERS:
@@ -341,7 +347,8 @@ class Layout(BaseModel):
             raise ValueError(f"fp8_recipe {self.fp8_recipe} applies only with dtype fp8 (got dtype {self.dtype})")
         if self.fp8_attention and (self.dtype != "fp8" or not self.flash_attention):
             raise ValueError("fp8_attention runs the fused attention kernel on fp8 inputs: it needs dtype fp8 and "
-                             "flash_attention (Megatron-LM's --fp8-dot-product-attention needs --fp8-format)")
+                             "flash_attention (Megatron-LM's --fp8-dot-product-attention needs --fp8-format, which "
+                             "--fp4-format excludes)")
         if self.fp8_attention and self.fp8_recipe == "blockwise":
             raise ValueError("fp8_attention with fp8_recipe blockwise: Transformer Engine has no fused fp8 attention "
                              "for block scaling (its backend selection disables it); use tensorwise, delayed or mxfp8, "
@@ -403,11 +410,11 @@ class LayoutArrays:
     attention_flash2: np.ndarray  # resolved: the layout's attention_kernel, else its engine's, is flash2
     grad_bytes: np.ndarray
     optimizer_bytes: np.ndarray
-    fp8: np.ndarray
+    fp8: np.ndarray  # the layers' GEMMs run on quantized inputs: dtype fp8, or fp4 (fp8_recipe NVFP4)
     overlap_grad_reduce: np.ndarray
     overlap_tp_comm: np.ndarray
-    fp8_params: np.ndarray  # transformer-layer weights held in fp8 (fp8_param_gather)
-    fp8_recipe: np.ndarray  # FP8_RECIPE_CODES (Layout.fp8_recipe)
+    fp8_params: np.ndarray  # transformer-layer weights held in fp8, or NVFP4 under fp4 (fp8_param_gather)
+    fp8_recipe: np.ndarray  # FP8_RECIPE_CODES (Layout.fp8_recipe); Fp8RecipeCode.NVFP4 for dtype fp4
     compile: np.ndarray
     clamp_fused: np.ndarray  # resolved: a clamped activation's clamp runs inside a fused kernel (compile, or the engine's)
     offload_optimizer: np.ndarray
@@ -442,6 +449,11 @@ class LayoutArrays:
     @property
     def gpus(self) -> np.ndarray:
         return np.asarray(self.tp * self.pp * self.cp * self.dp)
+
+    @property
+    def fp4(self) -> np.ndarray:
+        """NVFP4 training (dtype fp4): the quantized GEMMs run on fp4 tensor cores."""
+        return np.asarray(self.fp8 & (self.fp8_recipe == Fp8RecipeCode.NVFP4))
 
     @property
     def shard_degree(self) -> np.ndarray:
@@ -493,12 +505,13 @@ class LayoutArrays:
         cols["activation_input_fp8"] = np.array([lay.activation_input_fp8 for lay in layouts], dtype=bool)
         cols["fp8_attention"] = np.array([lay.fp8_attention for lay in layouts], dtype=bool)
         cols["moe_fused_mlp"] = np.array([lay.moe_fused_mlp for lay in layouts], dtype=bool)
-        cols["fp8"] = np.array([lay.dtype == "fp8" for lay in layouts], dtype=bool)
+        cols["fp8"] = np.array([lay.dtype in QUANTIZED_DTYPES for lay in layouts], dtype=bool)
         for flag in ("overlap_grad_reduce", "overlap_tp_comm", "compile", "offload_optimizer", "offload_params"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
         cols["clamp_fused"] = np.array([clamp_fused(lay.engine, lay.compile) for lay in layouts], dtype=bool)
         cols["fp8_params"] = np.array([lay.fp8_param_gather for lay in layouts], dtype=bool)
-        cols["fp8_recipe"] = np.array([FP8_RECIPE_CODES[lay.fp8_recipe] for lay in layouts], dtype=np.int64)
+        cols["fp8_recipe"] = np.array([Fp8RecipeCode.NVFP4 if lay.dtype == "fp4" else FP8_RECIPE_CODES[lay.fp8_recipe]
+                                       for lay in layouts], dtype=np.int64)
         cols["torch_cpu_adam"] = np.array(
             [(lay.cpu_optimizer or engine_profile(lay.engine).offload.cpu_optimizer) == "torch" for lay in layouts],
             dtype=bool,
@@ -551,7 +564,7 @@ class LayoutArrays:
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_tp_comm=bool(self.overlap_tp_comm[i]),
             fp8_param_gather=bool(self.fp8_params[i]),
-            fp8_recipe=FP8_RECIPE_NAMES[int(self.fp8_recipe[i])] if bool(self.fp8[i]) else "tensorwise",
+            fp8_recipe=FP8_RECIPE_NAMES.get(int(self.fp8_recipe[i]), "tensorwise") if bool(self.fp8[i]) else "tensorwise",
             compile=bool(self.compile[i]),
             offload_optimizer=bool(self.offload_optimizer[i]),
             offload_params=bool(self.offload_params[i]),
@@ -573,5 +586,6 @@ class LayoutArrays:
             activation_input_fp8=bool(self.activation_input_fp8[i]),
             fp8_attention=bool(self.fp8_attention[i]),
             moe_fused_mlp=bool(self.moe_fused_mlp[i]),
-            dtype="fp8" if bool(self.fp8[i]) else dtype,
+            dtype=(("fp4" if int(self.fp8_recipe[i]) == Fp8RecipeCode.NVFP4 else "fp8") if bool(self.fp8[i])
+                   else dtype),
         )

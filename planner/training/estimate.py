@@ -308,7 +308,8 @@ def best_published_mfu(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
     pub = hw.efficiency.best_published_mfu
     bf16 = pub.bf16 if pub is not None and pub.bf16 is not None else np.nan
     fp8 = pub.fp8 if pub is not None and pub.fp8 is not None else np.nan
-    return np.where(lay.fp8, fp8, bf16) * np.ones(np.shape(lay.fp8))
+    fp4 = pub.fp4 if pub is not None and pub.fp4 is not None else np.nan
+    return np.where(lay.fp8, np.where(lay.fp4, fp4, fp8), bf16) * np.ones(np.shape(lay.fp8))
 
 
 MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes", "total_bytes")
@@ -413,7 +414,8 @@ class TrainingEstimate:
 
 def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise", fp8_attention: bool = False,
                 moe_fused_mlp: bool = False) -> None:
-    """A compute dtype the chip has a peak for, else a PlannerError listing those it has; under fp8, an fp8
+    """A compute dtype the chip has a peak for, else a PlannerError listing those it has; under fp4 a profile that
+    measures the chip's NVFP4 GEMMs (efficiency.matmul_fp4); under fp8, an fp8
     recipe its tensor cores run (mxfp8 needs block-scaled fp8 MMA: accelerator.fp8_block_scaling), with FP8
     attention a profile that measures its speed for that scaling (efficiency.attention_fp8), and with the fused
     grouped MLP a chip its kernels are built for (accelerator.fused_grouped_mlp)."""
@@ -421,6 +423,10 @@ def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise",
     if dtype not in peaks:
         have = ", ".join(sorted(peaks))
         raise PlannerError(f"{hw.name} has no {dtype} peak (it has {have}); choose one of those dtypes")
+    if dtype == "fp4" and hw.efficiency.matmul_fp4 is None:
+        raise PlannerError(f"{hw.name}'s profile measures no NVFP4 GEMM (efficiency.matmul_fp4): dtype fp4 needs the "
+                           "plateau its fp4 GEMMs reach; choose fp8 or bf16, or add the measured fraction to a profile "
+                           "of your own (docs/hardware.md)")
     if dtype == "fp8" and fp8_recipe == "mxfp8" and not hw.accelerator.fp8_block_scaling:
         raise PlannerError(f"{hw.name}'s fp8 tensor cores take no MX block scales: fp8_recipe mxfp8 needs a chip "
                            "with block-scaled fp8 (Blackwell); choose tensorwise, delayed or blockwise")

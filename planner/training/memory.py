@@ -41,6 +41,10 @@ WEIGHT_BYTES = 2
 FP8_WEIGHT_BYTES = 1
 ACTIVATION_BYTES = 2  # 16-bit activations (Korthikanti et al. 2022 Sec. 4.1)
 FP8_ACTIVATION_BYTES = 1  # an fp8 (E4M3) copy of a GEMM input saved for the backward pass
+# NVFP4 (dtype fp4): a 4-bit E2M1 value per element and an E4M3 scale byte per 16 (NVFP4's block; the fp32 scale per
+# tensor is negligible): what an NVFP4 copy of a GEMM input kept for the backward and an NVFP4 weight
+# (--fp4-param-gather, Megatron-Core keeps the compute param in fp4) take per element.
+NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
 LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti et al. 2022 Sec. 4.3: 4sbv/t)
 # At the loss's peak (its backward) a vocabulary element of the last micro-batch holds the fp32 softmax kept
 # for the backward (4) and the bf16 gradient of the logits written from it for the LM head's backward (2):
@@ -161,8 +165,14 @@ def shared_embedding_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarr
 
 
 def layer_weight_bytes(lay: LayoutArrays) -> np.ndarray:
-    """Bytes per transformer-layer weight: 16-bit, or fp8 under fp8_param_gather."""
-    return np.where(lay.fp8_params, FP8_WEIGHT_BYTES, WEIGHT_BYTES)
+    """Bytes per transformer-layer weight: 16-bit, or fp8 (NVFP4 under fp4) under fp8_param_gather."""
+    return np.where(lay.fp8_params, np.where(lay.fp4, NVFP4_BYTES_PER_ELEMENT, FP8_WEIGHT_BYTES), WEIGHT_BYTES)
+
+
+def saved_gemm_input_bytes(lay: LayoutArrays) -> np.ndarray:
+    """Bytes per element of a GEMM input kept for the backward: 16-bit, its fp8 copy under fp8, its NVFP4 copy
+    under fp4."""
+    return np.where(lay.fp8, np.where(lay.fp4, NVFP4_BYTES_PER_ELEMENT, FP8_ACTIVATION_BYTES), ACTIVATION_BYTES)
 
 
 def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -247,7 +257,7 @@ def layer_activation_bytes_per_token(
     rep_div = np.where(lay.sequence_parallel, t, 1.0)
     dropout = 1.0 if model.dropout else 0.0
     e = ACTIVATION_BYTES
-    g = np.where(lay.fp8, FP8_ACTIVATION_BYTES, ACTIVATION_BYTES)  # GEMM inputs kept for backward
+    g = saved_gemm_input_bytes(lay)  # GEMM inputs kept for backward
     widths = attention_dims(model)
     kv_div = kv_divisor(model, lay.tp).astype(float)
     if model.parallel_attention_mlp:  # every norm reads the same layer input, kept once; each norm's output
@@ -274,7 +284,7 @@ def layer_activation_bytes_per_token(
     attention_fp8 = lay.fp8 & lay.fp8_attention
     qkv_bytes = np.where(attention_fp8, FP8_ACTIVATION_BYTES, e)
     kernel_out = np.where(attention_fp8 & (lay.fp8_recipe == Fp8RecipeCode.DELAYED), FP8_ACTIVATION_BYTES, e)
-    out = np.where(lay.flash_attention, kernel_out + np.where(keeps_cast, FP8_ACTIVATION_BYTES, 0), g)
+    out = np.where(lay.flash_attention, kernel_out + np.where(keeps_cast, g, 0), g)
     attention = qkv_bytes * widths.query / t + qkv_bytes * (widths.key + widths.value) / kv_div + out * widths.output / t
     if model.mla is not None:
         # MLA's compressed latents: the query and K/V down-projections' outputs, kept by their RMSNorms, and
@@ -498,7 +508,7 @@ def mtp_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays, layer: L
     the h-wide tensors split under sequence parallelism. Its loss's logits are counted by the caller."""
     h = model.hidden_size
     rep_div = np.where(lay.sequence_parallel, lay.tp, 1).astype(float)
-    g = np.where(lay.fp8, FP8_ACTIVATION_BYTES, ACTIVATION_BYTES)
+    g = saved_gemm_input_bytes(lay)
     own = (2 * ACTIVATION_BYTES * h + 2 * g * h + 2 * ACTIVATION_BYTES * h) / rep_div
     return np.asarray(layer.stored + own)
 

@@ -139,6 +139,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: "fp8_param_gather", "optimizer.fp8_params"),
     _engine_rule("engine_no_fp8_attention", lambda a, e: a.fp8_attention & (not e.kernels.fp8_attention),
                  lambda l: "fp8_attention", "kernels.fp8_attention"),
+    _engine_rule("engine_no_nvfp4", lambda a, e: a.fp4 & (not e.kernels.nvfp4), lambda l: "dtype fp4",
+                 "kernels.nvfp4"),
     _engine_rule("engine_no_moe_fused_mlp", lambda a, e: a.moe_fused_mlp & (not e.kernels.moe_fused_mlp),
                  lambda l: "moe_fused_mlp", "kernels.moe_fused_mlp"),
     # an engine that runs FP8 attention, told to run FlashAttention-2 instead (Layout.attention_kernel)

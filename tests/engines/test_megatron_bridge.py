@@ -16,8 +16,8 @@ from planner.engines.common import EngineImport
 from planner.engines.load import load_model
 from planner.engines.megatron import import_megatron
 from planner.engines.megatron_bridge import (
-    FP4_RECIPES,
     PRECISION_RECIPES,
+    UNMODELLED_RECIPES,
     bridge_tokens,
     engine_layout,
     override,
@@ -233,7 +233,7 @@ def test_the_printed_task_configuration_is_cut_out_of_a_log() -> None:
 @pytest.mark.parametrize(("text", "why"), [
     ("model: {num_layers: 2, is_hybrid_model: true}\ntrain: {global_batch_size: 8}", "hybrid (Mamba)"),
     ("model: {num_layers: 2}\nmixed_precision: bf16_with_fancy_mixed", "'bf16_with_fancy_mixed' is not a recipe"),
-    ("model: {num_layers: 2}\nmixed_precision: bf16_with_nvfp4_mixed", "NVFP4 training is not modelled"),
+    ("model: {num_layers: 2}\nmixed_precision: nemotron_3_super_bf16_with_nvfp4_mixed", "keeps its last 14 layers"),
     ("model: {tensor_model_parallel_size: abc}\ntrain: {}", "expected an integer, got 'abc'"),
     ("model: {sequence_parallel: 'yes'}\ntrain: {}", "expected true or false"),
     ("model: {window_size: [4, 5, 6]}\ntrain: {}", "expected [left, right]"),
@@ -378,8 +378,9 @@ FIELDS = json.loads((UPSTREAM / "config_fields.json").read_text())
 
 
 def test_the_precision_recipes_are_megatron_bridges_own() -> None:
-    # every recipe Megatron-Bridge v0.6.0 registers is read (or refused as NVFP4), and no other
-    assert sorted([*PRECISION_RECIPES, *FP4_RECIPES]) == FIELDS["mixed_precision_recipes"]
+    # every recipe Megatron-Bridge v0.6.0 registers is read (or refused for the layers it keeps in 16 bits), and
+    # no other
+    assert sorted([*PRECISION_RECIPES, *UNMODELLED_RECIPES]) == FIELDS["mixed_precision_recipes"]
 
 
 WRITER_CASES = {**{k: v for k, v in ROUNDTRIP_CASES.items()}, **{k: v[:3] for k, v in MOE_CASES.items()}}

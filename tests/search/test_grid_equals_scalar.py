@@ -22,6 +22,7 @@ from planner.specs.model import ModelSpec
 from planner.training.estimate import estimate
 
 HW = load_hardware("h100-sxm").spec
+BLACKWELL = load_hardware("gb200-nvl72").spec  # NVFP4 (dtype fp4) needs fp4 tensor cores
 
 
 @st.composite
@@ -69,16 +70,18 @@ def models(draw: st.DrawFn) -> ModelSpec:
        dispatcher=st.sampled_from(["alltoall", "allgather", "deepep", "hybridep"]), ep_overlap=st.booleans(),
        moments=st.sampled_from(["fp32", "bf16"]), schedule=st.sampled_from(["1f1b", "gpipe"]),
        kernel=st.sampled_from([None, "fused", "flash2"]),
-       recipe=st.sampled_from([None, "tensorwise", "delayed", "blockwise"]))
+       recipe=st.sampled_from([None, "tensorwise", "delayed", "blockwise", "nvfp4"]))
 def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick, dispatcher,
                                                         ep_overlap, moments, schedule, kernel, recipe):
-    # recipe None: bf16; else fp8 under that recipe
-    precision = {} if recipe is None else {"dtype": "fp8", "fp8_recipe": recipe}
+    # recipe None: bf16; nvfp4: dtype fp4 on a Blackwell rack; else fp8 under that recipe
+    precision = ({} if recipe is None else {"dtype": "fp4"} if recipe == "nvfp4"
+                 else {"dtype": "fp8", "fp8_recipe": recipe})
+    hw = BLACKWELL if recipe == "nvfp4" else HW
     problem = Problem(gpus=gpus, global_batch=gpus * batch_per_gpu, seq_len=seq_len, moe_dispatcher=dispatcher,
                       moe_ep_overlap=ep_overlap, optimizer_state_dtype=moments, schedule=schedule,
                       attention_kernel=kernel, **precision)
     try:
-        result = run_search(model, HW, problem, chunk=64)  # small chunks: several chunks per search
+        result = run_search(model, hw, problem, chunk=64)  # small chunks: several chunks per search
     except PlannerError:
         return  # no layout of this problem passes the rules; nothing to compare
     n = result.layouts.size
@@ -93,10 +96,11 @@ def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_
         assert layout.moe_dispatcher == (dispatcher if layout.ep > 1 else "alltoall")
         assert layout.moe_ep_overlap == ep_overlap and layout.optimizer_state_dtype == moments
         assert layout.schedule == schedule
-        assert (layout.dtype, layout.fp8_recipe) == (("bf16", "tensorwise") if recipe is None else ("fp8", recipe))
+        assert (layout.dtype, layout.fp8_recipe) == (("bf16", "tensorwise") if recipe is None else
+                                                     ("fp4", "tensorwise") if recipe == "nvfp4" else ("fp8", recipe))
         # the problem's kernel, read back as null where it is the engine's own (megatron: fused)
         assert layout.attention_kernel == (None if kernel in (None, "fused") else kernel)
-        one = estimate(model, HW, layout)
+        one = estimate(model, hw, layout)
         r = result.results
         assert float(r.step_seconds[pos]) == one.scalar("step_seconds"), layout
         peak = one.stages[one.peak_stage].total_bytes
