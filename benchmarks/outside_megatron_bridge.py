@@ -2,8 +2,9 @@
 
 Usage: python benchmarks/outside_megatron_bridge.py [--markdown] [--data FILE ...]
 
-Data: benchmarks/data/megatron_bridge_26.yaml (26.02 and 26.04.01) and megatron_bridge_26_later.yaml (26.02.01,
-26.04, 26.06, 26.06.01, 26.08), both read unless --data names others.
+Data: benchmarks/data/megatron_bridge_26.yaml (26.02 and 26.04.01), megatron_bridge_26_later.yaml (26.02.01,
+26.04, 26.06, 26.06.01, 26.08) and megatron_bridge_nvfp4.yaml (the NVFP4 rows of those tables), all read unless
+--data names others.
 
 None of these rows was used to fit or choose a parameter. Each row of the data file carries the table's figures
 and the recipe settings the row ran (read from Megatron-Bridge's performance scripts at the release's tag); the
@@ -32,8 +33,9 @@ from planner.errors import PlannerError
 from planner.training.estimate import estimate
 from planner.training.rules import resolve_layout
 
-DATA = (Path(__file__).resolve().parent / "data" / "megatron_bridge_26.yaml",
-        Path(__file__).resolve().parent / "data" / "megatron_bridge_26_later.yaml")
+DATA = tuple(Path(__file__).resolve().parent / "data" / name
+             for name in ("megatron_bridge_26.yaml", "megatron_bridge_26_later.yaml", "megatron_bridge_nvfp4.yaml"))
+DTYPES = {"BF16": "bf16", "NVFP4": "fp4"}  # every other precision of the tables is an fp8 recipe
 LOW_CONFIDENCE = "Low confidence"  # the table's layout matches no recipe of its release
 KNOWN_REGRESSION = "Known regression"  # the table's own footnote names a regression of that row
 MODELS = {"LLAMA3_70B": "llama-3.1-70b", "LLAMA3.1_405B": "llama-3.1-405b", "LLAMA3_8B": "llama-3.1-8b",
@@ -51,7 +53,7 @@ def layout_fields(row: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     fields: dict[str, Any] = {
         "tp": t["tp"], "pp": t["pp"], "cp": t["cp"], "ep": t.get("ep") or 1, "micro_batch": t["mbs"],
         "global_batch": t["gbs"], "seq_len": t["seq"], "interleave": t.get("vp") or 1,
-        "dtype": "bf16" if precision == "BF16" else "fp8", "zero": 3 if t.get("fsdp") else 1, "grad_dtype": "fp32",
+        "dtype": DTYPES.get(precision, "fp8"), "zero": 3 if t.get("fsdp") else 1, "grad_dtype": "fp32",
     }
     fields = published_overrides(str(row["id"]), MEGATRON_BRIDGE_SOURCE, fields)  # every fp8 row names its recipe
     for key, value in (row.get("planner_fields") or {}).items():
@@ -111,7 +113,8 @@ def main() -> None:
             low.append(f"{row['id']} ({error * 100:+.1f}%)")
             continue
         kind = "MoE" if model.moe is not None else "dense"
-        for name in ("all", kind, f"{kind}, {row['system']}", f"release {row['release']}"):
+        for name in ("all", kind, f"{kind}, {row['system']}", f"release {row['release']}",
+                     f"precision {row['precision']}"):
             groups.setdefault(name, []).append(error)
         if not result.fits:
             unfit.append(f"{row['id']} (peak {result.scalar('peak_bytes') / 2**30:.1f} GiB)")
