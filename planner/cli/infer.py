@@ -150,7 +150,8 @@ def infer() -> None:
 @click.option("--concurrency", type=count("concurrency"), default=1, show_default=True,
               help="Requests in flight per replica (the batch, for static batching).")
 @click.option("--weight-dtype", type=click.Choice(WEIGHT_DTYPES), default="bf16", show_default=True,
-              help="Weights of the transformer layers (fp8 also computes in fp8; int8/int4 are weight-only).")
+              help="Weights of the transformer layers (fp8 also computes in fp8, fp4 (NVFP4) in fp4 on Blackwell; "
+              "int8/int4 are weight-only).")
 @click.option("--kv-dtype", type=click.Choice(KV_DTYPES), default="bf16", show_default=True, help="KV-cache dtype.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output format.")

@@ -26,7 +26,7 @@ from planner.specs.dtypes import bytes_per_element
 from planner.specs.model import ModelSpec
 from planner.specs.serving import DEFAULT_MAX_BATCHED_TOKENS, ServingLayout
 
-WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "int8", "int4")
+WEIGHT_DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp4", "int8", "int4")
 KV_DTYPES: tuple[str, ...] = ("bf16", "fp8")
 
 # --- Named constants (each one is discussed in docs/inference.md) ---------------------------
@@ -47,6 +47,12 @@ INT4_GROUP_SIZE = 128
 """int4 weight-only quantization keeps one 16-bit scale per group of 128 weights (AWQ/GPTQ
 default), i.e. 2/128 extra bytes per weight; int8 (per-channel) and fp8 (per-tensor) scales
 are negligible."""
+
+NVFP4_BLOCK_SIZE = 16
+"""NVFP4 weights (fp4: ModelOpt / TensorRT-LLM / vLLM NVFP4 checkpoints) keep one E4M3 scale byte per block of 16
+weights, 1/16 byte per weight beside the half byte of its E2M1 value (NVIDIA/TransformerEngine
+transformer_engine/common/recipe/__init__.py @ d0067d0, NVFP4BlockScaling; vLLM's FP4 kernels take group size 16,
+vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py @ 00d52e93)."""
 
 LOGIT_BYTES_PER_ELEMENT = 4
 """Logits of the sampled position are materialized in fp32 for sampling."""
@@ -69,8 +75,10 @@ class InferenceArrays:
     concurrency: sequences in flight per replica (the batch, for static batching).
     input_len, output_len: prompt and generated tokens per sequence (output includes the first
         token, which the prefill produces).
-    weight_bytes: bytes per element of the transformer layers' weights (2, 1, 1 or 0.5).
+    weight_bytes: bytes per element of the transformer layers' weights (2, 1, 0.5, 1 or 0.5), scales apart.
     fp8_compute: GEMMs run on fp8 tensor cores (fp8 weights); else 16-bit compute.
+    fp4_weights: NVFP4 weights (fp4): their GEMMs run on fp4 tensor cores where the chip has them, else
+        weight-only at the 16-bit rate.
     kv_bytes: bytes per element of the KV cache (2 or 1).
     per_head_decode_attention: the decode-attention kernel streams K/V once per query head
         (TensorRT-LLM <= 0.6 masked MHA, vLLM's first paged-attention kernel) instead of once
@@ -87,6 +95,7 @@ class InferenceArrays:
     output_len: np.ndarray
     weight_bytes: np.ndarray
     fp8_compute: np.ndarray
+    fp4_weights: np.ndarray
     kv_bytes: np.ndarray
     per_head_decode_attention: np.ndarray
     request_rate: np.ndarray
@@ -124,6 +133,7 @@ class InferenceArrays:
             np.asarray(output_len, dtype=np.int64),
             weight_bytes,
             wd == "fp8",
+            wd == "fp4",
             kv_bytes,
             np.asarray(per_head_decode_attention, dtype=bool),
             np.asarray(request_rate, dtype=float),
@@ -270,6 +280,8 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
 # --- Weights ------------------------------------------------------------------------------------
 
 
-def quantized_bytes_per_element(weight_bytes: np.ndarray) -> np.ndarray:
-    """Bytes per layer weight, with int4's group scales (one 16-bit scale per INT4_GROUP_SIZE)."""
-    return np.where(weight_bytes < 1, weight_bytes + 2.0 / INT4_GROUP_SIZE, weight_bytes)
+def quantized_bytes_per_element(x: InferenceArrays) -> np.ndarray:
+    """Bytes per layer weight, with int4's group scales (one 16-bit scale per INT4_GROUP_SIZE) and NVFP4's block
+    scales (one byte per NVFP4_BLOCK_SIZE)."""
+    w = x.weight_bytes
+    return np.where(x.fp4_weights, w + 1.0 / NVFP4_BLOCK_SIZE, np.where(w < 1, w + 2.0 / INT4_GROUP_SIZE, w))

@@ -44,7 +44,7 @@ count separately)."""
 def layer_weight_bytes_per_gpu(shapes: ModelShapes, layer: LayerShape, x: InferenceArrays) -> np.ndarray:
     """Bytes of one layer's weights on one GPU: matrices at the weight dtype, small params at 16 bits."""
     elements = sum(gemm_elements_per_rank(g, shapes.kv_heads, x.tp) for g in layer.gemms)
-    return elements * quantized_bytes_per_element(x.weight_bytes) + layer.small_params * NORM_BYTES_PER_ELEMENT
+    return elements * quantized_bytes_per_element(x) + layer.small_params * NORM_BYTES_PER_ELEMENT
 
 
 @dataclass(frozen=True)

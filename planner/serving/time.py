@@ -25,6 +25,7 @@ from planner.physics.kernels import (
     attention_plateau,
     causal_pairs,
     compute_fraction,
+    fp4_gemm_plateau,
     fp8_gemm_plateau,
     matmul_plateau,
     peak_16bit_flops,
@@ -115,15 +116,18 @@ class Rates:
 
 def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
     """GEMMs at the matmul plateau of the compute dtype's peak (fp8 weights: fp8 tensor cores at the
-    profile's fp8 plateau, efficiency.matmul_fp8, where the chip has them; int8/int4 weight-only: 16-bit
-    compute). Each GEMM's fixed cost is physics.kernels.GEMM_FIXED_SECONDS of 16-bit peak work."""
+    profile's fp8 plateau, efficiency.matmul_fp8, where the chip has them; NVFP4 weights: fp4 tensor cores at
+    efficiency.matmul_fp4 where the chip has them (Blackwell), else weight-only like int4 (vLLM's FP4 Marlin
+    kernel: 'for GPUs that lack FP4 hardware support', marlin_utils_fp4.py @ 00d52e93); int8/int4 weight-only:
+    16-bit compute). Each GEMM's fixed cost is physics.kernels.GEMM_FIXED_SECONDS of 16-bit peak work."""
     eff = hw.efficiency
     p16 = peak_16bit_flops(hw)
     peaks = hw.accelerator.peak_flops_per_s
     has_fp8 = "fp8" in peaks and eff.matmul_fp8 is not None
     fp8 = x.fp8_compute & has_fp8
-    peak = np.where(fp8, float(peaks.get("fp8", p16)), p16)
-    fraction = np.where(fp8, fp8_gemm_plateau(hw), matmul_plateau(hw))
+    fp4 = x.fp4_weights & ("fp4" in peaks and eff.matmul_fp4 is not None)
+    peak = np.where(fp4, float(peaks.get("fp4", p16)), np.where(fp8, float(peaks.get("fp8", p16)), p16))
+    fraction = np.where(fp4, fp4_gemm_plateau(hw), np.where(fp8, fp8_gemm_plateau(hw), matmul_plateau(hw)))
     bw = hw.accelerator.memory_bandwidth_bytes_per_s
     return Rates(
         gemm_flop_per_s=peak * fraction,
@@ -209,7 +213,7 @@ def _gemm_seconds(
     """One layer's GEMMs: each the roofline of its compute (flop / plateau rate) and reading its weights
     once, plus its fixed cost. Routed experts: top-k of E per token
     for FLOPs; the experts any of the `tokens` picks, 1 - (1 - k/E)^tokens of them, for bytes."""
-    wbytes = quantized_bytes_per_element(x.weight_bytes)
+    wbytes = quantized_bytes_per_element(x)
     k_over_e = shapes.experts_per_token / shapes.experts
     touched = 1.0 - (1.0 - k_over_e) ** tokens
     seconds = flop = nbytes = np.zeros(np.shape(tokens))

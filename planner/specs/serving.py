@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
-WeightDtype = Literal["bf16", "fp8", "int8", "int4"]
+WeightDtype = Literal["bf16", "fp8", "fp4", "int8", "int4"]
 KvDtype = Literal["bf16", "fp8"]
 Batching = Literal["static", "continuous"]
 DecodeAttention = Literal["grouped", "per-head"]

@@ -75,7 +75,7 @@ def test_estimate_does_not_fit(run_cli) -> None:
         (["--output-len", "-5"], "'--output-len': must be at least 1, got -5"),
         (["--concurrency", "0"], "'--concurrency': must be at least 1, got 0"),
         (["--pp", "100"], "exceeds num_layers"),
-        (["--weight-dtype", "fp4"], "Invalid value"),
+        (["--weight-dtype", "fp2"], "Invalid value"),
     ],
 )
 def test_estimate_bad_input_one_line_exit_2(args: list[str], needle: str) -> None:
@@ -356,3 +356,13 @@ def test_a_smaller_token_budget_chunks_the_prompt(run_cli) -> None:
     assert big["steady_state"]["prefill_chunks"] == 1 and small["steady_state"]["prefill_chunks"] == 4
     assert small["latency"]["tpot_p99_seconds"] < big["latency"]["tpot_p99_seconds"]
     assert small["latency"]["ttft_seconds"] > big["latency"]["ttft_seconds"]
+
+
+def test_fp4_weights_on_hopper_are_costed_weight_only_and_say_so(run_cli):
+    result = run_cli("infer", "estimate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "1",
+                     "--input-len", "1000", "--output-len", "100", "--weight-dtype", "fp4")
+    assert result.exit_code == 0, result.output
+    assert "fp4 weights are costed weight-only" in result.output
+    blackwell = run_cli("infer", "estimate", "--model", "llama-3.1-8b", "--hardware", "b200", "--tp", "1",
+                        "--input-len", "1000", "--output-len", "100", "--weight-dtype", "fp4")
+    assert blackwell.exit_code == 0 and "weight-only" not in blackwell.output

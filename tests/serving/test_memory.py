@@ -145,6 +145,17 @@ def test_weight_dtypes_scale_layer_matrices_only() -> None:
     np.testing.assert_allclose(mem.weights_bytes, expected, rtol=1e-12)
 
 
+def test_nvfp4_weights_carry_a_scale_byte_per_16() -> None:
+    # Llama-2-70B at tp 8: the layers' matrices at 0.5 + 1/16 bytes (E2M1 values and an E4M3 scale per 16 weights),
+    # norms, embedding and head 16-bit, as for the other weight dtypes
+    model = llama2_70b()
+    s = model_shapes(model)
+    mem = inference_memory(model, round_hw_serving(), arrays(tp=8, weight_dtype="fp4"))
+    matrices = 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672) / 8
+    fixed = 80 * 2 * 8192 * 2 + (s.embedding_params + s.head_params) * 2 / 8
+    assert float(mem.weights_bytes) == pytest.approx(fixed + matrices * 0.5625, rel=1e-12)
+
+
 def test_pipeline_stages_hold_embedding_and_head() -> None:
     # pp 2: first stage = embedding + 40 layers, last = 40 layers + final norm + head.
     model = llama2_70b()

@@ -56,10 +56,10 @@ A100 = load_hardware("a100-80gb").spec
     c=st.integers(1, 512),
     s=st.integers(1, 3000),
     o=st.integers(1, 1000),
-    wd=st.sampled_from(["bf16", "fp8", "int8", "int4"]),
+    wd=st.sampled_from(["bf16", "fp8", "fp4", "int8", "int4"]),
     kd=st.sampled_from(["bf16", "fp8"]),
     per_head=st.booleans(),
-    hw=st.sampled_from([H100, A100]),
+    hw=st.sampled_from([H100, A100, load_hardware("b200").spec]),
 )
 def test_tpot_never_below_bytes_read_over_bandwidth(tp: int, c: int, s: int, o: int, wd: str, kd: str,
                                                     per_head: bool, hw: HardwareProfile) -> None:
@@ -70,7 +70,7 @@ def test_tpot_never_below_bytes_read_over_bandwidth(tp: int, c: int, s: int, o: 
     x = arrays(tp=tp, concurrency=c, input_len=s, output_len=o, weight_dtype=wd, kv_dtype=kd,
                per_head_decode_attention=per_head)
     t = inference_times(model_shapes(llama2_70b()), hw, x)
-    weight_bytes = {"bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}[wd]
+    weight_bytes = {"bf16": 2, "fp8": 1, "fp4": 0.5, "int8": 1, "int4": 0.5}[wd]
     kv_bytes = {"bf16": 2, "fp8": 1}[kd]
     context = s + o / 2  # the mean context the static TPOT is taken at
     read = LAYERS * LAYER_MATRICES / tp * weight_bytes + c * context * 2 * LAYERS * max(KV // tp, 1) * 128 * kv_bytes
@@ -158,6 +158,24 @@ def test_fp8_speeds_prefill_int4_speeds_decode_only() -> None:
     assert tpot[2] < tpot[1] < tpot[0]  # fewer weight bytes to stream
     # int4 is weight-only: the same 16-bit GEMM FLOPs in the prefill
     assert t.prefill.gemm_flop[2] == t.prefill.gemm_flop[0]
+
+
+def test_nvfp4_weights_run_on_fp4_tensor_cores_where_the_chip_has_them() -> None:
+    # Blackwell (B200): the prefill's GEMMs at the fp4 peak x its NVFP4 plateau, faster than fp8's; a decode of one
+    # sequence streams 0.5625 bytes per weight, less than fp8's 1. Hopper has no fp4 tensor cores: the same weights
+    # weight-only, at the 16-bit rate (vLLM's FP4 Marlin kernel), with the same bytes streamed.
+    from planner.serving.time import rates
+
+    b200 = load_hardware("b200").spec
+    x = arrays(tp=1, concurrency=1, input_len=2048, output_len=64, weight_dtype=np.array(["fp8", "fp4"]))
+    r = rates(b200, x)
+    assert r.gemm_flop_per_s.tolist() == [4.5e15 * 0.654, 9e15 * 0.43]
+    t = inference_times(model_shapes(llama2_70b()), b200, x)
+    assert t.static.ttft_seconds[1] < t.static.ttft_seconds[0]
+    assert t.static.tpot_seconds[1] < t.static.tpot_seconds[0]
+    hopper = rates(H100, arrays(tp=1, concurrency=1, input_len=2048, output_len=64,
+                                weight_dtype=np.array(["bf16", "fp4"])))
+    assert hopper.gemm_flop_per_s[1] == hopper.gemm_flop_per_s[0]
 
 
 def test_per_head_decode_attention_rereads_kv_for_gqa_only() -> None:
