@@ -17,6 +17,7 @@ import click
 
 from planner.cli import cli
 from planner.cli.options import (
+    COMPUTE_DTYPES,
     HEADROOM,
     Count,
     attention_kernel_option,
@@ -72,7 +73,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--seq-len", type=count("seq_len"), help="Tokens per sequence."),
         click.option("--interleave", type=count("interleave"), help="Virtual pipeline stages per rank."),
         click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), help="Pipeline schedule."),
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), help="Compute precision."),
+        click.option("--dtype", type=click.Choice(COMPUTE_DTYPES), help="Compute precision."),
         fp8_recipe_option(),
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Gradient precision."),
         click.option("--optimizer", type=click.Choice(["adam", "sgd"]), help="Optimizer."),

@@ -8,13 +8,15 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import click
 
 from planner.errors import PlannerError
 from planner.specs.bounds import FIELD_KINDS, describe, over_limit
-from planner.specs.layout import FP8_RECIPE_CODES
+from planner.specs.layout import FP8_RECIPE_CODES, ComputeDtype
+
+COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDtype)  # --dtype of estimate, search and check
 
 FORMAT_TABLE_JSON = click.Choice(["table", "json"])
 
@@ -129,7 +131,7 @@ def fp8_recipe_option() -> Callable[..., Any]:
 def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Layout-independent training options shared by estimate and search (precision, kernels, overlap)."""
     options = [
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default="bf16", show_default=True,
+        click.option("--dtype", type=click.Choice(COMPUTE_DTYPES), default="bf16", show_default=True,
                      help="Compute precision of the matrix multiplies (fp4: NVFP4, Transformer Engine's "
                      "NVFP4BlockScaling on Blackwell; megatron engine)."),
         fp8_recipe_option(),

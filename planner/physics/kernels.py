@@ -119,6 +119,12 @@ def fp4_gemm_plateau(hw: HardwareProfile) -> float:
     return eff.fraction * compute_fraction(hw) if eff is not None else float("nan")
 
 
+def has_nvfp4_gemms(hw: HardwareProfile) -> bool:
+    """The profile has an fp4 peak and measures its NVFP4 GEMMs (efficiency.matmul_fp4): NVFP4 runs on its tensor
+    cores."""
+    return "fp4" in hw.accelerator.peak_flops_per_s and hw.efficiency.matmul_fp4 is not None
+
+
 def gemm_peak_flops(hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
     """Peak for the layer GEMMs: fp8 where the layout trains in fp8, fp4 under NVFP4 (the attention core, the
     router and the LM head stay 16-bit), which is also the peak MFU is measured against."""
@@ -215,10 +221,15 @@ transpose's byte on chips that take every layout, and the amax pass under delaye
 activations."""
 
 
-NVFP4_COPY_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
-"""One NVFP4 copy of a tensor: a 4-bit E2M1 value per element and an E4M3 scale byte per 16 elements (the fp32
-scale per tensor is negligible): Transformer Engine's NVFP4BlockScaling (transformer_engine/common/recipe/
-__init__.py @ d0067d0)."""
+NVFP4_BLOCK_ELEMENTS = 16
+"""Elements per NVFP4 scale: Transformer Engine's NVFP4BlockScaling (transformer_engine/common/recipe/__init__.py
+@ d0067d0); NVFP4 checkpoints alike (vLLM's FP4 kernels take group size 16,
+vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py @ 00d52e93)."""
+
+NVFP4_COPY_BYTES_PER_ELEMENT = 0.5 + 1.0 / NVFP4_BLOCK_ELEMENTS
+"""One NVFP4 copy of a tensor: a 4-bit E2M1 value per element and an E4M3 scale byte per NVFP4_BLOCK_ELEMENTS (the
+fp32 scale per tensor is negligible). What a GEMM input kept for the backward, an NVFP4 training weight and an NVFP4
+serving weight take per element."""
 
 NVFP4_WEIGHT_CAST_BYTES_PER_ELEMENT = 2.0 + 2.0 + 2.0 * NVFP4_COPY_BYTES_PER_ELEMENT
 """NVFP4 quantization of a weight, once per step (as FP8_WEIGHT_CAST_BYTES_PER_ELEMENT): Transformer Engine's

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.physics.kernels import has_nvfp4_gemms
 from planner.search.serving import InferenceSearchResult
 from planner.serving.estimate import BATCHING
 from planner.serving.rules import REASONS
@@ -210,7 +211,7 @@ def estimate_notes(hw: Any, weight_dtype: str, kv_dtype: str, tp: int = 1) -> li
     if tp > per_node:
         notes.append(f"tp {tp} spans {-(-tp // per_node)} nodes of {per_node} GPUs: its all-reduces (two per layer "
                      "per pass) cross the inter-node network")
-    if weight_dtype == "fp4" and ("fp4" not in hw.accelerator.peak_flops_per_s or hw.efficiency.matmul_fp4 is None):
+    if weight_dtype == "fp4" and not has_nvfp4_gemms(hw):
         notes.append(f"{hw.accelerator.name} has no NVFP4 GEMM in its profile: fp4 weights are costed weight-only "
                      "(0.5625 bytes per weight read, GEMMs at the 16-bit rate, as vLLM's FP4 Marlin kernel runs them)")
     if "fp8" not in hw.accelerator.peak_flops_per_s:

@@ -16,6 +16,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics import sparse_attention
 from planner.physics.elementwise import elementwise_bytes_per_token
+from planner.physics.kernels import NVFP4_COPY_BYTES_PER_ELEMENT
 from planner.physics.params import (
     count_params,
     indexer_cache_bytes_per_token_per_layer,
@@ -47,12 +48,6 @@ INT4_GROUP_SIZE = 128
 """int4 weight-only quantization keeps one 16-bit scale per group of 128 weights (AWQ/GPTQ
 default), i.e. 2/128 extra bytes per weight; int8 (per-channel) and fp8 (per-tensor) scales
 are negligible."""
-
-NVFP4_BLOCK_SIZE = 16
-"""NVFP4 weights (fp4: ModelOpt / TensorRT-LLM / vLLM NVFP4 checkpoints) keep one E4M3 scale byte per block of 16
-weights, 1/16 byte per weight beside the half byte of its E2M1 value (NVIDIA/TransformerEngine
-transformer_engine/common/recipe/__init__.py @ d0067d0, NVFP4BlockScaling; vLLM's FP4 kernels take group size 16,
-vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py @ 00d52e93)."""
 
 LOGIT_BYTES_PER_ELEMENT = 4
 """Logits of the sampled position are materialized in fp32 for sampling."""
@@ -282,6 +277,6 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
 
 def quantized_bytes_per_element(x: InferenceArrays) -> np.ndarray:
     """Bytes per layer weight, with int4's group scales (one 16-bit scale per INT4_GROUP_SIZE) and NVFP4's block
-    scales (one byte per NVFP4_BLOCK_SIZE)."""
+    scales (physics.kernels.NVFP4_COPY_BYTES_PER_ELEMENT: ModelOpt / TensorRT-LLM / vLLM NVFP4 checkpoints)."""
     w = x.weight_bytes
-    return np.where(x.fp4_weights, w + 1.0 / NVFP4_BLOCK_SIZE, np.where(w < 1, w + 2.0 / INT4_GROUP_SIZE, w))
+    return np.where(x.fp4_weights, NVFP4_COPY_BYTES_PER_ELEMENT, np.where(w < 1, w + 2.0 / INT4_GROUP_SIZE, w))

@@ -27,6 +27,7 @@ from planner.physics.kernels import (
     compute_fraction,
     fp4_gemm_plateau,
     fp8_gemm_plateau,
+    has_nvfp4_gemms,
     matmul_plateau,
     peak_16bit_flops,
 )
@@ -125,7 +126,7 @@ def rates(hw: HardwareProfile, x: InferenceArrays) -> Rates:
     peaks = hw.accelerator.peak_flops_per_s
     has_fp8 = "fp8" in peaks and eff.matmul_fp8 is not None
     fp8 = x.fp8_compute & has_fp8
-    fp4 = x.fp4_weights & ("fp4" in peaks and eff.matmul_fp4 is not None)
+    fp4 = x.fp4_weights & has_nvfp4_gemms(hw)
     peak = np.where(fp4, float(peaks.get("fp4", p16)), np.where(fp8, float(peaks.get("fp8", p16)), p16))
     fraction = np.where(fp4, fp4_gemm_plateau(hw), np.where(fp8, fp8_gemm_plateau(hw), matmul_plateau(hw)))
     bw = hw.accelerator.memory_bandwidth_bytes_per_s

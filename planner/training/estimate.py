@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.physics.kernels import fp8_attention_available, gemm_peak_flops
+from planner.physics.kernels import fp8_attention_available, gemm_peak_flops, has_nvfp4_gemms
 from planner.physics.stages import candidate_stages, dualpipe_candidate_stages, layers_on_stage
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
 from planner.specs.hardware import HardwareProfile
@@ -423,7 +423,7 @@ def check_dtype(hw: HardwareProfile, dtype: str, fp8_recipe: str = "tensorwise",
     if dtype not in peaks:
         have = ", ".join(sorted(peaks))
         raise PlannerError(f"{hw.name} has no {dtype} peak (it has {have}); choose one of those dtypes")
-    if dtype == "fp4" and hw.efficiency.matmul_fp4 is None:
+    if dtype == "fp4" and not has_nvfp4_gemms(hw):
         raise PlannerError(f"{hw.name}'s profile measures no NVFP4 GEMM (efficiency.matmul_fp4): dtype fp4 needs the "
                            "plateau its fp4 GEMMs reach; choose fp8 or bf16, or add the measured fraction to a profile "
                            "of your own (docs/hardware.md)")

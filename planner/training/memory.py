@@ -14,6 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
+from planner.physics.kernels import NVFP4_COPY_BYTES_PER_ELEMENT
 from planner.physics.params import mtp_layer_is_moe
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
 from planner.physics.shapes import (
@@ -41,10 +42,6 @@ WEIGHT_BYTES = 2
 FP8_WEIGHT_BYTES = 1
 ACTIVATION_BYTES = 2  # 16-bit activations (Korthikanti et al. 2022 Sec. 4.1)
 FP8_ACTIVATION_BYTES = 1  # an fp8 (E4M3) copy of a GEMM input saved for the backward pass
-# NVFP4 (dtype fp4): a 4-bit E2M1 value per element and an E4M3 scale byte per 16 (NVFP4's block; the fp32 scale per
-# tensor is negligible): what an NVFP4 copy of a GEMM input kept for the backward and an NVFP4 weight
-# (--fp4-param-gather, Megatron-Core keeps the compute param in fp4) take per element.
-NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
 LOGITS_BYTES = 4  # logits are upcast to fp32 for the cross-entropy (Korthikanti et al. 2022 Sec. 4.3: 4sbv/t)
 # At the loss's peak (its backward) a vocabulary element of the last micro-batch holds the fp32 softmax kept
 # for the backward (4) and the bf16 gradient of the logits written from it for the LM head's backward (2):
@@ -166,13 +163,13 @@ def shared_embedding_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarr
 
 def layer_weight_bytes(lay: LayoutArrays) -> np.ndarray:
     """Bytes per transformer-layer weight: 16-bit, or fp8 (NVFP4 under fp4) under fp8_param_gather."""
-    return np.where(lay.fp8_params, np.where(lay.fp4, NVFP4_BYTES_PER_ELEMENT, FP8_WEIGHT_BYTES), WEIGHT_BYTES)
+    return np.where(lay.fp8_params, np.where(lay.fp4, NVFP4_COPY_BYTES_PER_ELEMENT, FP8_WEIGHT_BYTES), WEIGHT_BYTES)
 
 
 def saved_gemm_input_bytes(lay: LayoutArrays) -> np.ndarray:
     """Bytes per element of a GEMM input kept for the backward: 16-bit, its fp8 copy under fp8, its NVFP4 copy
     under fp4."""
-    return np.where(lay.fp8, np.where(lay.fp4, NVFP4_BYTES_PER_ELEMENT, FP8_ACTIVATION_BYTES), ACTIVATION_BYTES)
+    return np.where(lay.fp8, np.where(lay.fp4, NVFP4_COPY_BYTES_PER_ELEMENT, FP8_ACTIVATION_BYTES), ACTIVATION_BYTES)
 
 
 def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
