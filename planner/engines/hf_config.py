@@ -918,6 +918,103 @@ def _granitemoe(r: _Reader) -> None:
     _moe(r, experts="num_local_experts", ffn="intermediate_size")
 
 
+
+def _per_layer_uniform(r: _Reader, key: str, default: int) -> int:
+    """A positive integer, or a list of one per layer that must all be equal (Hunyuan's per-layer moe_topk,
+    num_experts, num_shared_expert: the released models repeat one value; planner's layers are alike)."""
+    value = r.raw(key)
+    if value is None:
+        return default
+    if isinstance(value, list):
+        if len(value) != r.spec["num_layers"]:
+            raise r.error(key, f"expected one value per layer ({r.spec['num_layers']}), got {len(value)}")
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
+            raise r.error(key, f"expected non-negative integers, got {reprlib.repr(value)}")
+        if len(set(value)) > 1:
+            raise r.error(key, f"differs from layer to layer ({sorted(set(value))}); planner models layers alike: "
+                          "give the model as a planner ModelSpec")
+        return int(value[0])
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise r.error(key, f"expected a non-negative integer or one per layer, got {value!r}")
+    return value
+
+
+def _hunyuan_moe(r: _Reader, *, shared_from_config: bool) -> None:
+    """The Hunyuan MoE layer: num_experts SwiGLU experts of intermediate_size without bias (the modeling files build
+    every expert with config.intermediate_size; moe_intermediate_size is not read), top moe_topk, a router without
+    bias, and one shared MLP beside them. `shared_from_config`: Tencent's remote code builds the shared MLP only under
+    use_mixed_mlp_moe, intermediate_size x num_shared_expert[0] wide; transformers' HunYuanMoEV1 always builds it,
+    intermediate_size wide. num_experts 1 is a dense MLP of intermediate_size (Hunyuan's dense models)."""
+    ffn = r.spec["ffn_hidden_size"]
+    experts = _per_layer_uniform(r, "num_experts", 1)
+    widths = r.raw("moe_intermediate_size")
+    listed = widths if isinstance(widths, list) else [] if widths is None else [widths]
+    if any(w != ffn for w in listed):
+        raise r.error("moe_intermediate_size", f"{reprlib.repr(widths)} differs from intermediate_size ({ffn}): "
+                      "Hunyuan's modeling files build every expert intermediate_size wide and other implementations "
+                      "read this key; give the model as a planner ModelSpec")
+    topk = _per_layer_uniform(r, "moe_topk", 1)
+    shared_count = _per_layer_uniform(r, "num_shared_expert", 1)
+    mixed = r.bool_("use_mixed_mlp_moe", False)
+    if experts <= 1:
+        if mixed:
+            raise r.error("use_mixed_mlp_moe", "true with num_experts 1: the modeling file builds a dense MLP then; "
+                          "set it false")
+        return
+    if topk < 1 or topk > experts:
+        raise r.error("moe_topk", f"{topk} must be between 1 and num_experts ({experts})")
+    shared_width = ffn * shared_count if shared_from_config else ffn
+    has_shared = mixed if shared_from_config else True
+    if has_shared and shared_width == 0:
+        raise r.error("num_shared_expert", "0 with use_mixed_mlp_moe: the shared MLP would have no width; set "
+                      "use_mixed_mlp_moe false")
+    r.put("moe", {"num_experts": experts, "experts_per_token": topk, "moe_ffn_hidden_size": ffn,
+                  "num_shared_experts": int(has_shared), "num_dense_layers": 0, "router_bias": False,
+                  "shared_expert_ffn_hidden_size": shared_width if has_shared else None}, "num_experts")
+
+
+def _hunyuan(r: _Reader) -> None:
+    """Tencent Hunyuan, remote code (model_type hunyuan: HunYuanConfig / modeling_hunyuan.py of
+    Tencent-Hunyuan/Hunyuan-A13B, models/ @ 2798f3c8): a GQA decoder of hidden / heads head width, RMSNorm,
+    attention_bias on q, k, v and o, per-head q/k RMSNorms under use_qk_norm (applied after the rotary embedding),
+    and the Hunyuan MoE layer (_hunyuan_moe). Cross-layer attention (use_cla: layers share the K/V of the one
+    before), MLA (use_mla), the XD-RoPE variant and the classification head are refused."""
+    _core(r)
+    _kv_heads(r)
+    _llama_block(r, tied_default=False)
+    heads_width = r.spec["hidden_size"] // r.spec["num_attention_heads"]
+    if r.spec["hidden_size"] % r.spec["num_attention_heads"]:
+        raise r.error("num_attention_heads", f"hidden_size ({r.spec['hidden_size']}) is not divisible by it: the "
+                      "modeling file's heads are hidden_size / num_attention_heads wide")
+    stated = r.int_("attention_head_dim", required=False)
+    if stated is not None and stated != heads_width:
+        raise r.error("attention_head_dim", f"{stated} differs from hidden_size / num_attention_heads ({heads_width}), "
+                      "which the modeling file uses; give the model as a planner ModelSpec")
+    _attention_bias(r)
+    r.put("qk_norm", r.bool_("use_qk_norm", False), "use_qk_norm")
+    r.require("use_rotary_pos_emb", True, "the rotary embedding of the released models")
+    r.require("position_embedding_xdrope", False, "XD-RoPE is the multimodal variant's")
+    r.require("use_cla", False, "cross-layer attention shares K/V between layers, which planner does not model")
+    r.require("use_mla", False, "Hunyuan's MLA option is not a released configuration")
+    r.require("mlp_bias", False, "the modeling file builds its MLPs without bias whatever this says")
+    r.require("moe_layer_num_skipped", 0, "the modeling file puts the MoE on every layer")
+    r.require("add_classification_head", False, "planner models the causal language model")
+    _hunyuan_moe(r, shared_from_config=True)
+
+
+def _hunyuan_v1_moe(r: _Reader) -> None:
+    """Hunyuan-A13B as transformers builds it (HunYuanMoEV1Config / modular_hunyuan_v1_moe.py): Llama's attention
+    with head_dim (default hidden / heads) and per-head q/k RMSNorms always, and on every layer the Hunyuan MoE layer
+    with its shared MLP always built intermediate_size wide (use_mixed_mlp_moe and num_shared_expert are not read)."""
+    _rotary_decoder(r, tied_default=False)
+    _head_dim(r)
+    _attention_bias(r)
+    r.put("qk_norm", True)
+    if r.raw("sliding_window") is not None:
+        r.notes.append("sliding_window ignored: transformers' HunYuanMoEV1 attention attends to every earlier token")
+    _hunyuan_moe(r, shared_from_config=False)
+
+
 # Keys each reader ignores on purpose, with the reason (shown in docs/models.md).
 _LLAMA_IGNORED = {"pretraining_tp": "tensor-parallel split of the original checkpoint; same shapes",
                   "hidden_act": _ACT, **{k: _ROPE for k in ROPE_KEYS}}
@@ -931,6 +1028,35 @@ _QWEN3_MOE_UNREAD = {
     "qkv_bias": "not read by transformers' Qwen3-MoE (its q/k/v bias is attention_bias)",
     "use_qk_norm": "not read by transformers' Qwen3-MoE (its q/k norm is always built)",
     "shared_expert_intermediate_size": "not read by transformers' Qwen3-MoE (it builds no shared expert)",
+}
+_HUNYUAN_ROUTING = {
+    "moe_drop_tokens": "routing setting (the layout's capacity factor decides drops); no weights",
+    "moe_random_routing_dropped_token": "routing of dropped tokens; no weights",
+    "norm_topk_prob": "routing weight normalisation; no weights",
+    "routed_scaling_factor": "routing weight scale; no weights",
+}
+# Keys of Tencent's HunYuanConfig that modeling_hunyuan.py (Hunyuan-A13B, models/ @ 2798f3c8) does not read, or
+# reads only for parts refused elsewhere (use_cla, use_mla, the classification head).
+_HUNYUAN_REMOTE = {
+    **{key: "vision settings of the multimodal variant; HunYuanMoEV1ForCausalLM builds no vision tower" for key in (
+        "vit_path", "vit_type", "vit_input_resolution", "vit_token", "vit_patch", "vit_mapping_type", "vit_norm_type",
+        "vit_used_rms_norm", "vit_remove_prenorm", "vit_add_patchemb_bias", "anyres_vit_max_image_size",
+        "anyres_pooling_size", "anyres_vit_two_views", "skip_cls_token", "num_media_embeds", "xdrope_section")},
+    **{key: "token id; no weights" for key in (
+        "eod_token_id", "im_start_id", "im_end_id", "text_start_id", "text_end_id", "image_token_id",
+        "video_start_id", "video_end_id", "im_newline_id", "mask_init_id", "pad_id")},
+    "org_vocab_size": "the vocabulary before padding; the embedding is vocab_size rows",
+    "cla_share_factor": "cross-layer attention's period; read only under use_cla (refused)",
+    "kv_lora_rank": "MLA size; read only under use_mla (refused)", "q_lora_rank": "MLA size; read only under use_mla",
+    "qk_nope_head_dim": "MLA size; read only under use_mla", "qk_rope_head_dim": "MLA size; read only under use_mla",
+    "v_head_dim": "MLA size; read only under use_mla",
+    "group_limited_greedy": "group-limited routing; not read by the modeling file",
+    "n_group": "group-limited routing; not read by the modeling file",
+    "topk_group": "group-limited routing; not read by the modeling file",
+    "norm_type": "not read by the modeling file (every norm is HunYuanRMSNorm)",
+    "class_num": "classification head size; read only with add_classification_head (refused)",
+    "pool_type": "classification head pooling; read only with add_classification_head",
+    "dense_list": "classification head sizes; read only with add_classification_head",
 }
 _GEMMA_IGNORED = {**_LLAMA_IGNORED, "hidden_activation": _ACT,
                   "query_pre_attn_scalar": "attention score scale", "attn_logit_softcapping": "score soft-capping",
@@ -1003,6 +1129,12 @@ IGNORED_KEYS.update({
     "granitemoe": {**_LLAMA_IGNORED, **_GRANITE_MULTIPLIERS, **_MOE_ROUTING},
     "qwen3_vl_text": {**_QWEN_IGNORED, **_VL_TOKENS},
     "qwen3_vl_moe_text": {**_QWEN_IGNORED, **_MOE_ROUTING, **_VL_TOKENS},
+    "hunyuan": {**_LLAMA_IGNORED, **_MOE_ROUTING, **_HUNYUAN_ROUTING, **_HUNYUAN_REMOTE},
+    "hunyuan_v1_moe": {**_LLAMA_IGNORED, **_MOE_ROUTING, **_HUNYUAN_ROUTING,
+                       "use_mixed_mlp_moe": "not read by transformers' HunYuanMoEV1 (the shared MLP is always built)",
+                       "num_shared_expert": "not read by transformers' HunYuanMoEV1 (one shared MLP of "
+                       "intermediate_size)", "use_qk_norm": "not read by transformers' HunYuanMoEV1 (its q/k norms "
+                       "are always built)", "eod_token_id": "token id"},
     "gemma3_text": {**_GEMMA_IGNORED, "rope_local_base_freq": _ROPE,
                     "_sliding_window_pattern": "private copy of sliding_window_pattern written by transformers"},
     "qwen2_moe": {**_QWEN_IGNORED, **_MOE_ROUTING},
@@ -1167,6 +1299,8 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "granite": _granite,
     "granitemoe": _granitemoe,
     "qwen3_vl_moe_text": _qwen3_vl_moe_text,
+    "hunyuan": _hunyuan,
+    "hunyuan_v1_moe": _hunyuan_v1_moe,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.engines.common import Collected, EngineImport, ExportContext, prediction_lines, resolve_batch
-from planner.engines.shell import run_script, script_index
+from planner.engines.shell import before_redirection, run_script, script_index
 from planner.errors import PlannerError
 from planner.specs.bounds import over_limit
 from planner.specs.layout import Layout, Zero
@@ -140,7 +140,8 @@ def parse_command(text: str, source: str) -> Command:
     tokens = launches[-1]
     at = script_index(tokens)
     assert at is not None
-    head, args = tokens[:at], tokens[at + 1:]
+    # `... --bf16 | tee log` / `&> log`: bash passes the program nothing from the redirection or pipe on
+    head, args = tokens[:at], before_redirection(tokens[at + 1:])
     launcher = _launcher(head, source)
     launcher_opts = _launcher_options(head, launcher, source)
     command = Command(source=source, launcher=launcher, gpus=None, launcher_args=launcher_opts,

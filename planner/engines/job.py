@@ -333,8 +333,12 @@ def _import_hf_trainer(
         deepspeed_import = deepspeed.import_deepspeed(filled, gpus=gpus, given=ds_given, source=str(ds_path))
     model_ref = command.model_ref if command else None
     if model_ref is not None:
-        named = _hf_model(model_ref, folder, where)
-        if loaded is not None and not same_architecture(named.spec, loaded.spec):
+        named = _hf_model(model_ref, folder)
+        if named is None and loaded is None:
+            raise PlannerError(f"--model_name_or_path {model_ref} is not in planner's catalog and not a local folder; "
+                               "give its config.json with --model (or 'model' in the job)", source=where, field="model")
+        # a placeholder or a hub id planner cannot resolve (`your_model_path`) says nothing against the job's model
+        if named is not None and loaded is not None and not same_architecture(named.spec, loaded.spec):
             raise PlannerError(f"the job's model '{loaded.id}' is not --model_name_or_path {model_ref}; remove one",
                                source=source, field="model")
         loaded = loaded or named
@@ -350,19 +354,16 @@ def _relative(ref: str, folder: Path) -> Path:
     return Path(ref) if Path(ref).is_absolute() else folder / ref
 
 
-def _hf_model(ref: str, folder: Path, source: str) -> load.Loaded:
-    """--model_name_or_path: a model folder or config.json, a catalog id, or a Hugging Face id in the catalog."""
+def _hf_model(ref: str, folder: Path) -> load.Loaded | None:
+    """--model_name_or_path: a model folder or config.json, a catalog id, or a Hugging Face id in the catalog; None
+    when it is none of these."""
     candidate = _relative(ref, folder)
     if candidate.is_dir() and (candidate / "config.json").is_file():
         return load.load_model(str(candidate / "config.json"))
     if candidate.is_file():
         return load.load_model(str(candidate))
     catalog_id = _catalog_id_for_hf(ref) if "/" in ref else ref
-    entry = _catalog_entry(catalog_id)
-    if entry is None:
-        raise PlannerError(f"--model_name_or_path {ref} is not in planner's catalog and not a local folder; give its "
-                           "config.json with --model (or 'model' in the job)", source=source, field="model")
-    return entry
+    return _catalog_entry(catalog_id)
 
 
 def launch_gpus(fmt: str, path: Path | None, args: str | None) -> int | None:

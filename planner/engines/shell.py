@@ -709,7 +709,7 @@ def _inner_command(tokens: list[str]) -> list[str] | None:
 _REDIRECTION = re.compile(r"^(?:\d*>>?|&>>?|\d*<|\||\|\||&&|&)(?:&\d+)?")
 
 
-def _before_redirection(tokens: list[str]) -> list[str]:
+def before_redirection(tokens: list[str]) -> list[str]:
     """The command's arguments up to a redirection or pipe (`&> log`, `2>&1 | tee x`, `> out`), which bash
     does not pass to the program (Megatron-DeepSpeed's examples end their launch with `&> ${LOG}`)."""
     for i, tok in enumerate(tokens):
@@ -768,7 +768,7 @@ def launch(text: str, source: str) -> tuple[list[str], list[str], dict[str, str]
     environment = dict(script.variables.scalars)
     if chosen:
         tokens = chosen[0]
-        flags = _before_redirection(tokens[script_index(tokens) + 1 :])  # type: ignore[operator]
+        flags = before_redirection(tokens[script_index(tokens) + 1 :])  # type: ignore[operator]
         for word in tokens[: script_index(tokens)]:
             prefix = _SCALAR.match(word)
             if prefix is not None and not prefix.group(2):

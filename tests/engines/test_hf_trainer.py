@@ -172,3 +172,37 @@ def test_trainer_with_a_deepspeed_offload_config_is_estimated(run_cli):
     got = json.loads(result.stdout)[0]
     assert got["config"]["engine"] == "deepspeed" and got["config"]["offload_optimizer"] is True
     assert got["memory"]["host_bytes_per_node"] > 0 and got["time"]["cpu_optimizer_seconds"] > 0
+
+
+HUNYUAN = FIXTURES / "engines" / "upstream" / "hunyuan"
+
+
+def test_a_launch_piped_to_tee_passes_the_program_nothing_after_the_pipe():
+    """Hunyuan-A13B's examples/train_demo.sh ends its deepspeed launch with `--bf16 | tee ${log_file}`: bash gives
+    train.py the flags before the pipe."""
+    command = parse_command((HUNYUAN / "train_demo.sh").read_text(), "train_demo.sh")
+    assert command.launcher == "deepspeed" and command.args["bf16"] is True and "tee" not in command.args
+    assert command.deepspeed_path == "ds_zero3_offload_no_auto.json"
+    piped = parse_command("torchrun --nproc_per_node 8 train.py --bf16 true 2>&1 | tee log.txt", "cmd")
+    assert piped.args == {"bf16": "true"}
+
+
+def test_hunyuan_launch_with_a_placeholder_model_path_takes_the_given_model(run_cli, monkeypatch):
+    """The script's --model_name_or_path is "your_model_path" (a placeholder): with --model the check runs on that
+    model. Its DeepSpeed JSON (ZeRO-3, optimizer on the CPU, micro-batch 1, one accumulation step) and the Trainer's
+    --gradient_checkpointing and --max_seq_length 1024 make the layout."""
+    monkeypatch.chdir(HUNYUAN)
+    result, got = _check(run_cli, "--hf-trainer", "train_demo.sh", "--model",
+                         str(FIXTURES / "hf" / "hunyuan-a13b.json"), "--gpus", "8")
+    assert result.exit_code in (0, 1), result.output
+    c = got["config"]
+    assert (c["engine"], c["zero"], c["offload_optimizer"], c["recompute"]) == ("deepspeed", 3, True, "full")
+    assert (c["micro_batch"], c["global_batch"], c["seq_len"], c["dtype"]) == (1, 8, 1024, "bf16")
+    assert got["params"] == 80_393_183_232
+
+
+def test_an_unresolvable_model_path_without_model_is_one_error(run_cli, monkeypatch):
+    monkeypatch.chdir(HUNYUAN)
+    result = run_cli("check", "--hf-trainer", "train_demo.sh", "--hardware", "h100-sxm", "--gpus", "8")
+    assert result.exit_code == 2
+    assert "your_model_path" in result.stderr and "--model" in result.stderr and "Traceback" not in result.output
