@@ -14,7 +14,7 @@ from rich.table import Table
 from planner.cli import cli
 from planner.cli.options import echo_json, format_option
 from planner.engines.load import Loaded, load_model, model_catalog
-from planner.physics.params import count_params, kv_cache_bytes_per_token
+from planner.physics.params import count_params, kv_cache_bytes_per_token, linear_state_bytes_per_sequence
 
 
 def model_summary(entry: Loaded) -> dict[str, Any]:
@@ -43,6 +43,9 @@ def model_summary(entry: Loaded) -> dict[str, Any]:
         "moe": spec.moe.model_dump() if spec.moe is not None else None,
         "mla": spec.mla.model_dump() if spec.mla is not None else None,
         "sparse_attention": spec.sparse_attention.model_dump() if spec.sparse_attention is not None else None,
+        "linear_attention": spec.linear_attention.model_dump() if spec.linear_attention is not None else None,
+        "num_linear_layers": spec.num_linear_layers,
+        "linear_state_bytes_per_sequence": int(linear_state_bytes_per_sequence(spec)),
     }
 
 
@@ -103,6 +106,14 @@ def _detail_table(row: dict[str, Any]) -> Table:
     if row["sliding_window_tokens"]:
         table.add_row("sliding window", f"{row['sliding_window_tokens']:,} tokens on {row['sliding_window_layers']} "
                       f"of {row['num_layers']} layers")
+    if row.get("linear_attention"):
+        la = row["linear_attention"]
+        table.add_row("linear attention", f"Gated DeltaNet on {row['num_linear_layers']} of {row['num_layers']} "
+                      f"layers (attention every {la['full_attention_interval']}th): {la['num_key_heads']} key x "
+                      f"{la['num_value_heads']} value heads of {la['key_head_dim']} / {la['value_head_dim']}, "
+                      f"conv {la['conv_kernel']}")
+        table.add_row("GDN state", f"{row['linear_state_bytes_per_sequence']:,} bytes/sequence "
+                      f"({la['state_bytes_per_element']}-byte elements)")
     table.add_row("KV cache (bf16)", f"{row['kv_cache_bytes_per_token']:,} bytes/token")
     if row["moe"]:
         moe = row["moe"]

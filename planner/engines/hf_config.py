@@ -158,17 +158,19 @@ def _head_dim(r: _Reader, default: int | None = None) -> None:
         r.put("head_dim", value, "head_dim")
 
 
-def _rotary_decoder(r: _Reader, *, tied_default: bool, kv_default: int | None = None) -> None:
+def _rotary_decoder(r: _Reader, *, tied_default: bool, kv_default: int | None = None,
+                    ffn_default: int | None = None) -> None:
     """Llama-shaped decoder: RoPE, RMSNorm, gated MLP of intermediate_size (`kv_default`: the config class's
-    num_key_value_heads when the file leaves it out; None: the query heads)."""
+    num_key_value_heads when the file leaves it out; None: the query heads; `ffn_default`: the dense width when
+    the file has no intermediate_size, for models without dense layers)."""
     _core(r)
     _kv_heads(r, kv_default)
-    _llama_block(r, tied_default=tied_default)
+    _llama_block(r, tied_default=tied_default, ffn_default=ffn_default)
 
 
-def _llama_block(r: _Reader, *, tied_default: bool) -> None:
+def _llama_block(r: _Reader, *, tied_default: bool, ffn_default: int | None = None) -> None:
     """What Llama-shaped configs share beyond the core sizes: gated MLP, RoPE, RMSNorm, context, tying."""
-    r.put("ffn_hidden_size", r.int_("intermediate_size"), "intermediate_size")
+    r.put("ffn_hidden_size", r.int_("intermediate_size", ffn_default), "intermediate_size")
     r.put("max_seq_len", r.int_("max_position_embeddings"), "max_position_embeddings")
     r.put("tied_embeddings", r.bool_("tie_word_embeddings", tied_default), "tie_word_embeddings")
     r.put("mlp_kind", "gated")
@@ -1015,6 +1017,119 @@ def _hunyuan_v1_moe(r: _Reader) -> None:
     _hunyuan_moe(r, shared_from_config=False)
 
 
+
+_STATE_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _linear_attention(r: _Reader, *, interval_default: int, state_dtype_default: str) -> None:
+    """Gated DeltaNet layers (Qwen3-Next, Qwen3.5): the linear_* sizes, and which layers keep softmax attention:
+    every full_attention_interval-th (layer_types, when written, must say the same: planner places them so)."""
+    layers = r.spec["num_layers"]
+    interval = r.int_("full_attention_interval", interval_default)
+    types = r.raw("layer_types")
+    if types is not None:
+        expected = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+        if not isinstance(types, list) or len(types) != layers:
+            raise r.error("layer_types", f"expected a list of {layers} layer kinds")
+        unknown = sorted({str(t) for t in types if t not in ("full_attention", "linear_attention")})
+        if unknown:
+            raise r.error("layer_types", f"unsupported layer kind {unknown[0]!r}; planner knows 'linear_attention' "
+                          "(Gated DeltaNet) and 'full_attention'")
+        if types != expected:
+            raise r.error("layer_types", f"the full-attention layers are not every {interval}th (indices {interval - 1}, "
+                          f"{2 * interval - 1}, ...), the placement planner models; give the model as a planner "
+                          "ModelSpec")
+    dtype = r.raw("mamba_ssm_dtype")
+    if dtype is not None and dtype not in _STATE_DTYPES:
+        raise r.error("mamba_ssm_dtype", f"expected one of {', '.join(_STATE_DTYPES)}, got {dtype!r}")
+    spec = {
+        "num_key_heads": r.int_("linear_num_key_heads"),
+        "num_value_heads": r.int_("linear_num_value_heads"),
+        "key_head_dim": r.int_("linear_key_head_dim"),
+        "value_head_dim": r.int_("linear_value_head_dim"),
+        "conv_kernel": r.int_("linear_conv_kernel_dim"),
+        "full_attention_interval": interval,
+        "state_bytes_per_element": _STATE_DTYPES[dtype or state_dtype_default],
+    }
+    if spec["num_value_heads"] % spec["num_key_heads"]:
+        raise r.error("linear_num_value_heads", f"{spec['num_value_heads']} is not a multiple of "
+                      f"linear_num_key_heads ({spec['num_key_heads']})")
+    if interval > layers:
+        raise r.error("full_attention_interval", f"{interval} exceeds num_hidden_layers ({layers}): no layer would "
+                      "keep attention")
+    if interval > 1:  # 1: every layer keeps attention, no GDN layer
+        r.put("linear_attention", spec, "linear_num_value_heads")
+
+
+def _qwen_gated_shared_expert(r: _Reader) -> None:
+    """Qwen2-MoE's shared expert, kept by Qwen3-Next and Qwen3.5-MoE: one of shared_expert_intermediate_size,
+    scaled by a sigmoid gate (shared_expert_gate, Linear(h, 1) without bias)."""
+    r.spec["moe"]["num_shared_experts"] = 1
+    r.spec["moe"]["shared_expert_ffn_hidden_size"] = r.int_("shared_expert_intermediate_size")
+    r.spec["moe"]["shared_expert_gate"] = True
+
+
+def _qwen3_5_text(r: _Reader, *, moe: bool) -> None:
+    """The language model of Qwen3.5 (transformers Qwen3_5TextConfig / modeling_qwen3_5): Qwen3's decoder (per-head
+    q/k RMSNorms, head_dim default 256, rotary on partial_rotary_factor of each head, inside rope_parameters) with
+    the gated attention (attn_output_gate: q_proj also computes a sigmoid gate per channel of the output) on every
+    full_attention_interval-th layer and a Gated DeltaNet mixer (Qwen3_5GatedDeltaNet: in_proj_qkv, in_proj_z,
+    in_proj_b, in_proj_a, a depthwise conv1d over q, k, v without bias, dt_bias, A_log, a gated RMSNorm over
+    value_head_dim, out_proj) on the others; mtp_num_hidden_layers MTP layers (an fc 2h -> h, the embedding and
+    hidden norms, a full-attention decoder layer, a final norm: planner's MTP module). `moe`: the MoE text model,
+    which has no dense layer unless mlp_only_layers names some (then intermediate_size sizes them)."""
+    dense_width = r.data.get("moe_intermediate_size") if moe and not r.data.get("mlp_only_layers") else None
+    _rotary_decoder(r, tied_default=False, ffn_default=dense_width if isinstance(dense_width, int) else None)
+    _head_dim(r, default=256)
+    _attention_bias(r)
+    r.put("qk_norm", True)
+    r.put("attention_output_gate", r.bool_("attn_output_gate", True), "attn_output_gate")
+    # vLLM keeps Qwen3.5's GDN states in fp32 (qwen3_5.py @ 36c110bd), as the checkpoints' mamba_ssm_dtype says
+    _linear_attention(r, interval_default=4, state_dtype_default="float32")
+    if r.bool_("mtp_use_dedicated_embeddings", False):
+        raise r.error("mtp_use_dedicated_embeddings", "MTP layers with an embedding of their own are not modelled "
+                      "(planner's MTP module shares the main model's)")
+    mtp = _optional_count(r, "mtp_num_hidden_layers")
+    if mtp:
+        r.put("mtp_layers", mtp, "mtp_num_hidden_layers")
+        r.notes.append(f"mtp_num_hidden_layers {mtp}: multi-token-prediction layers trained with the model, counted "
+                       "in DeepSeek-V3's form (mtp_layers; transformers loads none); serving ignores them")
+
+
+def _qwen3_5_dense_text(r: _Reader) -> None:
+    _qwen3_5_text(r, moe=False)
+    if r.raw("mlp_only_layers") not in (None, []):
+        raise r.error("mlp_only_layers", "a dense Qwen3.5 has an MLP on every layer already; expected []")
+
+
+def _qwen3_5_moe_text(r: _Reader) -> None:
+    """Qwen3.5-MoE's language model (Qwen3_5MoeTextConfig): Qwen3.5's layers with, on every layer, num_experts
+    SwiGLU experts of moe_intermediate_size, top num_experts_per_tok, a router without bias, and Qwen2-MoE's gated
+    shared expert of shared_expert_intermediate_size."""
+    _qwen3_5_text(r, moe=True)
+    _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=_leading_dense_layers(r))
+    _qwen_gated_shared_expert(r)
+
+
+def _qwen3_next(r: _Reader) -> None:
+    """Qwen3-Next (transformers Qwen3NextConfig / modeling_qwen3_next): the same layers as Qwen3.5-MoE with the
+    rotary share at the top level (partial_rotary_factor, default 0.25) and the attention's output gate always
+    built; MTP modules are not part of the transformers model (num_nextn_predict_layers, when given, counts them)."""
+    _rotary_decoder(r, tied_default=False)
+    _head_dim(r, default=256)
+    _attention_bias(r)
+    _partial_rotary(r, default=0.25)
+    r.put("qk_norm", True)
+    r.put("attention_output_gate", True)
+    # vLLM's default mamba cache dtype for Qwen3-Next is the model's (qwen3_next.py @ 6365b387: "auto")
+    _linear_attention(r, interval_default=4, state_dtype_default="bfloat16")
+    _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=_leading_dense_layers(r))
+    _qwen_gated_shared_expert(r)
+    mtp = _optional_count(r, "num_nextn_predict_layers")
+    if mtp:
+        r.put("mtp_layers", mtp, "num_nextn_predict_layers")
+
+
 # Keys each reader ignores on purpose, with the reason (shown in docs/models.md).
 _LLAMA_IGNORED = {"pretraining_tp": "tensor-parallel split of the original checkpoint; same shapes",
                   "hidden_act": _ACT, **{k: _ROPE for k in ROPE_KEYS}}
@@ -1129,6 +1244,9 @@ IGNORED_KEYS.update({
     "granitemoe": {**_LLAMA_IGNORED, **_GRANITE_MULTIPLIERS, **_MOE_ROUTING},
     "qwen3_vl_text": {**_QWEN_IGNORED, **_VL_TOKENS},
     "qwen3_vl_moe_text": {**_QWEN_IGNORED, **_MOE_ROUTING, **_VL_TOKENS},
+    "qwen3_5_text": {**_QWEN_IGNORED, **_VL_TOKENS},
+    "qwen3_5_moe_text": {**_QWEN_IGNORED, **_MOE_ROUTING, **_VL_TOKENS},
+    "qwen3_next": {**_QWEN_IGNORED, **_MOE_ROUTING},
     "hunyuan": {**_LLAMA_IGNORED, **_MOE_ROUTING, **_HUNYUAN_ROUTING, **_HUNYUAN_REMOTE},
     "hunyuan_v1_moe": {**_LLAMA_IGNORED, **_MOE_ROUTING, **_HUNYUAN_ROUTING,
                        "use_mixed_mlp_moe": "not read by transformers' HunYuanMoEV1 (the shared MLP is always built)",
@@ -1225,12 +1343,13 @@ MULTIMODAL_TEXT_TYPES: dict[str, str] = {
     "llava": "llama", "llava_next": "llama", "mistral3": "mistral", "gemma3": "gemma3_text",
     "qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "llama4": "llama4_text",
     "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text",
+    "qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text",
 }
 _FLAT_MULTIMODAL = frozenset({"qwen2_vl", "qwen2_5_vl"})
 # The wrapper's own tie_word_embeddings default (transformers 5.x: the wrapper's key decides tying).
 _WRAPPER_TIED_DEFAULT: dict[str, bool] = {
     "llava": False, "llava_next": False, "mistral3": True, "gemma3": True, "qwen2_vl": False, "qwen2_5_vl": False,
-    "llama4": False, "qwen3_vl": False, "qwen3_vl_moe": False,
+    "llama4": False, "qwen3_vl": False, "qwen3_vl_moe": False, "qwen3_5": False, "qwen3_5_moe": False,
 }
 _WRAPPER_DECIDES_TYING = frozenset({"qwen3_vl", "qwen3_vl_moe"})
 WRAPPER_IGNORED_KEYS: dict[str, str] = {
@@ -1300,6 +1419,9 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "granitemoe": _granitemoe,
     "qwen3_vl_moe_text": _qwen3_vl_moe_text,
     "hunyuan": _hunyuan,
+    "qwen3_5_text": _qwen3_5_dense_text,
+    "qwen3_5_moe_text": _qwen3_5_moe_text,
+    "qwen3_next": _qwen3_next,
     "hunyuan_v1_moe": _hunyuan_v1_moe,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
@@ -1402,8 +1524,6 @@ def _unwrap_multimodal(data: dict[str, Any], source: str, wrapper: Any) -> tuple
 NOT_MODELLED: dict[str, str] = {
     **{t: "a hybrid stack of Mamba-2 (state-space) and attention layers" for t in (
         "nemotron_h", "falcon_h1", "jamba", "bamba", "zamba", "zamba2", "granitemoehybrid", "mamba", "mamba2")},
-    **{t: "Gated DeltaNet (linear attention) layers between its attention layers" for t in (
-        "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")},
     "kimi_linear": "Kimi Delta Attention (linear attention) layers between its attention layers",
     "minimax": "lightning (linear) attention layers (MiniMax-01)",
     "lfm2": "short-convolution layers between its attention layers",

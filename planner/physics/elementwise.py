@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.physics.linear_attention import mixer_elementwise_bytes_per_token
 from planner.physics.shapes import attention_dims, kv_divisor
 from planner.specs.model import ModelSpec
 
@@ -16,16 +17,18 @@ ACTIVATION_BYTES = 2  # 16-bit activations (Korthikanti et al. 2022 Sec. 4.1)
 
 
 def elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray, *, moe_layer: bool, dropout: bool = False,
-                                sequence_parallel: np.ndarray | bool = False) -> np.ndarray:
+                                sequence_parallel: np.ndarray | bool = False, linear: bool = False) -> np.ndarray:
     """Forward bytes moved per token by one layer's memory-bound kernels (fused as Megatron-LM fuses them),
     on one rank of a tensor-parallel group of `tp`.
 
     Norm (norms_per_layer of them): read 2h, write 2h. Residual add (bias-dropout-add): read 2h + 2h,
     write 2h (+ h mask with dropout); two per layer, or one three-way add for a parallel attention/MLP
     block. Activation: GeLU reads 2f and writes 2f; SwiGLU reads 4f and writes 2f (f split by tp).
-    Rotary: reads and writes Q and K (split by tp); so do the q/k norms of a model that has them. MoE layers: f is the top-k and shared experts' width,
-    and dispatch and combine read and write each routed copy. The replicated (h-wide) terms are split by
-    sequence parallelism.
+    Rotary: reads and writes Q and K (split by tp); so do the q/k norms of a model that has them. The attention's
+    output gate (Qwen3-Next) reads the output and the gate and writes the gated output. MoE layers: f is the
+    top-k and shared experts' width, and dispatch and combine read and write each routed copy. The replicated
+    (h-wide) terms are split by sequence parallelism. `linear`: a Gated DeltaNet layer, whose mixer's kernels
+    (physics.linear_attention.mixer_elementwise_bytes_per_token) replace the rotary, q/k norms and gate.
     """
     h = model.hidden_size
     t = np.asarray(tp).astype(float)
@@ -42,11 +45,15 @@ def elementwise_bytes_per_token(model: ModelSpec, tp: np.ndarray, *, moe_layer: 
     qk_pass = 2 * ACTIVATION_BYTES * (widths.query / t + widths.key / kv_divisor(model, np.asarray(tp), absorbed=False))
     rotary = qk_pass if model.position_embedding == "rotary" else 0.0
     qk_norm = qk_pass if model.qk_norm else 0.0
+    gate = 3 * ACTIVATION_BYTES * widths.output / t if model.attention_output_gate else 0.0
+    mixer = rotary + qk_norm + gate
+    if linear and model.linear_attention is not None:
+        mixer = mixer_elementwise_bytes_per_token(model.linear_attention, t)
     if moe_layer and model.moe is not None:
         mlp = routed_elementwise_bytes_per_token(model, tp) + _activation_bytes(model, model.moe.shared_ffn_width) / t
     else:
         mlp = _activation_bytes(model, model.ffn_hidden_size) / t
-    return np.asarray(replicated / rep_div + rotary + qk_norm + mlp)
+    return np.asarray(replicated / rep_div + mixer + mlp)
 
 
 def _activation_bytes(model: ModelSpec, width: float) -> float:

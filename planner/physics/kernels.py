@@ -63,7 +63,7 @@ def sliding_layer_share(model: ModelSpec) -> float:
     """Share of the model's layers that attend within a sliding window (0 without windows)."""
     if not model.sliding_window_layers or model.sliding_window_tokens is None:
         return 0.0
-    return model.sliding_window_layers / model.num_layers
+    return model.sliding_window_layers / model.num_attention_layers  # windows are on softmax-attention layers
 
 
 def sliding_window_block(model: ModelSpec) -> float:

@@ -16,6 +16,7 @@ weight gradients, each element-wise kernel's backward), counted from Megatron-Co
   projection and its cast, the bias-dropout-add): ATTENTION_LAUNCHES; MLA's down/up projections and latent
   norms add MLA_EXTRA_LAUNCHES; q/k norms (Qwen3, Gemma 3: Megatron-Core's q_layernorm and k_layernorm modules,
   attention.py get_query_key_value_tensors) add QK_NORM_LAUNCHES;
+- a Gated DeltaNet mixer in its place (physics.linear_attention): LINEAR_MIXER_LAUNCHES;
 - dense MLP (norm + fc1 + activation + fc2, their casts, the residual add): MLP_LAUNCHES;
 - MoE router: ROUTER_LAUNCHES, the count NVIDIA measured for DeepSeek-V3's unfused router (Megatron-LM
   docs/discussions/deepseek-v3-gb200-optimization, @ 1d9edcf8: "72 -> 31" kernels with router fusion);
@@ -64,6 +65,12 @@ ATTENTION_LAUNCHES = 12
 MLA_EXTRA_LAUNCHES = 8
 QK_NORM_LAUNCHES = 2  # the query norm and the key norm, one kernel each
 MLP_LAUNCHES = 8
+LINEAR_MIXER_LAUNCHES = 19
+"""A Gated DeltaNet mixer's forward kernels: the input projection (the norm fused) and its cast, the causal
+convolution with its SiLU, the decay (softplus, exp, product) and the write strength's sigmoid, the q and k L2
+norms, flash-linear-attention's six chunk kernels (chunk_local_cumsum, chunk_scaled_dot_kkt, solve_tril,
+recompute_w_u, chunk_gated_delta_rule_fwd_h, chunk_fwd_o: fla/ops/gated_delta_rule/chunk.py @ bc3b101d), the gated
+norm, the output projection and its cast, the bias-dropout-add."""
 ROUTER_LAUNCHES = 72
 DISPATCH_LAUNCHES = 24
 PREPROCESS_LAUNCHES = 8  # of DISPATCH_LAUNCHES: the token-count preprocessing CUDA graphs can capture
@@ -81,7 +88,8 @@ def _graphed(lay: LayoutArrays, scope: str) -> np.ndarray:
     return np.asarray((lay.cuda_graphs & (CUDA_GRAPH_BITS[scope] | CUDA_GRAPH_BITS["full"])) != 0)
 
 
-def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> tuple[np.ndarray, np.ndarray]:
+def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Kernels the host issues for one layer's forward, one micro-batch, less what CUDA graphs capture, as
     (before, after) the MoE dispatcher's host sync. Megatron-Core's MoE layer runs the shared experts, the
     router and the dispatch preprocessing first, then waits on the host for the tokens-per-expert counts
@@ -90,6 +98,8 @@ def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> t
     routed_experts_compute, combine, postprocess; moe_layer.py @ d98e8a64). A dense layer is all 'before'."""
     attention = (ATTENTION_LAUNCHES + (MLA_EXTRA_LAUNCHES if model.mla is not None else 0)
                  + (QK_NORM_LAUNCHES if model.qk_norm else 0))
+    if linear and model.linear_attention is not None:  # (`linear`: the Gated DeltaNet mixer's, in its place)
+        attention = LINEAR_MIXER_LAUNCHES
     attn = np.where(_graphed(lay, "attn"), 0.0, float(attention))
     if not (moe_layer and model.moe is not None):
         return np.asarray(attn + np.where(_graphed(lay, "mlp"), 0.0, float(MLP_LAUNCHES))), np.zeros(np.shape(attn))
@@ -109,11 +119,12 @@ def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> t
 
 
 def layer_host_seconds(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, passes: np.ndarray
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, passes: np.ndarray,
+    linear: bool = False,
 ) -> np.ndarray:
     """Host time to issue one layer's kernels for one micro-batch (forward, backward, and the forward again for
     each extra pass in `passes` - 1 with full recompute), less what CUDA graphs capture."""
-    before, after = layer_launches(model, lay, moe_layer=moe_layer)
+    before, after = layer_launches(model, lay, moe_layer=moe_layer, linear=linear)
     return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * (before + after) * host_launch_seconds(hw))
 
 

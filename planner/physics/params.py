@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planner.physics.linear_attention import in_proj_width, mixer_widths, split_params
 from planner.specs.dtypes import bytes_per_element
 from planner.specs.model import ModelSpec
 
@@ -34,7 +35,7 @@ def attention_params(model: ModelSpec) -> int:
         out = a * m.v_head_dim * h
         out_bias = h if model.attention_output_bias else 0  # projection biases are not modelled for MLA's q/kv
         return q + kv_proj + out + out_bias + qk_norm_params(model) + sink_params(model) + indexer_params(model)
-    q = h * a * d
+    q = h * a * d * (2 if model.attention_output_gate else 1)  # the gated query projection doubles its output
     k_and_v = 2 * h * kv * d
     out = a * d * h
     bias = 0
@@ -43,6 +44,29 @@ def attention_params(model: ModelSpec) -> int:
     if model.attention_output_bias:
         bias += h
     return q + k_and_v + out + bias + qk_norm_params(model) + sink_params(model)
+
+
+def linear_attention_params(model: ModelSpec) -> int:
+    """One Gated DeltaNet mixer (transformers Qwen3NextGatedDeltaNet; Qwen3.5's splits the same input projection
+    in four): the input projection h -> q, k (num_key_heads x key_head_dim each), v and the output gate z
+    (num_value_heads x value_head_dim each), and the write strength b and decay input a (one per value head), all
+    without bias; the depthwise causal convolution over q, k and v (kernel taps per channel, no bias); dt_bias and
+    A_log (one per value head); the gated RMSNorm over value_head_dim; the output projection v -> h without
+    bias. 0 without linear attention."""
+    la = model.linear_attention
+    if la is None:
+        return 0
+    h = model.hidden_size
+    value = mixer_widths(la).value
+    return h * in_proj_width(la) + split_params(la) + la.value_head_dim + value * h
+
+
+def linear_mixer_delta_params(model: ModelSpec) -> int:
+    """What a Gated DeltaNet layer holds beyond an attention layer of the same model (negative where it holds
+    less): its mixer in place of the attention block; norms and feed-forward alike. 0 without linear attention."""
+    if model.linear_attention is None:
+        return 0
+    return linear_attention_params(model) - attention_params(model)
 
 
 def indexer_params(model: ModelSpec) -> int:
@@ -152,10 +176,14 @@ class ParamCount:
     num_moe_layers: int
     mtp_module: int = 0  # one multi-token-prediction module (shared embedding and head not included)
     num_mtp_layers: int = 0
+    linear_mixer_delta: int = 0  # a Gated DeltaNet layer's mixer less an attention block (linear_mixer_delta_params)
+    num_linear_layers: int = 0
 
     @property
     def layers(self) -> int:
-        return self.num_dense_layers * self.dense_layer + self.num_moe_layers * self.moe_layer
+        """All layers; dense_layer and moe_layer are attention layers, each GDN layer differs by its mixer."""
+        return (self.num_dense_layers * self.dense_layer + self.num_moe_layers * self.moe_layer
+                + self.num_linear_layers * self.linear_mixer_delta)
 
     @property
     def total(self) -> int:
@@ -180,6 +208,7 @@ class ParamCount:
             self.embedding
             + self.num_dense_layers * self.dense_layer
             + self.num_moe_layers * self.moe_layer_active
+            + self.num_linear_layers * self.linear_mixer_delta
             + self.head
         )
 
@@ -196,6 +225,8 @@ def count_params(model: ModelSpec) -> ParamCount:
         num_moe_layers=model.num_moe_layers,
         mtp_module=mtp_module_params(model) if model.mtp_layers else 0,
         num_mtp_layers=model.mtp_layers,
+        linear_mixer_delta=linear_mixer_delta_params(model),
+        num_linear_layers=model.num_linear_layers,
     )
 
 
@@ -224,4 +255,19 @@ def kv_cache_bytes_per_token(model: ModelSpec, dtype: str = "bf16") -> float:
     """KV-cache bytes per token for the whole model: 2 . L . kv_heads . head_dim . bytes (or MLA latent), plus a
     sparse-attention model's indexer keys."""
     per_layer = kv_cache_elements_per_token_per_layer(model) * bytes_per_element(dtype)
-    return model.num_layers * (per_layer + indexer_cache_bytes_per_token_per_layer(model))
+    # Gated DeltaNet layers keep no per-token cache (their fixed state per sequence: linear_state_bytes_per_sequence)
+    return model.num_attention_layers * (per_layer + indexer_cache_bytes_per_token_per_layer(model))
+
+
+def linear_state_bytes_per_sequence(model: ModelSpec) -> float:
+    """What a sequence keeps in serving for the Gated DeltaNet layers, whatever its length: per layer the
+    recurrent state, num_value_heads x key_head_dim x value_head_dim, and the convolution's last kernel - 1 inputs
+    of q, k and v, both in the state dtype (vLLM's mamba_utils.py @ 2afe1e85: conv state (kernel - 1, conv_dim),
+    recurrent state (n_v, d_k, d_v); qwen3_5.py @ 36c110bd keeps both fp32, as the checkpoints' mamba_ssm_dtype
+    says; Qwen3-Next's default is the model's 16-bit dtype). 0 without linear attention."""
+    la = model.linear_attention
+    if la is None:
+        return 0.0
+    state = la.num_value_heads * la.key_head_dim * la.value_head_dim
+    conv = mixer_widths(la).conv * (la.conv_kernel - 1)
+    return float(model.num_linear_layers * (state + conv) * la.state_bytes_per_element)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from planner.physics.linear_attention import in_proj_width, mixer_widths, split_params
 from planner.physics.params import (
     attention_params,
     embedding_params,
@@ -130,7 +131,9 @@ def _attention_gemms(model: ModelSpec) -> tuple[tuple[Gemm, ...], int]:
             gemms.append(Gemm("index_k", replicated_elements=h * d))
             gemms.append(Gemm("index_weights", replicated_elements=h * heads))
     else:
-        gemms = [Gemm("qkv", tp_elements=h * a * d, kv_elements_per_head=2 * h * d), Gemm("attn_out", tp_elements=a * d * h)]
+        gate = 2 if model.attention_output_gate else 1  # the gated query projection also computes the output gate
+        gemms = [Gemm("qkv", tp_elements=gate * h * a * d, kv_elements_per_head=2 * h * d),
+                 Gemm("attn_out", tp_elements=a * d * h)]
     weights = sum(g.tp_elements + g.replicated_elements + g.kv_elements_per_head * kv for g in gemms)
     return tuple(gemms), total - weights
 
@@ -149,10 +152,22 @@ def _mlp_gemms(model: ModelSpec, ffn: int, prefix: str, routed: bool, copies: in
     return gemms, bias
 
 
-def layer_shape(model: ModelSpec, *, moe_layer: bool) -> LayerShape:
+def _linear_mixer_gemms(model: ModelSpec) -> tuple[tuple[Gemm, ...], int]:
+    """A Gated DeltaNet mixer's GEMMs (physics.linear_attention): the fused input projection (column-parallel,
+    the heads split over TP, as the attention's QKV) and the output projection (row-parallel), and its small
+    parameters (the convolution's taps, A_log, dt_bias, the gated norm's weights)."""
+    la = model.linear_attention
+    assert la is not None
+    h = model.hidden_size
+    gemms = (Gemm("qkv", tp_elements=h * in_proj_width(la)), Gemm("attn_out", tp_elements=mixer_widths(la).value * h))
+    return gemms, split_params(la) + la.value_head_dim
+
+
+def layer_shape(model: ModelSpec, *, moe_layer: bool, linear: bool = False) -> LayerShape:
     """The GEMMs of a dense or MoE layer as Megatron-Core, vLLM and TensorRT-LLM lay them out, and its small
-    parameters; one list for training and serving."""
-    attn, attn_small = _attention_gemms(model)
+    parameters; one list for training and serving. `linear`: the layer's mixer is Gated DeltaNet (its projections
+    take the attention's names: they sit where QKV and the output projection sit, for TP and its overlap)."""
+    attn, attn_small = _linear_mixer_gemms(model) if linear else _attention_gemms(model)
     small = attn_small + model.norms_per_layer * norm_params(model, model.hidden_size)
     if not moe_layer:
         mlp, bias = _mlp_gemms(model, model.ffn_hidden_size, "mlp_", routed=False, copies=1)
@@ -183,10 +198,12 @@ def gemm_elements_per_rank(gemm: Gemm, kv_heads: int, tp: np.ndarray) -> np.ndar
     return np.asarray(gemm.tp_elements / tp + gemm.kv_elements_per_head * kv_here + gemm.replicated_elements)
 
 
-def rank_gemms(model: ModelSpec, tp: np.ndarray, *, moe_layer: bool) -> list[tuple[Gemm, np.ndarray]]:
-    """Each GEMM of a dense or MoE layer with the weight elements one rank of a TP group holds for it (all
-    copies of a routed GEMM: divide by ep for the experts on one rank, by copies for one expert)."""
-    shape = layer_shape(model, moe_layer=moe_layer and model.moe is not None)
+def rank_gemms(model: ModelSpec, tp: np.ndarray, *, moe_layer: bool, linear: bool = False
+               ) -> list[tuple[Gemm, np.ndarray]]:
+    """Each GEMM of a dense or MoE layer (`linear`: with the Gated DeltaNet mixer) with the weight elements one
+    rank of a TP group holds for it (all copies of a routed GEMM: divide by ep for the experts on one rank, by
+    copies for one expert)."""
+    shape = layer_shape(model, moe_layer=moe_layer and model.moe is not None, linear=linear)
     return [(g, gemm_elements_per_rank(g, model.kv_heads, tp)) for g in shape.gemms]
 
 
@@ -215,16 +232,17 @@ def expert_shard_degree(lay: LayoutArrays) -> np.ndarray:
     return np.asarray(np.maximum(lay.shard_degree * lay.tp / (lay.etp * lay.ep), 1.0))
 
 
-def _bias_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
+def _bias_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False
+                          ) -> np.ndarray:
     """Biases on one rank: column-parallel ones (QKV, fc1) split over TP, row-parallel ones (output
-    projection, fc2) replicated, as Megatron-LM lays them out."""
+    projection, fc2) replicated, as Megatron-LM lays them out. A Gated DeltaNet mixer has none."""
     h, t = model.hidden_size, lay.tp.astype(float)
     widths = attention_dims(model)
     column = np.zeros_like(t)
     row = 0.0
-    if model.qkv_bias and model.mla is None:
+    if model.qkv_bias and model.mla is None and not linear:
         column = column + widths.query / t + 2 * widths.key / kv_shard(model, lay.tp)
-    if model.attention_output_bias:
+    if model.attention_output_bias and not linear:
         row += h
     if model.mlp_bias and not (moe_layer and model.moe is not None):
         column = column + (2 if model.mlp_kind == "gated" else 1) * model.ffn_hidden_size / t
@@ -253,21 +271,30 @@ def _head_wise_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarra
     return total
 
 
-def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> RankParams:
+def _linear_mixer_small_params_per_rank(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """A Gated DeltaNet mixer's small parameters on one rank: the convolution's taps, A_log and dt_bias follow
+    their heads over TP; the gated norm's head-wide weights are replicated."""
+    la = model.linear_attention
+    assert la is not None
+    return np.asarray(split_params(la) / lay.tp.astype(float) + la.value_head_dim)
+
+
+def layer_params_per_rank(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False) -> RankParams:
     """Parameters of one layer on one rank: matrices split by TP, routed experts by expert TP and EP
-    (etp x ep); norms replicated.
+    (etp x ep); norms replicated. `linear`: the layer's mixer is Gated DeltaNet.
 
     Routed experts: Megatron-Core's TEGroupedMLP / SequentialMLP split each expert over the expert-TP group
     (megatron/core/transformer/moe/experts.py @ d98e8a64: tp_group = pg_collection.expt_tp); shared experts
     are an MLP over the ordinary TP group (moe/shared_experts.py, SharedExpertMLP: tp_group = pg_collection.tp).
     """
-    gemms = rank_gemms(model, lay.tp, moe_layer=moe_layer)
+    gemms = rank_gemms(model, lay.tp, moe_layer=moe_layer, linear=linear)
     matrices = sum((el for g, el in gemms if not g.routed), np.zeros_like(lay.tp, dtype=float))
     routed = sum((gemm_elements_per_rank(g, model.kv_heads, lay.etp) for g, _ in gemms if g.routed),
                  np.zeros_like(lay.tp, dtype=float))
     norms = model.norms_per_layer * norm_params(model, model.hidden_size)
-    dense = matrices + norms + _bias_params_per_rank(model, lay, moe_layer=moe_layer) + _head_wise_params_per_rank(
-        model, lay)
+    mixer_small = (_linear_mixer_small_params_per_rank(model, lay) if linear
+                   else _head_wise_params_per_rank(model, lay))
+    dense = matrices + norms + _bias_params_per_rank(model, lay, moe_layer=moe_layer, linear=linear) + mixer_small
     if moe_layer and model.moe is not None:
         moe = model.moe
         # Expert MLP biases (rare; Megatron-style layout): fc1's split over expert TP, fc2's replicated.

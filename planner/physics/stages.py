@@ -95,7 +95,7 @@ def mtp_layers_on_stage(model_mtp_layers: int, lay: LayoutArrays, stage: np.ndar
     return np.asarray(np.where(np.asarray(stage) == lay.pp - 1, count, 0))
 
 
-def candidate_stages(num_layers: int, num_dense_layers: int, pp: np.ndarray) -> np.ndarray:
+def candidate_stages(num_layers: int, num_dense_layers: int, pp: np.ndarray, mixer_period: int = 0) -> np.ndarray:
     """The stages that can be the heaviest, stacked on a new leading axis: every formula broadcasts over
     it and over the layouts' own axes.
 
@@ -103,12 +103,22 @@ def candidate_stages(num_layers: int, num_dense_layers: int, pp: np.ndarray) -> 
     flight fall and the layer count never rises. With leading dense layers before MoE ones (DeepSeek-V3),
     a stage past the boundary holds more expert parameters, so the stage holding the first MoE layer and
     the one after it join: on either side of them the same monotonicity holds.
+
+    With two kinds of mixer repeating every `mixer_period` layers (Gated DeltaNet layers and every k-th attention
+    layer), stages of the same layer count differ in their mix, and the mix of consecutive stages repeats within
+    k stages (their first layers step by the stage's count modulo k). Of the stages with one mix the first holds
+    the most micro-batches, so the first k stages of each run of equal layer counts join: from stage 1 (those
+    with the remainder's extra layer), from the first stage without it, and from each MoE boundary stage.
     """
     last = np.asarray(pp) - 1
     stages = [np.zeros_like(last), np.minimum(1, last), last]
-    if 0 < num_dense_layers < num_layers:
-        boundary = stage_of_layer(num_layers, pp, num_dense_layers)
+    boundary = stage_of_layer(num_layers, pp, num_dense_layers) if 0 < num_dense_layers < num_layers else None
+    if boundary is not None:
         stages += [boundary, np.minimum(boundary + 1, last)]
+    if mixer_period > 1:
+        without_extra = np.asarray(num_layers % np.asarray(pp)) + 1  # layers_on_stage: stages 1 .. L % p carry one more
+        starts = [np.minimum(1, last), np.minimum(without_extra, last)] + ([boundary] if boundary is not None else [])
+        stages += [np.minimum(start + i, last) for start in starts for i in range(1, mixer_period)]
     return np.stack(np.broadcast_arrays(*stages))
 
 

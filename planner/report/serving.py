@@ -101,6 +101,7 @@ def estimate_report(est: Any, config: dict[str, Any], model: Any, x: Any) -> dic
             "capacity_bytes": _scalar(mem.capacity_bytes),
             "usable_bytes": _scalar(mem.usable_bytes),
             "kv_cache_bytes_per_sequence": _scalar(mem.kv_cache_bytes_per_sequence),
+            "linear_state_bytes_per_sequence": mem.linear_state_bytes_per_sequence,
             "weights_bytes_by_stage": {
                 "first": _scalar(stages.first_bytes), "middle": _scalar(stages.middle_bytes),
                 "last": _scalar(stages.last_bytes),
@@ -155,7 +156,9 @@ def estimate_tables(r: dict[str, Any]) -> list[Any]:
     fit_line = Text("verdict: ").append(verdict).append(
         f" in {_gb(m['usable_bytes'])} usable of {_gb(cap)} ({c['headroom']:.0%} headroom)\n"
         f"max concurrency: {r['max_concurrency']:,} sequences of {c['input_len'] + c['output_len']:,} tokens per "
-        f"replica; KV cache {m['kv_cache_bytes_per_token']:,.0f} bytes per token (whole model, one replica)")
+        f"replica; KV cache {m['kv_cache_bytes_per_token']:,.0f} bytes per token (whole model, one replica)"
+        + (f" and {m['linear_state_bytes_per_sequence'] / 2**20:,.1f} MiB of Gated DeltaNet state per sequence"
+           if m.get("linear_state_bytes_per_sequence") else ""))
     times = Table(title="Latency and throughput", title_justify="left",
                   caption="* the batching chosen (--batching): the figures in JSON 'latency' and 'throughput'",
                   caption_justify="left")

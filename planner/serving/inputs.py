@@ -17,10 +17,12 @@ from planner.errors import PlannerError
 from planner.physics import sparse_attention
 from planner.physics.elementwise import elementwise_bytes_per_token
 from planner.physics.kernels import NVFP4_COPY_BYTES_PER_ELEMENT
+from planner.physics.linear_attention import layer_linear_counts
 from planner.physics.params import (
     count_params,
     indexer_cache_bytes_per_token_per_layer,
     kv_cache_elements_per_token_per_layer,
+    linear_state_bytes_per_sequence,
 )
 from planner.physics.shapes import LayerShape, attention_dims, kv_heads_per_rank, layer_shape
 from planner.specs.dtypes import bytes_per_element
@@ -190,6 +192,12 @@ class ModelShapes:
     sliding_window_tokens: int  # 0 when none
     sliding_window_layers: int
     spec: ModelSpec  # what the shared physics functions take
+    num_attention_layers: int = 0  # layers with softmax attention and a KV cache (num_layers without GDN layers)
+    dense_linear: LayerShape | None = None  # a dense layer with the Gated DeltaNet mixer (None without them)
+    moe_linear: LayerShape | None = None  # and a MoE layer
+    num_linear_dense_layers: int = 0  # GDN layers among the dense layers (which come first), and among the MoE ones
+    num_linear_moe_layers: int = 0
+    linear_state_bytes_per_layer: float = 0.0  # one sequence's GDN state in one layer, whole (state dtype)
     sparse_topk: int = 0  # DeepSeek Sparse Attention: keys each query attends (0: dense attention)
     indexer_flop_per_pair: float = 0.0  # its indexer's logit FLOPs per (query, key) pair, all indexer heads
     indexer_cache_bytes_per_token_per_layer: float = 0.0  # its indexer's key cache (fp8 values and a scale)
@@ -228,7 +236,16 @@ class ModelShapes:
         return per_head * self.kv_heads_per_gpu(tp)
 
     def global_layers(self) -> int:
-        return self.num_layers - self.sliding_window_layers
+        """Attention layers that cache every token (the GDN layers cache none, the windowed ones their window)."""
+        return self.num_attention_layers - self.sliding_window_layers
+
+    @property
+    def num_linear_layers(self) -> int:
+        return self.num_linear_dense_layers + self.num_linear_moe_layers
+
+    def elementwise_bytes_per_token_linear(self, tp: np.ndarray, *, moe_layer: bool) -> np.ndarray:
+        """Element-wise bytes per token of a GDN layer (its mixer's kernels in place of the attention's)."""
+        return elementwise_bytes_per_token(self.spec, tp, moe_layer=moe_layer, linear=True)
 
     def head_matrix_params(self) -> int:
         """What the output head reads each pass: the final norm and the V x h projection, which is the
@@ -266,6 +283,15 @@ def model_shapes(model: ModelSpec) -> ModelShapes:
         sliding_window_tokens=model.sliding_window_tokens or 0,
         sliding_window_layers=model.sliding_window_layers,
         spec=model,
+        num_attention_layers=model.num_attention_layers,
+        dense_linear=layer_shape(model, moe_layer=False, linear=True) if model.linear_attention else None,
+        moe_linear=(layer_shape(model, moe_layer=True, linear=True)
+                    if model.linear_attention and model.moe is not None else None),
+        num_linear_dense_layers=int(layer_linear_counts(model, np.int64(0), np.int64(model.num_dense_layers))),
+        num_linear_moe_layers=int(layer_linear_counts(model, np.int64(model.num_dense_layers),
+                                                      np.int64(model.num_moe_layers))),
+        linear_state_bytes_per_layer=(linear_state_bytes_per_sequence(model) / model.num_linear_layers
+                                      if model.num_linear_layers else 0.0),
         sparse_topk=dsa.topk if dsa else 0,
         indexer_flop_per_pair=sparse_attention.indexer_flop_per_pair(model) if dsa else 0.0,
         indexer_cache_bytes_per_token_per_layer=indexer_cache_bytes_per_token_per_layer(model),

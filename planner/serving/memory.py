@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.physics.linear_attention import in_proj_width, layer_linear_counts, mixer_widths
 from planner.physics.params import kv_cache_bytes_per_token
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
 from planner.physics.shapes import LayerShape, gemm_elements_per_rank
-from planner.physics.stages import candidate_stages, max_layers_per_stage, stage_layer_split
+from planner.physics.stages import candidate_stages, first_layer_of_stage, max_layers_per_stage, stage_layer_split
 from planner.serving.inputs import (
     ACTIVATION_BYTES_PER_ELEMENT,
     EMBEDDING_BYTES_PER_ELEMENT,
@@ -60,6 +61,26 @@ class StageWeights:
         return np.asarray(np.maximum(np.maximum(self.first_bytes, self.middle_bytes), self.last_bytes))
 
 
+def linear_mixer_weight_delta_bytes(shapes: ModelShapes, x: InferenceArrays) -> np.ndarray:
+    """What a Gated DeltaNet layer's weights add on one GPU to an attention layer's (its mixer's projections and
+    small parameters in place of the attention's; the feed-forward block is the same); 0 without GDN layers."""
+    if shapes.dense_linear is None:
+        return np.zeros(np.shape(x.tp))
+    return np.asarray(layer_weight_bytes_per_gpu(shapes, shapes.dense_linear, x)
+                      - layer_weight_bytes_per_gpu(shapes, shapes.dense, x))
+
+
+def stage_linear_layers(shapes: ModelShapes, x: InferenceArrays, stage: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """GDN layers among the `n` layers of `stage` (the training split, physics.linear_attention's placement)."""
+    start = np.where(x.pp == 1, 0, first_layer_of_stage(shapes.num_layers, x.pp, stage))
+    return layer_linear_counts(shapes.spec, start, n)
+
+
+def mixer_period(shapes: ModelShapes) -> int:
+    la = shapes.spec.linear_attention
+    return la.full_attention_interval if la is not None else 0
+
+
 def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
     """Stages hold the layers of the training split (physics.stages: the first and last stages one layer
     lighter when the count does not divide, dense layers first, as DeepSeek places them); the embedding
@@ -73,14 +94,16 @@ def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
     head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
     head = head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
 
+    delta = linear_mixer_weight_delta_bytes(shapes, x)
+
     def layers_bytes(stage: np.ndarray) -> np.ndarray:
         n, n_moe = stage_layer_split(shapes.num_layers, shapes.num_dense_layers, x.pp, stage)
-        return np.asarray((n - n_moe) * dense_b + n_moe * moe_b)
+        return np.asarray((n - n_moe) * dense_b + n_moe * moe_b + stage_linear_layers(shapes, x, stage, n) * delta)
 
     last_stage = x.pp - 1
     first = emb + layers_bytes(np.zeros_like(x.pp)) + np.where(x.pp == 1, head, 0.0)
     last = head + layers_bytes(last_stage) + np.where(x.pp == 1, emb, 0.0)
-    stages = candidate_stages(shapes.num_layers, shapes.num_dense_layers, x.pp)
+    stages = candidate_stages(shapes.num_layers, shapes.num_dense_layers, x.pp, mixer_period(shapes))
     inner = (stages > 0) & (stages < last_stage)
     middle = np.where(inner, layers_bytes(stages), 0.0).max(axis=0)
     return StageWeights(first_bytes=first, middle_bytes=middle, last_bytes=last)
@@ -96,30 +119,47 @@ def cached_tokens(shapes: ModelShapes, context: np.ndarray) -> tuple[np.ndarray,
     return np.asarray(context), np.asarray(capped)
 
 
-def stage_layer_mix(shapes: ModelShapes, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Global and sliding-window layers on the most loaded stage.
+def layer_mix(shapes: ModelShapes, n: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(global, sliding-window, GDN) layers among `n` layers of a stage, for its cache.
 
-    Sliding-window layers are taken as spread evenly (Gemma 2 alternates, Mistral v0.1 is all
-    sliding); the global share is rounded up, so the stage's KV is not under-counted.
-    """
-    n = max_layers_per_stage(shapes.num_layers, pp)
-    global_layers = -(-(n * shapes.global_layers()) // shapes.num_layers)
-    return global_layers, n - global_layers
+    Sliding-window and GDN layers are taken as spread evenly (Gemma 2 alternates, Mistral v0.1 is all sliding,
+    Qwen3.5 keeps attention on every 4th layer); the global share and the GDN share are each rounded up, so
+    neither the stage's KV nor its recurrent states are under-counted (the two may then hold one layer more than
+    the stage has)."""
+    n = np.asarray(n)
+    attention = np.minimum(-(-(n * shapes.num_attention_layers) // shapes.num_layers), n)
+    global_layers = np.minimum(-(-(n * shapes.global_layers()) // shapes.num_layers), attention)
+    linear = -(-(n * shapes.num_linear_layers) // shapes.num_layers)
+    return global_layers, attention - global_layers, linear
+
+
+def stage_layer_mix(shapes: ModelShapes, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Global, sliding-window and GDN layers on the most loaded stage (layer_mix of its layer count)."""
+    return layer_mix(shapes, max_layers_per_stage(shapes.num_layers, pp))
+
+
+def state_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, linear_layers: np.ndarray) -> np.ndarray:
+    """A sequence's GDN states on one GPU: each layer's recurrent and convolution state, split over TP with the
+    heads (vLLM's mamba_utils: n_v / tp heads and conv_dim / tp channels per rank)."""
+    return np.asarray(linear_layers * shapes.linear_state_bytes_per_layer / x.tp)
 
 
 def kv_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
-    """KV-cache bytes one sequence of `context` tokens occupies on a GPU of the most loaded stage."""
-    g_layers, s_layers = stage_layer_mix(shapes, x.pp)
+    """KV-cache bytes one sequence of `context` tokens occupies on a GPU of the most loaded stage, and its GDN
+    layers' states (fixed, whatever the length)."""
+    g_layers, s_layers, l_layers = stage_layer_mix(shapes, x.pp)
     full, capped = cached_tokens(shapes, context)
     per_token_layer = shapes.kv_bytes_per_token_per_layer_per_gpu(x.tp, x.kv_bytes)
-    return np.asarray(per_token_layer * (g_layers * full + s_layers * capped))
+    return np.asarray(per_token_layer * (g_layers * full + s_layers * capped)
+                      + state_bytes_per_sequence_per_gpu(shapes, x, l_layers))
 
 
 def kv_bytes_per_sequence_replica(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
-    """KV-cache bytes of one sequence in the whole model (one replica, before any split)."""
+    """KV-cache bytes of one sequence in the whole model (one replica, before any split), GDN states included."""
     full, capped = cached_tokens(shapes, context)
     per_token_layer = shapes.kv_bytes_per_token_per_layer(x.kv_bytes)
-    return np.asarray(per_token_layer * (shapes.global_layers() * full + shapes.sliding_window_layers * capped))
+    return np.asarray(per_token_layer * (shapes.global_layers() * full + shapes.sliding_window_layers * capped)
+                      + shapes.num_linear_layers * shapes.linear_state_bytes_per_layer)
 
 
 # --- Activations and the reserve -----------------------------------------------------------------
@@ -141,6 +181,9 @@ def activation_bytes_per_token(shapes: ModelShapes, tp: np.ndarray) -> np.ndarra
     d_qk = shapes.attn_qk_dim
     kv_per_gpu = shapes.kv_heads_per_gpu(tp)
     attn = shapes.heads * (d_qk + shapes.attn_v_dim) / tp + 2 * kv_per_gpu * d_qk
+    la = shapes.spec.linear_attention
+    if la is not None:  # a GDN layer: its input projection's output and the kernel's output
+        attn = np.maximum(attn, (in_proj_width(la) + mixer_widths(la).value) / tp)
     widths = [shapes.dense.ffn_width] + ([shapes.moe.ffn_width] if shapes.moe else [])
     mlp = 3 * max(widths) / tp
     return np.asarray((2 * shapes.hidden + np.maximum(attn, mlp)) * ACTIVATION_BYTES_PER_ELEMENT)
@@ -167,7 +210,8 @@ class InferenceMemory:
     """Bytes per GPU on the most loaded pipeline stage (arrays shaped like the inputs).
 
     kv_cache_bytes_per_token is for the whole model and one replica (not per GPU), at the KV dtype,
-    without sliding-window caps. total = weights + kv_cache + activations + other.
+    without sliding-window caps; kv_cache_bytes holds the GDN layers' states too (a fixed size per sequence,
+    linear_state_bytes_per_sequence for the whole model). total = weights + kv_cache + activations + other.
     fits: total <= capacity x (1 - headroom). max_concurrency: the largest concurrency that fits
     at this context length (0 when not even one sequence does).
     """
@@ -185,6 +229,7 @@ class InferenceMemory:
     max_concurrency: np.ndarray
     stage_weights: StageWeights
     concurrency: np.ndarray  # the sequences in flight the figures are for
+    linear_state_bytes_per_sequence: float = 0.0  # GDN layers' states of one sequence, whole model (in the KV cache)
 
 
 def memory_total_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.ndarray) -> np.ndarray:
@@ -246,6 +291,7 @@ def inference_memory(
         max_concurrency=max_concurrency(s, x, usable),
         stage_weights=stages,
         concurrency=x.concurrency,
+        linear_state_bytes_per_sequence=s.num_linear_layers * s.linear_state_bytes_per_layer,
     )
 
 
@@ -278,11 +324,13 @@ def stage_memory(shapes: ModelShapes, x: InferenceArrays, stages: np.ndarray) ->
     head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
     head = head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
     weights = (n - n_moe) * dense_b + n_moe * moe_b + np.where(stages == 0, emb, 0.0) + np.where(
-        stages == x.pp - 1, head, 0.0)
-    global_layers = -(-(n * shapes.global_layers()) // shapes.num_layers)
+        stages == x.pp - 1, head, 0.0) + stage_linear_layers(shapes, x, stages, n) * linear_mixer_weight_delta_bytes(
+        shapes, x)
+    global_layers, sliding_layers, linear_layers = layer_mix(shapes, n)
     full, capped = cached_tokens(shapes, x.context_len)
     per_token_layer = shapes.kv_bytes_per_token_per_layer_per_gpu(x.tp, x.kv_bytes)
-    kv = x.concurrency * per_token_layer * (global_layers * full + (n - global_layers) * capped)
+    kv = x.concurrency * (per_token_layer * (global_layers * full + sliding_layers * capped)
+                          + state_bytes_per_sequence_per_gpu(shapes, x, linear_layers))
     act = activation_workspace_bytes(shapes, x, x.concurrency) + np.zeros(stages.shape)
     other = reserve_bytes(x) + np.zeros(stages.shape)
     return StageMemory(stage=stages, layers=n, weights_bytes=weights, kv_cache_bytes=kv, activations_bytes=act,

@@ -46,6 +46,13 @@ RULES: tuple[Rule, ...] = (
         f"use one of {_divisors(m.num_attention_heads)}",
     ),
     Rule(
+        "tp_linear_heads", "tp does not divide the Gated DeltaNet key heads",
+        lambda m, x: (m.linear_attention is not None)
+        & ((m.linear_attention.num_key_heads if m.linear_attention else 1) % np.maximum(x.tp, 1) != 0),
+        lambda m, lay: f"tp ({lay.tp}) does not divide the Gated DeltaNet layers' linear key heads "
+        f"({m.linear_attention.num_key_heads if m.linear_attention else 0}) of {m.name}; vLLM splits them over TP",
+    ),
+    Rule(
         "tp_kv_heads", "tp and the KV heads do not divide one another",
         lambda m, x: ~_kv_ok(m, x.tp),
         lambda m, lay: f"tp ({lay.tp}) and num_kv_heads ({m.kv_heads}) do not divide one another; K/V heads can be "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.physics import sparse_attention
+from planner.physics import linear_attention, sparse_attention
 from planner.physics.comm import (
     all_gather_seconds,
     all_reduce_seconds,
@@ -230,10 +230,15 @@ def _gemm_seconds(
     return seconds, flop, nbytes
 
 
-def _layer_counts(shapes: ModelShapes) -> list[tuple[LayerShape, int]]:
-    out = [(shapes.dense, shapes.num_dense_layers)]
+def _layer_counts(shapes: ModelShapes) -> list[tuple[LayerShape, int, bool]]:
+    """The replica's layers by kind: (shape, count, Gated DeltaNet mixer)."""
+    out = [(shapes.dense, shapes.num_dense_layers - shapes.num_linear_dense_layers, False)]
     if shapes.moe is not None:
-        out.append((shapes.moe, shapes.num_moe_layers))
+        out.append((shapes.moe, shapes.num_moe_layers - shapes.num_linear_moe_layers, False))
+    if shapes.dense_linear is not None and shapes.num_linear_dense_layers:
+        out.append((shapes.dense_linear, shapes.num_linear_dense_layers, True))
+    if shapes.moe_linear is not None and shapes.num_linear_moe_layers:
+        out.append((shapes.moe_linear, shapes.num_linear_moe_layers, True))
     return out
 
 
@@ -254,7 +259,7 @@ def _attention(shapes: ModelShapes, x: InferenceArrays, r: Rates, w: Work) -> tu
     group = heads_gpu / shapes.kv_heads_per_gpu(x.tp)
     reread = 1 + (group - 1) * (1 - PER_HEAD_KV_L2_HIT_FRACTION)
     amplification = np.where(x.per_head_decode_attention & (not shapes.mla), reread, 1.0)
-    padded = seen + shapes.num_layers * KV_PAGE_TOKENS / 2  # half a page per sequence and layer
+    padded = seen + shapes.num_attention_layers * KV_PAGE_TOKENS / 2  # half a page per sequence and layer
     kv_read = w.decode_seqs * padded * kv_per_token_layer
     # DeepSeek Sparse Attention's indexer scores every cached token with all its heads, on every GPU of the TP
     # group (its weights are replicated), reading the whole indexer key cache (physics/sparse_attention.py)
@@ -266,6 +271,19 @@ def _attention(shapes: ModelShapes, x: InferenceArrays, r: Rates, w: Work) -> tu
     seconds = prefill_flop / prefill_rate + indexer_flop / max(r.indexer_flop_per_s, 1.0) + np.maximum(
         decode_flop / r.attention_flop_per_s, (kv_read * amplification + index_read) / r.memory_bytes_per_s
     )
+    la = shapes.spec.linear_attention
+    if la is not None and shapes.num_linear_layers:
+        # GDN layers: the prompt through the chunked kernel (physics.linear_attention, as training's forward),
+        # and each decoded token's recurrent step, which reads and writes the sequence's state (memory-bound:
+        # vLLM's fused_recurrent_gated_delta_rule)
+        n_lin = shapes.num_linear_layers
+        prefill_tokens = w.prefill_seqs * w.prefill_len
+        chunked, _ = linear_attention.core_seconds(la, r.memory_peak_bytes_per_s, prefill_tokens, x.tp)
+        state = 2 * w.decode_seqs * n_lin * shapes.linear_state_bytes_per_layer / x.tp
+        seconds = seconds + n_lin * chunked + state / r.memory_bytes_per_s
+        gdn_flop = n_lin * (prefill_tokens * linear_attention.core_flop_per_token(la)
+                            + w.decode_seqs * linear_attention.recurrent_flop_per_token(la)) / x.tp
+        return seconds, prefill_flop + decode_flop + indexer_flop + gdn_flop, kv_read + index_read + state / 2
     return seconds, prefill_flop + decode_flop + indexer_flop, kv_read + index_read
 
 
@@ -275,12 +293,17 @@ def forward_pass(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays, r
     tokens = np.asarray(w.tokens, dtype=float)
     gemm = flop = wbytes = np.zeros(np.broadcast_shapes(tokens.shape, x.tp.shape))
     elementwise_bytes = np.zeros_like(gemm)
-    for layer, count in _layer_counts(shapes):
+    for layer, count, linear in _layer_counts(shapes):
         t, f, b = _gemm_seconds(shapes, layer, x, r, tokens)
         gemm, flop, wbytes = gemm + count * t, flop + count * f, wbytes + count * b
-        per_token = shapes.elementwise_bytes_per_token_moe if layer is shapes.moe else shapes.elementwise_bytes_per_token
-        elementwise_bytes = elementwise_bytes + count * tokens * per_token(x.tp)
-    kv_write = tokens * shapes.kv_bytes_per_token_per_layer_per_gpu(x.tp, x.kv_bytes) * shapes.num_layers
+        if linear:
+            per_gpu = shapes.elementwise_bytes_per_token_linear(x.tp, moe_layer=layer is shapes.moe_linear)
+        elif layer is shapes.moe:
+            per_gpu = shapes.elementwise_bytes_per_token_moe(x.tp)
+        else:
+            per_gpu = shapes.elementwise_bytes_per_token(x.tp)
+        elementwise_bytes = elementwise_bytes + count * tokens * per_gpu
+    kv_write = tokens * shapes.kv_bytes_per_token_per_layer_per_gpu(x.tp, x.kv_bytes) * shapes.num_attention_layers
     elementwise = (elementwise_bytes + kv_write) / r.memory_bytes_per_s
     attention, attention_flop, kv_read = _attention(shapes, x, r, w)
     layers = shapes.num_layers

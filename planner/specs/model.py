@@ -103,6 +103,37 @@ class SparseAttentionSpec(BaseModel):
     topk: SeqLen = Field(description="Keys each query attends (HF index_topk; 2,048).")
 
 
+class LinearAttentionSpec(BaseModel):
+    """Gated DeltaNet layers between the softmax-attention layers (Qwen3-Next, Qwen3.5: Yang, Kautz & Hatamizadeh,
+    "Gated Delta Networks", ICLR 2025): each such layer replaces the attention block by a GDN mixer (an input
+    projection to q, k, v, the output gate z and the per-head decay and write strength, a causal depthwise
+    convolution over q, k, v, the gated delta rule's recurrence over a num_value_heads x key_head_dim x
+    value_head_dim state, a gated RMSNorm and the output projection); the feed-forward block is the model's."""
+
+    model_config = _STRICT
+    num_key_heads: Heads = Field(description="Query/key heads of the GDN mixer (HF linear_num_key_heads).")
+    num_value_heads: Heads = Field(description="Value heads (HF linear_num_value_heads); a multiple of the key heads.")
+    key_head_dim: Width = Field(description="Query/key head width (HF linear_key_head_dim).")
+    value_head_dim: Width = Field(description="Value head width (HF linear_value_head_dim).")
+    conv_kernel: Width = Field(description="Taps of the causal depthwise convolution (HF linear_conv_kernel_dim).")
+    full_attention_interval: Layers = Field(
+        description="Every this-many-th layer (indices k-1, 2k-1, ...) keeps softmax attention; the others are GDN "
+        "layers (HF full_attention_interval; Qwen3-Next and Qwen3.5: 4).")
+    state_bytes_per_element: Literal[2, 4] = Field(
+        default=4, description="Bytes of one element of the recurrent state kept per sequence in serving (HF "
+        "mamba_ssm_dtype float32: 4).")
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> LinearAttentionSpec:
+        if self.num_value_heads % self.num_key_heads:
+            raise ValueError(f"linear_attention.num_value_heads ({self.num_value_heads}) is not a multiple of "
+                             f"num_key_heads ({self.num_key_heads}); the value heads share the key heads in groups")
+        if self.full_attention_interval < 2:
+            raise ValueError("linear_attention.full_attention_interval must be at least 2 (1 would leave no GDN "
+                             "layer: remove linear_attention)")
+        return self
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer's architecture."""
 
@@ -180,6 +211,12 @@ class ModelSpec(BaseModel):
     sparse_attention: SparseAttentionSpec | None = Field(
         default=None, description="DeepSeek Sparse Attention over MLA (DeepSeek-V3.2, GLM-5); null for dense attention."
     )
+    linear_attention: LinearAttentionSpec | None = Field(
+        default=None, description="Gated DeltaNet layers between the attention layers (Qwen3-Next, Qwen3.5); null: "
+        "every layer is softmax attention.")
+    attention_output_gate: StrictBool = Field(
+        default=False, description="A sigmoid gate on the attention output, computed by the query projection "
+        "(Qwen3-Next's gated attention, HF attn_output_gate): heads x head_dim x h more weights per attention layer.")
     mtp_layers: LayersOrNone = Field(
         default=0,
         description="Multi-token-prediction modules (DeepSeek-V3 Sec. 2.2; HF num_nextn_predict_layers): each a "
@@ -212,6 +249,15 @@ class ModelSpec(BaseModel):
                              "query latent")
         if self.sparse_attention is not None and self.sliding_window_layers:
             raise ValueError("sparse_attention and sliding-window layers together are not modelled; give one")
+        if self.linear_attention is not None:
+            if self.linear_attention.full_attention_interval > self.num_layers:
+                raise ValueError(f"linear_attention.full_attention_interval ({self.linear_attention.full_attention_interval}) "
+                                 f"exceeds num_layers ({self.num_layers}): no layer would keep attention")
+            if self.mla is not None or self.sparse_attention is not None:
+                raise ValueError("linear_attention with MLA or sparse attention is not modelled; give one")
+            if self.sliding_window_layers > self.num_attention_layers:
+                raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) exceeds the "
+                                 f"{self.num_attention_layers} softmax-attention layers")
         if self.activation_clamp is not None and self.mlp_kind != "gated":
             raise ValueError("activation_clamp bounds a gated activation's two inputs; set mlp_kind 'gated' or "
                              "remove activation_clamp")
@@ -227,6 +273,17 @@ class ModelSpec(BaseModel):
         if self.head_dim is not None:
             return self.head_dim
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_linear_layers(self) -> int:
+        """Gated DeltaNet layers: all but every full_attention_interval-th (0 without linear attention)."""
+        la = self.linear_attention
+        return 0 if la is None else self.num_layers - self.num_layers // la.full_attention_interval
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with softmax attention (and a KV cache)."""
+        return self.num_layers - self.num_linear_layers
 
     @property
     def num_moe_layers(self) -> int:

@@ -200,7 +200,8 @@ def evaluate(
     """Memory and time of every candidate in `lay` under `engine` (default: the default engine's profile;
     no rule checks: see rules.violations)."""
     engine = engine_or_default(engine)
-    stages = candidate_stages(model.num_layers, model.num_dense_layers, lay.pp)
+    period = model.linear_attention.full_attention_interval if model.linear_attention is not None else 0
+    stages = candidate_stages(model.num_layers, model.num_dense_layers, lay.pp, period)
     if np.any(lay.dualpipe):  # the pair with the most layers can be the heaviest rank
         extra = dualpipe_candidate_stages(model.num_layers, lay.pp)
         shape = np.broadcast_shapes(stages.shape[1:], extra.shape[1:])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.physics import sparse_attention
+from planner.physics import linear_attention, sparse_attention
 from planner.physics.kernels import window_work_fraction
 from planner.physics.params import count_params, indexer_params
 from planner.physics.shapes import attention_dims
@@ -40,8 +40,17 @@ def attention_core_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.n
     3.4x wider products its kernels run (which the time counts), so that MFU does not grow with the formulation."""
     widths = attention_dims(model, absorbed=False)
     s = np.asarray(seq_len, dtype=float)
-    flop: np.ndarray = model.num_layers * 2.0 * s * (widths.query + widths.output) * window_work_fraction(model, s)
+    # only the layers with softmax attention (a Gated DeltaNet layer's mixer: linear_mixer_flop_per_token)
+    flop: np.ndarray = (model.num_attention_layers * 2.0 * s * (widths.query + widths.output)
+                        * window_work_fraction(model, s))
     return flop
+
+
+def linear_mixer_flop_per_token(model: ModelSpec) -> float:
+    """Forward FLOPs per token, all Gated DeltaNet layers, of their chunked gated delta rule
+    (physics.linear_attention.core_flop_per_token; the projections are weight FLOPs); 0 without them."""
+    la = model.linear_attention
+    return 0.0 if la is None else model.num_linear_layers * linear_attention.core_flop_per_token(la)
 
 
 def indexer_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
@@ -85,7 +94,7 @@ class StepFlop:
 def step_flop(model: ModelSpec, lay: LayoutArrays) -> StepFlop:
     tokens = lay.global_batch.astype(float) * lay.seq_len
     layers_fwd = (layer_weight_flop_per_token(model) + attention_core_flop_per_token(model, lay.seq_len)
-                  + indexer_flop_per_token(model, lay.seq_len))
+                  + indexer_flop_per_token(model, lay.seq_len) + linear_mixer_flop_per_token(model))
     head_fwd = lm_head_flop_per_token(model)
     passes = 1.0 + BACKWARD_TO_FORWARD_FLOP
     model_flop = tokens * (passes * (layers_fwd + head_fwd) + indexer_beyond_the_rule_flop_per_token(model, lay.seq_len))

@@ -14,7 +14,9 @@ from functools import cached_property
 
 import numpy as np
 
+from planner.physics import linear_attention
 from planner.physics.kernels import NVFP4_COPY_BYTES_PER_ELEMENT
+from planner.physics.linear_attention import layer_linear_counts
 from planner.physics.params import mtp_layer_is_moe
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
 from planner.physics.shapes import (
@@ -27,7 +29,7 @@ from planner.physics.shapes import (
     mtp_embedding_params_per_rank,
     mtp_params_per_rank,
 )
-from planner.physics.stages import microbatches_in_flight, mtp_layers_on_stage, stage_layer_split
+from planner.physics.stages import first_layer_of_stage, microbatches_in_flight, mtp_layers_on_stage, stage_layer_split
 from planner.specs.engine import EngineProfile
 from planner.specs.layout import RECOMPUTE_MODULE_BITS, Fp8RecipeCode, LayoutArrays, RecomputeCode, Zero
 from planner.specs.model import ModelSpec
@@ -113,6 +115,8 @@ class StageParams:
     num_moe_layers: np.ndarray
     ends: np.ndarray | float = 0.0  # embedding and LM-head parameters within `dense` (16-bit under fp8 params)
     num_mtp_layers: np.ndarray | int = 0  # multi-token-prediction modules (the last stage's), within dense/expert
+    num_linear_dense: np.ndarray | int = 0  # the dense layers (within num_layers) whose mixer is Gated DeltaNet
+    num_linear_moe: np.ndarray | int = 0  # and the MoE layers
 
 
 def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> StageParams:
@@ -122,6 +126,13 @@ def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> Stag
     n_dense = n - n_moe
     dense_layer = layer_params_per_rank(model, lay, moe_layer=False)
     moe_layer = layer_params_per_rank(model, lay, moe_layer=True)
+    # Gated DeltaNet layers among the stage's dense layers (first) and MoE layers: their mixer in place of attention
+    lin_dense, lin_moe = stage_linear_split(model, lay, stage, n_dense, n_moe)
+    if model.linear_attention is not None:
+        delta_dense = layer_params_per_rank(model, lay, moe_layer=False, linear=True).dense - dense_layer.dense
+        delta_moe = layer_params_per_rank(model, lay, moe_layer=True, linear=True).dense - moe_layer.dense
+    else:
+        delta_dense = delta_moe = np.zeros_like(dense_layer.dense)
     is_first = np.asarray(stage) == 0
     is_last = np.asarray(stage) == lay.pp - 1
     n_mtp = mtp_layers_on_stage(model.mtp_layers, lay, stage)
@@ -131,10 +142,16 @@ def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> Stag
     ends = np.where(is_first, embedding_params_per_rank(model, lay), 0) + np.where(
         is_last, head_params_per_rank(model, lay), 0
     ) + np.where(has_mtp, mtp_embedding_params_per_rank(model, lay), 0.0)
-    dense = n_dense * dense_layer.dense + n_moe * moe_layer.dense + ends + n_mtp * mtp.dense
+    dense = (n_dense * dense_layer.dense + n_moe * moe_layer.dense + lin_dense * delta_dense + lin_moe * delta_moe
+             + ends + n_mtp * mtp.dense)
     expert = n_moe * moe_layer.expert + n_mtp * mtp.expert
     has_moe = n_moe > 0
-    largest_dense = np.maximum(np.where(n_dense > 0, dense_layer.dense, 0.0), np.where(has_moe, moe_layer.dense, 0.0))
+    # the largest layer of each kind: an attention layer, or a GDN layer where the stage has one and it is larger
+    dense_kind = np.where(n_dense > lin_dense, dense_layer.dense, 0.0)
+    dense_kind = np.maximum(dense_kind, np.where(lin_dense > 0, dense_layer.dense + delta_dense, 0.0))
+    moe_kind = np.where(n_moe > lin_moe, moe_layer.dense, 0.0)
+    moe_kind = np.maximum(moe_kind, np.where(lin_moe > 0, moe_layer.dense + delta_moe, 0.0))
+    largest_dense = np.maximum(np.where(n_dense > 0, dense_kind, 0.0), np.where(has_moe, moe_kind, 0.0))
     return StageParams(
         dense=dense,
         expert=expert,
@@ -144,7 +161,18 @@ def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> Stag
         num_moe_layers=n_moe,
         ends=ends,
         num_mtp_layers=n_mtp,
+        num_linear_dense=lin_dense,
+        num_linear_moe=lin_moe,
     )
+
+
+def stage_linear_split(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, n_dense: np.ndarray,
+                       n_moe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Gated DeltaNet layers among the stage's dense layers, among its MoE layers): the dense layers come first
+    (stage_layer_split), and the model's pattern says which of them keep attention (physics.linear_attention)."""
+    start = first_layer_of_stage(model.num_layers, lay.pp, stage)
+    start = np.where(lay.pp == 1, 0, start)
+    return (layer_linear_counts(model, start, n_dense), layer_linear_counts(model, start + n_dense, n_moe))
 
 
 def shared_embedding_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, other: np.ndarray) -> np.ndarray:
@@ -230,7 +258,7 @@ class LayerActivations:
 
 
 def layer_activation_bytes_per_token(
-    model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, proj_cast_copy: bool = False
+    model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, proj_cast_copy: bool = False, linear: bool = False
 ) -> LayerActivations:
     """Korthikanti et al. 2022 Sec. 4.1 / Table 2, per token of the rank's sequence shard.
 
@@ -248,6 +276,8 @@ def layer_activation_bytes_per_token(
     The attention output stays 16-bit too, for the attention kernel keeps it for its own backward; with
     `proj_cast_copy` (the engine's kernels.fp8_proj_keeps_cast_input) the output projection keeps its fp8
     cast beside it, else it reads that one 16-bit tensor (Megatron-Core's save_original_input).
+    `linear`: the layer's mixer is Gated DeltaNet, whose saved tensors (physics.linear_attention.saved_bytes_per_token)
+    replace the attention's, with no scores or log-sum-exp.
     """
     h = model.hidden_size
     t = lay.tp.astype(float)
@@ -283,6 +313,8 @@ def layer_activation_bytes_per_token(
     kernel_out = np.where(attention_fp8 & (lay.fp8_recipe == Fp8RecipeCode.DELAYED), FP8_ACTIVATION_BYTES, e)
     out = np.where(lay.flash_attention, kernel_out + np.where(keeps_cast, g, 0), g)
     attention = qkv_bytes * widths.query / t + qkv_bytes * (widths.key + widths.value) / kv_div + out * widths.output / t
+    if model.attention_output_gate:  # the gate, kept for its sigmoid's backward (Qwen3-Next's gated attention)
+        attention = attention + e * widths.output / t
     if model.mla is not None:
         # MLA's compressed latents: the query and K/V down-projections' outputs, kept by their RMSNorms, and
         # the norms' outputs, kept as the up-projections' GEMM inputs (and as the checkpointed inputs under
@@ -334,6 +366,9 @@ def layer_activation_bytes_per_token(
     # Scores per token: softmax output (2 bytes) + with dropout its mask (1) and output (2): a*s*(2+3) bytes.
     scores = heads_per_rank * lay.seq_len * (e + dropout * (1 + e))
     lse = heads_per_rank * LSE_BYTES
+    if linear and model.linear_attention is not None:  # the GDN mixer's tensors in place of the attention's
+        attention = linear_attention.saved_bytes_per_token(model.linear_attention, lay.tp, g)
+        scores = lse = np.zeros_like(t)
 
     # Selective recompute drops the tensors of the modules it recomputes (Megatron-Core --recompute-modules;
     # the default list is the attention core alone, which with flash attention keeps nothing extra anyway).
@@ -374,6 +409,9 @@ def layer_activation_bytes_per_token(
     # under torch.compile the policy is only a tag on the traced node and AOTAutograd's partitioner saves just
     # the forward values the backward reads, so the compiled block does not keep it (benchmarks/torch_sac_saved.py).
     saved_attention = e * widths.query / t + e * widths.value / kv_div + e * widths.output / t
+    if linear and model.linear_attention is not None:  # the input projection's and the kernel's outputs
+        mixer = linear_attention.mixer_widths(model.linear_attention)
+        saved_attention = e * (mixer.conv + 2 * mixer.value) / t
     saved_mlp = e * f / t + permuted + router
     unread = np.where(lay.compile, 0.0, e * h / rep_div if model.mlp_kind == "gated" else 0.0)
     needed_op = checkpoint + saved_attention + saved_mlp + np.where(lay.flash_attention, lse, 0.0)
@@ -463,6 +501,25 @@ def stage_activation_parts(
         k_dense * dense.stored + (n_dense - k_dense) * dense.full + k_moe * moe.stored + (n_moe - k_moe) * moe.full,
         n_dense * dense.stored + n_moe * moe.stored,
     ) * tokens
+    lin_working = np.zeros_like(per_microbatch)
+    if model.linear_attention is not None:
+        # Gated DeltaNet layers keep their mixer's tensors in place of the attention's: what each adds is the
+        # difference of the two layers' (a recomputed layer keeps its input alone either way; of a stage's
+        # block-recomputed layers, the GDN ones are taken in their share of the stage's layers).
+        dense_lin = layer_activation_bytes_per_token(model, lay, moe_layer=False, proj_cast_copy=proj_cast_copy,
+                                                     linear=True)
+        moe_lin = layer_activation_bytes_per_token(model, lay, moe_layer=True, proj_cast_copy=proj_cast_copy,
+                                                   linear=True)
+        lin_dense, lin_moe = np.asarray(sp.num_linear_dense), np.asarray(sp.num_linear_moe)
+        kept_dense = np.where(n_dense > 0, (n_dense - k_dense) / np.maximum(n_dense, 1), 0.0)
+        kept_moe = np.where(n_moe > 0, (n_moe - k_moe) / np.maximum(n_moe, 1), 0.0)
+        per_microbatch = per_microbatch + np.where(
+            full_recompute,
+            lin_dense * kept_dense * (dense_lin.full - dense.full) + lin_moe * kept_moe * (moe_lin.full - moe.full),
+            lin_dense * (dense_lin.stored - dense.stored) + lin_moe * (moe_lin.stored - moe.stored),
+        ) * tokens
+        lin_working = np.maximum(np.where(lin_dense > 0, dense_lin.working, 0.0),
+                                 np.where(lin_moe > 0, moe_lin.working, 0.0))
     h = model.hidden_size
     rep_div = np.where(lay.sequence_parallel, lay.tp, 1)
     is_first = np.asarray(stage) == 0
@@ -482,6 +539,7 @@ def stage_activation_parts(
     has_mtp = np.asarray(sp.num_mtp_layers) > 0
     largest_working = np.maximum(np.where(n_dense > 0, dense.working, 0.0), np.where(n_moe > 0, moe.working, 0.0))
     largest_working = np.maximum(largest_working, np.where(has_mtp, mtp_kind.working, 0.0))
+    largest_working = np.maximum(largest_working, lin_working)
     working = largest_working * tokens
     mtp = sp.num_mtp_layers * tokens * (
         mtp_microbatches_in_flight(lay) * mtp_activation_bytes_per_token(model, lay, mtp_kind)

@@ -276,6 +276,21 @@ RULES: tuple[Rule, ...] = (
         "attention and fp8_attention false",
     ),
     Rule(
+        "linear_attention_heads",
+        lambda m, a, g: (m.linear_attention is not None) & ((m.linear_attention.num_key_heads
+                                                               if m.linear_attention else 1) % a.tp != 0),
+        lambda m, l, g: f"tp({l.tp}) does not divide the Gated DeltaNet layers' linear key heads "
+        f"({m.linear_attention.num_key_heads if m.linear_attention else 0}; Megatron-Core splits them, and the value "
+        "heads, over TP: megatron/core/ssm/gated_delta_net/gdn.py); use a tp that divides them",
+    ),
+    Rule(
+        "linear_attention_cp",
+        lambda m, a, g: (m.linear_attention is not None) & (a.cp > 1),
+        lambda m, l, g: f"cp({l.cp}) with Gated DeltaNet layers is not modelled (Megatron-Core switches them to head "
+        "parallelism by an all-to-all, since NVIDIA/Megatron-LM 20ba03fe; planner models the attention layers' "
+        "ring only); use cp 1",
+    ),
+    Rule(
         "recompute_layers_too_many",
         lambda m, a, g: (a.recompute_layers > 0) & (a.recompute_layers > max_layers_per_stage(m.num_layers, a.pp)),
         lambda m, l, g: f"recompute_layers_per_stage({l.recompute_layers_per_stage}) exceeds the layers per stage "

@@ -23,7 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.physics import sparse_attention
+from planner.physics import linear_attention, sparse_attention
 from planner.physics.comm import (
     all_gather_seconds,
     all_reduce_seconds,
@@ -66,6 +66,7 @@ from planner.physics.launch import (
     layer_host_seconds,
     layer_launches,
 )
+from planner.physics.linear_attention import in_proj_width, mixer_widths
 from planner.physics.moe import dispatch_seconds, expert_bias_bytes, regroup_bytes, tokens_per_local_expert
 from planner.physics.params import mtp_layer_is_moe
 from planner.physics.shapes import (
@@ -155,13 +156,14 @@ def host_link_bytes_per_s(hw: HardwareProfile) -> float:
     return hw.host.link_bandwidth_bytes_per_s * HOST_LINK_EFFICIENCY
 
 
-def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> np.ndarray:
+def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False
+                                ) -> np.ndarray:
     """A training layout's element-wise bytes per token of one layer: the one formula training and serving
     share (planner.physics.elementwise), with the model's dropout and the layout's sequence parallelism, less
     the routed experts' activation where the fused grouped MLP computes it in its GEMMs' epilogues
     (fused_routed_activation_bytes_per_token)."""
     shared = shared_elementwise_bytes_per_token(model, lay.tp, moe_layer=moe_layer, dropout=model.dropout,
-                                                sequence_parallel=lay.sequence_parallel)
+                                                sequence_parallel=lay.sequence_parallel, linear=linear)
     if not (moe_layer and model.moe is not None):
         return shared
     return np.asarray(shared - fused_routed_activation_bytes_per_token(model, lay))
@@ -193,7 +195,8 @@ def qkv_elements_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
     return np.asarray(widths.query / lay.tp.astype(float) + (widths.key + widths.value) / kv_divisor(model, lay.tp))
 
 
-def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool) -> tuple[np.ndarray, np.ndarray]:
+def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False
+                                ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) GEMM-input elements per token one rank quantizes to fp8 in one layer: the input
     of every fp8 GEMM in the forward (QKV and fc1 read the full hidden state, gathered under SP; the output
     projection and fc2 their TP shard) and the output gradient entering each in the backward. The router
@@ -202,6 +205,10 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     t = lay.tp.astype(float)
     widths = attention_dims(model)
     qkv_out = qkv_elements_per_token(model, lay)
+    out_in = widths.output / t
+    if linear and model.linear_attention is not None:  # the GDN mixer's projections in place of QKV and the output's
+        qkv_out = np.asarray(in_proj_width(model.linear_attention) / t)
+        out_in = np.asarray(mixer_widths(model.linear_attention).value / t)
     up = 2.0 if model.mlp_kind == "gated" else 1.0
     if moe_layer and model.moe is not None:
         copies, width = float(model.moe.experts_per_token + model.moe.num_shared_experts), model.moe.moe_ffn_hidden_size
@@ -211,7 +218,7 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     else:
         copies, width, fused = 1.0, model.ffn_hidden_size, np.zeros(np.shape(t))
     per_copy = width / t
-    forward = h + widths.output / t + _mlp_cast_elements(copies, h, per_copy) - fused
+    forward = h + out_in + _mlp_cast_elements(copies, h, per_copy) - fused
     backward = qkv_out + h + up * copies * per_copy + copies * h - up * fused
     return forward, backward
 
@@ -426,11 +433,14 @@ def engine_overlaps_tp(model: ModelSpec, engine: EngineProfile) -> bool:
 
 def layer_time(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool,
-    attention_plateau: np.ndarray | float | None = None, engine: EngineProfile | None = None,
+    attention_plateau: np.ndarray | float | None = None, engine: EngineProfile | None = None, linear: bool = False,
 ) -> LayerTime:
     """One layer's time; `attention_plateau` overrides the candidates' own attention kernels' plateaus
     (kernels.layout_attention_plateau: the layout's attention_kernel, else its engine's), `engine` (the default
-    engine's profile when None) gives the context-parallel attention's behaviour."""
+    engine's profile when None) gives the context-parallel attention's behaviour. `linear`: the layer's mixer is
+    Gated DeltaNet (physics.linear_attention): its projections, kernels and element-wise traffic in place of the
+    attention's; the feed-forward block and the TP collectives are the same."""
+    linear = linear and model.linear_attention is not None
     engine = engine_or_default(engine)
     if attention_plateau is None:
         attention_plateau = layout_attention_plateau(hw, lay)
@@ -446,7 +456,7 @@ def layer_time(
     ag_split = np.zeros_like(gemm)  # GEMMs the TP overlap splits beside its all-gather / its reduce-scatter
     rs_split = np.zeros_like(gemm)
     index_gemm = np.zeros_like(gemm)  # the sparse-attention indexer's projections (weight gradients only)
-    for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
+    for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer, linear=linear):
         if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
             gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
         elif g.routed:
@@ -471,7 +481,7 @@ def layer_time(
             if g.name in TP_OVERLAP_AG_GEMMS:
                 ag_split = ag_split + on_ub
             fp8_weights = fp8_weights + elements
-    cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer)
+    cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer, linear=linear)
     weight_cast = fp8_cast_seconds(hw, fp8_weights, lay.fp8_recipe, weight=True) / lay.num_micro_batches
     cast_fwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_fwd_elements, lay.fp8_recipe) + weight_cast, 0.0)
     cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements, lay.fp8_recipe), 0.0)
@@ -481,7 +491,7 @@ def layer_time(
     # backward reads O in fp8; the other recipes keep O 16-bit) and dO before the backward kernel
     # (transformer_engine/pytorch/attention/dot_product_attention/backends.py FusedAttnFunc @ d0067d0): casts as a
     # GEMM input's, per element of the rank's Q, K, V and O.
-    attention_fp8 = lay.fp8 & lay.fp8_attention
+    attention_fp8 = lay.fp8 & lay.fp8_attention & (not linear)
     qkv = qkv_elements_per_token(model, lay)
     o = widths.output / lay.tp.astype(float)
     delayed = lay.fp8_recipe == Fp8RecipeCode.DELAYED
@@ -500,7 +510,11 @@ def layer_time(
     core_bwd = np.where(
         lay.flash_attention, flash_bwd, 2 * unfused_gemm + BACKWARD_TO_FORWARD_TRAFFIC * (unfused_fwd - unfused_gemm)
     )
-    elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
+    if linear:  # the chunked gated delta rule in place of the attention core, whatever the attention kernel
+        assert model.linear_attention is not None
+        core_fwd, core_bwd = linear_attention.core_seconds(
+            model.linear_attention, hw.accelerator.memory_bandwidth_bytes_per_s, tokens, lay.tp)
+    elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer, linear=linear))
     clamp_fwd, clamp_bwd = clamp_seconds(model, hw, lay, moe_layer=moe_layer)
     # The router's and dispatcher's small kernels (physics.launch): their launch latency on the GPU.
     bookkeeping = bookkeeping_seconds(model, lay, moe_layer=moe_layer)
@@ -534,7 +548,8 @@ def layer_time(
     forward = forward + chunk_fixed * (ag_split * (lay.tp - 1) + rs_split * (rs_chunks - 1))
     backward = backward + chunk_fixed * rs_split * (lay.tp - 1)
     recompute = np.where(
-        lay.recompute == RecomputeCode.FULL, forward, np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention, unfused_fwd, 0.0)
+        lay.recompute == RecomputeCode.FULL, forward,
+        np.where((lay.recompute == RecomputeCode.SELECTIVE) & ~lay.flash_attention & (not linear), unfused_fwd, 0.0)
     )
 
     h = model.hidden_size
@@ -576,6 +591,8 @@ def layer_time(
                                      forward_passes * all_gather_seconds(index_inputs, lay.tp, tp_link), 0.0)
 
     cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, kernels=kernels)
+    if linear:  # context parallelism is refused with GDN layers (training.rules); nothing to exchange
+        cp_comm = np.zeros_like(cp_comm)
 
     if moe_layer and model.moe is not None:
         ep_comm, after_sync_comm = expert_comm_seconds(model, hw, lay, forward=forward, backward=backward,
@@ -821,9 +838,18 @@ def stage_time(
     moe = layer_time(model, hw, lay, moe_layer=True, attention_plateau=plateau, engine=engine) if model.moe is not None else dense
     n_moe = sp.num_moe_layers
     n_dense = sp.num_layers - n_moe
+    # The stage's layers by kind: (time, count, MoE, Gated DeltaNet mixer). Without linear attention, dense and MoE.
+    lin_dense, lin_moe = np.asarray(sp.num_linear_dense), np.asarray(sp.num_linear_moe)
+    kinds: list[tuple[LayerTime, np.ndarray, bool, bool]] = [
+        (dense, np.asarray(n_dense - lin_dense), False, False), (moe, np.asarray(n_moe - lin_moe), True, False)]
+    if model.linear_attention is not None:
+        dense_lin = layer_time(model, hw, lay, moe_layer=False, attention_plateau=plateau, engine=engine, linear=True)
+        moe_lin = (layer_time(model, hw, lay, moe_layer=True, attention_plateau=plateau, engine=engine, linear=True)
+                   if model.moe is not None else dense_lin)
+        kinds += [(dense_lin, lin_dense, False, True), (moe_lin, lin_moe, True, True)]
 
     def total(field: str) -> np.ndarray:
-        return np.asarray(n_dense * getattr(dense, field) + n_moe * getattr(moe, field))
+        return np.asarray(sum((n * getattr(kind, field) for kind, n, _, _ in kinds), np.zeros(())))
 
     # Block recompute recomputes only k layers of the stage.
     k = np.where(lay.recompute_layers < 0, sp.num_layers, np.minimum(lay.recompute_layers, sp.num_layers))
@@ -837,12 +863,12 @@ def stage_time(
     eager = (not engine.kernels.fused_elementwise) & ~(lay.compile & engine.kernels.supports_compile)
     extra_traffic = np.where(eager, engine.kernels.eager_elementwise_traffic_factor - 1.0, 0.0)
     if np.any(extra_traffic > 0):
-        def elementwise(moe_layer: bool) -> np.ndarray:
-            return memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer))
+        def elementwise(moe_layer: bool, linear: bool) -> np.ndarray:
+            return memory_seconds(hw, tokens * elementwise_bytes_per_token(
+                model, lay, moe_layer=moe_layer and model.moe is not None, linear=linear))
 
-        ew_dense = elementwise(False)
-        ew_moe = elementwise(True) if model.moe is not None else ew_dense
-        ew_fwd = extra_traffic * (n_dense * ew_dense + n_moe * ew_moe)
+        ew_fwd = extra_traffic * sum((n * elementwise(is_moe, is_linear) for _, n, is_moe, is_linear in kinds),
+                                     np.zeros(()))
         forward = forward + ew_fwd
         backward = backward + BACKWARD_TO_FORWARD_TRAFFIC * ew_fwd
         recompute = recompute + np.where(lay.recompute == RecomputeCode.FULL, ew_fwd * recompute_share, 0.0)
@@ -906,36 +932,35 @@ def stage_time(
     # host), so it waits once, for the stage.
     full = lay.recompute == RecomputeCode.FULL
     passes = 1.0 + full
-    host_dense = layer_host_seconds(model, hw, lay, moe_layer=False, passes=passes)
-    host_moe = layer_host_seconds(model, hw, lay, moe_layer=True, passes=passes) if model.moe is not None else host_dense
 
     def device(layer: LayerTime) -> np.ndarray:
         return np.asarray(layer.forward + layer.backward + layer.recompute + layer.tp_comm + layer.cp_comm + layer.ep_comm)
-
-    dev_dense, dev_moe = device(dense), device(moe)
-    whole_stage_wait = np.maximum(n_dense * (host_dense - dev_dense) + n_moe * (host_moe - dev_moe), 0.0)
 
     def forward_device(layer: LayerTime) -> np.ndarray:
         # one forward pass: its compute, and its share of the TP and CP exchanges (one of 2 + full passes)
         return np.asarray(layer.forward + (layer.tp_comm + layer.cp_comm) / (2.0 + full))
 
+    whole_stage_wait = np.maximum(sum((n * (layer_host_seconds(model, hw, lay, moe_layer=is_moe, passes=passes,
+                                                                  linear=is_linear) - device(kind))
+                                       for kind, n, is_moe, is_linear in kinds), np.zeros(())), 0.0)
     if model.moe is None:  # no dispatcher, no sync: the stage waits once
         host = whole_stage_wait
     else:
         launch = host_launch_seconds(hw)
-        before_dense, _ = layer_launches(model, lay, moe_layer=False)
-        before_moe, after_moe = layer_launches(model, lay, moe_layer=True)
-        fwd_a = forward_device(moe) - moe.after_sync_forward
-        fwd_b = moe.after_sync_forward + moe.after_sync_comm
-        moe_forward_wait = (np.maximum(before_moe * launch - fwd_a, 0.0) + np.maximum(after_moe * launch - fwd_b, 0.0))
-        dense_forward_wait = np.maximum(before_dense * launch - forward_device(dense), 0.0)
-        backward_wait = np.maximum(
-            n_dense * (BACKWARD_LAUNCH_RATIO * before_dense * launch - (dev_dense - passes * forward_device(dense)))
-            + n_moe * (BACKWARD_LAUNCH_RATIO * (before_moe + after_moe) * launch
-                       - (dev_moe - passes * (forward_device(moe) + moe.after_sync_comm))),
-            0.0,
-        )
-        synced_wait = passes * (n_moe * moe_forward_wait + n_dense * dense_forward_wait) + backward_wait
+        forward_wait = backward_wait = np.zeros(())
+        for kind, n, is_moe, is_linear in kinds:
+            before, after = layer_launches(model, lay, moe_layer=is_moe, linear=is_linear)
+            if is_moe:
+                fwd_a = forward_device(kind) - kind.after_sync_forward
+                fwd_b = kind.after_sync_forward + kind.after_sync_comm
+                wait = np.maximum(before * launch - fwd_a, 0.0) + np.maximum(after * launch - fwd_b, 0.0)
+                backward_work = device(kind) - passes * (forward_device(kind) + kind.after_sync_comm)
+            else:
+                wait = np.maximum(before * launch - forward_device(kind), 0.0)
+                backward_work = device(kind) - passes * forward_device(kind)
+            forward_wait = forward_wait + n * wait
+            backward_wait = backward_wait + n * (BACKWARD_LAUNCH_RATIO * (before + after) * launch - backward_work)
+        synced_wait = passes * forward_wait + np.maximum(backward_wait, 0.0)
         host = np.where(host_syncs_every_layer(lay) & (n_moe > 0), synced_wait, whole_stage_wait)
     return StageTime(
         host=host,

@@ -860,8 +860,8 @@ def test_an_architecture_planner_does_not_model_is_refused_for_what_it_is(run_cl
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "model_type: unsupported model_type 'nemotron_h': a hybrid stack of Mamba-2" in lines[0]
     assert "Infinity" not in lines[0] and " inf " not in lines[0]
-    qwen35 = {"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", "hidden_size": 64}}
-    assert "Gated DeltaNet" in str(refusal(qwen35)) and refusal(qwen35).field == "text_config.model_type"
+    kimi = {"model_type": "kimi_linear", "hidden_size": 64}
+    assert "Kimi Delta Attention" in str(refusal(kimi)) and refusal(kimi).field == "model_type"
 
 
 # DeepSeek Sparse Attention (fixtures deepseek-v3.2, glm-5; see the module docstring) -----------------------------

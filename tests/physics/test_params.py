@@ -372,11 +372,17 @@ def test_per_rank_and_serving_shapes_add_up_to_the_count(name, model):
 @given(qk=st.sampled_from([None, "head_dim", "all_heads"]), sinks=st.booleans(), lm_bias=st.booleans(),
        norm=st.sampled_from(["rmsnorm", "layernorm", "layernorm_no_bias"]), parallel=st.booleans(),
        biases=st.booleans(), tied=st.booleans(), moe=st.booleans(), shared=st.integers(0, 2),
-       shared_width=st.sampled_from([None, 6]), gate=st.booleans(), mla=st.booleans())
+       shared_width=st.sampled_from([None, 6]), gate=st.booleans(), mla=st.booleans(),
+       linear=st.sampled_from([0, 2, 3]), output_gate=st.booleans())
 def test_new_fields_add_up_the_same_on_every_path(qk, sinks, lm_bias, norm, parallel, biases, tied, moe, shared,
-                                                    shared_width, gate, mla):
+                                                    shared_width, gate, mla, linear, output_gate):
     fields: dict = dict(attention_sinks=sinks, lm_head_bias=lm_bias, norm_kind=norm, parallel_attention_mlp=parallel,
-                        qkv_bias=biases, attention_output_bias=biases, mlp_bias=biases, tied_embeddings=tied)
+                        qkv_bias=biases, attention_output_bias=biases, mlp_bias=biases, tied_embeddings=tied,
+                        num_layers=5)
+    if linear and not mla:  # Gated DeltaNet layers, attention on every `linear`-th layer
+        fields.update(linear_attention=dict(num_key_heads=2, num_value_heads=4, key_head_dim=2, value_head_dim=3,
+                                            conv_kernel=4, full_attention_interval=linear),
+                      attention_output_gate=output_gate)
     if qk is not None and not mla:
         fields.update(qk_norm=True, qk_norm_shape=qk)
     if mla:
@@ -393,6 +399,7 @@ def _assert_three_paths_agree(model: ModelSpec) -> None:
     """params.py's total equals the per-rank training shapes at tp 1 and the serving shapes, summed."""
     import numpy as np
 
+    from planner.physics.linear_attention import layer_linear_counts
     from planner.physics.shapes import embedding_params_per_rank, head_params_per_rank, layer_params_per_rank
     from planner.serving.inputs import model_shapes
     from tests.round_specs import lay
@@ -400,14 +407,21 @@ def _assert_three_paths_agree(model: ModelSpec) -> None:
     counts = count_params(model)
     one = lay(tp=1)
     per_rank = embedding_params_per_rank(model, one) + head_params_per_rank(model, one)
-    for moe_layer, n in ((False, counts.num_dense_layers), (True, counts.num_moe_layers)):
+    # Gated DeltaNet layers (Qwen3.5) among the dense layers, which come first, and among the MoE layers
+    lin_dense = int(layer_linear_counts(model, np.int64(0), np.int64(counts.num_dense_layers)))
+    lin_moe = int(layer_linear_counts(model, np.int64(counts.num_dense_layers), np.int64(counts.num_moe_layers)))
+    for moe_layer, n, lin in ((False, counts.num_dense_layers, lin_dense), (True, counts.num_moe_layers, lin_moe)):
         if n:
             p = layer_params_per_rank(model, one, moe_layer=moe_layer)
-            per_rank = per_rank + n * (p.dense + p.expert)
+            q = layer_params_per_rank(model, one, moe_layer=moe_layer, linear=True) if lin else p
+            per_rank = per_rank + (n - lin) * (p.dense + p.expert) + lin * (q.dense + q.expert)
     assert float(np.asarray(per_rank).reshape(-1)[0]) == counts.total
     shapes = model_shapes(model)
     total = shapes.embedding_params + shapes.head_params
-    for layer, n in ((shapes.dense, shapes.num_dense_layers), (shapes.moe, shapes.num_moe_layers)):
+    for layer, n in ((shapes.dense, shapes.num_dense_layers - shapes.num_linear_dense_layers),
+                     (shapes.moe, shapes.num_moe_layers - shapes.num_linear_moe_layers),
+                     (shapes.dense_linear, shapes.num_linear_dense_layers),
+                     (shapes.moe_linear, shapes.num_linear_moe_layers)):
         if layer is not None and n:
             weights = sum(g.tp_elements + g.replicated_elements + g.kv_elements_per_head * shapes.kv_heads
                           for g in layer.gemms)

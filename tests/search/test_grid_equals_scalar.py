@@ -1,6 +1,6 @@
 """The search's broadcast grid (one axis per group of layout fields, costed in chunks) gives, for every candidate,
 exactly what `estimate()` gives for that candidate as a single Layout: random models (dense MHA, GQA, MoE with
-leading dense layers, MLA, sliding window), random problems (with the MoE settings and optimizer-state
+leading dense layers, MLA, sliding window, Gated DeltaNet hybrids), random problems (with the MoE settings and optimizer-state
 precision and the pipeline schedule of a search), and on MoE models always some candidates with expert TP other than tp (parallel folding).
 
 The grid and the scalar path share every formula, but not the broadcasting, the chunking, the stage picking
@@ -27,7 +27,7 @@ BLACKWELL = load_hardware("gb200-nvl72").spec  # NVFP4 (dtype fp4) needs fp4 ten
 
 @st.composite
 def models(draw: st.DrawFn) -> ModelSpec:
-    kind = draw(st.sampled_from(["mha", "gqa", "moe", "mla", "window", "dsa"]))
+    kind = draw(st.sampled_from(["mha", "gqa", "moe", "mla", "window", "dsa", "gdn"]))
     heads = draw(st.sampled_from([8, 16, 32]))
     head_dim = draw(st.sampled_from([64, 128]))
     layers = draw(st.integers(4, 24))
@@ -42,7 +42,7 @@ def models(draw: st.DrawFn) -> ModelSpec:
         "max_seq_len": 8192,
         "mlp_kind": "gated" if kind != "mha" else "standard",
     }
-    if kind in ("gqa", "moe", "window"):
+    if kind in ("gqa", "moe", "window", "gdn"):
         spec["num_kv_heads"] = draw(st.sampled_from([1, 2, 4, 8]))
     if kind == "window":
         spec["sliding_window_tokens"] = 1024
@@ -55,6 +55,14 @@ def models(draw: st.DrawFn) -> ModelSpec:
             "num_shared_experts": draw(st.integers(0, 1)),
             "num_dense_layers": draw(st.integers(0, 2)),
         }
+    if kind == "gdn":  # Gated DeltaNet layers between every k-th attention layer (Qwen3.5), MoE or dense
+        spec["linear_attention"] = {"num_key_heads": draw(st.sampled_from([4, 8])), "num_value_heads": 16,
+                                    "key_head_dim": 64, "value_head_dim": 64, "conv_kernel": 4,
+                                    "full_attention_interval": draw(st.sampled_from([2, 3, 4]))}
+        spec["attention_output_gate"] = draw(st.booleans())
+        if draw(st.booleans()):
+            spec["moe"] = {"num_experts": 8, "experts_per_token": 2, "moe_ffn_hidden_size": heads * head_dim,
+                           "num_shared_experts": 1, "num_dense_layers": draw(st.integers(0, 2))}
     if kind in ("mla", "dsa"):
         spec["mla"] = {"q_lora_rank": 256, "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
                        "v_head_dim": 64}
