@@ -63,6 +63,8 @@ READ_FLAGS: dict[str, str] = {
         "zero-stage", "pad-vocab-size-to", "checkpoint-num-layers",
         "moe-expert-parallel-size", "topk", "expert-interval",  # Megatron-DeepSpeed's DeepSpeed-MoE flags
         "cpu-offloading-num-layers",
+        "linear-conv-kernel-dim", "linear-key-head-dim", "linear-value-head-dim", "linear-num-key-heads",
+        "linear-num-value-heads",
     )},
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
     **{f: "str" for f in (
@@ -92,7 +94,7 @@ READ_FLAGS: dict[str, str] = {
         "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "moe-shared-expert-overlap",
         "moe-pad-expert-input-to-capacity", "enable-cuda-graph", "external-cuda-graph",
         "activation-func-fp8-input-store", "fp8-dot-product-attention", "fp8-multi-head-attention",
-        "use-transformer-engine-op-fuser", FUSED_MLP_ENV_FLAG,
+        "use-transformer-engine-op-fuser", FUSED_MLP_ENV_FLAG, "attention-output-gate",
         # Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed)
         "deepspeed", "deepspeed-activation-checkpointing", "partition-activations", "embed-layernorm",
         "no-pipeline-parallel", "use-flash-attn-v1", "use-flash-attn-v2", "use-flash-attn-triton", "cpu-optimizer",
@@ -665,7 +667,11 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
         max_seq_len=int(args.get("max-position-embeddings") or args.get("seq-length") or 0) or None,
         dropout=dropout, moe=moe, mla=mla, sparse_attention=sparse,  # validated below: a bad value is one error
         mtp_layers=int(args.get("mtp-num-layers") or 0),
+        attention_output_gate=bool(args.get("attention-output-gate")),
     )
+    linear = _linear_attention(args, source)
+    if linear is not None and linear["full_attention_interval"] > 1:  # 1: softmax attention on every layer
+        spec["linear_attention"] = linear
     if spec["max_seq_len"] is None:
         raise PlannerError("--max-position-embeddings (or --seq-length) is missing", source=source)
     try:
@@ -675,6 +681,27 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
 
         raise PlannerError(f"the arguments describe an invalid model: {describe_validation_error(err)}",
                            source=source) from None
+
+
+def _linear_attention(args: Mapping[str, Any], source: str) -> dict[str, int] | None:
+    """Gated DeltaNet layers from --experimental-attention-variant gdn: --linear-attention-freq N puts softmax
+    attention on the layers i with (i + 1) % N == 0 and GDN on the others (Megatron-Core
+    experimental_attention_variant_module_specs.py @ d98e8a64, the integer form; TransformerConfig asserts it is
+    set for gdn); the sizes are the --linear-* flags, TransformerConfig's defaults where absent."""
+    if args.get("experimental-attention-variant") not in GDN_VARIANTS:
+        return None
+    freq = args.get("linear-attention-freq")
+    if freq is None:
+        raise PlannerError("--experimental-attention-variant gdn needs --linear-attention-freq (Megatron-Core asserts "
+                           "it): N puts softmax attention on every Nth layer", source=source)
+    if not str(freq).strip().isdigit() or int(str(freq)) < 1:
+        raise PlannerError(f"--linear-attention-freq {freq}: a list pattern is not modelled; planner places softmax "
+                           "attention on every Nth layer (give the integer N)", source=source)
+    sizes = {flag: int(args.get(flag) or default) for flag, default in GDN_DEFAULTS.items()}
+    return {"num_key_heads": sizes["linear-num-key-heads"], "num_value_heads": sizes["linear-num-value-heads"],
+            "key_head_dim": sizes["linear-key-head-dim"], "value_head_dim": sizes["linear-value-head-dim"],
+            "conv_kernel": sizes["linear-conv-kernel-dim"], "full_attention_interval": int(str(freq)),
+            "state_bytes_per_element": 2}
 
 
 def _sparse_attention(args: Mapping[str, Any], source: str) -> dict[str, int] | None:
@@ -1428,12 +1455,16 @@ def moe_conflict(model: ModelSpec, fields: Mapping[str, Any]) -> str | None:
 
 
 # Megatron-Core's experimental attention variants planner does not model (TransformerConfig.
-# experimental_attention_variant @ d98e8a64: 'dsa', DeepSeek Sparse Attention, is read) and what each puts in place
-# of softmax attention
+# experimental_attention_variant @ d98e8a64: 'dsa', DeepSeek Sparse Attention, and 'gdn', Gated DeltaNet with its
+# deprecated alias 'gated_delta_net', are read) and what each puts in place of softmax attention
 ATTENTION_VARIANTS: dict[str, str] = {
-    "gdn": "Gated DeltaNet linear-attention layers", "gdn2": "Gated DeltaNet-2 linear-attention layers",
-    "gated_delta_net": "Gated DeltaNet linear-attention layers",
+    "gdn2": "Gated DeltaNet-2 linear-attention layers",
 }
+GDN_VARIANTS = ("gdn", "gated_delta_net")
+# TransformerConfig's defaults of the Gated DeltaNet sizes (megatron/core/transformer/transformer_config.py @
+# d98e8a64), which the command line sets through --linear-* (ArgumentGroupFactory over TransformerConfig)
+GDN_DEFAULTS = {"linear-conv-kernel-dim": 4, "linear-key-head-dim": 128, "linear-value-head-dim": 128,
+                "linear-num-key-heads": 16, "linear-num-value-heads": 32}
 
 
 def _refuse_unmodelled_layers(args: Mapping[str, Any], source: str) -> None:
@@ -1444,13 +1475,13 @@ def _refuse_unmodelled_layers(args: Mapping[str, Any], source: str) -> None:
         raise PlannerError(f"--dsa-indexer-topk-freq {args['dsa-indexer-topk-freq']}: layers that reuse another "
                            "layer's top-k (shared indexers) are not modelled; planner models an indexer on every "
                            "layer", source=source)
-    if variant is not None and variant != "dsa":  # DeepSeek Sparse Attention is modelled (model_from_args)
+    if variant is not None and variant != "dsa" and variant not in GDN_VARIANTS:  # DSA and GDN: model_from_args
         what = ATTENTION_VARIANTS.get(str(variant), f"the attention variant {variant!r}")
         raise PlannerError(f"--experimental-attention-variant {variant}: {what}, which planner does not model; "
-                           "planner models softmax-attention layers", source=source)
-    if args.get("linear-attention-freq") is not None:
-        raise PlannerError("--linear-attention-freq puts linear-attention layers between the softmax ones, which "
-                           "planner does not model", source=source)
+                           "planner models softmax-attention layers and Gated DeltaNet (gdn)", source=source)
+    if args.get("linear-attention-freq") is not None and variant not in GDN_VARIANTS:
+        raise PlannerError("--linear-attention-freq places linear-attention layers, and no "
+                           "--experimental-attention-variant gdn says which; add it", source=source)
     for flag in ("heterogeneous-layers-config-path", "heterogeneous-layers-config-encoded-json"):
         if args.get(flag) is not None:
             raise PlannerError(f"--{flag}: layers that differ in shape or are replaced (Llama-Nemotron's block "
@@ -1806,6 +1837,15 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
         flags += [["--experimental-attention-variant", "dsa"], ["--dsa-indexer-n-heads", str(dsa.index_heads)],
                   ["--dsa-indexer-head-dim", str(dsa.index_head_dim)], ["--dsa-indexer-topk", str(dsa.topk)],
                   ["--dsa-indexer-use-sparse-loss"], ["--dsa-kernel-backend", "cudnn"]]
+    if model.attention_output_gate:
+        flags.append(["--attention-output-gate"])
+    if model.linear_attention is not None:  # Megatron-Core's Gated DeltaNet (experimental_attention_variant gdn)
+        la = model.linear_attention
+        flags += [["--experimental-attention-variant", "gdn"],
+                  ["--linear-attention-freq", str(la.full_attention_interval)],
+                  ["--linear-num-key-heads", str(la.num_key_heads)], ["--linear-num-value-heads", str(la.num_value_heads)],
+                  ["--linear-key-head-dim", str(la.key_head_dim)], ["--linear-value-head-dim", str(la.value_head_dim)],
+                  ["--linear-conv-kernel-dim", str(la.conv_kernel)]]
     if model.sliding_window_layers:
         window = _window_flags(model)
         if window is None:

@@ -286,3 +286,44 @@ def test_cp_comm_type_takes_one_type_per_layer_and_dsa_backends_are_checked() ->
     assert not any("cp-comm-type" in w for w in per_layer.warnings)
     with pytest.raises(PlannerError, match="takes none, tilelang or cudnn"):
         import_megatron([*base, *dsa, "--dsa-kernel-backend", "bogus"], gpus=8, given={}, model=None, source="a")
+
+
+def test_gated_deltanet_model_round_trips_through_megatron_arguments(run_cli, tmp_path):
+    """Qwen3.5-35B-A3B (tests/fixtures/hf, provenance in tests/engines/test_hf_qwen3_5.py) exported as Megatron-LM
+    arguments: --experimental-attention-variant gdn, --linear-attention-freq 4 and the --linear-* sizes
+    (TransformerConfig fields, megatron/core/transformer/transformer_config.py @ d98e8a64), --attention-output-gate;
+    read back, the model and the estimate are the same."""
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "qwen3.5-35b-a3b.json"
+    out = tmp_path / "args.sh"
+    layout = ["--hardware", "h100-sxm", "--gpus", "16", "--tp", "2", "--pp", "2", "--ep", "4", "--zero", "1",
+              "--global-batch", "64", "--seq-len", "4096"]
+    exported = run_cli("export", "--model", str(fixture), *layout, "--to", "megatron", "--out", str(out))
+    assert exported.exit_code == 0, exported.output
+    text = out.read_text()
+    for flag in ("--experimental-attention-variant gdn", "--linear-attention-freq 4", "--linear-num-key-heads 16",
+                 "--linear-num-value-heads 32", "--attention-output-gate"):
+        assert flag in text
+    checked = run_cli("check", "--megatron-args", str(out), "--hardware", "h100-sxm", "--gpus", "16", "--format",
+                      "json", "--no-suggest")
+    assert checked.exit_code in (0, 1), checked.output
+    back = json.loads(checked.stdout)[0]
+    direct = run_cli("check", "--megatron-args", str(out), "--model", str(fixture), "--hardware", "h100-sxm",
+                     "--gpus", "16", "--format", "json", "--no-suggest")
+    assert direct.exit_code in (0, 1), direct.output
+    given = json.loads(direct.stdout)[0]
+    assert back["params"] == given["params"] == 34_660_610_688
+    assert back["time"]["step_seconds"] == pytest.approx(given["time"]["step_seconds"], rel=1e-12)
+
+
+@pytest.mark.parametrize("args,message", [
+    ("--experimental-attention-variant gdn", "needs --linear-attention-freq"),
+    ("--experimental-attention-variant gdn --linear-attention-freq ([1]*3+[0])*6", "list pattern"),
+    ("--linear-attention-freq 4", "no --experimental-attention-variant gdn"),
+    ("--experimental-attention-variant gdn2 --linear-attention-freq 4", "Gated DeltaNet-2"),
+])
+def test_gated_deltanet_flags_that_cannot_be_read(run_cli, tmp_path, args, message):
+    path = tmp_path / "args.txt"
+    path.write_text("--num-layers 24 --hidden-size 1024 --num-attention-heads 8 --seq-length 4096 "
+                    "--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 8 " + args)
+    result = run_cli("check", "--megatron-args", str(path), "--hardware", "h100-sxm", "--gpus", "8")
+    assert result.exit_code == 2 and message in result.stderr, result.output
