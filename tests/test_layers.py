@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"physics"},
     {"training", "serving"},
     {"search"},
+    {"writing"},  # the output files' writer (regular files only, whole or not at all): engines and the CLI use it
     {"engines"},
     {"validate", "calibrate"},
     {"report"},

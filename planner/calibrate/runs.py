@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from planner.engines import load, logs, megatron, megatron_bridge
 from planner.engines.job import ResolvedJob, resolve_job
 from planner.errors import PlannerError
@@ -99,7 +101,15 @@ def _log_figures(reading: logs.LogReading, global_batch: int | None) -> Measured
         values["peak_memory_gib"] = reading.peak_memory_bytes / GIB
     if not values:
         raise PlannerError("the log holds no step time, throughput or memory figure", source=reading.source)
-    return Measured(**values)
+    try:
+        return Measured(**values)
+    except ValidationError as err:  # a zero, negative or absurd figure in the log: say which, from which file
+        first = err.errors()[0]
+        name = str(first["loc"][0]) if first.get("loc") else "figure"
+        shown = {"step_seconds": "step time (s)", "tokens_per_second_per_gpu": "tokens/s per GPU",
+                 "peak_memory_gib": "peak memory (GiB)"}.get(name, name)
+        raise PlannerError(f"the log's {shown}, {values.get(name)!r}, is not a measurement planner can use "
+                           f"({first['msg']}); check the log's steady-state lines", source=reading.source) from None
 
 
 def _megatron_job(reading: logs.LogReading, entry_job: dict[str, Any] | None, hardware: str | None,

@@ -29,6 +29,7 @@ from planner.cli.options import (
     warn_if_far,
 )
 from planner.errors import PlannerError
+from planner.writing import writable_target
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -415,6 +416,7 @@ def export_cmd(job_file: Path | None, to: str, out: Path | None, **kw: Any) -> N
     if out is None:
         click.echo(exported.text, nl=False)
         return
+    writable_target(out)  # a file name ('' and '.' are none), and not a directory, FIFO or device
     path = write_export(to, job.model_id, job.model, job.hardware, job.layout, est, out.parent,
                         hardware_id=job.hardware_id, name=out.name)
     click.echo(f"wrote {path}", err=True)

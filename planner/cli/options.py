@@ -15,6 +15,7 @@ import click
 from planner.errors import PlannerError
 from planner.specs.bounds import FIELD_KINDS, describe, over_limit
 from planner.specs.layout import FP8_RECIPE_CODES, ComputeDtype
+from planner.writing import writable_target
 
 COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDtype)  # --dtype of estimate, search and check
 
@@ -287,9 +288,14 @@ class Outputs:
         self.lines.append((text, nl, err))
 
     def commit(self) -> None:
-        for scratch, target in self.moves:
+        try:  # every target a regular file before any is replaced: all the files or none
+            targets = [writable_target(target) for _, target in self.moves]
+        except PlannerError:
+            self.discard()
+            raise
+        for (scratch, target), resolved in zip(self.moves, targets):
             try:
-                os.replace(scratch, target)
+                os.replace(scratch, resolved)
             except OSError as error:
                 self.discard()
                 raise PlannerError(f"cannot write: {error.strerror or error}", source=str(target)) from None

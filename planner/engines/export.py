@@ -10,7 +10,6 @@ the header is re-estimated for it, so the header always describes the file. Rend
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 from planner.training.estimate import TrainingEstimate, estimate
 from planner.training.rules import check_layout
+from planner.writing import write_text
 
 EXPORT_FORMATS: tuple[str, ...] = ("megatron", "megatron_bridge", "deepspeed", "torchtitan", "torchtitan_registry", "hf_trainer",
                                    "automodel")
@@ -131,13 +131,5 @@ def write_export(
     """Render and write the launch configuration into `directory` (created if missing); returns its path."""
     exported = render_export(fmt, model_id, model, hw, layout, est, hardware_id=hardware_id)
     target = Path(directory) / (name or exported.name)
-    scratch = target.with_name(f".{target.name}.partial")  # renamed into place once whole
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        scratch.write_text(exported.text, encoding="utf-8")
-        os.replace(scratch, target)
-    except OSError as err:
-        if scratch.parent.is_dir():
-            scratch.unlink(missing_ok=True)
-        raise PlannerError(f"cannot write: {err.strerror or err}", source=str(target)) from None
+    write_text(target, exported.text, make_parents=True)  # a regular file, renamed into place once whole
     return target

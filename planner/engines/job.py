@@ -23,6 +23,7 @@ from planner.engines import (
 )
 from planner.engines.common import EngineImport, require
 from planner.errors import PlannerError
+from planner.specs.bounds import LIMITS
 from planner.specs.engine import ENGINE_PROFILES
 from planner.specs.hardware import HardwareProfile
 from planner.specs.job import Job
@@ -66,6 +67,17 @@ def overlaid(hw: HardwareProfile, profile: Path | None) -> tuple[HardwareProfile
     return apply_overlay(hw, overlay, source=str(profile)), overlay
 
 
+def _job_file(ref: str, base: Path, source: str, field: str) -> Path:
+    """A file a job names (relative to the job file): an error naming the job and its field when it is missing or
+    not a file, so that among many jobs checked at once the broken one is plain."""
+    path = Path(ref) if Path(ref).is_absolute() else base / ref
+    if not path.is_file():
+        why = "is a directory" if path.is_dir() else "not found" if not path.exists() else "is not a regular file"
+        raise PlannerError(f"{ref} {why} (paths are relative to the job file); fix the path", source=source,
+                           field=field)
+    return path
+
+
 def _model(job: Job, base: Path, source: str) -> load.Loaded | None:
     if job.model is None:
         return None
@@ -84,7 +96,7 @@ def resolve_job(job: Job, *, base: Path, source: str, profile: Path | None = Non
     except PlannerError as err:
         raise PlannerError(err.render(), source=source, field="hardware") from None
     if profile is None and job.profile is not None:
-        profile = Path(job.profile) if Path(job.profile).is_absolute() else base / job.profile
+        profile = _job_file(job.profile, base, source, "profile")
     spec, overlay = overlaid(hw.spec, profile)
     if overlay is not None:
         hw = load.Loaded(id=hw.id, spec=spec, source=hw.source, aliases=hw.aliases)
@@ -93,6 +105,11 @@ def resolve_job(job: Job, *, base: Path, source: str, profile: Path | None = Non
     else:
         assert job.nodes is not None  # Job._gpus_or_nodes: exactly one of gpus and nodes is given
         gpus = job.nodes * hw.spec.node.gpus_per_node
+        limit = LIMITS["gpus"]
+        if gpus > limit.maximum:  # each factor is within its own limit; their product need not be
+            raise PlannerError(f"{job.nodes:,} nodes x {hw.spec.node.gpus_per_node:,} GPUs per node = {gpus:,} GPUs, "
+                               f"above planner's limit of {int(limit.maximum):,} {limit.unit}; use fewer nodes",
+                               source=source, field="nodes")
     loaded = _model(job, base, source)
     given = job.given_fields()
     engine = job.engine
@@ -143,7 +160,7 @@ def _import_engine(
     assert engine is not None
     path = None
     if engine.path:
-        path = Path(engine.path) if Path(engine.path).is_absolute() else base / engine.path
+        path = _job_file(engine.path, base, source, "engine.path")
     where = str(path) if path else f"{source}: engine.args"
     if engine.format == "deepspeed":
         if loaded is None:
@@ -205,7 +222,7 @@ def _import_engine(
     else:
         config = load.read_engine_file("torchtitan", path) if path is not None else {}
     applied = torchtitan.apply_overrides(config, overrides, where)
-    name, flavor = torchtitan.model_name(applied)
+    name, flavor = torchtitan.model_name(applied, where)
     mapped = torchtitan.catalog_id(name, flavor)
     described = f"torchtitan model {name} flavor {flavor}"
     if name == torchtitan.HF_BACKEND:

@@ -108,11 +108,30 @@ def _yaml_loader() -> type:
                     seen[key] = line
             return super().construct_mapping(node, deep=deep)
 
+    # Numbers as YAML 1.2's core schema reads them, not YAML 1.1's: `1:00` (base 60) and `010` (octal) are not 60 and
+    # 8 but a string and 10; `0o10` and `0x8` are octal and hexadecimal (yaml.org/spec/1.2.2, 10.3.2).
+    int_tag, float_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in (int_tag, float_tag)]
+        for first, resolvers in base.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(int_tag, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+                                 list("-+0123456789"))
     Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-        list("-+0123456789"),
+        float_tag,
+        re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."),
     )
+
+    def construct_int(loader: Any, node: Any) -> int:
+        text = str(loader.construct_scalar(node))
+        if text.startswith("0o"):
+            return int(text[2:], 8)
+        if text.startswith("0x"):
+            return int(text[2:], 16)
+        return int(text, 10)
+
+    Loader.add_constructor(int_tag, construct_int)
     return Loader
 
 

@@ -94,6 +94,17 @@ def detect_format(text: str, source: str) -> str:
                        "timer line or Hugging Face Trainer metrics; give the format with --log-format", source=source)
 
 
+def _measure(text: str, source: str, line: int | None, what: str) -> float:
+    """A measured figure (a step time, a throughput, a peak): a _number that must be positive, for a zero or
+    negative one says the run measured nothing (a counter not started, a garbled line)."""
+    value = _number(text, source, line, what)
+    if value <= 0:
+        raise PlannerError(f"{what} is {text.strip()}: a measured step time, throughput or memory figure must be "
+                           "positive; is this a finished, steady-state step?", source=source,
+                           field=f"line {line}" if line is not None else None)
+    return value
+
+
 def _number(text: str, source: str, line: int | None, what: str) -> float:
     """A figure the log prints (thousands separators allowed); PlannerError naming the log and line when it is
     not a finite number (a garbled or interleaved line, nan, inf)."""
@@ -181,8 +192,8 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
             tflops = fields.get("throughput per GPU (TFLOP/s/GPU)")
             steps.append(LogStep(
                 step=int(m.group(1)),
-                step_seconds=_number(ms, source, number, "elapsed time per iteration (ms)") / 1e3 if ms else None,
-                tflops_per_gpu=_number(tflops, source, number, "throughput per GPU (TFLOP/s/GPU)") if tflops else None))
+                step_seconds=_measure(ms, source, number, "elapsed time per iteration (ms)") / 1e3 if ms else None,
+                tflops_per_gpu=_measure(tflops, source, number, "throughput per GPU (TFLOP/s/GPU)") if tflops else None))
             continue
         m = _MEMORY.search(line)
         if m:
@@ -191,7 +202,7 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
                 key, _, value = part.partition(":")
                 if key.strip().replace("-gigabytes", "") in ("max reserved", "max_reserved", "max allocated",
                                                               "max_allocated") and value.strip():
-                    peak = max(peak or 0.0, _number(value.strip(), source, number, key.strip()) * unit)
+                    peak = max(peak or 0.0, _measure(value.strip(), source, number, key.strip()) * unit)
     used = _steady(steps, "Megatron-LM iteration", source, warmup)
     if not any(s.step_seconds for s in used):
         raise PlannerError("the iteration lines carry no 'elapsed time per iteration (ms)'", source=source)
@@ -215,9 +226,9 @@ def _torchtitan(text: str, source: str, warmup: int) -> LogReading:
         if m:
             n = int(m.group(1))
             steps.setdefault(n, LogStep(
-                step=n, tokens_per_second_per_gpu=_number(m.group(3), source, number, "tps"),
-                memory_bytes=_number(m.group(2), source, number, "memory") * GIB,
-                tflops_per_gpu=_number(m.group(4), source, number, "tflops") if m.group(4) else None,
+                step=n, tokens_per_second_per_gpu=_measure(m.group(3), source, number, "tps"),
+                memory_bytes=_measure(m.group(2), source, number, "memory") * GIB,
+                tflops_per_gpu=_measure(m.group(4), source, number, "tflops") if m.group(4) else None,
                 mfu=_number(m.group(5), source, number, "mfu") / 100 if m.group(5) else None,
             ))  # one line per rank: the first of each step stands for it
     used = _steady(list(steps.values()), "torchtitan step", source, warmup)
@@ -240,8 +251,8 @@ def _deepspeed(text: str, source: str, warmup: int) -> LogReading:
         if m:
             n = int(m.group(2))
             steps.setdefault(n, LogStep(
-                step=n, samples_per_second=_number(m.group(3), source, number, "SamplesPerSec"),
-                memory_bytes=_number(m.group(5), source, number, "MaxMemAllocated") * GIB if m.group(5) else None))
+                step=n, samples_per_second=_measure(m.group(3), source, number, "SamplesPerSec"),
+                memory_bytes=_measure(m.group(5), source, number, "MaxMemAllocated") * GIB if m.group(5) else None))
     used = _steady(list(steps.values()), "DeepSpeed timer", source, warmup)
     memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
     return LogReading(
@@ -274,7 +285,7 @@ def _hf_trainer(text: str, source: str, warmup: int) -> LogReading:
                            "Trainer prints them when training ends); log a finished run", source=source)
 
     def value(key: str) -> float | None:
-        return _number(str(metrics[key]), source, None, key) if key in metrics else None
+        return _measure(str(metrics[key]), source, None, key) if key in metrics else None
 
     steps = value("train_steps_per_second")
     warnings = ["the Trainer's figures average the whole run, warm-up steps included; they cannot be left out"]

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from planner.errors import PlannerError
 from planner.specs.overlay import ProfileOverlay
+from planner.writing import write_text
 
 HEADER = (
     "# planner profile overlay, written by 'planner calibrate'. Use it with --profile FILE (estimate, search,\n"
@@ -33,7 +33,4 @@ def overlay_text(overlay: ProfileOverlay) -> str:
 
 
 def write_overlay(path: Path, overlay: ProfileOverlay) -> None:
-    try:
-        path.write_text(overlay_text(overlay), encoding="utf-8")
-    except OSError as err:
-        raise PlannerError(f"cannot write: {err}", source=str(path)) from None
+    write_text(path, overlay_text(overlay))  # a regular file only, renamed into place once whole

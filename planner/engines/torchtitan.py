@@ -164,8 +164,18 @@ def split_args(text: str) -> list[str]:
 
 
 # model -------------------------------------------------------------------------------------------
-def model_name(config: Mapping[str, Any]) -> tuple[str, str]:
+def check_sections(config: Mapping[str, Any], source: str) -> None:
+    """Every top-level key of a torchtitan job config is a section of JobConfig (a TOML table): a plain value there
+    (`model = "llama3"`) is not a config torchtitan reads."""
+    for key, value in config.items():
+        if not isinstance(value, Mapping):
+            raise PlannerError(f"expected a [{key}] table (torchtitan's job config is made of sections), got "
+                               f"{type(value).__name__} {value!r:.60}", source=source, field=key)
+
+
+def model_name(config: Mapping[str, Any], source: str = "torchtitan config") -> tuple[str, str]:
     """torchtitan's (model.name, model.flavor), with JobConfig's defaults."""
+    check_sections(config, source)
     section = config.get("model") or {}
     return str(section.get("name", DEFAULT_MODEL[0])), str(section.get("flavor", DEFAULT_MODEL[1]))
 
@@ -181,7 +191,7 @@ def catalog_id(name: str, flavor: str) -> str | None:
 
 def hf_backend_model(config: Mapping[str, Any], source: str) -> str:
     """The Hugging Face id a transformers-backend config trains ([hf_transformers] model, flavor full)."""
-    _, flavor = model_name(config)
+    _, flavor = model_name(config, source)
     found = config.get("hf_transformers")
     section: Mapping[str, Any] = found if isinstance(found, dict) else {}
     repo = section.get("model")
@@ -457,6 +467,7 @@ def import_torchtitan(
 
     A setting the file (or an override) writes wins; one it leaves out takes the job's value, else torchtitan's
     default; a job value that contradicts the file is an error."""
+    check_sections(config, source)
     config = apply_overrides(config, overrides, source)
     pick = _Picker(config, given, source)
     got = Collected(source=source)

@@ -468,7 +468,8 @@ def inference_times(shapes: ModelShapes, hw: HardwareProfile, x: InferenceArrays
     prefill_tokens = np.where(steady.stable, steady.prefill_tokens_per_iteration, 0.0)
     m_iter = np.clip(tokens + prefill_tokens / s, 1.0, x.pp)
     iteration = forward_pass(shapes, hw, x, r, work(tokens, prefill_tokens).scaled(1 / m_iter))
-    e2e = steady.ttft_seconds + (o - 1) * steady.tpot_seconds
+    with np.errstate(invalid="ignore"):  # one output token: no inter-token time, even when it is unbounded (inf)
+        e2e = steady.ttft_seconds + np.where(o > 1, (o - 1) * steady.tpot_seconds, 0.0)
     tokens_per_s = np.where(steady.stable, steady.request_rate * o, 0.0)
     q = steady.ttft_percentile_seconds
     qt = steady.tpot_percentile_seconds

@@ -235,7 +235,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "ep_invalid",
         lambda m, a, g: ((a.ep > 1) & ((_moe_experts(m) % a.ep != 0) | (m.moe is None)))
-        | (((a.ep > 1) | (a.etp != a.tp)) & ((a.tp * a.dp * a.cp) % (a.ep * a.etp) != 0)),
+        | (((a.ep > 1) | ((a.etp != a.tp) & (m.moe is not None))) & ((a.tp * a.dp * a.cp) % (a.ep * a.etp) != 0)),
         lambda m, l, g: f"ep({l.ep}) needs a MoE model whose num_experts({_moe_experts(m)}) it divides, with ep * etp "
         f"({l.ep} * {l.expert_tp}) dividing tp({l.tp}) * dp({l.dp}) * cp({l.cp}) (the expert layers' ranks span a "
         "stage's tp x dp x cp ranks)",

@@ -234,7 +234,7 @@ def test_deepseek_sparse_attention_functional_test_reads_the_indexer(run_cli) ->
 
 
 @pytest.mark.parametrize(("flags", "why"), [
-    (["--experimental-attention-variant", "gdn", "--linear-attention-freq", "4"], "Gated DeltaNet"),
+    (["--experimental-attention-variant", "gdn2", "--linear-attention-freq", "4"], "Gated DeltaNet-2"),
     (["--linear-attention-freq", "4"], "linear-attention layers"),
     (["--heterogeneous-layers-config-path", "nemotron_super.json"], "Llama-Nemotron's block configs"),
     (["--multi-latent-attention", "--q-lora-rank", "64", "--kv-lora-rank", "32", "--experimental-attention-variant",

@@ -59,3 +59,132 @@ def test_modulo_by_zero_in_a_launch_script(tmp_path):
 def test_remainder_and_quotient_truncate_toward_zero_as_in_bash(expr, bash):
     """bash: $(( -7 % 3 )) is -1 and $(( -7 / 2 )) is -3 (C semantics), where Python gives 2 and -4."""
     assert _arith(ast.parse(expr, mode="eval")) == bash
+
+
+# Found by the fuzz run of 2026-12-07 ---------------------------------------------------------------------------
+FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize("fmt,log,pattern,replacement,needle", [
+    ("deepspeed", "deepspeed_timer_2022.log", r"MaxMemAllocated=[0-9.]*GB", "MaxMemAllocated=0GB", "MaxMemAllocated"),
+    ("deepspeed", "deepspeed_timer_2022.log", r"SamplesPerSec=[0-9.]+", "SamplesPerSec=0.0", "SamplesPerSec"),
+    ("torchtitan", "torchtitan_llama3_8b.log", r"tps: [0-9,]+", "tps: 0", "tps"),
+    ("megatron", "megatron_gpt345m_4xa800_tp2pp2.log", r"elapsed time per iteration \(ms\): [0-9.]+",
+     "elapsed time per iteration (ms): 0.0", "elapsed time per iteration"),
+])
+def test_a_zero_figure_in_a_training_log_is_one_error(tmp_path, fmt, log, pattern, replacement, needle):
+    """A zero or negative figure reached the Measured spec and escaped as a ValidationError (exit 3), or was read
+    as 'no figure'; it is the log's own error, naming the line."""
+    import re
+
+    text = re.sub(pattern, replacement, (FIXTURES / "logs" / log).read_text())
+    path = tmp_path / log
+    path.write_text(text)
+    job = FIXTURES / "jobs" / ("deepspeed_job.yaml" if fmt == "deepspeed" else "llama8b_fits.yaml")
+    extra = ["--job", job] if fmt != "megatron" else ["--hardware", "a100-80gb"]
+    assert_rejected(["calibrate", "--log", path, "--log-format", fmt, *extra], str(path), needle, "positive")
+
+
+def test_a_torchtitan_section_given_as_a_plain_value(tmp_path):
+    """`model = "llama3"` instead of a [model] table crashed on .get (exit 3)."""
+    path = tmp_path / "tt.toml"
+    path.write_text('model = "llama3"\n[training]\nlocal_batch_size = 1\nseq_len = 8192\n')
+    assert_rejected(["check", "--torchtitan", path, "--hardware", "h100-sxm", "--gpus", "8"], str(path),
+                    "model", "[model] table")
+
+
+def _export(out: object) -> list[object]:
+    return ["export", FIXTURES / "jobs" / "llama8b_fits.yaml", "--to", "megatron", "--out", out]
+
+
+def test_export_does_not_replace_a_fifo_or_write_a_file_named_nothing(tmp_path, monkeypatch):
+    """--out FIFO replaced the FIFO (as root, --out /dev/full replaced the device node); --out '' wrote
+    ./megatron_args.sh."""
+    import os
+    import stat
+
+    monkeypatch.chdir(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert_rejected(_export(fifo), "not a regular file", folder=tmp_path)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    (tmp_path / "dir").mkdir()
+    assert_rejected(_export(tmp_path / "dir"), "is a directory", folder=tmp_path)
+    assert_rejected(_export(""), "not a file name", folder=tmp_path)
+
+
+def test_export_writes_through_a_symbolic_link(tmp_path):
+    from fuzz.contract import invoke
+
+    target = tmp_path / "args.sh"
+    target.write_text("old")
+    link = tmp_path / "link.sh"
+    link.symlink_to(target)
+    result, _ = invoke(_export(link))
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and target.read_text().startswith("# Megatron-LM arguments")
+
+
+def test_calibrate_out_to_a_fifo_is_refused_at_once(tmp_path):
+    """open() on a FIFO blocks until a reader comes: `calibrate --out FIFO` hung."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert_rejected(["calibrate", FIXTURES / "calibrate" / "nemo_runs.yaml", "--out", fifo], "not a regular file")
+
+
+def test_search_plot_and_export_are_written_together_or_not_at_all(tmp_path):
+    """The plot was renamed into place before the export's target turned out to be a directory."""
+    (tmp_path / "ex" / "megatron_args.sh").mkdir(parents=True)
+    assert_rejected(["search", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--global-batch", "64",
+                     "--seq-len", "4096", "--plot", tmp_path / "p.png", "--export", "megatron", tmp_path / "ex"],
+                    "is a directory", folder=tmp_path)
+
+
+def test_nodes_times_gpus_per_node_is_held_to_the_gpu_limit(tmp_path):
+    path = tmp_path / "n.yaml"
+    path.write_text("model: llama-3.1-8b\nhardware: gb200-nvl72\nnodes: 20000\nparallel: {tp: 2}\n"
+                    "training: {global_batch: 720000, seq_len: 4096}\n")
+    assert_rejected(["check", path], "nodes", "1,440,000 GPUs", "limit")
+
+
+@pytest.mark.parametrize("field,line", [("engine.path", "engine: {format: deepspeed, path: missing.json}"),
+                                        ("profile", "profile: missing.yaml")])
+def test_a_missing_file_a_job_names_is_reported_with_the_job(tmp_path, field, line):
+    path = tmp_path / "job.yaml"
+    path.write_text(f"model: llama-3.1-8b\nhardware: h100-sxm\ngpus: 8\n{line}\n"
+                    "training: {global_batch: 64, seq_len: 4096}\n")
+    assert_rejected(["check", path], f"{path}: {field}", "not found")
+
+
+@pytest.mark.parametrize("value,needle", [("1:00", "gpus"), ("1_024", "gpus")])
+def test_yaml_numbers_are_read_as_yaml_1_2_reads_them(tmp_path, value, needle):
+    """YAML 1.1's base-60 `1:00` was 60 GPUs and `010` was 8; YAML 1.2 reads neither as those numbers."""
+    path = tmp_path / "job.yaml"
+    path.write_text(f"model: llama-3.1-8b\nhardware: h100-sxm\ngpus: {value}\ntraining: {{global_batch: 64, seq_len: 4096}}\n")
+    assert_rejected(["check", path], needle)
+
+
+def test_yaml_leading_zero_is_decimal():
+    from planner.engines.load import parse_yaml
+
+    assert parse_yaml("a: 010\nb: 0o10\nc: 0x8\nd: 1e-5\n", "x") == {"a": 10, "b": 8, "c": 8, "d": 1e-5}
+
+
+def test_expert_tp_on_a_dense_model_names_expert_tp():
+    """A dense model with --etp 2 was refused by the ep rule, naming an ep the user never set."""
+    assert_rejected(["estimate", *TRAIN[:5], "1", *TRAIN[6:], "--etp", "2"], "etp(2)", "MoE")
+
+
+def test_one_output_token_under_an_unbounded_load_warns_nothing():
+    """(o - 1) x inf made numpy print 'invalid value encountered in multiply' on stderr."""
+    import warnings
+
+    from fuzz.contract import invoke
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result, _ = invoke(["infer", "estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--input-len", "1",
+                            "--output-len", "1", "--request-rate", "1e9"])
+    assert result.exit_code == 0 and "RuntimeWarning" not in result.stderr, result.output
