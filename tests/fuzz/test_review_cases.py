@@ -188,3 +188,20 @@ def test_one_output_token_under_an_unbounded_load_warns_nothing():
         result, _ = invoke(["infer", "estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--input-len", "1",
                             "--output-len", "1", "--request-rate", "1e9"])
     assert result.exit_code == 0 and "RuntimeWarning" not in result.stderr, result.output
+
+
+@pytest.mark.parametrize("line,needles", [
+    ("model: [1]", ("model: expected a string or a mapping of ModelSpec's fields", "got list")),
+    ("parallel: 3", ("parallel: expected a mapping of fields", "got int 3")),
+])
+def test_union_and_section_errors_speak_the_files_words(tmp_path, line, needles):
+    """pydantic's own words ('model.str: Input should be a valid string', 'instance of ParallelSection') named the
+    union member and the class, not what the field takes."""
+    path = tmp_path / "job.yaml"
+    base = {"model": "model: llama-3.1-8b", "parallel": ""}
+    key = line.split(":")[0]
+    lines = [line if key == "model" else base["model"], "hardware: h100-sxm", "gpus: 8",
+             "training: {global_batch: 64, seq_len: 4096}"] + ([line] if key == "parallel" else [])
+    path.write_text("\n".join(lines) + "\n")
+    message = assert_rejected(["check", path], *needles)
+    assert ".str" not in message and "instance of" not in message
