@@ -246,6 +246,15 @@ def _count(r: _Reader, key: str) -> int:
     return value
 
 
+def _mtp_count(r: _Reader, key: str, note: str | None = None) -> None:
+    """Multi-token-prediction layers counted by `key` (DeepSeek-V3's form: mtp_layers), with a note when given."""
+    mtp = _optional_count(r, key)
+    if mtp:
+        r.put("mtp_layers", mtp, key)
+        if note:
+            r.notes.append(f"{key} {mtp}: {note}")
+
+
 def _moe(r: _Reader, *, experts: str, ffn: str, shared: int = 0, dense_layers: int = 0,
          router_bias: bool = False) -> None:
     moe = {
@@ -623,11 +632,8 @@ def _glm4_moe(r: _Reader) -> None:
     groups, group_topk = _optional_count(r, "n_group"), _optional_count(r, "topk_group")
     if groups and group_topk and groups > 1:
         r.put("moe", {**r.spec["moe"], "router_groups": groups, "router_group_topk": group_topk}, "n_group")
-    mtp = _optional_count(r, "num_nextn_predict_layers")
-    if mtp:
-        r.put("mtp_layers", mtp, "num_nextn_predict_layers")
-        r.notes.append(f"num_nextn_predict_layers {mtp}: multi-token-prediction layers trained with the model "
-                       "(mtp_layers); serving ignores them")
+    _mtp_count(r, "num_nextn_predict_layers", "multi-token-prediction layers trained with the model (mtp_layers); "
+               "serving ignores them")
 
 
 def _minimax_m2(r: _Reader) -> None:
@@ -870,9 +876,7 @@ def _mimo(r: _Reader) -> None:
     _head_dim(r)  # Qwen2Attention: getattr(config, "head_dim", hidden_size // num_attention_heads)
     if r.raw("attention_bias") not in (None, True):
         raise r.error("attention_bias", "MiMo's attention is Qwen2's, which always has a bias on q, k and v")
-    mtp = _optional_count(r, "num_nextn_predict_layers")
-    if mtp:
-        r.put("mtp_layers", mtp, "num_nextn_predict_layers")
+    _mtp_count(r, "num_nextn_predict_layers")
 
 
 def _smollm3(r: _Reader) -> None:
@@ -1089,11 +1093,8 @@ def _qwen3_5_text(r: _Reader, *, moe: bool) -> None:
     if r.bool_("mtp_use_dedicated_embeddings", False):
         raise r.error("mtp_use_dedicated_embeddings", "MTP layers with an embedding of their own are not modelled "
                       "(planner's MTP module shares the main model's)")
-    mtp = _optional_count(r, "mtp_num_hidden_layers")
-    if mtp:
-        r.put("mtp_layers", mtp, "mtp_num_hidden_layers")
-        r.notes.append(f"mtp_num_hidden_layers {mtp}: multi-token-prediction layers trained with the model, counted "
-                       "in DeepSeek-V3's form (mtp_layers; transformers loads none); serving ignores them")
+    _mtp_count(r, "mtp_num_hidden_layers", "multi-token-prediction layers trained with the model, counted in "
+               "DeepSeek-V3's form (mtp_layers; transformers loads none); serving ignores them")
 
 
 def _qwen3_5_dense_text(r: _Reader) -> None:
@@ -1125,9 +1126,7 @@ def _qwen3_next(r: _Reader) -> None:
     _linear_attention(r, interval_default=4, state_dtype_default="bfloat16")
     _moe(r, experts="num_experts", ffn="moe_intermediate_size", dense_layers=_leading_dense_layers(r))
     _qwen_gated_shared_expert(r)
-    mtp = _optional_count(r, "num_nextn_predict_layers")
-    if mtp:
-        r.put("mtp_layers", mtp, "num_nextn_predict_layers")
+    _mtp_count(r, "num_nextn_predict_layers")
 
 
 # Keys each reader ignores on purpose, with the reason (shown in docs/models.md).
