@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from enum import IntEnum
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -435,11 +436,12 @@ class LayoutArrays:
     fp8_attention: np.ndarray  # the fused attention on fp8 inputs (Layout.fp8_attention)
     moe_fused_mlp: np.ndarray  # the routed experts in Transformer Engine's fused grouped MLP (Layout.moe_fused_mlp)
 
-    @property
+    @cached_property
     def shape(self) -> tuple[int, ...]:
         """The broadcast shape of all fields: (n,) for a list of layouts; a search grid may give each field
         its own axis (fields of shape (a, 1, 1), (1, z, 1), ...) so terms that depend on few fields are
-        computed once per distinct value."""
+        computed once per distinct value. Computed once (the fields of a frozen instance keep their shapes; the
+        rules and the stage formulas ask for it hundreds of times per estimate)."""
         return np.broadcast_shapes(*(getattr(self, f.name).shape for f in fields(self)))
 
     @property
