@@ -71,13 +71,15 @@ def core_flop_per_token(la: LinearAttentionSpec) -> float:
 
 def mixer_elementwise_bytes_per_token(la: LinearAttentionSpec, tp: np.ndarray) -> np.ndarray:
     """Forward bytes per token of the mixer's memory-bound kernels on one rank of a TP group: the causal
-    convolution with its SiLU (reads and writes q, k, v: 2 x 2 x conv), the gates (reads b and a, writes the fp32
-    decay and write strength: 2 x 2 + 2 x 4 per value head) and the gated RMSNorm (reads the output and z, writes
-    its result: 3 x 2 x value); all split over TP with the heads. The chunked kernel's own traffic is
-    core_bytes_per_token."""
+    convolution with its SiLU (reads and writes q, k, v: 2 x 2 x conv), the L2 norm of q and k and their repeat to
+    the value heads (reads 2 x 2 n_k d_k, writes 2 x 2 n_v d_k: Megatron-Core's gated_delta_net common.py
+    _prepare_input_for_gated_delta_rule), the gates (reads b and a, writes the fp32 decay and write strength:
+    2 x 2 + 2 x 4 per value head) and the gated RMSNorm (reads the output and z, writes its result: 3 x 2 x value);
+    all split over TP with the heads. The chunked kernel's own traffic is core_bytes_per_token."""
     w = mixer_widths(la)
     t = np.asarray(tp).astype(float)
-    per_token = (2 * ACTIVATION_BYTES * w.conv + (2 * ACTIVATION_BYTES + 2 * STATE_FP32_BYTES) * w.heads
+    expand = ACTIVATION_BYTES * 2 * (w.key + w.heads * la.key_head_dim)
+    per_token = (2 * ACTIVATION_BYTES * w.conv + expand + (2 * ACTIVATION_BYTES + 2 * STATE_FP32_BYTES) * w.heads
                  + 3 * ACTIVATION_BYTES * w.value)
     return np.asarray(per_token / t)
 
@@ -88,11 +90,14 @@ def recurrent_flop_per_token(la: LinearAttentionSpec) -> float:
     return float(la.num_value_heads * 6 * la.key_head_dim * la.value_head_dim)
 
 
-def core_bytes_per_token(la: LinearAttentionSpec, tp: np.ndarray) -> np.ndarray:
+def core_bytes_per_token(la: LinearAttentionSpec, tp: np.ndarray, *, expanded_qk: bool = True) -> np.ndarray:
     """Forward HBM bytes per token of flash-linear-attention's chunked kernels (fla/ops/gated_delta_rule/chunk.py @
     bc3b101d: the decay's chunk-local cumsum, K K^T, the triangular solve, W and U, the chunk states h, the output),
     on one rank; per value head unless said:
-    - q, k, v (16-bit, q and k per key head), the fp32 decay and 16-bit write strength, each read by two kernels;
+    - q, k, v (16-bit), the fp32 decay and 16-bit write strength, each read by two kernels; q and k per value head
+      where the caller expands them (`expanded_qk`: Megatron-Core's gated_delta_net common.py and transformers'
+      Qwen3.5/Qwen3-Next repeat them to the value heads before the kernel), per key head where the kernel groups
+      them itself (fla >= 0.5's grouped value attention, as the H200 measurement below ran);
     - the chunk matrix A: written fp32 by K K^T, read by the solve, written back inverted in 16 bits, read by W, U
       (12 C bytes);
     - W and U (d_k and d_v, 16-bit), the states h (d_k d_v 16-bit per chunk of C tokens) and the new values v'
@@ -104,7 +109,8 @@ def core_bytes_per_token(la: LinearAttentionSpec, tp: np.ndarray) -> np.ndarray:
     t = np.asarray(tp).astype(float)
     c, dk, dv = float(CHUNK_TOKENS), float(la.key_head_dim), float(la.value_head_dim)
     heads = float(w.heads)
-    inputs = 2 * (ACTIVATION_BYTES * w.conv + (STATE_FP32_BYTES + ACTIVATION_BYTES) * heads)
+    qk = 2 * (w.heads if expanded_qk else la.num_key_heads) * la.key_head_dim
+    inputs = 2 * (ACTIVATION_BYTES * (qk + w.value) + (STATE_FP32_BYTES + ACTIVATION_BYTES) * heads)
     chunk_matrix = heads * (2 * STATE_FP32_BYTES + 2 * ACTIVATION_BYTES) * c
     written_and_read = 2 * ACTIVATION_BYTES * heads * (dk + dv + dk * dv / c + dv)
     output = ACTIVATION_BYTES * w.value
@@ -115,7 +121,8 @@ CORE_HBM_SHARE = 0.53
 """Share of the HBM bandwidth at which flash-linear-attention's chunked gated-delta-rule forward moves the bytes
 core_bytes_per_token counts. QwenLM/FlashQLA benchmark/benchmark_results_H200.txt @ 6e5d2ea1 (fla 0.5.1 timed under
 CUDA graphs on H200): 16 key and 32 value heads of 128, one 32,768-token sequence, forward 1.890 ms; the counted
-147,840 bytes per token make 4.84 GB, 1.01 ms at the H200's 4.8 TB/s: 0.53. The README benchmark of
+147,840 bytes per token (q and k read per key head, as that call passes them) make 4.84 GB, 1.01 ms at the H200's
+4.8 TB/s: 0.53. The README benchmark of
 fla-org/flash-linear-attention @ bc3b101d on GB200 (eager timing) is 20-25% slower than this share predicts at
 64-96 heads (1.581 ms at 4 x 4,096 tokens, 64 heads; 1.265 ms at 8,192 tokens, 96 heads), the launch overhead of
 its ten kernels included; FlashQLA's kernels (0.877 ms on the same H200 shape), which newer fla dispatches to on
@@ -126,10 +133,12 @@ CORE_BACKWARD_TO_FORWARD = 3.0
 recomputes W, U and the chunk states before its own passes); 2.5-2.8 in fla's GB200 README rows."""
 
 
-def core_seconds(la: LinearAttentionSpec, hbm_bytes_per_s: float, tokens: np.ndarray, tp: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds of the chunked gated delta rule over `tokens` tokens on one rank."""
-    forward = np.asarray(tokens) * core_bytes_per_token(la, tp) / (hbm_bytes_per_s * CORE_HBM_SHARE)
+def core_seconds(la: LinearAttentionSpec, hbm_bytes_per_s: float, tokens: np.ndarray, tp: np.ndarray, *,
+                 expanded_qk: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of the chunked gated delta rule over `tokens` tokens on one rank
+    (`expanded_qk` as core_bytes_per_token)."""
+    forward = (np.asarray(tokens) * core_bytes_per_token(la, tp, expanded_qk=expanded_qk)
+               / (hbm_bytes_per_s * CORE_HBM_SHARE))
     return np.asarray(forward), np.asarray(CORE_BACKWARD_TO_FORWARD * forward)
 
 
@@ -151,17 +160,21 @@ def saved_bytes_per_token(la: LinearAttentionSpec, tp: np.ndarray, gemm_input_by
     counterpart in an attention layer's activations; the layer's norms and feed-forward are the same):
 
     - the convolution's input, q, k and v before it (16-bit; the causal convolution's backward reads it);
+    - the L2 norm's input, q and k after the convolution (16-bit), and its fp32 reciprocals (one per key head each):
+      Megatron-Core normalises q and k and repeats them to the value heads before the kernel (gated_delta_net
+      common.py _prepare_input_for_gated_delta_rule, use_qk_l2norm_in_kernel False);
     - what flash-linear-attention's ChunkGatedDeltaRuleFunction saves (fla/ops/gated_delta_rule/chunk.py @ bc3b101d):
-      q and k after their L2 norm and v (16-bit), the norms' fp32 reciprocals (one per key head each), the decay's
-      fp32 chunk-local cumulative sum, the write strength before and after its sigmoid and the decay's input
-      (16-bit, one per value head each), and the inverted chunk matrix A ([T, n_v, 64] in the inputs' dtype); the
-      chunk states and W, U are recomputed in the backward, not kept;
+      the repeated q and k (n_v d_k each) and v (16-bit), the decay's fp32 chunk-local cumulative sum, the write
+      strength before and after its sigmoid and the decay's input (16-bit, one per value head each), and the
+      inverted chunk matrix A ([T, n_v, 64] in the inputs' dtype); the chunk states and W, U are recomputed in the
+      backward, not kept;
     - the gated norm's two inputs, the kernel's output and z (16-bit), and its output, kept as the output
       projection's GEMM input (`gemm_input_bytes`: 16-bit, or its fp8 copy under fp8)."""
     w = mixer_widths(la)
     t = np.asarray(tp).astype(float)
     conv_input = ACTIVATION_BYTES * w.conv
-    kernel = (ACTIVATION_BYTES * w.conv + 2 * STATE_FP32_BYTES * la.num_key_heads
+    l2norm = ACTIVATION_BYTES * 2 * w.key + 2 * STATE_FP32_BYTES * la.num_key_heads
+    kernel = (ACTIVATION_BYTES * (2 * w.heads * la.key_head_dim + w.value)
               + (STATE_FP32_BYTES + 3 * ACTIVATION_BYTES) * w.heads + ACTIVATION_BYTES * CHUNK_TOKENS * w.heads)
     gated_norm = 2 * ACTIVATION_BYTES * w.value
-    return np.asarray((conv_input + kernel + gated_norm) / t + np.asarray(gemm_input_bytes) * w.value / t)
+    return np.asarray((conv_input + l2norm + kernel + gated_norm) / t + np.asarray(gemm_input_bytes) * w.value / t)

@@ -108,7 +108,7 @@ def candidate_stages(num_layers: int, num_dense_layers: int, pp: np.ndarray, mix
     layer), stages of the same layer count differ in their mix, and the mix of consecutive stages repeats within
     k stages (their first layers step by the stage's count modulo k). Of the stages with one mix the first holds
     the most micro-batches, so the first k stages of each run of equal layer counts join: from stage 1 (those
-    with the remainder's extra layer), from the first stage without it, and from each MoE boundary stage.
+    with the remainder's extra layer), from the first stage without it, and from the stage after the MoE boundary.
     """
     last = np.asarray(pp) - 1
     stages = [np.zeros_like(last), np.minimum(1, last), last]
@@ -117,8 +117,10 @@ def candidate_stages(num_layers: int, num_dense_layers: int, pp: np.ndarray, mix
         stages += [boundary, np.minimum(boundary + 1, last)]
     if mixer_period > 1:
         without_extra = np.asarray(num_layers % np.asarray(pp)) + 1  # layers_on_stage: stages 1 .. L % p carry one more
-        starts = [np.minimum(1, last), np.minimum(without_extra, last)] + ([boundary] if boundary is not None else [])
-        stages += [np.minimum(start + i, last) for start in starts for i in range(1, mixer_period)]
+        # the run of all-MoE stages starts after the boundary stage, which holds both kinds
+        starts = [np.minimum(1, last), np.minimum(without_extra, last)] + (
+            [np.minimum(boundary + 1, last)] if boundary is not None else [])
+        stages += [np.minimum(start + i, last) for start in starts for i in range(mixer_period)]
     return np.stack(np.broadcast_arrays(*stages))
 
 

@@ -313,8 +313,12 @@ def layer_activation_bytes_per_token(
     kernel_out = np.where(attention_fp8 & (lay.fp8_recipe == Fp8RecipeCode.DELAYED), FP8_ACTIVATION_BYTES, e)
     out = np.where(lay.flash_attention, kernel_out + np.where(keeps_cast, g, 0), g)
     attention = qkv_bytes * widths.query / t + qkv_bytes * (widths.key + widths.value) / kv_div + out * widths.output / t
-    if model.attention_output_gate:  # the gate, kept for its sigmoid's backward (Qwen3-Next's gated attention)
-        attention = attention + e * widths.output / t
+    if model.attention_output_gate:
+        # Qwen3-Next's gated attention: the gate, kept for its sigmoid's backward, and the gated output, a tensor of
+        # its own that the output projection keeps as its input (16-bit; its fp8 cast where `keeps_cast` counted one
+        # above); without flash attention the projection's input is counted in `out` and the ungated output is kept
+        gated_output = np.where(lay.flash_attention & keeps_cast, 0.0, e)
+        attention = attention + (e + gated_output) * widths.output / t
     if model.mla is not None:
         # MLA's compressed latents: the query and K/V down-projections' outputs, kept by their RMSNorms, and
         # the norms' outputs, kept as the up-projections' GEMM inputs (and as the checkpointed inputs under
@@ -580,7 +584,16 @@ def offloaded_activation_bytes(
     off_dense = np.minimum(offloaded, n_dense)
     dense = layer_activation_bytes_per_token(model, lay, moe_layer=False, proj_cast_copy=proj_cast_copy).stored
     moe = layer_activation_bytes_per_token(model, lay, moe_layer=True, proj_cast_copy=proj_cast_copy).stored
-    return np.asarray(microbatches_in_flight(lay, stage) * tokens * (off_dense * dense + (offloaded - off_dense) * moe))
+    per_token = off_dense * dense + (offloaded - off_dense) * moe
+    if model.linear_attention is not None:  # the offloaded GDN layers keep their mixer's tensors
+        start = np.where(lay.pp == 1, 0, first_layer_of_stage(model.num_layers, lay.pp, stage))
+        lin_dense = layer_linear_counts(model, start, off_dense)
+        lin_moe = layer_linear_counts(model, start + n_dense, offloaded - off_dense)
+        for lin, moe_layer, attn in ((lin_dense, False, dense), (lin_moe, True, moe)):
+            gdn = layer_activation_bytes_per_token(model, lay, moe_layer=moe_layer, proj_cast_copy=proj_cast_copy,
+                                                   linear=True).stored
+            per_token = per_token + lin * (gdn - attn)
+    return np.asarray(microbatches_in_flight(lay, stage) * tokens * per_token)
 
 
 def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:

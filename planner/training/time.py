@@ -206,6 +206,8 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     widths = attention_dims(model)
     qkv_out = qkv_elements_per_token(model, lay)
     out_in = widths.output / t
+    if model.attention_output_gate:  # the query projection's output gradient holds the gate's too
+        qkv_out = np.asarray(qkv_out + widths.output / t)
     if linear and model.linear_attention is not None:  # the GDN mixer's projections in place of QKV and the output's
         qkv_out = np.asarray(in_proj_width(model.linear_attention) / t)
         out_in = np.asarray(mixer_widths(model.linear_attention).value / t)

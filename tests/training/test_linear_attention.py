@@ -78,10 +78,11 @@ def test_gdn_layer_keeps_its_mixers_tensors_not_the_attentions():
     lin = layer_activation_bytes_per_token(m, a, moe_layer=False, linear=True)
     # attention (flash, bf16): q, k, v 3 x 64 x 2 = 384, output 128, fp32 log-sum-exp 4 heads x 4 = 16, and the
     # projection's input 128 (the kernel's 16-bit output, read by the projection): 528
-    # GDN: conv input 128 x 2 = 256; q, k, v 256; q/k norm reciprocals 2 x 2 heads x 4 = 16; the decay (4) and the
-    # write strength before and after its sigmoid and the decay's input (3 x 2) per value head: 40; A 64 x 2 x 4
-    # heads = 512; the gated norm's inputs 2 x 128 = 256, its output 128: 1,464
-    assert np.ravel(lin.stored - attn.stored)[0] == pytest.approx(1_464 - 528)
+    # GDN: conv input 128 x 2 = 256; the L2 norm's input, q and k (2 x 32 x 2 = 128), and its reciprocals
+    # (2 x 2 key heads x 4 = 16); the kernel's q and k repeated to the 4 value heads (2 x 64 x 2 = 256) and v (128);
+    # the decay (4) and the write strength before and after its sigmoid and the decay's input (3 x 2) per value
+    # head: 40; A 64 x 2 x 4 heads = 512; the gated norm's inputs 2 x 128 = 256, its output 128: 1,720
+    assert np.ravel(lin.stored - attn.stored)[0] == pytest.approx(1_720 - 528)
 
 
 def test_core_flops_and_the_measured_h200_kernel():
@@ -90,11 +91,14 @@ def test_core_flops_and_the_measured_h200_kernel():
                              conv_kernel=4, full_attention_interval=4)
     assert gdn.core_flop_per_token(la) == pytest.approx(32 * (98_304 + 81_920 + 4096 / 3))
     # QwenLM/FlashQLA's H200 benchmark, fla 0.5.1: 16/32 heads, 32,768 tokens, forward 1.890 ms, backward 5.697 ms
-    fwd, bwd = gdn.core_seconds(la, 4.8e12, np.array(32768.0), np.array(1))
+    fwd, bwd = gdn.core_seconds(la, 4.8e12, np.array(32768.0), np.array(1), expanded_qk=False)
     assert float(fwd) == pytest.approx(1.890e-3, rel=0.02) and float(bwd) == pytest.approx(5.697e-3, rel=0.02)
     # split over TP with the heads
-    half, _ = gdn.core_seconds(la, 4.8e12, np.array(32768.0), np.array(2))
+    half, _ = gdn.core_seconds(la, 4.8e12, np.array(32768.0), np.array(2), expanded_qk=False)
     assert float(half) == pytest.approx(float(fwd) / 2)
+    # the engines repeat q and k to the 32 value heads before the kernel: 2 reads x 2 x (32 - 16) x 128 x 2 bytes more
+    expanded = gdn.core_bytes_per_token(la, np.array(1)) - gdn.core_bytes_per_token(la, np.array(1), expanded_qk=False)
+    assert float(expanded) == 2 * 2 * 16 * 128 * 2
 
 
 def test_mfu_counts_attention_on_attention_layers_and_the_gdn_core_on_the_others():
@@ -167,3 +171,62 @@ def test_grid_and_scalar_agree_for_a_real_hybrid():
                                 sequence_parallel=tp > 1)
         r = estimate(m, hw, layout)
         assert r.scalar("step_seconds") > 0 and r.scalar("peak_bytes") > 0
+
+
+def test_weight_flops_count_each_layer_kinds_own_projections():
+    """Model FLOPs: 2 per active weight of every layer, a GDN layer's in_proj/out_proj included (they were counted
+    as the attention block's): 2 x (active - embedding - head) for the four Qwen3.5 configs."""
+    import json
+    from pathlib import Path
+
+    from planner.engines.hf_config import model_from_hf_config
+    from planner.training.flops import layer_weight_flop_per_token
+
+    hf = Path(__file__).resolve().parents[1] / "fixtures" / "hf"
+    for name in ("qwen3.5-27b.json", "qwen3.5-35b-a3b.json", "qwen3.5-122b-a10b.json", "qwen3.5-397b-a17b.json"):
+        m = model_from_hf_config(json.loads((hf / name).read_text()), source=name)
+        c = count_params(m)
+        assert layer_weight_flop_per_token(m) == 2 * (c.active - c.embedding - c.head)
+
+
+def test_the_slowest_stage_after_a_moe_boundary_is_a_candidate():
+    """37 layers on pp 16 with 3 leading dense layers and attention every 2nd layer: the run of all-MoE stages
+    starts after the boundary stage; its k-th stage was missing from the candidates (1.8% of the step)."""
+    from planner.physics.stages import candidate_stages
+    from planner.training.time import stage_time
+
+    m = ModelSpec.model_validate(dict(
+        name="g", num_layers=37, hidden_size=1024, num_attention_heads=8, num_kv_heads=2, ffn_hidden_size=4096,
+        vocab_size=32000, max_seq_len=8192, mlp_kind="gated",
+        moe=dict(num_experts=8, experts_per_token=2, moe_ffn_hidden_size=1024, num_dense_layers=3),
+        linear_attention=dict(num_key_heads=8, num_value_heads=32, key_head_dim=128, value_head_dim=128,
+                              conv_kernel=4, full_attention_interval=2)))
+    hw = load_hardware("h100-sxm").spec
+    a = resolve_layout(m, 32, tp=1, pp=16, dp=2, zero=1, micro_batch=1, global_batch=64, seq_len=4096).to_arrays()
+    every = np.arange(16)
+    slowest = float(np.max(stage_time(m, hw, a, every, stage_params(m, a, every)).total))
+    picked = np.unique(candidate_stages(37, 3, a.pp, 2))
+    assert float(np.max(stage_time(m, hw, a, picked, stage_params(m, a, picked)).total)) == pytest.approx(slowest)
+
+
+def test_gated_attention_keeps_its_gate_and_the_gated_output():
+    # tiny GPT (flash, bf16, tp 1): the gate (a d = 64 elements, 2 bytes) for the sigmoid's backward, and the gated
+    # output (64 x 2), the output projection's input, a tensor apart from the kernel's output: 256 bytes per token
+    a = lay(seq_len=32)
+    plain = layer_activation_bytes_per_token(tiny(dropout=False), a, moe_layer=False)
+    gated = layer_activation_bytes_per_token(tiny(dropout=False, attention_output_gate=True), a, moe_layer=False)
+    assert np.ravel(gated.stored - plain.stored)[0] == pytest.approx(256)
+
+
+def test_offloaded_gdn_layers_move_their_own_tensors():
+    m = hybrid(num_layers=4, dropout=False)
+    a = lay(seq_len=32)
+    off = lay(seq_len=32, offload_activation_layers=2)
+    from planner.training.memory import offloaded_activation_bytes
+
+    sp = stage_params(m, off, np.array(0))
+    moved = float(np.ravel(offloaded_activation_bytes(m, off, np.array(0), sp))[0])
+    # the first two layers: GDN (layer 0) and attention (layer 1), 32 tokens each
+    gdn = np.ravel(layer_activation_bytes_per_token(m, a, moe_layer=False, linear=True).stored)[0]
+    attn = np.ravel(layer_activation_bytes_per_token(m, a, moe_layer=False).stored)[0]
+    assert moved == pytest.approx(32 * (gdn + attn))
