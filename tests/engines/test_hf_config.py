@@ -930,3 +930,10 @@ def test_review_fixes_tying_defaults_and_names(run_cli, tmp_path):
         path.write_text(json.dumps(data))
         result = run_cli("models", "show", path)
         assert result.exit_code == 2 and result.stderr.count("error:") == 1 and "expected a name" in result.stderr
+
+
+def test_readme_counts_the_model_types_read():
+    from planner.engines.hf_config import SUPPORTED_MODEL_TYPES
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert f"{len(SUPPORTED_MODEL_TYPES)} model types" in readme
