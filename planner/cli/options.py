@@ -15,7 +15,7 @@ import click
 from planner.errors import PlannerError
 from planner.specs.bounds import FIELD_KINDS, describe, over_limit
 from planner.specs.layout import FP8_RECIPE_CODES, ComputeDtype
-from planner.writing import writable_target
+from planner.writing import keep_mode, scratch_path, writable_target
 
 COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDtype)  # --dtype of estimate, search and check
 
@@ -280,7 +280,7 @@ class Outputs:
 
     def temp(self, target: str | Path) -> Path:
         target = Path(target)
-        scratch = target.with_name(f".{target.stem}.{os.getpid()}.partial{target.suffix}")
+        scratch = scratch_path(target)
         self.moves.append((scratch, target))
         return scratch
 
@@ -290,11 +290,12 @@ class Outputs:
     def commit(self) -> None:
         try:  # every target a regular file before any is replaced: all the files or none
             targets = [writable_target(target) for _, target in self.moves]
-        except PlannerError:
+        except BaseException:
             self.discard()
             raise
         for (scratch, target), resolved in zip(self.moves, targets):
             try:
+                keep_mode(resolved, scratch)
                 os.replace(scratch, resolved)
             except OSError as error:
                 self.discard()

@@ -483,8 +483,8 @@ def _partial_rotary(r: _Reader, key: str = "partial_rotary_factor", default: flo
     """Share of each head's channels that rotary embedding rotates (top-level key, or inside rope_parameters)."""
     value = r.raw(key)
     params = r.data.get("rope_parameters")
-    if value is None and isinstance(params, dict):
-        value = params.get("partial_rotary_factor")
+    if value is None and isinstance(params, dict) and params.get("partial_rotary_factor") is not None:
+        key, value = "rope_parameters.partial_rotary_factor", params["partial_rotary_factor"]
     if value is None:
         value = default
     if value is not None:
@@ -494,7 +494,10 @@ def _partial_rotary(r: _Reader, key: str = "partial_rotary_factor", default: flo
 def _leading_dense_layers(r: _Reader) -> int:
     """Qwen-MoE: `mlp_only_layers` must be a leading run 0..k-1; MoE on every other layer."""
     r.require("decoder_sparse_step", 1, "MoE on every layer is the only interleave planner models")
-    dense = r.raw("mlp_only_layers") or []
+    dense = r.raw("mlp_only_layers")
+    dense = [] if dense is None else dense
+    if not isinstance(dense, list):
+        raise r.error("mlp_only_layers", f"expected a list of layer indices, got {dense!r:.40}")
     if dense != list(range(len(dense))):
         raise r.error("mlp_only_layers", f"{dense} is not a leading run of layers 0..k-1, the only dense-layer "
                       "placement planner models")
@@ -510,6 +513,7 @@ def _qwen2_moe(r: _Reader) -> None:
     # One shared expert of its own width, scaled by a sigmoid gate (shared_expert_gate: Linear(h, 1)).
     r.spec["moe"]["shared_expert_ffn_hidden_size"] = r.int_("shared_expert_intermediate_size")
     r.spec["moe"]["shared_expert_gate"] = True
+    r.origin["moe.shared_expert_ffn_hidden_size"] = "shared_expert_intermediate_size"
 
 
 def _gemma3_text(r: _Reader) -> None:
@@ -977,6 +981,8 @@ def _hunyuan_moe(r: _Reader, *, shared_from_config: bool) -> None:
     r.put("moe", {"num_experts": experts, "experts_per_token": topk, "moe_ffn_hidden_size": ffn,
                   "num_shared_experts": int(has_shared), "num_dense_layers": 0, "router_bias": False,
                   "shared_expert_ffn_hidden_size": shared_width if has_shared else None}, "num_experts")
+    r.origin["moe.shared_expert_ffn_hidden_size"] = "num_shared_expert" if shared_from_config else "intermediate_size"
+    r.origin["moe.moe_ffn_hidden_size"] = "intermediate_size"
 
 
 def _hunyuan(r: _Reader) -> None:
@@ -1032,20 +1038,23 @@ def _linear_attention(r: _Reader, *, interval_default: int, state_dtype_default:
     interval = r.int_("full_attention_interval", interval_default)
     types = r.raw("layer_types")
     if types is not None:
-        expected = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
-        if not isinstance(types, list) or len(types) != layers:
-            raise r.error("layer_types", f"expected a list of {layers} layer kinds")
+        if not isinstance(types, list):
+            raise r.error("layer_types", f"expected a list of layer kinds, got {types!r:.40}")
+        if len(types) != layers:  # (checked before a list of num_layers entries is built)
+            raise r.error("layer_types", f"has {len(types)} entries, but num_hidden_layers is {layers:,}; give one "
+                          "per layer")
         unknown = sorted({str(t) for t in types if t not in ("full_attention", "linear_attention")})
         if unknown:
-            raise r.error("layer_types", f"unsupported layer kind {unknown[0]!r}; planner knows 'linear_attention' "
-                          "(Gated DeltaNet) and 'full_attention'")
+            raise r.error("layer_types", f"unsupported layer kind {unknown[0]!r:.40}; planner knows "
+                          "'linear_attention' (Gated DeltaNet) and 'full_attention'")
+        expected = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
         if types != expected:
-            raise r.error("layer_types", f"the full-attention layers are not every {interval}th (indices {interval - 1}, "
-                          f"{2 * interval - 1}, ...), the placement planner models; give the model as a planner "
-                          "ModelSpec")
+            raise r.error("layer_types", f"does not put softmax attention on layers {interval - 1}, {2 * interval - 1}, "
+                          f"... (one in every {interval}, full_attention_interval's placement and the only one "
+                          "planner models); make the two agree, or give the model as a planner ModelSpec")
     dtype = r.raw("mamba_ssm_dtype")
-    if dtype is not None and dtype not in _STATE_DTYPES:
-        raise r.error("mamba_ssm_dtype", f"expected one of {', '.join(_STATE_DTYPES)}, got {dtype!r}")
+    if dtype is not None and (not isinstance(dtype, str) or dtype not in _STATE_DTYPES):
+        raise r.error("mamba_ssm_dtype", f"expected one of {', '.join(_STATE_DTYPES)}, got {dtype!r:.40}")
     spec = {
         "num_key_heads": r.int_("linear_num_key_heads"),
         "num_value_heads": r.int_("linear_num_value_heads"),
@@ -1063,6 +1072,11 @@ def _linear_attention(r: _Reader, *, interval_default: int, state_dtype_default:
                       "keep attention")
     if interval > 1:  # 1: every layer keeps attention, no GDN layer
         r.put("linear_attention", spec, "linear_num_value_heads")
+        for field, key in (("num_key_heads", "linear_num_key_heads"), ("num_value_heads", "linear_num_value_heads"),
+                           ("key_head_dim", "linear_key_head_dim"), ("value_head_dim", "linear_value_head_dim"),
+                           ("conv_kernel", "linear_conv_kernel_dim"),
+                           ("full_attention_interval", "full_attention_interval")):
+            r.origin[f"linear_attention.{field}"] = key  # a nested field's error names its own key
 
 
 def _qwen_gated_shared_expert(r: _Reader) -> None:
@@ -1071,6 +1085,7 @@ def _qwen_gated_shared_expert(r: _Reader) -> None:
     r.spec["moe"]["num_shared_experts"] = 1
     r.spec["moe"]["shared_expert_ffn_hidden_size"] = r.int_("shared_expert_intermediate_size")
     r.spec["moe"]["shared_expert_gate"] = True
+    r.origin["moe.shared_expert_ffn_hidden_size"] = "shared_expert_intermediate_size"
 
 
 def _qwen3_5_text(r: _Reader, *, moe: bool) -> None:
@@ -1082,8 +1097,9 @@ def _qwen3_5_text(r: _Reader, *, moe: bool) -> None:
     value_head_dim, out_proj) on the others; mtp_num_hidden_layers MTP layers (an fc 2h -> h, the embedding and
     hidden norms, a full-attention decoder layer, a final norm: planner's MTP module). `moe`: the MoE text model,
     which has no dense layer unless mlp_only_layers names some (then intermediate_size sizes them)."""
-    dense_width = r.data.get("moe_intermediate_size") if moe and not r.data.get("mlp_only_layers") else None
-    _rotary_decoder(r, tied_default=False, ffn_default=dense_width if isinstance(dense_width, int) else None)
+    # without dense layers the dense width sizes nothing: the experts' width stands in when the file has none
+    dense_width = r.int_("moe_intermediate_size") if moe and not _leading_dense_layers(r) else None
+    _rotary_decoder(r, tied_default=False, ffn_default=dense_width)
     _head_dim(r, default=256)
     _attention_bias(r)
     r.put("qk_norm", True)

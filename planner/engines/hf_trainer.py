@@ -439,6 +439,7 @@ def import_hf_trainer(
     given: Mapping[str, Any],
     deepspeed_import: Any = None,
     source: str,
+    model_has_mtp: bool = False,
 ) -> EngineImport:
     """The Trainer command line and/or accelerate config, the GPU count and the job's own fields -> Layout fields.
 
@@ -448,6 +449,10 @@ def import_hf_trainer(
     got = Collected(source=source, warnings=list(command.warnings) if command else [])
     # the Trainer runs DeepSpeed when pointed at its config, else PyTorch DDP/FSDP (the fsdp engine profile)
     got.set("engine", "deepspeed" if deepspeed_import is not None else "fsdp", "the Trainer's backend", explicit=False)
+    # the Trainer trains the transformers model, which builds no multi-token-prediction modules (DeepseekV3, MiMo,
+    # Qwen3.5: the checkpoints' MTP weights are not loaded)
+    if model_has_mtp:
+        got.set("mtp_layers", 0, "transformers' models build no MTP modules", explicit=False)
     if command is not None and command.gpus is not None and command.gpus != gpus:
         raise PlannerError(f"the launcher starts {command.gpus} processes but the job has gpus({gpus}); make them "
                            "agree", source=source)
@@ -597,6 +602,12 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         notes.append("overlap_tp_comm -> false: the Trainer runs no tensor parallelism")
     if layout.schedule != "1f1b":
         changes["schedule"] = "1f1b"
+    mtp = model.mtp_layers if layout.mtp_layers is None else layout.mtp_layers
+    if mtp:
+        notes.append(f"mtp_layers {mtp} -> 0: the Trainer trains the transformers model, which builds no "
+                     "multi-token-prediction modules")
+    if mtp:
+        changes["mtp_layers"] = 0
     return (layout.model_copy(update=changes) if changes else layout), tuple(notes)
 
 

@@ -363,7 +363,8 @@ def _import_hf_trainer(
         raise PlannerError("model is required: give --model_name_or_path in the command line or the job's model",
                            source=source, field="model")
     imported = hf_trainer.import_hf_trainer(command, accelerate_config, gpus=gpus, given=given,
-                                            deepspeed_import=deepspeed_import, source=where)
+                                            deepspeed_import=deepspeed_import, source=where,
+                                            model_has_mtp=loaded.spec.mtp_layers > 0)
     return imported, loaded
 
 

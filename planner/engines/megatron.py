@@ -694,13 +694,17 @@ def _linear_attention(args: Mapping[str, Any], source: str) -> dict[str, int] | 
     if freq is None:
         raise PlannerError("--experimental-attention-variant gdn needs --linear-attention-freq (Megatron-Core asserts "
                            "it): N puts softmax attention on every Nth layer", source=source)
-    if not str(freq).strip().isdigit() or int(str(freq)) < 1:
-        raise PlannerError(f"--linear-attention-freq {freq}: a list pattern is not modelled; planner places softmax "
+    text = str(freq).strip()
+    if "[" in text:
+        raise PlannerError(f"--linear-attention-freq {text}: a list pattern is not modelled; planner places softmax "
                            "attention on every Nth layer (give the integer N)", source=source)
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise PlannerError(f"--linear-attention-freq {text!r}: expected a positive integer N (softmax attention on "
+                           "every Nth layer)", source=source)
     sizes = {flag: int(args.get(flag) or default) for flag, default in GDN_DEFAULTS.items()}
     return {"num_key_heads": sizes["linear-num-key-heads"], "num_value_heads": sizes["linear-num-value-heads"],
             "key_head_dim": sizes["linear-key-head-dim"], "value_head_dim": sizes["linear-value-head-dim"],
-            "conv_kernel": sizes["linear-conv-kernel-dim"], "full_attention_interval": int(str(freq)),
+            "conv_kernel": sizes["linear-conv-kernel-dim"], "full_attention_interval": int(text),
             "state_bytes_per_element": 2}
 
 

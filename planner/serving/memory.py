@@ -229,7 +229,7 @@ class InferenceMemory:
     max_concurrency: np.ndarray
     stage_weights: StageWeights
     concurrency: np.ndarray  # the sequences in flight the figures are for
-    linear_state_bytes_per_sequence: float = 0.0  # GDN layers' states of one sequence, whole model (in the KV cache)
+    linear_state_bytes_per_sequence: int = 0  # GDN layers' states of one sequence, whole model (in the KV cache)
 
 
 def memory_total_bytes(shapes: ModelShapes, x: InferenceArrays, concurrency: np.ndarray) -> np.ndarray:
@@ -291,7 +291,7 @@ def inference_memory(
         max_concurrency=max_concurrency(s, x, usable),
         stage_weights=stages,
         concurrency=x.concurrency,
-        linear_state_bytes_per_sequence=s.num_linear_layers * s.linear_state_bytes_per_layer,
+        linear_state_bytes_per_sequence=round(s.num_linear_layers * s.linear_state_bytes_per_layer),
     )
 
 

@@ -6,6 +6,7 @@ Upstream fixtures: tests/fixtures/engines/upstream/accelerate/ (repository, path
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -206,3 +207,21 @@ def test_an_unresolvable_model_path_without_model_is_one_error(run_cli, monkeypa
     result = run_cli("check", "--hf-trainer", "train_demo.sh", "--hardware", "h100-sxm", "--gpus", "8")
     assert result.exit_code == 2
     assert "your_model_path" in result.stderr and "--model" in result.stderr and "Traceback" not in result.output
+
+
+def test_a_model_with_mtp_layers_trains_none_under_the_trainer(run_cli, tmp_path):
+    """Qwen3.5's config counts one MTP layer, which transformers never builds: the Trainer export maps it to 0 with
+    a note, and reading the launch back gives the same prediction (it gave 111.7 GiB for a file whose header said
+    100.0)."""
+    model = FIXTURES / "hf" / "qwen3.5-27b.json"
+    out = tmp_path / "train.sh"
+    layout = ["--hardware", "h100-sxm", "--gpus", "16", "--global-batch", "64", "--seq-len", "4096", "--zero", "3",
+              "--recompute", "full"]
+    exported = run_cli("export", "--model", str(model), *layout, "--to", "hf_trainer", "--out", str(out))
+    assert exported.exit_code == 0, exported.output
+    assert "mtp_layers 1 -> 0" in exported.stderr
+    header = re.search(r"Predicted peak memory: ([\d.]+) GiB", out.read_text())
+    result, got = _check(run_cli, "--hf-trainer", str(out), "--model", str(model), "--gpus", "16", "--seq-len", "4096")
+    assert result.exit_code in (0, 1), result.output
+    assert header is not None and f"{got['memory']['total_bytes'] / 2**30:.1f}" == header.group(1)
+    assert got["config"]["mtp_layers"] == 0

@@ -205,3 +205,73 @@ def test_union_and_section_errors_speak_the_files_words(tmp_path, line, needles)
     path.write_text("\n".join(lines) + "\n")
     message = assert_rejected(["check", path], *needles)
     assert ".str" not in message and "instance of" not in message
+
+
+# Found by the fuzz run of the new readers and writers (2026-12-07) ----------------------------------------------
+def _qwen35(tmp_path, **text_changes):
+    import json
+
+    data = json.loads((FIXTURES / "hf" / "qwen3.5-35b-a3b.json").read_text())
+    data["text_config"].update(text_changes)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("changes,needles", [
+    ({"mamba_ssm_dtype": []}, ("mamba_ssm_dtype", "expected one of")),
+    ({"mamba_ssm_dtype": {"a": 1}}, ("mamba_ssm_dtype",)),
+    ({"num_hidden_layers": 10**30}, ("num_hidden_layers",)),
+    ({"mlp_only_layers": 3}, ("mlp_only_layers", "list of layer indices")),
+    ({"linear_key_head_dim": 10**30}, ("linear_key_head_dim",)),
+    ({"linear_conv_kernel_dim": 10**30}, ("linear_conv_kernel_dim",)),
+    ({"moe_intermediate_size": "abc"}, ("moe_intermediate_size",)),
+    ({"shared_expert_intermediate_size": 10**30}, ("shared_expert_intermediate_size",)),
+    ({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": "abc"}},
+     ("rope_parameters.partial_rotary_factor",)),
+])
+def test_qwen3_5_config_errors_name_the_key(tmp_path, changes, needles):
+    """Crashes (unhashable dtype, a non-list mlp_only_layers), a hang (a list of 10^30 layer kinds built before the
+    length check) and errors naming another key than the broken one."""
+    assert_rejected(["models", "show", _qwen35(tmp_path, **changes)], *needles)
+
+
+@pytest.mark.parametrize("freq,needle", [("²", "positive integer"), ("0", "positive integer"),
+                                         ("abc", "positive integer"), ("([1]*3+[0])*6", "list pattern")])
+def test_linear_attention_freq_that_is_not_a_count(tmp_path, freq, needle):
+    path = tmp_path / "args.txt"
+    path.write_text("--num-layers 24 --hidden-size 1024 --num-attention-heads 8 --seq-length 4096 "
+                    f"--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 8 "
+                    f"--experimental-attention-variant gdn --linear-attention-freq '{freq}'")
+    assert_rejected(["check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8"], needle)
+
+
+def test_out_as_a_loop_of_links_or_a_long_name(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    assert_rejected(_export(loop), "loop of symbolic links", folder=tmp_path)
+    from fuzz.contract import invoke
+
+    long_name = tmp_path / ("x" * 250)  # legal, but a scratch name built from it went over NAME_MAX
+    result, _ = invoke(_export(long_name))
+    assert result.exit_code == 0, result.output
+    assert long_name.read_text().startswith("# Megatron-LM arguments")
+
+
+def test_a_plot_into_a_loop_of_links_leaves_no_scratch_file(tmp_path):
+    (tmp_path / "p.png").symlink_to("p.png")
+    assert_rejected(["search", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--global-batch", "64",
+                     "--seq-len", "4096", "--plot", tmp_path / "p.png"], "loop of symbolic links", folder=tmp_path)
+
+
+def test_export_keeps_an_existing_files_permissions(tmp_path):
+    import os
+
+    from fuzz.contract import invoke
+
+    target = tmp_path / "args.sh"
+    target.write_text("old")
+    os.chmod(target, 0o750)
+    result, _ = invoke(_export(target))
+    assert result.exit_code == 0, result.output
+    assert target.stat().st_mode & 0o777 == 0o750
