@@ -64,6 +64,8 @@ MODEL_VALUES = (
     "moe_mlp_glu_interleave_size", "hybrid_override_pattern", "hybrid_layer_pattern", "attention_dropout",
     "hidden_dropout", "experimental_attention_variant", "linear_attention_freq", "dsa_indexer_n_heads",
     "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_topk_freq", "dsa_kernel_backend",
+    "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+    "linear_num_value_heads",
 )
 # model fields that are store_true flags in Megatron-LM: passed when true
 MODEL_SWITCHES = (
@@ -73,7 +75,7 @@ MODEL_SWITCHES = (
     "fp8_dot_product_attention", "fp8_multi_head_attention", "activation_func_fp8_input_store",
     "use_transformer_engine_op_fuser", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
     "moe_shared_expert_gate", "moe_layer_recompute", "distribute_saved_activations", "bf16", "fp16",
-    "dsa_indexer_use_sparse_loss",
+    "dsa_indexer_use_sparse_loss", "attention_output_gate",
 )
 # model fields whose Megatron-LM argument has another name
 RENAMED = {

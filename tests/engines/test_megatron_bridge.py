@@ -463,3 +463,21 @@ def test_an_attention_variant_planner_does_not_model_is_refused_by_its_field(run
     assert (model.sparse_attention.index_heads, model.sparse_attention.topk) == (32, 2048)
     path.write_text(DUMP.replace("model:\n", "model:\n  experimental_attention_variant: null\n", 1))
     assert run_cli("check", "--megatron-args", str(path), "--hardware", "gb200-nvl72", "--gpus", "128").exit_code in (0, 1)
+
+
+def test_a_gated_deltanet_provider_reads_as_linear_attention(tmp_path) -> None:
+    """Megatron-Bridge's Qwen3-Next/Qwen3.5 bridges set experimental_attention_variant gated_delta_net, the
+    linear_* sizes, linear_attention_freq and attention_output_gate (TransformerConfig fields @ d98e8a64): they read
+    as the model's Gated DeltaNet layers."""
+    gdn = ("model:\n  experimental_attention_variant: gated_delta_net\n  linear_attention_freq: 4\n"
+           "  linear_num_key_heads: 16\n  linear_num_value_heads: 32\n  linear_key_head_dim: 128\n"
+           "  linear_value_head_dim: 128\n  linear_conv_kernel_dim: 4\n  attention_output_gate: true\n")
+    path = tmp_path / "run_config.yaml"
+    # the DeepSeek-V3-shaped dump above without its MLA (GDN with MLA is refused)
+    path.write_text(DUMP.replace("model:\n", gdn, 1).replace("multi_latent_attention: true", "multi_latent_attention: false"))
+    tokens, _ = bridge_tokens(parse_bridge_text(path.read_text(), "run_config.yaml"), "run_config.yaml")
+    model = import_megatron(tokens, gpus=128, given={}, model=None, source="run_config.yaml").model
+    assert model is not None and model.linear_attention is not None and model.attention_output_gate
+    la = model.linear_attention
+    assert (la.num_key_heads, la.num_value_heads, la.full_attention_interval) == (16, 32, 4)
+    assert model.num_attention_layers == model.num_layers // 4
