@@ -205,7 +205,7 @@ def _run_from_entry(entry: RunEntry, base: Path, where: str, index: int) -> Run:
             raise PlannerError(f"a {reading.format} log does not hold the layout; give 'job'", source=where, field="job")
         if reading.format == "hf_trainer" and entry.log.training_args:
             args_path = base / entry.log.training_args
-            args = load.read_structured(args_path)
+            args = load.read_structured(args_path, engine=True)
             if not isinstance(args, dict):
                 raise PlannerError("expected a mapping (TrainingArguments.to_dict())", source=str(args_path))
             gpus = job.gpus or 1

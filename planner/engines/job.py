@@ -310,7 +310,7 @@ def _import_hf_trainer(
     text, where, folder = engine.args, f"{source}: engine.args", base
     if engine.format == "accelerate":
         assert path is not None
-        accelerate_config = load.read_structured(path)
+        accelerate_config = load.read_structured(path, engine=True)
         if not isinstance(accelerate_config, dict):
             raise PlannerError("an accelerate config is a YAML mapping", source=str(path))
         where = str(path)
@@ -319,7 +319,7 @@ def _import_hf_trainer(
     command = hf_trainer.parse_command(text, where) if text else None
     if command is not None and command.accelerate_config_path and accelerate_config is None:
         accel_path = _relative(command.accelerate_config_path, folder)
-        accelerate_config = load.read_structured(accel_path)
+        accelerate_config = load.read_structured(accel_path, engine=True)
     ds_ref = command.deepspeed_path if command else None
     if accelerate_config is not None and ds_ref is None:
         ds_ref = (accelerate_config.get("deepspeed_config") or {}).get("deepspeed_config_file") \
@@ -390,7 +390,7 @@ def launch_gpus(fmt: str, path: Path | None, args: str | None) -> int | None:
     if fmt not in ("hf_trainer", "accelerate"):
         return None
     if fmt == "accelerate" and path is not None:
-        gpus = hf_trainer.accelerate_gpus(load.read_structured(path), str(path))
+        gpus = hf_trainer.accelerate_gpus(load.read_structured(path, engine=True), str(path))
         if gpus is not None:
             return gpus
         path = None

@@ -85,9 +85,11 @@ class _DuplicateKey(Exception):
         super().__init__(message)
 
 
-def _yaml_loader() -> type:
+def _yaml_loader(*, yaml_1_2_numbers: bool) -> type:
     """PyYAML's safe loader (libyaml's C parser when built with it; `planner check` reads many files), where
-    a key given twice in one mapping is an error naming both lines, and `80e9` is a number as in YAML 1.2."""
+    a key given twice in one mapping is an error naming both lines, and `80e9` is a number as in YAML 1.2.
+    `yaml_1_2_numbers`: planner's own files read numbers as YAML 1.2 does (below); an engine's file is read as its
+    engine reads it, by PyYAML or OmegaConf, with YAML 1.1's forms."""
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class Loader(base):  # type: ignore[misc,valid-type]
@@ -108,6 +110,13 @@ def _yaml_loader() -> type:
                     seen[key] = line
             return super().construct_mapping(node, deep=deep)
 
+    if not yaml_1_2_numbers:
+        Loader.add_implicit_resolver(
+            "tag:yaml.org,2002:float",
+            re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+            list("-+0123456789"),
+        )
+        return Loader
     # Numbers as YAML 1.2's core schema reads them, not YAML 1.1's: `1:00` (base 60) and `010` (octal) are not 60 and
     # 8 but a string and 10; `0o10` and `0x8` are octal and hexadecimal (yaml.org/spec/1.2.2, 10.3.2).
     int_tag, float_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
@@ -135,7 +144,8 @@ def _yaml_loader() -> type:
     return Loader
 
 
-_YAML_LOADER = _yaml_loader()
+_YAML_LOADER = _yaml_loader(yaml_1_2_numbers=True)
+_ENGINE_YAML_LOADER = _yaml_loader(yaml_1_2_numbers=False)
 
 
 def _check_structure(data: Any, source: str) -> Any:
@@ -161,9 +171,11 @@ def _check_structure(data: Any, source: str) -> Any:
     return data
 
 
-def parse_yaml(text: str, source: str) -> Any:
+def parse_yaml(text: str, source: str, *, engine: bool = False) -> Any:
+    """A YAML document; `engine`: an engine's own file, its numbers read as the engine's YAML 1.1 parser reads them
+    (planner's files: YAML 1.2, docs/errors.md)."""
     try:
-        data = yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+        data = yaml.load(text, Loader=_ENGINE_YAML_LOADER if engine else _YAML_LOADER)  # noqa: S506 - safe loaders
     except _DuplicateKey as err:
         raise PlannerError(err.message, source=source) from None
     except yaml.YAMLError as err:
@@ -219,12 +231,12 @@ def parse_json(text: str, source: str, *, before_check: Callable[[Any], None] | 
     return _check_structure(data, source)
 
 
-def read_structured(path: Path) -> Any:
-    """A YAML or JSON file (JSON is YAML, but its own parser gives better messages)."""
+def read_structured(path: Path, *, engine: bool = False) -> Any:
+    """A YAML or JSON file (JSON is YAML, but its own parser gives better messages); `engine` as parse_yaml."""
     text = read_text(path)
     if path.suffix.lower() == ".json":
         return parse_json(text, str(path))
-    return parse_yaml(text, str(path))
+    return parse_yaml(text, str(path), engine=engine)
 
 
 # Catalogs ---------------------------------------------------------------------
@@ -398,5 +410,5 @@ def read_engine_file(fmt: str, path: Path) -> Any:
     if fmt == "torchtitan":
         return read_toml(path)
     if fmt == "automodel":
-        return parse_yaml(read_text(path), str(path))
+        return parse_yaml(read_text(path), str(path), engine=True)
     return read_text(path)

@@ -249,7 +249,7 @@ def parse_model_args_text(text: str, source: str, variables: Sequence[str] = ())
             raise PlannerError(f"with its variables substituted the file would exceed {MAX_FILE_BYTES:,} characters "
                                "(planner's limit for a config file); give shorter values", source=source)
         text = _REFERENCE.sub(lambda m: defined.get(m.group(1) or m.group(2), m.group(0)), text)
-    data = load.parse_yaml(text, source)
+    data = load.parse_yaml(text, source, engine=True)
     if not model_args_yaml(data):
         raise PlannerError("MODEL_ARGS must be a mapping of --flags to values", source=source, field="MODEL_ARGS")
     mapping: Mapping[str, Any] = data

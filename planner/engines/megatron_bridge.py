@@ -158,7 +158,7 @@ def parse_bridge_text(text: str, source: str) -> Mapping[str, Any] | None:
             return summary
     body = block if block is not None else text
     try:  # planner's YAML loader: duplicate keys, nesting and non-finite numbers refused, shared aliases walked once
-        data = load.parse_yaml(body, source)
+        data = load.parse_yaml(body, source, engine=True)
     except PlannerError:
         if _BRIDGE_SECTION.search(body):
             raise  # a Megatron-Bridge file that is not valid YAML: say so

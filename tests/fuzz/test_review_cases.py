@@ -275,3 +275,13 @@ def test_export_keeps_an_existing_files_permissions(tmp_path):
     result, _ = invoke(_export(target))
     assert result.exit_code == 0, result.output
     assert target.stat().st_mode & 0o777 == 0o750
+
+
+def test_engine_yaml_is_read_as_its_engine_reads_it():
+    """Megatron-Bridge and AutoModel load their YAML with PyYAML / OmegaConf (YAML 1.1): there `1_000` is a thousand
+    and `1:00` sixty, as the engine will run it; planner's own files read YAML 1.2."""
+    from planner.engines.load import parse_yaml
+
+    text = "a: 1_000\nb: 1:00\nc: 010\n"
+    assert parse_yaml(text, "run_config.yaml", engine=True) == {"a": 1000, "b": 60, "c": 8}
+    assert parse_yaml(text, "job.yaml") == {"a": "1_000", "b": "1:00", "c": 10}
