@@ -169,10 +169,25 @@ def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> Stag
 def stage_linear_split(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, n_dense: np.ndarray,
                        n_moe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(Gated DeltaNet layers among the stage's dense layers, among its MoE layers): the dense layers come first
-    (stage_layer_split), and the model's pattern says which of them keep attention (physics.linear_attention)."""
+    (stage_layer_split), and the model's pattern says which of them keep attention (physics.linear_attention).
+
+    With interleaving over evenly split layers a rank holds the chunks r, r + p, ... of L / (p v) layers each
+    (Megatron-Core's virtual pipeline stages), so its GDN layers are counted chunk by chunk, for a model without
+    leading dense layers (Qwen3.5, Qwen3-Next); otherwise its layers are taken as one contiguous block, as the
+    dense/MoE split takes them."""
     start = first_layer_of_stage(model.num_layers, lay.pp, stage)
     start = np.where(lay.pp == 1, 0, start)
-    return (layer_linear_counts(model, start, n_dense), layer_linear_counts(model, start + n_dense, n_moe))
+    lin_dense, lin_moe = layer_linear_counts(model, start, n_dense), layer_linear_counts(model, start + n_dense, n_moe)
+    chunks = lay.pp * lay.interleave
+    chunked = (lay.interleave > 1) & (model.num_layers % chunks == 0)
+    if model.linear_attention is None or model.num_dense_layers and model.moe is not None or not np.any(chunked):
+        return lin_dense, lin_moe
+    size = model.num_layers // chunks
+    total = np.zeros(np.broadcast_shapes(np.shape(stage), np.shape(chunks)), dtype=np.int64)
+    for j in range(int(np.max(lay.interleave))):
+        total = total + np.where(j < lay.interleave, layer_linear_counts(model, (stage + j * lay.pp) * size, size), 0)
+    moe = model.moe is not None  # then every layer is a MoE layer (no leading dense ones)
+    return (np.where(chunked, 0 if moe else total, lin_dense), np.where(chunked, total if moe else 0, lin_moe))
 
 
 def shared_embedding_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, other: np.ndarray) -> np.ndarray:

@@ -230,3 +230,14 @@ def test_offloaded_gdn_layers_move_their_own_tensors():
     gdn = np.ravel(layer_activation_bytes_per_token(m, a, moe_layer=False, linear=True).stored)[0]
     attn = np.ravel(layer_activation_bytes_per_token(m, a, moe_layer=False).stored)[0]
     assert moved == pytest.approx(32 * (gdn + attn))
+
+
+def test_interleaved_ranks_count_the_gdn_layers_of_their_chunks():
+    """48 layers on pp 4 with 2 virtual stages: rank r holds chunks r and r + 4 of 6 layers. Attention on layers
+    3, 7, 11, ...: rank 0 (layers 0-5, 24-29) holds 2 attention and 10 GDN layers, rank 1 (6-11, 30-35) 4 and 8."""
+    m = hybrid(num_layers=48, linear_attention={**LA, "full_attention_interval": 4})
+    a = lay(pp=4, interleave=2, global_batch=8, micro_batch=1, seq_len=32)
+    sp = stage_params(m, a, np.arange(4))
+    assert np.asarray(sp.num_linear_dense).ravel().tolist() == [10, 8, 10, 8]
+    plain = stage_params(m, lay(pp=4, global_batch=8, micro_batch=1, seq_len=32), np.arange(4))
+    assert np.asarray(plain.num_linear_dense).ravel().tolist() == [9, 9, 9, 9]  # 12 contiguous layers, 3 attention
