@@ -937,3 +937,10 @@ def test_readme_counts_the_model_types_read():
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     assert f"{len(SUPPORTED_MODEL_TYPES)} model types" in readme
+
+
+def test_readme_counts_the_catalog():
+    from planner.engines.load import model_catalog
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert f"({len(model_catalog())} models," in readme

@@ -125,3 +125,16 @@ def test_qwen3_next_keys():
     assert count_params(spec).total == count_params(twin).total
     assert spec.linear_attention is not None and spec.linear_attention.state_bytes_per_element == 2
     assert spec.attention_output_gate and spec.rotary_fraction == 0.25 and spec.ffn_hidden_size == 5120
+
+
+@pytest.mark.parametrize("catalog_id,name", [
+    ("qwen3.5-27b", "qwen3.5-27b.json"), ("qwen3.5-35b-a3b", "qwen3.5-35b-a3b.json"),
+    ("qwen3.5-122b-a10b", "qwen3.5-122b-a10b.json"), ("qwen3.5-397b-a17b", "qwen3.5-397b-a17b.json"),
+    ("hunyuan-a13b", "hunyuan-a13b.json"),
+])
+def test_the_catalog_holds_what_the_reader_reads(catalog_id, name):
+    from planner.engines.load import load_model
+
+    data = json.loads((HF / name).read_text())
+    read = model_from_hf_config(data, source=name).model_dump(exclude={"name", "source"})
+    assert load_model(catalog_id).spec.model_dump(exclude={"name", "source"}) == read
