@@ -411,15 +411,14 @@ def export_cmd(job_file: Path | None, to: str, out: Path | None, **kw: Any) -> N
                           profile=kw.get("profile_path"))
     est = estimate(job.model, job.hardware, job.layout, headroom=job.headroom)
     exported = render_export(to, job.model_id, job.model, job.hardware, job.layout, est, hardware_id=job.hardware_id)
+    if out is not None:  # a file name, not a directory, FIFO or device: said before any note is printed
+        writable_target(out)
     for note in exported.notes:
         click.echo(f"note: {note}", err=True)
     if out is None:
         click.echo(exported.text, nl=False)
         return
-    writable_target(out)  # a file name ('' and '.' are none), and not a directory, FIFO or device
-    path = write_export(to, job.model_id, job.model, job.hardware, job.layout, est, out.parent,
-                        hardware_id=job.hardware_id, name=out.name)
-    click.echo(f"wrote {path}", err=True)
+    click.echo(f"wrote {write_export(exported, out)}", err=True)
 
 
 # schema -------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import click
 from planner.errors import PlannerError
 from planner.specs.bounds import FIELD_KINDS, describe, over_limit
 from planner.specs.layout import FP8_RECIPE_CODES, ComputeDtype
-from planner.writing import keep_mode, scratch_path, writable_target
+from planner.writing import keep_mode, remove_quietly, scratch_path, writable_target
 
 COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDtype)  # --dtype of estimate, search and check
 
@@ -307,9 +307,6 @@ class Outputs:
 
     def discard(self) -> None:
         for scratch, _ in self.moves:
-            try:
-                scratch.unlink()
-            except OSError:
-                pass
+            remove_quietly(scratch)
         self.moves.clear()
         self.lines.clear()

@@ -263,7 +263,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                 out.echo(f"note: {plot_path} not written, since no layout fits", err=True)
         _emit(view, fmt, model_entry.id, hw_entry.id, misses, more_gpus, shorter, out.echo)
         if export is not None and exported is not None:
-            _write_export(view, exported, export[1], model_entry.id, hw_entry.id, out)
+            _write_export(exported, export[1], out)
     except BaseException:
         out.discard()
         raise
@@ -298,21 +298,15 @@ def _export_file(view: Any, fmt: str, model_id: str, hardware_id: str) -> Any:
     return exported
 
 
-def _write_export(view: Any, exported: Any, directory: Path, model_id: str, hardware_id: str, out: Any) -> None:
+def _write_export(exported: Any, directory: Path, out: Any) -> None:
     """Write the export into `directory` as a scratch file that `out.commit()` renames into place."""
     from planner.engines.export import write_export
-    from planner.training.estimate import estimate
 
-    r = view.result
-    layout = r.layout(view.winner)
-    est = estimate(r.model, r.hardware, layout, headroom=r.headroom)
     for note in exported.notes:
         out.echo(f"note: {note}", err=True)
     target = directory / exported.name
-    scratch = out.temp(target)
     try:
-        write_export(exported.format, model_id, r.model, r.hardware, layout, est, directory, hardware_id=hardware_id,
-                     name=scratch.name)
+        write_export(exported, out.temp(target))  # the file _export_file rendered, not rendered again
     except PlannerError as err:
         raise PlannerError(err.message, source=str(target)) from None
     out.echo(f"wrote {target}", err=True)

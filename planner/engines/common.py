@@ -5,7 +5,8 @@ Readers: the result type, merging the file's settings with the job's, and the ba
 Writers: the export context and planner's prediction header.
 
 Pure: readers get parsed data (a dict, a list of flags) and return values, writers return text; only
-`planner.engines.load` reads files and only `planner.engines.export.write_export` writes them.
+`planner.engines.load` reads files and only `planner.writing` writes them (`planner.engines.export.write_export`,
+the calibration overlay).
 """
 
 from __future__ import annotations

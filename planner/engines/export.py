@@ -116,20 +116,8 @@ def render_export(
     return ExportFile(format=fmt, name=DEFAULT_NAMES[fmt], text=renderer(ctx), layout=mapped, notes=notes)
 
 
-def write_export(
-    fmt: str,
-    model_id: str,
-    model: ModelSpec,
-    hw: HardwareProfile,
-    layout: Layout,
-    est: TrainingEstimate,
-    directory: Path,
-    *,
-    hardware_id: str | None = None,
-    name: str | None = None,
-) -> Path:
-    """Render and write the launch configuration into `directory` (created if missing); returns its path."""
-    exported = render_export(fmt, model_id, model, hw, layout, est, hardware_id=hardware_id)
-    target = Path(directory) / (name or exported.name)
-    write_text(target, exported.text, make_parents=True)  # a regular file, renamed into place once whole
+def write_export(exported: ExportFile, target: Path) -> Path:
+    """Write a rendered launch configuration to `target` (its folder created if missing): a regular file, renamed
+    into place once whole (planner.writing); returns `target`."""
+    write_text(target, exported.text, make_parents=True)
     return target

@@ -285,3 +285,15 @@ def test_engine_yaml_is_read_as_its_engine_reads_it():
     text = "a: 1_000\nb: 1:00\nc: 010\n"
     assert parse_yaml(text, "run_config.yaml", engine=True) == {"a": 1000, "b": 60, "c": 8}
     assert parse_yaml(text, "job.yaml") == {"a": "1_000", "b": "1:00", "c": 10}
+
+
+def test_a_bad_out_is_the_only_line_even_when_the_export_has_notes(tmp_path):
+    """The export's notes (engine megatron -> torchtitan here) were printed before --out was found unwritable: two
+    lines on stderr instead of one."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert_rejected(["export", "--to", "torchtitan", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "8",
+                     "--global-batch", "64", "--seq-len", "4096", "--zero", "3", "--out", fifo], "not a regular file",
+                    folder=tmp_path)
