@@ -6,6 +6,7 @@ outward; a replica is tp x pp GPUs. Formulas and sources: docs/inference.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +82,31 @@ def mixer_period(shapes: ModelShapes) -> int:
     return la.full_attention_interval if la is not None else 0
 
 
+def embedding_and_head_bytes(shapes: ModelShapes, x: InferenceArrays) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes on one GPU of the embedding (the first stage's) and of the final norm + output head (the last
+    stage's), both split over TP by vocabulary; with tied embeddings and pp > 1 the head is its own copy of the
+    word table (see stage_weight_bytes)."""
+    emb = shapes.embedding_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
+    head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
+    return np.asarray(emb), np.asarray(head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp)
+
+
+def stage_layers_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> Callable[[np.ndarray], tuple[
+        np.ndarray, np.ndarray]]:
+    """A function of the stage giving (its layer count, its layers' weight bytes on one GPU): dense layers first,
+    then MoE ones (physics.stages' training split), each GDN layer's mixer in place of the attention's. The
+    per-layer bytes are taken once, for every stage asked after."""
+    dense_b = layer_weight_bytes_per_gpu(shapes, shapes.dense, x)
+    moe_b = layer_weight_bytes_per_gpu(shapes, shapes.moe, x) if shapes.moe else dense_b
+    delta = linear_mixer_weight_delta_bytes(shapes, x)
+
+    def layers_bytes(stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n, n_moe = stage_layer_split(shapes.num_layers, shapes.num_dense_layers, x.pp, stage)
+        return n, np.asarray((n - n_moe) * dense_b + n_moe * moe_b + stage_linear_layers(shapes, x, stage, n) * delta)
+
+    return layers_bytes
+
+
 def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
     """Stages hold the layers of the training split (physics.stages: the first and last stages one layer
     lighter when the count does not divide, dense layers first, as DeepSeek places them); the embedding
@@ -88,24 +114,14 @@ def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
     vocabulary. With tied embeddings and pp > 1 the last stage holds its own copy of the word table for
     the head (Megatron-LM, vLLM and TensorRT-LLM all load it there); with pp = 1 the one table serves
     both. `middle_bytes` is the heaviest middle stage (among the candidates that can be heaviest)."""
-    dense_b = layer_weight_bytes_per_gpu(shapes, shapes.dense, x)
-    moe_b = layer_weight_bytes_per_gpu(shapes, shapes.moe, x) if shapes.moe else dense_b
-    emb = shapes.embedding_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
-    head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
-    head = head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
-
-    delta = linear_mixer_weight_delta_bytes(shapes, x)
-
-    def layers_bytes(stage: np.ndarray) -> np.ndarray:
-        n, n_moe = stage_layer_split(shapes.num_layers, shapes.num_dense_layers, x.pp, stage)
-        return np.asarray((n - n_moe) * dense_b + n_moe * moe_b + stage_linear_layers(shapes, x, stage, n) * delta)
-
+    emb, head = embedding_and_head_bytes(shapes, x)
+    layers_bytes = stage_layers_weight_bytes(shapes, x)
     last_stage = x.pp - 1
-    first = emb + layers_bytes(np.zeros_like(x.pp)) + np.where(x.pp == 1, head, 0.0)
-    last = head + layers_bytes(last_stage) + np.where(x.pp == 1, emb, 0.0)
+    first = emb + layers_bytes(np.zeros_like(x.pp))[1] + np.where(x.pp == 1, head, 0.0)
+    last = head + layers_bytes(last_stage)[1] + np.where(x.pp == 1, emb, 0.0)
     stages = candidate_stages(shapes.num_layers, shapes.num_dense_layers, x.pp, mixer_period(shapes))
     inner = (stages > 0) & (stages < last_stage)
-    middle = np.where(inner, layers_bytes(stages), 0.0).max(axis=0)
+    middle = np.where(inner, layers_bytes(stages)[1], 0.0).max(axis=0)
     return StageWeights(first_bytes=first, middle_bytes=middle, last_bytes=last)
 
 
@@ -133,25 +149,26 @@ def layer_mix(shapes: ModelShapes, n: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return global_layers, attention - global_layers, linear
 
 
-def stage_layer_mix(shapes: ModelShapes, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Global, sliding-window and GDN layers on the most loaded stage (layer_mix of its layer count)."""
-    return layer_mix(shapes, max_layers_per_stage(shapes.num_layers, pp))
-
-
 def state_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, linear_layers: np.ndarray) -> np.ndarray:
     """A sequence's GDN states on one GPU: each layer's recurrent and convolution state, split over TP with the
     heads (vLLM's mamba_utils: n_v / tp heads and conv_dim / tp channels per rank)."""
     return np.asarray(linear_layers * shapes.linear_state_bytes_per_layer / x.tp)
 
 
-def kv_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
-    """KV-cache bytes one sequence of `context` tokens occupies on a GPU of the most loaded stage, and its GDN
-    layers' states (fixed, whatever the length)."""
-    g_layers, s_layers, l_layers = stage_layer_mix(shapes, x.pp)
+def stage_kv_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray,
+                                        layers: np.ndarray) -> np.ndarray:
+    """KV-cache bytes one sequence of `context` tokens occupies on a GPU of a stage of `layers` layers (global and
+    windowed in the model's proportion, layer_mix), and its GDN layers' states (fixed, whatever the length)."""
+    g_layers, s_layers, l_layers = layer_mix(shapes, layers)
     full, capped = cached_tokens(shapes, context)
     per_token_layer = shapes.kv_bytes_per_token_per_layer_per_gpu(x.tp, x.kv_bytes)
     return np.asarray(per_token_layer * (g_layers * full + s_layers * capped)
                       + state_bytes_per_sequence_per_gpu(shapes, x, l_layers))
+
+
+def kv_bytes_per_sequence_per_gpu(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
+    """KV-cache bytes and GDN states of one sequence of `context` tokens on a GPU of the most loaded stage."""
+    return stage_kv_bytes_per_sequence_per_gpu(shapes, x, context, max_layers_per_stage(shapes.num_layers, x.pp))
 
 
 def kv_bytes_per_sequence_replica(shapes: ModelShapes, x: InferenceArrays, context: np.ndarray) -> np.ndarray:
@@ -314,23 +331,13 @@ class StageMemory:
 def stage_memory(shapes: ModelShapes, x: InferenceArrays, stages: np.ndarray) -> StageMemory:
     """Memory per GPU of every stage in `stages` for one layout (0-d `x`): the stage's layers (the split
     of `stage_weight_bytes`), the embedding on the first and the head on the last, the KV cache of its
-    layers (global and windowed in the model's proportion, as `stage_layer_mix`), the same activation
+    layers (stage_kv_bytes_per_sequence_per_gpu), the same activation
     workspace and reserve on every stage. The most loaded stage equals `inference_memory`'s figures."""
     stages = np.asarray(stages)
-    dense_b = layer_weight_bytes_per_gpu(shapes, shapes.dense, x)
-    moe_b = layer_weight_bytes_per_gpu(shapes, shapes.moe, x) if shapes.moe else dense_b
-    n, n_moe = stage_layer_split(shapes.num_layers, shapes.num_dense_layers, x.pp, stages)
-    emb = shapes.embedding_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
-    head_params = np.where(x.pp > 1, shapes.head_matrix_params(), shapes.head_params)
-    head = head_params * EMBEDDING_BYTES_PER_ELEMENT / x.tp
-    weights = (n - n_moe) * dense_b + n_moe * moe_b + np.where(stages == 0, emb, 0.0) + np.where(
-        stages == x.pp - 1, head, 0.0) + stage_linear_layers(shapes, x, stages, n) * linear_mixer_weight_delta_bytes(
-        shapes, x)
-    global_layers, sliding_layers, linear_layers = layer_mix(shapes, n)
-    full, capped = cached_tokens(shapes, x.context_len)
-    per_token_layer = shapes.kv_bytes_per_token_per_layer_per_gpu(x.tp, x.kv_bytes)
-    kv = x.concurrency * (per_token_layer * (global_layers * full + sliding_layers * capped)
-                          + state_bytes_per_sequence_per_gpu(shapes, x, linear_layers))
+    emb, head = embedding_and_head_bytes(shapes, x)
+    n, layers = stage_layers_weight_bytes(shapes, x)(stages)
+    weights = layers + np.where(stages == 0, emb, 0.0) + np.where(stages == x.pp - 1, head, 0.0)
+    kv = x.concurrency * stage_kv_bytes_per_sequence_per_gpu(shapes, x, x.context_len, n)
     act = activation_workspace_bytes(shapes, x, x.concurrency) + np.zeros(stages.shape)
     other = reserve_bytes(x) + np.zeros(stages.shape)
     return StageMemory(stage=stages, layers=n, weights_bytes=weights, kv_cache_bytes=kv, activations_bytes=act,
