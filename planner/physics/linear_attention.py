@@ -142,6 +142,12 @@ def core_seconds(la: LinearAttentionSpec, hbm_bytes_per_s: float, tokens: np.nda
     return np.asarray(forward), np.asarray(CORE_BACKWARD_TO_FORWARD * forward)
 
 
+def mixer_period(model: ModelSpec) -> int:
+    """Layers after which the mix of mixers repeats (full_attention_interval: a GDN hybrid keeps attention on every
+    k-th layer); 0 for a model of one mixer. physics.stages.candidate_stages takes it."""
+    return model.linear_attention.full_attention_interval if model.linear_attention is not None else 0
+
+
 def layer_linear_counts(model: ModelSpec, first: np.ndarray, count: np.ndarray) -> np.ndarray:
     """GDN layers among `count` consecutive layers from index `first`: all but the layers k-1, 2k-1, ...
     (k = full_attention_interval) that keep attention. 0 without linear attention."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.physics.linear_attention import in_proj_width, layer_linear_counts, mixer_widths
+from planner.physics.linear_attention import in_proj_width, layer_linear_counts, mixer_period, mixer_widths
 from planner.physics.params import kv_cache_bytes_per_token
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
 from planner.physics.shapes import LayerShape, gemm_elements_per_rank
@@ -73,13 +73,7 @@ def linear_mixer_weight_delta_bytes(shapes: ModelShapes, x: InferenceArrays) -> 
 
 def stage_linear_layers(shapes: ModelShapes, x: InferenceArrays, stage: np.ndarray, n: np.ndarray) -> np.ndarray:
     """GDN layers among the `n` layers of `stage` (the training split, physics.linear_attention's placement)."""
-    start = np.where(x.pp == 1, 0, first_layer_of_stage(shapes.num_layers, x.pp, stage))
-    return layer_linear_counts(shapes.spec, start, n)
-
-
-def mixer_period(shapes: ModelShapes) -> int:
-    la = shapes.spec.linear_attention
-    return la.full_attention_interval if la is not None else 0
+    return layer_linear_counts(shapes.spec, first_layer_of_stage(shapes.num_layers, x.pp, stage), n)
 
 
 def embedding_and_head_bytes(shapes: ModelShapes, x: InferenceArrays) -> tuple[np.ndarray, np.ndarray]:
@@ -119,7 +113,7 @@ def stage_weight_bytes(shapes: ModelShapes, x: InferenceArrays) -> StageWeights:
     last_stage = x.pp - 1
     first = emb + layers_bytes(np.zeros_like(x.pp))[1] + np.where(x.pp == 1, head, 0.0)
     last = head + layers_bytes(last_stage)[1] + np.where(x.pp == 1, emb, 0.0)
-    stages = candidate_stages(shapes.num_layers, shapes.num_dense_layers, x.pp, mixer_period(shapes))
+    stages = candidate_stages(shapes.num_layers, shapes.num_dense_layers, x.pp, mixer_period(shapes.spec))
     inner = (stages > 0) & (stages < last_stage)
     middle = np.where(inner, layers_bytes(stages)[1], 0.0).max(axis=0)
     return StageWeights(first_bytes=first, middle_bytes=middle, last_bytes=last)

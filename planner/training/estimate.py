@@ -19,6 +19,7 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.physics.kernels import fp8_attention_available, gemm_peak_flops, has_nvfp4_gemms
+from planner.physics.linear_attention import mixer_period
 from planner.physics.stages import candidate_stages, dualpipe_candidate_stages, layers_on_stage
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
 from planner.specs.hardware import HardwareProfile
@@ -200,8 +201,7 @@ def evaluate(
     """Memory and time of every candidate in `lay` under `engine` (default: the default engine's profile;
     no rule checks: see rules.violations)."""
     engine = engine_or_default(engine)
-    period = model.linear_attention.full_attention_interval if model.linear_attention is not None else 0
-    stages = candidate_stages(model.num_layers, model.num_dense_layers, lay.pp, period)
+    stages = candidate_stages(model.num_layers, model.num_dense_layers, lay.pp, mixer_period(model))
     if np.any(lay.dualpipe):  # the pair with the most layers can be the heaviest rank
         extra = dualpipe_candidate_stages(model.num_layers, lay.pp)
         shape = np.broadcast_shapes(stages.shape[1:], extra.shape[1:])

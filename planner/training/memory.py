@@ -176,7 +176,6 @@ def stage_linear_split(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray, n
     leading dense layers (Qwen3.5, Qwen3-Next); otherwise its layers are taken as one contiguous block, as the
     dense/MoE split takes them."""
     start = first_layer_of_stage(model.num_layers, lay.pp, stage)
-    start = np.where(lay.pp == 1, 0, start)
     lin_dense, lin_moe = layer_linear_counts(model, start, n_dense), layer_linear_counts(model, start + n_dense, n_moe)
     chunks = lay.pp * lay.interleave
     chunked = (lay.interleave > 1) & (model.num_layers % chunks == 0)
@@ -601,7 +600,7 @@ def offloaded_activation_bytes(
     moe = layer_activation_bytes_per_token(model, lay, moe_layer=True, proj_cast_copy=proj_cast_copy).stored
     per_token = off_dense * dense + (offloaded - off_dense) * moe
     if model.linear_attention is not None:  # the offloaded GDN layers keep their mixer's tensors
-        start = np.where(lay.pp == 1, 0, first_layer_of_stage(model.num_layers, lay.pp, stage))
+        start = first_layer_of_stage(model.num_layers, lay.pp, stage)
         lin_dense = layer_linear_counts(model, start, off_dense)
         lin_moe = layer_linear_counts(model, start + n_dense, offloaded - off_dense)
         for lin, moe_layer, attn in ((lin_dense, False, dense), (lin_moe, True, moe)):
