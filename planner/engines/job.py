@@ -23,7 +23,7 @@ from planner.engines import (
 )
 from planner.engines.common import EngineImport, require
 from planner.errors import PlannerError
-from planner.specs.bounds import LIMITS
+from planner.specs import bounds
 from planner.specs.engine import ENGINE_PROFILES
 from planner.specs.hardware import HardwareProfile
 from planner.specs.job import Job
@@ -70,7 +70,7 @@ def overlaid(hw: HardwareProfile, profile: Path | None) -> tuple[HardwareProfile
 def _job_file(ref: str, base: Path, source: str, field: str) -> Path:
     """A file a job names (relative to the job file): an error naming the job and its field when it is missing or
     not a file, so that among many jobs checked at once the broken one is plain."""
-    path = Path(ref) if Path(ref).is_absolute() else base / ref
+    path = _relative(ref, base)
     if not path.is_file():
         why = "is a directory" if path.is_dir() else "not found" if not path.exists() else "is not a regular file"
         raise PlannerError(f"{ref} {why} (paths are relative to the job file); fix the path", source=source,
@@ -105,10 +105,9 @@ def resolve_job(job: Job, *, base: Path, source: str, profile: Path | None = Non
     else:
         assert job.nodes is not None  # Job._gpus_or_nodes: exactly one of gpus and nodes is given
         gpus = job.nodes * hw.spec.node.gpus_per_node
-        limit = LIMITS["gpus"]
-        if gpus > limit.maximum:  # each factor is within its own limit; their product need not be
+        if gpus > bounds.maximum("gpus"):  # each factor is within its own limit; their product need not be
             raise PlannerError(f"{job.nodes:,} nodes x {hw.spec.node.gpus_per_node:,} GPUs per node = {gpus:,} GPUs, "
-                               f"above planner's limit of {int(limit.maximum):,} {limit.unit}; use fewer nodes",
+                               f"above planner's limit of {bounds.describe('gpus')}; use fewer nodes",
                                source=source, field="nodes")
     loaded = _model(job, base, source)
     given = job.given_fields()
