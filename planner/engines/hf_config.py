@@ -928,7 +928,6 @@ def _granitemoe(r: _Reader) -> None:
     _moe(r, experts="num_local_experts", ffn="intermediate_size")
 
 
-
 def _per_layer_uniform(r: _Reader, key: str, default: int) -> int:
     """A positive integer, or a list of one per layer that must all be equal (Hunyuan's per-layer moe_topk,
     num_experts, num_shared_expert: the released models repeat one value; planner's layers are alike)."""
@@ -1027,8 +1026,11 @@ def _hunyuan_v1_moe(r: _Reader) -> None:
     _hunyuan_moe(r, shared_from_config=False)
 
 
-
 _STATE_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# LinearAttentionSpec's sizes and the config.json keys that give them (Qwen3NextConfig, Qwen3_5TextConfig)
+_GDN_SIZE_KEYS = {"num_key_heads": "linear_num_key_heads", "num_value_heads": "linear_num_value_heads",
+                  "key_head_dim": "linear_key_head_dim", "value_head_dim": "linear_value_head_dim",
+                  "conv_kernel": "linear_conv_kernel_dim"}
 
 
 def _linear_attention(r: _Reader, *, interval_default: int, state_dtype_default: str) -> None:
@@ -1055,15 +1057,8 @@ def _linear_attention(r: _Reader, *, interval_default: int, state_dtype_default:
     dtype = r.raw("mamba_ssm_dtype")
     if dtype is not None and (not isinstance(dtype, str) or dtype not in _STATE_DTYPES):
         raise r.error("mamba_ssm_dtype", f"expected one of {', '.join(_STATE_DTYPES)}, got {dtype!r:.40}")
-    spec = {
-        "num_key_heads": r.int_("linear_num_key_heads"),
-        "num_value_heads": r.int_("linear_num_value_heads"),
-        "key_head_dim": r.int_("linear_key_head_dim"),
-        "value_head_dim": r.int_("linear_value_head_dim"),
-        "conv_kernel": r.int_("linear_conv_kernel_dim"),
-        "full_attention_interval": interval,
-        "state_bytes_per_element": _STATE_DTYPES[dtype or state_dtype_default],
-    }
+    spec: dict[str, int] = {field: r.int_(key) for field, key in _GDN_SIZE_KEYS.items()}
+    spec |= {"full_attention_interval": interval, "state_bytes_per_element": _STATE_DTYPES[dtype or state_dtype_default]}
     if spec["num_value_heads"] % spec["num_key_heads"]:
         raise r.error("linear_num_value_heads", f"{spec['num_value_heads']} is not a multiple of "
                       f"linear_num_key_heads ({spec['num_key_heads']})")
@@ -1072,10 +1067,7 @@ def _linear_attention(r: _Reader, *, interval_default: int, state_dtype_default:
                       "keep attention")
     if interval > 1:  # 1: every layer keeps attention, no GDN layer
         r.put("linear_attention", spec, "linear_num_value_heads")
-        for field, key in (("num_key_heads", "linear_num_key_heads"), ("num_value_heads", "linear_num_value_heads"),
-                           ("key_head_dim", "linear_key_head_dim"), ("value_head_dim", "linear_value_head_dim"),
-                           ("conv_kernel", "linear_conv_kernel_dim"),
-                           ("full_attention_interval", "full_attention_interval")):
+        for field, key in {**_GDN_SIZE_KEYS, "full_attention_interval": "full_attention_interval"}.items():
             r.origin[f"linear_attention.{field}"] = key  # a nested field's error names its own key
 
 

@@ -47,6 +47,15 @@ from planner.specs.model import ModelSpec
 FUSED_MLP_ENV_FLAG = "nvte-cutedsl-fused-grouped-mlp"
 
 # kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true) / path (one value)
+GDN_SIZE_FLAGS: dict[str, tuple[str, int]] = {
+    "linear-num-key-heads": ("num_key_heads", 16), "linear-num-value-heads": ("num_value_heads", 32),
+    "linear-key-head-dim": ("key_head_dim", 128), "linear-value-head-dim": ("value_head_dim", 128),
+    "linear-conv-kernel-dim": ("conv_kernel", 4),
+}
+"""The Gated DeltaNet sizes' flags, each with its LinearAttentionSpec field and TransformerConfig's default
+(megatron/core/transformer/transformer_config.py @ d98e8a64), which the command line sets through --linear-*
+(ArgumentGroupFactory over TransformerConfig); read and written from this one table."""
+
 READ_FLAGS: dict[str, str] = {
     **{f: "int" for f in (
         "moe-mlp-glu-interleave-size",
@@ -62,9 +71,7 @@ READ_FLAGS: dict[str, str] = {
         "decoder-last-pipeline-num-layers", "mtp-num-layers", "encoder-seq-length", "encoder-num-layers",
         "zero-stage", "pad-vocab-size-to", "checkpoint-num-layers",
         "moe-expert-parallel-size", "topk", "expert-interval",  # Megatron-DeepSpeed's DeepSpeed-MoE flags
-        "cpu-offloading-num-layers",
-        "linear-conv-kernel-dim", "linear-key-head-dim", "linear-value-head-dim", "linear-num-key-heads",
-        "linear-num-value-heads",
+        "cpu-offloading-num-layers", *GDN_SIZE_FLAGS,
     )},
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
     **{f: "str" for f in (
@@ -701,11 +708,8 @@ def _linear_attention(args: Mapping[str, Any], source: str) -> dict[str, int] | 
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise PlannerError(f"--linear-attention-freq {text!r}: expected a positive integer N (softmax attention on "
                            "every Nth layer)", source=source)
-    sizes = {flag: int(args.get(flag) or default) for flag, default in GDN_DEFAULTS.items()}
-    return {"num_key_heads": sizes["linear-num-key-heads"], "num_value_heads": sizes["linear-num-value-heads"],
-            "key_head_dim": sizes["linear-key-head-dim"], "value_head_dim": sizes["linear-value-head-dim"],
-            "conv_kernel": sizes["linear-conv-kernel-dim"], "full_attention_interval": int(text),
-            "state_bytes_per_element": 2}
+    sizes = {field: int(args.get(flag) or default) for flag, (field, default) in GDN_SIZE_FLAGS.items()}
+    return {**sizes, "full_attention_interval": int(text), "state_bytes_per_element": 2}
 
 
 def _sparse_attention(args: Mapping[str, Any], source: str) -> dict[str, int] | None:
@@ -1465,10 +1469,6 @@ ATTENTION_VARIANTS: dict[str, str] = {
     "gdn2": "Gated DeltaNet-2 linear-attention layers",
 }
 GDN_VARIANTS = ("gdn", "gated_delta_net")
-# TransformerConfig's defaults of the Gated DeltaNet sizes (megatron/core/transformer/transformer_config.py @
-# d98e8a64), which the command line sets through --linear-* (ArgumentGroupFactory over TransformerConfig)
-GDN_DEFAULTS = {"linear-conv-kernel-dim": 4, "linear-key-head-dim": 128, "linear-value-head-dim": 128,
-                "linear-num-key-heads": 16, "linear-num-value-heads": 32}
 
 
 def _refuse_unmodelled_layers(args: Mapping[str, Any], source: str) -> None:
@@ -1846,10 +1846,8 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
     if model.linear_attention is not None:  # Megatron-Core's Gated DeltaNet (experimental_attention_variant gdn)
         la = model.linear_attention
         flags += [["--experimental-attention-variant", "gdn"],
-                  ["--linear-attention-freq", str(la.full_attention_interval)],
-                  ["--linear-num-key-heads", str(la.num_key_heads)], ["--linear-num-value-heads", str(la.num_value_heads)],
-                  ["--linear-key-head-dim", str(la.key_head_dim)], ["--linear-value-head-dim", str(la.value_head_dim)],
-                  ["--linear-conv-kernel-dim", str(la.conv_kernel)]]
+                  ["--linear-attention-freq", str(la.full_attention_interval)]]
+        flags += [[f"--{flag}", str(getattr(la, field))] for flag, (field, _) in GDN_SIZE_FLAGS.items()]
     if model.sliding_window_layers:
         window = _window_flags(model)
         if window is None:

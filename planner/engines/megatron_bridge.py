@@ -64,8 +64,7 @@ MODEL_VALUES = (
     "moe_mlp_glu_interleave_size", "hybrid_override_pattern", "hybrid_layer_pattern", "attention_dropout",
     "hidden_dropout", "experimental_attention_variant", "linear_attention_freq", "dsa_indexer_n_heads",
     "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_topk_freq", "dsa_kernel_backend",
-    "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
-    "linear_num_value_heads",
+    *(flag.replace("-", "_") for flag in megatron.GDN_SIZE_FLAGS),
 )
 # model fields that are store_true flags in Megatron-LM: passed when true
 MODEL_SWITCHES = (
