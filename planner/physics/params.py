@@ -202,15 +202,15 @@ class ParamCount:
         return self.total + self.mtp
 
     @property
+    def layers_active(self) -> int:
+        """Layer parameters one token passes through (MoE: top-k routed plus shared experts; GDN layers their mixer)."""
+        return (self.num_dense_layers * self.dense_layer + self.num_moe_layers * self.moe_layer_active
+                + self.num_linear_layers * self.linear_mixer_delta)
+
+    @property
     def active(self) -> int:
-        """Parameters one token passes through (MoE: top-k routed plus shared experts)."""
-        return (
-            self.embedding
-            + self.num_dense_layers * self.dense_layer
-            + self.num_moe_layers * self.moe_layer_active
-            + self.num_linear_layers * self.linear_mixer_delta
-            + self.head
-        )
+        """Parameters one token passes through: layers_active, the embedding and the head."""
+        return self.embedding + self.layers_active + self.head
 
 
 def count_params(model: ModelSpec) -> ParamCount:

@@ -28,10 +28,7 @@ BACKWARD_TO_FORWARD_FLOP = 2.0  # weight and input gradients: two GEMMs per forw
 
 def layer_weight_flop_per_token(model: ModelSpec) -> float:
     """Forward GEMM FLOPs per token summed over all layers (active experts only), 2 per weight."""
-    counts = count_params(model)
-    active_layers = (counts.num_dense_layers * counts.dense_layer + counts.num_moe_layers * counts.moe_layer_active
-                     + counts.num_linear_layers * counts.linear_mixer_delta)  # GDN layers: their own projections
-    return 2.0 * active_layers
+    return 2.0 * count_params(model).layers_active  # GDN layers: their own projections
 
 
 def attention_core_flop_per_token(model: ModelSpec, seq_len: np.ndarray) -> np.ndarray:
