@@ -15,7 +15,7 @@ from planner.search.engine import NearMiss, SearchResult
 from planner.search.rank import Selection, TrainingCost, training_cost
 from planner.specs.engine import engine_profile
 from planner.specs.layout import RECOMPUTE_NAMES
-from planner.training.estimate import MFU_PLAUSIBILITY_MARGIN, estimate
+from planner.training.estimate import MFU_PLAUSIBILITY_MARGIN, estimate, estimate_many
 from planner.training.time import engine_overlaps_tp
 
 
@@ -90,9 +90,11 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
     """{"evaluated", "feasible", "rejected", "candidates"} plus context; candidates best first, each with
     the keys of `planner estimate --format json` (and "rank", and "cost" when --tokens is given)."""
     r = view.result
+    shown = view.shown.tolist()
+    estimates = estimate_many(r.model, r.hardware, [r.layout(pos) for pos in shown], headroom=r.headroom)
     candidates = []
-    for pos in view.shown.tolist():
-        data = candidate_json(r, pos)
+    for pos, est in zip(shown, estimates, strict=True):
+        data = est.to_json()
         data["rank"] = int(view.ranks[pos])
         if view.cost is not None:
             data["cost"] = _cost_json(view.cost, pos)

@@ -12,6 +12,7 @@ holding the first MoE layer and the next one join (see physics.stages.candidate_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -446,25 +447,50 @@ def estimate(
     model: ModelSpec, hw: HardwareProfile, layout: Layout, *, headroom: float = DEFAULT_HEADROOM
 ) -> TrainingEstimate:
     """Validate `layout` and estimate it, reporting every pipeline stage."""
+    return estimate_many(model, hw, [layout], headroom=headroom)[0]
+
+
+def estimate_many(
+    model: ModelSpec, hw: HardwareProfile, layouts: Sequence[Layout], *, headroom: float = DEFAULT_HEADROOM
+) -> list[TrainingEstimate]:
+    """`estimate` of each layout, in order, costed together as one grid (one `evaluate` and one `stage_memory`
+    over every layout's stages) where they share an engine; the numbers are the same as one at a time."""
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
-    check_layout(model, layout, layout.gpus)
-    check_dtype(hw, layout.dtype, layout.fp8_recipe, layout.fp8_attention, layout.moe_fused_mlp)
-    lay = layout.to_arrays()
-    result = evaluate(model, hw, lay, headroom=headroom, engine=engine_profile(layout.engine))
-    all_stages = np.arange(layout.pp)[:, None]  # (p, 1): every stage of the one layout
-    engine = engine_profile(layout.engine)
+    for layout in layouts:
+        check_layout(model, layout, layout.gpus)
+        check_dtype(hw, layout.dtype, layout.fp8_recipe, layout.fp8_attention, layout.moe_fused_mlp)
+    by_engine: dict[str, list[int]] = {}
+    for i, layout in enumerate(layouts):
+        by_engine.setdefault(layout.engine, []).append(i)
+    out: list[TrainingEstimate | None] = [None] * len(layouts)
+    for name, members in by_engine.items():
+        group = [layouts[i] for i in members]
+        for i, est in zip(members, _estimate_group(model, hw, group, headroom, engine_profile(name)), strict=True):
+            out[i] = est
+    return [est for est in out if est is not None]
+
+
+def _estimate_group(
+    model: ModelSpec, hw: HardwareProfile, layouts: list[Layout], headroom: float, engine: EngineProfile
+) -> list[TrainingEstimate]:
+    """Layouts of one engine, checked already: one grid, then each layout's result and stage rows taken out."""
+    lay = LayoutArrays.from_layouts(layouts)
+    result = evaluate(model, hw, lay, headroom=headroom, engine=engine)
+    # (deepest pp, n): stage i of each layout, clipped to its last stage (rows past it repeat it, unread)
+    all_stages = np.minimum(np.arange(max(layout.pp for layout in layouts))[:, None], lay.pp - 1)
     mem = stage_memory(model, lay, all_stages, engine=engine)
     layers = layers_on_stage(model.num_layers, lay.pp, all_stages)
-    if layout.schedule == "dualpipe":  # one row per rank: its stages r and p - 1 - r together
+    if np.any(lay.dualpipe):  # one row per rank: its stages r and p - 1 - r together
         mem = _dualpipe_memory(model, lay, all_stages, stage_params(model, lay, all_stages), mem, engine)
-        layers = layers + layers_on_stage(model.num_layers, lay.pp, lay.pp - 1 - all_stages)
-    stages = tuple(
-        StageBreakdown(
-            stage=int(i),
-            layers=int(layers[i, 0]),
-            **{name: float(np.broadcast_to(getattr(mem, name), (layout.pp, 1))[i, 0]) for name in MEMORY_KEYS},
+        layers = layers + np.where(lay.dualpipe, layers_on_stage(model.num_layers, lay.pp, lay.pp - 1 - all_stages), 0)
+    columns = {name: np.broadcast_to(getattr(mem, name), all_stages.shape) for name in MEMORY_KEYS}
+    estimates = []
+    for n, layout in enumerate(layouts):
+        stages = tuple(
+            StageBreakdown(stage=i, layers=int(layers[i, n]), **{name: float(columns[name][i, n]) for name in MEMORY_KEYS})
+            for i in range(layout.pp)
         )
-        for i in range(layout.pp)
-    )
-    return TrainingEstimate(model=model, hardware=hw, layout=layout, headroom=headroom, result=result, stages=stages)
+        estimates.append(TrainingEstimate(model=model, hardware=hw, layout=layout, headroom=headroom,
+                                          result=result.take(np.array([n])), stages=stages))
+    return estimates

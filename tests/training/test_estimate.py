@@ -8,7 +8,7 @@ from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
-from planner.training.estimate import DEFAULT_HEADROOM, MEMORY_KEYS, estimate
+from planner.training.estimate import DEFAULT_HEADROOM, MEMORY_KEYS, estimate, estimate_many
 
 H100 = load_hardware("h100-sxm").spec
 A100 = load_hardware("a100-80gb").spec
@@ -112,3 +112,51 @@ def test_fp8_on_h100_runs():
 def test_rule_violations_raise_with_the_arithmetic():
     with pytest.raises(PlannerError, match=r"num_attention_heads\(4\) is not divisible by tp\(8\)"):
         estimate(tiny(), H100, Layout(tp=8, global_batch=8, seq_len=64))
+
+
+def _many_layouts() -> list[Layout]:
+    # Mixed depths (stage rows of different lengths in one grid), two engines (costed as separate grids),
+    # DualPipe beside 1F1B (its paired rows only where it is on), recompute and ZeRO variety.
+    return [
+        Layout(tp=2, pp=4, dp=2, micro_batch=1, global_batch=16, seq_len=1024, sequence_parallel=True,
+               schedule="dualpipe", mtp_layers=0),
+        Layout(tp=1, pp=1, dp=16, zero=3, global_batch=32, seq_len=2048, engine="torchtitan"),
+        Layout(tp=4, pp=2, dp=2, zero=1, global_batch=16, seq_len=4096, sequence_parallel=True, recompute="full",
+               mtp_layers=0),
+        Layout(tp=2, pp=8, dp=1, interleave=1, global_batch=32, seq_len=1024, sequence_parallel=True, mtp_layers=0),
+        Layout(tp=1, pp=2, dp=8, zero=1, global_batch=64, seq_len=512, recompute="op", engine="torchtitan"),
+    ]
+
+
+def test_estimate_many_gives_each_layout_what_estimate_gives_it_alone():
+    # One grid over layouts of different depths, schedules and engines: every number of every layout's JSON
+    # (its result and each stage row) is the one estimate() computes for that layout by itself.
+    model = load_model("deepseek-v2-lite").spec
+    layouts = _many_layouts()
+    together = estimate_many(model, H100, layouts)
+    assert [est.layout for est in together] == layouts
+    for est, layout in zip(together, layouts, strict=True):
+        alone = estimate(model, H100, layout).to_json()
+        assert _close(est.to_json(), alone)
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        return all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        assert len(a) == len(b)
+        return all(_close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-12, abs=0.0)
+        return True
+    assert a == b
+    return True
+
+
+def test_estimate_many_checks_every_layout_and_takes_none():
+    model = tiny()
+    assert estimate_many(model, H100, []) == []
+    bad = Layout(tp=3, global_batch=8, seq_len=64)  # 4 heads over tp 3
+    with pytest.raises(PlannerError):
+        estimate_many(model, H100, [Layout(global_batch=8, seq_len=64), bad])
