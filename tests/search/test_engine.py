@@ -232,7 +232,9 @@ def test_llama3_405b_on_16384_h100_leads_with_a_published_style_layout():
     "interleaving counted the embedding and the loss as pipeline units, which admits v 8 on pp 16, Megatron-Bridge's "
     "GB200 recipe) since the refit of 2026-12 (GEMM share 0.84 -> 0.857, streaming 0.8 -> 0.7, step overhead 0.2 -> "
     "0.15 s, the TP overlap's exposed share replaced by its last reduce-scatter chunk); the 405B runs outside the fit "
-    "(Megatron-Bridge 25.09-26.04.01 on H100, B200, GB200) come out 3-17% fast, a cost the model lacks at this size"))
+    "(Megatron-Bridge 25.09-26.04.01 on H100, B200, GB200) come out 3-17% fast, a cost the model lacks at this size; "
+    "yet the 26.04.01 H100 405B FP8-CS row (827 TFLOP/s, tp 8 pp 8 cp 2 v 8) with the issue's FP8/BF16 band of "
+    "1.2-1.5x implies 56-70% bf16 MFU for that layout (docs/validation.md, stop 35)"))
 def test_llama3_405b_on_16384_h100_claims_no_50_percent_mfu():
     """No layout of the first ten claims 50% bf16 MFU: the best published H100 bf16 runs are at 45-49%
     (Megatron-LM README 2024 table, 49% at its best; Dubey et al. 2024, 41% at this scale)."""
