@@ -114,7 +114,7 @@ def main() -> None:
             continue
         kind = "MoE" if model.moe is not None else "dense"
         for name in ("all", kind, f"{kind}, {row['system']}", f"release {row['release']}",
-                     f"precision {row['precision']}"):
+                     f"precision {row['precision']}", f"model {row['model_name']}"):
             groups.setdefault(name, []).append(error)
         if not result.fits:
             unfit.append(f"{row['id']} (peak {result.scalar('peak_bytes') / 2**30:.1f} GiB)")
