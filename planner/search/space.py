@@ -334,7 +334,11 @@ def _expert_axes(model: ModelSpec, cols: dict[str, np.ndarray], filters: Filters
     ep_v = _values(filters.ep, divisors(experts) if expert_parallel else one)
     cols = _cross(cols, {"ep": ep_v})
     if filters.ep is None:
-        cols = _keep(cols, (cols["tp"] * cols["dp"] * cols["cp"]) % (cols["ep"] * cols["etp"]) == 0)
+        spans = (cols["tp"] * cols["dp"] * cols["cp"]) % (cols["ep"] * cols["etp"]) == 0
+        # A --etp that no row's tp x dp x cp takes (etp 3 on 8 GPUs) would leave no candidate at all; keep the
+        # rows then, so the layout rules reject them and say which degree to change.
+        if spans.any():
+            cols = _keep(cols, spans)
     return cols
 
 

@@ -297,3 +297,15 @@ def test_a_bad_out_is_the_only_line_even_when_the_export_has_notes(tmp_path):
     assert_rejected(["export", "--to", "torchtitan", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "8",
                      "--global-batch", "64", "--seq-len", "4096", "--zero", "3", "--out", fifo], "not a regular file",
                     folder=tmp_path)
+
+
+# Found by the fuzz run of the command-line options (2026-12-07) ------------------------------------------------
+@pytest.mark.parametrize("model,etp,needle", [("llama-3.1-8b", "3", "etp(3) needs a MoE model"),
+                                              ("mixtral-8x7b", "3", "ep * etp (1 * 3)"),
+                                              ("mixtral-8x7b", "16", "ep * etp (1 * 16)")])
+def test_search_etp_that_no_layout_spans_is_a_rule_error(model, etp, needle):
+    """`search --etp 3` on 8 GPUs: the default ep pruning (ep x etp dividing tp x dp x cp) left no candidate, and the
+    all-rejected message indexed the empty grid (ValueError: cannot reshape array of size 0, exit 3)."""
+    assert_rejected(["search", "-m", model, "-w", "h100-sxm", "--gpus", "8", "--global-batch", "64", "--seq-len",
+                     "4096", "--etp", etp], "no candidate passes the layout rules", needle)
+
