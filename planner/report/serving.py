@@ -257,10 +257,11 @@ def result_rows(result: InferenceSearchResult, idx: np.ndarray) -> list[dict[str
 
 
 def closest_rows(result: InferenceSearchResult) -> dict[str, dict[str, Any] | None]:
-    """Of the candidates that fit in memory, the one with the lowest TTFT and the one with the lowest TPOT
-    (what the limits would have to allow); None where nothing fits in memory."""
-    fits = np.flatnonzero(result.estimate.memory.fits)
+    """Of the candidates that fit in memory and keep up with the load, the one with the lowest TTFT and the one
+    with the lowest TPOT (what the limits would have to allow); None where nothing fits in memory, or where every
+    candidate that fits is overloaded by --request-rate (its latencies are infinite: no figure to show)."""
     s, c = result.serving(), result.candidates
+    fits = np.flatnonzero(result.estimate.memory.fits & np.asarray(s.stable, dtype=bool))
     out: dict[str, dict[str, Any] | None] = {}
     for name, values in (("lowest_ttft", s.ttft_seconds), ("lowest_tpot", s.tpot_seconds)):
         if fits.size == 0:
@@ -288,7 +289,15 @@ def _nothing_meets(result: InferenceSearchResult, config: dict[str, Any], closes
     dtypes, kv_dtypes = config["weight_dtypes"], config["kv_dtypes"]
     untried = [d for d in SMALLER_WEIGHTS if d not in dtypes]
     hints: list[str] = []
-    if closest["lowest_ttft"] is None:
+    overloaded = bool(np.any(result.estimate.memory.fits & ~np.asarray(result.serving().stable, dtype=bool)))
+    if closest["lowest_ttft"] is None and overloaded:
+        lines = [f"No layout keeps up with --request-rate {config['request_rate']:g}/s: every layout that fits in "
+                 "memory is overloaded (requests arrive faster than its replicas serve them)."]
+        hints.append("lower --request-rate")
+        hints.append("add GPUs (more replicas share the rate)")
+        if untried:
+            hints.append("try --weight-dtype " + ",".join([*dtypes, *untried]))
+    elif closest["lowest_ttft"] is None:
         lines = ["No layout fits in memory, even with one sequence in flight."]
         hints.append("add GPUs")
         if untried:

@@ -309,3 +309,39 @@ def test_search_etp_that_no_layout_spans_is_a_rule_error(model, etp, needle):
     assert_rejected(["search", "-m", model, "-w", "h100-sxm", "--gpus", "8", "--global-batch", "64", "--seq-len",
                      "4096", "--etp", etp], "no candidate passes the layout rules", needle)
 
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def test_infer_search_under_an_overload_prints_no_infinite_latency():
+    """--request-rate 1e9 overloads every layout: the JSON's `closest` carried `Infinity` (not JSON), and the table
+    said 'No layout meets the limits ()', 'lowest TTFT inf' and 'relax ;' with no limit given."""
+    import json
+
+    from fuzz.contract import invoke
+
+    args = ["infer", "search", *INFER[:4], "--gpus", "8", *INFER[6:], "--request-rate", "1e9"]
+    result, _ = invoke([*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout, parse_constant=_reject_constant)
+    assert doc["results"] == [] and doc["rejected"]["overload"] > 0
+    assert doc["closest"] == {"lowest_ttft": None, "lowest_tpot": None}
+    result, _ = invoke(args)
+    assert result.exit_code == 0, result.output
+    assert "No layout keeps up with --request-rate 1e+09/s" in result.stdout and "lower --request-rate" in result.stdout
+    assert "()" not in result.stdout and "relax ;" not in result.stdout and " inf" not in result.stdout
+
+
+def test_a_limit_still_shows_the_closest_layout_that_keeps_up():
+    """Some layouts overloaded, the rest over --ttft-max: the closest are those that keep up, with finite times."""
+    import json
+
+    from fuzz.contract import invoke
+
+    result, _ = invoke(["infer", "search", *INFER[:4], "--gpus", "8", *INFER[6:], "--request-rate", "10",
+                        "--ttft-max", "1ms", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    closest = json.loads(result.stdout, parse_constant=_reject_constant)["closest"]
+    assert closest["lowest_ttft"]["ttft_seconds"] > 0.001
+
