@@ -36,6 +36,16 @@ def _usage_hint(err: click.UsageError) -> str:
     return " (see 'planner --help')"
 
 
+def _no_nul_bytes(args: list[str]) -> None:
+    """A NUL byte cannot be in a real command line (execve ends each argument at one), but an in-process caller
+    (CliRunner, `cli.main(args=...)`) can pass one, and every os call on such a path raises ValueError."""
+    for pos, arg in enumerate(args):
+        if "\x00" in str(arg):
+            after = f" (the value of {args[pos - 1]})" if pos and str(args[pos - 1]).startswith("-") else ""
+            raise PlannerError(f"argument {pos + 1}{after}, {str(arg)[:40]!r}, holds a NUL byte, which no option value or file name can; "
+                               "remove it")
+
+
 class PlannerGroup(click.Group):
     """Commands listed in COMMANDS order and imported on first use; errors rendered as one line."""
 
@@ -51,6 +61,7 @@ class PlannerGroup(click.Group):
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         try:
+            _no_nul_bytes(sys.argv[1:] if args is None else list(args))
             rv = super().main(args=args, prog_name=prog_name or "planner", complete_var=complete_var,
                               standalone_mode=False, **extra)
         except PlannerError as err:

@@ -345,3 +345,22 @@ def test_a_limit_still_shows_the_closest_layout_that_keeps_up():
     closest = json.loads(result.stdout, parse_constant=_reject_constant)["closest"]
     assert closest["lowest_ttft"]["ttft_seconds"] > 0.001
 
+
+def test_a_nul_byte_in_a_job_files_path_is_one_error(tmp_path):
+    """os.open raised ValueError ('embedded null byte'), exit 3."""
+    job = tmp_path / "job.yaml"
+    job.write_text('model: "llama\\0x.yaml"\nhardware: h100-sxm\ngpus: 8\ntraining: {global_batch: 8, seq_len: 4096}\n')
+    assert_rejected(["check", job], f"{job}: model", "NUL byte", folder=tmp_path)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["export", "--to", "megatron", *TRAIN, "--out", "a\0b.sh"], "value of --out"),
+    (["estimate", *TRAIN, "--profile", "\0"], "value of --profile"),
+    (["check", "job\0.yaml"], "argument 2"),
+    (["calibrate", "--log", "x\0", "--hardware", "h100-sxm"], "value of --log"),
+])
+def test_a_nul_byte_in_an_argument_is_one_error(tmp_path, monkeypatch, args, needle):
+    """A shell cannot pass a NUL byte, an in-process caller can: every os call on such a path raised ValueError."""
+    monkeypatch.chdir(tmp_path)
+    assert_rejected(args, needle, "NUL byte", folder=tmp_path)
+
