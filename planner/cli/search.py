@@ -258,7 +258,10 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
         exported = _export_file(view, export[0], model_entry.id, hw_entry.id) if export is not None else None
         if plot_path is not None:
             if result.feasible:
-                _plot(view, str(out.temp(plot_path)), model_entry.id, hw_entry.id)
+                try:
+                    _plot(view, str(out.temp(plot_path)), model_entry.id, hw_entry.id)
+                except PlannerError as err:  # named by the scratch file it was written to: name the target
+                    raise PlannerError(err.message, source=plot_path) from None
             else:
                 out.echo(f"note: {plot_path} not written, since no layout fits", err=True)
         _emit(view, fmt, model_entry.id, hw_entry.id, misses, more_gpus, shorter, out.echo)

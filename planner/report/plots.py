@@ -34,7 +34,7 @@ def _finish(fig: Any, ax: Any, path: Path, title: str, xlabel: str, ylabel: str)
     try:
         fig.savefig(path)
     except OSError as err:
-        raise PlannerError(f"cannot write plot: {err}", source=str(path)) from None
+        raise PlannerError(f"cannot write plot: {err.strerror or err}", source=str(path)) from None
 
 
 def check_plot_path(path: str | Path) -> Path:
@@ -42,6 +42,10 @@ def check_plot_path(path: str | Path) -> Path:
     p = Path(path)
     if p.suffix.lower() not in PLOT_SUFFIXES:
         raise PlannerError(f"plot file '{p}' must end in {' or '.join(PLOT_SUFFIXES)}")
+    folder = p.parent
+    if not folder.is_dir():  # else the whole search ran before the write failed
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise PlannerError(f"--plot {p}: folder '{folder}' {what}; give a path in an existing folder")
     return p
 
 

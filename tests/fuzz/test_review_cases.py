@@ -364,3 +364,31 @@ def test_a_nul_byte_in_an_argument_is_one_error(tmp_path, monkeypatch, args, nee
     monkeypatch.chdir(tmp_path)
     assert_rejected(args, needle, "NUL byte", folder=tmp_path)
 
+
+SEARCH = ["search", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--global-batch", "64", "--seq-len", "4096"]
+
+
+@pytest.mark.parametrize("command", [SEARCH, ["infer", "search", *INFER]])
+@pytest.mark.parametrize("folder,needle", [("missing", "does not exist"), ("file", "is not a folder")])
+def test_a_plot_into_a_missing_folder_is_refused_before_the_search(tmp_path, command, folder, needle):
+    """The search ran in full, then the write failed naming planner's scratch file
+    ('.planner-123-456.partial.png: cannot write plot: [Errno 2] ...')."""
+    (tmp_path / "file").write_text("")
+    target = tmp_path / folder / "plot.png"
+    line = assert_rejected([*command, "--plot", target], f"--plot {target}", needle, folder=tmp_path)
+    assert ".partial" not in line
+
+
+def test_a_plot_that_cannot_be_written_is_named_by_its_path(tmp_path, monkeypatch):
+    import errno
+
+    from matplotlib.figure import Figure
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    target = tmp_path / "plot.png"
+    line = assert_rejected([*SEARCH, "--plot", target], f"{target}: cannot write plot: No space left on device",
+                           folder=tmp_path)
+    assert ".partial" not in line
