@@ -154,6 +154,25 @@ def _close(a, b) -> bool:
     return True
 
 
+def test_estimate_many_checks_one_layout_alone_only_where_it_breaks_a_rule(monkeypatch):
+    # One check_layout per layout cost `search --format json --top 30000` twenty seconds: the rules run over one grid
+    # per (engine, gpus), and the one-layout check, for its message, only on a layout that breaks one; the error is
+    # still the first bad layout's.
+    import planner.training.estimate as module
+
+    checked = []
+    real = module.check_layout
+    monkeypatch.setattr(module, "check_layout", lambda m, lay, g: (checked.append(lay), real(m, lay, g)))
+    model = tiny()
+    good = [Layout(global_batch=8, seq_len=64), Layout(pp=2, global_batch=8, seq_len=64),
+            Layout(dp=2, global_batch=8, seq_len=64, engine="torchtitan")]
+    assert len(estimate_many(model, H100, good)) == 3 and checked == []
+    first, second = Layout(tp=3, global_batch=8, seq_len=64), Layout(pp=20, global_batch=20, seq_len=64)
+    with pytest.raises(PlannerError, match=r"tp\(3\)"):
+        estimate_many(model, H100, [*good, first, second])
+    assert checked == [first]
+
+
 def test_estimate_many_checks_every_layout_and_takes_none():
     model = tiny()
     assert estimate_many(model, H100, []) == []
