@@ -338,8 +338,9 @@ def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | N
         raise click.UsageError(f"give job files, or an engine config with one of {names}")
     if jobs:
         if _flags_given(kw) or engine_args:
-            raise click.UsageError(f"{', '.join(_flags_given(kw) or ['--engine-args'])} apply to direct engine checks; "
-                                   "put them in the job file")
+            given = [*_flags_given(kw), *(["--engine-args"] if engine_args else [])]
+            verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
+            raise click.UsageError(f"{', '.join(given)} {verb} to direct engine checks; put {them} in the job file")
         resolved = [load_job(path, profile=kw.get("profile_path")) for path in jobs]
     else:
         fmt_name, path = next(iter(engines.items()))

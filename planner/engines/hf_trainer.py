@@ -454,7 +454,8 @@ def import_hf_trainer(
     if model_has_mtp:
         got.set("mtp_layers", 0, "transformers' models build no MTP modules", explicit=False)
     if command is not None and command.gpus is not None and command.gpus != gpus:
-        raise PlannerError(f"the launcher starts {command.gpus} processes but the job has gpus({gpus}); make them "
+        started = f"{command.gpus} process" + ("" if command.gpus == 1 else "es")
+        raise PlannerError(f"the launcher starts {started} but the job has gpus({gpus}); make them "
                            "agree", source=source)
     extra: dict[str, Any] = {}
     if accelerate is not None:

@@ -436,7 +436,8 @@ def _typed(flag: str, kind: str, vals: list[str], source: str) -> Any:
                 raise PlannerError(f"--{flag} needs a finite number, got {vals[0]!r}", source=source)
             return number
     except ValueError:
-        raise PlannerError(f"--{flag} needs a {kind}, got {vals[0]!r}", source=source) from None
+        noun = {"int": "an integer", "float": "a number"}.get(kind, f"a {kind}")
+        raise PlannerError(f"--{flag} needs {noun}, got {vals[0]!r}", source=source) from None
     return vals[0]
 
 
@@ -1697,11 +1698,12 @@ def moe_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
         flags.append(["--expert-tensor-parallel-size", str(lay.etp)])
     if model.moe is not None or lay.moe_dispatcher != "alltoall":
         flags.append(DISPATCHER_FLAGS[lay.moe_dispatcher])
-    if lay.moe_ep_overlap:
+    moe = model.moe is not None  # a dense model's MoE settings change nothing: no MoE flags on its command line
+    if moe and lay.moe_ep_overlap:
         flags.append(["--overlap-moe-expert-parallel-comm"])
-    if lay.moe_shared_expert_overlap:
+    if moe and lay.moe_shared_expert_overlap:
         flags.append(["--moe-shared-expert-overlap"])
-    if lay.moe_capacity_factor is not None:
+    if moe and lay.moe_capacity_factor is not None:
         flags.append(["--moe-expert-capacity-factor", repr(lay.moe_capacity_factor),
                       "--moe-pad-expert-input-to-capacity"])
     if lay.cuda_graph_scope:

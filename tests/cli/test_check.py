@@ -448,3 +448,20 @@ def test_the_405b_interleaved_layout_exports_to_megatron_and_checks_back(run_cli
     job = json.loads(checked.stdout)[0]
     assert job["config"]["interleave"] == 8
     assert job["time"]["step_seconds"] == pytest.approx(json.loads(estimated.stdout)["time"]["step_seconds"])
+
+
+def test_an_engine_flag_given_with_a_job_file_is_named_in_one_agreeing_line(run_cli):
+    """Flags of a direct engine check beside a job file: one line naming them, its verb agreeing with their count."""
+    one = run_cli("check", JOBS / "llama8b_fits.yaml", "--gpus", "8")
+    assert one.exit_code == 2 and "--gpus applies to direct engine checks" in one.stderr, one.stderr
+    two = run_cli("check", JOBS / "llama8b_fits.yaml", "--gpus", "8", "--engine-args", "--x 1")
+    assert two.exit_code == 2, two.stderr
+    assert "apply to direct engine checks" in two.stderr and "applies" not in two.stderr, two.stderr
+
+
+def test_a_megatron_integer_flag_with_a_word_says_it_needs_an_integer(run_cli, tmp_path):
+    args = tmp_path / "args.txt"
+    args.write_text("--num-layers four --hidden-size 256 --num-attention-heads 4 --seq-length 512 "
+                    "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --bf16\n")
+    result = run_cli("check", "--megatron-args", args, "--hardware", "h100-sxm", "--gpus", "8")
+    assert_one_line_error(result, "--num-layers needs an integer, got 'four'")

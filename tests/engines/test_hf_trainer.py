@@ -225,3 +225,13 @@ def test_a_model_with_mtp_layers_trains_none_under_the_trainer(run_cli, tmp_path
     assert result.exit_code in (0, 1), result.output
     assert header is not None and f"{got['memory']['total_bytes'] / 2**30:.1f}" == header.group(1)
     assert got["config"]["mtp_layers"] == 0
+
+
+@pytest.mark.parametrize("launch,started", [("python train.py --bf16", "1 process but"),
+                                            ("torchrun --nproc_per_node 4 train.py --bf16", "4 processes but")])
+def test_a_launcher_gpu_count_that_disagrees_with_the_job_is_named_in_the_error(launch, started):
+    command = parse_command(launch, "launch.sh")
+    if command.gpus is None:
+        pytest.skip("this launcher gives no process count")
+    with pytest.raises(PlannerError, match=f"the launcher starts {started}"):
+        import_hf_trainer(command, None, gpus=8, given={}, source="launch.sh")

@@ -19,6 +19,7 @@ from planner.engines.load import load_model
 from planner.engines.megatron import (
     import_megatron,
     layout_split,
+    moe_flags,
     moe_layer_pattern,
     pipeline_layout,
     read_launch_text,
@@ -321,3 +322,17 @@ def test_activation_fp8_input_store_is_read_where_megatron_applies_it():
     assert any("moe_act" in w and "read as off" in w for w in imported.warnings)
     _, plain = _read(gated)
     assert not plain.activation_input_fp8
+
+
+def test_a_dense_models_moe_settings_write_no_moe_flags():
+    """Layout accepts the MoE settings on a dense model (they change nothing in its cost); the exporter leaves them
+    out, so a dense model's command line carries no --moe-* or expert-overlap flag. On a MoE model they are written."""
+    fields = dict(micro_batch=1, global_batch=8, seq_len=512, moe_capacity_factor=1.0, moe_ep_overlap=True,
+                  moe_shared_expert_overlap=True)
+    dense = load_model("llama-3.1-8b").spec
+    written = [flag for group in moe_flags(dense, resolve_layout(dense, 8, **fields)) for flag in group]
+    assert not [f for f in written if "moe" in f or "expert" in f], written
+    moe = load_model("deepseek-v2-lite").spec
+    written = [flag for group in moe_flags(moe, resolve_layout(moe, 8, ep=8, **fields)) for flag in group]
+    for flag in ("--moe-expert-capacity-factor", "--overlap-moe-expert-parallel-comm", "--moe-shared-expert-overlap"):
+        assert flag in written
