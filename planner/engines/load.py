@@ -56,8 +56,9 @@ def read_text(path: Path, *, limit: int = MAX_FILE_BYTES) -> str:
         raise PlannerError("is a directory, not a file", source=str(path)) from None
     except OSError as err:
         raise PlannerError(f"cannot read: {err.strerror or err}", source=str(path)) from None
-    except ValueError:  # os.open refuses a NUL byte, which no path can hold (a job file's path field can)
-        raise PlannerError("holds a NUL byte, which no file name can; check the path", source=repr(str(path))) from None
+    except ValueError:  # os.open refuses a path holding a NUL byte (a file's path setting, "a\0b")
+        raise PlannerError("is not a path: it holds a NUL byte; check the path",
+                           source=str(path).replace("\0", "\\0")) from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
