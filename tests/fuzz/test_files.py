@@ -213,6 +213,22 @@ def test_directory_is_refused(tmp_path: Path) -> None:
     assert_rejected(["models", "show", folder], str(folder), "directory")
 
 
+@pytest.mark.parametrize("field", ["model", "hardware"])
+def test_path_with_a_nul_byte_in_a_job(tmp_path: Path, field: str) -> None:
+    # os.open raises ValueError (not OSError) on a NUL byte: it escaped the reader as an internal error
+    job = yaml.safe_load(JOB)
+    job[field] = "spec\0.yaml"
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert_rejected(["check", path], str(path), f"{field}: ", "spec\\0.yaml", "NUL byte", folder=tmp_path)
+
+
+def test_path_with_a_nul_byte_in_a_runs_file(tmp_path: Path) -> None:
+    path = tmp_path / "runs.yaml"
+    path.write_text('runs:\n  - job: "job\\0.yaml"\n    measured: {step_seconds: 1.5}\n')
+    assert_rejected(["calibrate", path], "job\\0.yaml", "NUL byte", folder=tmp_path)
+
+
 def test_unterminated_quote_in_engine_args_of_a_job(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("hardware: h100-sxm\ngpus: 8\nengine:\n  format: megatron\n  path: train.sh\n  args: \"--seq-length '8\"\n")
