@@ -354,7 +354,7 @@ def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | N
             from planner.engines.job import launch_gpus
 
             kw["gpus"] = launch_gpus(fmt_name, Path(engine["path"]) if "path" in engine else None, engine.get("args"))
-        flag = {"megatron": "--megatron-args"}.get(fmt_name, f"--{fmt_name.replace('_', '-')}")
+        flag = {"megatron": "--megatron-args", "accelerate": "--accelerate-config"}.get(fmt_name, f"--{fmt_name.replace('_', '-')}")
         job = _job_from_flags(kw, engine, flag)
         resolved = [resolve_job(job, base=Path("."), source=str(path), profile=kw.get("profile_path"))]
     checked = run_checks(resolved, suggest=not no_suggest)

@@ -306,23 +306,32 @@ def _import_hf_trainer(
     engine = job.engine
     assert engine is not None
     accelerate_config = None
+    accelerate_source = ""
     text, where, folder = engine.args, f"{source}: engine.args", base
     if engine.format == "accelerate":
         assert path is not None
         accelerate_config = load.read_structured(path, engine=True)
         if not isinstance(accelerate_config, dict):
             raise PlannerError("an accelerate config is a YAML mapping", source=str(path))
-        where = str(path)
+        where = accelerate_source = str(path)
     elif path is not None:
         text, where, folder = load.read_engine_file("hf_trainer", path), str(path), path.parent
     command = hf_trainer.parse_command(text, where) if text else None
     if command is not None and command.accelerate_config_path and accelerate_config is None:
         accel_path = _relative(command.accelerate_config_path, folder)
         accelerate_config = load.read_structured(accel_path, engine=True)
+        if not isinstance(accelerate_config, dict):  # `accelerate launch --config_file` names a list, an empty file
+            raise PlannerError("an accelerate config is a YAML mapping", source=str(accel_path))
+        accelerate_source = str(accel_path)
     ds_ref = command.deepspeed_path if command else None
     if accelerate_config is not None and ds_ref is None:
         ds_ref = (accelerate_config.get("deepspeed_config") or {}).get("deepspeed_config_file") \
             if isinstance(accelerate_config.get("deepspeed_config"), dict) else None
+        if ds_ref is not None and not isinstance(ds_ref, str):  # a number or a list is no path to open
+            shown = str(ds_ref).lower() if isinstance(ds_ref, bool) else repr(ds_ref)
+            raise PlannerError(f"expected the path of a DeepSpeed JSON config, got {shown}",
+                               source=accelerate_source,
+                               field="deepspeed_config.deepspeed_config_file")
         folder = path.parent if engine.format == "accelerate" and path is not None else folder
     deepspeed_import = None
     if ds_ref:
@@ -389,7 +398,10 @@ def launch_gpus(fmt: str, path: Path | None, args: str | None) -> int | None:
     if fmt not in ("hf_trainer", "accelerate"):
         return None
     if fmt == "accelerate" and path is not None:
-        gpus = hf_trainer.accelerate_gpus(load.read_structured(path, engine=True), str(path))
+        config = load.read_structured(path, engine=True)
+        if not isinstance(config, dict):  # an empty file, a list: said here, before a missing --gpus is
+            raise PlannerError("an accelerate config is a YAML mapping", source=str(path))
+        gpus = hf_trainer.accelerate_gpus(config, str(path))
         if gpus is not None:
             return gpus
         path = None
