@@ -185,7 +185,8 @@ def _launcher_options(head: Sequence[str], launcher: str, source: str) -> dict[s
     return _options(clean, source, ACCELERATE_SWITCHES if launcher == "accelerate" else frozenset())
 
 
-def _int(value: Any, flag: str, source: str) -> int:
+def int_flag(value: Any, flag: str, source: str) -> int:
+    """A count from the command line (--per_device_train_batch_size 4): a positive integer, else PlannerError."""
     try:
         number = int(str(value))
     except ValueError:
@@ -201,15 +202,15 @@ def _launcher_gpus(launcher: str, opts: Mapping[str, str | bool], source: str) -
         if per is None or per in ("gpu", "auto"):
             return None
         nodes = str(opts.get("nnodes", "1")).split(":")[-1]  # elastic "1:4": the largest
-        return _int(per, "nproc_per_node", source) * _int(nodes, "nnodes", source)
+        return int_flag(per, "nproc_per_node", source) * int_flag(nodes, "nnodes", source)
     if launcher == "accelerate":
         n = opts.get("num_processes")
-        return _int(n, "num_processes", source) if n is not None else None
+        return int_flag(n, "num_processes", source) if n is not None else None
     if launcher == "deepspeed":
         gpus_each = opts.get("num_gpus")
         if gpus_each is None:
             return None
-        return _int(gpus_each, "num_gpus", source) * _int(opts.get("num_nodes", "1"), "num_nodes", source)
+        return int_flag(gpus_each, "num_gpus", source) * int_flag(opts.get("num_nodes", "1"), "num_nodes", source)
     return 1  # plain python: one process
 
 
@@ -316,7 +317,7 @@ def _accelerate_fields(config: Mapping[str, Any], got: Collected) -> dict[str, A
                                    field="deepspeed_config.zero_stage")
             got.set("zero", int(stage), "deepspeed_config.zero_stage")
             if ds.get("gradient_accumulation_steps") not in (None, "auto"):
-                extra["gradient_accumulation_steps"] = _int(ds["gradient_accumulation_steps"],
+                extra["gradient_accumulation_steps"] = int_flag(ds["gradient_accumulation_steps"],
                                                             "gradient_accumulation_steps", src)
             extra["inline_deepspeed"] = True
     elif kind in ("MULTI_GPU", "NO"):
@@ -498,7 +499,7 @@ def import_hf_trainer(
         got.set("optimizer", OPTIMIZERS[optim], "--optim")
     for name in SEQ_FLAGS:
         if name in args:
-            got.set("seq_len", _int(args[name], name, source), f"--{name}")
+            got.set("seq_len", int_flag(args[name], name, source), f"--{name}")
             break
     got.set("flash_attention", True, "the Trainer's SDPA attention", explicit=False)
     got.set("overlap_grad_reduce", True, "DDP/FSDP overlap", explicit=False)
@@ -515,9 +516,9 @@ def import_hf_trainer(
         raise PlannerError("the accelerate config names a DeepSpeed config file planner could not read",
                            source=source, field="deepspeed_config.deepspeed_config_file")
 
-    micro = _int(args["per_device_train_batch_size"], "per_device_train_batch_size", source) \
+    micro = int_flag(args["per_device_train_batch_size"], "per_device_train_batch_size", source) \
         if "per_device_train_batch_size" in args else None
-    accum = _int(args["gradient_accumulation_steps"], "gradient_accumulation_steps", source) \
+    accum = int_flag(args["gradient_accumulation_steps"], "gradient_accumulation_steps", source) \
         if "gradient_accumulation_steps" in args else extra.get("gradient_accumulation_steps")
     if micro is None and "per_device_train_batch_size" not in args and deepspeed_import is None:
         micro = 8  # TrainingArguments' default per_device_train_batch_size

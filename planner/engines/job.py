@@ -346,12 +346,14 @@ def _import_hf_trainer(
             precision = str(accelerate_config.get("mixed_precision", "no"))
             dtype = precision if precision in ("bf16", "fp16") else None
         filled = hf_trainer.fill_deepspeed_auto(
-            data if isinstance(data, dict) else {}, micro=int(micro) if isinstance(micro, str) else None,
-            accum=int(accum) if isinstance(accum, str) else None, world=gpus, dtype=dtype, source=str(ds_path))
+            data if isinstance(data, dict) else {},
+            micro=hf_trainer.int_flag(micro, "per_device_train_batch_size", where) if isinstance(micro, str) else None,
+            accum=hf_trainer.int_flag(accum, "gradient_accumulation_steps", where) if isinstance(accum, str) else None,
+            world=gpus, dtype=dtype, source=str(ds_path))
         ds_given = {k: v for k, v in given.items() if k in ("seq_len", "recompute")}
-        seq = next((args[n] for n in hf_trainer.SEQ_FLAGS if isinstance(args.get(n), str)), None)
+        seq = next((n for n in hf_trainer.SEQ_FLAGS if isinstance(args.get(n), str)), None)
         if seq is not None and "seq_len" not in ds_given:
-            ds_given["seq_len"] = int(seq)
+            ds_given["seq_len"] = hf_trainer.int_flag(args[seq], seq, where)
         ds_given.setdefault("seq_len", 1)  # the Trainer's sequence length is checked below, not in the JSON
         if hf_trainer.flag_value(args, "gradient_checkpointing", where) is not None:
             ds_given["recompute"] = "full" if hf_trainer.flag_value(args, "gradient_checkpointing", where) else "none"
