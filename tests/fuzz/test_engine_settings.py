@@ -58,6 +58,56 @@ def test_accelerate_num_processes_must_split_over_the_machines(tmp_path: Path) -
     assert_rejected(accelerate_check(path), str(path), "num_processes", "num_machines(8)", folder=tmp_path)
 
 
+@pytest.mark.parametrize("value", ["1.0e+308", "[ds.json]", "true", "{a: 1}"])
+def test_accelerate_deepspeed_config_file_must_be_a_path(tmp_path: Path, value: str) -> None:
+    # a number or a list was handed to Path() unchecked: an internal error, exit 3
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("distributed_type: DEEPSPEED\nnum_processes: 8\nmixed_precision: bf16\n"
+                    f"deepspeed_config:\n  deepspeed_config_file: {value}\n")
+    assert_rejected(accelerate_check(path), str(path), "deepspeed_config.deepspeed_config_file",
+                    "expected the path of a DeepSpeed JSON config", folder=tmp_path)
+
+
+@pytest.mark.parametrize("text", ["", "\n", "- 8\n", "8\n"])
+def test_accelerate_config_not_a_mapping(tmp_path: Path, text: str) -> None:
+    # with no --gpus, the GPU count was looked for first and the error named a flag that does not exist
+    # (`--accelerate needs --gpus`) instead of the file
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(text)
+    assert_rejected(accelerate_check(path), str(path), "an accelerate config is a YAML mapping", folder=tmp_path)
+
+
+def test_accelerate_config_without_gpus_names_the_option(tmp_path: Path) -> None:
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(replace(ACCELERATE_FSDP, "num_processes: 2\n", ""))
+    assert_rejected(accelerate_check(path), "--accelerate-config needs --gpus", folder=tmp_path)
+
+
+def test_config_file_of_an_accelerate_command_not_a_mapping(tmp_path: Path) -> None:
+    # `accelerate launch --config_file F`: F read as a mapping unchecked (AttributeError on a list)
+    path = tmp_path / "accelerate.yaml"
+    path.write_text("- DEEPSPEED\n")
+    command = f"accelerate launch --config_file {path} train.py --model_name_or_path meta-llama/Llama-3.1-8B"
+    assert_rejected(["check", "--hf-trainer", command, "--hardware", "h100-sxm", "--gpus", "8"], str(path),
+                    "an accelerate config is a YAML mapping", folder=tmp_path)
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    ("--per_device_train_batch_size x", "--per_device_train_batch_size needs an integer, got 'x'"),
+    ("--per_device_train_batch_size 1 --gradient_accumulation_steps 1.5", "--gradient_accumulation_steps"),
+    ("--per_device_train_batch_size 1 --max_seq_length 4k", "--max_seq_length needs an integer, got '4k'"),
+    ("--per_device_train_batch_size 0", "--per_device_train_batch_size must be positive"),
+])
+def test_trainer_counts_with_a_deepspeed_config(tmp_path: Path, flags: str, needle: str) -> None:
+    # with --deepspeed, these flags went through int() unchecked: ValueError, an internal error (exit 3)
+    ds = tmp_path / "ds.json"
+    ds.write_text((FIX / "engines/deepspeed/zero3_hf_auto.json").read_text())
+    command = (f"torchrun --nproc_per_node 8 train.py --model_name_or_path meta-llama/Llama-3.1-8B --deepspeed {ds} "
+               f"{flags} --bf16")
+    assert_rejected(["check", "--hf-trainer", command, "--hardware", "h100-sxm"], "command line", needle,
+                    folder=tmp_path)
+
+
 @pytest.mark.parametrize("key", ["fsdp_offload_params", "fsdp_activation_checkpointing"])
 @pytest.mark.parametrize("value", ["[true]", "'none'", "2", "'maybe'"])
 def test_accelerate_fsdp_boolean(tmp_path: Path, key: str, value: str) -> None:
