@@ -345,7 +345,9 @@ def check_cmd(ctx: click.Context, /, jobs: tuple[Path, ...], deepspeed: Path | N
     else:
         fmt_name, path = next(iter(engines.items()))
         engine: dict[str, Any] = {"format": fmt_name, "path": str(path)}
-        if fmt_name == "hf_trainer" and not Path(str(path)).is_file() and len(str(path).split()) > 1:
+        from planner.engines.load import path_problem
+
+        if fmt_name == "hf_trainer" and len(str(path).split()) > 1 and path_problem(Path(str(path))) is not None:
             engine = {"format": fmt_name, "args": str(path)}  # the command line itself
             path = Path("command line")
         if engine_args:

@@ -71,9 +71,10 @@ def _job_file(ref: str, base: Path, source: str, field: str) -> Path:
     """A file a job names (relative to the job file): an error naming the job and its field when it is missing or
     not a file, so that among many jobs checked at once the broken one is plain."""
     path = _relative(ref, base)
-    if not path.is_file():
-        why = "is a directory" if path.is_dir() else "not found" if not path.exists() else "is not a regular file"
-        raise PlannerError(f"{ref} {why} (paths are relative to the job file); fix the path", source=source,
+    why = load.path_problem(path)
+    if why is not None:
+        shown = ref.replace("\0", "\\0")
+        raise PlannerError(f"{shown} {why} (paths are relative to the job file); fix the path", source=source,
                            field=field)
     return path
 
@@ -386,9 +387,9 @@ def _hf_model(ref: str, folder: Path) -> load.Loaded | None:
     """--model_name_or_path: a model folder or config.json, a catalog id, or a Hugging Face id in the catalog; None
     when it is none of these."""
     candidate = _relative(ref, folder)
-    if candidate.is_dir() and (candidate / "config.json").is_file():
+    if load.is_directory(candidate) and load.path_problem(candidate / "config.json") is None:
         return load.load_model(str(candidate / "config.json"))
-    if candidate.is_file():
+    if load.path_problem(candidate) is None:
         return load.load_model(str(candidate))
     catalog_id = _catalog_id_for_hf(ref) if "/" in ref else ref
     return _catalog_entry(catalog_id)

@@ -45,6 +45,33 @@ class Loaded:
     aliases: tuple[str, ...] = ()
 
 
+def path_problem(path: Path) -> str | None:
+    """None when `path` is a regular file, else what is wrong with it in words for a message ("not found", "is a
+    directory"). Path.is_file() and .exists() raise OSError on a name longer than the file system allows
+    (ENAMETOOLONG, a command line taken for a path) and say False, "not found", for a path holding a NUL byte."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "not found"
+    except ValueError:
+        return "is not a path: it holds a NUL byte"
+    except OSError as err:
+        return f"cannot be read: {err.strerror or err}"
+    if stat.S_ISDIR(info.st_mode):
+        return "is a directory"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    return None
+
+
+def is_directory(path: Path) -> bool:
+    """Path.is_dir() that says False, as for a missing path, where the name cannot be a path at all."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def read_text(path: Path, *, limit: int = MAX_FILE_BYTES) -> str:
     """A regular file's text: a FIFO, a device (/dev/zero) or a directory is an error, not a hang, and so is
     a file above `limit` bytes (MAX_FILE_BYTES for a config file) or one that is not UTF-8."""
