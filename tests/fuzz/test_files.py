@@ -229,6 +229,38 @@ def test_path_with_a_nul_byte_in_a_runs_file(tmp_path: Path) -> None:
     assert_rejected(["calibrate", path], "job\\0.yaml", "NUL byte", folder=tmp_path)
 
 
+LONG_NAME = "x" * 300  # above the 255 bytes a file name may have: os.stat raises ENAMETOOLONG
+
+
+@pytest.mark.parametrize("option", ["--deepspeed", "--torchtitan", "--megatron-args", "--accelerate-config"])
+def test_engine_file_name_too_long(tmp_path: Path, option: str) -> None:
+    # Path.is_file() raises OSError for ENAMETOOLONG (it swallows only ENOENT and the like): exit 3
+    path = tmp_path / LONG_NAME
+    assert_rejected(["check", option, path, "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "8"],
+                    str(path), "File name too long", folder=tmp_path)
+
+
+@pytest.mark.parametrize("field", ["profile", "engine"])
+def test_job_path_too_long(tmp_path: Path, field: str) -> None:
+    job = yaml.safe_load(JOB)
+    job[field] = {"format": "megatron", "path": LONG_NAME} if field == "engine" else LONG_NAME
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert_rejected(["check", path], str(path), field, "File name too long", folder=tmp_path)
+
+
+def test_long_trainer_command_line_is_not_taken_for_a_path(tmp_path: Path) -> None:
+    # `--hf-trainer "torchrun ..."` with more than 255 bytes before its first '/': is_file() raised ENAMETOOLONG on
+    # it, an internal error, before the text was read as the command line it is
+    command = ("torchrun --nproc_per_node 8 train.py --model_name_or_path llama-3.1-8b --bf16 "
+               "--per_device_train_batch_size 1 --max_seq_length 1024" + " --report_to none" * 20)
+    assert "/" not in command and len(command) > 255
+    result, _ = invoke(["check", "--hf-trainer", command, "--hardware", "h100-sxm", "--no-suggest"])
+    assert result.exit_code in (0, 1), result.output
+    assert_rejected(["check", "--hf-trainer", f"{command} --deepspeed {LONG_NAME}", "--hardware", "h100-sxm"],
+                    LONG_NAME, "File name too long", folder=tmp_path)
+
+
 def test_unterminated_quote_in_engine_args_of_a_job(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("hardware: h100-sxm\ngpus: 8\nengine:\n  format: megatron\n  path: train.sh\n  args: \"--seq-length '8\"\n")
