@@ -136,11 +136,14 @@ class Bounded(annotated_types.GroupedMetadata):
 @dataclass(frozen=True)
 class BoundedReal(annotated_types.GroupedMetadata):
     """Pydantic metadata for a real number: finite (an int is fine; a string or true/false is not), at most
-    the limit of `kind`. Use as `Annotated[float, BoundedReal("price_usd")]`."""
+    the limit of `kind`, and at least `minimum` when one is given. Use as `Annotated[float, BoundedReal("price_usd")]`."""
 
     kind: str
+    minimum: float | None = None
 
     def __iter__(self) -> Iterator[object]:
+        if self.minimum is not None:
+            yield annotated_types.Ge(self.minimum)
         yield BeforeValidator(strict_float)
         yield AfterValidator(lambda value: check(self.kind, value))
         yield Field(json_schema_extra={"maximum": LIMITS[self.kind].maximum})

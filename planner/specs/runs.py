@@ -15,10 +15,14 @@ from planner.specs.bounds import Bounded, BoundedReal
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
-Seconds = Annotated[PositiveFloat, BoundedReal("seconds")]
-TokensPerSecond = Annotated[PositiveFloat, BoundedReal("tokens_per_second")]
-TeraFlops = Annotated[PositiveFloat, BoundedReal("tflops")]
-GiB = Annotated[PositiveFloat, BoundedReal("memory_gib")]
+# The smallest measured figure taken: a millionth of a second, of a token/s, of a TFLOP/s, of a GiB. No real
+# run is near it, and above it the step seconds derived (batch tokens / throughput) and the errors against
+# the prediction stay finite; a denormal like 5e-324 gave an infinite error and a fit pulled to its bounds.
+MIN_MEASURED = 1e-6
+Seconds = Annotated[PositiveFloat, BoundedReal("seconds", minimum=MIN_MEASURED)]
+TokensPerSecond = Annotated[PositiveFloat, BoundedReal("tokens_per_second", minimum=MIN_MEASURED)]
+TeraFlops = Annotated[PositiveFloat, BoundedReal("tflops", minimum=MIN_MEASURED)]
+GiB = Annotated[PositiveFloat, BoundedReal("memory_gib", minimum=MIN_MEASURED)]
 
 
 class Measured(BaseModel):
