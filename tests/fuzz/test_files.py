@@ -270,6 +270,19 @@ def test_long_trainer_command_line_is_not_taken_for_a_path(tmp_path: Path) -> No
                     LONG_NAME, "File name too long", folder=tmp_path)
 
 
+@pytest.mark.parametrize(("text", "needle"), [
+    # one pattern with .*? between the fields backtracked cubically: a 22 KB line took 70 s
+    ("step: 1  loss: 2 memory: 1 GiB " + "step: 1 memory: 1 GiB " * 20_000 + "tps: x\n", "no torchtitan step line"),
+    # (\d+)/ tried at every digit of a long number: quadratic, 20,000 digits took 7 s
+    ("SamplesPerSec=1\n" + "1" * 200_000 + "\n", "no DeepSpeed timer line"),
+])
+def test_log_line_that_made_a_pattern_backtrack(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "train.log"
+    path.write_text(text)
+    assert_rejected(["calibrate", "--log", path, "--job", FIX / "jobs/llama8b_fits.yaml"], str(path), needle,
+                    folder=tmp_path)
+
+
 def test_unterminated_quote_in_engine_args_of_a_job(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("hardware: h100-sxm\ngpus: 8\nengine:\n  format: megatron\n  path: train.sh\n  args: \"--seq-length '8\"\n")
