@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+
+
+def short_repr(value: Any, width: int = 60) -> str:
+    """The start of `value`'s repr for a message: reprlib's, which stops after a few items and levels, so that a
+    YAML alias bomb (nine levels of nine aliases, 9^9 items when walked) is not walked whole by repr() or str()
+    before the text is cut."""
+    return f"{_SHORT.repr(value):.{width}}"
+
 
 class PlannerError(Exception):
     """Bad input: names where it came from (file, field) and what to change."""

@@ -26,7 +26,7 @@ import yaml
 
 from planner.engines.common import Collected, EngineImport, ExportContext, prediction_lines
 from planner.engines.torchtitan import hf_repo_id
-from planner.errors import PlannerError
+from planner.errors import PlannerError, short_repr
 from planner.specs.layout import Layout, Zero
 from planner.specs.model import ModelSpec
 
@@ -75,10 +75,13 @@ def _lookup(config: dict[str, Any], path: str, default: Any = None) -> Any:
     return default
 
 
-def _strategy(config: dict[str, Any]) -> str:
+def _strategy(config: dict[str, Any], source: str) -> str:
     strategy = _get(config, "distributed.strategy")
+    if strategy is not None and not isinstance(strategy, str):  # str() of a list walks it all (an alias bomb)
+        raise PlannerError(f"must be a name (fsdp2, megatron_fsdp, ddp), got {short_repr(strategy)}",
+                           source=source, field="distributed.strategy")
     if strategy is not None:
-        return str(strategy)
+        return strategy
     target = str(_get(config, "distributed._target_", ""))
     return next((name for cls, name in MANAGERS.items() if target.endswith(cls)), "fsdp2")
 
@@ -88,7 +91,8 @@ def _int(config: dict[str, Any], path: str, source: str, default: int | None = N
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlannerError(f"{path} must be a positive whole number, got {value!r}", source=source, field=path)
+        raise PlannerError(f"{path} must be a positive whole number, got {short_repr(value)}", source=source,
+                           field=path)
     return value
 
 
@@ -139,10 +143,11 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
     for section in SECTIONS:
         value = _get(config, section)
         if value is not None and not isinstance(value, dict):
-            raise PlannerError(f"{section} must be a mapping of settings, got {value!r}", source=source, field=section)
+            raise PlannerError(f"{section} must be a mapping of settings, got {short_repr(value)}", source=source,
+                               field=section)
     got = Collected(source=source)
     got.set("engine", "automodel", "the engine file", explicit=False)
-    strategy = _strategy(config)
+    strategy = _strategy(config, source)
     if strategy not in STRATEGIES:
         raise PlannerError(f"distributed.strategy {strategy} is not known to planner (it reads "
                            f"{', '.join(sorted(STRATEGIES))})", source=source, field="distributed.strategy")

@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError, create_model
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, short_repr
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -51,14 +51,14 @@ def describe_validation_error(err: ValidationError) -> str:
                 tags += [str(p) for p in e["loc"] if _is_type_tag(p)][:1]
         words = list(dict.fromkeys(_kind_word(tag) for tag in tags))
         got = first.get("input")
-        msg = f"expected {' or '.join(words)}, got {type(got).__name__} {got!r:.60}"
+        msg = f"expected {' or '.join(words)}, got {type(got).__name__} {short_repr(got)}"
     elif kind == "extra_forbidden":
         msg = "unknown key; remove it or check its spelling"
     elif kind == "missing":
         msg = "required field is missing; add it"
     elif kind == "model_type":
         got = first.get("input")
-        msg = f"expected a mapping of fields, got {type(got).__name__} {got!r:.60}"
+        msg = f"expected a mapping of fields, got {type(got).__name__} {short_repr(got)}"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     return f"{loc}: {msg}"
