@@ -186,7 +186,9 @@ def _run_from_entry(entry: RunEntry, base: Path, where: str, index: int) -> Run:
     warnings: list[str] = []
     measured = entry.measured
     job: Job | None = None
-    megatron_layout = raw is None or ("engine" not in raw and not (raw.get("parallel") or {}).get("tp"))
+    parallel = raw.get("parallel") if raw is not None else None  # not a mapping: the Job spec says so below
+    megatron_layout = raw is None or ("engine" not in raw and not (parallel.get("tp") if isinstance(parallel, dict)
+                                                                   else parallel))
     if entry.log is None or not megatron_layout:
         if raw is None:
             raise PlannerError("give 'job'", source=where, field="job")
