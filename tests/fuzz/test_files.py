@@ -536,6 +536,32 @@ def test_megatron_bridge_alias_bomb(tmp_path: Path, field: str, extra: str, need
     assert_rejected(command("megatron", path), str(path), f"model.{field}", needle, folder=tmp_path)
 
 
+def _bomb_at(text: str, dotted: str) -> str:
+    """`text` (YAML) with the field at `dotted` set to the 9^9 alias bomb of _alias_bomb."""
+    head = _alias_bomb("x").split("model:")[0]
+    data = _set(yaml.safe_load(text), dotted, "BOMB")
+    return head + yaml.safe_dump(data, sort_keys=False).replace("BOMB", "*i")
+
+
+@pytest.mark.parametrize(("kind", "text", "key"), [
+    # a pydantic error's input was shown with repr(), which walked the whole bomb before cutting it to 60 chars
+    ("hardware", HARDWARE, "efficiency.attention"),
+    # str() of distributed.strategy, repr() of a count: each walked the whole bomb
+    ("automodel", AUTOMODEL, "distributed.strategy"),
+])
+def test_alias_bomb_in_a_field_is_shown_short(tmp_path: Path, kind: str, text: str, key: str) -> None:
+    path = tmp_path / f"input{SUFFIX[kind]}"
+    path.write_text(_bomb_at(text, key))
+    assert_rejected(command(kind, path), str(path), key, "[[[[", folder=tmp_path)
+
+
+def test_runs_job_parallel_not_a_mapping(tmp_path: Path) -> None:
+    # `(raw.get("parallel") or {}).get("tp")` on a number: AttributeError, an internal error
+    path = tmp_path / "runs.yaml"
+    path.write_text(RUNS.replace("gpus: 8,", "gpus: 8, parallel: 1.0e-5,"))
+    assert_rejected(["calibrate", path], str(path), "parallel", "expected a mapping of fields", folder=tmp_path)
+
+
 # Megatron-LM's MODEL_ARGS YAML (functional tests, the MoE model zoo): each flag planner reads, as a YAML value
 MODEL_ARGS_TEXT = (FIX / "engines/upstream/megatron/model_args/gpt3_mcore_te_tp2_pp2_cp2.yaml").read_text()
 
