@@ -416,12 +416,14 @@ def export_cmd(job_file: Path | None, to: str, out: Path | None, **kw: Any) -> N
     exported = render_export(to, job.model_id, job.model, job.hardware, job.layout, est, hardware_id=job.hardware_id)
     if out is not None:  # a file name, not a directory, FIFO or device: said before any note is printed
         writable_target(out)
+    if out is not None:  # written before the notes, so a write that fails is the one line on stderr
+        out = write_export(exported, out)
     for note in exported.notes:
         click.echo(f"note: {note}", err=True)
     if out is None:
         click.echo(exported.text, nl=False)
         return
-    click.echo(f"wrote {write_export(exported, out)}", err=True)
+    click.echo(f"wrote {out}", err=True)
 
 
 # schema -------------------------------------------------------------------------------------------

@@ -465,3 +465,14 @@ def test_a_megatron_integer_flag_with_a_word_says_it_needs_an_integer(run_cli, t
                     "--max-position-embeddings 512 --micro-batch-size 1 --global-batch-size 8 --bf16\n")
     result = run_cli("check", "--megatron-args", args, "--hardware", "h100-sxm", "--gpus", "8")
     assert_one_line_error(result, "--num-layers needs an integer, got 'four'")
+
+
+def test_an_export_whose_write_fails_prints_no_notes_before_its_error(run_cli):
+    """The export's notes follow a successful write: a target that passes the early checks but cannot be created
+    (a file in /proc) leaves the error as the only line on stderr."""
+    if not Path("/proc").is_dir():
+        pytest.skip("no /proc on this system")
+    result = run_cli("export", "--to", "automodel", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--zero", "1",
+                     "--recompute", "selective", "--micro-batch", "1", "--global-batch", "8", "--seq-len", "4096",
+                     "--out", "/proc/planner-export-test.yaml")
+    assert_one_line_error(result, "/proc/planner-export-test.yaml", "cannot write")
