@@ -22,7 +22,7 @@ from planner.engines import (
     torchtitan_registry,
 )
 from planner.engines.common import EngineImport, require
-from planner.errors import PlannerError
+from planner.errors import PlannerError, short_repr
 from planner.specs import bounds
 from planner.specs.engine import ENGINE_PROFILES
 from planner.specs.hardware import HardwareProfile
@@ -329,7 +329,7 @@ def _import_hf_trainer(
         ds_ref = (accelerate_config.get("deepspeed_config") or {}).get("deepspeed_config_file") \
             if isinstance(accelerate_config.get("deepspeed_config"), dict) else None
         if ds_ref is not None and not isinstance(ds_ref, str):  # a number or a list is no path to open
-            shown = str(ds_ref).lower() if isinstance(ds_ref, bool) else repr(ds_ref)
+            shown = str(ds_ref).lower() if isinstance(ds_ref, bool) else short_repr(ds_ref)
             raise PlannerError(f"expected the path of a DeepSpeed JSON config, got {shown}",
                                source=accelerate_source,
                                field="deepspeed_config.deepspeed_config_file")
