@@ -457,8 +457,10 @@ def estimate_many(
     over every layout's stages) where they share an engine; the numbers are the same as one at a time."""
     if not 0.0 <= headroom < 1.0:
         raise PlannerError(f"headroom({headroom}) must be in [0, 1)")
-    _check_layouts(model, layouts)
-    for layout in layouts:
+    broken = _broken_layouts(model, layouts)
+    for layout, bad in zip(layouts, broken, strict=True):  # each layout's checks in turn: the first bad one's error
+        if bad:
+            check_layout(model, layout, layout.gpus)
         check_dtype(hw, layout.dtype, layout.fp8_recipe, layout.fp8_attention, layout.moe_fused_mlp)
     by_engine: dict[str, list[int]] = {}
     for i, layout in enumerate(layouts):
@@ -471,10 +473,10 @@ def estimate_many(
     return [est for est in out if est is not None]
 
 
-def _check_layouts(model: ModelSpec, layouts: Sequence[Layout]) -> None:
-    """`check_layout` of each layout, in order: the rules over one grid per (engine, gpus), and the one-layout check
-    (which raises with the rule's arithmetic) only where a rule is broken. One check per layout cost a search's
-    `--format json --top 30000` twenty seconds; the grid's rules are the same masks (`to_arrays` is `from_layouts`)."""
+def _broken_layouts(model: ModelSpec, layouts: Sequence[Layout]) -> np.ndarray:
+    """Which layouts break a rule: the rules over one grid per (engine, gpus), the same masks `check_layout` reads
+    (`to_arrays` is `from_layouts`), whose one-layout check then runs only where a rule is broken, for its message.
+    One check per layout cost a search's `--format json --top 30000` twenty seconds."""
     groups: dict[tuple[str, int], list[int]] = {}
     for i, layout in enumerate(layouts):
         groups.setdefault((layout.engine, layout.gpus), []).append(i)
@@ -482,8 +484,7 @@ def _check_layouts(model: ModelSpec, layouts: Sequence[Layout]) -> None:
     for (name, gpus), members in groups.items():
         masks = violations(model, LayoutArrays.from_layouts([layouts[i] for i in members]), gpus, engine_profile(name))
         broken[members] = np.logical_or.reduce(list(masks.values()))
-    for pos in np.flatnonzero(broken).tolist():
-        check_layout(model, layouts[pos], layouts[pos].gpus)
+    return broken
 
 
 def _estimate_group(

@@ -179,3 +179,14 @@ def test_estimate_many_checks_every_layout_and_takes_none():
     bad = Layout(tp=3, global_batch=8, seq_len=64)  # 4 heads over tp 3
     with pytest.raises(PlannerError):
         estimate_many(model, H100, [Layout(global_batch=8, seq_len=64), bad])
+
+
+def test_estimate_many_gives_the_first_bad_layouts_error_whichever_check_it_fails():
+    # A layout with a dtype the chip lacks, then one that breaks a rule: the first one's error, as estimate() of each
+    # in turn gives it (the rules over the grid must not run ahead of the dtype check).
+    model = tiny()
+    no_fp8, bad_tp = Layout(global_batch=8, seq_len=64, dtype="fp8"), Layout(tp=3, global_batch=8, seq_len=64)
+    with pytest.raises(PlannerError, match="fp8"):
+        estimate_many(model, A100, [no_fp8, bad_tp])
+    with pytest.raises(PlannerError, match=r"tp\(3\)"):
+        estimate_many(model, A100, [bad_tp, no_fp8])
