@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +45,15 @@ def check_plot_path(path: str | Path) -> Path:
     if p.suffix.lower() not in PLOT_SUFFIXES:
         raise PlannerError(f"plot file '{p}' must end in {' or '.join(PLOT_SUFFIXES)}")
     folder = p.parent
-    if not folder.is_dir():  # else the whole search ran before the write failed
-        what = "is not a folder" if folder.exists() else "does not exist"
+    try:  # checked before the search, else the whole search runs before the write fails
+        what = None if stat.S_ISDIR(os.stat(folder).st_mode) else "is not a folder"
+    except (FileNotFoundError, NotADirectoryError):
+        what = "does not exist"
+    except OSError as err:  # a name longer than the file system allows, a folder we may not search
+        what = f"cannot be read ({err.strerror or err})"
+    except ValueError:  # os.stat refuses a NUL byte (the command line cannot pass one; a caller in Python can)
+        what = "is not a path (it holds a NUL byte)"
+    if what is not None:
         raise PlannerError(f"--plot {p}: folder '{folder}' {what}; give a path in an existing folder")
     return p
 

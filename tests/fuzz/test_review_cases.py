@@ -369,7 +369,8 @@ SEARCH = ["search", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--gl
 
 
 @pytest.mark.parametrize("command", [SEARCH, ["infer", "search", *INFER]])
-@pytest.mark.parametrize("folder,needle", [("missing", "does not exist"), ("file", "is not a folder")])
+@pytest.mark.parametrize("folder,needle", [("missing", "does not exist"), ("file", "is not a folder"),
+                                           ("d" * 300, "cannot be read (File name too long)")])
 def test_a_plot_into_a_missing_folder_is_refused_before_the_search(tmp_path, command, folder, needle):
     """The search ran in full, then the write failed naming planner's scratch file
     ('.planner-123-456.partial.png: cannot write plot: [Errno 2] ...')."""
