@@ -75,6 +75,17 @@ def _lookup(config: dict[str, Any], path: str, default: Any = None) -> Any:
     return default
 
 
+def _name(config: dict[str, Any], path: str, default: str, source: str) -> str:
+    """A setting that names something (a class, a kernel, a dtype, a recipe): its text, `default` where it is absent.
+    A list or a mapping is refused before str() walks it (a YAML alias bomb holds 9^9 items)."""
+    value = _get(config, path)
+    if value is None:
+        return default
+    if isinstance(value, (list, dict)):
+        raise PlannerError(f"must be a name, got {short_repr(value)}", source=source, field=path)
+    return str(value)
+
+
 def _strategy(config: dict[str, Any], source: str) -> str:
     strategy = _get(config, "distributed.strategy")
     if strategy is not None and not isinstance(strategy, str):  # str() of a list walks it all (an alias bomb)
@@ -82,7 +93,7 @@ def _strategy(config: dict[str, Any], source: str) -> str:
                            source=source, field="distributed.strategy")
     if strategy is not None:
         return strategy
-    target = str(_get(config, "distributed._target_", ""))
+    target = _name(config, "distributed._target_", "", source)
     return next((name for cls, name in MANAGERS.items() if target.endswith(cls)), "fsdp2")
 
 
@@ -215,7 +226,7 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
         got.set("interleave", virtual_stages(model.num_layers, layers, pp, schedule, rounding, source),
                 "distributed.pipeline.layers_per_stage")
 
-    attn = str(_get(config, "model.backend.attn", "te"))
+    attn = _name(config, "model.backend.attn", "te", source)
     if attn == "eager":  # the unfused attention (scores materialised)
         pass
     elif attn in ATTENTION_KERNELS:
@@ -225,13 +236,13 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
         got.warn(f"model.backend.attn {attn}: timed as the profile's fused attention")
     got.set("flash_attention", attn != "eager", "model.backend.attn")
     if model.moe is not None and degrees["ep"] > 1:
-        dispatcher = str(_get(config, "model.backend.dispatcher", "deepep"))
+        dispatcher = _name(config, "model.backend.dispatcher", "deepep", source)
         if dispatcher not in DISPATCHERS:
             got.warn(f"model.backend.dispatcher {dispatcher}: timed as DeepEP's")
         got.set("moe_dispatcher", DISPATCHERS.get(dispatcher, "deepep"), "model.backend.dispatcher")
     if model.mtp_layers:
         got.set("mtp_layers", 0, "the Hugging Face modeling code AutoModel trains builds no MTP module", explicit=False)
-    target = str(_get(config, "optimizer._target_", "torch.optim.Adam"))
+    target = _name(config, "optimizer._target_", "torch.optim.Adam", source)
     if target.endswith(("SGD", ".sgd")):
         got.set("optimizer", "sgd", "optimizer._target_")
     elif "transformer_engine" in target and "FusedAdam" in target:
@@ -240,7 +251,8 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
         master = bool(_get(config, "optimizer.master_weights", False))
         got.set("optimizer_state_dtype", "fp32", "optimizer._target_ (TE FusedAdam: fp32 moments)")
         got.set("master_weights_dtype", "fp32" if master else "bf16", "optimizer.master_weights")
-    dtype = str(_get(config, "model.torch_dtype", _get(config, "model.dtype", "bf16"))).replace("torch.", "")
+    dtype_path = "model.torch_dtype" if _get(config, "model.torch_dtype") is not None else "model.dtype"
+    dtype = _name(config, dtype_path, "bf16", source).replace("torch.", "")
     if dtype in ("bfloat16", "bf16", "auto"):
         got.set("dtype", "bf16", "model.torch_dtype (AutoModel builds in bf16)", explicit=False)
     elif dtype in ("float32", "fp32"):
@@ -250,7 +262,7 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
     # torchao path's fp8 section
     if _get(config, "model.backend.te_fp8") not in (None, False):
         got.set("dtype", "fp8", "model.backend.te_fp8")
-        recipe = str(_get(config, "model.backend.te_fp8.recipe", "current"))
+        recipe = _name(config, "model.backend.te_fp8.recipe", "current", source)
         if recipe in TE_FP8_RECIPES:
             got.set("fp8_recipe", TE_FP8_RECIPES[recipe], "model.backend.te_fp8.recipe")
         else:

@@ -548,6 +548,11 @@ def _bomb_at(text: str, dotted: str) -> str:
     ("hardware", HARDWARE, "efficiency.attention"),
     # str() of distributed.strategy, repr() of a count: each walked the whole bomb
     ("automodel", AUTOMODEL, "distributed.strategy"),
+    # str() of the names AutoModel reads (a class path, a kernel, a dtype): 33-50 s and 2.3 GB each before
+    ("automodel", AUTOMODEL, "optimizer._target_"),
+    ("automodel", AUTOMODEL, "model.backend.attn"),
+    ("automodel", AUTOMODEL, "model.torch_dtype"),
+    ("automodel", AUTOMODEL.replace("  strategy: fsdp2\n", ""), "distributed._target_"),
 ])
 def test_alias_bomb_in_a_field_is_shown_short(tmp_path: Path, kind: str, text: str, key: str) -> None:
     path = tmp_path / f"input{SUFFIX[kind]}"
