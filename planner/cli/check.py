@@ -29,7 +29,6 @@ from planner.cli.options import (
     warn_if_far,
 )
 from planner.errors import PlannerError
-from planner.writing import writable_target
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -414,9 +413,7 @@ def export_cmd(job_file: Path | None, to: str, out: Path | None, **kw: Any) -> N
                           profile=kw.get("profile_path"))
     est = estimate(job.model, job.hardware, job.layout, headroom=job.headroom)
     exported = render_export(to, job.model_id, job.model, job.hardware, job.layout, est, hardware_id=job.hardware_id)
-    if out is not None:  # a file name, not a directory, FIFO or device: said before any note is printed
-        writable_target(out)
-    if out is not None:  # written before the notes, so a write that fails is the one line on stderr
+    if out is not None:  # written (a regular file, or write_text's one error) before the notes are printed
         out = write_export(exported, out)
     for note in exported.notes:
         click.echo(f"note: {note}", err=True)
