@@ -18,6 +18,7 @@ from planner.calibrate.runs import GIB, Run
 from planner.engines.hf_config import model_from_hf_config
 from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
+from planner.physics.rotary import yarn_attention_factor
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
 from planner.specs.runs import Measured
@@ -174,8 +175,10 @@ def _gpt(m: dict[str, Any]) -> ModelSpec:
 
 # What the reference rows' inline planner specs leave out of the configs they cite, by the spec's name: gpt-oss's
 # rows cite HF openai/gpt-oss-120b config.json, whose swiglu_limit 7.0 clamps the activation's inputs (the catalog's
-# gpt-oss-120b and planner's HF reader carry it as activation_clamp).
-INLINE_MODEL_SUPPLEMENTS: dict[str, dict[str, Any]] = {"gpt-oss-120b": {"activation_clamp": 7.0}}
+# gpt-oss-120b and planner's HF reader carry it as activation_clamp) and whose rope_scaling (yarn, factor 32, no
+# attention_factor or mscale) gives YaRN's attention factor 0.1 ln 32 + 1 (rotary_attention_factor).
+INLINE_MODEL_SUPPLEMENTS: dict[str, dict[str, Any]] = {
+    "gpt-oss-120b": {"activation_clamp": 7.0, "rotary_attention_factor": yarn_attention_factor(32.0)}}
 
 
 def inline_model(fields: dict[str, Any], source: str) -> ModelSpec:

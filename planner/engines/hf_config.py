@@ -9,6 +9,7 @@ figures. Defaults for optional keys are those of the matching `transformers` con
 from __future__ import annotations
 
 import json
+import math
 import re
 import reprlib
 from collections.abc import Callable
@@ -18,7 +19,8 @@ from typing import Any, Literal, overload
 
 from pydantic import ValidationError
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, short_repr
+from planner.physics.rotary import yarn_attention_factor
 from planner.specs.model import ModelSpec
 from planner.specs.validation import describe_validation_error
 
@@ -1448,6 +1450,42 @@ def _dropout(r: _Reader) -> None:
     r.put("dropout", any(rate > 0 for rate in rates))
 
 
+def _rotary_scaling(r: _Reader) -> None:
+    """YaRN's attention factor from `rope_scaling` (or transformers v5's `rope_parameters`), as transformers'
+    _compute_yarn_parameters takes it: `attention_factor` where given, else the ratio of the factors at `mscale`
+    and `mscale_all_dim` where both are set and non-zero (DeepSeek: 1 when they agree), else 0.1 ln(factor) + 1.
+    Other rope types (linear, dynamic, llama3, longrope) leave the rotary kernel's work as it is: factor 1."""
+    if r.spec.get("position_embedding") != "rotary":
+        return
+    key = "rope_scaling" if isinstance(r.data.get("rope_scaling"), dict) else "rope_parameters"
+    params = r.data.get(key)
+    if not isinstance(params, dict) or (params.get("rope_type") or params.get("type")) != "yarn":
+        return
+
+    def number(name: str, default: float | None) -> float | None:
+        value = params.get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise r.error(f"{key}.{name}", f"expected a non-negative number, got {short_repr(value)}")
+        return float(value)
+
+    explicit = number("attention_factor", None)
+    if explicit is not None:
+        if not 0 < explicit <= 100:
+            raise r.error(f"{key}.attention_factor", f"expected a number in (0, 100], got {explicit!r}")
+        r.put("rotary_attention_factor", explicit, f"{key}.attention_factor")
+        return
+    scale = number("factor", 1.0)
+    assert scale is not None
+    mscale, mscale_all_dim = number("mscale", None), number("mscale_all_dim", None)
+    if mscale and mscale_all_dim:
+        factor = yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
+    else:
+        factor = yarn_attention_factor(scale)
+    r.put("rotary_attention_factor", factor, f"{key}.factor")
+
+
 def _check_leftovers(r: _Reader) -> None:
     """Keys no reader consumed: known harmless ones pass, architecture-looking ones are refused, the rest are
     ignored and noted (see docs/models.md, "Unknown keys")."""
@@ -1596,6 +1634,7 @@ def read_hf_config(data: dict[str, Any], source: str) -> HfImport:
     reader = _Reader(text, source, text_type, prefix)
     reader.used.add("model_type")
     READERS[text_type](reader)
+    _rotary_scaling(reader)
     _dropout(reader)
     _check_leftovers(reader)
     notes += reader.notes

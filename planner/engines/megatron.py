@@ -36,6 +36,7 @@ from planner.engines.common import (
 )
 from planner.engines.shell import first_marker, launch
 from planner.errors import PlannerError
+from planner.physics.rotary import yarn_attention_factor
 from planner.physics.stages import PIPELINE_EDGE_UNITS, layers_on_stage
 from planner.specs.bounds import MAX_FILE_BYTES, over_limit
 from planner.specs.engine import engine_profile
@@ -73,7 +74,8 @@ READ_FLAGS: dict[str, str] = {
         "moe-expert-parallel-size", "topk", "expert-interval",  # Megatron-DeepSpeed's DeepSpeed-MoE flags
         "cpu-offloading-num-layers", *GDN_SIZE_FLAGS,
     )},
-    **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor")},
+    **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor",
+                            "rotary-scaling-factor", "mscale", "mscale-all-dim")},  # YaRN's attention factor
     **{f: "str" for f in (
         "recompute-granularity", "recompute-method", "position-embedding-type", "normalization", "optimizer",
         "attention-backend", "fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
@@ -82,7 +84,7 @@ READ_FLAGS: dict[str, str] = {
         "heterogeneous-layers-config-encoded-json", "dsa-kernel-backend",
         "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
-        "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "cuda-graph-impl",
+        "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "cuda-graph-impl", "rope-type",
     )},
     **{f: "path" for f in ("deepspeed_config", "deepscale_config")},  # read for a warning only: may stay unresolved
     **{f: "list" for f in ("recompute-modules", "rampup-batch-size", "cuda-graph-scope", "cuda-graph-modules",
@@ -125,7 +127,7 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "distributed-backend", "distributed-timeout-minutes", "num-workers", "use-mcore-models", "use-legacy-models",
     "transformer-impl", "ckpt-format", "exit-interval", "exit-duration-in-mins", "exit-signal-handler",
     "use-checkpoint-args", "rotary-base", "rotary-percent", "rotary-interleaved", "rotary-seq-len-interpolation-factor",
-    "rope-scaling-factor", "use-rope-scaling", "rope-type", "norm-epsilon", "apply-layernorm-1p",
+    "rope-scaling-factor", "use-rope-scaling", "norm-epsilon", "apply-layernorm-1p",
     "attention-softmax-in-fp32", "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion",
     "no-bias-dropout-fusion", "no-rope-fusion", "no-persist-layer-norm", "no-gradient-accumulation-fusion",
     "loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis", "manual-gc",
@@ -162,8 +164,8 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "decoupled-lr", "decoupled-min-lr", "mmap-bin-files", "no-mmap-bin-files", "rerun-mode", "lr-wsd-decay-style", "lr-wsd-decay-iters", "lr-wsd-decay-samples",
     # activation details and RoPE scaling that change no shape (gpt-oss: examples/gptoss/02_train.sh)
     "glu-linear-offset", "activation-func-clamp-value", "export-force-local-attention",
-    "rotary-scaling-factor", "yarn-original-max-position-embeddings", "yarn-beta-fast", "yarn-beta-slow", "mscale",
-    "mscale-all-dim", "no-yarn-correction-range-round-to-int", "disable-bf16-reduced-precision-matmul",
+    "yarn-original-max-position-embeddings", "yarn-beta-fast", "yarn-beta-slow",
+    "no-yarn-correction-range-round-to-int", "disable-bf16-reduced-precision-matmul",
     "moe-per-layer-logging", "mtp-loss-scaling-factor", "use-tokenizer-model-from-checkpoint-args", "no-use-tokenizer-model-from-checkpoint-args",
     # Megatron-DeepSpeed: data, logging and kernel checks (BLOOM's tr11-176B-ml.slurm)
     "sync-tp-duplicated-parameters", "abort-on-unmet-fused-kernel-constraints", "kill-switch-path",
@@ -676,6 +678,7 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
         dropout=dropout, moe=moe, mla=mla, sparse_attention=sparse,  # validated below: a bad value is one error
         mtp_layers=int(args.get("mtp-num-layers") or 0),
         attention_output_gate=bool(args.get("attention-output-gate")),
+        rotary_attention_factor=_yarn_attention_factor(args, position, source),
     )
     linear = _linear_attention(args, source)
     if linear is not None and linear["full_attention_interval"] > 1:  # 1: softmax attention on every layer
@@ -689,6 +692,27 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
 
         raise PlannerError(f"the arguments describe an invalid model: {describe_validation_error(err)}",
                            source=source) from None
+
+
+def _yarn_attention_factor(args: Mapping[str, Any], position: str, source: str) -> float:
+    """YaRN's attention (concentration) factor of --position-embedding-type yarn, as Megatron-Core takes it
+    (yarn_rotary_pos_embedding._yarn_get_concentration_factor @ d98e8a64): the factor at --mscale over the factor at
+    --mscale-all-dim for the context scale --rotary-scaling-factor (defaults 1, 1 and 0, training/arguments.py);
+    --enable-gpt-oss sets 32, 1 and 0 (post_training/model_builder.py). MLA's --rope-type yarn is the same formula
+    (DeepSeek's recipes set --mscale and --mscale-all-dim alike: 1). 1 for plain RoPE."""
+    if args.get("enable-gpt-oss"):
+        return yarn_attention_factor(32.0) / yarn_attention_factor(32.0, 0.0)
+    mla_yarn = args.get("multi-latent-attention") and args.get("rope-type", "yarn") == "yarn"
+    if position != "yarn" and not mla_yarn:
+        return 1.0
+    values = []
+    for flag, default in (("rotary-scaling-factor", 1.0), ("mscale", 1.0), ("mscale-all-dim", 0.0)):
+        value = float(args.get(flag, default))  # parse_flags has read it as a finite number
+        if value < 0:
+            raise PlannerError(f"--{flag} {value:g} is negative; give a non-negative number", source=source)
+        values.append(value)
+    scale, mscale, mscale_all_dim = values
+    return yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
 
 
 def _linear_attention(args: Mapping[str, Any], source: str) -> dict[str, int] | None:
@@ -1798,7 +1822,13 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
         flags.append(["--swiglu"])
     if not model.tied_embeddings:
         flags.append(["--untie-embeddings-and-output-weights"])
-    flags.append(["--position-embedding-type", POSITION.get(model.position_embedding, "none")])
+    yarn = model.rotary_attention_factor != 1.0
+    if yarn and (model.mla is not None or model.rotary_attention_factor < 1.0):
+        missing.append(f"YaRN's attention factor {model.rotary_attention_factor:g} (written as plain RoPE)")
+        yarn = False
+    flags.append(["--position-embedding-type", "yarn" if yarn else POSITION.get(model.position_embedding, "none")])
+    if yarn:  # the context scale whose factor 0.1 ln(s) + 1 it is, at Megatron's default --mscale and --mscale-all-dim
+        flags.append(["--rotary-scaling-factor", f"{math.exp((model.rotary_attention_factor - 1.0) / 0.1):.17g}"])
     if model.position_embedding == "alibi":
         missing.append("ALiBi positions (written as none; they add no weights)")
     flags.append(["--normalization", "RMSNorm" if model.norm_kind == "rmsnorm" else "LayerNorm"])

@@ -13,7 +13,8 @@ it from running ahead across layers. CUDA graphs replay the captured kernels wit
 Kernel counts per layer and micro-batch, forward (the backward issues twice as many: each GEMM's data and
 weight gradients, each element-wise kernel's backward), counted from Megatron-Core with Transformer Engine:
 - attention block (norm fused into the QKV GEMM, its fp8 cast, rotary, the fused attention kernel, output
-  projection and its cast, the bias-dropout-add): ATTENTION_LAUNCHES; MLA's down/up projections and latent
+  projection and its cast, the bias-dropout-add): ATTENTION_LAUNCHES; a rotary that runs unfused
+  (physics.rotary) adds UNFUSED_ROTARY_FORWARD_LAUNCHES, and UNFUSED_ROTARY_BACKWARD_LAUNCHES to the backward; MLA's down/up projections and latent
   norms add MLA_EXTRA_LAUNCHES; q/k norms (Qwen3, Gemma 3: Megatron-Core's q_layernorm and k_layernorm modules,
   attention.py get_query_key_value_tensors) add QK_NORM_LAUNCHES;
 - a Gated DeltaNet mixer in its place (physics.linear_attention): LINEAR_MIXER_LAUNCHES;
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.physics.rotary import UNFUSED_ROTARY_BACKWARD_LAUNCHES, UNFUSED_ROTARY_FORWARD_LAUNCHES
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import CUDA_GRAPH_BITS, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -88,19 +90,35 @@ def _graphed(lay: LayoutArrays, scope: str) -> np.ndarray:
     return np.asarray((lay.cuda_graphs & (CUDA_GRAPH_BITS[scope] | CUDA_GRAPH_BITS["full"])) != 0)
 
 
-def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def unfused_rotary_launches(lay: LayoutArrays, unfused_rotary: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) kernels the host issues for an unfused rotary beyond the fused one's (physics.rotary),
+    one layer and micro-batch; none where it runs fused or CUDA graphs capture the attention."""
+    eager = np.where(_graphed(lay, "attn") | (not unfused_rotary), 0.0, 1.0)
+    return np.asarray(eager * UNFUSED_ROTARY_FORWARD_LAUNCHES), np.asarray(eager * UNFUSED_ROTARY_BACKWARD_LAUNCHES)
+
+
+def backward_launches(lay: LayoutArrays, before: np.ndarray, after: np.ndarray, *, unfused_rotary: bool
+                      ) -> np.ndarray:
+    """Kernels of one layer's backward for one micro-batch, from layer_launches' forward counts: BACKWARD_LAUNCH_RATIO
+    per forward kernel, except an unfused rotary's, whose backward has a count of its own."""
+    rotary_fwd, rotary_bwd = unfused_rotary_launches(lay, unfused_rotary)
+    return np.asarray(BACKWARD_LAUNCH_RATIO * (before + after - rotary_fwd) + rotary_bwd)
+
+
+def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False,
+                   unfused_rotary: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Kernels the host issues for one layer's forward, one micro-batch, less what CUDA graphs capture, as
     (before, after) the MoE dispatcher's host sync. Megatron-Core's MoE layer runs the shared experts, the
     router and the dispatch preprocessing first, then waits on the host for the tokens-per-expert counts
     ("before_ep_alltoall", token_dispatcher.py @ d98e8a64) and only then issues the all-to-alls, the experts
     and the combine (MoELayer.forward: shared_experts_compute, route, preprocess | dispatch,
-    routed_experts_compute, combine, postprocess; moe_layer.py @ d98e8a64). A dense layer is all 'before'."""
+    routed_experts_compute, combine, postprocess; moe_layer.py @ d98e8a64). A dense layer is all 'before'.
+    `unfused_rotary`: the attention's rotary runs unfused (physics.rotary.rotary_runs_unfused)."""
     attention = (ATTENTION_LAUNCHES + (MLA_EXTRA_LAUNCHES if model.mla is not None else 0)
                  + (QK_NORM_LAUNCHES if model.qk_norm else 0))
     if linear and model.linear_attention is not None:  # (`linear`: the Gated DeltaNet mixer's, in its place)
         attention = LINEAR_MIXER_LAUNCHES
-    attn = np.where(_graphed(lay, "attn"), 0.0, float(attention))
+    attn = np.where(_graphed(lay, "attn"), 0.0, float(attention)) + unfused_rotary_launches(lay, unfused_rotary)[0]
     if not (moe_layer and model.moe is not None):
         return np.asarray(attn + np.where(_graphed(lay, "mlp"), 0.0, float(MLP_LAUNCHES))), np.zeros(np.shape(attn))
     moe = model.moe
@@ -120,12 +138,13 @@ def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, line
 
 def layer_host_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, moe_layer: bool, passes: np.ndarray,
-    linear: bool = False,
+    linear: bool = False, unfused_rotary: bool = False,
 ) -> np.ndarray:
     """Host time to issue one layer's kernels for one micro-batch (forward, backward, and the forward again for
     each extra pass in `passes` - 1 with full recompute), less what CUDA graphs capture."""
-    before, after = layer_launches(model, lay, moe_layer=moe_layer, linear=linear)
-    return np.asarray((passes - 1 + 1 + BACKWARD_LAUNCH_RATIO) * (before + after) * host_launch_seconds(hw))
+    before, after = layer_launches(model, lay, moe_layer=moe_layer, linear=linear, unfused_rotary=unfused_rotary)
+    backward = backward_launches(lay, before, after, unfused_rotary=unfused_rotary)
+    return np.asarray((passes * (before + after) + backward) * host_launch_seconds(hw))
 
 
 def expert_quantize_launches(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:

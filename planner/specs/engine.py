@@ -87,6 +87,11 @@ class KernelSection(_Sourced):
         default=True, description="TP comm overlap still runs in a model with multi-latent attention (false: the "
         "engine turns it off for the whole model, and its TP collectives stay exposed)."
     )
+    scaled_rotary_unfused: bool = Field(
+        default=False, description="A rotary whose cos and sin carry YaRN's attention factor "
+        "(ModelSpec.rotary_attention_factor != 1) falls back from the fused rotary kernel to unfused element-wise "
+        "ops on standard attention (physics.rotary); false: it runs as the engine's other rotaries do."
+    )
     activation_clamp_fused: bool = Field(
         default=False, description="A clamped gated activation (ModelSpec.activation_clamp, gpt-oss) clamps inside "
         "the activation kernel; false: the clamp and its concatenation are kernels of their own "
@@ -400,8 +405,13 @@ _MEGATRON = EngineProfile(
     kernels=KernelSection(
         fused_elementwise=True, supports_compile=False, eager_elementwise_traffic_factor=1.0, loss_bytes_per_logit=6.0,
         attention_kernel="fused", cuda_graphs=True, fp8_proj_keeps_cast_input=False, fp8_tp_all_gather=False,
-        tp_overlap_with_mla=False, fp8_attention=True, moe_fused_mlp=True, nvfp4=True,
+        tp_overlap_with_mla=False, fp8_attention=True, moe_fused_mlp=True, nvfp4=True, scaled_rotary_unfused=True,
         sources={
+            "scaled_rotary_unfused": "Megatron-Core apply_rotary_pos_emb (megatron/core/models/common/embeddings/"
+            "rope_utils.py @ d98e8a64) takes the unfused path when mscale != 1 ('not supported by TE's fused RoPE'), "
+            "and Attention passes YaRN's concentration factor as mscale; since commit 987395813b (2025-11-22, "
+            "cherry-picked to core_dev_r0.15.0 at 0d8e0714, the Megatron-LM of Megatron-Bridge v0.2.1). MLA's "
+            "rotary has fused kernels of its own (physics.rotary)",
             "nvfp4": "Megatron-LM --fp4-format e2m1 --fp4-recipe nvfp4 (megatron/core/transformer/transformer_config.py "
             "@ d98e8a64: Transformer Engine's NVFP4BlockScaling recipe through fp8_autocast, megatron/core/fp4_utils.py; "
             "Megatron-Bridge mixed_precision bf16_with_nvfp4_mixed)",
@@ -665,6 +675,9 @@ _TORCHAO_FP8_INPUT = (
     "keeps its bf16 output: wo's input is held twice"
 )
 _TORCH_EAGER_SOURCES: dict[str, str] = {
+    "scaled_rotary_unfused": "torch models apply the rotary as element-wise ops of their own (eager, counted by "
+    "eager_elementwise_traffic_factor; fused under torch.compile), YaRN's factor folded into the cos and sin tables "
+    "(transformers' rotary embeddings multiply them by attention_scaling once): nothing more",
     "fp8_proj_keeps_cast_input": _TORCHAO_FP8_INPUT,
     "tp_overlap_with_mla": "torch's async TP (torch._inductor micro_pipeline_tp_pass) fuses every all-gather -> "
     "matmul and matmul -> reduce-scatter pattern of the compiled graph, whatever the projection",
@@ -685,7 +698,7 @@ _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 3.0,
     "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
     "fp8_proj_keeps_cast_input": True, "tp_overlap_with_mla": True, "fp8_attention": False, "moe_fused_mlp": False,
-    "nvfp4": False, "sources": _TORCH_EAGER_SOURCES,
+    "nvfp4": False, "scaled_rotary_unfused": False, "sources": _TORCH_EAGER_SOURCES,
 }
 
 _TORCH_CP = (
@@ -930,6 +943,8 @@ _AUTOMODEL = _derive(
         "fp8_proj_keeps_cast_input": False, "fp8_tp_all_gather": False, "loss_bytes_per_logit": 4.0,
         "eager_elementwise_traffic_factor": 1.0, "activation_clamp_fused": True, "moe_fused_mlp": False,
         "sources": {
+            "scaled_rotary_unfused": "counted fused: whether AutoModel's Transformer Engine rotary (rope_fusion true) takes a "
+            "YaRN-scaled model on its fused path is not examined here",
             "fused_elementwise": _AUTOMODEL_SRC + " examples/llm_benchmark/*/*_te_deepep.yaml backend: linear te, "
             "rms_norm te, rope_fusion true (Transformer Engine's fused norm and rotary kernels), counted as the "
             "fused element-wise traffic; its residual adds and expert activations run as torch ops (not separated)",

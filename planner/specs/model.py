@@ -186,6 +186,13 @@ class ModelSpec(BaseModel):
         description="Share of each head's channels that rotary embedding rotates (GPT-J rotary_dim/head_dim, "
         "StableLM/Phi partial_rotary_factor, GPT-NeoX rotary_pct). No weights.",
     )
+    rotary_attention_factor: Annotated[float, BeforeValidator(strict_float)] = Field(
+        default=1.0, gt=0, le=100,
+        description="YaRN's attention factor: the rotary's cos and sin are multiplied by it, which scales the "
+        "attention logits by its square (Peng et al. 2023, YaRN, Sec. 3.4: sqrt(1/t) = 0.1 ln(s) + 1 for a context "
+        "scale s; gpt-oss 1.35, OLMo 3.1 1.21; 1 for plain RoPE and for DeepSeek's mscale = mscale_all_dim). No "
+        "weights; Megatron-Core runs such a rotary unfused (EngineKernels.scaled_rotary_unfused).",
+    )
     qkv_bias: StrictBool = Field(default=False, description="Bias on the query/key/value projections.")
     attention_output_bias: StrictBool = Field(default=False, description="Bias on the attention output projection.")
     mlp_bias: StrictBool = Field(default=False, description="Bias on the feed-forward projections.")
@@ -258,6 +265,9 @@ class ModelSpec(BaseModel):
             if self.sliding_window_layers > self.num_attention_layers:
                 raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) exceeds the "
                                  f"{self.num_attention_layers} softmax-attention layers")
+        if self.rotary_attention_factor != 1.0 and self.position_embedding != "rotary":
+            raise ValueError(f"rotary_attention_factor ({self.rotary_attention_factor}) scales a rotary embedding; "
+                             f"set position_embedding 'rotary' or remove rotary_attention_factor")
         if self.activation_clamp is not None and self.mlp_kind != "gated":
             raise ValueError("activation_clamp bounds a gated activation's two inputs; set mlp_kind 'gated' or "
                              "remove activation_clamp")

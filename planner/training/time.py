@@ -60,6 +60,7 @@ from planner.physics.kernels import (
 )
 from planner.physics.launch import (
     BACKWARD_LAUNCH_RATIO,
+    backward_launches,
     bookkeeping_seconds,
     host_launch_seconds,
     host_syncs_every_layer,
@@ -69,6 +70,7 @@ from planner.physics.launch import (
 from planner.physics.linear_attention import in_proj_width, mixer_widths
 from planner.physics.moe import dispatch_seconds, expert_bias_bytes, regroup_bytes, tokens_per_local_expert
 from planner.physics.params import mtp_layer_is_moe
+from planner.physics.rotary import rotary_runs_unfused, unfused_rotary_bytes_per_token
 from planner.physics.shapes import (
     Gemm,
     attention_dims,
@@ -518,6 +520,11 @@ def layer_time(
             model.linear_attention, hw.accelerator.memory_bandwidth_bytes_per_s, tokens, lay.tp)
     elementwise = memory_seconds(hw, tokens * elementwise_bytes_per_token(model, lay, moe_layer=moe_layer, linear=linear))
     clamp_fwd, clamp_bwd = clamp_seconds(model, hw, lay, moe_layer=moe_layer)
+    # A YaRN-scaled rotary the engine cannot fuse runs as element-wise ops of its own (physics.rotary).
+    rotary_fwd = rotary_bwd = np.zeros(())
+    if rotary_runs_unfused(model, engine.kernels.scaled_rotary_unfused, linear=linear):
+        rotary_fwd_bytes, rotary_bwd_bytes = unfused_rotary_bytes_per_token(model, lay.tp)
+        rotary_fwd, rotary_bwd = memory_seconds(hw, tokens * rotary_fwd_bytes), memory_seconds(hw, tokens * rotary_bwd_bytes)
     # The router's and dispatcher's small kernels (physics.launch): their launch latency on the GPU.
     bookkeeping = bookkeeping_seconds(model, lay, moe_layer=moe_layer)
     # The dispatcher's regrouping by local expert and the routed experts' second bias (physics.moe): memory
@@ -528,11 +535,12 @@ def layer_time(
         expert_fwd, expert_bwd = regroup + bias_fwd, regroup + bias_bwd
     else:
         expert_fwd = expert_bwd = np.zeros_like(elementwise)
-    forward = (gemm + core_fwd + elementwise + clamp_fwd + cast_fwd + expert_fwd
+    forward = (gemm + core_fwd + elementwise + clamp_fwd + rotary_fwd + cast_fwd + expert_fwd
                + bookkeeping / (1 + BACKWARD_LAUNCH_RATIO))
     # the indexer's input is detached (DeepSeek-V3.2-Exp report Sec. 2.1; Megatron-Core dsa.py): its projections
     # compute weight gradients only, one GEMM each in the backward instead of two
-    backward = 2 * gemm - index_gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + clamp_bwd + cast_bwd + expert_bwd + (
+    backward = (2 * gemm - index_gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + clamp_bwd + rotary_bwd
+                + cast_bwd + expert_bwd) + (
         bookkeeping * BACKWARD_LAUNCH_RATIO / (1 + BACKWARD_LAUNCH_RATIO)
     )
     # Under --tp-comm-overlap the row-parallel forward GEMMs (attention output, fc2) run beside their pipelined
@@ -942,8 +950,12 @@ def stage_time(
         # one forward pass: its compute, and its share of the TP and CP exchanges (one of 2 + full passes)
         return np.asarray(layer.forward + (layer.tp_comm + layer.cp_comm) / (2.0 + full))
 
+    def unfused(is_linear: bool) -> bool:
+        return rotary_runs_unfused(model, engine.kernels.scaled_rotary_unfused, linear=is_linear)
+
     whole_stage_wait = np.maximum(sum((n * (layer_host_seconds(model, hw, lay, moe_layer=is_moe, passes=passes,
-                                                                  linear=is_linear) - device(kind))
+                                                                  linear=is_linear, unfused_rotary=unfused(is_linear))
+                                            - device(kind))
                                        for kind, n, is_moe, is_linear in kinds), np.zeros(())), 0.0)
     if model.moe is None:  # no dispatcher, no sync: the stage waits once
         host = whole_stage_wait
@@ -951,7 +963,8 @@ def stage_time(
         launch = host_launch_seconds(hw)
         forward_wait = backward_wait = np.zeros(())
         for kind, n, is_moe, is_linear in kinds:
-            before, after = layer_launches(model, lay, moe_layer=is_moe, linear=is_linear)
+            before, after = layer_launches(model, lay, moe_layer=is_moe, linear=is_linear,
+                                           unfused_rotary=unfused(is_linear))
             if is_moe:
                 fwd_a = forward_device(kind) - kind.after_sync_forward
                 fwd_b = kind.after_sync_forward + kind.after_sync_comm
@@ -961,7 +974,8 @@ def stage_time(
                 wait = np.maximum(before * launch - forward_device(kind), 0.0)
                 backward_work = device(kind) - passes * forward_device(kind)
             forward_wait = forward_wait + n * wait
-            backward_wait = backward_wait + n * (BACKWARD_LAUNCH_RATIO * (before + after) * launch - backward_work)
+            backward_wait = backward_wait + n * (
+                backward_launches(lay, before, after, unfused_rotary=unfused(is_linear)) * launch - backward_work)
         synced_wait = passes * forward_wait + np.maximum(backward_wait, 0.0)
         host = np.where(host_syncs_every_layer(lay) & (n_moe > 0), synced_wait, whole_stage_wait)
     return StageTime(

@@ -83,6 +83,7 @@ h x E without bias and E SwiGLU experts of intermediate_size.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -463,6 +464,33 @@ def test_gpt_oss_sinks_biased_experts_and_alternating_windows():
     assert spec.activation_clamp == 7.0
     assert imported("gpt-oss-20b.json", swiglu_limit=3.5).activation_clamp == 3.5
     assert refusal({**fixture("gpt-oss-20b.json"), "swiglu_limit": -1}).field == "swiglu_limit"
+
+
+def test_yarn_attention_factor_as_transformers_takes_it():
+    """_compute_yarn_parameters: attention_factor where given; else get_mscale(factor, mscale) / get_mscale(factor,
+    mscale_all_dim) where both are set and non-zero; else 0.1 ln(factor) + 1."""
+    # gpt-oss: yarn, factor 32, neither attention_factor nor mscale
+    assert imported("gpt-oss-20b.json").rotary_attention_factor == pytest.approx(1 + 0.1 * math.log(32))
+    # OLMo 3.1: the config writes attention_factor itself (0.1 ln 8 + 1)
+    assert imported("olmo-3.1-32b-instruct.json").rotary_attention_factor == pytest.approx(1.2079441541679836)
+    # DeepSeek-V3 and Kimi K2.5: mscale = mscale_all_dim = 1, so the ratio is 1
+    assert imported("deepseek-v3.json").rotary_attention_factor == 1.0
+    assert imported("kimi-k2.5.json").rotary_attention_factor == 1.0
+    # transformers v5's rope_parameters, as Devstral 2 writes it (mscale = mscale_all_dim = 1)
+    assert imported("devstral-small-2-24b-instruct.json").rotary_attention_factor == 1.0
+    rope = fixture("gpt-oss-20b.json")["rope_scaling"]
+    assert imported("gpt-oss-20b.json", rope_scaling=None, rope_parameters={**rope, "factor": 8.0}
+                    ).rotary_attention_factor == pytest.approx(1 + 0.1 * math.log(8))
+    ratio = imported("gpt-oss-20b.json", rope_scaling={**rope, "mscale": 1.0, "mscale_all_dim": 0.5})
+    assert ratio.rotary_attention_factor == pytest.approx((1 + 0.1 * math.log(32)) / (1 + 0.05 * math.log(32)))
+    # plain RoPE, and the other scaling types, keep the fused kernel's work
+    assert imported("llama-3.1-8b.json").rotary_attention_factor == 1.0
+    assert imported("gpt-oss-20b.json", rope_scaling={"rope_type": "linear", "factor": 4.0}
+                    ).rotary_attention_factor == 1.0
+    bad = refusal({**fixture("gpt-oss-20b.json"), "rope_scaling": {**rope, "factor": "32"}})
+    assert bad.field == "rope_scaling.factor" and "non-negative number" in str(bad)
+    assert refusal({**fixture("gpt-oss-20b.json"), "rope_scaling": {**rope, "attention_factor": 0}}
+                   ).field == "rope_scaling.attention_factor"
 
 
 def test_qwen2_moe_gated_shared_expert_of_its_own_width():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -383,3 +384,42 @@ def test_an_interleaved_split_megatron_cannot_place_is_refused_with_the_counts()
     layout = resolve_layout(model, 4 * 8, tp=8, pp=4, interleave=3, zero=1, global_batch=8, seq_len=8192)
     with pytest.raises(PlannerError, match=r"num_layers \+ 2 \(128"):
         layout_flags(model, layout)
+
+
+YARN_BASE = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --bf16 "
+             "--micro-batch-size 1 --position-embedding-type yarn ")
+
+
+@pytest.mark.parametrize(("flags", "factor"), [
+    ("--rotary-scaling-factor 8", 1 + 0.1 * math.log(8)),  # --mscale 1 over --mscale-all-dim 0 (Megatron's defaults)
+    ("--rotary-scaling-factor 40 --mscale 1.0 --mscale-all-dim 1.0", 1.0),  # DeepSeek's recipes: the two agree
+    ("--rotary-scaling-factor 40 --mscale 0.5", 1 + 0.05 * math.log(40)),
+    ("", 1.0),  # yarn at scale 1 stretches nothing
+])
+def test_yarn_flags_give_megatrons_concentration_factor(flags, factor):
+    """yarn_rotary_pos_embedding._yarn_get_concentration_factor @ d98e8a64: get_mscale(s, --mscale) /
+    get_mscale(s, --mscale-all-dim), s = --rotary-scaling-factor."""
+    model = import_megatron(split_launch_text(YARN_BASE + flags, "t"), gpus=1, given={}, model=None, source="t").model
+    assert model.rotary_attention_factor == pytest.approx(factor)
+
+
+def test_a_yarn_flag_that_is_not_a_number_is_one_error_naming_it():
+    def read(flags: str):
+        return import_megatron(split_launch_text(YARN_BASE + flags, "t"), gpus=1, given={}, model=None, source="t")
+
+    with pytest.raises(PlannerError, match=r"--rotary-scaling-factor needs a number, got 'x'"):
+        read("--rotary-scaling-factor x")
+    with pytest.raises(PlannerError, match=r"--mscale -1 is negative; give a non-negative number"):
+        read("--mscale -1 --rotary-scaling-factor 4")
+
+
+def test_a_yarn_scaled_model_is_exported_as_yarn_and_read_back():
+    from planner.engines.export import render_export
+    from planner.specs.layout import Layout
+
+    model, hw = load_model("gpt-oss-120b").spec, load_hardware("h100-sxm").spec
+    layout = Layout(dp=8, ep=8, global_batch=8, seq_len=4096)
+    exported = render_export("megatron", "gpt-oss-120b", model, hw, layout, estimate(model, hw, layout))
+    assert "--position-embedding-type yarn" in exported.text and "--rotary-scaling-factor 32" in exported.text
+    back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=None, source="m.sh")
+    assert back.model.rotary_attention_factor == pytest.approx(model.rotary_attention_factor, rel=1e-12)

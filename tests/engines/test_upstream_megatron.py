@@ -5,6 +5,7 @@ Fixtures: tests/fixtures/engines/upstream/megatron/ (repository, path and commit
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,8 @@ def test_gpt_oss_20b_from_megatron_flags_counts_20_91_billion():
     model = imp.model
     assert model.mlp_kind == "gated" and model.position_embedding == "rotary" and model.attention_sinks
     assert (model.sliding_window_tokens, model.sliding_window_layers) == (128, 12)  # --window-size 127,0, skip 2
+    # --enable-gpt-oss: YaRN at scale 32, mscale 1 over mscale_all_dim 0 (post_training/model_builder.py)
+    assert model.rotary_attention_factor == pytest.approx(1 + 0.1 * math.log(32))
     assert _total(model) == 20_914_756_416
     assert round(_total(model) / 1e9, 2) == 20.91
     # written back, the flags describe the same model
@@ -120,6 +123,7 @@ def test_gpt_oss_20b_from_megatron_flags_counts_20_91_billion():
     assert "--window-attn-skip-freq 2" in exported.text and "--softmax-type learnable" in exported.text
     back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=None, source="m")
     assert _total(back.model) == _total(model)
+    assert back.model.rotary_attention_factor == pytest.approx(model.rotary_attention_factor, rel=1e-12)
 
 
 def test_swiglu_and_quick_geglu_together_are_refused():

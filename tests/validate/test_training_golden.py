@@ -155,3 +155,37 @@ def test_ep_leaving_the_b200_node_costs_what_the_published_tables_show() -> None
 
     published = B200_GPT_OSS_EP64_STEP_S - B200_GPT_OSS_EP8_STEP_S
     assert step(64) - step(8) == pytest.approx(published, rel=0.15)
+
+
+# Issue 16: every Megatron-Bridge 25.09/25.11 MoE row (shared/reference/published_runs_moe.yaml) within 20%. The rows
+# outside are open, each a strict xfail with what the maintainers or the tables say about it (docs/validation.md).
+MOE_BOUND = 0.20
+OPEN_MOE_ROWS = {
+    "mb2511_b200_qwen3_30b_mxfp8": "25.11 dropless at MBS 1 runs 2x slower than its token-drop twin "
+    "(NVIDIA-NeMo/Megatron-Bridge issue #1998); the 25.09 FP8-CS row of the model is within 18%",
+    "mb2511_h100_qwen3_30b_fp8cs": "25.11 dropless at MBS 1 runs 2x slower than 25.09's 12.5 s on the same layout "
+    "(NVIDIA-NeMo/Megatron-Bridge issue #1998)",
+    "mb2511_b200_qwen3_235b_mxfp8": "the all-to-all overlap of 25.11, turned off afterwards 'due to CPU overhead' "
+    "(NVIDIA-NeMo/Megatron-Bridge PR #1760); its host cost is not a term",
+    "mb2509_b200_qwen3_235b_fp8cs": "Qwen3-235B-A22B on B200 runs eager on an x86 host at 21-28% fast in every "
+    "release without the overlap (docs/validation.md); no mechanism found",
+}
+MOE_ROWS = [c for c in published_cases() if c["id"].startswith("mb25")]
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=OPEN_MOE_ROWS[c["id"]]))
+    if c["id"] in OPEN_MOE_ROWS else c for c in MOE_ROWS
+], ids=[c["id"] for c in MOE_ROWS])
+def test_published_moe_row_within_20_percent(case: dict) -> None:
+    model = ModelSpec.model_validate(case["model"])
+    layout = Layout.model_validate(case["layout"])
+    predicted = estimate(model, load_hardware(case["hardware"]).spec, layout).scalar("step_seconds")
+    assert case["published"]["quantity"] == "step_seconds"
+    error = predicted / case["published"]["value"] - 1
+    assert abs(error) <= MOE_BOUND, f"{case['id']}: {100 * error:+.1f}%"
+
+
+def test_the_moe_bound_covers_every_row_of_the_reference_file() -> None:
+    # 23 rows: 25.09 and 25.11 on H100, B200, GB200 and the one GB300 row (published_runs_moe.yaml)
+    assert len(MOE_ROWS) == 23 and set(OPEN_MOE_ROWS) <= {c["id"] for c in MOE_ROWS}
