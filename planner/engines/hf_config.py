@@ -1459,7 +1459,14 @@ def _rotary_scaling(r: _Reader) -> None:
         return
     key = "rope_scaling" if isinstance(r.data.get("rope_scaling"), dict) else "rope_parameters"
     params = r.data.get(key)
-    if not isinstance(params, dict) or (params.get("rope_type") or params.get("type")) != "yarn":
+    if not isinstance(params, dict):
+        return
+    kind_key = "rope_type" if params.get("rope_type") is not None else "type"
+    kind = params.get(kind_key)
+    if kind is not None and not isinstance(kind, str):
+        raise r.error(f"{key}.{kind_key}", f"expected the name of a rope type (yarn, linear, dynamic, ...), got "
+                      f"{short_repr(kind)}")
+    if kind != "yarn":
         return
 
     def number(name: str, default: float | None) -> float | None:

@@ -491,6 +491,8 @@ def test_yarn_attention_factor_as_transformers_takes_it():
     assert bad.field == "rope_scaling.factor" and "non-negative number" in str(bad)
     assert refusal({**fixture("gpt-oss-20b.json"), "rope_scaling": {**rope, "attention_factor": 0}}
                    ).field == "rope_scaling.attention_factor"
+    assert refusal({**fixture("gpt-oss-20b.json"), "rope_scaling": {**rope, "rope_type": ["yarn"]}}
+                   ).field == "rope_scaling.rope_type"
 
 
 def test_qwen2_moe_gated_shared_expert_of_its_own_width():
