@@ -14,7 +14,7 @@ Kernel counts per layer and micro-batch, forward (the backward issues twice as m
 weight gradients, each element-wise kernel's backward), counted from Megatron-Core with Transformer Engine:
 - attention block (norm fused into the QKV GEMM, its fp8 cast, rotary, the fused attention kernel, output
   projection and its cast, the bias-dropout-add): ATTENTION_LAUNCHES; a rotary that runs unfused
-  (physics.rotary) adds UNFUSED_ROTARY_FORWARD_LAUNCHES, and UNFUSED_ROTARY_BACKWARD_LAUNCHES to the backward; MLA's down/up projections and latent
+  (physics.rotary) adds UNFUSED_ROTARY_FORWARD_LAUNCHES, and its own count to the backward; MLA's down/up projections and latent
   norms add MLA_EXTRA_LAUNCHES; q/k norms (Qwen3, Gemma 3: Megatron-Core's q_layernorm and k_layernorm modules,
   attention.py get_query_key_value_tensors) add QK_NORM_LAUNCHES;
 - a Gated DeltaNet mixer in its place (physics.linear_attention): LINEAR_MIXER_LAUNCHES;
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.physics.rotary import UNFUSED_ROTARY_BACKWARD_LAUNCHES, UNFUSED_ROTARY_FORWARD_LAUNCHES
+from planner.physics.rotary import UNFUSED_ROTARY_FORWARD_LAUNCHES, unfused_rotary_backward_launches
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import CUDA_GRAPH_BITS, LayoutArrays
 from planner.specs.model import ModelSpec
@@ -90,18 +90,20 @@ def _graphed(lay: LayoutArrays, scope: str) -> np.ndarray:
     return np.asarray((lay.cuda_graphs & (CUDA_GRAPH_BITS[scope] | CUDA_GRAPH_BITS["full"])) != 0)
 
 
-def unfused_rotary_launches(lay: LayoutArrays, unfused_rotary: bool) -> tuple[np.ndarray, np.ndarray]:
+def unfused_rotary_launches(model: ModelSpec, lay: LayoutArrays, unfused_rotary: bool
+                            ) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) kernels the host issues for an unfused rotary beyond the fused one's (physics.rotary),
     one layer and micro-batch; none where it runs fused or CUDA graphs capture the attention."""
     eager = np.where(_graphed(lay, "attn") | (not unfused_rotary), 0.0, 1.0)
-    return np.asarray(eager * UNFUSED_ROTARY_FORWARD_LAUNCHES), np.asarray(eager * UNFUSED_ROTARY_BACKWARD_LAUNCHES)
+    return (np.asarray(eager * UNFUSED_ROTARY_FORWARD_LAUNCHES),
+            np.asarray(eager * unfused_rotary_backward_launches(model)))
 
 
-def backward_launches(lay: LayoutArrays, before: np.ndarray, after: np.ndarray, *, unfused_rotary: bool
-                      ) -> np.ndarray:
+def backward_launches(model: ModelSpec, lay: LayoutArrays, before: np.ndarray, after: np.ndarray, *,
+                      unfused_rotary: bool) -> np.ndarray:
     """Kernels of one layer's backward for one micro-batch, from layer_launches' forward counts: BACKWARD_LAUNCH_RATIO
     per forward kernel, except an unfused rotary's, whose backward has a count of its own."""
-    rotary_fwd, rotary_bwd = unfused_rotary_launches(lay, unfused_rotary)
+    rotary_fwd, rotary_bwd = unfused_rotary_launches(model, lay, unfused_rotary)
     return np.asarray(BACKWARD_LAUNCH_RATIO * (before + after - rotary_fwd) + rotary_bwd)
 
 
@@ -118,7 +120,7 @@ def layer_launches(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, line
                  + (QK_NORM_LAUNCHES if model.qk_norm else 0))
     if linear and model.linear_attention is not None:  # (`linear`: the Gated DeltaNet mixer's, in its place)
         attention = LINEAR_MIXER_LAUNCHES
-    attn = np.where(_graphed(lay, "attn"), 0.0, float(attention)) + unfused_rotary_launches(lay, unfused_rotary)[0]
+    attn = np.where(_graphed(lay, "attn"), 0.0, float(attention)) + unfused_rotary_launches(model, lay, unfused_rotary)[0]
     if not (moe_layer and model.moe is not None):
         return np.asarray(attn + np.where(_graphed(lay, "mlp"), 0.0, float(MLP_LAUNCHES))), np.zeros(np.shape(attn))
     moe = model.moe
@@ -143,7 +145,7 @@ def layer_host_seconds(
     """Host time to issue one layer's kernels for one micro-batch (forward, backward, and the forward again for
     each extra pass in `passes` - 1 with full recompute), less what CUDA graphs capture."""
     before, after = layer_launches(model, lay, moe_layer=moe_layer, linear=linear, unfused_rotary=unfused_rotary)
-    backward = backward_launches(lay, before, after, unfused_rotary=unfused_rotary)
+    backward = backward_launches(model, lay, before, after, unfused_rotary=unfused_rotary)
     return np.asarray((passes * (before + after) + backward) * host_launch_seconds(hw))
 
 

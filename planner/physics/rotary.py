@@ -17,10 +17,13 @@ for K of n 16-bit elements whose share rho is rotated (ModelSpec.rotary_fraction
               * sin (2 + 2), the add (4 + 2): 20 rho; cat(t, t_pass) copies the whole head again: 4.
               Less the fused kernel's pass (4): 20 rho more.
     backward  each product's gradient (2 x (2 + 2)), the negation's (1 + 1), chunk's gradient joining the halves
-              (2 + 2), the two branches' gradients added (4 + 2): 20 rho; the two slices t[..., :rot] and
-              t[..., rot:] each give back a zero-filled full-size gradient (2 + 2) with its part copied in
-              (4 rho and 4 (1 - rho)), and autograd adds the two (4 + 2): 14. Less the fused kernel's
-              backward pass (4): 20 rho + 10 more.
+              (2 + 2), the two branches' gradients added (4 + 2): 20 rho. The empty slice t[..., rot:] gives
+              back a zero-filled full-size gradient (2) that autograd adds to the others (4 + 2): 8. Where
+              only part of each head rotates (rho < 1), t[..., :rot] is a slice of its own too: its gradient is
+              another zero fill (2) with the rotated part copied in (4 rho), and the pass-through part is copied
+              into the other (4 (1 - rho)): 14 in all. (With rho = 1 PyTorch's indexing returns the tensor
+              itself for the full-range slice, an alias whose gradient passes through: at::indexing::
+              applySlice.) Less the fused kernel's backward pass (4): 20 rho + 4 more, or 20 rho + 10.
 
 and, on each call, cos and sin of the fp32 angles scaled and cast to 16 bits, per token over the rotated width
 d_r (not split by tensor parallelism: every rank holds the whole angle table): 2 x (cos or sin 4 + 4, the
@@ -38,7 +41,8 @@ from planner.specs.model import ModelSpec
 
 UNFUSED_ROTARY_FORWARD_BYTES_PER_ROTATED_ELEMENT = 20.0
 UNFUSED_ROTARY_BACKWARD_BYTES_PER_ROTATED_ELEMENT = 20.0
-UNFUSED_ROTARY_BACKWARD_BYTES_PER_ELEMENT = 10.0
+UNFUSED_ROTARY_BACKWARD_BYTES_PER_ELEMENT = 4.0  # every channel rotated (rho = 1)
+UNFUSED_PARTIAL_ROTARY_BACKWARD_BYTES_PER_ELEMENT = 10.0  # rho < 1: the rotated part's slice has a gradient too
 UNFUSED_ROTARY_ANGLE_BYTES_PER_CHANNEL = 44.0
 ROTARY_CALLS = 2  # one for the queries, one for the keys
 
@@ -47,10 +51,13 @@ UNFUSED_ROTARY_FORWARD_LAUNCHES = 22
 the cast, the same for sin, then t * cos, the negation, the concatenation, * sin, the add and the last
 concatenation (12), less the fused kernel (1); two calls."""
 
-UNFUSED_ROTARY_BACKWARD_LAUNCHES = 16
+UNFUSED_ROTARY_BACKWARD_LAUNCHES = 12
 """Kernels it adds to the backward over the fused one's two: per call the two products' gradients, the
-negation's, chunk's gradient, the branches' add, the two slices' zero fills, the copy into the rotated slice and
-autograd's add of the slices' gradients (9), less the fused kernel's (1); two calls."""
+negation's, chunk's gradient, the branches' add, the empty slice's zero fill and autograd's add of its gradient
+(7), less the fused kernel's (1); two calls."""
+UNFUSED_PARTIAL_ROTARY_BACKWARD_LAUNCHES = 18
+"""The same where only part of each head rotates: the rotated slice's zero fill and copy and the pass-through
+slice's copy as well (10 per call, less 1; two calls)."""
 
 
 def yarn_attention_factor(scale: float, mscale: float = 1.0) -> float:
@@ -79,6 +86,13 @@ def unfused_rotary_bytes_per_token(model: ModelSpec, tp: np.ndarray) -> tuple[np
     rotated_channels = rho * model.head_size
     angles = ROTARY_CALLS * UNFUSED_ROTARY_ANGLE_BYTES_PER_CHANNEL * rotated_channels
     forward = UNFUSED_ROTARY_FORWARD_BYTES_PER_ROTATED_ELEMENT * rho * elements + angles
-    backward = (UNFUSED_ROTARY_BACKWARD_BYTES_PER_ROTATED_ELEMENT * rho
-                + UNFUSED_ROTARY_BACKWARD_BYTES_PER_ELEMENT) * elements
+    whole = (UNFUSED_ROTARY_BACKWARD_BYTES_PER_ELEMENT if rho == 1.0
+             else UNFUSED_PARTIAL_ROTARY_BACKWARD_BYTES_PER_ELEMENT)
+    backward = (UNFUSED_ROTARY_BACKWARD_BYTES_PER_ROTATED_ELEMENT * rho + whole) * elements
     return np.asarray(forward), np.asarray(backward)
+
+
+def unfused_rotary_backward_launches(model: ModelSpec) -> int:
+    """Backward kernels an unfused rotary adds beyond the fused one's (the module's counts)."""
+    return (UNFUSED_ROTARY_BACKWARD_LAUNCHES if model.rotary_fraction == 1.0
+            else UNFUSED_PARTIAL_ROTARY_BACKWARD_LAUNCHES)

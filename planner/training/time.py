@@ -975,7 +975,7 @@ def stage_time(
                 backward_work = device(kind) - passes * forward_device(kind)
             forward_wait = forward_wait + n * wait
             backward_wait = backward_wait + n * (
-                backward_launches(lay, before, after, unfused_rotary=unfused(is_linear)) * launch - backward_work)
+                backward_launches(model, lay, before, after, unfused_rotary=unfused(is_linear)) * launch - backward_work)
         synced_wait = passes * forward_wait + np.maximum(backward_wait, 0.0)
         host = np.where(host_syncs_every_layer(lay) & (n_moe > 0), synced_wait, whole_stage_wait)
     return StageTime(
