@@ -285,9 +285,11 @@ def model_args_script(data: Mapping[str, Any], source: str) -> str:
     """A MODEL_ARGS YAML (`parse_model_args_text`) as the launch script it stands for, for `read_launch_text`:
     `ENV_VARS` exported, then `pretrain_gpt.py` with each flag as the launchers pass it
     (tests/functional_tests/shell_test_utils/_run_training.sh, the model zoo's sbatch_benchmarking.sh):
-    `--flag: true` is the flag alone; false or null leaves a switch out and is refused for a flag that takes a
-    value; a list or a bracketed string "[a b]" gives its values; anything else is one value. A `${NAME}` left in
-    a value stays a shell variable."""
+    `--flag: true` is the flag alone; false leaves any flag out (the zoo's launcher drops every false value,
+    `select(.value != "false")`, and its runtime.conf sets LAYERS_PER_VP=false and PP_FIRST=false where a run has
+    no virtual stages or an even split); null leaves a switch out and is refused for a flag that takes a value;
+    a list or a bracketed string "[a b]" gives its values; anything else is one value. A `${NAME}` left in a value
+    stays a shell variable."""
     lines: list[str] = []
     env = data.get("ENV_VARS") or {}
     if not isinstance(env, Mapping):
@@ -304,13 +306,14 @@ def model_args_script(data: Mapping[str, Any], source: str) -> str:
         if not (isinstance(flag, str) and _FLAG_NAME.fullmatch(flag)):
             raise PlannerError(f"{reprlib.repr(flag)} is not a --flag (letters, digits, '-' and '_')", source=source,
                                field="MODEL_ARGS")
-        if value is None or value is False:
+        if value is False:
+            continue  # left out, as the model zoo's launcher leaves out every flag set to false
+        if value is None:
             kind = READ_FLAGS.get(flag[2:])
             if kind is None or kind == "bool":
-                continue  # a switch left off (the model zoo's launcher drops false), or a flag planner does not read
-            raise PlannerError(f"expected a value, got {'null' if value is None else 'false'} (a variable the "
-                               "harness would substitute is given as NAME=value in --engine-args)", source=source,
-                               field=f"MODEL_ARGS.{flag}")
+                continue  # a switch left off, or a flag planner does not read
+            raise PlannerError("expected a value, got null (a variable the harness would substitute is given as "
+                               "NAME=value in --engine-args)", source=source, field=f"MODEL_ARGS.{flag}")
         words.append(flag)
         if value is True:
             continue

@@ -184,7 +184,6 @@ def test_variables_substitute_both_reference_forms_and_leave_others() -> None:
 @pytest.mark.parametrize(("text", "field", "why"), [
     ("MODEL_ARGS:\n  num-layers: 4\n", "MODEL_ARGS", "is not a --flag"),
     ("MODEL_ARGS:\n  --num-layers: {a: 1}\n", "MODEL_ARGS.--num-layers", "expected a value or a list of values"),
-    ("MODEL_ARGS:\n  --num-layers: false\n", "MODEL_ARGS.--num-layers", "expected a value, got false"),
     ("MODEL_ARGS:\n  --num-layers:\n", "MODEL_ARGS.--num-layers", "expected a value, got null"),
     ("ENV_VARS: [A]\nMODEL_ARGS:\n  --bf16: true\n", "ENV_VARS", "must be a mapping"),
     ("ENV_VARS:\n  1A: x\nMODEL_ARGS:\n  --bf16: true\n", "ENV_VARS", "is not a variable name"),
@@ -198,6 +197,17 @@ def test_malformed_model_args_name_the_field(text: str, field: str, why: str) ->
     with pytest.raises(PlannerError, match=re.escape(why)) as info:
         model_args_script(data, "t.yaml")
     assert info.value.field == field and info.value.source == "t.yaml"
+
+
+def test_a_flag_that_takes_a_value_set_false_is_left_out_as_the_zoo_launcher_does() -> None:
+    """yanring/Megatron-MoE-ModelZoo @ e8650517: sbatch_benchmarking.sh keeps `select(.value != "false")` of
+    MODEL_ARGS, and runtime_configs/benchmarking/runtime.conf exports LAYERS_PER_VP=false for VPP 1, which its
+    Qwen3-235B-A22B.yaml substitutes into --num-layers-per-virtual-pipeline-stage."""
+    data = parse_model_args_text("MODEL_ARGS:\n  --bf16: true\n  --num-layers-per-virtual-pipeline-stage: ${V}\n",
+                                 "t.yaml", ["V=false"])
+    assert data is not None
+    tokens, _ = read_launch_text(model_args_script(data, "t.yaml"), "t.yaml")
+    assert tokens == ["--bf16"]
 
 
 def test_switches_set_false_or_empty_are_left_out() -> None:
