@@ -85,6 +85,7 @@ READ_FLAGS: dict[str, str] = {
         "exp-avg-dtype", "exp-avg-sq-dtype", "main-params-dtype", "softmax-type", "window-size",
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
         "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "cuda-graph-impl", "rope-type",
+        "linear-attention-type", "sparse-attention-type",  # the variant's spellings before Megatron-LM 6630c7f3
     )},
     **{f: "path" for f in ("deepspeed_config", "deepscale_config")},  # read for a warning only: may stay unresolved
     **{f: "list" for f in ("recompute-modules", "rampup-batch-size", "cuda-graph-scope", "cuda-graph-modules",
@@ -1499,6 +1500,21 @@ ATTENTION_VARIANTS: dict[str, str] = {
 GDN_VARIANTS = ("gdn", "gated_delta_net")
 
 
+def _attention_variant_aliases(args: dict[str, Any], source: str) -> None:
+    """--linear-attention-type and --sparse-attention-type, the flags that NVIDIA/Megatron-LM commit 6630c7f3
+    (2025-11-28) merged into --experimental-attention-variant; its validate_args still takes the first as the
+    variant ('--linear-attention-type is deprecated'), and the MoE model zoo's Qwen3-Next-80B-A3B.yaml writes it."""
+    for old in ("linear-attention-type", "sparse-attention-type"):
+        if old not in args:
+            continue
+        value = args.pop(old)
+        variant = args.get("experimental-attention-variant")
+        if variant is not None and variant != value and not (variant in GDN_VARIANTS and value in GDN_VARIANTS):
+            raise PlannerError(f"--{old} {value} and --experimental-attention-variant {variant} disagree; keep "
+                               "--experimental-attention-variant", source=source)
+        args.setdefault("experimental-attention-variant", value)
+
+
 def _refuse_unmodelled_layers(args: Mapping[str, Any], source: str) -> None:
     """Flags that put layers planner does not model in the network: refused, since reading the rest as softmax
     attention would size and time another model."""
@@ -1552,6 +1568,7 @@ def import_megatron(
     """Megatron-LM flags, the GPU count, the job's own fields and (optionally) the model -> Layout fields and
     the model (built from the flags when `model` is None)."""
     args, warnings = parse_flags(tokens, source)
+    _attention_variant_aliases(args, source)
     _refuse_unmodelled_layers(args, source)
     for alias, flag in (("encoder-seq-length", "seq-length"), ("encoder-num-layers", "num-layers")):
         if alias in args:  # Megatron-LM's validate_args: the GPT model's length and depth, when the other is absent

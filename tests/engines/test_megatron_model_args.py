@@ -28,6 +28,8 @@ ZOO = MODEL_ARGS / "moe_model_zoo_qwen3_235b_a22b.yaml"
 # SEQ_LEN=4096 MOE_GROUPED_GEMM=true on 32 nodes; the file's --num-layers-per-virtual-pipeline-stage takes
 # LAYERS_PER_VP: (94 layers + embedding + loss) / PP 8 = 12 per stage, 3 per virtual stage gives VPP 4
 ZOO_VARIABLES = "TP=2 PP=8 LAYERS_PER_VP=3 EP=32 CP=1 MBS=1 GBS=2048 SEQ_LEN=4096 MOE_GROUPED_GEMM=true"
+ZOO_NEXT = MODEL_ARGS / "moe_model_zoo_qwen3_next_80b_a3b.yaml"
+ZOO_NEXT_VARIABLES = "TP=1 PP=4 LAYERS_PER_VP=4 EP=32 CP=1 MBS=1 GBS=256 SEQ_LEN=4096 MOE_GROUPED_GEMM=true"
 
 # a 4-layer model's flags, and DeepSeek Sparse Attention's over MLA, for the tests that build arguments by hand
 TINY = ["--num-layers", "4", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length", "1024",
@@ -46,6 +48,7 @@ FILES = [
     MODEL_ARGS / "deepseekv3_proxy_flex_tp1pp4emp16etp1cp1_release.yaml",
     MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_dsa.yaml",
     ZOO,
+    ZOO_NEXT,
 ]
 
 
@@ -90,7 +93,7 @@ def _read(path: Path, variables: str = "") -> list[str]:
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
 def test_model_args_become_the_words_the_launcher_passes(path: Path) -> None:
-    variables = ZOO_VARIABLES if path == ZOO else ""
+    variables = {ZOO: ZOO_VARIABLES, ZOO_NEXT: ZOO_NEXT_VARIABLES}.get(path, "")
     expected = _launcher_words(re.sub(r"\$\{?(\w+)\}?", lambda m: dict(
         w.split("=") for w in variables.split()).get(m.group(1), m.group(0)), path.read_text()))
     got = _flags_without_variables(_read(path, variables))
@@ -337,3 +340,28 @@ def test_gated_deltanet_flags_that_cannot_be_read(run_cli, tmp_path, args, messa
                     "--max-position-embeddings 4096 --micro-batch-size 1 --global-batch-size 8 " + args)
     result = run_cli("check", "--megatron-args", str(path), "--hardware", "h100-sxm", "--gpus", "8")
     assert result.exit_code == 2 and message in result.stderr, result.output
+
+
+
+def test_the_zoo_qwen3_next_file_reads_its_deprecated_linear_attention_flag() -> None:
+    """Its --linear-attention-type gated_delta_net is the spelling NVIDIA/Megatron-LM 6630c7f3 (2025-11-28) merged
+    into --experimental-attention-variant, which validate_args still maps; with --linear-attention-freq 4 every
+    fourth of its 48 layers keeps softmax attention. The other sizes are the file's own lines."""
+    data = parse_model_args_text(ZOO_NEXT.read_text(), ZOO_NEXT.name, ZOO_NEXT_VARIABLES.split())
+    assert data is not None
+    tokens, _ = read_launch_text(model_args_script(data, ZOO_NEXT.name), ZOO_NEXT.name)
+    model = import_megatron(tokens + ["--padded-vocab-size", "151936"], gpus=128, given={}, model=None,
+                            source=ZOO_NEXT.name).model
+    assert model.linear_attention is not None and model.linear_attention.full_attention_interval == 4
+    assert model.num_attention_layers == 12 and model.attention_output_gate and model.qk_norm
+    assert (model.linear_attention.num_key_heads, model.linear_attention.num_value_heads) == (16, 32)
+    assert model.moe is not None and (model.moe.num_experts, model.moe.experts_per_token) == (512, 10)
+    assert model.moe.shared_ffn_width == 512 and model.mtp_layers == 1
+
+
+def test_a_deprecated_variant_flag_that_disagrees_with_the_new_one_is_refused() -> None:
+    base = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 128 --bf16 "
+            "--linear-attention-freq 2 --linear-attention-type gated_delta_net --experimental-attention-variant dsa")
+    with pytest.raises(PlannerError, match="--linear-attention-type gated_delta_net and --experimental-attention-"
+                                           "variant dsa disagree"):
+        import_megatron(base.split(), gpus=1, given={}, model=None, source="t")
