@@ -35,7 +35,7 @@ from planner.engines.common import (
     resolve_batch,
 )
 from planner.engines.shell import first_marker, launch
-from planner.errors import PlannerError
+from planner.errors import PlannerError, short_repr
 from planner.physics.rotary import yarn_attention_factor
 from planner.physics.stages import PIPELINE_EDGE_UNITS, layers_on_stage
 from planner.specs.bounds import MAX_FILE_BYTES, over_limit
@@ -716,7 +716,12 @@ def _yarn_attention_factor(args: Mapping[str, Any], position: str, source: str) 
             raise PlannerError(f"--{flag} {value:g} is negative; give a non-negative number", source=source)
         values.append(value)
     scale, mscale, mscale_all_dim = values
-    return yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
+    factor = yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
+    if not (math.isfinite(factor) and 0 < factor <= 100):
+        raise PlannerError(f"--rotary-scaling-factor {scale:g} with --mscale {mscale:g} and --mscale-all-dim "
+                           f"{mscale_all_dim:g} give YaRN an attention factor of {factor:g}; planner takes (0, 100]: "
+                           "give the context scale and the mscale values of the model", source=source)
+    return factor
 
 
 def _linear_attention(args: Mapping[str, Any], source: str) -> dict[str, int] | None:
@@ -1504,10 +1509,13 @@ def _attention_variant_aliases(args: dict[str, Any], source: str) -> None:
     """--linear-attention-type and --sparse-attention-type, the flags that NVIDIA/Megatron-LM commit 6630c7f3
     (2025-11-28) merged into --experimental-attention-variant; its validate_args still takes the first as the
     variant ('--linear-attention-type is deprecated'), and the MoE model zoo's Qwen3-Next-80B-A3B.yaml writes it."""
-    for old in ("linear-attention-type", "sparse-attention-type"):
+    for old, choices in (("linear-attention-type", ("gated_delta_net",)), ("sparse-attention-type", ("dsa",))):
         if old not in args:
             continue
         value = args.pop(old)
+        if value not in choices:
+            raise PlannerError(f"--{old} {short_repr(value)} is not one of Megatron-LM's choices ("
+                               f"{', '.join(choices)})", source=source)
         variant = args.get("experimental-attention-variant")
         if variant is not None and variant != value and not (variant in GDN_VARIANTS and value in GDN_VARIANTS):
             raise PlannerError(f"--{old} {value} and --experimental-attention-variant {variant} disagree; keep "

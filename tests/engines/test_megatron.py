@@ -423,3 +423,20 @@ def test_a_yarn_scaled_model_is_exported_as_yarn_and_read_back():
     assert "--position-embedding-type yarn" in exported.text and "--rotary-scaling-factor 32" in exported.text
     back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=None, source="m.sh")
     assert back.model.rotary_attention_factor == pytest.approx(model.rotary_attention_factor, rel=1e-12)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    ("--rotary-scaling-factor 1e308 --mscale 1e308", "give YaRN an attention factor of inf; planner takes (0, 100]"),
+    ("--rotary-scaling-factor -2", "--rotary-scaling-factor -2 is negative"),
+])
+def test_yarn_flags_that_give_no_usable_factor_are_one_error_naming_them(flags, message):
+    with pytest.raises(PlannerError, match=re.escape(message)):
+        import_megatron(split_launch_text(YARN_BASE + flags, "t"), gpus=1, given={}, model=None, source="t")
+
+
+def test_a_deprecated_variant_flag_outside_megatrons_choices_is_named():
+    base = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 128 --bf16 "
+            "--linear-attention-type foo")
+    with pytest.raises(PlannerError, match=r"--linear-attention-type 'foo' is not one of Megatron-LM's choices "
+                                           r"\(gated_delta_net\)"):
+        import_megatron(base.split(), gpus=1, given={}, model=None, source="t")
