@@ -461,6 +461,8 @@ def _field_names() -> dict[str, str]:
                   "vocab-size": "model.vocab_size", "padded-vocab-size": "model.vocab_size",
                   "window-size": "model.window_size", "attention-backend": "model.attention_backend",
                   "cuda-graph-scope": "model.cuda_graph_scope", "recompute-modules": "model.recompute_modules",
+                  "rotary-scaling-factor": "model.yarn_rotary_scaling_factor", "mscale": "model.yarn_mscale",
+                  "mscale-all-dim": "model.yarn_mscale_all_dim",
                   "data-parallel-sharding-strategy": "ddp.data_parallel_sharding_strategy",
                   "optimizer": "optimizer.optimizer"})
     return names
@@ -565,6 +567,7 @@ def _model_shape_flags(model: Mapping[str, Any], put: Any, warnings: list[str], 
             raise PlannerError(f"expected [left, right] token counts, got {reprlib.repr(window)}", source=source,
                                field="model.window_size")
         put("window-size", f"{window[0]},{window[1]}")
+    _yarn_flags(model, put, source)
     scope = model.get("cuda_graph_scope")
     graphs = model.get("cuda_graph_impl") not in (None, "none") or model.get("enable_cuda_graph") or model.get(
         "external_cuda_graph")
@@ -576,6 +579,27 @@ def _model_shape_flags(model: Mapping[str, Any], put: Any, warnings: list[str], 
     if model.get("is_hybrid_model") and not (model.get("hybrid_override_pattern") or model.get("hybrid_layer_pattern")):
         raise PlannerError("hybrid (Mamba) layer patterns are not modelled; planner models "
                            "transformer layers", source=source, field="model.is_hybrid_model")
+
+
+def _yarn_flags(model: Mapping[str, Any], put: Any, source: str) -> None:
+    """YaRN's context scale and mscale pair as Megatron-LM's --rotary-scaling-factor, --mscale and --mscale-all-dim:
+    GPTModelProvider's yarn_* fields (MLA's providers use the unprefixed names). Megatron-Core takes the concentration
+    factor as the ratio at the two mscales only where both are set, else 0.1 ln(s) + 1
+    (yarn_rotary_pos_embedding._yarn_get_concentration_factor @ d98e8a64; Megatron-Bridge v0.6.0 gpt_provider.py
+    passes the yarn_* fields to it), which Megatron-LM's defaults (1 and 0) give: the pair is written only whole."""
+    prefix = "" if model.get("multi_latent_attention") else "yarn_"
+    values = {}
+    for name in ("rotary_scaling_factor", "mscale", "mscale_all_dim"):
+        value = model.get(prefix + name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise PlannerError(f"expected a number, got {reprlib.repr(value)}", source=source,
+                               field=f"model.{prefix}{name}")
+        values[name] = value
+    if values["rotary_scaling_factor"] is not None:
+        put("rotary-scaling-factor", values["rotary_scaling_factor"])
+    if values["mscale"] is not None and values["mscale_all_dim"] is not None:
+        put("mscale", values["mscale"])
+        put("mscale-all-dim", values["mscale_all_dim"])
 
 
 def _ddp_flags(ddp: Mapping[str, Any], precision: Mapping[str, Any], put: Any) -> None:

@@ -6,6 +6,7 @@ own tutorial config (tests/fixtures/engines/upstream/SOURCES.md); the dumps are 
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -481,3 +482,29 @@ def test_a_gated_deltanet_provider_reads_as_linear_attention(tmp_path) -> None:
     la = model.linear_attention
     assert (la.num_key_heads, la.num_value_heads, la.full_attention_interval) == (16, 32, 4)
     assert model.num_attention_layers == model.num_layers // 4
+
+
+def _yarn_config(**yarn) -> str:
+    model = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "ffn_hidden_size": 128,
+             "vocab_size": 1024, "position_embedding_type": "yarn", "tensor_model_parallel_size": 1, **yarn}
+    return yaml.safe_dump({"model": model, "train": {"global_batch_size": 8, "micro_batch_size": 1},
+                           "dataset": {"seq_length": 128}, "mixed_precision": "bf16_mixed"})
+
+
+@pytest.mark.parametrize(("yarn", "factor"), [
+    # GPTModelProvider's yarn_* fields as the gpt-oss bridge sets them (scale 32, both mscales None): 0.1 ln 32 + 1
+    ({"yarn_rotary_scaling_factor": 32.0, "yarn_mscale": None, "yarn_mscale_all_dim": None}, 1 + 0.1 * math.log(32)),
+    # one mscale without the other: Megatron-Core's _yarn_get_concentration_factor ignores both
+    ({"yarn_rotary_scaling_factor": 32.0, "yarn_mscale": 0.5}, 1 + 0.1 * math.log(32)),
+    ({"yarn_rotary_scaling_factor": 32.0, "yarn_mscale": 1.0, "yarn_mscale_all_dim": 1.0}, 1.0),
+    ({}, 1.0),
+])
+def test_yarn_fields_give_megatrons_concentration_factor(yarn: dict, factor: float) -> None:
+    _, imported, _ = read(_yarn_config(**yarn), gpus=1)
+    assert imported.model.rotary_attention_factor == pytest.approx(factor)
+
+
+def test_a_yarn_field_that_is_not_a_number_names_itself() -> None:
+    with pytest.raises(PlannerError) as info:
+        read(_yarn_config(yarn_rotary_scaling_factor="32"), gpus=1)
+    assert info.value.field == "model.yarn_rotary_scaling_factor"
