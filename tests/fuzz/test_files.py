@@ -575,7 +575,9 @@ MODEL_ARGS_TEXT = (FIX / "engines/upstream/megatron/model_args/gpt3_mcore_te_tp2
 @FUZZ
 @given(data=st.data())
 def test_malformed_model_args_flag(tmp_path: Path, flag: str, data: st.DataObject) -> None:
-    value = data.draw(st.one_of(over(MEGATRON_FLAGS[flag]), st.integers(max_value=0), st.just(True), st.just(False),
+    # (false is not malformed: the MoE model zoo's launcher leaves out every flag set to false, and planner reads it
+    # so: tests/engines/test_megatron_model_args.py)
+    value = data.draw(st.one_of(over(MEGATRON_FLAGS[flag]), st.integers(max_value=0), st.just(True),
                                 st.just(None), st.just([2, 2]), st.just({"a": 1}),
                                 st.sampled_from(["1.5", "1e30", "nan", "two", "0x10", 1.5, float("inf")])))
     config = yaml.safe_load(MODEL_ARGS_TEXT)
