@@ -1451,16 +1451,28 @@ def _dropout(r: _Reader) -> None:
 
 
 def _rotary_scaling(r: _Reader) -> None:
-    """YaRN's attention factor from `rope_scaling` (or transformers v5's `rope_parameters`), as transformers'
-    _compute_yarn_parameters takes it: `attention_factor` where given, else the ratio of the factors at `mscale`
-    and `mscale_all_dim` where both are set and non-zero (DeepSeek: 1 when they agree), else 0.1 ln(factor) + 1.
-    Other rope types (linear, dynamic, llama3, longrope) leave the rotary kernel's work as it is: factor 1."""
+    """YaRN's attention factor from `rope_scaling` (or transformers v5's `rope_parameters`, flat or per layer type,
+    where the full-attention layers' entry is read), as Megatron-Bridge's conversion hands it to Megatron-Core
+    (conversion/model_bridge.py maps `factor`, `mscale` and `mscale_all_dim` to GPTModelProvider's yarn_* fields,
+    @ 067f987d; Megatron-Core's _yarn_get_concentration_factor): the ratio of the factors at `mscale` and
+    `mscale_all_dim` where both are set and non-zero (DeepSeek: 1 when they agree), else 0.1 ln(factor) + 1; an
+    explicit `attention_factor` is taken as written. (transformers' own _compute_yarn_parameters takes the scale as
+    max_position_embeddings / original_max_position_embeddings where the latter is given.) Other rope types
+    (linear, dynamic, llama3, longrope) leave the rotary kernel's work as it is: factor 1."""
     if r.spec.get("position_embedding") != "rotary":
         return
     key = "rope_scaling" if isinstance(r.data.get("rope_scaling"), dict) else "rope_parameters"
     params = r.data.get(key)
     if not isinstance(params, dict):
         return
+    if "rope_type" not in params and "type" not in params and params and all(
+            isinstance(v, dict) for v in params.values()):
+        # transformers v5 per layer type ({"full_attention": {...}, "sliding_attention": {...}})
+        if not isinstance(params.get("full_attention"), dict):
+            return
+        key, params = f"{key}.full_attention", params["full_attention"]
+        r.notes.append(f"YaRN's attention factor read from {key} (the full-attention layers'); every layer is "
+                       "charged its rotary alike")
     kind_key = "rope_type" if params.get("rope_type") is not None else "type"
     kind = params.get(kind_key)
     if kind is not None and not isinstance(kind, str):
@@ -1473,9 +1485,15 @@ def _rotary_scaling(r: _Reader) -> None:
         value = params.get(name)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise r.error(f"{key}.{name}", f"expected a non-negative number, got {short_repr(value)}")
-        return float(value)
+        try:
+            out = float(value)
+        except OverflowError:  # an integer beyond a float
+            out = math.inf
+        if not math.isfinite(out) or out < 0:
+            raise r.error(f"{key}.{name}", f"expected a finite, non-negative number, got {short_repr(value)}")
+        return out
 
     explicit = number("attention_factor", None)
     if explicit is not None:
@@ -1488,8 +1506,13 @@ def _rotary_scaling(r: _Reader) -> None:
     mscale, mscale_all_dim = number("mscale", None), number("mscale_all_dim", None)
     if mscale and mscale_all_dim:
         factor = yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
+        named = f"{key}.factor, {key}.mscale and {key}.mscale_all_dim"
     else:
         factor = yarn_attention_factor(scale)
+        named = f"{key}.factor"
+    if not 0 < factor <= 100:
+        raise r.error(f"{key}.factor", f"{named} give YaRN an attention factor of {factor:g}; planner takes "
+                      "(0, 100]: give the model's own scale and mscale values")
     r.put("rotary_attention_factor", factor, f"{key}.factor")
 
 

@@ -75,7 +75,8 @@ READ_FLAGS: dict[str, str] = {
         "cpu-offloading-num-layers", *GDN_SIZE_FLAGS,
     )},
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor",
-                            "rotary-scaling-factor", "mscale", "mscale-all-dim")},  # YaRN's attention factor
+                            "rotary-scaling-factor", "mscale", "mscale-all-dim",  # YaRN's attention factor
+                            "activation-func-clamp-value")},
     **{f: "str" for f in (
         "recompute-granularity", "recompute-method", "position-embedding-type", "normalization", "optimizer",
         "attention-backend", "fp8-format", "fp8-recipe", "fp4-format", "fp4-recipe", "data-parallel-sharding-strategy", "main-grads-dtype", "tokenizer-type",
@@ -164,7 +165,7 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "tiktoken-pattern", "tiktoken-num-special-tokens", "tiktoken-special-tokens", "legacy-tokenizer",
     "decoupled-lr", "decoupled-min-lr", "mmap-bin-files", "no-mmap-bin-files", "rerun-mode", "lr-wsd-decay-style", "lr-wsd-decay-iters", "lr-wsd-decay-samples",
     # activation details and RoPE scaling that change no shape (gpt-oss: examples/gptoss/02_train.sh)
-    "glu-linear-offset", "activation-func-clamp-value", "export-force-local-attention",
+    "glu-linear-offset", "export-force-local-attention",
     "yarn-original-max-position-embeddings", "yarn-beta-fast", "yarn-beta-slow",
     "no-yarn-correction-range-round-to-int", "disable-bf16-reduced-precision-matmul",
     "moe-per-layer-logging", "mtp-loss-scaling-factor", "use-tokenizer-model-from-checkpoint-args", "no-use-tokenizer-model-from-checkpoint-args",
@@ -618,7 +619,9 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
                         "learned_absolute")
     if args.get("no-position-embedding"):
         position = "none"
-    if args.get("enable-gpt-oss"):  # post_training/model_builder.py sets config.position_embedding_type = "yarn"
+    if args.get("enable-gpt-oss") and "position-embedding-type" not in args:
+        # post_training/model_builder.py sets config.position_embedding_type = "yarn" (ModelOpt's builder; a plain
+        # pretraining run that also names its position type runs that one)
         position = "yarn"
     positions = {"learned_absolute": "learned", "rope": "rotary", "yarn": "rotary", "mrope": "rotary", "none": "none",
                  "alibi": "alibi"}  # alibi: Megatron-DeepSpeed's PositionEmbeddingType
@@ -683,6 +686,7 @@ def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSp
         mtp_layers=int(args.get("mtp-num-layers") or 0),
         attention_output_gate=bool(args.get("attention-output-gate")),
         rotary_attention_factor=_yarn_attention_factor(args, position, source),
+        activation_clamp=args.get("activation-func-clamp-value"),  # TransformerConfig.activation_func_clamp_value
     )
     linear = _linear_attention(args, source)
     if linear is not None and linear["full_attention_interval"] > 1:  # 1: softmax attention on every layer
@@ -704,7 +708,7 @@ def _yarn_attention_factor(args: Mapping[str, Any], position: str, source: str) 
     --mscale-all-dim for the context scale --rotary-scaling-factor (defaults 1, 1 and 0, training/arguments.py);
     --enable-gpt-oss sets 32, 1 and 0 (post_training/model_builder.py). MLA's --rope-type yarn is the same formula
     (DeepSeek's recipes set --mscale and --mscale-all-dim alike: 1). 1 for plain RoPE."""
-    if args.get("enable-gpt-oss"):
+    if args.get("enable-gpt-oss") and position == "yarn":
         return yarn_attention_factor(32.0) / yarn_attention_factor(32.0, 0.0)
     mla_yarn = args.get("multi-latent-attention") and args.get("rope-type", "yarn") == "yarn"
     if position != "yarn" and not mla_yarn:
@@ -1682,6 +1686,7 @@ ZERO_FLAGS: dict[int, list[str]] = {
         "fsdp_dtensor"],
 }
 POSITION = {"rotary": "rope", "learned": "learned_absolute", "none": "none"}
+MAX_YARN_EXPONENT = 700.0  # exp(700) ~ 1e304, inside a float: a factor above 71 has no context scale to write
 
 
 def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, ...]]:
@@ -1850,13 +1855,19 @@ def model_flags(model: ModelSpec, tp: int) -> tuple[list[list[str]], list[str]]:
         flags.append(["--swiglu"])
     if not model.tied_embeddings:
         flags.append(["--untie-embeddings-and-output-weights"])
+    # the context scale s whose factor 0.1 ln(s) + 1 it is, at Megatron's default --mscale and --mscale-all-dim
+    exponent = (model.rotary_attention_factor - 1.0) / 0.1
     yarn = model.rotary_attention_factor != 1.0
-    if yarn and (model.mla is not None or model.rotary_attention_factor < 1.0):
+    if yarn and (model.mla is not None or exponent < 0 or exponent > MAX_YARN_EXPONENT):
         missing.append(f"YaRN's attention factor {model.rotary_attention_factor:g} (written as plain RoPE)")
         yarn = False
     flags.append(["--position-embedding-type", "yarn" if yarn else POSITION.get(model.position_embedding, "none")])
-    if yarn:  # the context scale whose factor 0.1 ln(s) + 1 it is, at Megatron's default --mscale and --mscale-all-dim
-        flags.append(["--rotary-scaling-factor", f"{math.exp((model.rotary_attention_factor - 1.0) / 0.1):.17g}"])
+    if yarn:
+        flags.append(["--rotary-scaling-factor", f"{math.exp(exponent):.12g}"])
+    if model.activation_clamp is not None and model.moe is not None:
+        flags.append(["--activation-func-clamp-value", f"{model.activation_clamp:g}"])
+    elif model.activation_clamp is not None:  # TransformerConfig: "only supported with MoE" for SwiGLU
+        missing.append(f"the activation clamp {model.activation_clamp:g} (Megatron-Core clamps only MoE layers)")
     if model.position_embedding == "alibi":
         missing.append("ALiBi positions (written as none; they add no weights)")
     flags.append(["--normalization", "RMSNorm" if model.norm_kind == "rmsnorm" else "LayerNorm"])

@@ -37,6 +37,7 @@ A value of null is Megatron-Bridge's "unset" and is not passed on. The GPU count
 from __future__ import annotations
 
 import ast
+import math
 import re
 import reprlib
 from collections.abc import Mapping
@@ -47,6 +48,7 @@ import yaml
 from planner.engines import load, megatron
 from planner.engines.common import ExportContext, prediction_lines
 from planner.errors import PlannerError
+from planner.physics.rotary import yarn_attention_factor
 from planner.specs.bounds import over_limit
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
@@ -588,18 +590,32 @@ def _yarn_flags(model: Mapping[str, Any], put: Any, source: str) -> None:
     (yarn_rotary_pos_embedding._yarn_get_concentration_factor @ d98e8a64; Megatron-Bridge v0.6.0 gpt_provider.py
     passes the yarn_* fields to it), which Megatron-LM's defaults (1 and 0) give: the pair is written only whole."""
     prefix = "" if model.get("multi_latent_attention") else "yarn_"
-    values = {}
+    values: dict[str, float | None] = {}
     for name in ("rotary_scaling_factor", "mscale", "mscale_all_dim"):
         value = model.get(prefix + name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise PlannerError(f"expected a number, got {reprlib.repr(value)}", source=source,
                                field=f"model.{prefix}{name}")
-        values[name] = value
-    if values["rotary_scaling_factor"] is not None:
-        put("rotary-scaling-factor", values["rotary_scaling_factor"])
-    if values["mscale"] is not None and values["mscale_all_dim"] is not None:
-        put("mscale", values["mscale"])
-        put("mscale-all-dim", values["mscale_all_dim"])
+        try:
+            values[name] = None if value is None else float(value)
+        except OverflowError:  # an integer beyond a float
+            values[name] = math.inf
+        value = values[name]
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise PlannerError(f"expected a finite, non-negative number, got {value!r}", source=source,
+                               field=f"model.{prefix}{name}")
+    scale, mscale, mscale_all_dim = values["rotary_scaling_factor"], values["mscale"], values["mscale_all_dim"]
+    if scale is not None:
+        factor = (yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
+                  if mscale is not None and mscale_all_dim is not None else yarn_attention_factor(scale))
+        if not (math.isfinite(factor) and 0 < factor <= 100):
+            raise PlannerError(f"YaRN's attention factor from these fields is {factor:g}; planner takes (0, 100]: give "
+                               "the model's own scale and mscale values", source=source,
+                               field=f"model.{prefix}rotary_scaling_factor")
+        put("rotary-scaling-factor", scale)
+    if mscale is not None and mscale_all_dim is not None:
+        put("mscale", mscale)
+        put("mscale-all-dim", mscale_all_dim)
 
 
 def _ddp_flags(ddp: Mapping[str, Any], precision: Mapping[str, Any], put: Any) -> None:

@@ -11,7 +11,9 @@ release through d98e8a64). Multi-latent attention applies its rotary through its
 (multi_latent_attention.py fused_apply_mla_rope_for_q / _for_kv), so only standard attention pays.
 
 The unfused path, _apply_rotary_pos_emb_bshd (same op sequence at 0d8e0714 and d98e8a64), on one call for Q or
-for K of n 16-bit elements whose share rho is rotated (ModelSpec.rotary_fraction), counted in bytes per element:
+for K of n 16-bit elements whose share rho is rotated (ModelSpec.rotary_fraction), counted in bytes per element,
+less what the layer already charges for the fused kernel: a read and a write in the forward (4 bytes, one kernel
+per call), twice that in the backward (the element-wise count's backward ratio: 8 bytes, two kernels):
 
     forward   t * cos (read 2, write 2), rotate_half: -x2 on half (1 + 1) and cat(-x2, x1) (2 + 2),
               * sin (2 + 2), the add (4 + 2): 20 rho; cat(t, t_pass) copies the whole head again: 4.
@@ -23,11 +25,12 @@ for K of n 16-bit elements whose share rho is rotated (ModelSpec.rotary_fraction
               another zero fill (2) with the rotated part copied in (4 rho), and the pass-through part is copied
               into the other (4 (1 - rho)): 14 in all. (With rho = 1 PyTorch's indexing returns the tensor
               itself for the full-range slice, an alias whose gradient passes through: at::indexing::
-              applySlice.) Less the fused kernel's backward pass (4): 20 rho + 4 more, or 20 rho + 10.
+              applySlice.) Less the 8 charged already: 20 rho more, or 20 rho + 6.
 
-and, on each call, cos and sin of the fp32 angles scaled and cast to 16 bits, per token over the rotated width
-d_r (not split by tensor parallelism: every rank holds the whole angle table): 2 x (cos or sin 4 + 4, the
-product 4 + 4, the cast 4 + 2) = 44 d_r forward; the angles take no gradient. Counted, not fitted.
+and, on each call, cos and sin of the fp32 angles scaled and cast to 16 bits, per position of the sequence over the
+rotated width d_r (the angle table is [s, 1, 1, d_r], shared by the micro-batch's sequences and not split by tensor
+parallelism): 2 x (cos or sin 4 + 4, the product 4 + 4, the cast 4 + 2) = 44 d_r forward, per token of a
+micro-batch of b sequences 44 d_r / b; the angles take no gradient. Counted, not fitted.
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ from planner.specs.model import ModelSpec
 
 UNFUSED_ROTARY_FORWARD_BYTES_PER_ROTATED_ELEMENT = 20.0
 UNFUSED_ROTARY_BACKWARD_BYTES_PER_ROTATED_ELEMENT = 20.0
-UNFUSED_ROTARY_BACKWARD_BYTES_PER_ELEMENT = 4.0  # every channel rotated (rho = 1)
-UNFUSED_PARTIAL_ROTARY_BACKWARD_BYTES_PER_ELEMENT = 10.0  # rho < 1: the rotated part's slice has a gradient too
+UNFUSED_ROTARY_BACKWARD_BYTES_PER_ELEMENT = 0.0  # every channel rotated (rho = 1)
+UNFUSED_PARTIAL_ROTARY_BACKWARD_BYTES_PER_ELEMENT = 6.0  # rho < 1: the rotated part's slice has a gradient too
 UNFUSED_ROTARY_ANGLE_BYTES_PER_CHANNEL = 44.0
 ROTARY_CALLS = 2  # one for the queries, one for the keys
 
@@ -51,13 +54,13 @@ UNFUSED_ROTARY_FORWARD_LAUNCHES = 22
 the cast, the same for sin, then t * cos, the negation, the concatenation, * sin, the add and the last
 concatenation (12), less the fused kernel (1); two calls."""
 
-UNFUSED_ROTARY_BACKWARD_LAUNCHES = 12
-"""Kernels it adds to the backward over the fused one's two: per call the two products' gradients, the
-negation's, chunk's gradient, the branches' add, the empty slice's zero fill and autograd's add of its gradient
-(7), less the fused kernel's (1); two calls."""
-UNFUSED_PARTIAL_ROTARY_BACKWARD_LAUNCHES = 18
+UNFUSED_ROTARY_BACKWARD_LAUNCHES = 10
+"""Kernels it adds to the backward: per call the two products' gradients, the negation's, chunk's gradient, the
+branches' add, the empty slice's zero fill and autograd's add of its gradient (7), less the two the backward
+already counts for the fused kernel (physics.launch.BACKWARD_LAUNCH_RATIO); two calls."""
+UNFUSED_PARTIAL_ROTARY_BACKWARD_LAUNCHES = 16
 """The same where only part of each head rotates: the rotated slice's zero fill and copy and the pass-through
-slice's copy as well (10 per call, less 1; two calls)."""
+slice's copy as well (10 per call, less 2; two calls)."""
 
 
 def yarn_attention_factor(scale: float, mscale: float = 1.0) -> float:
@@ -76,15 +79,17 @@ def rotary_runs_unfused(model: ModelSpec, scaled_rotary_unfused: bool, *, linear
                 and model.rotary_attention_factor != 1.0 and not linear)
 
 
-def unfused_rotary_bytes_per_token(model: ModelSpec, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) HBM bytes per token that the unfused rotary moves beyond the fused kernel's pass, one
-    layer on one rank of a tensor-parallel group of `tp` (the module docstring's counts)."""
+def unfused_rotary_bytes_per_token(model: ModelSpec, tp: np.ndarray, micro_batch: np.ndarray | int = 1
+                                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) HBM bytes per token that the unfused rotary moves beyond what the layer charges for the
+    fused kernel, one layer on one rank of a tensor-parallel group of `tp`, `micro_batch` sequences sharing the
+    angle table (the module docstring's counts)."""
     widths = attention_dims(model, absorbed=False)
     t = np.asarray(tp).astype(float)
     elements = widths.query / t + widths.key / kv_divisor(model, np.asarray(tp), absorbed=False)  # Q and K on the rank
     rho = model.rotary_fraction
     rotated_channels = rho * model.head_size
-    angles = ROTARY_CALLS * UNFUSED_ROTARY_ANGLE_BYTES_PER_CHANNEL * rotated_channels
+    angles = ROTARY_CALLS * UNFUSED_ROTARY_ANGLE_BYTES_PER_CHANNEL * rotated_channels / np.asarray(micro_batch, float)
     forward = UNFUSED_ROTARY_FORWARD_BYTES_PER_ROTATED_ELEMENT * rho * elements + angles
     whole = (UNFUSED_ROTARY_BACKWARD_BYTES_PER_ELEMENT if rho == 1.0
              else UNFUSED_PARTIAL_ROTARY_BACKWARD_BYTES_PER_ELEMENT)

@@ -627,8 +627,11 @@ _NEMO = _derive(
                     "apex/contrib/optimizers/distributed_fused_adam.py @ f9f19d5: 'dtype: datatype for optimizer state')"},
     },
     kernels={
-        "fp8_proj_keeps_cast_input": True, "nvfp4": False,
-        "sources": {"nvfp4": "NeMo 24.07's Transformer Engine (1.x) predates the NVFP4 recipe (Transformer Engine "
+        "fp8_proj_keeps_cast_input": True, "nvfp4": False, "scaled_rotary_unfused": False,
+        "sources": {"scaled_rotary_unfused": "NeMo 24.07's Megatron-Core predates the mscale fallback to the unfused "
+                    "rotary (NVIDIA/Megatron-LM 987395813b, 2025-11-22); newer NeMo runs Megatron-Bridge: engine "
+                    "megatron",
+                    "nvfp4": "NeMo 24.07's Transformer Engine (1.x) predates the NVFP4 recipe (Transformer Engine "
                     ">= 2.7, megatron/core/transformer/transformer_config.py @ d98e8a64); newer NeMo runs "
                     "Megatron-Bridge: engine megatron",
                     "fp8_proj_keeps_cast_input": "NeMo 24.07 runs Transformer Engine's delayed scaling (fp8_hybrid, "

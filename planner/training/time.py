@@ -523,7 +523,7 @@ def layer_time(
     # A YaRN-scaled rotary the engine cannot fuse runs as element-wise ops of its own (physics.rotary).
     rotary_fwd = rotary_bwd = np.zeros(())
     if rotary_runs_unfused(model, engine.kernels.scaled_rotary_unfused, linear=linear):
-        rotary_fwd_bytes, rotary_bwd_bytes = unfused_rotary_bytes_per_token(model, lay.tp)
+        rotary_fwd_bytes, rotary_bwd_bytes = unfused_rotary_bytes_per_token(model, lay.tp, lay.micro_batch)
         rotary_fwd, rotary_bwd = memory_seconds(hw, tokens * rotary_fwd_bytes), memory_seconds(hw, tokens * rotary_bwd_bytes)
     # The router's and dispatcher's small kernels (physics.launch): their launch latency on the GPU.
     bookkeeping = bookkeeping_seconds(model, lay, moe_layer=moe_layer)

@@ -493,6 +493,22 @@ def test_yarn_attention_factor_as_transformers_takes_it():
                    ).field == "rope_scaling.attention_factor"
     assert refusal({**fixture("gpt-oss-20b.json"), "rope_scaling": {**rope, "rope_type": ["yarn"]}}
                    ).field == "rope_scaling.rope_type"
+    # an integer beyond a float, and mscales whose ratio leaves planner's range, name the keys
+    assert refusal({**fixture("gpt-oss-20b.json"), "rope_scaling": {**rope, "factor": 10 ** 400}}
+                   ).field == "rope_scaling.factor"
+    huge = refusal({**fixture("gpt-oss-20b.json"), "rope_scaling": {**rope, "mscale": 1e308, "mscale_all_dim": 1}})
+    assert "rope_scaling.mscale and rope_scaling.mscale_all_dim give YaRN an attention factor" in str(huge)
+
+
+def test_yarn_per_layer_type_rope_parameters_read_the_full_attention_entry():
+    """transformers v5 writes OLMo 3's rope as one entry per layer type: plain RoPE on the sliding layers, YaRN on
+    the full-attention ones; the factor is the full-attention entry's (0.1 ln 8 + 1, as its v4 form writes it)."""
+    v4 = fixture("olmo-3.1-32b-instruct.json")
+    nested = {"sliding_attention": {"rope_type": "default", "rope_theta": 500000},
+              "full_attention": {**v4["rope_scaling"], "rope_theta": 500000}}
+    spec = imported("olmo-3.1-32b-instruct.json", rope_scaling=None, rope_parameters=nested)
+    assert spec.rotary_attention_factor == pytest.approx(1.2079441541679836)
+    assert "rope_parameters.full_attention" in spec.source
 
 
 def test_qwen2_moe_gated_shared_expert_of_its_own_width():

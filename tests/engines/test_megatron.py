@@ -420,9 +420,38 @@ def test_a_yarn_scaled_model_is_exported_as_yarn_and_read_back():
     model, hw = load_model("gpt-oss-120b").spec, load_hardware("h100-sxm").spec
     layout = Layout(dp=8, ep=8, global_batch=8, seq_len=4096)
     exported = render_export("megatron", "gpt-oss-120b", model, hw, layout, estimate(model, hw, layout))
-    assert "--position-embedding-type yarn" in exported.text and "--rotary-scaling-factor 32" in exported.text
-    back = import_megatron(split_launch_text(exported.text, "m.sh"), gpus=8, given={}, model=None, source="m.sh")
+    words = split_launch_text(exported.text, "m.sh")
+    assert words[words.index("--position-embedding-type") + 1] == "yarn"
+    assert words[words.index("--rotary-scaling-factor") + 1] == "32"
+    # the activation clamp travels too (TransformerConfig.activation_func_clamp_value)
+    assert words[words.index("--activation-func-clamp-value") + 1] == "7"
+    back = import_megatron(words, gpus=8, given={}, model=None, source="m.sh")
     assert back.model.rotary_attention_factor == pytest.approx(model.rotary_attention_factor, rel=1e-12)
+    assert back.model.activation_clamp == 7.0
+
+
+def test_a_yarn_factor_with_no_context_scale_a_float_holds_is_exported_as_plain_rope_and_said():
+    from planner.engines.export import render_export
+    from planner.specs.layout import Layout
+
+    model = load_model("gpt-oss-120b").spec.model_copy(update={"rotary_attention_factor": 80.0})
+    hw, layout = load_hardware("h100-sxm").spec, Layout(dp=8, ep=8, global_batch=8, seq_len=4096)
+    exported = render_export("megatron", "m", model, hw, layout, estimate(model, hw, layout))
+    words = split_launch_text(exported.text, "m.sh")
+    assert words[words.index("--position-embedding-type") + 1] == "rope" and "--rotary-scaling-factor" not in words
+    assert "YaRN's attention factor 80 (written as plain RoPE)" in exported.text
+
+
+def test_enable_gpt_oss_leaves_an_explicit_position_type_as_it_is():
+    """Only ModelOpt's builder (post_training/model_builder.py) turns --enable-gpt-oss into YaRN; a run that names
+    its position type runs that one (examples/gptoss/02_train.sh: rope)."""
+    base = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --bf16 "
+            "--micro-batch-size 1 --enable-gpt-oss ")
+    plain = import_megatron(split_launch_text(base + "--position-embedding-type rope", "t"), gpus=1, given={},
+                            model=None, source="t").model
+    assert plain.position_embedding == "rotary" and plain.rotary_attention_factor == 1.0
+    gpt_oss = import_megatron(split_launch_text(base, "t"), gpus=1, given={}, model=None, source="t").model
+    assert gpt_oss.rotary_attention_factor == pytest.approx(1 + 0.1 * math.log(32))
 
 
 @pytest.mark.parametrize(("flags", "message"), [

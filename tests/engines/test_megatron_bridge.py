@@ -504,7 +504,15 @@ def test_yarn_fields_give_megatrons_concentration_factor(yarn: dict, factor: flo
     assert imported.model.rotary_attention_factor == pytest.approx(factor)
 
 
-def test_a_yarn_field_that_is_not_a_number_names_itself() -> None:
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"yarn_rotary_scaling_factor": "32"}, "model.yarn_rotary_scaling_factor"),
+    ({"yarn_rotary_scaling_factor": -40.0}, "model.yarn_rotary_scaling_factor"),
+    ({"yarn_rotary_scaling_factor": 40.0, "yarn_mscale": 1e308, "yarn_mscale_all_dim": 0.0},
+     "model.yarn_rotary_scaling_factor"),
+    # MLA providers keep the unprefixed names
+    ({"multi_latent_attention": True, "rotary_scaling_factor": -40.0}, "model.rotary_scaling_factor"),
+])
+def test_a_yarn_field_that_gives_no_usable_factor_names_itself(fields: dict, field: str) -> None:
     with pytest.raises(PlannerError) as info:
-        read(_yarn_config(yarn_rotary_scaling_factor="32"), gpus=1)
-    assert info.value.field == "model.yarn_rotary_scaling_factor"
+        read(_yarn_config(**fields), gpus=1)
+    assert info.value.field == field
