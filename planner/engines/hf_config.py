@@ -20,7 +20,7 @@ from typing import Any, Literal, overload
 from pydantic import ValidationError
 
 from planner.errors import PlannerError, short_repr
-from planner.physics.rotary import yarn_attention_factor
+from planner.physics.rotary import yarn_concentration_factor
 from planner.specs.model import ModelSpec
 from planner.specs.validation import describe_validation_error
 
@@ -1503,13 +1503,11 @@ def _rotary_scaling(r: _Reader) -> None:
         return
     scale = number("factor", 1.0)
     assert scale is not None
-    mscale, mscale_all_dim = number("mscale", None), number("mscale_all_dim", None)
-    if mscale and mscale_all_dim:
-        factor = yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
-        named = f"{key}.factor, {key}.mscale and {key}.mscale_all_dim"
-    else:
-        factor = yarn_attention_factor(scale)
-        named = f"{key}.factor"
+    # transformers and Megatron-Bridge's conversion take a zero mscale as unset
+    mscale, mscale_all_dim = number("mscale", None) or None, number("mscale_all_dim", None) or None
+    factor = yarn_concentration_factor(scale, mscale, mscale_all_dim)
+    named = (f"{key}.factor, {key}.mscale and {key}.mscale_all_dim" if mscale and mscale_all_dim
+             else f"{key}.factor")
     if not 0 < factor <= 100:
         raise r.error(f"{key}.factor", f"{named} give YaRN an attention factor of {factor:g}; planner takes "
                       "(0, 100]: give the model's own scale and mscale values")

@@ -36,7 +36,7 @@ from planner.engines.common import (
 )
 from planner.engines.shell import first_marker, launch
 from planner.errors import PlannerError, short_repr
-from planner.physics.rotary import yarn_attention_factor
+from planner.physics.rotary import yarn_concentration_factor
 from planner.physics.stages import PIPELINE_EDGE_UNITS, layers_on_stage
 from planner.specs.bounds import MAX_FILE_BYTES, over_limit
 from planner.specs.engine import engine_profile
@@ -709,7 +709,7 @@ def _yarn_attention_factor(args: Mapping[str, Any], position: str, source: str) 
     --enable-gpt-oss sets 32, 1 and 0 (post_training/model_builder.py). MLA's --rope-type yarn is the same formula
     (DeepSeek's recipes set --mscale and --mscale-all-dim alike: 1). 1 for plain RoPE."""
     if args.get("enable-gpt-oss") and position == "yarn":
-        return yarn_attention_factor(32.0) / yarn_attention_factor(32.0, 0.0)
+        return yarn_concentration_factor(32.0, 1.0, 0.0)
     mla_yarn = args.get("multi-latent-attention") and args.get("rope-type", "yarn") == "yarn"
     if position != "yarn" and not mla_yarn:
         return 1.0
@@ -720,7 +720,7 @@ def _yarn_attention_factor(args: Mapping[str, Any], position: str, source: str) 
             raise PlannerError(f"--{flag} {value:g} is negative; give a non-negative number", source=source)
         values.append(value)
     scale, mscale, mscale_all_dim = values
-    factor = yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
+    factor = yarn_concentration_factor(scale, mscale, mscale_all_dim)
     if not (math.isfinite(factor) and 0 < factor <= 100):
         raise PlannerError(f"--rotary-scaling-factor {scale:g} with --mscale {mscale:g} and --mscale-all-dim "
                            f"{mscale_all_dim:g} give YaRN an attention factor of {factor:g}; planner takes (0, 100]: "

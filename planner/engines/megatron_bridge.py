@@ -48,7 +48,7 @@ import yaml
 from planner.engines import load, megatron
 from planner.engines.common import ExportContext, prediction_lines
 from planner.errors import PlannerError
-from planner.physics.rotary import yarn_attention_factor
+from planner.physics.rotary import yarn_concentration_factor
 from planner.specs.bounds import over_limit
 from planner.specs.layout import Layout
 from planner.specs.model import ModelSpec
@@ -606,8 +606,7 @@ def _yarn_flags(model: Mapping[str, Any], put: Any, source: str) -> None:
                                field=f"model.{prefix}{name}")
     scale, mscale, mscale_all_dim = values["rotary_scaling_factor"], values["mscale"], values["mscale_all_dim"]
     if scale is not None:
-        factor = (yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
-                  if mscale is not None and mscale_all_dim is not None else yarn_attention_factor(scale))
+        factor = yarn_concentration_factor(scale, mscale, mscale_all_dim)
         if not (math.isfinite(factor) and 0 < factor <= 100):
             raise PlannerError(f"YaRN's attention factor from these fields is {factor:g}; planner takes (0, 100]: give "
                                "the model's own scale and mscale values", source=source,

@@ -71,6 +71,16 @@ def yarn_attention_factor(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
+def yarn_concentration_factor(scale: float, mscale: float | None = None, mscale_all_dim: float | None = None
+                              ) -> float:
+    """The factor Megatron-Core multiplies the rotary's cos and sin by (yarn_rotary_pos_embedding.
+    _yarn_get_concentration_factor @ d98e8a64): the attention factor at `mscale` over the one at `mscale_all_dim`
+    where both are given (DeepSeek's pair: 1 when they agree), else 0.1 ln(scale) + 1."""
+    if mscale is None or mscale_all_dim is None:
+        return yarn_attention_factor(scale)
+    return yarn_attention_factor(scale, mscale) / yarn_attention_factor(scale, mscale_all_dim)
+
+
 def rotary_runs_unfused(model: ModelSpec, scaled_rotary_unfused: bool, *, linear: bool = False) -> bool:
     """Whether the layer's rotary falls back to the unfused path: a scaled rotary (attention factor != 1) on
     standard attention under an engine that cannot fuse it (EngineKernels.scaled_rotary_unfused). A Gated

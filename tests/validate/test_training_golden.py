@@ -119,10 +119,13 @@ RUNS = [case for case in training_cases()
 ]
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=OPEN_MEMORY_DEFECTS[c["id"]]))
-    if c["id"] in OPEN_MEMORY_DEFECTS else c for c in RUNS
-], ids=[case["id"] for case in RUNS])
+def cases_with_open(cases: list[dict], open_cases: dict[str, str]) -> list:
+    """The cases as pytest parameters, those in `open_cases` a strict expected failure with its reason."""
+    return [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=open_cases[c["id"]]), id=c["id"])
+            if c["id"] in open_cases else pytest.param(c, id=c["id"]) for c in cases]
+
+
+@pytest.mark.parametrize("case", cases_with_open(RUNS, OPEN_MEMORY_DEFECTS))
 def test_published_run_is_predicted_to_fit(case: dict) -> None:
     model = ModelSpec.model_validate(case["model"])
     layout = Layout.model_validate(case["layout"])
@@ -173,10 +176,7 @@ OPEN_MOE_ROWS = {
 MOE_ROWS = [c for c in published_cases() if c["id"].startswith("mb25")]
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=OPEN_MOE_ROWS[c["id"]]))
-    if c["id"] in OPEN_MOE_ROWS else c for c in MOE_ROWS
-], ids=[c["id"] for c in MOE_ROWS])
+@pytest.mark.parametrize("case", cases_with_open(MOE_ROWS, OPEN_MOE_ROWS))
 def test_published_moe_row_within_20_percent(case: dict) -> None:
     model = ModelSpec.model_validate(case["model"])
     layout = Layout.model_validate(case["layout"])
