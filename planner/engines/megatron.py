@@ -168,6 +168,9 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "glu-linear-offset", "export-force-local-attention",
     "yarn-original-max-position-embeddings", "yarn-beta-fast", "yarn-beta-slow",
     "no-yarn-correction-range-round-to-int", "disable-bf16-reduced-precision-matmul",
+    # the router's fused kernels (docs/cost-model.md 14: the unfused count stays charged), forced balance (the
+    # model's experts are balanced already), a weight-decay rule
+    "moe-router-fusion", "moe-router-force-load-balancing", "no-weight-decay-cond-type",
     "moe-per-layer-logging", "mtp-loss-scaling-factor", "use-tokenizer-model-from-checkpoint-args", "no-use-tokenizer-model-from-checkpoint-args",
     # Megatron-DeepSpeed: data, logging and kernel checks (BLOOM's tr11-176B-ml.slurm)
     "sync-tp-duplicated-parameters", "abort-on-unmet-fused-kernel-constraints", "kill-switch-path",
