@@ -16,8 +16,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
+from outside_megatron_bridge import summary
 
 from planner.engines.job import resolve_job
 from planner.errors import PlannerError
@@ -70,11 +70,9 @@ def main() -> None:
         if not from_table:
             scripted.append(error)
     print()
-    for name, values in (("all rows", errors), ("rows whose flags a zoo script gives", scripted)):
+    for name, values in (("all", errors), ("flags from a zoo script", scripted)):
         if values:
-            e = np.asarray(values)
-            print(f"{name}: {len(e)}: median |error| {np.median(np.abs(e)) * 100:.1f}%, signed median "
-                  f"{np.median(e) * 100:+.1f}%, max |error| {np.max(np.abs(e)) * 100:.1f}%")
+            print(f"{name}: {summary(values)}")
 
 
 if __name__ == "__main__":

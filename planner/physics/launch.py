@@ -14,8 +14,8 @@ Kernel counts per layer and micro-batch, forward (the backward issues twice as m
 weight gradients, each element-wise kernel's backward), counted from Megatron-Core with Transformer Engine:
 - attention block (norm fused into the QKV GEMM, its fp8 cast, rotary, the fused attention kernel, output
   projection and its cast, the bias-dropout-add): ATTENTION_LAUNCHES; a rotary that runs unfused
-  (physics.rotary) adds UNFUSED_ROTARY_FORWARD_LAUNCHES, and its own count to the backward; MLA's down/up projections and latent
-  norms add MLA_EXTRA_LAUNCHES; q/k norms (Qwen3, Gemma 3: Megatron-Core's q_layernorm and k_layernorm modules,
+  (physics.rotary) adds UNFUSED_ROTARY_FORWARD_LAUNCHES, and its own count to the backward; MLA's down/up
+  projections and latent norms add MLA_EXTRA_LAUNCHES; q/k norms (Qwen3, Gemma 3: Megatron-Core's q_layernorm and k_layernorm modules,
   attention.py get_query_key_value_tensors) add QK_NORM_LAUNCHES;
 - a Gated DeltaNet mixer in its place (physics.linear_attention): LINEAR_MIXER_LAUNCHES;
 - dense MLP (norm + fc1 + activation + fc2, their casts, the residual add): MLP_LAUNCHES;
