@@ -25,21 +25,20 @@ from planner.calibrate.runs import predict_seconds
 SHARES = (1.0, 0.5)  # shares of the 3 runs' mean log error taken as the scale
 
 
-def main() -> None:
-    args = arguments()
-    runs, _ = all_runs()
-    if args.markdown:
+def bound_table(groups: dict[str, list], subsets: int, markdown: bool) -> None:
+    """The scales' held-out errors for every source of `groups` with at least MIN_RUNS runs, one line each."""
+    if markdown:
         print("| source | runs | mean log error | sd | held-out error, shipped | "
               + " | ".join(f"scale x{share:g}: error, draws worse" for share in SHARES) + " |")
         print("|---|---:|---:|---:|---:|" + "---:|" * len(SHARES))
-    for group, members in by_group(runs).items():
+    for group, members in groups.items():
         if len(members) < MIN_RUNS:
             continue
         errors = np.array([math.log(predict_seconds(r, r.hardware) / r.measured_seconds) for r in members])  # type: ignore[operator]
         shipped_sum = 0.0
         count = 0
         scaled = {share: [0.0, 0] for share in SHARES}  # share -> [sum of |error|, draws worse]
-        draws = calibration_draws(len(members), args.subsets)
+        draws = calibration_draws(len(members), subsets)
         for draw in draws:
             held = np.array([e for i, e in enumerate(errors) if i not in draw])
             shift = float(errors[list(draw)].mean())
@@ -51,11 +50,17 @@ def main() -> None:
                 scaled[share][0] += after
                 scaled[share][1] += after > before + 1e-12
         cells = [f"{scaled[s][0] / count:.1%}, {scaled[s][1] / len(draws):.0%}" for s in SHARES]
-        if args.markdown:
+        if markdown:
             print(f"| {group} | {len(members)} | {errors.mean():+.3f} | {errors.std():.3f} | {shipped_sum / count:.1%} | "
                   + " | ".join(cells) + " |")
         else:
             print(group, len(members), f"{errors.mean():+.3f}", f"{errors.std():.3f}", f"{shipped_sum / count:.1%}", cells)
+
+
+def main() -> None:
+    args = arguments()
+    runs, _ = all_runs()
+    bound_table(by_group(runs), args.subsets, args.markdown)
 
 
 if __name__ == "__main__":

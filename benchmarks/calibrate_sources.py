@@ -57,38 +57,38 @@ def arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def main() -> None:
-    args = arguments()
-    runs, skipped = all_runs()
-    rows = []
-    for group, members in by_group(runs).items():
-        if len(members) < MIN_RUNS:
-            rows.append((group, len(members), None))
-            continue
-        draws = calibration_draws(len(members), args.subsets)
-        before_sum = after_sum = near_before = near_after = 0.0
-        count = worse = near = 0
-        factors: dict[str, int] = {}
-        for draw in draws:
-            train = [members[i] for i in draw]
-            test = [r for i, r in enumerate(members) if i not in draw]
-            for choice in fit(train).choices:
-                factors[choice.name] = factors.get(choice.name, 0) + 1
-            before, after = held_out_errors(train, test)
-            before_sum += sum(abs(e) for e in before)
-            after_sum += sum(abs(e) for e in after)
-            count += len(before)
-            known = [features(r.model, r.layout) for r in train]
-            for run, b, a in zip(test, before, after):
-                if nearest_distance(known, features(run.model, run.layout)) <= FAR_DISTANCE:
-                    near += 1
-                    near_before += abs(b)
-                    near_after += abs(a)
-            worse += sum(abs(e) for e in after) > sum(abs(e) for e in before) + 1e-9
-        near_cols = (near / count, near_before / near if near else None, near_after / near if near else None)
-        rows.append((group, len(members), (len(draws), before_sum / count, after_sum / count, worse / len(draws),
-                                           factors, near_cols)))
-    if args.markdown:
+def compare(members: list, subsets: int) -> tuple:
+    """One source's draws: (draws, held-out mean |error| shipped, calibrated, share of draws worse, factors fitted
+    with their counts, (near share, near shipped, near calibrated))."""
+    draws = calibration_draws(len(members), subsets)
+    before_sum = after_sum = near_before = near_after = 0.0
+    count = worse = near = 0
+    factors: dict[str, int] = {}
+    for draw in draws:
+        train = [members[i] for i in draw]
+        test = [r for i, r in enumerate(members) if i not in draw]
+        for choice in fit(train).choices:
+            factors[choice.name] = factors.get(choice.name, 0) + 1
+        before, after = held_out_errors(train, test)
+        before_sum += sum(abs(e) for e in before)
+        after_sum += sum(abs(e) for e in after)
+        count += len(before)
+        known = [features(r.model, r.layout) for r in train]
+        for run, b, a in zip(test, before, after):
+            if nearest_distance(known, features(run.model, run.layout)) <= FAR_DISTANCE:
+                near += 1
+                near_before += abs(b)
+                near_after += abs(a)
+        worse += sum(abs(e) for e in after) > sum(abs(e) for e in before) + 1e-9
+    near_cols = (near / count, near_before / near if near else None, near_after / near if near else None)
+    return len(draws), before_sum / count, after_sum / count, worse / len(draws), factors, near_cols
+
+
+def table(groups: dict[str, list], subsets: int, markdown: bool) -> None:
+    """Every source of `groups` with at least MIN_RUNS runs compared, printed one line per source."""
+    rows = [(group, len(members), compare(members, subsets) if len(members) >= MIN_RUNS else None)
+            for group, members in groups.items()]
+    if markdown:
         print("| source | runs | draws of 3 | held-out error, shipped | held-out error, calibrated | draws worse "
               "| near share | near: shipped | near: calibrated | factors fitted (draws) |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -104,6 +104,12 @@ def main() -> None:
     else:
         for group, n, res in rows:
             print(group, n, res)
+
+
+def main() -> None:
+    args = arguments()
+    runs, skipped = all_runs()
+    table(by_group(runs), args.subsets, args.markdown)
     if skipped:
         print()
         print("skipped cases: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))

@@ -38,17 +38,15 @@ from __future__ import annotations
 import numpy as np
 
 from planner.physics.rotary import UNFUSED_ROTARY_FORWARD_LAUNCHES, unfused_rotary_backward_launches
-from planner.specs.hardware import HardwareProfile
+from planner.specs.hardware import X86_HOST_SECONDS_PER_LAUNCH, HardwareProfile
 from planner.specs.layout import CUDA_GRAPH_BITS, LayoutArrays
 from planner.specs.model import ModelSpec
 
-HOST_SECONDS_PER_LAUNCH = 13.5e-6
-"""CPU time to issue one op and its kernel from an eager PyTorch step (Python, dispatcher, cudaLaunchKernel) on
-an x86 DGX host: a torch Linear forward (one GEMM) costs 13.48 us of CPU on a DGX H100 (Intel Xeon Platinum
-8480C), against 37.08 us on a GB200's Grace CPU and 33.17 us on a GH200's (NVIDIA/TransformerEngine issue
-#2053, 'High CPU overhead on Grace systems', bf16, hidden 2,048, 8,192 tokens; Transformer Engine's Linear
-costs 99.66 us there); inside the 5-20 us per launch that Holistic Trace Analysis gives. Profiles whose host
-differs carry their own (efficiency.host_launch: the Grace systems). Not fitted."""
+HOST_SECONDS_PER_LAUNCH = X86_HOST_SECONDS_PER_LAUNCH
+"""CPU time to issue one eager op and its kernel on an x86 DGX host (planner.specs.hardware, where the figure and its
+source live with the other hardware figures). Profiles whose host differs carry their own (efficiency.host_launch:
+the Grace systems). Not fitted by the shipped model; `planner calibrate` may fit it to a user's runs (the
+host_launch factor of planner.specs.overlay)."""
 
 
 def host_launch_seconds(hw: HardwareProfile) -> float:

@@ -269,6 +269,15 @@ class Fp8AttentionSpeedup(BaseModel):
         return self
 
 
+X86_HOST_SECONDS_PER_LAUNCH = 13.5e-6
+"""CPU time to issue one op and its kernel from an eager PyTorch step (Python, dispatcher, cudaLaunchKernel) on
+an x86 DGX host: a torch Linear forward (one GEMM) costs 13.48 us of CPU on a DGX H100 (Intel Xeon Platinum
+8480C), against 37.08 us on a GB200's Grace CPU and 33.17 us on a GH200's (NVIDIA/TransformerEngine issue
+#2053, 'High CPU overhead on Grace systems', bf16, hidden 2,048, 8,192 tokens; Transformer Engine's Linear
+costs 99.66 us there); inside the 5-20 us per launch that Holistic Trace Analysis gives. What a profile
+without efficiency.host_launch takes (planner.physics.launch)."""
+
+
 class HostLaunch(BaseModel):
     """Host (CPU) time to issue one eager framework op and its kernel, on the node's CPUs, with its source."""
 
@@ -343,7 +352,7 @@ class EfficiencySpec(BaseModel):
     host_launch: HostLaunch | None = Field(
         default=None,
         description="CPU time per eager op and kernel launch on this system's host CPUs (planner/physics/launch.py); "
-        "null takes launch.HOST_SECONDS_PER_LAUNCH, the figure measured on an x86 DGX host.",
+        "null takes X86_HOST_SECONDS_PER_LAUNCH, the figure measured on an x86 DGX host.",
     )
     step_overhead_seconds: float = Field(
         default=DEFAULT_STEP_OVERHEAD_SECONDS,

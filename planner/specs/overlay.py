@@ -16,6 +16,7 @@ never negative (see MEMORY_RESERVE_LOW_BYTES).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -23,7 +24,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from planner.errors import PlannerError
 from planner.specs.bounds import strict_float
-from planner.specs.hardware import HardwareProfile
+from planner.specs.hardware import X86_HOST_SECONDS_PER_LAUNCH, HardwareProfile, HostLaunch
 
 FiniteFloat = Annotated[float, BeforeValidator(strict_float)]  # no true/false, no text, no nan/inf
 
@@ -38,6 +39,10 @@ class Factor:
     high: float
     prior_sigma: float  # standard deviation of log(value / shipped value)
     what: str
+    # For a field inside an optional block (null on some profiles): the value a profile without the block takes,
+    # and how a fitted value builds the block. None: a profile without the field has no such factor.
+    absent: float | None = None
+    build: Callable[[float], BaseModel] | None = None
 
 
 # The attention plateaus are kernel benchmark figures (the profiles' efficiency.attention* notes), so their
@@ -51,6 +56,12 @@ class Factor:
 # context-parallel rows the model misses then moved FlashAttention-2's plateau 24% down, and the source's
 # 8B cp 2 run from +7% to +31%, past its 15% tolerance.
 ATTENTION_PRIOR_SIGMA = 0.10
+
+# The CPU time per eager op is a measurement of one host class (x86 DGX H100 13.5 us, GB200's Grace 37 us, GH200's
+# 33 us: NVIDIA/TransformerEngine issue #2053), and hosts of one class differ by their CPU model, clock and the
+# Python, PyTorch and Transformer Engine builds that issue the ops (Holistic Trace Analysis gives 5-20 us per
+# launch). A log sd of 0.35 holds a 1.4x spread at one sd; the 3-sd limit (2.9x) reaches from x86 to Grace.
+HOST_LAUNCH_PRIOR_SIGMA = 0.35
 
 FACTORS: tuple[Factor, ...] = (
     Factor("gemm_plateau", "efficiency.matmul.peak_fraction", 0.20, 1.0, 0.15,
@@ -69,6 +80,10 @@ FACTORS: tuple[Factor, ...] = (
            "exposed collectives across nodes, fraction of NIC bandwidth"),
     Factor("step_overhead", "efficiency.step_overhead_seconds", 0.005, 10.0, 1.0,
            "fixed seconds per optimizer step (framework, optimizer launches, data loader)"),
+    Factor("host_launch", "efficiency.host_launch.seconds", 2e-6, 1e-4, HOST_LAUNCH_PRIOR_SIGMA,
+           "CPU seconds to issue one eager op and its kernel (the host's speed, the Python and framework build)",
+           absent=X86_HOST_SECONDS_PER_LAUNCH,
+           build=lambda seconds: HostLaunch(seconds=seconds, note="fitted by planner calibrate to measured runs")),
 )
 FACTOR_BY_NAME = {f.name: f for f in FACTORS}
 
@@ -86,24 +101,30 @@ def read_factor(hw: HardwareProfile, factor: Factor) -> float | None:
     """The factor's value on `hw`, or None when the profile has no such field."""
     value: Any = hw
     for part in factor.path.split("."):
+        if value is None:
+            return factor.absent
         if not hasattr(value, part):
             return None
         value = getattr(value, part)
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _set_path(obj: BaseModel, parts: list[str], value: float) -> BaseModel:
+def _set_path(obj: BaseModel, parts: list[str], value: float, factor: Factor) -> BaseModel:
     head = parts[0]
     if len(parts) == 1:
         return obj.model_copy(update={head: value})
-    return obj.model_copy(update={head: _set_path(getattr(obj, head), parts[1:], value)})
+    inner = getattr(obj, head)
+    if inner is None and len(parts) == 2 and factor.build is not None:
+        return obj.model_copy(update={head: factor.build(value)})
+    return obj.model_copy(update={head: _set_path(inner, parts[1:], value, factor)})
 
 
 def with_factors(hw: HardwareProfile, values: dict[str, float], memory_reserve_bytes: float = 0.0) -> HardwareProfile:
     """A copy of `hw` with the named factors set (no validation: the fit stays inside the bounds)."""
     out: BaseModel = hw
     for name, value in values.items():
-        out = _set_path(out, FACTOR_BY_NAME[name].path.split("."), float(value))
+        factor = FACTOR_BY_NAME[name]
+        out = _set_path(out, factor.path.split("."), float(value), factor)
     if memory_reserve_bytes:
         acc = out.accelerator  # type: ignore[attr-defined]
         reduced = int(round(acc.memory_bytes - memory_reserve_bytes))

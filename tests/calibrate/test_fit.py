@@ -109,6 +109,46 @@ def test_a_factor_the_profile_lacks_is_skipped():
     assert read_factor(hw, Factor("x", "efficiency.no_such_curve.fraction", 0.1, 1, 0.1, "")) is None
 
 
+# MoE runs of one system whose steps a slower host moves by different shares: eager (no CUDA graphs) with many
+# small experts, where the host issues kernels for most of the step, and the same model with CUDA graphs over
+# the attention and the MoE block, which take most of those launches off the host.
+MOE_LAYOUTS = [
+    ("qwen3-30b-a3b", 8, dict(tp=1, ep=8, dp=8, zero=1, micro_batch=1, global_batch=64, seq_len=4096)),
+    ("qwen3-30b-a3b", 16, dict(tp=1, ep=8, dp=16, zero=1, micro_batch=2, global_batch=128, seq_len=4096)),
+    ("qwen3-30b-a3b", 8, dict(tp=2, ep=4, dp=4, zero=1, micro_batch=1, global_batch=64, seq_len=4096,
+                              sequence_parallel=True)),
+    ("llama-3.1-8b", 8, dict(tp=1, dp=8, zero=1, micro_batch=1, global_batch=64, seq_len=8192)),
+]
+
+
+def test_host_launch_reads_the_x86_figure_where_the_profile_has_none_and_builds_the_block_when_set():
+    from planner.specs.hardware import X86_HOST_SECONDS_PER_LAUNCH
+    from planner.specs.overlay import FACTOR_BY_NAME
+
+    factor = FACTOR_BY_NAME["host_launch"]
+    x86 = load_hardware("h100-sxm").spec
+    grace = load_hardware("gb200-nvl72").spec
+    assert x86.efficiency.host_launch is None
+    assert read_factor(x86, factor) == X86_HOST_SECONDS_PER_LAUNCH
+    assert read_factor(grace, factor) == pytest.approx(37.08e-6, rel=0.01)  # TE issue #2053's Grace figure
+    fitted = with_factors(x86, {"host_launch": 20e-6})
+    assert fitted.efficiency.host_launch is not None and fitted.efficiency.host_launch.seconds == 20e-6
+    assert read_factor(fitted, factor) == 20e-6
+    assert with_factors(grace, {"host_launch": 50e-6}).efficiency.host_launch.seconds == 50e-6  # type: ignore[union-attr]
+
+
+def test_a_slower_host_is_recovered_from_eager_moe_runs():
+    # The truth: 25 us per eager op, where the x86 profile ships 13.5 us. The eager MoE runs are host-bound in part;
+    # the dense run is not, so a GEMM or bandwidth factor cannot explain the four runs as the host factor does.
+    runs = _runs({"host_launch": 25e-6}, layouts=MOE_LAYOUTS)
+    shipped = fit(_runs({}, layouts=MOE_LAYOUTS))
+    assert shipped.choices == ()
+    result = fit(runs)
+    assert [c.name for c in result.choices][0] == "host_launch"
+    assert result.values["host_launch"] == pytest.approx(25e-6, rel=0.15)
+    assert max(abs(e) for e in result.after) < 0.3 * max(abs(e) for e in result.before)
+
+
 def test_min_gain_is_a_two_sigma_improvement():
     assert MIN_GAIN == 4.0
 

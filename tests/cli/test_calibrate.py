@@ -274,3 +274,21 @@ def test_calibrate_says_which_factors_the_leave_one_out_held(run_cli, tmp_path):
     # lambda 0 is the shipped profile: its left-out error is the shipped mean |log error| of the four runs
     shipped = [r["predicted_before_seconds"] / r["measured_seconds"] for r in data["runs"]]
     assert shrink["scores"][0][1] == pytest.approx(sum(abs(math.log(x)) for x in shipped) / 4, rel=1e-6)
+
+
+def test_a_fitted_host_launch_builds_the_block_an_x86_profile_lacks(run_cli, overlay_file, tmp_path):
+    """The host's time per eager op has no field on x86 profiles (they take the x86 DGX figure): an overlay with it
+    builds efficiency.host_launch, and an eager MoE step, host-bound in part, gets slower by the fitted value."""
+    data = yaml.safe_load(overlay_file.read_text(encoding="utf-8"))
+    data["factors"] = {"host_launch": {"path": "efficiency.host_launch.seconds", "shipped": 13.5e-6,
+                                       "fitted": 40e-6, "sigma": 5e-6}}
+    data["memory_reserve"] = None
+    path = tmp_path / "host.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    moe = ["estimate", "-m", "qwen3-30b-a3b", "-w", HW, "--gpus", "8", "--ep", "8", "--global-batch", "64",
+           "--seq-len", "4096", "--format", "json"]
+    plain = _json(run_cli(*moe))["time"]["step_seconds"]
+    slower = _json(run_cli(*moe, "--profile", path))["time"]["step_seconds"]
+    assert slower > 1.05 * plain
+    hw = apply_overlay(load_hardware(HW).spec, load_overlay(path), source=str(path))
+    assert hw.efficiency.host_launch is not None and hw.efficiency.host_launch.seconds == 40e-6
