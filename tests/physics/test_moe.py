@@ -156,6 +156,21 @@ def test_batch_level_overlap_hides_behind_the_other_micro_batch():
     assert one(got) == pytest.approx(unpaired * serial + (1 - unpaired) * EP_OVERLAP_SM_SHARE * serial)
 
 
+def test_a_fully_recomputed_forward_keeps_its_all_to_alls_exposed_under_the_overlap():
+    # Megatron-Core replays a fully recomputed forward alone before the backward: its dispatch and combine (2 of the
+    # 6 transfers) have no partner, the first forward's and the backward's 4 pair as without recompute.
+    lay = arrays(dp=16, ep=16, moe_ep_overlap=True, global_batch=16 * 64, recompute="full")
+    one_way = one(dispatch_seconds(MOE, HW, lay))
+    got, _ = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
+                                 shared_forward=np.array(0.0))
+    paired = 4 * one_way
+    unpaired = 1 / 64
+    assert one(got) == pytest.approx(2 * one_way + unpaired * paired + (1 - unpaired) * EP_OVERLAP_SM_SHARE * paired)
+    plain, _ = expert_comm_seconds(MOE, HW, arrays(dp=16, ep=16, global_batch=16 * 64, recompute="full"),
+                                   forward=np.array(1.0), backward=np.array(2.0), shared_forward=np.array(0.0))
+    assert one(plain) == pytest.approx(6 * one_way) and one(got) < one(plain)
+
+
 def test_shared_expert_overlap_hides_up_to_the_shared_experts_time():
     lay = arrays(dp=16, ep=16, moe_shared_expert_overlap=True)
     one_way = one(dispatch_seconds(MOE, HW, lay))
