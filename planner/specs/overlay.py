@@ -63,11 +63,19 @@ ATTENTION_PRIOR_SIGMA = 0.10
 # launch). A log sd of 0.35 holds a 1.4x spread at one sd; the 3-sd limit (2.9x) reaches from x86 to Grace.
 HOST_LAUNCH_PRIOR_SIGMA = 0.35
 
+# The fp4 plateau is not a kernel benchmark of its own on every chip: the profiles derive it from their fp8 plateau
+# and one measured NVFP4/MXFP8 kernel ratio (Transformer Engine's GEMM profiling tutorial on B300; the profiles'
+# efficiency.matmul_fp4 notes), and NVFP4 GEMM kernels are the newest in cuBLAS and Transformer Engine. Its prior is
+# as wide as the link factors' (0.25) rather than the measured plateaus' (0.15).
+FP4_PLATEAU_PRIOR_SIGMA = 0.25
+
 FACTORS: tuple[Factor, ...] = (
     Factor("gemm_plateau", "efficiency.matmul.peak_fraction", 0.20, 1.0, 0.15,
            "plateau fraction of dense peak reached by large GEMMs"),
     Factor("gemm_fp8_plateau", "efficiency.matmul_fp8.fraction", 0.20, 1.0, 0.15,
            "plateau fraction of the fp8 peak reached by large fp8 GEMMs"),
+    Factor("gemm_fp4_plateau", "efficiency.matmul_fp4.fraction", 0.10, 1.0, FP4_PLATEAU_PRIOR_SIGMA,
+           "plateau fraction of the fp4 peak reached by large NVFP4 GEMMs"),
     Factor("attention", "efficiency.attention.fraction", 0.10, 1.0, ATTENTION_PRIOR_SIGMA,
            "plateau of the flash-attention curve, fraction of dense 16-bit peak"),
     Factor("attention_flash2", "efficiency.attention_flash2.fraction", 0.10, 1.0, ATTENTION_PRIOR_SIGMA,

@@ -149,6 +149,30 @@ def test_a_slower_host_is_recovered_from_eager_moe_runs():
     assert max(abs(e) for e in result.after) < 0.3 * max(abs(e) for e in result.before)
 
 
+# NVFP4 runs on one GB300 rack: the fp4 GEMM plateau is a factor of its own (the fp8 and 16-bit ones stay put).
+FP4_LAYOUTS = [  # NVFP4 runs and 16-bit runs, which the fp4 plateau does not move; steps within 1.5x of each other
+    ("llama-3.1-8b", 8, dict(tp=1, dp=8, zero=1, micro_batch=1, global_batch=64, seq_len=8192, dtype="fp4")),
+    ("llama-3.1-8b", 8, dict(tp=1, dp=8, zero=3, micro_batch=2, global_batch=64, seq_len=8192, dtype="fp4")),
+    ("llama-3.1-8b", 8, dict(tp=1, dp=8, zero=1, micro_batch=1, global_batch=80, seq_len=8192, dtype="fp4")),
+    ("llama-3.1-8b", 8, dict(tp=1, dp=8, zero=1, micro_batch=1, global_batch=48, seq_len=8192, dtype="bf16")),
+    ("llama-3.1-8b", 8, dict(tp=1, dp=8, zero=3, micro_batch=2, global_batch=48, seq_len=8192, dtype="bf16")),
+]
+
+
+def test_a_lower_fp4_plateau_is_recovered_from_nvfp4_runs():
+    from planner.specs.overlay import FACTOR_BY_NAME
+
+    shipped = read_factor(load_hardware("gb300-nvl72").spec, FACTOR_BY_NAME["gemm_fp4_plateau"])
+    assert shipped == pytest.approx(0.408)  # the profile's fp8 plateau x TE's measured NVFP4/MXFP8 kernel ratio
+    result = fit(_runs({"gemm_fp4_plateau": 0.30}, hw_id="gb300-nvl72", layouts=FP4_LAYOUTS))
+    assert [c.name for c in result.choices][0] == "gemm_fp4_plateau"
+    # the prior at 0.408 pulls the estimate back toward it; three NVFP4 runs leave it within 0.04 of the truth
+    assert 0.30 <= result.values["gemm_fp4_plateau"] < 0.34
+    assert result.after[3:] == pytest.approx((0.0, 0.0), abs=1e-9)  # the 16-bit runs do not move
+    assert max(abs(e) for e in result.after[:3]) < 0.3 * max(abs(e) for e in result.before[:3])
+    assert read_factor(load_hardware("h100-sxm").spec, FACTOR_BY_NAME["gemm_fp4_plateau"]) is None  # no fp4 peak
+
+
 def test_min_gain_is_a_two_sigma_improvement():
     assert MIN_GAIN == 4.0
 
