@@ -42,17 +42,13 @@ from planner.specs.hardware import X86_HOST_SECONDS_PER_LAUNCH, HardwareProfile
 from planner.specs.layout import CUDA_GRAPH_BITS, LayoutArrays
 from planner.specs.model import ModelSpec
 
-HOST_SECONDS_PER_LAUNCH = X86_HOST_SECONDS_PER_LAUNCH
-"""CPU time to issue one eager op and its kernel on an x86 DGX host (planner.specs.hardware, where the figure and its
-source live with the other hardware figures). Profiles whose host differs carry their own (efficiency.host_launch:
-the Grace systems). Not fitted by the shipped model; `planner calibrate` may fit it to a user's runs (the
-host_launch factor of planner.specs.overlay)."""
-
 
 def host_launch_seconds(hw: HardwareProfile) -> float:
-    """The profile's CPU time per eager op (efficiency.host_launch), HOST_SECONDS_PER_LAUNCH without one."""
+    """The profile's CPU time per eager op (efficiency.host_launch: the Grace systems carry their own, and
+    `planner calibrate` may fit it, the host_launch factor of planner.specs.overlay), or the x86 DGX figure
+    (planner.specs.hardware.X86_HOST_SECONDS_PER_LAUNCH, with its source) without one."""
     launch = hw.efficiency.host_launch
-    return float(launch.seconds) if launch is not None else HOST_SECONDS_PER_LAUNCH
+    return float(launch.seconds) if launch is not None else X86_HOST_SECONDS_PER_LAUNCH
 
 
 SMALL_KERNEL_SECONDS = 1.2e-6

@@ -12,7 +12,6 @@ from round_specs import round_hw, tiny
 
 from planner.engines.load import load_hardware
 from planner.physics.launch import (
-    HOST_SECONDS_PER_LAUNCH,
     SMALL_KERNEL_SECONDS,
     bookkeeping_seconds,
     expert_quantize_launches,
@@ -31,7 +30,7 @@ from planner.physics.moe import (
     remote_domains,
     tokens_per_local_expert,
 )
-from planner.specs.hardware import HostLaunch
+from planner.specs.hardware import X86_HOST_SECONDS_PER_LAUNCH, HostLaunch
 from planner.specs.layout import Layout
 from planner.specs.model import MoESpec
 from planner.training.memory import stage_params
@@ -220,8 +219,8 @@ def test_grace_host_issues_kernels_slower_than_an_x86_one():
     passes = np.asarray(1.0)
     x86 = one(layer_host_seconds(MOE, round_hw(), lay, moe_layer=True, passes=passes))
     arm = one(layer_host_seconds(MOE, grace, lay, moe_layer=True, passes=passes))
-    assert host_launch_seconds(round_hw()) == HOST_SECONDS_PER_LAUNCH
-    assert arm / x86 == pytest.approx(37e-6 / HOST_SECONDS_PER_LAUNCH)
+    assert host_launch_seconds(round_hw()) == X86_HOST_SECONDS_PER_LAUNCH
+    assert arm / x86 == pytest.approx(37e-6 / X86_HOST_SECONDS_PER_LAUNCH)
 
 
 def test_fp8_experts_quantize_each_expert_input_with_its_own_kernel():
@@ -248,7 +247,7 @@ def test_layer_launches_split_at_the_dispatcher_sync_by_hand():
     assert (one(g_before), one(g_after)) == (12.0, 21.0)
     # layer_host_seconds is the same count over forward, backward (x 2) and a recomputed forward
     total = one(layer_host_seconds(MOE, HW, arrays(dp=8, ep=8), moe_layer=True, passes=np.asarray(2.0)))
-    assert total == pytest.approx((2 + 2) * 113 * HOST_SECONDS_PER_LAUNCH)
+    assert total == pytest.approx((2 + 2) * 113 * X86_HOST_SECONDS_PER_LAUNCH)
 
 
 def test_qk_norms_add_two_launches_to_the_attention_block():
@@ -284,7 +283,7 @@ def test_a_host_sync_in_every_moe_layer_keeps_the_host_from_running_ahead():
     # On the round host the synced stage never waits less than the unsynced one of the same work, and it
     # waits at least the post-sync segment's excess once per layer forward (h_b - d_b with d_b < h_b).
     layer = layer_time(MOE, HW, dropless, moe_layer=True)
-    h_b = 21 * HOST_SECONDS_PER_LAUNCH
+    h_b = 21 * X86_HOST_SECONDS_PER_LAUNCH
     d_b = one(layer.after_sync_forward + layer.after_sync_comm)
     assert d_b < h_b
     assert _host_wait(dropless) >= layers * (h_b - d_b) - 1e-12
