@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from typing import Any
 
@@ -25,9 +26,23 @@ from planner.errors import PlannerError
 INTERNAL_ERROR_EXIT_CODE = 3
 
 
+# A quoted value longer than ECHO_HEAD + ECHO_TAIL + 20 characters is cut in error messages to its start and its end
+# (a path keeps its file name), with its length: a 10,000-character bad option value or YAML scalar names itself
+# well enough by those.
+ECHO_HEAD = 40
+ECHO_TAIL = 20
+_LONG_QUOTED = re.compile("'([^'\\n]{" + str(ECHO_HEAD + ECHO_TAIL + 20) + ",})'")
+
+
+def _cut(match: re.Match[str]) -> str:
+    value = match.group(1)
+    return f"'{value[:ECHO_HEAD]}...{value[-ECHO_TAIL:]}' ({len(value):,} characters)"
+
+
 def _one_line(message: str) -> str:
-    """An error message on one line (stderr carries exactly one line on error; docs/errors.md)."""
-    return "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    """An error message on one line (stderr carries exactly one line on error; docs/errors.md), each long quoted
+    value cut to its start and its length."""
+    return _LONG_QUOTED.sub(_cut, "; ".join(part.strip() for part in message.splitlines() if part.strip()))
 
 
 def _usage_hint(err: click.UsageError) -> str:

@@ -144,3 +144,24 @@ USAGE_ERRORS = [
 @pytest.mark.parametrize(("args", "needle"), USAGE_ERRORS, ids=[" ".join(map(str, a[:2])) for a, _ in USAGE_ERRORS])
 def test_usage_error_is_one_line_naming_the_flag(args: list[object], needle: str) -> None:
     assert_rejected(args, needle)
+
+
+@pytest.mark.parametrize("length", [81, 10_000])
+def test_a_long_bad_value_is_echoed_by_its_start_end_and_length(tmp_path, length: int) -> None:
+    """A long bad value is named by its first 40 and last 20 characters and its length, in an option (click's
+    message) and in a job file (planner's own), so the one error line stays short."""
+    value = "a" * (length - 4) + ".bad"
+    line = assert_rejected(["estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--global-batch", "8",
+                            "--recompute", value], "--recompute", f"({length:,} characters)", "...aaaaaaaaaaaaaaaa.bad'")
+    assert len(line) < 300
+    job = tmp_path / "job.yaml"
+    job.write_text(f"model: llama-3.1-8b\nhardware: h100-sxm\ngpus: 8\ntraining: {{seq_len: '{value}'}}\n",
+                   encoding="utf-8")
+    line = assert_rejected(["check", job], "training.seq_len", f"({length:,} characters)", folder=tmp_path)
+    assert len(line) < 300 + len(str(job))
+
+
+def test_a_short_bad_value_is_echoed_whole() -> None:
+    value = "b" * 79
+    assert_rejected(["estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--global-batch", "8",
+                     "--recompute", value], f"'{value}'")
