@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+from rich.console import RenderableType
 from rich.text import Text
 
 from planner.report.tables import (
@@ -60,7 +60,7 @@ def _moe_parts(est: TrainingEstimate) -> list[str]:
     return parts
 
 
-def _stages_table(est: TrainingEstimate) -> Table:
+def _stages_table(est: TrainingEstimate) -> RenderableType:
     distinct = {tuple(round(getattr(s, key)) for _, key in MEMORY_PARTS) for s in est.stages}
     shown = est.stages if len(distinct) > 1 else est.stages[:1]
     headers = ["stage", "layers", *(name for name, _ in MEMORY_PARTS), "total vs capacity"]
@@ -79,7 +79,7 @@ def _stages_table(est: TrainingEstimate) -> Table:
     return simple_table("Memory per GPU", headers, rows, right=headers[1:-1], caption=caption)
 
 
-def _time_table(est: TrainingEstimate) -> Table:
+def _time_table(est: TrainingEstimate) -> RenderableType:
     step = est.scalar("step_seconds")
     parts = [
         ("compute (incl. recompute)", est.scalar("compute_seconds")),
