@@ -157,6 +157,10 @@ class ScheduleSection(_Sourced):
     tensor_parallel: bool
     sequence_parallel: bool
     context_parallel: bool
+    linear_attention_cp: bool = Field(
+        description="Context parallelism with Gated DeltaNet layers: their heads split over the CP ranks by an "
+        "all-to-all of the mixer's input and output (Layout.cp > 1 with a model's linear_attention)."
+    )
     expert_parallel: bool
     pipeline: bool
     interleaved: bool = Field(description="Interleaved (virtual-stage) 1F1B.")
@@ -473,7 +477,8 @@ _MEGATRON = EngineProfile(
         },
     ),
     schedules=ScheduleSection(
-        tensor_parallel=True, sequence_parallel=True, context_parallel=True, expert_parallel=True, pipeline=True,
+        tensor_parallel=True, sequence_parallel=True, context_parallel=True, linear_attention_cp=True,
+        expert_parallel=True, pipeline=True,
         interleaved=True, tp_comm_overlap=True, gpipe=True, zero_stages=(0, 1, 2, 3), max_zero_with_pp=3,
         recompute=("none", "selective", "full", "modules"), block_recompute=True,
         pipeline_grad_reduce_overlap=True, pipeline_grad_all_reduce=False,
@@ -485,6 +490,10 @@ _MEGATRON = EngineProfile(
             "tensor_parallel": "Shoeybi et al. 2019; --tensor-model-parallel-size",
             "sequence_parallel": "Korthikanti et al. 2022; --sequence-parallel",
             "context_parallel": "Megatron-Core --context-parallel-size",
+            "linear_attention_cp": "NVIDIA/Megatron-LM 20ba03fe ('Gated delta net context parallel (CP)', #2642, "
+            "2026-04): GatedDeltaNet all-to-alls its in_proj output from sequence to head sharding over the CP group "
+            "and its gated norm's output back before out_proj (megatron/core/ssm/gated_delta_net/common.py "
+            "a2a_cp_to_hp, a2a_hp_to_cp @ d98e8a64)",
             "expert_parallel": "Megatron-Core --expert-model-parallel-size",
             "pipeline": "Narayanan et al. 2021; --pipeline-model-parallel-size",
             "interleaved": "Narayanan et al. 2021 Sec. 2.2.2; --num-layers-per-virtual-pipeline-stage",
@@ -648,8 +657,11 @@ _NEMO = _derive(
                     "the last accumulate locally and the gradients are reduce-scattered once per step"},
     },
     schedules={
+        "linear_attention_cp": False,
         "zero_stages": (0, 1, 2, 3),
-        "sources": {"zero_stages": "Megatron-Core distributed optimizer (1), Apex DistributedFusedAdam (2), "
+        "sources": {"linear_attention_cp": "NeMo 24.07's Megatron-Core predates Gated DeltaNet and its context "
+                    "parallelism (NVIDIA/Megatron-LM 20ba03fe, 2026-04)",
+                    "zero_stages": "Megatron-Core distributed optimizer (1), Apex DistributedFusedAdam (2), "
                     "NeMo 2 FSDP strategy (3)"},
     },
 )
@@ -762,9 +774,11 @@ _TORCHTITAN = _derive(
         },
     },
     schedules={
+        "linear_attention_cp": False,
         "gpipe": True, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1, "block_recompute": True,
         "recompute": ("none", "op", "full"), "tp_comm_overlap": True,
         "sources": {
+            "linear_attention_cp": "torchtitan has no Gated DeltaNet model (torchtitan/models @ 9dec370)",
             "tp_comm_overlap": "torchtitan [parallelism] enable_async_tensor_parallel: torch's async TP "
             "(torch._inductor micro-pipeline TP) overlaps the SP collectives with the matmuls; needs torch.compile "
             "(the reference row tt24_t4_70b_2d_asynctp runs it)",
@@ -883,10 +897,12 @@ _FSDP = _derive(
         },
     },
     schedules={
+        "linear_attention_cp": False,
         "tensor_parallel": False, "sequence_parallel": False, "context_parallel": False, "expert_parallel": False,
         "pipeline": False, "interleaved": False, "gpipe": False, "max_zero_with_pp": 0,
         "recompute": ("none", "full"), "tp_comm_overlap": False,
         "sources": {
+            "linear_attention_cp": "no context parallelism (schedules.context_parallel)",
             "tp_comm_overlap": "no tensor parallelism in the Trainer FSDP path",
             "tensor_parallel": "accelerate FSDP plugin shards only (no DTensor TP in the Trainer path)",
             "sequence_parallel": "not available without TP",
@@ -972,8 +988,12 @@ _AUTOMODEL = _derive(
         },
     },
     schedules={
+        "linear_attention_cp": False,
         "recompute": ("none", "full"), "tp_comm_overlap": False,
         "sources": {
+            "linear_attention_cp": "NVIDIA-NeMo/Automodel nemo_automodel/components/models/qwen3_5_moe/"
+            "cp_linear_attn.py @ 36044ad3 all-gathers the whole sequence and runs the Gated DeltaNet on every CP "
+            "rank, another mechanism than Megatron-Core's head split; not modelled",
             "recompute": _AUTOMODEL_SRC + " distributed.activation_checkpointing: true wraps every transformer "
             "block in torch's checkpoint_wrapper (nemo_automodel/components/distributed/parallelizer.py, "
             "components/moe/parallelizer.py): full recompute per block, or none",
@@ -1109,10 +1129,13 @@ _DEEPSPEED = _derive(
         },
     },
     schedules={
+        "linear_attention_cp": False,
         "tensor_parallel": True, "sequence_parallel": True, "context_parallel": True, "expert_parallel": True,
         "pipeline": True, "interleaved": False, "gpipe": False, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1,
         "recompute": ("none", "selective", "full"), "block_recompute": False, "tp_comm_overlap": False,
         "sources": {
+            "linear_attention_cp": "DeepSpeed's sequence parallelism (Ulysses) is written for attention; planner has "
+            "no Gated DeltaNet path of it",
             "tp_comm_overlap": "Megatron-DeepSpeed's tensor parallelism predates Transformer Engine's userbuffers; "
             "DeepSpeed AutoTP issues plain all-reduces",
             "tensor_parallel": "Megatron-DeepSpeed mpu / AutoTP (the DeepSpeed JSON carries no TP; the launcher does)",

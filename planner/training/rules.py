@@ -284,11 +284,23 @@ RULES: tuple[Rule, ...] = (
         "heads, over TP: megatron/core/ssm/gated_delta_net/gdn.py); use a tp that divides them",
     ),
     Rule(
-        "linear_attention_cp",
-        lambda m, a, g: (m.linear_attention is not None) & (a.cp > 1),
-        lambda m, l, g: f"cp({l.cp}) with Gated DeltaNet layers is not modelled (Megatron-Core switches them to head "
-        "parallelism by an all-to-all, since NVIDIA/Megatron-LM 20ba03fe; planner models the attention layers' "
-        "ring only); use cp 1",
+        "linear_attention_cp_heads",
+        lambda m, a, g: (m.linear_attention is not None) & (a.cp > 1) & (
+            ((m.linear_attention.num_key_heads if m.linear_attention else 1) % (a.tp * a.cp) != 0)
+            | ((m.linear_attention.num_value_heads if m.linear_attention else 1) % (a.tp * a.cp) != 0)),
+        lambda m, l, g: f"tp({l.tp}) x cp({l.cp}) does not divide the Gated DeltaNet layers' key heads "
+        f"({m.linear_attention.num_key_heads if m.linear_attention else 0}) and value heads "
+        f"({m.linear_attention.num_value_heads if m.linear_attention else 0}): under context parallelism "
+        "Megatron-Core splits each TP rank's heads over the CP ranks (megatron/core/ssm/gated_delta_net/common.py, "
+        "'split_sections ... must be divisible by cp_size'); use a tp x cp that divides both",
+    ),
+    Rule(
+        "engine_no_linear_attention_cp",
+        None,
+        lambda m, l, g: f"engine {l.engine} cannot run cp({l.cp}) with Gated DeltaNet layers "
+        f"({engine_profile(l.engine).schedules.sources['linear_attention_cp']}); use cp 1 or --engine megatron",
+        model_engine_broken=lambda m, a, e: (m.linear_attention is not None) & (a.cp > 1)
+        & (not e.schedules.linear_attention_cp),
     ),
     Rule(
         "recompute_layers_too_many",

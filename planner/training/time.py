@@ -27,6 +27,7 @@ from planner.physics import linear_attention, sparse_attention
 from planner.physics.comm import (
     all_gather_seconds,
     all_reduce_seconds,
+    all_to_all_seconds,
     group_link,
     hierarchical_latency_seconds,
     p2p_seconds,
@@ -405,6 +406,26 @@ def cp_comm_seconds(
     return np.asarray(forward_passes * cp_fwd + steps * np.maximum(per_step_bwd - core_bwd / lay.cp, 0.0))
 
 
+def linear_cp_comm_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays) -> np.ndarray:
+    """Context-parallel traffic of one Gated DeltaNet layer, one micro-batch, one rank. Megatron-Core
+    (NVIDIA/Megatron-LM 20ba03fe; megatron/core/ssm/gated_delta_net/gdn.py and common.py @ d98e8a64) all-to-alls the
+    in_proj output (q, k, v, z, b, a) over the CP group from sequence to head sharding, runs the convolution and
+    the chunked rule on the whole sequence for its heads / cp, and all-to-alls the gated norm's output back to
+    sequence sharding before out_proj; the backward moves the two gradients the same way, and a fully recomputed
+    forward its two again. The mixer waits for each (nothing runs beside them). The kernels' work per rank is
+    unchanged (the whole sequence for 1/cp of the heads: physics.linear_attention.core_seconds is linear in both)."""
+    la = model.linear_attention
+    assert la is not None
+    tokens = tokens_per_microbatch(lay)
+    t = lay.tp.astype(float)
+    into_heads = tokens * in_proj_width(la) / t * ACTIVATION_BYTES
+    back = tokens * mixer_widths(la).value / t * ACTIVATION_BYTES
+    link = group_link(hw, lay.cp, lay.tp)
+    one_pass = all_to_all_seconds(into_heads, lay.cp, link) + all_to_all_seconds(back, lay.cp, link)
+    passes = 2.0 + (lay.recompute == RecomputeCode.FULL)  # forward, backward, and a recomputed forward
+    return np.asarray(np.where(lay.cp > 1, passes * one_pass, 0.0))
+
+
 @dataclass(frozen=True)
 class LayerTime:
     """Seconds per micro-batch of one layer on one rank, by part."""
@@ -600,9 +621,10 @@ def layer_time(
         tp_comm = tp_comm + np.where(lay.sequence_parallel & (lay.tp > 1),
                                      forward_passes * all_gather_seconds(index_inputs, lay.tp, tp_link), 0.0)
 
-    cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, kernels=kernels)
-    if linear:  # context parallelism is refused with GDN layers (training.rules); nothing to exchange
-        cp_comm = np.zeros_like(cp_comm)
+    if linear:  # a Gated DeltaNet layer exchanges its mixer's input and output, not K/V
+        cp_comm = linear_cp_comm_seconds(model, hw, lay)
+    else:
+        cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, kernels=kernels)
 
     if moe_layer and model.moe is not None:
         ep_comm, after_sync_comm = expert_comm_seconds(model, hw, lay, forward=forward, backward=backward,

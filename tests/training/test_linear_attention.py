@@ -129,12 +129,42 @@ def test_the_heaviest_stage_is_found_among_the_candidates(interval, layers, moe,
     assert result.scalar("peak_bytes") == pytest.approx(max(s.total_bytes for s in result.stages), rel=1e-12)
 
 
-def test_rules_refuse_context_parallelism_and_a_tp_that_splits_no_key_head():
-    m = hybrid(num_layers=4)
-    with pytest.raises(PlannerError, match="Gated DeltaNet"):
-        check_layout(m, Layout(tp=1, cp=2, dp=1, global_batch=1, micro_batch=1, seq_len=64), 2)
+def test_rules_refuse_a_tp_x_cp_that_splits_no_head_and_engines_without_gdn_cp():
+    m = hybrid(num_layers=4)  # 2 key heads, 4 value heads
+    check_layout(m, Layout(tp=1, cp=2, dp=1, global_batch=1, micro_batch=1, seq_len=64), 2)  # Megatron-Core's head split
+    with pytest.raises(PlannerError, match=r"tp\(2\) x cp\(2\) does not divide the Gated DeltaNet layers' key heads"):
+        check_layout(m, Layout(tp=2, cp=2, dp=1, sequence_parallel=True, global_batch=1, micro_batch=1, seq_len=64), 4)
+    with pytest.raises(PlannerError, match="engine torchtitan cannot run cp.2. with Gated DeltaNet layers"):
+        check_layout(m, Layout(tp=1, cp=2, dp=1, global_batch=1, micro_batch=1, seq_len=64, engine="torchtitan"), 2)
     with pytest.raises(PlannerError, match="linear key heads"):
         check_layout(m, Layout(tp=4, dp=1, sequence_parallel=True, global_batch=1, micro_batch=1, seq_len=64), 4)
+
+
+def test_context_parallel_gdn_layers_pay_two_all_to_alls_each_way_and_keep_their_kernels():
+    """cp 2 inside one node (round hardware: 8 GPUs per node): the in_proj output (q 32 + k 32 + v 64 + z 64 + b 4 +
+    a 4 = 200 channels) and the norm's output (64) of the rank's 32 tokens go through an all-to-all each, forward and
+    backward: 4 transfers, each (k - 1)/n of the rank's bytes over the intra-node link plus one latency."""
+    from planner.physics.comm import group_link
+    from planner.training.time import layer_time, linear_cp_comm_seconds
+
+    hw = round_hw()
+    m = hybrid(num_layers=4)
+    one, two = lay(tp=1, cp=1, seq_len=64), lay(tp=1, cp=2, seq_len=64)
+    link = group_link(hw, two.cp, two.tp)
+    tokens = 32
+    intra = float(np.asarray(link.intra_bandwidth_bytes_per_s).ravel()[0])
+    alpha = float(np.asarray(link.intra_latency_s).ravel()[0])
+    per_pass = sum(1 / 2 * tokens * width * 2 / intra + alpha for width in (200, 64))
+    got = float(np.asarray(linear_cp_comm_seconds(m, hw, two)).ravel()[0])
+    assert got == pytest.approx(2 * per_pass, rel=1e-12)
+    assert float(np.asarray(linear_cp_comm_seconds(m, hw, one)).ravel()[0]) == 0.0
+    full = lay(tp=1, cp=2, seq_len=64, recompute="full")
+    assert float(np.asarray(linear_cp_comm_seconds(m, hw, full)).ravel()[0]) == pytest.approx(3 * per_pass, rel=1e-12)
+    # the chunked kernels do the same work per rank: the whole sequence for half the heads, or half for all
+    t1 = layer_time(m, hw, one, moe_layer=False, linear=True)
+    t2 = layer_time(m, hw, two, moe_layer=False, linear=True)
+    assert float(np.asarray(t2.cp_comm).ravel()[0]) == pytest.approx(got, rel=1e-12)
+    assert float(np.asarray(t2.forward).ravel()[0]) < float(np.asarray(t1.forward).ravel()[0])  # half the tokens
 
 
 def test_gdn_layers_change_the_step_by_their_mixers():
