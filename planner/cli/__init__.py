@@ -41,7 +41,7 @@ def _cut(match: re.Match[str]) -> str:
 
 def _one_line(message: str) -> str:
     """An error message on one line (stderr carries exactly one line on error; docs/errors.md), each long quoted
-    value cut to its start and its length."""
+    value cut to its start, its end and its length."""
     return _LONG_QUOTED.sub(_cut, "; ".join(part.strip() for part in message.splitlines() if part.strip()))
 
 

@@ -114,6 +114,7 @@ class LongTable:
         self.title, self.caption = title, caption
         self.headers = list(headers)
         self.right = list(right)
+        self.right_aligned = [header in right for header in headers]
         self.rows = rows
         self.widths = [max([cell_len(header)] + [cell_len(row[i].plain) for row in rows])
                        for i, header in enumerate(self.headers)]
@@ -134,9 +135,9 @@ class LongTable:
         def line(cells: Sequence[Text], edge: str, style: str = "") -> RenderResult:
             # a cell's own style and spans on its text, `style` (the header's) over the whole padded cell, as rich does
             yield Segment(edge)
-            for cell, width, header in zip(cells, self.widths, self.headers):
+            for cell, width, right_aligned in zip(cells, self.widths, self.right_aligned):
                 pad = " " * (width - cell_len(cell.plain))
-                before, after = (pad, "") if header in self.right else ("", pad)
+                before, after = (pad, "") if right_aligned else ("", pad)
                 if cell.spans or cell.style or style:
                     padded = Text(" " + before)
                     padded.append_text(cell)
@@ -151,7 +152,7 @@ class LongTable:
 
         if self.title:
             yield from annotation(self.title, "table.title")
-        box = HEAVY_HEAD
+        box = HEAVY_HEAD.substitute(options, safe=console.safe_box)  # an ASCII box where rich's Table draws one
         yield rule(box.top_left, box.top, box.top_divider, box.top_right)
         yield Segment.line()
         yield from line([Text(h) for h in self.headers], box.head_vertical, style="table.header")
