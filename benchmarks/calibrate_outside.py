@@ -20,30 +20,19 @@ from typing import Any
 import yaml
 from calibrate_bias_bound import bound_table
 from calibrate_sources import arguments, table
-from outside_megatron_bridge import (
-    DATA,
-    KNOWN_REGRESSION,
-    LOW_CONFIDENCE,
-    MODELS,
-    SYSTEMS,
-    layout_fields,
-    measured_seconds,
-)
+from outside_megatron_bridge import DATA, MODELS, SYSTEMS, layout_fields, measured_seconds, uncertain
 from outside_moe_model_zoo import DATA as ZOO_DATA
-from outside_moe_model_zoo import ROOT
+from outside_moe_model_zoo import resolve_row
 
 from planner.calibrate.runs import Run
-from planner.engines.job import resolve_job
 from planner.engines.load import load_hardware, load_model
 from planner.errors import PlannerError
-from planner.specs.job import Job
 from planner.training.rules import resolve_layout
 
 
 def bridge_run(row: dict[str, Any]) -> Run | None:
     """One Megatron-Bridge 26.x row as a run (None for the rows the held-out script leaves out of its summaries)."""
-    notes = str(row.get("notes", ""))
-    if LOW_CONFIDENCE in notes or KNOWN_REGRESSION in notes:
+    if uncertain(row):
         return None
     model = load_model(MODELS[row["model_name"]])
     hw = load_hardware(SYSTEMS[row["system"]])
@@ -59,9 +48,7 @@ def bridge_run(row: dict[str, Any]) -> Run | None:
 
 def zoo_run(row: dict[str, Any]) -> Run:
     """One Megatron MoE Model Zoo row as a run, its job read from the zoo's model file as the held-out script does."""
-    job = Job.model_validate({"hardware": row["hardware"], "gpus": row["gpus"], "engine": {
-        "format": "megatron", "path": str(ROOT / row["model_file"]), "args": f"{row['variables']} {row['flags']}"}})
-    resolved = resolve_job(job, base=ROOT, source=row["id"])
+    resolved = resolve_row(row)
     return Run(name=str(row["id"]), model_id=resolved.model_id, model=resolved.model, hardware_id=resolved.hardware_id,
                hardware=resolved.hardware, layout=resolved.layout, measured_seconds=float(row["table"]["step_seconds"]),
                source="Megatron MoE Model Zoo", group=f"Megatron MoE Model Zoo ({resolved.hardware_id})")

@@ -63,6 +63,12 @@ def layout_fields(row: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return int(t["gpus"]), fields
 
 
+def uncertain(row: dict[str, Any]) -> bool:
+    """A row left out of the summaries: low confidence, or a regression the table footnotes."""
+    notes = str(row.get("notes", ""))
+    return LOW_CONFIDENCE in notes or KNOWN_REGRESSION in notes
+
+
 def measured_seconds(row: dict[str, Any]) -> float:
     t = row["table"]
     return float(t["gbs"] * t["seq"] / (t["tokens_per_s_per_gpu"] * t["gpus"]))
@@ -99,17 +105,17 @@ def main() -> None:
         predicted, measured = result.scalar("step_seconds"), measured_seconds(row)
         error = (predicted - measured) / measured
         notes = str(row.get("notes", ""))
-        uncertain = LOW_CONFIDENCE in notes or KNOWN_REGRESSION in notes
+        left_out = uncertain(row)
         t = row["table"]
         degrees = f"{t['tp']}/{t['pp']}/{t['cp']}/{t.get('vp') or 1}/{t.get('ep') or 1}"
-        mark = " (low confidence)" if LOW_CONFIDENCE in notes else " (known regression)" if uncertain else ""
+        mark = " (low confidence)" if LOW_CONFIDENCE in notes else " (known regression)" if left_out else ""
         if args.markdown:
             print(f"| {row['release']} | {row['system']} | {row['model_name']} | {row['precision']} | {gpus} | "
                   f"{degrees} | {predicted:.2f} | {measured:.2f} | {error * 100:+.1f}%{mark} |")
         else:
             print(f"{row['id']:40s} {degrees:14s} predicted {predicted:8.2f} s  measured {measured:8.2f} s  "
                   f"{error * 100:+6.1f}%{'' if result.fits else '  does not fit'}{mark}")
-        if uncertain:
+        if left_out:
             low.append(f"{row['id']} ({error * 100:+.1f}%)")
             continue
         kind = "MoE" if model.moe is not None else "dense"

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from outside_megatron_bridge import summary
 
-from planner.engines.job import resolve_job
+from planner.engines.job import ResolvedJob, resolve_job
 from planner.errors import PlannerError
 from planner.specs.job import Job
 from planner.training.estimate import estimate
@@ -28,11 +28,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data" / "megatron_moe_model_zoo.yaml"
 
 
-def predict(row: dict[str, Any]) -> tuple[float, str, bool]:
-    """The row's predicted step seconds, its layout in short, and whether it fits."""
+def resolve_row(row: dict[str, Any]) -> ResolvedJob:
+    """The row's job as `planner check --megatron-args FILE --engine-args "VARIABLES FLAGS"` builds it."""
     job = Job.model_validate({"hardware": row["hardware"], "gpus": row["gpus"], "engine": {
         "format": "megatron", "path": str(ROOT / row["model_file"]), "args": f"{row['variables']} {row['flags']}"}})
-    resolved = resolve_job(job, base=ROOT, source=row["id"])
+    return resolve_job(job, base=ROOT, source=row["id"])
+
+
+def predict(row: dict[str, Any]) -> tuple[float, str, bool]:
+    """The row's predicted step seconds, its layout in short, and whether it fits."""
+    resolved = resolve_row(row)
     lay = resolved.layout
     result = estimate(resolved.model, resolved.hardware, lay)
     degrees = f"{lay.tp}/{lay.pp}/{lay.interleave}/{lay.ep}" + (f" zero {lay.zero}" if lay.zero == 3 else "")
