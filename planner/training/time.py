@@ -627,9 +627,13 @@ def layer_time(
         cp_comm = cp_comm_seconds(model, hw, lay, engine, core_fwd=flash_fwd, core_bwd=flash_bwd, kernels=kernels)
 
     if moe_layer and model.moe is not None:
-        ep_comm, after_sync_comm = expert_comm_seconds(model, hw, lay, forward=forward, backward=backward,
-                                                       shared_forward=shared_gemm)
-        after_sync_forward = routed_gemm + expert_fwd + routed_side_forward_seconds(model, hw, lay, tokens)
+        routed_side = routed_side_forward_seconds(model, hw, lay, tokens)
+        after_sync_forward = routed_gemm + expert_fwd + routed_side
+        # the routed experts' backward: the data gradients with the kernels' backward, then the weight gradients
+        expert_dgrad = routed_gemm + expert_bwd + BACKWARD_TO_FORWARD_TRAFFIC * routed_side
+        ep_comm, after_sync_comm = expert_comm_seconds(
+            model, hw, lay, forward=forward, backward=backward, shared_forward=shared_gemm,
+            expert_forward=after_sync_forward, expert_dgrad=expert_dgrad, expert_wgrad=routed_gemm)
     else:
         ep_comm = after_sync_comm = after_sync_forward = np.zeros_like(tp_comm)
     return LayerTime(forward, backward, recompute, tp_comm, cp_comm, ep_comm, np.asarray(after_sync_forward),
@@ -651,7 +655,7 @@ def routed_side_forward_seconds(model: ModelSpec, hw: HardwareProfile, lay: Layo
 
 def expert_comm_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, forward: np.ndarray, backward: np.ndarray,
-    shared_forward: np.ndarray,
+    shared_forward: np.ndarray, expert_forward: np.ndarray, expert_dgrad: np.ndarray, expert_wgrad: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exposed expert-parallel traffic of one MoE layer, one micro-batch, and the part of it one forward pass
     holds: dispatch and combine in the forward,
@@ -659,9 +663,12 @@ def expert_comm_seconds(
 
     Shared-expert overlap (--moe-shared-expert-overlap) runs the shared experts' GEMMs beside each dispatch and
     combine: it hides up to the shared experts' time of that pass. The 1F1B all-to-all overlap
-    (--overlap-moe-expert-parallel-comm) runs one micro-batch's forward beside another's backward, so a layer's
-    traffic hides behind the other micro-batch's compute of that layer: what exceeds the compute stays, and
-    the compute runs slower by EP_OVERLAP_SM_SHARE while the communication kernels hold SMs. The warm-up
+    (--overlap-moe-expert-parallel-comm) runs one micro-batch's forward of a layer beside another's backward of
+    it, each transfer beside the compute the schedule puts next to it (one_f_one_b_pair_seconds): what a
+    transfer's partner does not cover stays, and the compute runs slower by EP_OVERLAP_SM_SHARE while the
+    communication kernels hold SMs. `expert_forward` is the layer's forward from the dispatch to the combine (the
+    routed experts' GEMMs and kernels), `expert_dgrad` and `expert_wgrad` their backward; the rest of `forward`
+    and `backward` is the part before the dispatch (attention, norms, router, shared experts). The warm-up
     forwards and cool-down backwards of the pipeline have no partner (UNPAIRED share). A fully recomputed
     forward has no partner either: Megatron-Core replays it alone before the stage's backward, its all-to-alls
     "exposed (not overlapped) by design" (megatron/core/models/common/model_chunk_schedule_plan.py,
@@ -677,8 +684,16 @@ def expert_comm_seconds(
     bwd_exposed = bwd - np.where(shared_on, np.minimum(bwd, 2 * shared_forward), 0.0)
     serial = (1 + full) * fwd_exposed + bwd_exposed
     paired = fwd_exposed + bwd_exposed  # what the overlap can put beside the other micro-batch's compute
-    compute = forward + backward
-    overlapped = np.maximum(paired - compute, 0.0) + EP_OVERLAP_SM_SHARE * np.minimum(paired, compute)
+    pre_forward = np.maximum(forward - expert_forward, 0.0)
+    pre_backward = np.maximum(backward - expert_dgrad - expert_wgrad, 0.0)
+    compute = pre_forward + expert_forward + expert_dgrad + expert_wgrad + pre_backward
+    # the pair's time on its two streams, less its compute: the traffic no partner covered
+    pair = one_f_one_b_pair_seconds(
+        pre_forward=pre_forward, expert_forward=expert_forward, expert_dgrad=expert_dgrad, expert_wgrad=expert_wgrad,
+        pre_backward=pre_backward, dispatch_forward=fwd_exposed / 2, combine_forward=fwd_exposed / 2,
+        dispatch_backward=bwd_exposed / 2, combine_backward=bwd_exposed / 2)
+    uncovered = np.clip(pair - compute, 0.0, paired)
+    overlapped = uncovered + EP_OVERLAP_SM_SHARE * (paired - uncovered)
     m = lay.num_micro_batches.astype(float)
     unpaired = np.minimum(1.0, np.maximum(lay.pp - 1, 1) / m)
     # DualPipe runs every forward chunk beside a backward chunk: the same overlap, whatever the flag says.
@@ -687,6 +702,30 @@ def expert_comm_seconds(
     # the forward pass's share, in the same proportion (the part after the dispatcher's host sync)
     forward_share = np.where(serial > 0, fwd_exposed / np.maximum(serial, 1e-30), 0.0)
     return np.asarray(exposed), np.asarray(exposed * forward_share)
+
+
+def one_f_one_b_pair_seconds(
+    *, pre_forward: np.ndarray, expert_forward: np.ndarray, expert_dgrad: np.ndarray, expert_wgrad: np.ndarray,
+    pre_backward: np.ndarray, dispatch_forward: np.ndarray, combine_forward: np.ndarray,
+    dispatch_backward: np.ndarray, combine_backward: np.ndarray,
+) -> np.ndarray:
+    """Seconds of one MoE layer's forward of one micro-batch run beside its backward of another, on a compute
+    stream and a communication stream in the order Megatron-Core's fine-grained 1F1B issues them
+    (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run @ d98e8a64; the
+    pairing of DeepSeek-V3's DualPipe, arXiv 2412.19437 Fig. 4):
+
+        communication: combine bwd      | dispatch fwd -> dispatch bwd            | combine fwd
+        compute:       pre-dispatch fwd | experts dgrad -> experts wgrad -> experts fwd | pre-dispatch bwd
+
+    with each step's inputs: the experts' backward needs the combine's gradient, the dispatch needs the
+    pre-dispatch forward, the experts' forward its dispatched tokens, the dispatch's gradient the experts' data
+    gradients, and the last pair the experts' forward and the dispatch's gradient. Each transfer hides only
+    behind the compute beside it: a combine gradient longer than the attention forward waits whatever the
+    experts' GEMMs could have covered."""
+    start = np.maximum(pre_forward, combine_backward)
+    experts_done = np.maximum(expert_dgrad + expert_wgrad, dispatch_forward) + expert_forward
+    dispatch_grad_done = np.maximum(expert_dgrad, dispatch_forward) + dispatch_backward
+    return np.asarray(start + np.maximum(experts_done, dispatch_grad_done) + np.maximum(combine_forward, pre_backward))
 
 
 def routed_gemm_seconds(

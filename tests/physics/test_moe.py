@@ -34,7 +34,13 @@ from planner.specs.hardware import X86_HOST_SECONDS_PER_LAUNCH, HostLaunch
 from planner.specs.layout import Layout
 from planner.specs.model import MoESpec
 from planner.training.memory import stage_params
-from planner.training.time import EP_OVERLAP_SM_SHARE, expert_comm_seconds, layer_time, stage_time
+from planner.training.time import (
+    EP_OVERLAP_SM_SHARE,
+    expert_comm_seconds,
+    layer_time,
+    one_f_one_b_pair_seconds,
+    stage_time,
+)
 
 HW = round_hw()
 MOE = tiny(moe=MoESpec(num_experts=16, experts_per_token=2, moe_ffn_hidden_size=32))
@@ -44,6 +50,12 @@ def arrays(**fields):
     fields.setdefault("global_batch", fields.get("dp", 1) * fields.get("micro_batch", 1))
     fields.setdefault("seq_len", 8192)
     return Layout(**fields).to_arrays()
+
+
+# A layer of 1 s forward and 2 s backward whose routed experts take half of each (their data and weight
+# gradients alike): every compute phase of the 1F1B pair is far longer than the tiny model's transfers.
+SPLIT = dict(forward=np.array(1.0), backward=np.array(2.0), expert_forward=np.array(0.5),
+             expert_dgrad=np.array(0.5), expert_wgrad=np.array(0.5))
 
 
 def one(x) -> float:
@@ -138,7 +150,7 @@ def test_expert_tp_adds_a_gather_over_the_etp_ranks():
 def test_no_overlap_exposes_four_transfers_per_micro_batch():
     lay = arrays(dp=16, ep=16)
     one_way = one(dispatch_seconds(MOE, HW, lay))
-    got, forward_part = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
+    got, forward_part = expert_comm_seconds(MOE, HW, lay, **SPLIT,
                                             shared_forward=np.array(0.0))
     assert one(got) == pytest.approx(4 * one_way)
     assert one(forward_part) == pytest.approx(2 * one_way)  # dispatch + combine of the forward pass
@@ -149,7 +161,7 @@ def test_batch_level_overlap_hides_behind_the_other_micro_batch():
     # paired ones cost only the SM share of their traffic.
     lay = arrays(dp=16, ep=16, moe_ep_overlap=True, global_batch=16 * 64)
     serial = 4 * one(dispatch_seconds(MOE, HW, lay))
-    got, _ = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
+    got, _ = expert_comm_seconds(MOE, HW, lay, **SPLIT,
                                  shared_forward=np.array(0.0))
     unpaired = 1 / 64
     assert one(got) == pytest.approx(unpaired * serial + (1 - unpaired) * EP_OVERLAP_SM_SHARE * serial)
@@ -160,21 +172,61 @@ def test_a_fully_recomputed_forward_keeps_its_all_to_alls_exposed_under_the_over
     # 6 transfers) have no partner, the first forward's and the backward's 4 pair as without recompute.
     lay = arrays(dp=16, ep=16, moe_ep_overlap=True, global_batch=16 * 64, recompute="full")
     one_way = one(dispatch_seconds(MOE, HW, lay))
-    got, _ = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
+    got, _ = expert_comm_seconds(MOE, HW, lay, **SPLIT,
                                  shared_forward=np.array(0.0))
     paired = 4 * one_way
     unpaired = 1 / 64
     assert one(got) == pytest.approx(2 * one_way + unpaired * paired + (1 - unpaired) * EP_OVERLAP_SM_SHARE * paired)
     plain, _ = expert_comm_seconds(MOE, HW, arrays(dp=16, ep=16, global_batch=16 * 64, recompute="full"),
-                                   forward=np.array(1.0), backward=np.array(2.0), shared_forward=np.array(0.0))
+                                   **SPLIT, shared_forward=np.array(0.0))
     assert one(plain) == pytest.approx(6 * one_way) and one(got) < one(plain)
+
+
+def test_the_1f1b_pair_runs_each_transfer_beside_its_own_compute_phase():
+    # Megatron-Core's order (model_chunk_schedule_plan.py @ d98e8a64): combine bwd | pre-dispatch fwd, then dispatch
+    # fwd -> dispatch bwd | experts dgrad -> wgrad -> fwd, then combine fwd | pre-dispatch bwd.
+    phases = dict(pre_forward=np.array(1.0), expert_forward=np.array(2.0), expert_dgrad=np.array(2.0),
+                  expert_wgrad=np.array(1.0), pre_backward=np.array(2.0))
+    silent = dict(dispatch_forward=np.array(0.0), combine_forward=np.array(0.0), dispatch_backward=np.array(0.0),
+                  combine_backward=np.array(0.0))
+    assert one(one_f_one_b_pair_seconds(**phases, **silent)) == pytest.approx(8.0)  # the compute alone
+    # A 3 s combine gradient beside a 1 s attention forward: the experts' backward waits for it, 2 s, although
+    # they and the expert forward (5 s) would have covered it. The other transfers (1 s each) fit their phases:
+    # 3 + (max(2 + 1, 1) + 2) + max(1, 2) = 10.
+    comm = dict(dispatch_forward=np.array(1.0), combine_forward=np.array(1.0), dispatch_backward=np.array(1.0),
+                combine_backward=np.array(3.0))
+    assert one(one_f_one_b_pair_seconds(**phases, **comm)) == pytest.approx(10.0)
+    # A 6 s dispatch forward outlasts the experts' backward (3 s): the expert forward, which needs its tokens,
+    # starts 3 s late; the dispatch gradient queues behind the dispatch on the one communication stream:
+    # 1 + max(max(2 + 1, 6) + 2, max(2, 6) + 1) + max(1, 2) = 11.
+    late = dict(comm, dispatch_forward=np.array(6.0), combine_backward=np.array(0.0))
+    assert one(one_f_one_b_pair_seconds(**phases, **late)) == pytest.approx(11.0)
+    # No compute: the four transfers one after another.
+    idle = {k: np.array(0.0) for k in phases}
+    assert one(one_f_one_b_pair_seconds(**idle, **comm)) == pytest.approx(6.0)
+
+
+def test_a_transfer_longer_than_its_partner_phase_stays_exposed_under_the_overlap():
+    # The whole forward is the routed experts' (no attention before the dispatch): the backward's combine has
+    # nothing beside it and stays exposed, whatever the rest of the layer could cover; the other three transfers
+    # hide behind their phases at the SM share.
+    lay = arrays(dp=16, ep=16, moe_ep_overlap=True, global_batch=16 * 64)
+    a = one(dispatch_seconds(MOE, HW, lay))
+    got, _ = expert_comm_seconds(MOE, HW, lay, forward=np.array(0.5), backward=np.array(2.0),
+                                 expert_forward=np.array(0.5), expert_dgrad=np.array(0.5),
+                                 expert_wgrad=np.array(0.5), shared_forward=np.array(0.0))
+    unpaired = 1 / 64
+    paired = a + EP_OVERLAP_SM_SHARE * 3 * a
+    assert one(got) == pytest.approx(unpaired * 4 * a + (1 - unpaired) * paired)
+    hidden, _ = expert_comm_seconds(MOE, HW, lay, **SPLIT, shared_forward=np.array(0.0))
+    assert one(hidden) < one(got)
 
 
 def test_shared_expert_overlap_hides_up_to_the_shared_experts_time():
     lay = arrays(dp=16, ep=16, moe_shared_expert_overlap=True)
     one_way = one(dispatch_seconds(MOE, HW, lay))
     shared = 0.5 * one_way  # forward shared GEMMs: half a transfer; backward twice that
-    got, _ = expert_comm_seconds(MOE, HW, lay, forward=np.array(1.0), backward=np.array(2.0),
+    got, _ = expert_comm_seconds(MOE, HW, lay, **SPLIT,
                                  shared_forward=np.array(shared))
     assert one(got) == pytest.approx(4 * one_way - shared - 2 * shared)
 
