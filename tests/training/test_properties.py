@@ -11,7 +11,7 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from planner.engines.load import load_hardware
@@ -21,6 +21,7 @@ from planner.specs.model import ModelSpec
 from planner.training.estimate import MEMORY_KEYS, TrainingArrays, estimate, evaluate
 from planner.training.memory import stage_memory, stage_params
 from planner.training.rules import violations
+from planner.training.time import one_f_one_b_pair_seconds
 
 HARDWARE = {name: load_hardware(name).spec for name in ("h100-sxm", "a100-80gb")}
 FAST = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -279,6 +280,35 @@ MOE_WITH_BIASES = (
 @example(MOE_WITH_BIASES)
 def test_stages_hold_every_parameter_once_moe(case):
     assert_stages_hold_every_parameter_once(case)
+
+
+# Expert all-to-all overlap ---------------------------------------------------------------------
+seconds = st.floats(0.0, 10.0, allow_nan=False, allow_infinity=False)
+
+
+@FAST
+@given(st.lists(seconds, min_size=9, max_size=9))
+def test_a_1f1b_pair_takes_at_least_its_longer_stream_and_at_most_both_in_series(values):
+    # Two streams with dependencies between them: never shorter than either stream alone, never longer than
+    # running everything one after another.
+    compute = dict(zip(("pre_forward", "expert_forward", "expert_dgrad", "expert_wgrad", "pre_backward"), values[:5]))
+    comm = dict(zip(("dispatch_forward", "combine_forward", "dispatch_backward", "combine_backward"), values[5:]))
+    pair = float(one_f_one_b_pair_seconds(**{k: np.array(v) for k, v in {**compute, **comm}.items()}))
+    c, t = sum(compute.values()), sum(comm.values())
+    assert max(c, t) <= pair * (1 + 1e-12) + 1e-12
+    assert pair <= (c + t) * (1 + 1e-12) + 1e-12
+
+
+@FAST
+@given(cases(moe_layers=True))
+def test_the_all_to_all_overlap_never_exposes_more_expert_traffic(case):
+    # Overlapped or not, a layer moves the same bytes; the overlap can only hide some of them.
+    model, layout, hw = case
+    plain = layout.model_copy(update={"moe_ep_overlap": False})
+    overlapped = layout.model_copy(update={"moe_ep_overlap": True})
+    assume(not any(mask.any() for mask in violations(model, overlapped.to_arrays(), overlapped.gpus).values()))
+    result = evaluate(model, HARDWARE[hw], LayoutArrays.from_layouts([plain, overlapped]))
+    assert result.ep_comm_seconds[1] <= result.ep_comm_seconds[0] * (1 + 1e-12) + 1e-15
 
 
 # Grid = scalar ---------------------------------------------------------------------------------
