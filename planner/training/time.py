@@ -669,7 +669,8 @@ def expert_comm_seconds(
     communication kernels hold SMs. `expert_forward` is the layer's forward from the dispatch to the combine (the
     routed experts' GEMMs and kernels), `expert_dgrad` and `expert_wgrad` their backward; the rest of `forward`
     and `backward` is the part before the dispatch (attention, norms, router, shared experts). The warm-up
-    forwards and cool-down backwards of the pipeline have no partner (UNPAIRED share). A fully recomputed
+    forwards and cool-down backwards of the pipeline have no partner (the unpaired share: the first stage's
+    warm-up, interleaved chunks counted as Megatron-Core's schedule runs them). A fully recomputed
     forward has no partner either: Megatron-Core replays it alone before the stage's backward, its all-to-alls
     "exposed (not overlapped) by design" (megatron/core/models/common/model_chunk_schedule_plan.py,
     recompute_model_chunk_schedule_plan, NVIDIA/Megatron-LM @ 01cf4fb5 of PR #5841; the dev branch's PR #6311
@@ -695,7 +696,13 @@ def expert_comm_seconds(
     uncovered = np.clip(pair - compute, 0.0, paired)
     overlapped = uncovered + EP_OVERLAP_SM_SHARE * (paired - uncovered)
     m = lay.num_micro_batches.astype(float)
-    unpaired = np.minimum(1.0, np.maximum(lay.pp - 1, 1) / m)
+    v = lay.interleave.astype(float)
+    # the first stage's warm-up forwards (and as many cool-down backwards) have no partner: p - 1 micro-batches
+    # under 1F1B, 2(p - 1) + (v - 1)p chunk-micro-batches of the m v under the interleaved schedule (Megatron-Core
+    # schedules.py get_pp_rank_microbatches @ d98e8a64), v x its peak in flight less the one running; with pp 1
+    # the first forward and the last backward; under GPipe every forward runs before any backward
+    warmup = v * microbatches_in_flight(lay, np.zeros(())) - 1.0
+    unpaired = np.where(lay.gpipe, 1.0, np.minimum(1.0, np.maximum(warmup, 1.0) / (m * v)))
     # DualPipe runs every forward chunk beside a backward chunk: the same overlap, whatever the flag says.
     overlap_on = lay.moe_ep_overlap | lay.dualpipe
     exposed = np.where(overlap_on, full * fwd_exposed + unpaired * paired + (1 - unpaired) * overlapped, serial)

@@ -167,6 +167,17 @@ def test_batch_level_overlap_hides_behind_the_other_micro_batch():
     assert one(got) == pytest.approx(unpaired * serial + (1 - unpaired) * EP_OVERLAP_SM_SHARE * serial)
 
 
+def test_the_interleaved_warm_up_leaves_more_chunks_without_a_partner():
+    # pp 4, 16 micro-batches. 1F1B: the first stage's 3 warm-up forwards (and 3 cool-down backwards) of 16 have
+    # no partner. Interleaved with v 2: Megatron-Core warms up 2(p - 1) + (v - 1)p = 10 chunk-micro-batches of
+    # the 32, so 10/32 of the traffic stays exposed.
+    for interleave, unpaired in ((1, 3 / 16), (2, 10 / 32)):
+        lay = arrays(dp=4, ep=4, pp=4, interleave=interleave, moe_ep_overlap=True, global_batch=4 * 16)
+        paired = 4 * one(dispatch_seconds(MOE, HW, lay))
+        got, _ = expert_comm_seconds(MOE, HW, lay, **SPLIT, shared_forward=np.array(0.0))
+        assert one(got) == pytest.approx(unpaired * paired + (1 - unpaired) * EP_OVERLAP_SM_SHARE * paired)
+
+
 def test_a_fully_recomputed_forward_keeps_its_all_to_alls_exposed_under_the_overlap():
     # Megatron-Core replays a fully recomputed forward alone before the backward: its dispatch and combine (2 of the
     # 6 transfers) have no partner, the first forward's and the backward's 4 pair as without recompute.
