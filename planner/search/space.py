@@ -22,7 +22,9 @@ cannot be a layout at all or where a default prunes it (documented in docs/searc
 - ep (MoE only): divisors of num_experts with ep * etp dividing tp * dp * cp (with etp = tp: ep divides
   dp * cp);
 - interleave: 1, and v > 1 where pp > 1 and the layers split into equal virtual chunks: num_layers % (pp * v)
-  == 0, or (num_layers + 2) % (pp * v) == 0 with the embedding and the loss counted as a layer each;
+  == 0, or (num_layers + 2) % (pp * v) == 0 with the embedding and the loss counted as a layer each; for an
+  engine that names each chunk's layers (Megatron's --pipeline-model-parallel-layout), also v in
+  UNEVEN_VIRTUAL_STAGES wherever each virtual stage gets a pipeline unit;
 - zero 0-3, recompute none/selective/full, sequence parallel on/off (on only with tp > 1);
 - micro_batch: divisors of global_batch up to MICRO_BATCH_CAP; those that do not divide
   global_batch / dp stay in the grid and are rejected as `batch_not_divisible`.
@@ -45,6 +47,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.physics.stages import pipeline_units_per_rank
 from planner.specs.engine import (
     DEFAULT_ENGINE,
     AttentionKernel,
@@ -291,13 +294,22 @@ def _structural(model: ModelSpec, problem: Problem, filters: Filters) -> dict[st
     cols = _expert_axes(model, cols, filters, expert_parallel=can.expert_parallel,
                         expert_tp=engine_profile(problem.engine).moe.expert_tensor_parallel)
 
-    v_v = _values(filters.interleave, np.union1d(divisors(model.num_layers), divisors(model.num_layers + 2))
-                  if can.interleaved else one)
+    uneven = np.asarray(UNEVEN_VIRTUAL_STAGES if can.interleaved and can.uneven_virtual_stages else (), dtype=np.int64)
+    v_v = _values(filters.interleave, np.union1d(np.union1d(divisors(model.num_layers), divisors(model.num_layers + 2)),
+                                                 uneven) if can.interleaved else one)
     cols = _cross(cols, {"interleave": v_v})
     if filters.interleave is None:
         v, p = cols["interleave"], cols["pp"]
-        cols = _keep(cols, (v == 1) | ((p > 1) & even_virtual_chunks(model.num_layers, p, v)))
+        # an uneven split needs a pipeline unit per virtual stage (physics.stages.pipeline_units_per_rank)
+        laid_out = np.isin(v, uneven) & (v <= pipeline_units_per_rank(model.num_layers, p))
+        cols = _keep(cols, (v == 1) | ((p > 1) & (even_virtual_chunks(model.num_layers, p, v) | laid_out)))
     return cols
+
+
+UNEVEN_VIRTUAL_STAGES: tuple[int, ...] = (2, 4, 8)
+"""Virtual stages per rank the search offers where the layers do not split evenly, for an engine that names each
+chunk's layers (schedules.uneven_virtual_stages): the values of Megatron-Bridge's DeepSeek-V3 recipes (61 layers at
+pp 4 x vp 4, pp 2 x vp 8, pp 8 x vp 2; benchmarks/data/megatron_bridge_26.yaml). A layout may name any other."""
 
 
 def even_virtual_chunks(num_layers: int, pp: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -32,6 +32,11 @@ EngineName = Literal["megatron", "nemo", "torchtitan", "fsdp", "deepspeed", "aut
 RecomputeMode = Literal["none", "selective", "full", "op", "modules"]
 # planner.specs.layout.MoeDispatcher (written out here: layout imports this module)
 Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+# Settings an engine refuses beside its expert all-to-all overlap (MoESection.ep_overlap_conflicts):
+# shared_expert_overlap - Layout.moe_shared_expert_overlap; moe_graphs - a partial CUDA graph over the MLP or the MoE
+# block (cuda_graph_scope mlp or moe); mtp_over_one - more than one multi-token-prediction layer; recompute - any
+# activation recomputation.
+EpOverlapConflict = Literal["shared_expert_overlap", "moe_graphs", "mtp_over_one", "recompute"]
 
 
 class _Sourced(BaseModel):
@@ -164,6 +169,10 @@ class ScheduleSection(_Sourced):
     expert_parallel: bool
     pipeline: bool
     interleaved: bool = Field(description="Interleaved (virtual-stage) 1F1B.")
+    uneven_virtual_stages: bool = Field(
+        description="Virtual stages whose layers do not split evenly (a layout naming each chunk's layers): the "
+        "search then offers v = 2, 4 and 8 wherever each virtual stage gets a pipeline unit."
+    )
     tp_comm_overlap: bool = Field(
         description="Tensor-parallel collectives overlapped with the GEMMs beside them (Layout.overlap_tp_comm); "
         "the search assumes it where the engine has it."
@@ -237,6 +246,13 @@ class MoESection(_Sourced):
     default_ep_overlap: bool = Field(description="Whether that overlap is on when its config says nothing.")
     ep_overlap_dispatchers: tuple[Dispatcher, ...] = Field(
         description="The dispatchers that overlap runs with (empty where there is no overlap)."
+    )
+    ep_overlap_pipeline: Literal["any", "interleaved", "required"] = Field(
+        description="What the overlap needs of the pipeline: nothing, virtual stages whenever pp > 1 (interleaved), "
+        "or a pipeline (required: pp > 1)."
+    )
+    ep_overlap_conflicts: tuple[EpOverlapConflict, ...] = Field(
+        description="Settings the engine refuses beside the overlap."
     )
     shared_expert_overlap: bool = Field(
         description="Shared experts computed beside the dispatch (Layout.moe_shared_expert_overlap)."
@@ -480,7 +496,7 @@ _MEGATRON = EngineProfile(
         tensor_parallel=True, sequence_parallel=True, context_parallel=True, linear_attention_cp=True,
         expert_parallel=True, pipeline=True,
         interleaved=True, tp_comm_overlap=True, gpipe=True, zero_stages=(0, 1, 2, 3), max_zero_with_pp=3,
-        recompute=("none", "selective", "full", "modules"), block_recompute=True,
+        recompute=("none", "selective", "full", "modules"), block_recompute=True, uneven_virtual_stages=True,
         pipeline_grad_reduce_overlap=True, pipeline_grad_all_reduce=False,
         sources={
             "tp_comm_overlap": "--tp-comm-overlap: Transformer Engine userbuffers split the SP all-gathers and "
@@ -497,6 +513,10 @@ _MEGATRON = EngineProfile(
             "expert_parallel": "Megatron-Core --expert-model-parallel-size",
             "pipeline": "Narayanan et al. 2021; --pipeline-model-parallel-size",
             "interleaved": "Narayanan et al. 2021 Sec. 2.2.2; --num-layers-per-virtual-pipeline-stage",
+            "uneven_virtual_stages": "--pipeline-model-parallel-layout names each virtual stage's layers "
+            "(megatron/training/arguments.py @ d98e8a64 takes the virtual pipeline size from its stage count); "
+            "Megatron-Bridge's DeepSeek-V3 recipes run its 61 layers at pp 4 x vp 4, pp 2 x vp 8 and pp 8 x vp 2 "
+            "(benchmarks/data/megatron_bridge_26.yaml)",
             "gpipe": "kept as before (planner's default space never proposes gpipe; a layout may name it)",
             "zero_stages": "distributed optimizer (ZeRO-1), custom FSDP optim_grads (2) and optim_grads_params (3)",
             "max_zero_with_pp": "as before engines were inputs: every stage accepted with pp > 1",
@@ -542,8 +562,16 @@ _MEGATRON = EngineProfile(
     moe=MoESection(
         dispatchers=("alltoall", "allgather", "deepep", "hybridep"), default_dispatcher="allgather",
         ep_overlap=True, default_ep_overlap=False, ep_overlap_dispatchers=("alltoall", "deepep", "hybridep"),
+        ep_overlap_pipeline="interleaved", ep_overlap_conflicts=("shared_expert_overlap", "moe_graphs", "mtp_over_one"),
         shared_expert_overlap=True, expert_tensor_parallel="any", capacity_factor=True, mtp=True,
         sources={
+            "ep_overlap_pipeline": "transformer_config.py (d98e8a64) asserts 'If enabling EP A2A overlap, "
+            "virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1', and "
+            "megatron/training/arguments.py turns a virtual pipeline size of 1 into None",
+            "ep_overlap_conflicts": "transformer_config.py (d98e8a64) asserts, with overlap_moe_expert_parallel_comm: "
+            "'disable moe_shared_expert_overlap', 'MTP supports at most one layer', and no CUDA graph scope on moe or "
+            "mlp under the transformer_engine graph implementation; its refusal of full recompute is not enforced "
+            "here (planner models the recompute path of PR #5841 / #6311, docs/cost-model.md 12.8)",
             "ep_overlap_dispatchers": "transformer_config.py (c1e938b0) asserts 'overlap_moe_expert_parallel_comm is "
             "supported with alltoall/flex token dispatcher'",
             "dispatchers": _MEGATRON_DISPATCHERS,
@@ -657,10 +685,13 @@ _NEMO = _derive(
                     "the last accumulate locally and the gradients are reduce-scattered once per step"},
     },
     schedules={
-        "linear_attention_cp": False,
+        "linear_attention_cp": False, "uneven_virtual_stages": False,
         "zero_stages": (0, 1, 2, 3),
         "sources": {"linear_attention_cp": "NeMo 24.07's Megatron-Core predates Gated DeltaNet and its context "
                     "parallelism (NVIDIA/Megatron-LM 20ba03fe, 2026-04)",
+                    "uneven_virtual_stages": "NeMo 24.07's launcher sets the virtual pipeline size, which Megatron-Core "
+                    "splits evenly (megatron/training/arguments.py asserts the stage's layers divide by the virtual "
+                    "stage's); its configs name no per-chunk layout",
                     "zero_stages": "Megatron-Core distributed optimizer (1), Apex DistributedFusedAdam (2), "
                     "NeMo 2 FSDP strategy (3)"},
     },
@@ -774,10 +805,12 @@ _TORCHTITAN = _derive(
         },
     },
     schedules={
-        "linear_attention_cp": False,
+        "linear_attention_cp": False, "uneven_virtual_stages": False,
         "gpipe": True, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1, "block_recompute": True,
         "recompute": ("none", "op", "full"), "tp_comm_overlap": True,
         "sources": {
+            "uneven_virtual_stages": "not offered: planner reads torchtitan's split from its degrees only (9dec370's "
+            "pipeline_parallel_split_points name no per-chunk layout the importer maps)",
             "linear_attention_cp": "torchtitan has no Gated DeltaNet model (torchtitan/models @ 9dec370)",
             "tp_comm_overlap": "torchtitan [parallelism] enable_async_tensor_parallel: torch's async TP "
             "(torch._inductor micro-pipeline TP) overlaps the SP collectives with the matmuls; needs torch.compile "
@@ -816,7 +849,12 @@ _TORCHTITAN = _derive(
         "dispatchers": ("alltoall", "deepep", "hybridep"), "default_dispatcher": "alltoall", "ep_overlap": True,
         "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "one_or_tp",
         "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": ("alltoall", "deepep"),
+        "ep_overlap_pipeline": "required", "ep_overlap_conflicts": ("recompute",),
         "sources": {
+            "ep_overlap_pipeline": "the overlap is DualPipeV's: [parallelism] pipeline_parallel_expert_parallel_overlap "
+            "with pipeline_parallel_schedule DualPipeV, pp > 1 (job_config.py, 238fa995)",
+            "ep_overlap_conflicts": "DualPipeV's expert-parallel overlap runs without activation checkpointing "
+            "(job_config.py, 238fa995)",
             "ep_overlap_dispatchers": "DualPipeV's overlap runs with the configured all-to-all backend (standard or "
             "deepep, job_config.py 238fa995)",
             "dispatchers": "pytorch/torchtitan torchtitan/config/job_config.py (238fa995, 2026-02-23) "
@@ -899,9 +937,10 @@ _FSDP = _derive(
     schedules={
         "linear_attention_cp": False,
         "tensor_parallel": False, "sequence_parallel": False, "context_parallel": False, "expert_parallel": False,
-        "pipeline": False, "interleaved": False, "gpipe": False, "max_zero_with_pp": 0,
+        "pipeline": False, "interleaved": False, "uneven_virtual_stages": False, "gpipe": False, "max_zero_with_pp": 0,
         "recompute": ("none", "full"), "tp_comm_overlap": False,
         "sources": {
+            "uneven_virtual_stages": "no pipeline",
             "linear_attention_cp": "no context parallelism (schedules.context_parallel)",
             "tp_comm_overlap": "no tensor parallelism in the Trainer FSDP path",
             "tensor_parallel": "accelerate FSDP plugin shards only (no DTensor TP in the Trainer path)",
@@ -935,7 +974,9 @@ _FSDP = _derive(
         "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,
         "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "tp_only",
         "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": (),
+        "ep_overlap_pipeline": "any", "ep_overlap_conflicts": (),
         "sources": {
+            "ep_overlap_pipeline": "no expert all-to-all overlap", "ep_overlap_conflicts": "no expert all-to-all overlap",
             "ep_overlap_dispatchers": "no overlap",
             "dispatchers": "no expert parallelism in the Trainer FSDP path: experts compute locally (alltoall is "
             "planner's name for the only, unused, choice)",
@@ -988,9 +1029,10 @@ _AUTOMODEL = _derive(
         },
     },
     schedules={
-        "linear_attention_cp": False,
+        "linear_attention_cp": False, "uneven_virtual_stages": False,
         "recompute": ("none", "full"), "tp_comm_overlap": False,
         "sources": {
+            "uneven_virtual_stages": "not offered: planner reads AutoModel's pipeline from its degrees only",
             "linear_attention_cp": "NVIDIA-NeMo/Automodel nemo_automodel/components/models/qwen3_5_moe/"
             "cp_linear_attn.py @ 36044ad3 all-gathers the whole sequence and runs the Gated DeltaNet on every CP "
             "rank, another mechanism than Megatron-Core's head split; not modelled",
@@ -1049,7 +1091,9 @@ _AUTOMODEL = _derive(
     moe={
         "dispatchers": ("allgather", "deepep", "hybridep"), "default_dispatcher": "deepep", "ep_overlap": False,
         "default_ep_overlap": False, "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": (),
+        "ep_overlap_pipeline": "any", "ep_overlap_conflicts": (),
         "sources": {
+            "ep_overlap_pipeline": "no expert all-to-all overlap", "ep_overlap_conflicts": "no expert all-to-all overlap",
             "dispatchers": _AUTOMODEL_SRC + " model.backend.dispatcher (nemo_automodel/components/models/common/"
             "utils.py BackendConfig): deepep, hybridep, or torch, 'DTensor all-gather/reduce-scatter' (planner's "
             "allgather)",
@@ -1131,9 +1175,11 @@ _DEEPSPEED = _derive(
     schedules={
         "linear_attention_cp": False,
         "tensor_parallel": True, "sequence_parallel": True, "context_parallel": True, "expert_parallel": True,
-        "pipeline": True, "interleaved": False, "gpipe": False, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1,
+        "pipeline": True, "interleaved": False, "uneven_virtual_stages": False, "gpipe": False,
+        "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1,
         "recompute": ("none", "selective", "full"), "block_recompute": False, "tp_comm_overlap": False,
         "sources": {
+            "uneven_virtual_stages": "no virtual stages (schedules.interleaved)",
             "linear_attention_cp": "DeepSpeed's sequence parallelism (Ulysses) is written for attention; planner has "
             "no Gated DeltaNet path of it",
             "tp_comm_overlap": "Megatron-DeepSpeed's tensor parallelism predates Transformer Engine's userbuffers; "
@@ -1182,7 +1228,9 @@ _DEEPSPEED = _derive(
         "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,
         "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "tp_only",
         "capacity_factor": True, "mtp": False, "ep_overlap_dispatchers": (),
+        "ep_overlap_pipeline": "any", "ep_overlap_conflicts": (),
         "sources": {
+            "ep_overlap_pipeline": "no expert all-to-all overlap", "ep_overlap_conflicts": "no expert all-to-all overlap",
             "ep_overlap_dispatchers": "no overlap",
             "dispatchers": "deepspeed/moe/sharded_moe.py _AllToAll: one NCCL all-to-all per dispatch and combine",
             "default_dispatcher": "as dispatchers",

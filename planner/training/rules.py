@@ -4,7 +4,7 @@ for a single layout. `search` counts rejections by rule code; `estimate` raises 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics.stages import PIPELINE_EDGE_UNITS, max_layers_per_stage, pipeline_units_per_rank
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
-from planner.specs.layout import DISPATCHER_CODES, RECOMPUTE_CODES, Layout, LayoutArrays
+from planner.specs.layout import CUDA_GRAPH_BITS, DISPATCHER_CODES, RECOMPUTE_CODES, Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 
 # Engines that run DeepSeek Sparse Attention's fused kernels: Megatron-Core (experimental_attention_variant 'dsa',
@@ -78,6 +78,55 @@ def _expert_tp_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
     return np.asarray(lay.etp != lay.tp)
 
 
+def _ep_overlap_pipeline_broken(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
+    """The overlap without the pipeline the engine needs for it (MoESection.ep_overlap_pipeline); a DualPipe schedule
+    brings its own pairing of forward and backward chunks."""
+    need = e.moe.ep_overlap_pipeline
+    if need == "interleaved":
+        wrong = (lay.pp > 1) & (lay.interleave == 1)
+    elif need == "required":
+        wrong = lay.pp == 1
+    else:
+        wrong = np.zeros(lay.pp.shape, dtype=bool)
+    return np.asarray(lay.moe_ep_overlap & e.moe.ep_overlap & wrong & ~lay.dualpipe)
+
+
+def _ep_overlap_conflicts(model: ModelSpec, lay: LayoutArrays, e: EngineProfile) -> dict[str, np.ndarray]:
+    """Per setting the engine refuses beside its overlap (MoESection.ep_overlap_conflicts): where it is on."""
+    mtp = np.where(lay.mtp_layers < 0, model.mtp_layers or 0, lay.mtp_layers)
+    partial_graphs = (lay.cuda_graphs & CUDA_GRAPH_BITS["full"]) == 0
+    present = {
+        "shared_expert_overlap": lay.moe_shared_expert_overlap,
+        "moe_graphs": ((lay.cuda_graphs & (CUDA_GRAPH_BITS["mlp"] | CUDA_GRAPH_BITS["moe"])) != 0) & partial_graphs,
+        "mtp_over_one": mtp > 1,
+        "recompute": lay.recompute != RECOMPUTE_CODES["none"],
+    }
+    moe = model.moe is not None  # a dense model's MoE settings change nothing
+    return {name: np.asarray(present[name] & lay.moe_ep_overlap & e.moe.ep_overlap & moe)
+            for name in e.moe.ep_overlap_conflicts}
+
+
+def _ep_overlap_pipeline_message(m: ModelSpec, lay: Layout, g: int) -> str:
+    profile = engine_profile(lay.engine)
+    return (f"engine {lay.engine} cannot run moe_ep_overlap with pp({lay.pp}) and interleave({lay.interleave}) "
+            f"({profile.moe.sources['ep_overlap_pipeline']}); change it or choose another --engine")
+
+
+def _any_of(masks: Iterable[np.ndarray]) -> np.ndarray:
+    """True where any of the (broadcastable) masks is."""
+    out = np.zeros((), dtype=bool)
+    for mask in masks:
+        out = out | mask
+    return np.asarray(out)
+
+
+def _ep_overlap_conflict_message(m: ModelSpec, lay: Layout, g: int) -> str:
+    profile = engine_profile(lay.engine)
+    on = [name for name, mask in _ep_overlap_conflicts(m, lay.to_arrays(), profile).items() if np.any(mask)]
+    return (f"engine {lay.engine} cannot run moe_ep_overlap with {', '.join(on)} "
+            f"({profile.moe.sources['ep_overlap_conflicts']}); turn one of them off or choose another --engine")
+
+
 ENGINE_RULES: tuple[Rule, ...] = (
     _engine_rule("engine_no_tp", lambda a, e: (a.tp > 1) & (not e.schedules.tensor_parallel),
                  lambda l: f"tp({l.tp})", "schedules.tensor_parallel"),
@@ -120,6 +169,10 @@ ENGINE_RULES: tuple[Rule, ...] = (
                      a.moe_dispatcher, np.asarray([DISPATCHER_CODES[n] for n in e.moe.ep_overlap_dispatchers],
                                                   dtype=np.int64)),
                  lambda l: f"moe_ep_overlap with moe_dispatcher {l.moe_dispatcher}", "moe.ep_overlap_dispatchers"),
+    Rule("engine_ep_overlap_pipeline", None, _ep_overlap_pipeline_message,
+         model_engine_broken=lambda m, a, e: (m.moe is not None) & _ep_overlap_pipeline_broken(a, e)),
+    Rule("engine_ep_overlap_conflict", None, _ep_overlap_conflict_message,
+         model_engine_broken=lambda m, a, e: _any_of(_ep_overlap_conflicts(m, a, e).values())),
     _engine_rule("engine_no_shared_expert_overlap",
                  lambda a, e: a.moe_shared_expert_overlap & (not e.moe.shared_expert_overlap),
                  lambda l: "moe_shared_expert_overlap", "moe.shared_expert_overlap"),
@@ -167,6 +220,14 @@ def _moe_experts(model: ModelSpec) -> int:
 
 
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "ep_overlap_needs_ep",
+        lambda m, a, g: (m.moe is not None) & a.moe_ep_overlap & (a.ep == 1),
+        lambda m, l, g: "moe_ep_overlap needs expert parallelism: with ep 1 every token's experts are on its own rank "
+        "and no all-to-all runs to overlap (Megatron-Core asserts expert_model_parallel_size > 1 for "
+        "overlap_moe_expert_parallel_comm, transformer_config.py @ d98e8a64; torchtitan's DualPipeV overlap needs "
+        "ep > 1); set ep > 1 or turn the overlap off",
+    ),
     Rule(
         "gpus_mismatch",
         lambda m, a, g: a.gpus != g,

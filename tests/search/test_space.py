@@ -54,7 +54,10 @@ def brute_force(model, gpus: int, global_batch: int, seq_len: int) -> set[tuple]
                     for v in range(1, model.num_layers + 3):
                         # equal chunks, or equal with the embedding and the loss counted as a layer each
                         equal = model.num_layers % (pp * v) == 0 or (pp > 2 and (model.num_layers + 2) % (pp * v) == 0)
-                        if v > 1 and (pp == 1 or not equal):
+                        # or, under the default engine (megatron names each chunk's layers), 2, 4 or 8 virtual
+                        # stages that leave each one a pipeline unit (the layers, the embedding and the loss)
+                        laid_out = v in (2, 4, 8) and v <= (model.num_layers + 2) // pp
+                        if v > 1 and (pp == 1 or not (equal or laid_out)):
                             continue
                         for zero, sp, rc, mb in itertools.product(range(4), (False, True), range(3), range(1, 17)):
                             if (sp and tp == 1) or global_batch % mb:
@@ -92,7 +95,8 @@ def test_every_row_is_a_layout_of_the_problem(gpus, batch, seq):
     v = lay.interleave
     layers = LLAMA_1B.num_layers
     equal = (layers % (lay.pp * v) == 0) | ((lay.pp > 2) & ((layers + 2) % (lay.pp * v) == 0))
-    assert ((v == 1) | ((lay.pp > 1) & equal)).all()
+    laid_out = np.isin(v, (2, 4, 8)) & (v <= (layers + 2) // lay.pp)  # the default engine names each chunk's layers
+    assert ((v == 1) | ((lay.pp > 1) & (equal | laid_out))).all()
     if seq < CP_MIN_SEQ_LEN:
         assert (lay.cp == 1).all()
     assert (lay.cp <= CP_CAP).all() and ((lay.cp == 1) | (seq % (2 * lay.cp) == 0)).all()

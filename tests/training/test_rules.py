@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from planner.errors import PlannerError
+from planner.specs.engine import engine_profile
 from planner.specs.layout import Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 from planner.training.rules import RULE_CODES, check_layout, resolve_layout, violations
@@ -101,6 +102,59 @@ def test_interleave_counts_the_embedding_and_the_loss_as_pipeline_units():
 def test_expert_parallel_needs_a_moe_model():
     text = message(Layout(dp=2, ep=2, global_batch=2, seq_len=1024), 2)
     assert text.startswith("ep(2) needs a MoE model")
+
+
+MOE = dict(moe=dict(num_experts=8, experts_per_token=2, moe_ffn_hidden_size=32))
+
+
+def broken_codes(layout: Layout, gpus: int, spec: ModelSpec) -> set[str]:
+    return {code for code, mask in violations(spec, layout.to_arrays(), gpus, engine_profile(layout.engine)).items()
+            if mask.any()}
+
+
+def test_the_all_to_all_overlap_needs_expert_parallelism_on_a_moe_model():
+    moe = model(**MOE)
+    assert "ep_overlap_needs_ep" in broken_codes(Layout(dp=2, moe_ep_overlap=True, global_batch=2, seq_len=1024), 2, moe)
+    assert "ep_overlap_needs_ep" not in broken_codes(
+        Layout(dp=2, ep=2, moe_ep_overlap=True, global_batch=2, seq_len=1024), 2, moe)
+    # a dense model's MoE settings change nothing: neither this rule nor the engine's overlap rules apply
+    assert not broken_codes(Layout(pp=2, moe_ep_overlap=True, moe_shared_expert_overlap=True, global_batch=2,
+                                   seq_len=1024), 2, model())
+
+
+def test_megatron_runs_the_overlap_with_a_pipeline_only_on_virtual_stages():
+    # transformer_config.py @ d98e8a64: virtual stages must be set whenever pp > 1 (8 layers: pp 2 x v 2 is even)
+    moe = model(**MOE)
+    base = dict(dp=2, ep=2, moe_ep_overlap=True, global_batch=8, seq_len=1024)
+    assert "engine_ep_overlap_pipeline" not in broken_codes(Layout(**base), 2, moe)
+    assert "engine_ep_overlap_pipeline" in broken_codes(Layout(pp=2, **base), 4, moe)
+    assert "engine_ep_overlap_pipeline" not in broken_codes(Layout(pp=2, interleave=2, **base), 4, moe)
+    text = message(Layout(pp=2, **base), 4, moe)
+    assert text.startswith("engine megatron cannot run moe_ep_overlap with pp(2) and interleave(1)")
+    # DualPipe pairs its chunks itself
+    assert "engine_ep_overlap_pipeline" not in broken_codes(Layout(pp=2, schedule="dualpipe", **base), 4, moe)
+    # torchtitan's overlap is DualPipeV's: it needs a pipeline
+    titan = dict(base, engine="torchtitan")
+    assert "engine_ep_overlap_pipeline" in broken_codes(Layout(**titan), 2, moe)
+
+
+def test_megatron_refuses_the_overlap_beside_the_settings_its_config_asserts_against():
+    moe = model(**MOE, mtp_layers=2)
+    base = dict(dp=2, ep=2, moe_ep_overlap=True, global_batch=8, seq_len=1024, mtp_layers=0)
+    assert "engine_ep_overlap_conflict" not in broken_codes(Layout(**base), 2, moe)
+    for extra, name in ((dict(moe_shared_expert_overlap=True), "shared_expert_overlap"),
+                        (dict(cuda_graph_scope=("attn", "mlp")), "moe_graphs"),
+                        (dict(mtp_layers=None), "mtp_over_one")):  # the model's 2 MTP layers
+        layout = Layout(**{**base, **extra})
+        assert "engine_ep_overlap_conflict" in broken_codes(layout, 2, moe), name
+        assert message(layout, 2, moe).startswith(f"engine megatron cannot run moe_ep_overlap with {name} ")
+    # a whole-iteration graph and one MTP layer are fine; so is recompute (planner models its dev-branch path)
+    for extra in (dict(cuda_graph_scope=("full",)), dict(mtp_layers=1), dict(recompute="full")):
+        assert "engine_ep_overlap_conflict" not in broken_codes(Layout(**{**base, **extra}), 2, moe), extra
+    # torchtitan's DualPipeV overlap runs without activation checkpointing
+    titan = dict(base, engine="torchtitan", pp=2)
+    assert "engine_ep_overlap_conflict" in broken_codes(Layout(**titan, recompute="full"), 4, moe)
+    assert "engine_ep_overlap_conflict" not in broken_codes(Layout(**titan), 4, moe)
 
 
 def test_recompute_layers_within_the_stage():
