@@ -1794,12 +1794,36 @@ def _split_flags(model: ModelSpec, layout: Layout) -> list[list[str]]:
     if layout.interleave == 1:
         return _uneven_flags(model, layout)
     if model.num_layers % (layout.pp * layout.interleave):
-        raise PlannerError(f"Megatron-LM's --num-layers-per-virtual-pipeline-stage needs num_layers({model.num_layers}) "
-                           f"divisible by pp({layout.pp}) * interleave({layout.interleave}), or num_layers + 2 "
-                           f"({model.num_layers + PIPELINE_EDGE_UNITS}, the embedding and the loss counted) with one "
-                           "layer fewer on the first and the last stage; planner does not write other uneven "
-                           "virtual-stage splits")
+        return [["--pipeline-model-parallel-layout", layout_text(model, layout)]]
     return [["--num-layers-per-virtual-pipeline-stage", str(model.num_layers // (layout.pp * layout.interleave))]]
+
+
+def layout_text(model: ModelSpec, layout: Layout) -> str:
+    """--pipeline-model-parallel-layout for planner's split of an interleaved pipeline whose layers do not fill the
+    virtual stages evenly. Each rank holds planner's layers (physics.stages.layers_on_stage), the first also the
+    embedding and the last the loss (with the MTP layers before it), each counted as a pipeline unit as Megatron-Core
+    counts them (physics.stages.PIPELINE_EDGE_UNITS); a rank's units go over its v chunks in order, as evenly as they
+    go, the earlier chunks taking the remainder. The stages go round the ranks (chunk c of rank r is stage
+    c * pp + r, as Megatron-Core reads the text: pipeline_layout). Raises where a stage would hold nothing."""
+    pp, v = layout.pp, layout.interleave
+    mtp = model.mtp_layers if layout.mtp_layers is None else layout.mtp_layers
+    chunks: list[list[str]] = []  # per rank, its chunks' texts
+    for rank, n in enumerate(planner_split(model.num_layers, pp)):
+        units = (["E"] if rank == 0 else []) + ["t"] * n + (["m" * (mtp or 0) + "L"] if rank == pp - 1 else [])
+        if len(units) < v:
+            raise PlannerError(f"pp({pp}) x interleave({v}) leaves rank {rank} {len(units)} pipeline units (layers, "
+                               f"the embedding, the loss) for its {v} virtual stages: Megatron-LM's "
+                               "--pipeline-model-parallel-layout cannot hold an empty stage; use a smaller interleave")
+        texts, at = [], 0
+        for c in range(v):
+            size = len(units) // v + (c < len(units) % v)
+            part = units[at:at + size]
+            at += size
+            count = part.count("t")
+            body = "t" if count == 1 else f"t*{count}" if count else ""
+            texts.append(("E" if part[0] == "E" else "") + body + (part[-1] if part[-1].endswith("L") else ""))
+        chunks.append(texts)
+    return "|".join(chunks[rank][c] for c in range(v) for rank in range(pp))
 
 
 def _uneven_flags(model: ModelSpec, layout: Layout) -> list[list[str]]:

@@ -672,6 +672,7 @@ WRITTEN_FIELDS: dict[str, tuple[str, str]] = {
         "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
         "expert-model-parallel-size", "expert-tensor-parallel-size", "sequence-parallel", "recompute-granularity",
         "recompute-method", "recompute-num-layers", "recompute-modules", "account-for-embedding-in-pipeline-split",
+        "pipeline-model-parallel-layout",
         "account-for-loss-in-pipeline-split", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
         "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "moe-shared-expert-overlap",
         "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "cuda-graph-impl", "cuda-graph-scope",

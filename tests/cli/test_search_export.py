@@ -240,7 +240,7 @@ def test_failed_export_leaves_no_plot_and_prints_no_table(run_cli, tmp_path):
     [
         (("--dtype", "fp16"), "torchtitan", "fp16"),
         (("--optimizer", "sgd"), "torchtitan", "sgd"),
-        (("--pp", "2", "--interleave", "3"), "megatron", "interleave(3)"),
+        (("--schedule", "gpipe", "--pp", "2"), "megatron", "no GPipe schedule"),
         (("--tp", "2", "--pp", "2", "--interleave", "4"), "torchtitan", "8 virtual stages"),
         # torchtitan keeps fp32 gradients: the best bf16-gradient layout at tp 2 (72 GiB of 75) no longer fits
         (("--zero", "0", "--grad-dtype", "bf16", "--tp", "2"), "torchtitan", "--grad-dtype fp32"),

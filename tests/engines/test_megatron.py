@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from planner.engines.megatron import (
 )
 from planner.errors import PlannerError
 from planner.physics.params import count_params
+from planner.specs.layout import Layout
+from planner.specs.model import ModelSpec
 from planner.training.estimate import estimate
 from planner.training.rules import resolve_layout
 
@@ -378,12 +381,33 @@ def test_virtual_stages_per_rank_with_the_edge_units_are_read():
                         gpus=256, given={}, model=model, source="t")
 
 
-def test_an_interleaved_split_megatron_cannot_place_is_refused_with_the_counts():
-    # 126 layers on pp 4 x v 3: neither 126 nor 128 fills 12 virtual stages evenly
+def test_an_interleaved_split_the_layers_do_not_fill_evenly_is_written_as_a_pipeline_layout():
+    # 126 layers on pp 4 x v 3: neither 126 nor 128 fills 12 virtual stages evenly. planner's split puts 31, 32, 32
+    # and 31 layers on the ranks (layers_on_stage: the remainder on the middle ranks); with the embedding on the
+    # first and the loss on the last each rank holds 32 pipeline units, 11, 11 and 10 per chunk; the stages go round
+    # the ranks, chunk by chunk.
     model = load_model("llama-3.1-405b").spec
     layout = resolve_layout(model, 4 * 8, tp=8, pp=4, interleave=3, zero=1, global_batch=8, seq_len=8192)
-    with pytest.raises(PlannerError, match=r"num_layers \+ 2 \(128"):
-        layout_flags(model, layout)
+    flags = layout_flags(model, layout)
+    text = "Et*10|t*11|t*11|t*11|t*11|t*11|t*11|t*11|t*10|t*10|t*10|t*9L"
+    assert ["--pipeline-model-parallel-layout", text] in flags
+    assert not any(g[0] in ("--num-layers-per-virtual-pipeline-stage", "--decoder-first-pipeline-num-layers")
+                   for g in flags)
+    line = " ".join(shlex.quote(token) for group in flags for token in group) + " --vocab-size 128256"
+    back = import_megatron(split_launch_text(line, "t"), gpus=32, given={}, model=model, source="t")
+    assert resolve_layout(model, 32, **back.fields).interleave == 3
+    assert not back.warnings  # the layout places planner's own split
+
+
+def test_a_pipeline_layout_keeps_the_mtp_layers_before_the_loss_and_refuses_an_empty_stage():
+    # 5 layers on pp 2 (2 and 3: planner's split) x v 2 with one MTP layer: units E t t | t t t mL -> 2, 1 / 2, 2
+    model = ModelSpec(name="five", num_layers=5, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
+                      vocab_size=1000, max_seq_len=1024, mtp_layers=1)
+    flags = layout_flags(model, Layout(pp=2, interleave=2, global_batch=4, seq_len=128))
+    assert ["--pipeline-model-parallel-layout", "Et|t*2|t|tmL"] in flags
+    # 3 units on the first rank cannot fill 4 virtual stages
+    with pytest.raises(PlannerError, match=r"leaves rank 0 3 pipeline units"):
+        layout_flags(model, Layout(pp=2, interleave=4, global_batch=4, seq_len=128))
 
 
 YARN_BASE = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 --bf16 "

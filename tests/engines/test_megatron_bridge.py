@@ -516,3 +516,22 @@ def test_a_yarn_field_that_gives_no_usable_factor_names_itself(fields: dict, fie
     with pytest.raises(PlannerError) as info:
         read(_yarn_config(**fields), gpus=1)
     assert info.value.field == field
+
+
+def test_an_uneven_interleaved_split_is_written_as_a_layout_string_and_read_back() -> None:
+    # DeepSeek-V3's 61 layers on pp 8 x v 4 (the search offers it; Megatron-Bridge's recipes run such splits): no
+    # even virtual split exists, so the override carries planner's split as pipeline_model_parallel_layout
+    model = load_model("deepseek-v3").spec
+    layout = resolve_layout(model, 2048, tp=2, pp=8, interleave=4, ep=64, zero=1, sequence_parallel=True,
+                            global_batch=15360, seq_len=4096, moe_ep_overlap=True, moe_dispatcher="deepep")
+    mapped, _ = engine_layout(model, layout)
+    written = override(model, mapped)
+    text = written["model"]["pipeline_model_parallel_layout"]
+    assert text.startswith("E") and text.endswith("mL") and text.count("|") == 8 * 4 - 1
+    assert "virtual_pipeline_model_parallel_size" not in written["model"]
+    body = {k: v for k, v in written.items() if k != "mixed_precision"}
+    f, imported, warnings = read(yaml.safe_dump({**body, "mixed_precision": written["mixed_precision"]}),
+                                 gpus=2048, model_id="deepseek-v3")
+    back = resolve_layout(model, 2048, **f)
+    assert (back.pp, back.interleave, back.moe_ep_overlap) == (8, 4, True)
+    assert not [w for w in imported.warnings if "pipeline" in w]  # the layout places planner's own split
