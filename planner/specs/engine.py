@@ -35,8 +35,10 @@ Dispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 # Settings an engine refuses beside its expert all-to-all overlap (MoESection.ep_overlap_conflicts):
 # shared_expert_overlap - Layout.moe_shared_expert_overlap; moe_graphs - a partial CUDA graph over the MLP or the MoE
 # block (cuda_graph_scope mlp or moe); mtp_over_one - more than one multi-token-prediction layer; recompute - any
-# activation recomputation.
-EpOverlapConflict = Literal["shared_expert_overlap", "moe_graphs", "mtp_over_one", "recompute"]
+# activation recomputation; full_recompute - full recompute (block recompute included); moe_recompute - 'moe' among
+# Megatron's recompute modules.
+EpOverlapConflict = Literal["shared_expert_overlap", "moe_graphs", "mtp_over_one", "recompute", "full_recompute",
+                            "moe_recompute"]
 
 
 class _Sourced(BaseModel):
@@ -562,16 +564,18 @@ _MEGATRON = EngineProfile(
     moe=MoESection(
         dispatchers=("alltoall", "allgather", "deepep", "hybridep"), default_dispatcher="allgather",
         ep_overlap=True, default_ep_overlap=False, ep_overlap_dispatchers=("alltoall", "deepep", "hybridep"),
-        ep_overlap_pipeline="interleaved", ep_overlap_conflicts=("shared_expert_overlap", "moe_graphs", "mtp_over_one"),
+        ep_overlap_pipeline="interleaved",
+        ep_overlap_conflicts=("shared_expert_overlap", "moe_graphs", "mtp_over_one", "full_recompute", "moe_recompute"),
         shared_expert_overlap=True, expert_tensor_parallel="any", capacity_factor=True, mtp=True,
         sources={
             "ep_overlap_pipeline": "transformer_config.py (d98e8a64) asserts 'If enabling EP A2A overlap, "
             "virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1', and "
             "megatron/training/arguments.py turns a virtual pipeline size of 1 into None",
-            "ep_overlap_conflicts": "transformer_config.py (d98e8a64) asserts, with overlap_moe_expert_parallel_comm: "
-            "'disable moe_shared_expert_overlap', 'MTP supports at most one layer', and no CUDA graph scope on moe or "
-            "mlp under the transformer_engine graph implementation; its refusal of full recompute is not enforced "
-            "here (planner models the recompute path of PR #5841 / #6311, docs/cost-model.md 12.8)",
+            "ep_overlap_conflicts": "Megatron-Core transformer_config.py (d98e8a64) asserts against each beside "
+            "overlap_moe_expert_parallel_comm: shared-expert overlap, more than one MTP layer, a transformer_engine "
+            "CUDA graph over moe or mlp, full recompute (and a recompute method or layer count), moe among the "
+            "recompute modules; the recompute path of the dev branch (PR #5841, #6311), which docs/cost-model.md "
+            "12.8 costs, is not on main",
             "ep_overlap_dispatchers": "transformer_config.py (c1e938b0) asserts 'overlap_moe_expert_parallel_comm is "
             "supported with alltoall/flex token dispatcher'",
             "dispatchers": _MEGATRON_DISPATCHERS,

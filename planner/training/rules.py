@@ -13,7 +13,14 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.physics.stages import PIPELINE_EDGE_UNITS, max_layers_per_stage, pipeline_units_per_rank
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
-from planner.specs.layout import CUDA_GRAPH_BITS, DISPATCHER_CODES, RECOMPUTE_CODES, Layout, LayoutArrays
+from planner.specs.layout import (
+    CUDA_GRAPH_BITS,
+    DISPATCHER_CODES,
+    RECOMPUTE_CODES,
+    RECOMPUTE_MODULE_BITS,
+    Layout,
+    LayoutArrays,
+)
 from planner.specs.model import ModelSpec
 
 # Engines that run DeepSeek Sparse Attention's fused kernels: Megatron-Core (experimental_attention_variant 'dsa',
@@ -100,6 +107,9 @@ def _ep_overlap_conflicts(model: ModelSpec, lay: LayoutArrays, e: EngineProfile)
         "moe_graphs": ((lay.cuda_graphs & (CUDA_GRAPH_BITS["mlp"] | CUDA_GRAPH_BITS["moe"])) != 0) & partial_graphs,
         "mtp_over_one": mtp > 1,
         "recompute": lay.recompute != RECOMPUTE_CODES["none"],
+        "full_recompute": lay.recompute == RECOMPUTE_CODES["full"],
+        "moe_recompute": (lay.recompute == RECOMPUTE_CODES["selective"])
+        & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS["moe"]) != 0),
     }
     moe = model.moe is not None  # a dense model's MoE settings change nothing
     return {name: np.asarray(present[name] & lay.moe_ep_overlap & e.moe.ep_overlap & moe)

@@ -63,9 +63,10 @@ def test_a_setting_the_engine_cannot_run_is_one_line_naming_it(args: list[str], 
 
 
 def test_megatron_export_refusing_a_conflict_is_one_line() -> None:
-    """--overlap-moe-expert-parallel-comm with full recompute: Megatron-Core asserts against it."""
+    """--overlap-moe-expert-parallel-comm with full recompute: Megatron-Core asserts against it, and so does the
+    megatron engine's rule before the exporter is reached (estimate and search refuse it alike)."""
     assert_rejected([*COMMANDS["export"], "--moe-ep-overlap", "--moe-dispatcher", "alltoall", "--recompute", "full"],
-                    "--overlap-moe-expert-parallel-comm needs", "no full recompute")
+                    "engine megatron cannot run moe_ep_overlap with full_recompute", "asserts against each")
 
 
 def test_overlap_with_a_dispatcher_it_does_not_run_with_is_an_engine_rule() -> None:

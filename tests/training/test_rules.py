@@ -144,12 +144,15 @@ def test_megatron_refuses_the_overlap_beside_the_settings_its_config_asserts_aga
     assert "engine_ep_overlap_conflict" not in broken_codes(Layout(**base), 2, moe)
     for extra, name in ((dict(moe_shared_expert_overlap=True), "shared_expert_overlap"),
                         (dict(cuda_graph_scope=("attn", "mlp")), "moe_graphs"),
-                        (dict(mtp_layers=None), "mtp_over_one")):  # the model's 2 MTP layers
+                        (dict(mtp_layers=None), "mtp_over_one"),  # the model's 2 MTP layers
+                        (dict(recompute="full"), "full_recompute"),
+                        (dict(recompute="selective", recompute_modules=("moe",)), "moe_recompute")):
         layout = Layout(**{**base, **extra})
         assert "engine_ep_overlap_conflict" in broken_codes(layout, 2, moe), name
         assert message(layout, 2, moe).startswith(f"engine megatron cannot run moe_ep_overlap with {name} ")
-    # a whole-iteration graph and one MTP layer are fine; so is recompute (planner models its dev-branch path)
-    for extra in (dict(cuda_graph_scope=("full",)), dict(mtp_layers=1), dict(recompute="full")):
+    # a whole-iteration graph, one MTP layer and selective recompute of other modules are fine
+    for extra in (dict(cuda_graph_scope=("full",)), dict(mtp_layers=1),
+                  dict(recompute="selective", recompute_modules=("moe_act", "layernorm"))):
         assert "engine_ep_overlap_conflict" not in broken_codes(Layout(**{**base, **extra}), 2, moe), extra
     # torchtitan's DualPipeV overlap runs without activation checkpointing
     titan = dict(base, engine="torchtitan", pp=2)
