@@ -100,19 +100,18 @@ def _ep_overlap_pipeline_broken(lay: LayoutArrays, e: EngineProfile) -> np.ndarr
 
 def _ep_overlap_conflicts(model: ModelSpec, lay: LayoutArrays, e: EngineProfile) -> dict[str, np.ndarray]:
     """Per setting the engine refuses beside its overlap (MoESection.ep_overlap_conflicts): where it is on."""
-    mtp = np.where(lay.mtp_layers < 0, model.mtp_layers or 0, lay.mtp_layers)
-    partial_graphs = (lay.cuda_graphs & CUDA_GRAPH_BITS["full"]) == 0
-    present = {
-        "shared_expert_overlap": lay.moe_shared_expert_overlap,
-        "moe_graphs": ((lay.cuda_graphs & (CUDA_GRAPH_BITS["mlp"] | CUDA_GRAPH_BITS["moe"])) != 0) & partial_graphs,
-        "mtp_over_one": mtp > 1,
-        "recompute": lay.recompute != RECOMPUTE_CODES["none"],
-        "full_recompute": lay.recompute == RECOMPUTE_CODES["full"],
-        "moe_recompute": (lay.recompute == RECOMPUTE_CODES["selective"])
+    present: dict[str, Callable[[], np.ndarray]] = {  # each computed only for an engine that refuses it
+        "shared_expert_overlap": lambda: lay.moe_shared_expert_overlap,
+        "moe_graphs": lambda: ((lay.cuda_graphs & (CUDA_GRAPH_BITS["mlp"] | CUDA_GRAPH_BITS["moe"])) != 0)
+        & ((lay.cuda_graphs & CUDA_GRAPH_BITS["full"]) == 0),
+        "mtp_over_one": lambda: np.where(lay.mtp_layers < 0, model.mtp_layers or 0, lay.mtp_layers) > 1,
+        "recompute": lambda: lay.recompute != RECOMPUTE_CODES["none"],
+        "full_recompute": lambda: lay.recompute == RECOMPUTE_CODES["full"],
+        "moe_recompute": lambda: (lay.recompute == RECOMPUTE_CODES["selective"])
         & ((lay.recompute_modules & RECOMPUTE_MODULE_BITS["moe"]) != 0),
     }
     moe = model.moe is not None  # a dense model's MoE settings change nothing
-    return {name: np.asarray(present[name] & lay.moe_ep_overlap & e.moe.ep_overlap & moe)
+    return {name: np.asarray(present[name]() & lay.moe_ep_overlap & e.moe.ep_overlap & moe)
             for name in e.moe.ep_overlap_conflicts}
 
 
