@@ -568,8 +568,8 @@ _MEGATRON = EngineProfile(
         ep_overlap_conflicts=("shared_expert_overlap", "moe_graphs", "mtp_over_one", "full_recompute", "moe_recompute"),
         shared_expert_overlap=True, expert_tensor_parallel="any", capacity_factor=True, mtp=True,
         sources={
-            "ep_overlap_pipeline": "transformer_config.py (d98e8a64) asserts 'If enabling EP A2A overlap, "
-            "virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1', and "
+            "ep_overlap_pipeline": "Megatron-Core transformer_config.py (d98e8a64) asserts that the EP A2A overlap "
+            "with pipeline_model_parallel_size > 1 has virtual_pipeline_model_parallel_size set, and "
             "megatron/training/arguments.py turns a virtual pipeline size of 1 into None",
             "ep_overlap_conflicts": "Megatron-Core transformer_config.py (d98e8a64) asserts against each beside "
             "overlap_moe_expert_parallel_comm: shared-expert overlap, more than one MTP layer, a transformer_engine "

@@ -158,7 +158,7 @@ def test_mtp_absent_is_zero_for_a_model_that_has_mtp():
     (["--moe-token-dispatcher-type", "flex", "--moe-expert-capacity-factor", "1",
       "--moe-pad-expert-input-to-capacity"], "DeepEP"),
     (["--delay-wgrad-compute"], "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm"),
-    (["--overlap-moe-expert-parallel-comm", "--expert-model-parallel-size", "2"], "the alltoall or flex dispatcher"),
+    (["--overlap-moe-expert-parallel-comm", "--expert-model-parallel-size", "2"], "moe_ep_overlap with moe_dispatcher allgather"),
     (["--overlap-moe-expert-parallel-comm", "--moe-token-dispatcher-type", "alltoall"], "ep > 1"),
     (["--exp-avg-dtype", "bf16"], "needs --use-precision-aware-optimizer"),
     (["--use-precision-aware-optimizer", "--exp-avg-dtype", "int8"], "--exp-avg-dtype must be"),
