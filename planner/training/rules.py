@@ -49,9 +49,11 @@ class Rule:
         return np.asarray(self.broken(model, lay, gpus))
 
 
-def _engine_rule(code: str, broken: Callable[[LayoutArrays, EngineProfile], np.ndarray], setting: Callable[[Layout], str],
-                 field: str) -> Rule:
-    """A capability of the engine: the message names the setting, the engine and the profile's source."""
+def _engine_rule(code: str, broken: Callable[[LayoutArrays, EngineProfile], np.ndarray] | None,
+                 setting: Callable[[Layout], str], field: str, *,
+                 model_broken: Callable[[ModelSpec, LayoutArrays, EngineProfile], np.ndarray] | None = None) -> Rule:
+    """A capability of the engine: the message names the setting, the engine and the profile's source. A rule that
+    reads the model too gives `model_broken` instead of `broken`."""
 
     def message(m: ModelSpec, lay: Layout, g: int) -> str:
         profile = engine_profile(lay.engine)
@@ -59,7 +61,7 @@ def _engine_rule(code: str, broken: Callable[[LayoutArrays, EngineProfile], np.n
         source = getattr(profile, section).sources[name]
         return (f"engine {lay.engine} cannot run {setting(lay)} ({source}); change it or choose another --engine")
 
-    return Rule(code, None, message, broken)
+    return Rule(code, None, message, broken, model_broken)
 
 
 def _recompute_unsupported(lay: LayoutArrays, e: EngineProfile) -> np.ndarray:
@@ -113,12 +115,6 @@ def _ep_overlap_conflicts(model: ModelSpec, lay: LayoutArrays, e: EngineProfile)
     moe = model.moe is not None  # a dense model's MoE settings change nothing
     return {name: np.asarray(present[name]() & lay.moe_ep_overlap & e.moe.ep_overlap & moe)
             for name in e.moe.ep_overlap_conflicts}
-
-
-def _ep_overlap_pipeline_message(m: ModelSpec, lay: Layout, g: int) -> str:
-    profile = engine_profile(lay.engine)
-    return (f"engine {lay.engine} cannot run moe_ep_overlap with pp({lay.pp}) and interleave({lay.interleave}) "
-            f"({profile.moe.sources['ep_overlap_pipeline']}); change it or choose another --engine")
 
 
 def _any_of(masks: Iterable[np.ndarray]) -> np.ndarray:
@@ -178,8 +174,9 @@ ENGINE_RULES: tuple[Rule, ...] = (
                      a.moe_dispatcher, np.asarray([DISPATCHER_CODES[n] for n in e.moe.ep_overlap_dispatchers],
                                                   dtype=np.int64)),
                  lambda l: f"moe_ep_overlap with moe_dispatcher {l.moe_dispatcher}", "moe.ep_overlap_dispatchers"),
-    Rule("engine_ep_overlap_pipeline", None, _ep_overlap_pipeline_message,
-         model_engine_broken=lambda m, a, e: (m.moe is not None) & _ep_overlap_pipeline_broken(a, e)),
+    _engine_rule("engine_ep_overlap_pipeline", None,
+                 lambda l: f"moe_ep_overlap with pp({l.pp}) and interleave({l.interleave})", "moe.ep_overlap_pipeline",
+                 model_broken=lambda m, a, e: (m.moe is not None) & _ep_overlap_pipeline_broken(a, e)),
     Rule("engine_ep_overlap_conflict", None, _ep_overlap_conflict_message,
          model_engine_broken=lambda m, a, e: _any_of(_ep_overlap_conflicts(m, a, e).values())),
     _engine_rule("engine_no_shared_expert_overlap",
