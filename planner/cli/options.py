@@ -208,6 +208,10 @@ def moe_layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--moe-ep-overlap/--no-moe-ep-overlap", default=None,
                      help="Expert all-to-all overlapped with another micro-batch's compute (Megatron "
                      "--overlap-moe-expert-parallel-comm)  [default: off]"),
+        click.option("--moe-delay-wgrad/--no-moe-delay-wgrad", default=None,
+                     help="The experts' weight gradients run beside the dispatch's backward all-to-all (Megatron "
+                     "--delay-wgrad-compute with the overlap, --overlap-dispatch-backward-with-experts-wgrad without "
+                     "it)  [default: on with --moe-ep-overlap, off without]"),
         click.option("--moe-shared-expert-overlap/--no-moe-shared-expert-overlap", default=None,
                      help="Shared experts computed beside the dispatch (Megatron --moe-shared-expert-overlap)  "
                      "[default: off]"),

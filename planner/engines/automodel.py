@@ -365,6 +365,10 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         if getattr(layout, flag):
             changes[flag] = False
             notes.append(f"{flag} -> false: no overlap schedule in AutoModel's recipes")
+    if layout.moe_delay_wgrad is not None:
+        changes["moe_delay_wgrad"] = None
+        if layout.moe_delay_wgrad:
+            notes.append("moe_delay_wgrad -> false: AutoModel's experts compute their weight gradients in autograd's order")
     if layout.moe_capacity_factor is not None:
         changes["moe_capacity_factor"] = None
         notes.append("moe_capacity_factor -> dropless: AutoModel routes dropless")

@@ -554,7 +554,7 @@ def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes
                            "etp unset or export for Megatron-LM")
     if layout.etp is not None:
         changes["etp"] = None
-    for name, default in (("moe_dispatcher", "alltoall"), ("moe_ep_overlap", False),
+    for name, default in (("moe_dispatcher", "alltoall"), ("moe_ep_overlap", False), ("moe_delay_wgrad", None),
                           ("moe_shared_expert_overlap", False)):
         if getattr(layout, name) != default:
             changes[name] = default

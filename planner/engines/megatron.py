@@ -46,6 +46,9 @@ from planner.specs.model import ModelSpec
 # planner's token for NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in the launch environment (read_launch_text adds it; see
 # _fused_mlp); not a Megatron-LM flag
 FUSED_MLP_ENV_FLAG = "nvte-cutedsl-fused-grouped-mlp"
+# Megatron-Core's overlap_dispatch_backward_with_experts_wgrad (model_parallel_config.py @ d98e8a64; a
+# TransformerConfig field, so Megatron-LM's argument factory makes it this flag)
+DISPATCH_WGRAD_FLAG = "overlap-dispatch-backward-with-experts-wgrad"
 
 # kind of each flag planner reads: int / float / str / list (nargs +) / bool (store_true) / path (one value)
 GDN_SIZE_FLAGS: dict[str, tuple[str, int]] = {
@@ -103,7 +106,7 @@ READ_FLAGS: dict[str, str] = {
         "fp8-param-gather", "fp4-param-gather", "use-precision-aware-optimizer", "moe-shared-expert-gate", "quick-geglu",
         "enable-gpt-oss",  # megatron/post_training/arguments.py: GPT-OSS's YaRN RoPE (model_builder.py)
         "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "moe-shared-expert-overlap",
-        "moe-pad-expert-input-to-capacity", "enable-cuda-graph", "external-cuda-graph",
+        "overlap-dispatch-backward-with-experts-wgrad", "moe-pad-expert-input-to-capacity", "enable-cuda-graph", "external-cuda-graph",
         "activation-func-fp8-input-store", "fp8-dot-product-attention", "fp8-multi-head-attention",
         "use-transformer-engine-op-fuser", FUSED_MLP_ENV_FLAG, "attention-output-gate",
         # Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed)
@@ -975,11 +978,25 @@ def _moe_flags(args: Mapping[str, Any], got: Collected) -> None:
     elif backend is not None:
         got.warn("--moe-flex-dispatcher-backend applies to --moe-token-dispatcher-type flex only; ignored")
     overlap = bool(args.get("overlap-moe-expert-parallel-comm"))
-    if args.get("delay-wgrad-compute") and not overlap:
+    delay, side_stream = bool(args.get("delay-wgrad-compute")), bool(args.get(DISPATCH_WGRAD_FLAG))
+    if delay and not overlap:
         raise PlannerError("--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm (Megatron-Core asserts "
-                           "it); add it or remove --delay-wgrad-compute", source=src)
+                           f"it); add it, or remove --delay-wgrad-compute (without the overlap --{DISPATCH_WGRAD_FLAG} "
+                           "runs the experts' weight gradients beside the dispatch's backward)", source=src)
+    if side_stream and overlap:
+        raise PlannerError(f"--{DISPATCH_WGRAD_FLAG} with --overlap-moe-expert-parallel-comm: Megatron-Core asserts the "
+                           "overlap off with it (transformer_config.py); use --delay-wgrad-compute with the overlap",
+                           source=src)
     got.set("moe_ep_overlap", overlap, "--overlap-moe-expert-parallel-comm",
             explicit="overlap-moe-expert-parallel-comm" in args)
+    # Megatron-Core runs the experts' weight gradients after the dispatch's backward only when told to
+    # (delay_wgrad_compute and overlap_dispatch_backward_with_experts_wgrad default False), where planner's layout
+    # pairs it with the overlap: an overlap without --delay-wgrad-compute is read as Megatron runs it (false), and
+    # the side stream without the overlap as true; the rest is the layout's default (null)
+    if overlap and not delay:
+        got.set("moe_delay_wgrad", False, "--overlap-moe-expert-parallel-comm without --delay-wgrad-compute")
+    elif side_stream:
+        got.set("moe_delay_wgrad", True, f"--{DISPATCH_WGRAD_FLAG}")
     got.set("moe_shared_expert_overlap", bool(args.get("moe-shared-expert-overlap")), "--moe-shared-expert-overlap",
             explicit="moe-shared-expert-overlap" in args)
     factor = args.get("moe-expert-capacity-factor")
@@ -1751,6 +1768,8 @@ def moe_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
     moe = model.moe is not None  # a dense model's MoE settings change nothing: no MoE flags on its command line
     if moe and lay.moe_ep_overlap:
         flags.append(["--overlap-moe-expert-parallel-comm"])
+    if moe and lay.resolved_moe_delay_wgrad:
+        flags.append(["--delay-wgrad-compute" if lay.moe_ep_overlap else f"--{DISPATCH_WGRAD_FLAG}"])
     if moe and lay.moe_shared_expert_overlap:
         flags.append(["--moe-shared-expert-overlap"])
     if moe and lay.moe_capacity_factor is not None:

@@ -29,7 +29,8 @@ The sections and fields read (megatron/bridge/training/config.py, mixed_precisio
   `bf16`, `fp16`, `fp8`, `fp8_recipe`, `fp8_param_gather`, `fp4`, `fp4_recipe`, `fp4_param_gather` (or `fp4_param`),
   `grad_reduce_in_fp32`; a recipe name (`bf16_mixed`, `bf16_with_fp8_current_scaling_mixed`, `bf16_with_mxfp8_mixed`,
   `bf16_with_nvfp4_mixed`, ...) is read by what it names;
-- `comm_overlap`: `tp_comm_overlap` (CommOverlapConfig sets the model's at run time);
+- `comm_overlap`: `tp_comm_overlap`, `overlap_moe_expert_parallel_comm`, `delay_wgrad_compute` (CommOverlapConfig sets
+  the model's at run time);
 - `tokenizer`: `vocab_size`, where the model gives none (padded as Megatron pads the tokenizer's vocabulary).
 A value of null is Megatron-Bridge's "unset" and is not passed on. The GPU count is not in the file (give --gpus).
 """
@@ -72,6 +73,7 @@ MODEL_VALUES = (
 MODEL_SWITCHES = (
     "sequence_parallel", "add_qkv_bias", "qk_layernorm", "multi_latent_attention", "moe_router_enable_expert_bias",
     "moe_enable_deepep", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "moe_shared_expert_overlap",
+    "overlap_dispatch_backward_with_experts_wgrad",
     "moe_pad_expert_input_to_capacity", "enable_cuda_graph", "external_cuda_graph", "cpu_offloading", "tp_comm_overlap",
     "fp8_dot_product_attention", "fp8_multi_head_attention", "activation_func_fp8_input_store",
     "use_transformer_engine_op_fuser", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
@@ -326,8 +328,11 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
         if gather is not None:
             model[f"{key}_param"] = gather
     overlap = sections.get("comm_overlap", {})
-    if overlap.get("tp_comm_overlap") is not None:
-        model["tp_comm_overlap"] = overlap["tp_comm_overlap"]
+    # CommOverlapConfig.setup applies these onto the model at run time, its value or False for each of the MoE pair
+    # (comm_overlap.py _get_model_comm_overlap_cfgs @ 067f987df): where the section sets one, it wins
+    for key in ("tp_comm_overlap", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute"):
+        if overlap.get(key) is not None:
+            model[key] = overlap[key]
     tokens: list[str] = []
 
     def put(flag: str, value: Any = None) -> None:
@@ -674,7 +679,7 @@ WRITTEN_FIELDS: dict[str, tuple[str, str]] = {
         "recompute-method", "recompute-num-layers", "recompute-modules", "account-for-embedding-in-pipeline-split",
         "pipeline-model-parallel-layout",
         "account-for-loss-in-pipeline-split", "moe-token-dispatcher-type", "moe-flex-dispatcher-backend",
-        "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "moe-shared-expert-overlap",
+        "moe-enable-deepep", "moe-shared-expert-overlap", "overlap-dispatch-backward-with-experts-wgrad",
         "moe-expert-capacity-factor", "moe-pad-expert-input-to-capacity", "cuda-graph-impl", "cuda-graph-scope",
         "mtp-num-layers", "cpu-offloading", "cpu-offloading-num-layers", "fp8-dot-product-attention",
         "activation-func-fp8-input-store")},
@@ -691,6 +696,10 @@ WRITTEN_FIELDS: dict[str, tuple[str, str]] = {
     "use-precision-aware-optimizer": ("optimizer", "use_precision_aware_optimizer"),
     "optimizer-cpu-offload": ("optimizer", "optimizer_cpu_offload"),
     "tp-comm-overlap": ("comm_overlap", "tp_comm_overlap"),
+    # the recipes set the MoE overlap pair here: CommOverlapConfig.setup overwrites the model's with these (False where
+    # a CommOverlapConfig leaves them unset), so a model-level value under a recipe's CommOverlapConfig would be lost
+    "overlap-moe-expert-parallel-comm": ("comm_overlap", "overlap_moe_expert_parallel_comm"),
+    "delay-wgrad-compute": ("comm_overlap", "delay_wgrad_compute"),
 }
 # flags the writer spells another way: the precision (a recipe name), the sequence (model and dataset), the
 # optimizer's dtypes and the attention backend (dumped objects), the virtual stages (a count per rank)

@@ -672,6 +672,10 @@ def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes
                                       layout.recompute == "none"):
         raise PlannerError("moe_ep_overlap: torchtitan overlaps expert all-to-all only with the DualPipeV schedule "
                            "(pp > 1, ep > 1, two stages per rank: interleave 2) and no activation checkpointing")
+    if layout.moe_delay_wgrad is not None and layout.moe_delay_wgrad != layout.moe_ep_overlap:
+        raise PlannerError(f"moe_delay_wgrad {str(layout.moe_delay_wgrad).lower()}: torchtitan splits the weight "
+                           "gradients off the backward only inside DualPipeV (moe_ep_overlap), always there; leave it "
+                           "unset or export for Megatron-LM")
     for name, value in (("moe_shared_expert_overlap", layout.moe_shared_expert_overlap),
                         ("moe_capacity_factor", layout.moe_capacity_factor is not None),
                         ("cuda_graph_scope", bool(layout.cuda_graph_scope))):

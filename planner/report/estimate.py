@@ -45,6 +45,8 @@ def _moe_parts(est: TrainingEstimate) -> list[str]:
     if est.model.moe is not None:
         parts += [f"etp {lay.expert_tp}", f"dispatcher {lay.moe_dispatcher}",
                   f"ep-overlap {'on' if lay.moe_ep_overlap else 'off'}"]
+        if lay.resolved_moe_delay_wgrad:
+            parts.append("delayed expert wgrad")
         if lay.moe_shared_expert_overlap:
             parts.append("shared-expert overlap")
         if lay.moe_fused_mlp:

@@ -115,7 +115,8 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
                     "compile": r.problem.compile, "optimizer_state_dtype": r.problem.optimizer_state_dtype,
                     "master_weights_dtype": r.problem.master_weights_dtype, "schedule": r.problem.schedule,
                     "moe_dispatcher": r.problem.moe_dispatcher, "moe_ep_overlap": r.problem.moe_ep_overlap,
-                    "moe_fused_mlp": r.problem.moe_fused_mlp, "headroom": r.headroom},
+                    "moe_delay_wgrad": r.problem.moe_delay_wgrad, "moe_fused_mlp": r.problem.moe_fused_mlp,
+                    "headroom": r.headroom},
         "seconds": {"search": view.seconds, "grid": r.grid_seconds, "evaluate": r.evaluate_seconds},
     }
     if r.model.moe is not None:
@@ -176,6 +177,11 @@ def moe_assumption(view: SearchView) -> str:
         overlap = "overlapped with compute by the dualpipe schedule"
     else:
         overlap = "not overlapped"
+    overlapping = p.moe_ep_overlap or p.schedule == "dualpipe"
+    delayed = overlapping if p.moe_delay_wgrad is None else p.moe_delay_wgrad
+    if delayed:
+        overlap += (", the experts' weight gradients after the dispatch's backward" if overlapping
+                    else ", the dispatch's backward beside the experts' weight gradients")
     fused = ", experts in the fused grouped MLP" if p.moe_fused_mlp else ""
     return f"{p.moe_dispatcher} token dispatcher, expert all-to-all {overlap}{fused}"
 

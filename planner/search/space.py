@@ -127,6 +127,9 @@ class Problem:
     schedule: str = "1f1b"  # Layout.schedule: 1f1b, gpipe or dualpipe, for every candidate
     moe_dispatcher: str | None = None  # None: the engine's on a MoE model, Layout's on a dense one (for_model)
     moe_ep_overlap: bool | None = None  # likewise
+    # Layout.moe_delay_wgrad for every candidate: None = with the overlap (or DualPipe) only; True without the overlap
+    # is Megatron-Core's overlap_dispatch_backward_with_experts_wgrad (engines whose moe.dispatch_wgrad_overlap is true)
+    moe_delay_wgrad: bool | None = None
     fp8_param_gather: bool = False  # Layout.fp8_param_gather on every candidate with ZeRO >= 1 (Megatron engines)
     attention_kernel: AttentionKernel | None = None  # Layout.attention_kernel for every candidate; None: the engine's
     fp8_recipe: str = "tensorwise"  # Layout.fp8_recipe for every candidate (with dtype fp8)
@@ -185,6 +188,12 @@ class Problem:
         if self.moe_fused_mlp and not profile.kernels.moe_fused_mlp:
             raise PlannerError(f"engine {self.engine} cannot run moe_fused_mlp ({profile.kernels.sources['moe_fused_mlp']}); "
                                "drop it or choose an engine whose kernels.moe_fused_mlp is true (megatron, nemo)")
+        if (self.moe_delay_wgrad and not self.moe_ep_overlap and self.schedule != "dualpipe"
+                and not profile.moe.dispatch_wgrad_overlap):
+            raise PlannerError(f"engine {self.engine} cannot run the experts' weight gradients beside the dispatch's "
+                               f"backward without the all-to-all overlap ({profile.moe.sources['dispatch_wgrad_overlap']}); "
+                               "drop --moe-delay-wgrad, add --moe-ep-overlap, or choose an engine whose "
+                               "moe.dispatch_wgrad_overlap is true (megatron, nemo)")
         if self.attention_kernel not in (None, "fused", "flash2"):
             raise PlannerError(f"attention_kernel({self.attention_kernel}) must be fused or flash2")
         if self.attention_kernel is not None and not self.flash_attention:
@@ -506,6 +515,8 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         moe_dispatcher=np.where(cols["ep"] > 1, DISPATCHER_CODES[str(problem.moe_dispatcher)],
                                 DISPATCHER_CODES[Layout.model_fields["moe_dispatcher"].default]).astype(np.int64),
         moe_ep_overlap=const(bool(problem.moe_ep_overlap), bool),
+        moe_delay_wgrad=const(bool(problem.moe_ep_overlap) or problem.schedule == "dualpipe"
+                              if problem.moe_delay_wgrad is None else problem.moe_delay_wgrad, bool),
         moe_shared_expert_overlap=const(False, bool),
         moe_capacity_factor=const(0.0, float),
         cuda_graphs=const(0, np.int64),

@@ -259,6 +259,10 @@ class MoESection(_Sourced):
     shared_expert_overlap: bool = Field(
         description="Shared experts computed beside the dispatch (Layout.moe_shared_expert_overlap)."
     )
+    dispatch_wgrad_overlap: bool = Field(
+        description="Without the all-to-all overlap, the routed experts' weight gradients run beside the dispatch's "
+        "backward all-to-all (Layout.moe_delay_wgrad without moe_ep_overlap)."
+    )
     expert_tensor_parallel: Literal["any", "one_or_tp", "tp_only"] = Field(
         description="Expert tensor-parallel degrees it runs (Layout.etp): any that divides the expert width, "
         "1 or tp only, or tp only (no separate expert TP)."
@@ -566,8 +570,15 @@ _MEGATRON = EngineProfile(
         ep_overlap=True, default_ep_overlap=False, ep_overlap_dispatchers=("alltoall", "deepep", "hybridep"),
         ep_overlap_pipeline="interleaved",
         ep_overlap_conflicts=("shared_expert_overlap", "moe_graphs", "mtp_over_one", "full_recompute", "moe_recompute"),
-        shared_expert_overlap=True, expert_tensor_parallel="any", capacity_factor=True, mtp=True,
+        shared_expert_overlap=True, dispatch_wgrad_overlap=True, expert_tensor_parallel="any", capacity_factor=True,
+        mtp=True,
         sources={
+            "dispatch_wgrad_overlap": "Megatron-Core --overlap-dispatch-backward-with-experts-wgrad "
+            "(model_parallel_config.py overlap_dispatch_backward_with_experts_wgrad, d98e8a64; Megatron-LM PR #3795): "
+            "moe_layer.py _RegisterDelayedWgradForExperts runs the TE grouped GEMMs' weight gradients on a side stream "
+            "once their data gradients are done, beside the dispatch's backward all-to-all; transformer_config.py "
+            "asserts it off with overlap_moe_expert_parallel_comm, where --delay-wgrad-compute does the same inside "
+            "the 1F1B pair",
             "ep_overlap_pipeline": "Megatron-Core transformer_config.py (d98e8a64) asserts that the EP A2A overlap "
             "with pipeline_model_parallel_size > 1 has virtual_pipeline_model_parallel_size set, and "
             "megatron/training/arguments.py turns a virtual pipeline size of 1 into None",
@@ -853,8 +864,10 @@ _TORCHTITAN = _derive(
         "dispatchers": ("alltoall", "deepep", "hybridep"), "default_dispatcher": "alltoall", "ep_overlap": True,
         "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "one_or_tp",
         "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": ("alltoall", "deepep"),
-        "ep_overlap_pipeline": "required", "ep_overlap_conflicts": ("recompute",),
+        "ep_overlap_pipeline": "required", "ep_overlap_conflicts": ("recompute",), "dispatch_wgrad_overlap": False,
         "sources": {
+            "dispatch_wgrad_overlap": "no setting that moves the experts' weight gradients off the backward's stream "
+            "outside DualPipeV (job_config.py, 238fa995): autograd runs them in order",
             "ep_overlap_pipeline": "the overlap is DualPipeV's: [parallelism] pipeline_parallel_expert_parallel_overlap "
             "with pipeline_parallel_schedule DualPipeV, pp > 1 (job_config.py, 238fa995)",
             "ep_overlap_conflicts": "DualPipeV's expert-parallel overlap runs without activation checkpointing "
@@ -977,11 +990,11 @@ _FSDP = _derive(
     moe={
         "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,
         "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "tp_only",
-        "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": (),
+        "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": (), "dispatch_wgrad_overlap": False,
         "ep_overlap_pipeline": "any", "ep_overlap_conflicts": (),
         "sources": {
             "ep_overlap_pipeline": "no expert all-to-all overlap", "ep_overlap_conflicts": "no expert all-to-all overlap",
-            "ep_overlap_dispatchers": "no overlap",
+            "ep_overlap_dispatchers": "no overlap", "dispatch_wgrad_overlap": "no expert parallelism",
             "dispatchers": "no expert parallelism in the Trainer FSDP path: experts compute locally (alltoall is "
             "planner's name for the only, unused, choice)",
             "default_dispatcher": "as dispatchers",
@@ -1095,9 +1108,11 @@ _AUTOMODEL = _derive(
     moe={
         "dispatchers": ("allgather", "deepep", "hybridep"), "default_dispatcher": "deepep", "ep_overlap": False,
         "default_ep_overlap": False, "capacity_factor": False, "mtp": False, "ep_overlap_dispatchers": (),
-        "ep_overlap_pipeline": "any", "ep_overlap_conflicts": (),
+        "ep_overlap_pipeline": "any", "ep_overlap_conflicts": (), "dispatch_wgrad_overlap": False,
         "sources": {
             "ep_overlap_pipeline": "no expert all-to-all overlap", "ep_overlap_conflicts": "no expert all-to-all overlap",
+            "dispatch_wgrad_overlap": "its GroupedExperts backward runs in autograd's order on one stream "
+            "(nemo_automodel/components/moe/layers.py @ 01883b41)",
             "dispatchers": _AUTOMODEL_SRC + " model.backend.dispatcher (nemo_automodel/components/models/common/"
             "utils.py BackendConfig): deepep, hybridep, or torch, 'DTensor all-gather/reduce-scatter' (planner's "
             "allgather)",
@@ -1231,11 +1246,13 @@ _DEEPSPEED = _derive(
     moe={
         "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,
         "default_ep_overlap": False, "shared_expert_overlap": False, "expert_tensor_parallel": "tp_only",
-        "capacity_factor": True, "mtp": False, "ep_overlap_dispatchers": (),
+        "capacity_factor": True, "mtp": False, "ep_overlap_dispatchers": (), "dispatch_wgrad_overlap": False,
         "ep_overlap_pipeline": "any", "ep_overlap_conflicts": (),
         "sources": {
             "ep_overlap_pipeline": "no expert all-to-all overlap", "ep_overlap_conflicts": "no expert all-to-all overlap",
             "ep_overlap_dispatchers": "no overlap",
+            "dispatch_wgrad_overlap": "deepspeed/moe/sharded_moe.py MOELayer: the experts' backward and the "
+            "all-to-all's run in autograd's order",
             "dispatchers": "deepspeed/moe/sharded_moe.py _AllToAll: one NCCL all-to-all per dispatch and combine",
             "default_dispatcher": "as dispatchers",
             "ep_overlap": "deepspeed/moe/sharded_moe.py MOELayer runs dispatch, experts and combine in sequence",

@@ -141,6 +141,11 @@ class ParallelSection(BaseModel):
         default=None, description="Expert all-to-all overlapped with another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm; default false)."
     )
+    moe_delay_wgrad: StrictBool | None = Field(
+        default=None, description="The experts' weight gradients run beside the dispatch's backward all-to-all (Megatron "
+        "--delay-wgrad-compute with moe_ep_overlap, --overlap-dispatch-backward-with-experts-wgrad without it; default: "
+        "on with the overlap, off without)."
+    )
     moe_fused_mlp: StrictBool | None = Field(
         default=None, description="Routed experts in Transformer Engine's fused grouped MLP (Megatron "
         "--use-transformer-engine-op-fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1; needs dtype fp8 with fp8_recipe "

@@ -259,6 +259,14 @@ class Layout(BaseModel):
         description="Expert all-to-all hidden behind another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm: 1F1B batch-level overlap; DualPipe does the same).",
     )
+    moe_delay_wgrad: StrictBool | None = Field(
+        default=None,
+        description="The routed experts' weight gradients wait until the dispatch's backward all-to-all has started, "
+        "so it runs beside them: with moe_ep_overlap Megatron's --delay-wgrad-compute (the dispatch's gradient waits "
+        "for the experts' data gradients only), without it --overlap-dispatch-backward-with-experts-wgrad (the weight "
+        "gradients on a side stream); null = on with moe_ep_overlap or the dualpipe schedule (every published overlap "
+        "recipe pairs them; DualPipe splits each backward into its input and weight gradients), off without.",
+    )
     moe_shared_expert_overlap: StrictBool = Field(
         default=False,
         description="The shared experts run beside the dispatch and combine (Megatron --moe-shared-expert-overlap).",
@@ -370,6 +378,14 @@ class Layout(BaseModel):
         return self.tp * self.pp * self.cp * self.dp
 
     @property
+    def resolved_moe_delay_wgrad(self) -> bool:
+        """Whether the experts' weight gradients wait for the dispatch's backward (moe_delay_wgrad, else on with the
+        all-to-all overlap or DualPipe, as their recipes run it)."""
+        if self.moe_delay_wgrad is not None:
+            return self.moe_delay_wgrad
+        return self.moe_ep_overlap or self.schedule == "dualpipe"
+
+    @property
     def resolved_attention_kernel(self) -> AttentionKernel:
         """The attention kernel that runs: the layout's, else its engine's."""
         return attention_kernel_run(self.engine, self.attention_kernel)
@@ -426,6 +442,7 @@ class LayoutArrays:
     etp: np.ndarray  # resolved: tp where the layout leaves it unset
     moe_dispatcher: np.ndarray  # DISPATCHER_CODES
     moe_ep_overlap: np.ndarray
+    moe_delay_wgrad: np.ndarray  # resolved (Layout.resolved_moe_delay_wgrad)
     moe_shared_expert_overlap: np.ndarray
     moe_capacity_factor: np.ndarray  # 0.0 = dropless
     cuda_graphs: np.ndarray  # CUDA_GRAPH_BITS mask
@@ -500,6 +517,7 @@ class LayoutArrays:
         cols["etp"] = np.array([lay.expert_tp for lay in layouts], dtype=np.int64)
         cols["moe_dispatcher"] = np.array([DISPATCHER_CODES[lay.moe_dispatcher] for lay in layouts], dtype=np.int64)
         cols["moe_ep_overlap"] = np.array([lay.moe_ep_overlap for lay in layouts], dtype=bool)
+        cols["moe_delay_wgrad"] = np.array([lay.resolved_moe_delay_wgrad for lay in layouts], dtype=bool)
         cols["moe_shared_expert_overlap"] = np.array([lay.moe_shared_expert_overlap for lay in layouts], dtype=bool)
         cols["moe_capacity_factor"] = np.array([lay.moe_capacity_factor or 0.0 for lay in layouts], dtype=float)
         cols["cuda_graphs"] = np.array([cuda_graph_mask(lay.cuda_graph_scope) for lay in layouts], dtype=np.int64)
@@ -581,6 +599,9 @@ class LayoutArrays:
             etp=None if etp == int(self.tp[i]) else etp,
             moe_dispatcher=DISPATCHER_NAMES[int(self.moe_dispatcher[i])],
             moe_ep_overlap=bool(self.moe_ep_overlap[i]),
+            # null where it is what the overlap (or DualPipe) implies, as Layout resolves it
+            moe_delay_wgrad=None if bool(self.moe_delay_wgrad[i]) == bool(self.moe_ep_overlap[i] | self.dualpipe[i])
+            else bool(self.moe_delay_wgrad[i]),
             moe_shared_expert_overlap=bool(self.moe_shared_expert_overlap[i]),
             moe_capacity_factor=capacity if capacity > 0 else None,
             cuda_graph_scope=cuda_graph_names(int(self.cuda_graphs[i])),

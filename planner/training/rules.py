@@ -179,6 +179,12 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  model_broken=lambda m, a, e: (m.moe is not None) & _ep_overlap_pipeline_broken(a, e)),
     Rule("engine_ep_overlap_conflict", None, _ep_overlap_conflict_message,
          model_engine_broken=lambda m, a, e: _any_of(_ep_overlap_conflicts(m, a, e).values())),
+    # the experts' weight gradients beside the dispatch's backward outside the 1F1B overlap or DualPipe (with them
+    # moe_delay_wgrad reorders the pair, which every engine with the overlap runs)
+    _engine_rule("engine_no_dispatch_wgrad_overlap", None, lambda l: "moe_delay_wgrad without moe_ep_overlap",
+                 "moe.dispatch_wgrad_overlap",
+                 model_broken=lambda m, a, e: (m.moe is not None) & a.moe_delay_wgrad & ~a.moe_ep_overlap
+                 & ~a.dualpipe & (not e.moe.dispatch_wgrad_overlap)),
     _engine_rule("engine_no_shared_expert_overlap",
                  lambda a, e: a.moe_shared_expert_overlap & (not e.moe.shared_expert_overlap),
                  lambda l: "moe_shared_expert_overlap", "moe.shared_expert_overlap"),

@@ -683,7 +683,14 @@ def expert_comm_seconds(
     shared_on = lay.moe_shared_expert_overlap
     fwd_exposed = fwd - np.where(shared_on, np.minimum(fwd, shared_forward), 0.0)
     bwd_exposed = bwd - np.where(shared_on, np.minimum(bwd, 2 * shared_forward), 0.0)
-    serial = (1 + full) * fwd_exposed + bwd_exposed
+    # A backward without a partner: the combine's gradient, then the experts' data gradients, then the dispatch's
+    # gradient, which under moe_delay_wgrad runs beside the experts' weight gradients (Megatron-Core's side stream,
+    # moe_layer.py _RegisterDelayedWgradForExperts @ d98e8a64; the same order inside the overlap's unpaired chunks)
+    # at the SM share its kernels hold, and in series after them otherwise.
+    dispatch_grad = bwd_exposed / 2
+    beside_wgrad = np.where(lay.moe_delay_wgrad, np.minimum(dispatch_grad, expert_wgrad), 0.0)
+    bwd_alone = bwd_exposed - (1.0 - EP_OVERLAP_SM_SHARE) * beside_wgrad
+    serial = (1 + full) * fwd_exposed + bwd_alone
     paired = fwd_exposed + bwd_exposed  # what the overlap can put beside the other micro-batch's compute
     pre_forward = np.maximum(forward - expert_forward, 0.0)
     pre_backward = np.maximum(backward - expert_dgrad - expert_wgrad, 0.0)
@@ -692,7 +699,7 @@ def expert_comm_seconds(
     pair = one_f_one_b_pair_seconds(
         pre_forward=pre_forward, expert_forward=expert_forward, expert_dgrad=expert_dgrad, expert_wgrad=expert_wgrad,
         pre_backward=pre_backward, dispatch_forward=fwd_exposed / 2, combine_forward=fwd_exposed / 2,
-        dispatch_backward=bwd_exposed / 2, combine_backward=bwd_exposed / 2)
+        dispatch_backward=dispatch_grad, combine_backward=bwd_exposed / 2, delay_wgrad=lay.moe_delay_wgrad)
     uncovered = np.clip(pair - compute, 0.0, paired)
     overlapped = uncovered + EP_OVERLAP_SM_SHARE * (paired - uncovered)
     m = lay.num_micro_batches.astype(float)
@@ -705,16 +712,19 @@ def expert_comm_seconds(
     unpaired = np.where(lay.gpipe, 1.0, np.minimum(1.0, np.maximum(warmup, 1.0) / (m * v)))
     # DualPipe runs every forward chunk beside a backward chunk: the same overlap, whatever the flag says.
     overlap_on = lay.moe_ep_overlap | lay.dualpipe
-    exposed = np.where(overlap_on, full * fwd_exposed + unpaired * paired + (1 - unpaired) * overlapped, serial)
-    # the forward pass's share, in the same proportion (the part after the dispatcher's host sync)
-    forward_share = np.where(serial > 0, fwd_exposed / np.maximum(serial, 1e-30), 0.0)
+    alone = fwd_exposed + bwd_alone
+    exposed = np.where(overlap_on, full * fwd_exposed + unpaired * alone + (1 - unpaired) * overlapped, serial)
+    # the forward pass's share (the part after the dispatcher's host sync): without the overlap its transfers
+    # whole; with it, their share of all the transfers
+    transfers = np.where(overlap_on, (1 + full) * fwd_exposed + bwd_exposed, serial)
+    forward_share = np.where(transfers > 0, fwd_exposed / np.maximum(transfers, 1e-30), 0.0)
     return np.asarray(exposed), np.asarray(exposed * forward_share)
 
 
 def one_f_one_b_pair_seconds(
     *, pre_forward: np.ndarray, expert_forward: np.ndarray, expert_dgrad: np.ndarray, expert_wgrad: np.ndarray,
     pre_backward: np.ndarray, dispatch_forward: np.ndarray, combine_forward: np.ndarray,
-    dispatch_backward: np.ndarray, combine_backward: np.ndarray,
+    dispatch_backward: np.ndarray, combine_backward: np.ndarray, delay_wgrad: np.ndarray | bool = True,
 ) -> np.ndarray:
     """Seconds of one MoE layer's forward of one micro-batch run beside its backward of another, on a compute
     stream and a communication stream in the order Megatron-Core's fine-grained 1F1B issues them
@@ -726,12 +736,15 @@ def one_f_one_b_pair_seconds(
 
     with each step's inputs: the experts' backward needs the combine's gradient, the dispatch needs the
     pre-dispatch forward, the experts' forward its dispatched tokens, the dispatch's gradient the experts' data
-    gradients, and the last pair the experts' forward and the dispatch's gradient. Each transfer hides only
-    behind the compute beside it: a combine gradient longer than the attention forward waits whatever the
-    experts' GEMMs could have covered."""
+    gradients (`delay_wgrad`, Megatron's --delay-wgrad-compute: mlp.backward computes the data gradients alone and
+    backward_dw the weight gradients after the dispatch's gradient is issued), or without it the data and weight
+    gradients both (mlp.backward runs them together), and the last pair the experts' forward and the dispatch's
+    gradient. Each transfer hides only behind the compute beside it: a combine gradient longer than the attention
+    forward waits whatever the experts' GEMMs could have covered."""
     start = np.maximum(pre_forward, combine_backward)
     experts_done = np.maximum(expert_dgrad + expert_wgrad, dispatch_forward) + expert_forward
-    dispatch_grad_done = np.maximum(expert_dgrad, dispatch_forward) + dispatch_backward
+    waits_for = expert_dgrad + np.where(delay_wgrad, 0.0, expert_wgrad)
+    dispatch_grad_done = np.maximum(waits_for, dispatch_forward) + dispatch_backward
     return np.asarray(start + np.maximum(experts_done, dispatch_grad_done) + np.maximum(combine_forward, pre_backward))
 
 

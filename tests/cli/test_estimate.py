@@ -227,6 +227,14 @@ def test_estimate_table_shows_the_moe_settings(run_cli):
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())  # the header line wraps at the terminal width
     assert "etp 2, dispatcher deepep, ep-overlap off, dropless" in text
+    delayed = run_cli("estimate", "-m", "mixtral-8x7b", "-w", "h100-sxm", "--gpus", "64", "--tp", "2", "--ep", "8",
+                      "--global-batch", "64", "--seq-len", "4096", "--zero", "1", "--moe-dispatcher", "deepep",
+                      "--moe-delay-wgrad", "--format", "json")
+    assert delayed.exit_code == 0, delayed.output
+    assert json.loads(delayed.stdout)["config"]["moe_delay_wgrad"] is True
+    assert "ep-overlap off, delayed expert wgrad, dropless" in " ".join(run_cli(
+        "estimate", "-m", "mixtral-8x7b", "-w", "h100-sxm", "--gpus", "64", "--tp", "2", "--ep", "8", "--global-batch",
+        "64", "--seq-len", "4096", "--zero", "1", "--moe-dispatcher", "deepep", "--moe-delay-wgrad").output.split())
     dense = run_cli("estimate", "-m", "llama-3.1-8b", "-w", "h100-sxm", "--gpus", "8", "--global-batch", "64",
                     "--seq-len", "4096")
     assert "dispatcher" not in dense.output

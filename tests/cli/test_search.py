@@ -254,6 +254,21 @@ def test_moe_search_states_the_dispatcher_and_overlap_it_assumed(run_cli):
     assert "dispatcher" not in run_cli(*BASE, "--top", "1").stdout
 
 
+def test_moe_search_with_delayed_expert_weight_gradients(run_cli):
+    # without the overlap, every candidate runs the experts' weight gradients beside the dispatch's backward
+    # (Megatron-Core's overlap_dispatch_backward_with_experts_wgrad): never slower than the same search without them
+    args = (*MIXTRAL, "--format", "json", "--top", "1", "--tp", "1", "--pp", "1", "--ep", "8")
+    plain, delayed = as_json(run_cli(*args)), as_json(run_cli(*args, "--moe-delay-wgrad"))
+    assert delayed["problem"]["moe_delay_wgrad"] is True and plain["problem"]["moe_delay_wgrad"] is None
+    assert "the dispatch's backward beside the experts' weight gradients" in delayed["moe"]["assumed"]
+    assert delayed["candidates"][0]["config"]["moe_delay_wgrad"] is True
+    assert delayed["candidates"][0]["time"]["step_seconds"] <= plain["candidates"][0]["time"]["step_seconds"]
+    # an engine that has no such stream: one line, exit 2
+    titan = run_cli(*MIXTRAL, "--engine", "torchtitan", "--moe-delay-wgrad")
+    assert titan.exit_code == 2 and "moe.dispatch_wgrad_overlap" in titan.stderr
+    assert len(titan.stderr.strip().splitlines()) == 1
+
+
 def test_bf16_moments_cut_the_optimizer_state_a_third(run_cli):
     # Adam with fp32 master and moments: 12 bytes per parameter; bf16 moments: 4 + 2 x 2 = 8
     args = (*BASE, "--format", "json", "--top", "1", "--tp", "1", "--pp", "1", "--zero", "1", "--micro-batch", "1",

@@ -535,3 +535,45 @@ def test_an_uneven_interleaved_split_is_written_as_a_layout_string_and_read_back
     back = resolve_layout(model, 2048, **f)
     assert (back.pp, back.interleave, back.moe_ep_overlap) == (8, 4, True)
     assert not [w for w in imported.warnings if "pipeline" in w]  # the layout places planner's own split
+
+
+def test_the_comm_overlap_sections_moe_pair_is_what_runs() -> None:
+    # CommOverlapConfig.setup writes its overlap_moe_expert_parallel_comm and delay_wgrad_compute onto the model, its
+    # value where the section sets one (comm_overlap.py _get_model_comm_overlap_cfgs @ 067f987df); the recipes set
+    # them there (perf_recipes/gpt_oss/common.py: cfg.comm_overlap.overlap_moe_expert_parallel_comm = True)
+    text = DUMP.replace("  tp_comm_overlap: false\n", "  tp_comm_overlap: false\n  overlap_moe_expert_parallel_comm: true\n"
+                        "  delay_wgrad_compute: true\n").replace("  pipeline_model_parallel_size: 2\n",
+                                                             "  pipeline_model_parallel_size: 2\n"
+                                                             "  virtual_pipeline_model_parallel_size: 2\n", 1)
+    text = text.replace("  virtual_pipeline_model_parallel_size: null\n", "")
+    text = text.replace("  cuda_graph_scope:\n  - _args_: [1]\n    _call_: true\n"
+                        "    _target_: megatron.core.transformer.enums.CudaGraphModule\n  - moe_router\n"
+                        "  - moe_preprocess\n", "  cuda_graph_scope: [moe_router, moe_preprocess]\n")
+    f, _, _ = read(text, gpus=128)
+    assert f["moe_ep_overlap"] is True and "moe_delay_wgrad" not in f  # delayed: the overlap's default pairing
+    f, _, _ = read(text.replace("  delay_wgrad_compute: true\n", ""), gpus=128)
+    assert f["moe_ep_overlap"] is True and f["moe_delay_wgrad"] is False
+    # a model-level value under a section that says otherwise: the section's wins, as at run time
+    f, _, _ = read(text.replace("  overlap_moe_expert_parallel_comm: true\n  delay_wgrad_compute: true\n",
+                                "  overlap_moe_expert_parallel_comm: false\n").replace(
+        "  moe_token_dispatcher_type: flex\n", "  moe_token_dispatcher_type: flex\n  overlap_moe_expert_parallel_comm: "
+        "true\n"), gpus=128)
+    assert f["moe_ep_overlap"] is False
+
+
+def test_the_writer_puts_the_moe_overlap_pair_where_the_recipes_do() -> None:
+    # under comm_overlap, which CommOverlapConfig.setup applies onto the model; a model-level value would be
+    # overwritten by a recipe's CommOverlapConfig (False where it leaves the field unset)
+    model = load_model("deepseek-v2-lite").spec
+    layout = resolve_layout(model, 16, ep=8, dp=16, micro_batch=1, global_batch=64, seq_len=4096,
+                            moe_dispatcher="alltoall", moe_ep_overlap=True)
+    mapped, _ = engine_layout(model, layout)
+    written = override(model, mapped)
+    assert written["comm_overlap"]["overlap_moe_expert_parallel_comm"] is True
+    assert written["comm_overlap"]["delay_wgrad_compute"] is True
+    assert "overlap_moe_expert_parallel_comm" not in written["model"]
+    side = resolve_layout(model, 16, ep=8, dp=16, micro_batch=1, global_batch=64, seq_len=4096,
+                          moe_dispatcher="alltoall", moe_delay_wgrad=True)
+    written = override(model, engine_layout(model, side)[0])
+    assert written["model"]["overlap_dispatch_backward_with_experts_wgrad"] is True
+    assert "delay_wgrad_compute" not in written.get("comm_overlap", {})

@@ -82,6 +82,9 @@ def test_a2a_overlap_functional_test_reads_the_overlap_and_expert_tp_1():
     assert layout.moe_dispatcher == "alltoall" and layout.moe_ep_overlap and not layout.moe_shared_expert_overlap
     assert layout.moe_capacity_factor is None  # dropless: no capacity factor
     assert layout.mtp_layers is None  # no --mtp-num-layers, and the model the flags describe has none
+    # no --delay-wgrad-compute: Megatron-Core computes the experts' weight gradients inside mlp.backward there, so
+    # the dispatch's gradient waits for them (not planner's default pairing with the overlap)
+    assert layout.moe_delay_wgrad is False and not layout.resolved_moe_delay_wgrad
 
 
 def test_scoped_cudagraph_functional_test_reads_the_scope_and_mtp_of_the_model_it_describes():
@@ -158,6 +161,9 @@ def test_mtp_absent_is_zero_for_a_model_that_has_mtp():
     (["--moe-token-dispatcher-type", "flex", "--moe-expert-capacity-factor", "1",
       "--moe-pad-expert-input-to-capacity"], "DeepEP"),
     (["--delay-wgrad-compute"], "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm"),
+    (["--overlap-moe-expert-parallel-comm", "--overlap-dispatch-backward-with-experts-wgrad",
+      "--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"],
+     "Megatron-Core asserts the overlap off with it"),
     (["--overlap-moe-expert-parallel-comm", "--expert-model-parallel-size", "2"], "moe_ep_overlap with moe_dispatcher allgather"),
     (["--overlap-moe-expert-parallel-comm", "--moe-token-dispatcher-type", "alltoall"], "ep > 1"),
     (["--exp-avg-dtype", "bf16"], "needs --use-precision-aware-optimizer"),
@@ -339,3 +345,23 @@ def test_a_dense_models_moe_settings_write_no_moe_flags():
         one = {**fields, "moe_ep_overlap": False, "moe_shared_expert_overlap": False, overlap: True}
         written = [f for group in moe_flags(moe, resolve_layout(moe, 8, ep=8, **one)) for f in group]
         assert flag in written and "--moe-expert-capacity-factor" in written
+
+
+@pytest.mark.parametrize(("extra", "delay", "flag"), [
+    # the overlap with --delay-wgrad-compute: planner's pairing (null, resolved on), written back as the flag
+    (["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"], None, "--delay-wgrad-compute"),
+    # the overlap alone: Megatron-Core's default delay_wgrad_compute False
+    (["--overlap-moe-expert-parallel-comm"], False, None),
+    # without the overlap: the weight gradients on a side stream beside the dispatch's backward (Megatron-LM PR #3795)
+    (["--overlap-dispatch-backward-with-experts-wgrad"], True, "--overlap-dispatch-backward-with-experts-wgrad"),
+    ([], None, None),
+])
+def test_delayed_expert_weight_gradients_read_and_written_as_megatron_runs_them(extra, delay, flag):
+    flags = [*TINY_MOE, "--expert-model-parallel-size", "8", "--moe-token-dispatcher-type", "alltoall", *extra]
+    imported, layout = _read(flags)
+    assert layout.moe_delay_wgrad is delay
+    written = [f for group in moe_flags(imported.model, layout) for f in group]
+    wgrad_flags = {"--delay-wgrad-compute", "--overlap-dispatch-backward-with-experts-wgrad"}
+    assert [f for f in written if f in wgrad_flags] == ([flag] if flag else [])
+    _, back = _read([*[f for f in flags if f not in wgrad_flags], *([flag] if flag else [])], model=imported.model)
+    assert back.moe_delay_wgrad is layout.moe_delay_wgrad

@@ -156,15 +156,36 @@ def test_no_overlap_exposes_four_transfers_per_micro_batch():
     assert one(forward_part) == pytest.approx(2 * one_way)  # dispatch + combine of the forward pass
 
 
+def test_no_overlap_with_delayed_weight_gradients_hides_the_dispatch_gradient_behind_them():
+    # Megatron-Core's --overlap-dispatch-backward-with-experts-wgrad: the experts' weight gradients (0.5 s) run on a
+    # side stream beside the dispatch's backward all-to-all (a few microseconds here), which costs only the SM share
+    # its kernels hold; the combine's gradient and the forward's two transfers stay exposed.
+    lay = arrays(dp=16, ep=16, moe_delay_wgrad=True)
+    a = one(dispatch_seconds(MOE, HW, lay))
+    got, forward_part = expert_comm_seconds(MOE, HW, lay, **SPLIT, shared_forward=np.array(0.0))
+    assert one(got) == pytest.approx(3 * a + EP_OVERLAP_SM_SHARE * a)
+    assert one(forward_part) == pytest.approx(2 * a)
+    # weight gradients shorter than the transfer: what they do not cover stays
+    short = dict(SPLIT, expert_wgrad=np.array(a / 4))
+    got, _ = expert_comm_seconds(MOE, HW, lay, **short, shared_forward=np.array(0.0))
+    assert one(got) == pytest.approx(4 * a - (1 - EP_OVERLAP_SM_SHARE) * a / 4)
+
+
 def test_batch_level_overlap_hides_behind_the_other_micro_batch():
     # 64 micro-batches, pp 1: 1/64 of them have no partner. Compute 1 s + 2 s is longer than the traffic, so the
-    # paired ones cost only the SM share of their traffic.
+    # paired ones cost only the SM share of their traffic. The unpaired backward (delayed weight gradients, as the
+    # overlap runs by default) still hides its dispatch gradient behind the experts' weight gradients.
     lay = arrays(dp=16, ep=16, moe_ep_overlap=True, global_batch=16 * 64)
-    serial = 4 * one(dispatch_seconds(MOE, HW, lay))
+    a = one(dispatch_seconds(MOE, HW, lay))
     got, _ = expert_comm_seconds(MOE, HW, lay, **SPLIT,
                                  shared_forward=np.array(0.0))
     unpaired = 1 / 64
-    assert one(got) == pytest.approx(unpaired * serial + (1 - unpaired) * EP_OVERLAP_SM_SHARE * serial)
+    alone = 3 * a + EP_OVERLAP_SM_SHARE * a
+    assert one(got) == pytest.approx(unpaired * alone + (1 - unpaired) * EP_OVERLAP_SM_SHARE * 4 * a)
+    # without --delay-wgrad-compute the unpaired backward runs its four transfers in series
+    lay = arrays(dp=16, ep=16, moe_ep_overlap=True, moe_delay_wgrad=False, global_batch=16 * 64)
+    got, _ = expert_comm_seconds(MOE, HW, lay, **SPLIT, shared_forward=np.array(0.0))
+    assert one(got) == pytest.approx(unpaired * 4 * a + (1 - unpaired) * EP_OVERLAP_SM_SHARE * 4 * a)
 
 
 def test_the_interleaved_warm_up_leaves_more_chunks_without_a_partner():
@@ -173,9 +194,10 @@ def test_the_interleaved_warm_up_leaves_more_chunks_without_a_partner():
     # the 32, so 10/32 of the traffic stays exposed.
     for interleave, unpaired in ((1, 3 / 16), (2, 10 / 32)):
         lay = arrays(dp=4, ep=4, pp=4, interleave=interleave, moe_ep_overlap=True, global_batch=4 * 16)
-        paired = 4 * one(dispatch_seconds(MOE, HW, lay))
+        a = one(dispatch_seconds(MOE, HW, lay))
         got, _ = expert_comm_seconds(MOE, HW, lay, **SPLIT, shared_forward=np.array(0.0))
-        assert one(got) == pytest.approx(unpaired * paired + (1 - unpaired) * EP_OVERLAP_SM_SHARE * paired)
+        alone = 3 * a + EP_OVERLAP_SM_SHARE * a  # the dispatch gradient beside the weight gradients
+        assert one(got) == pytest.approx(unpaired * alone + (1 - unpaired) * EP_OVERLAP_SM_SHARE * 4 * a)
 
 
 def test_a_fully_recomputed_forward_keeps_its_all_to_alls_exposed_under_the_overlap():
@@ -187,7 +209,8 @@ def test_a_fully_recomputed_forward_keeps_its_all_to_alls_exposed_under_the_over
                                  shared_forward=np.array(0.0))
     paired = 4 * one_way
     unpaired = 1 / 64
-    assert one(got) == pytest.approx(2 * one_way + unpaired * paired + (1 - unpaired) * EP_OVERLAP_SM_SHARE * paired)
+    alone = 3 * one_way + EP_OVERLAP_SM_SHARE * one_way  # the dispatch gradient beside the weight gradients
+    assert one(got) == pytest.approx(2 * one_way + unpaired * alone + (1 - unpaired) * EP_OVERLAP_SM_SHARE * paired)
     plain, _ = expert_comm_seconds(MOE, HW, arrays(dp=16, ep=16, global_batch=16 * 64, recompute="full"),
                                    **SPLIT, shared_forward=np.array(0.0))
     assert one(plain) == pytest.approx(6 * one_way) and one(got) < one(plain)
@@ -215,6 +238,13 @@ def test_the_1f1b_pair_runs_each_transfer_beside_its_own_compute_phase():
     # No compute: the four transfers one after another.
     idle = {k: np.array(0.0) for k in phases}
     assert one(one_f_one_b_pair_seconds(**idle, **comm)) == pytest.approx(6.0)
+    # A 4 s dispatch gradient: with --delay-wgrad-compute it starts after the experts' data gradients (2 s), without
+    # it after their weight gradients too (mlp.backward runs both): 1 + max(max(3, 1) + 2, max(2, 1) + 4) + 2 = 9
+    # against 1 + max(5, max(3, 1) + 4) + 2 = 10.
+    long_grad = dict(dispatch_forward=np.array(1.0), combine_forward=np.array(1.0), dispatch_backward=np.array(4.0),
+                     combine_backward=np.array(0.0))
+    assert one(one_f_one_b_pair_seconds(**phases, **long_grad)) == pytest.approx(9.0)
+    assert one(one_f_one_b_pair_seconds(**phases, **long_grad, delay_wgrad=False)) == pytest.approx(10.0)
 
 
 def test_a_transfer_longer_than_its_partner_phase_stays_exposed_under_the_overlap():
@@ -228,7 +258,8 @@ def test_a_transfer_longer_than_its_partner_phase_stays_exposed_under_the_overla
                                  expert_wgrad=np.array(0.5), shared_forward=np.array(0.0))
     unpaired = 1 / 64
     paired = a + EP_OVERLAP_SM_SHARE * 3 * a
-    assert one(got) == pytest.approx(unpaired * 4 * a + (1 - unpaired) * paired)
+    alone = 3 * a + EP_OVERLAP_SM_SHARE * a  # the unpaired backward's dispatch gradient beside the weight gradients
+    assert one(got) == pytest.approx(unpaired * alone + (1 - unpaired) * paired)
     hidden, _ = expert_comm_seconds(MOE, HW, lay, **SPLIT, shared_forward=np.array(0.0))
     assert one(hidden) < one(got)
 

@@ -79,7 +79,7 @@ def test_with_dualpipe_and_deepep_the_winner_spreads_experts_across_nodes(run_cl
     out = run_cli(*COMMAND, "--moe-dispatcher", "deepep", "--schedule", "dualpipe", "--format", "json", "--top", "1")
     doc = json.loads(out.stdout)
     assert doc["moe"]["assumed"] == "deepep token dispatcher, expert all-to-all overlapped with compute by the " \
-        "dualpipe schedule"
+        "dualpipe schedule, the experts' weight gradients after the dispatch's backward"
     best = doc["candidates"][0]["config"]
     assert best["schedule"] == "dualpipe" and best["pp"] % 2 == 0
     _spreads_experts_across_nodes_with_a_pipeline(best)

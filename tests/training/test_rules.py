@@ -160,6 +160,21 @@ def test_megatron_refuses_the_overlap_beside_the_settings_its_config_asserts_aga
     assert "engine_ep_overlap_conflict" not in broken_codes(Layout(**titan), 4, moe)
 
 
+def test_delayed_expert_weight_gradients_without_the_overlap_need_an_engine_with_the_side_stream():
+    # Megatron-Core's overlap_dispatch_backward_with_experts_wgrad; the torch engines run autograd's order
+    moe = model(**MOE)
+    base = dict(dp=2, ep=2, global_batch=8, seq_len=1024, moe_delay_wgrad=True)
+    assert "engine_no_dispatch_wgrad_overlap" not in broken_codes(Layout(**base), 2, moe)
+    for engine, dispatcher in (("torchtitan", "alltoall"), ("deepspeed", "alltoall"), ("automodel", "deepep")):
+        layout = Layout(**base, engine=engine, moe_dispatcher=dispatcher)
+        assert "engine_no_dispatch_wgrad_overlap" in broken_codes(layout, 2, moe), engine
+        assert message(layout, 2, moe).startswith(f"engine {engine} cannot run moe_delay_wgrad without moe_ep_overlap")
+    # with the overlap it only orders the pair (every engine with an overlap runs it); a dense model has no experts
+    assert "engine_no_dispatch_wgrad_overlap" not in broken_codes(Layout(**base, engine="torchtitan", pp=2,
+                                                                         moe_ep_overlap=True), 4, moe)
+    assert "engine_no_dispatch_wgrad_overlap" not in broken_codes(Layout(**base, engine="torchtitan"), 2, model())
+
+
 def test_recompute_layers_within_the_stage():
     # 8 layers on pp 2: 4 per stage; 5 is too many.
     text = message(Layout(pp=2, recompute="full", recompute_layers_per_stage=5, global_batch=2, seq_len=1024), 2)
