@@ -65,6 +65,7 @@ MODEL_VALUES = (
     "recompute_num_layers", "cpu_offloading_num_layers", "cuda_graph_impl", "fp8_recipe", "fp4_recipe", "softmax_type",
     "window_attn_skip_freq", "pipeline_model_parallel_layout", "normalization", "position_embedding_type",
     "moe_mlp_glu_interleave_size", "hybrid_override_pattern", "hybrid_layer_pattern", "attention_dropout",
+    "moe_latent_size", "moe_expert_rank_capacity_factor",
     "hidden_dropout", "experimental_attention_variant", "linear_attention_freq", "dsa_indexer_n_heads",
     "dsa_indexer_head_dim", "dsa_indexer_topk", "dsa_indexer_topk_freq", "dsa_kernel_backend",
     *(flag.replace("-", "_") for flag in megatron.GDN_SIZE_FLAGS),
@@ -73,7 +74,7 @@ MODEL_VALUES = (
 MODEL_SWITCHES = (
     "sequence_parallel", "add_qkv_bias", "qk_layernorm", "multi_latent_attention", "moe_router_enable_expert_bias",
     "moe_enable_deepep", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "moe_shared_expert_overlap",
-    "overlap_dispatch_backward_with_experts_wgrad",
+    "overlap_dispatch_backward_with_experts_wgrad", "moe_paged_stash", "fine_grained_activation_offloading",
     "moe_pad_expert_input_to_capacity", "enable_cuda_graph", "external_cuda_graph", "cpu_offloading", "tp_comm_overlap",
     "fp8_dot_product_attention", "fp8_multi_head_attention", "activation_func_fp8_input_store",
     "use_transformer_engine_op_fuser", "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",

@@ -577,3 +577,18 @@ def test_the_writer_puts_the_moe_overlap_pair_where_the_recipes_do() -> None:
     written = override(model, engine_layout(model, side)[0])
     assert written["model"]["overlap_dispatch_backward_with_experts_wgrad"] is True
     assert "delay_wgrad_compute" not in written.get("comm_overlap", {})
+
+
+def test_latent_moe_and_unmodelled_moe_run_settings_in_a_bridge_config(run_cli, tmp_path) -> None:
+    # the provider's moe_latent_size refused by its field; a per-rank capacity and paged stashes named in warnings
+    path = tmp_path / "run_config.yaml"
+    path.write_text(DUMP.replace("model:\n", "model:\n  moe_latent_size: 1024\n", 1))
+    result = run_cli("check", "--megatron-args", str(path), "--hardware", "gb200-nvl72", "--gpus", "128")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "model.moe_latent_size" in result.stderr and "latent" in result.stderr
+    text = DUMP.replace("model:\n", "model:\n  moe_expert_rank_capacity_factor: 1.5\n  moe_paged_stash: true\n"
+                        "  fine_grained_activation_offloading: false\n", 1)
+    _, imported, _ = read(text, gpus=128)
+    said = " ".join(imported.warnings)
+    assert "--moe-expert-rank-capacity-factor" in said and "--moe-paged-stash" in said
+    assert "fine-grained" not in said  # false is Megatron-Core's default: nothing left out

@@ -365,3 +365,23 @@ def test_delayed_expert_weight_gradients_read_and_written_as_megatron_runs_them(
     assert [f for f in written if f in wgrad_flags] == ([flag] if flag else [])
     _, back = _read([*[f for f in flags if f not in wgrad_flags], *([flag] if flag else [])], model=imported.model)
     assert back.moe_delay_wgrad is layout.moe_delay_wgrad
+
+
+def test_moe_run_settings_planner_has_no_term_for_are_named_in_a_warning():
+    # TransformerConfig @ d98e8a64: a per-rank token budget, paged stashes of the experts' activations, module-level
+    # activation offload; each changes the run's time or memory, none is a term of the model
+    imported, _ = _read([*TINY_MOE, "--moe-expert-rank-capacity-factor", "1.5", "--moe-paged-stash",
+                         "--fine-grained-activation-offloading", "--offload-modules", "expert_fc1", "moe_act"])
+    said = " ".join(imported.warnings)
+    for flag in ("--moe-expert-rank-capacity-factor", "--moe-paged-stash", "--fine-grained-activation-offloading"):
+        assert f"{flag}: " in said and "not modelled" in said, flag
+    assert not [w for w in imported.warnings if "is not known to planner" in w]
+    plain, _ = _read(TINY_MOE)
+    assert not [w for w in plain.warnings if "not modelled" in w]
+
+
+def test_latent_moe_is_refused_naming_the_flag():
+    # Megatron-Core's moe_latent_size (Nemotron-3's latent MoE): the experts run on a down-projected hidden state,
+    # another model than the one the rest of the flags describe
+    with pytest.raises(PlannerError, match="--moe-latent-size 1024: MoE latent projections"):
+        _read([*TINY_MOE, "--moe-latent-size", "1024"])
