@@ -177,10 +177,8 @@ def moe_assumption(view: SearchView) -> str:
         overlap = "overlapped with compute by the dualpipe schedule"
     else:
         overlap = "not overlapped"
-    overlapping = p.moe_ep_overlap or p.schedule == "dualpipe"
-    delayed = overlapping if p.moe_delay_wgrad is None else p.moe_delay_wgrad
-    if delayed:
-        overlap += (", the experts' weight gradients after the dispatch's backward" if overlapping
+    if p.resolved_moe_delay_wgrad:
+        overlap += (", the experts' weight gradients after the dispatch's backward" if p.paired_overlap
                     else ", the dispatch's backward beside the experts' weight gradients")
     fused = ", experts in the fused grouped MLP" if p.moe_fused_mlp else ""
     return f"{p.moe_dispatcher} token dispatcher, expert all-to-all {overlap}{fused}"

@@ -67,6 +67,7 @@ from planner.specs.layout import (
     Fp8RecipeCode,
     Layout,
     LayoutArrays,
+    delay_wgrad_default,
     optimizer_state_bytes,
     recompute_module_mask,
 )
@@ -188,8 +189,7 @@ class Problem:
         if self.moe_fused_mlp and not profile.kernels.moe_fused_mlp:
             raise PlannerError(f"engine {self.engine} cannot run moe_fused_mlp ({profile.kernels.sources['moe_fused_mlp']}); "
                                "drop it or choose an engine whose kernels.moe_fused_mlp is true (megatron, nemo)")
-        if (self.moe_delay_wgrad and not self.moe_ep_overlap and self.schedule != "dualpipe"
-                and not profile.moe.dispatch_wgrad_overlap):
+        if self.moe_delay_wgrad and not self.paired_overlap and not profile.moe.dispatch_wgrad_overlap:
             raise PlannerError(f"engine {self.engine} cannot run the experts' weight gradients beside the dispatch's "
                                f"backward without the all-to-all overlap ({profile.moe.sources['dispatch_wgrad_overlap']}); "
                                "drop --moe-delay-wgrad, add --moe-ep-overlap, or choose an engine whose "
@@ -200,6 +200,19 @@ class Problem:
             raise PlannerError("attention_kernel applies only with flash attention (the unfused path has no kernel "
                                "choice); drop --attention-kernel or --no-flash-attention")
 
+
+    @property
+    def paired_overlap(self) -> bool:
+        """Whether every candidate pairs one micro-batch's forward with another's backward: the 1F1B all-to-all
+        overlap or the DualPipe schedule."""
+        return bool(self.moe_ep_overlap) or self.schedule == "dualpipe"
+
+    @property
+    def resolved_moe_delay_wgrad(self) -> bool:
+        """Layout.moe_delay_wgrad of every candidate: the problem's, else planner.specs.layout.delay_wgrad_default."""
+        if self.moe_delay_wgrad is not None:
+            return self.moe_delay_wgrad
+        return bool(delay_wgrad_default(bool(self.moe_ep_overlap), self.schedule == "dualpipe"))
 
     def for_model(self, model: ModelSpec, hw: HardwareProfile | None = None) -> Problem:
         """The problem with its MoE settings decided: those given, else on a MoE model the engine's defaults
@@ -515,8 +528,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         moe_dispatcher=np.where(cols["ep"] > 1, DISPATCHER_CODES[str(problem.moe_dispatcher)],
                                 DISPATCHER_CODES[Layout.model_fields["moe_dispatcher"].default]).astype(np.int64),
         moe_ep_overlap=const(bool(problem.moe_ep_overlap), bool),
-        moe_delay_wgrad=const(bool(problem.moe_ep_overlap) or problem.schedule == "dualpipe"
-                              if problem.moe_delay_wgrad is None else problem.moe_delay_wgrad, bool),
+        moe_delay_wgrad=const(problem.resolved_moe_delay_wgrad, bool),
         moe_shared_expert_overlap=const(False, bool),
         moe_capacity_factor=const(0.0, float),
         cuda_graphs=const(0, np.int64),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from enum import IntEnum
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
@@ -379,11 +379,11 @@ class Layout(BaseModel):
 
     @property
     def resolved_moe_delay_wgrad(self) -> bool:
-        """Whether the experts' weight gradients wait for the dispatch's backward (moe_delay_wgrad, else on with the
-        all-to-all overlap or DualPipe, as their recipes run it)."""
+        """Whether the experts' weight gradients wait for the dispatch's backward (moe_delay_wgrad, else
+        delay_wgrad_default)."""
         if self.moe_delay_wgrad is not None:
             return self.moe_delay_wgrad
-        return self.moe_ep_overlap or self.schedule == "dualpipe"
+        return bool(delay_wgrad_default(self.moe_ep_overlap, self.schedule == "dualpipe"))
 
     @property
     def resolved_attention_kernel(self) -> AttentionKernel:
@@ -392,6 +392,13 @@ class Layout(BaseModel):
 
     def to_arrays(self) -> LayoutArrays:
         return LayoutArrays.from_layouts([self])
+
+
+def delay_wgrad_default(moe_ep_overlap: Any, dualpipe: Any) -> Any:
+    """Layout.moe_delay_wgrad where it is null: on with the 1F1B all-to-all overlap or DualPipe (every published run
+    with the overlap sets --delay-wgrad-compute; DualPipe splits each backward into input and weight gradients), off
+    without. Booleans or boolean arrays alike."""
+    return moe_ep_overlap | dualpipe
 
 
 _INT_FIELDS = ("tp", "pp", "cp", "dp", "ep", "zero", "micro_batch", "global_batch", "seq_len", "interleave")
@@ -600,8 +607,8 @@ class LayoutArrays:
             moe_dispatcher=DISPATCHER_NAMES[int(self.moe_dispatcher[i])],
             moe_ep_overlap=bool(self.moe_ep_overlap[i]),
             # null where it is what the overlap (or DualPipe) implies, as Layout resolves it
-            moe_delay_wgrad=None if bool(self.moe_delay_wgrad[i]) == bool(self.moe_ep_overlap[i] | self.dualpipe[i])
-            else bool(self.moe_delay_wgrad[i]),
+            moe_delay_wgrad=None if bool(self.moe_delay_wgrad[i]) == bool(
+                delay_wgrad_default(self.moe_ep_overlap[i], self.dualpipe[i])) else bool(self.moe_delay_wgrad[i]),
             moe_shared_expert_overlap=bool(self.moe_shared_expert_overlap[i]),
             moe_capacity_factor=capacity if capacity > 0 else None,
             cuda_graph_scope=cuda_graph_names(int(self.cuda_graphs[i])),
