@@ -46,6 +46,7 @@ PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "re
                   "micro_batch", "interleave", "schedule", "flash_attention", "attention_kernel", "overlap_grad_reduce",
                   "overlap_tp_comm", "offload_optimizer", "offload_params", "offload_activation_layers", "recompute_modules", "shard_group",
                   "etp", "moe_dispatcher", "moe_ep_overlap", "moe_delay_wgrad", "moe_shared_expert_overlap", "moe_capacity_factor",
+                  "moe_load_imbalance",
                   "cuda_graph_scope", "mtp_layers", "moe_fused_mlp")
 TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "fp8_recipe", "grad_dtype", "optimizer", "engine", "compile",
                   "optimizer_state_dtype", "master_weights_dtype")

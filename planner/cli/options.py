@@ -215,6 +215,10 @@ def moe_layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--moe-shared-expert-overlap/--no-moe-shared-expert-overlap", default=None,
                      help="Shared experts computed beside the dispatch (Megatron --moe-shared-expert-overlap)  "
                      "[default: off]"),
+        click.option("--moe-load-imbalance", type=Finite(1, 64), default=None,
+                     help="Dropless routing's load on the busiest expert-parallel rank over the balanced share "
+                     "(max/mean routed copies received; measure it from the router's token counts)  [default: 1, "
+                     "balanced, as the benchmark recipes force it]"),
         click.option("--moe-capacity-factor", type=Finite(0, 64, min_open=True), default=None,
                      help="Token drop: each expert takes at most this times its balanced share, padded  "
                      "[default: dropless]"),

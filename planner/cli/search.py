@@ -120,6 +120,10 @@ def _moe_options(f: Any) -> Any:
         click.option("--moe-ep-overlap/--no-moe-ep-overlap", default=None,
                      help="Expert all-to-all hidden behind another micro-batch's compute (Megatron "
                      "--overlap-moe-expert-parallel-comm)  [default: the engine's; megatron: off]"),
+        click.option("--moe-load-imbalance", type=Finite(1, 64), default=1.0, show_default=True,
+                     help="Every candidate's dropless routing load on the busiest expert-parallel rank over the "
+                     "balanced share (max/mean routed copies received; 1 = balanced, as the benchmark recipes force "
+                     "it)"),
         click.option("--moe-delay-wgrad/--no-moe-delay-wgrad", default=None,
                      help="Every candidate's experts' weight gradients beside the dispatch's backward all-to-all "
                      "(Megatron --delay-wgrad-compute with the overlap, --overlap-dispatch-backward-with-experts-wgrad "
@@ -203,7 +207,8 @@ def _filter_options(f: Any) -> Any:
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
                grad_dtype: str, optimizer: str, flash_attention: bool, attention_kernel: AttentionKernel | None,
                overlap_grad_reduce: bool, tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
-               moe_ep_overlap: bool | None, moe_delay_wgrad: bool | None, optimizer_state_dtype: str | None, master_weights_dtype: str | None, schedule: str,
+               moe_ep_overlap: bool | None, moe_delay_wgrad: bool | None, moe_load_imbalance: float,
+               optimizer_state_dtype: str | None, master_weights_dtype: str | None, schedule: str,
                fp8_param_gather: bool, fp8_attention: bool, fp8_recipe: str | None, moe_fused_mlp: bool, headroom: float,
                objective: str, tokens: float | None, price: float | None,
                top: int | None, pareto: bool, fmt: str, plot_path: str | None, export: tuple[str, Path] | None,
@@ -250,7 +255,7 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
                       overlap_tp_comm=tp_comm_overlap, engine=engine, compile=compile_,
                       optimizer_state_dtype=optimizer_state_dtype, master_weights_dtype=master_weights_dtype,
                       moe_dispatcher=moe_dispatcher, moe_ep_overlap=moe_ep_overlap, schedule=schedule,
-                      moe_delay_wgrad=moe_delay_wgrad,
+                      moe_delay_wgrad=moe_delay_wgrad, moe_load_imbalance=moe_load_imbalance,
                       fp8_param_gather=fp8_param_gather, attention_kernel=attention_kernel,
                       fp8_recipe=fp8_recipe or "tensorwise", fp8_attention=fp8_attention, moe_fused_mlp=moe_fused_mlp)
     result = run_search(model_entry.spec, hw_entry.spec, problem, filters, headroom=headroom)

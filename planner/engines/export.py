@@ -108,6 +108,9 @@ def render_export(
                  "prediction uses")
         mapped = mapped.model_copy(update={"engine": runs})
     mapped, notes = _attention_kernel_as_run(fmt, mapped, notes)
+    if mapped.moe_load_imbalance != 1.0 and model.moe is not None:  # the data's, not the engine's: kept for the header
+        notes = (*notes, f"moe_load_imbalance {mapped.moe_load_imbalance:g} is the routing's, not a setting of {fmt}'s "
+                 "configuration: not written; the prediction assumes it")
     check_layout(model, mapped, mapped.gpus)  # a setting the engine cannot run: a PlannerError naming it
     if mapped != layout:
         est = estimate(model, hw, mapped, headroom=est.headroom)

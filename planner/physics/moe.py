@@ -63,9 +63,14 @@ def owned_tokens(lay: LayoutArrays) -> np.ndarray:
 
 
 def capacity_factor(lay: LayoutArrays) -> np.ndarray:
-    """Tokens an expert processes relative to its balanced share: the capacity factor under token drop
-    (padded to capacity), 1 when dropless and balanced."""
-    return np.asarray(np.where(lay.moe_capacity_factor > 0, lay.moe_capacity_factor, 1.0))
+    """Routed copies the busiest expert-parallel rank processes and receives relative to its balanced share: the
+    capacity factor under token drop (every expert padded to capacity); dropless, the layout's load imbalance
+    (Layout.moe_load_imbalance; 1 balanced), at most ep (a rank cannot receive more than every copy of its group)
+    and none without expert parallelism (one rank holds every expert, whatever the routing). The all-to-all
+    ends when its busiest receiver has its copies, and every rank waits for the busiest rank's experts at the next
+    collective, so the step runs at that rank's pace."""
+    dropless = np.where(lay.ep > 1, np.minimum(lay.moe_load_imbalance, lay.ep), 1.0)
+    return np.asarray(np.where(lay.moe_capacity_factor > 0, lay.moe_capacity_factor, dropless))
 
 
 def tokens_per_local_expert(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:

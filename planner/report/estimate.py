@@ -52,6 +52,8 @@ def _moe_parts(est: TrainingEstimate) -> list[str]:
         if lay.moe_fused_mlp:
             parts.append("fused grouped MLP")
         parts.append("dropless" if lay.moe_capacity_factor is None else f"capacity {lay.moe_capacity_factor:g}")
+        if lay.moe_load_imbalance != 1.0:
+            parts.append(f"load imbalance {lay.moe_load_imbalance:g}")
     if lay.cuda_graph_scope:
         parts.append(f"cuda graphs {'+'.join(lay.cuda_graph_scope)}")
     if lay.optimizer_state_dtype != "fp32" or lay.master_weights_dtype != "fp32":

@@ -116,6 +116,7 @@ def to_json(view: SearchView, *, misses: list[NearMiss] | None = None,
                     "master_weights_dtype": r.problem.master_weights_dtype, "schedule": r.problem.schedule,
                     "moe_dispatcher": r.problem.moe_dispatcher, "moe_ep_overlap": r.problem.moe_ep_overlap,
                     "moe_delay_wgrad": r.problem.moe_delay_wgrad, "moe_fused_mlp": r.problem.moe_fused_mlp,
+                    "moe_load_imbalance": r.problem.moe_load_imbalance,
                     "headroom": r.headroom},
         "seconds": {"search": view.seconds, "grid": r.grid_seconds, "evaluate": r.evaluate_seconds},
     }
@@ -181,7 +182,8 @@ def moe_assumption(view: SearchView) -> str:
         overlap += (", the experts' weight gradients after the dispatch's backward" if p.paired_overlap
                     else ", the dispatch's backward beside the experts' weight gradients")
     fused = ", experts in the fused grouped MLP" if p.moe_fused_mlp else ""
-    return f"{p.moe_dispatcher} token dispatcher, expert all-to-all {overlap}{fused}"
+    load = "" if p.moe_load_imbalance == 1.0 else f", the busiest rank at {p.moe_load_imbalance:g}x the balanced load"
+    return f"{p.moe_dispatcher} token dispatcher, expert all-to-all {overlap}{fused}{load}"
 
 
 def _headline(view: SearchView, model_id: str, hardware_id: str) -> str:

@@ -350,7 +350,8 @@ def _fit_at(model: ModelSpec, hw: HardwareProfile, est: TrainingEstimate, gpus: 
                       optimizer_state_dtype=base.optimizer_state_dtype,
                       master_weights_dtype=base.master_weights_dtype, moe_dispatcher=base.moe_dispatcher,
                       moe_ep_overlap=base.moe_ep_overlap, schedule=base.schedule,
-                      moe_delay_wgrad=base.moe_delay_wgrad, engine=base.engine,
+                      moe_delay_wgrad=base.moe_delay_wgrad, moe_load_imbalance=base.moe_load_imbalance,
+                      engine=base.engine,
                       compile=base.compile, fp8_param_gather=base.fp8_param_gather,
                       attention_kernel=base.attention_kernel, fp8_recipe=base.fp8_recipe,
                       fp8_attention=base.fp8_attention, moe_fused_mlp=base.moe_fused_mlp)

@@ -131,6 +131,7 @@ class Problem:
     # Layout.moe_delay_wgrad for every candidate: None = with the overlap (or DualPipe) only; True without the overlap
     # is Megatron-Core's overlap_dispatch_backward_with_experts_wgrad (engines whose moe.dispatch_wgrad_overlap is true)
     moe_delay_wgrad: bool | None = None
+    moe_load_imbalance: float = 1.0  # Layout.moe_load_imbalance of every candidate (dropless routing's busiest rank)
     fp8_param_gather: bool = False  # Layout.fp8_param_gather on every candidate with ZeRO >= 1 (Megatron engines)
     attention_kernel: AttentionKernel | None = None  # Layout.attention_kernel for every candidate; None: the engine's
     fp8_recipe: str = "tensorwise"  # Layout.fp8_recipe for every candidate (with dtype fp8)
@@ -189,6 +190,9 @@ class Problem:
         if self.moe_fused_mlp and not profile.kernels.moe_fused_mlp:
             raise PlannerError(f"engine {self.engine} cannot run moe_fused_mlp ({profile.kernels.sources['moe_fused_mlp']}); "
                                "drop it or choose an engine whose kernels.moe_fused_mlp is true (megatron, nemo)")
+        if not 1.0 <= self.moe_load_imbalance <= 64.0:
+            raise PlannerError(f"moe_load_imbalance({self.moe_load_imbalance:g}) must be in [1, 64]: the busiest "
+                               "expert-parallel rank's routed load over the balanced share (1 = balanced)")
         if self.moe_delay_wgrad and not self.paired_overlap and not profile.moe.dispatch_wgrad_overlap:
             raise PlannerError(f"engine {self.engine} cannot run the experts' weight gradients beside the dispatch's "
                                f"backward without the all-to-all overlap ({profile.moe.sources['dispatch_wgrad_overlap']}); "
@@ -531,6 +535,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         moe_delay_wgrad=const(problem.resolved_moe_delay_wgrad, bool),
         moe_shared_expert_overlap=const(False, bool),
         moe_capacity_factor=const(0.0, float),
+        moe_load_imbalance=const(problem.moe_load_imbalance, float),
         cuda_graphs=const(0, np.int64),
         moments_bf16=const(problem.optimizer_state_dtype == "bf16", bool),
         master_bf16=const(problem.master_weights_dtype == "bf16", bool),

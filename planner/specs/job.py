@@ -141,6 +141,10 @@ class ParallelSection(BaseModel):
         default=None, description="Expert all-to-all overlapped with another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm; default false)."
     )
+    moe_load_imbalance: Annotated[float, BeforeValidator(strict_float)] | None = Field(
+        default=None, ge=1.0, le=64.0, description="Dropless routing's load on the busiest expert-parallel rank over "
+        "the balanced share (max / mean routed copies received); default 1, balanced."
+    )
     moe_delay_wgrad: StrictBool | None = Field(
         default=None, description="The experts' weight gradients run beside the dispatch's backward all-to-all (Megatron "
         "--delay-wgrad-compute with moe_ep_overlap, --overlap-dispatch-backward-with-experts-wgrad without it; default: "

@@ -278,6 +278,16 @@ class Layout(BaseModel):
         description="Token drop: each expert takes at most this times its balanced share of tokens, padded to it "
         "(Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity); null = dropless.",
     )
+    moe_load_imbalance: float = Field(
+        default=1.0,
+        ge=1.0,
+        le=64.0,
+        description="Dropless routing's load on the busiest expert-parallel rank over the balanced share (max / mean "
+        "of the routed copies the EP ranks receive): that rank's expert GEMMs, regrouping and received all-to-all "
+        "bytes set every rank's pace. 1 = balanced, as the benchmark recipes force it "
+        "(--moe-router-force-load-balancing); capped at ep (a rank cannot receive more than its group's copies); no "
+        "effect without expert parallelism. Measure it from your router's per-expert token counts.",
+    )
     cuda_graph_scope: tuple[CudaGraphScope, ...] = Field(
         default=(),
         description="Parts of each layer captured in CUDA graphs (Megatron --cuda-graph-scope: full, attn, mlp, moe, "
@@ -366,6 +376,10 @@ class Layout(BaseModel):
             raise ValueError("moe_fused_mlp is Transformer Engine's fused grouped MLP, which runs only under block "
                              "scaling (its fuser leaves the experts unfused for any other recipe): it needs dtype fp8 "
                              "with fp8_recipe mxfp8, or set moe_fused_mlp false")
+        if self.moe_load_imbalance != 1.0 and self.moe_capacity_factor is not None:
+            raise ValueError(f"moe_load_imbalance({self.moe_load_imbalance:g}) applies to dropless routing: with "
+                             f"moe_capacity_factor({self.moe_capacity_factor:g}) every expert is padded to its capacity "
+                             "whatever the routing; set one of them")
         return self
 
     @property
@@ -452,6 +466,7 @@ class LayoutArrays:
     moe_delay_wgrad: np.ndarray  # resolved (Layout.resolved_moe_delay_wgrad)
     moe_shared_expert_overlap: np.ndarray
     moe_capacity_factor: np.ndarray  # 0.0 = dropless
+    moe_load_imbalance: np.ndarray  # Layout.moe_load_imbalance (1.0 = balanced)
     cuda_graphs: np.ndarray  # CUDA_GRAPH_BITS mask
     moments_bf16: np.ndarray  # Adam moments in bf16 (optimizer_bytes already counts it)
     master_bf16: np.ndarray  # no fp32 master copy (optimizer_bytes already counts it)
@@ -527,6 +542,7 @@ class LayoutArrays:
         cols["moe_delay_wgrad"] = np.array([lay.resolved_moe_delay_wgrad for lay in layouts], dtype=bool)
         cols["moe_shared_expert_overlap"] = np.array([lay.moe_shared_expert_overlap for lay in layouts], dtype=bool)
         cols["moe_capacity_factor"] = np.array([lay.moe_capacity_factor or 0.0 for lay in layouts], dtype=float)
+        cols["moe_load_imbalance"] = np.array([lay.moe_load_imbalance for lay in layouts], dtype=float)
         cols["cuda_graphs"] = np.array([cuda_graph_mask(lay.cuda_graph_scope) for lay in layouts], dtype=np.int64)
         cols["mtp_layers"] = np.array([-1 if lay.mtp_layers is None else lay.mtp_layers for lay in layouts], dtype=np.int64)
         cols["activation_input_fp8"] = np.array([lay.activation_input_fp8 for lay in layouts], dtype=bool)
@@ -611,6 +627,7 @@ class LayoutArrays:
                 delay_wgrad_default(self.moe_ep_overlap[i], self.dualpipe[i])) else bool(self.moe_delay_wgrad[i]),
             moe_shared_expert_overlap=bool(self.moe_shared_expert_overlap[i]),
             moe_capacity_factor=capacity if capacity > 0 else None,
+            moe_load_imbalance=float(self.moe_load_imbalance[i]),
             cuda_graph_scope=cuda_graph_names(int(self.cuda_graphs[i])),
             mtp_layers=None if mtp < 0 else mtp,
             activation_input_fp8=bool(self.activation_input_fp8[i]),

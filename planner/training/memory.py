@@ -17,6 +17,7 @@ import numpy as np
 from planner.physics import linear_attention
 from planner.physics.kernels import NVFP4_COPY_BYTES_PER_ELEMENT
 from planner.physics.linear_attention import layer_linear_counts
+from planner.physics.moe import capacity_factor
 from planner.physics.params import mtp_layer_is_moe
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
 from planner.physics.shapes import (
@@ -353,8 +354,9 @@ def layer_activation_bytes_per_token(
         f_shared = moe.shared_ffn_width
         # Token drop padded to capacity (Megatron --moe-expert-capacity-factor c with
         # --moe-pad-expert-input-to-capacity): every expert runs exactly c x its balanced share
-        # (moe_utils.get_capacity: ceil(tokens x k / E x c) per source rank); dropless and balanced: 1.
-        c = np.where(lay.moe_capacity_factor > 0, lay.moe_capacity_factor, 1.0)
+        # (moe_utils.get_capacity: ceil(tokens x k / E x c) per source rank); dropless, the busiest rank's load
+        # imbalance (1 balanced): physics.moe.capacity_factor.
+        c = capacity_factor(lay)
         f = c * f_routed + f_shared  # intermediate width per token on this rank (the routed part over etp x ep)
         # Routed copies a rank's experts receive per token of its micro-batch: a stage's tp x cp x dp ranks send
         # k copies of each token, spread over edp x ep = tp x cp x dp / etp expert slots: k etp / t (k with

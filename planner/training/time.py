@@ -69,7 +69,13 @@ from planner.physics.launch import (
     layer_launches,
 )
 from planner.physics.linear_attention import in_proj_width, mixer_widths
-from planner.physics.moe import dispatch_seconds, expert_bias_bytes, regroup_bytes, tokens_per_local_expert
+from planner.physics.moe import (
+    capacity_factor,
+    dispatch_seconds,
+    expert_bias_bytes,
+    regroup_bytes,
+    tokens_per_local_expert,
+)
 from planner.physics.params import mtp_layer_is_moe
 from planner.physics.rotary import rotary_runs_unfused, unfused_rotary_bytes_per_token
 from planner.physics.shapes import (
@@ -164,12 +170,15 @@ def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     """A training layout's element-wise bytes per token of one layer: the one formula training and serving
     share (planner.physics.elementwise), with the model's dropout and the layout's sequence parallelism, less
     the routed experts' activation where the fused grouped MLP computes it in its GEMMs' epilogues
-    (fused_routed_activation_bytes_per_token)."""
+    (fused_routed_activation_bytes_per_token). The routed side runs on the copies the rank's experts receive:
+    the balanced share times physics.moe.capacity_factor (padded capacity, or the busiest rank's imbalance)."""
     shared = shared_elementwise_bytes_per_token(model, lay.tp, moe_layer=moe_layer, dropout=model.dropout,
                                                 sequence_parallel=lay.sequence_parallel, linear=linear)
     if not (moe_layer and model.moe is not None):
         return shared
-    return np.asarray(shared - fused_routed_activation_bytes_per_token(model, lay))
+    routed = routed_elementwise_bytes_per_token(model, lay.tp) - fused_routed_activation_bytes_per_token(model, lay)
+    return np.asarray(shared - fused_routed_activation_bytes_per_token(model, lay)
+                      + (capacity_factor(lay) - 1.0) * routed)
 
 
 def fused_routed_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
@@ -203,7 +212,8 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     """(forward, backward) GEMM-input elements per token one rank quantizes to fp8 in one layer: the input
     of every fp8 GEMM in the forward (QKV and fc1 read the full hidden state, gathered under SP; the output
     projection and fc2 their TP shard) and the output gradient entering each in the backward. The router
-    stays 16-bit. MoE: each routed copy of a token is an input of its expert's GEMMs."""
+    stays 16-bit. MoE: each routed copy of a token is an input of its expert's GEMMs, as many copies as the rank's
+    experts receive (the balanced share times physics.moe.capacity_factor)."""
     h = model.hidden_size
     t = lay.tp.astype(float)
     widths = attention_dims(model)
@@ -216,19 +226,20 @@ def fp8_cast_elements_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
         out_in = np.asarray(mixer_widths(model.linear_attention).value / t)
     up = 2.0 if model.mlp_kind == "gated" else 1.0
     if moe_layer and model.moe is not None:
-        copies, width = float(model.moe.experts_per_token + model.moe.num_shared_experts), model.moe.moe_ffn_hidden_size
+        routed = model.moe.experts_per_token * capacity_factor(lay)
+        copies, width = np.asarray(routed + model.moe.num_shared_experts), model.moe.moe_ffn_hidden_size
         # the fused grouped MLP quantizes fc2's input and fc1's output gradient in its GEMMs' epilogues
         # (fused_routed_activation_bytes_per_token): the routed copies' casts of those two are not kernels
-        fused = np.where(lay.moe_fused_mlp, float(model.moe.experts_per_token) * width / t, 0.0)
+        fused = np.where(lay.moe_fused_mlp, routed * width / t, 0.0)
     else:
-        copies, width, fused = 1.0, model.ffn_hidden_size, np.zeros(np.shape(t))
+        copies, width, fused = np.ones(()), model.ffn_hidden_size, np.zeros(np.shape(t))
     per_copy = width / t
     forward = h + out_in + _mlp_cast_elements(copies, h, per_copy) - fused
     backward = qkv_out + h + up * copies * per_copy + copies * h - up * fused
     return forward, backward
 
 
-def _mlp_cast_elements(copies: float, h: int, f_per_copy: np.ndarray) -> np.ndarray:
+def _mlp_cast_elements(copies: np.ndarray | float, h: int, f_per_copy: np.ndarray) -> np.ndarray:
     """Forward fp8 cast elements per token of `copies` MLPs: each copy's fc1 input (h) and fc2 input (its width
     over TP, `f_per_copy`)."""
     return np.asarray(copies * (h + f_per_copy))
@@ -648,8 +659,9 @@ def routed_side_forward_seconds(model: ModelSpec, hw: HardwareProfile, lay: Layo
     assert model.moe is not None
     per_copy = np.where(lay.moe_fused_mlp, 0.0, model.moe.moe_ffn_hidden_size / lay.tp.astype(float))
     casts = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * _mlp_cast_elements(
-        float(model.moe.experts_per_token), model.hidden_size, per_copy), lay.fp8_recipe), 0.0)
-    routed = routed_elementwise_bytes_per_token(model, lay.tp) - fused_routed_activation_bytes_per_token(model, lay)
+        model.moe.experts_per_token * capacity_factor(lay), model.hidden_size, per_copy), lay.fp8_recipe), 0.0)
+    routed = (routed_elementwise_bytes_per_token(model, lay.tp) - fused_routed_activation_bytes_per_token(model, lay)
+              ) * capacity_factor(lay)
     return np.asarray(memory_seconds(hw, tokens * routed) + casts)
 
 
@@ -790,9 +802,11 @@ def clamp_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, m
     kernels of their own (physics.elementwise ACTIVATION_CLAMP_*) unless a fused kernel clamps (lay.clamp_fused)."""
     tokens = tokens_per_microbatch(lay)
     fwd, bwd = activation_clamp_bytes_per_token(model, lay.tp, moe_layer=moe_layer)
-    # the fused grouped MLP clamps the routed experts' inputs in its epilogue (TE's ScaledClampedQGeGLU fused op):
-    # only the shared experts' share stays a kernel of its own
-    kept = np.where(lay.moe_fused_mlp, 1.0 - _routed_activation_share(model), 1.0) if moe_layer else 1.0
+    # the routed share runs on the copies the rank's experts receive (physics.moe.capacity_factor); the fused grouped
+    # MLP clamps the routed experts' inputs in its epilogue (TE's ScaledClampedQGeGLU fused op): only the shared
+    # experts' share stays a kernel of its own
+    share = _routed_activation_share(model)
+    kept = (np.where(lay.moe_fused_mlp, 0.0, share * capacity_factor(lay)) + 1.0 - share) if moe_layer else 1.0
     return (np.asarray(np.where(lay.clamp_fused, 0.0, kept * memory_seconds(hw, tokens * fwd))),
             np.asarray(np.where(lay.clamp_fused, 0.0, kept * memory_seconds(hw, tokens * bwd))))
 

@@ -232,6 +232,15 @@ def test_estimate_table_shows_the_moe_settings(run_cli):
                       "--moe-delay-wgrad", "--format", "json")
     assert delayed.exit_code == 0, delayed.output
     assert json.loads(delayed.stdout)["config"]["moe_delay_wgrad"] is True
+    skewed = run_cli("estimate", "-m", "mixtral-8x7b", "-w", "h100-sxm", "--gpus", "64", "--tp", "2", "--ep", "8",
+                     "--global-batch", "64", "--seq-len", "4096", "--zero", "1", "--moe-dispatcher", "deepep",
+                     "--moe-load-imbalance", "1.5")
+    assert skewed.exit_code == 0, skewed.output
+    assert "dropless, load imbalance 1.5" in " ".join(skewed.output.split())
+    bad = run_cli("estimate", "-m", "mixtral-8x7b", "-w", "h100-sxm", "--gpus", "64", "--tp", "2", "--ep", "8",
+                  "--global-batch", "64", "--seq-len", "4096", "--moe-load-imbalance", "1.5", "--moe-capacity-factor",
+                  "1.25")
+    assert bad.exit_code == 2 and "moe_load_imbalance" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert "ep-overlap off, delayed expert wgrad, dropless" in " ".join(run_cli(
         "estimate", "-m", "mixtral-8x7b", "-w", "h100-sxm", "--gpus", "64", "--tp", "2", "--ep", "8", "--global-batch",
         "64", "--seq-len", "4096", "--zero", "1", "--moe-dispatcher", "deepep", "--moe-delay-wgrad").output.split())

@@ -263,6 +263,12 @@ def test_moe_search_with_delayed_expert_weight_gradients(run_cli):
     assert "the dispatch's backward beside the experts' weight gradients" in delayed["moe"]["assumed"]
     assert delayed["candidates"][0]["config"]["moe_delay_wgrad"] is True
     assert delayed["candidates"][0]["time"]["step_seconds"] <= plain["candidates"][0]["time"]["step_seconds"]
+    # a skewed routing: every candidate's busiest rank at 1.3x the balanced load, said and costed
+    skewed = as_json(run_cli(*args, "--moe-load-imbalance", "1.3"))
+    assert skewed["problem"]["moe_load_imbalance"] == 1.3
+    assert "the busiest rank at 1.3x the balanced load" in skewed["moe"]["assumed"]
+    assert skewed["candidates"][0]["config"]["moe_load_imbalance"] == 1.3
+    assert skewed["candidates"][0]["time"]["step_seconds"] > plain["candidates"][0]["time"]["step_seconds"]
     # an engine that has no such stream: one line, exit 2
     titan = run_cli(*MIXTRAL, "--engine", "torchtitan", "--moe-delay-wgrad")
     assert titan.exit_code == 2 and "moe.dispatch_wgrad_overlap" in titan.stderr

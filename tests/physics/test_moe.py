@@ -90,6 +90,30 @@ def test_tokens_per_local_expert_with_parallel_folding():
     assert one(tokens_per_local_expert(MOE, dropped)) == 1.5 * 8192
 
 
+def test_the_busiest_rank_sets_the_pace_of_dropless_routing():
+    # moe_load_imbalance 1.25: the busiest of the 16 EP ranks receives 1.25x the balanced 8,192 rows per expert,
+    # and its all-to-all receives 1.25x the balanced bytes (the exchange ends with its last copy).
+    balanced = arrays(tp=2, dp=8, ep=16, etp=1, sequence_parallel=True)
+    skewed = arrays(tp=2, dp=8, ep=16, etp=1, sequence_parallel=True, moe_load_imbalance=1.25)
+    assert one(tokens_per_local_expert(MOE, skewed)) == 1.25 * 8192
+    s = 8192 * 2 * 64 * 2
+    expected = max((7 / 16 * 1.25 * s / 200e9 + 3e-6) / NCCL_ALLTOALL_EFFICIENCY, 0.5 * 1.25 * s / 40e9 + 10e-6)
+    assert one(dispatch_seconds(MOE, HW, arrays(dp=16, ep=16, moe_load_imbalance=1.25))) == pytest.approx(expected)
+    assert one(regroup_bytes(MOE, skewed)) == pytest.approx(1.25 * one(regroup_bytes(MOE, balanced)))
+    # a rank cannot receive more than every copy of its group: at most ep; and without expert parallelism one rank
+    # runs every expert, so the routing's skew changes nothing
+    assert one(tokens_per_local_expert(MOE, arrays(dp=2, ep=2, moe_load_imbalance=3.0))) == pytest.approx(
+        2 * one(tokens_per_local_expert(MOE, arrays(dp=2, ep=2))))
+    assert one(tokens_per_local_expert(MOE, arrays(dp=2, moe_load_imbalance=3.0))) == one(
+        tokens_per_local_expert(MOE, arrays(dp=2)))
+
+
+def test_a_load_imbalance_with_token_drop_is_refused():
+    # padded to capacity, every expert runs its capacity whatever the routing: the two settings exclude each other
+    with pytest.raises(ValueError, match="moe_load_imbalance"):
+        Layout(dp=16, ep=16, global_batch=16, seq_len=8192, moe_capacity_factor=1.5, moe_load_imbalance=1.2)
+
+
 def test_all_to_all_runs_both_tiers_at_once():
     # ep 16 over 2 nodes: each rank sends 8,192 tokens x 2 copies x 64 x 2 B = 2,097,152 B; 7/16 of it over the
     # fabric (at NCCL's all-to-all share of the kernels' rate), 8/16 through its NIC at the NIC's collective rate:

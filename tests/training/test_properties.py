@@ -11,7 +11,7 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from planner.engines.load import load_hardware
@@ -322,6 +322,18 @@ def test_delaying_the_experts_weight_gradients_never_exposes_more_expert_traffic
     result = evaluate(model, HARDWARE[hw], LayoutArrays.from_layouts([now, later]))
     assert result.ep_comm_seconds[1] <= result.ep_comm_seconds[0] * (1 + 1e-12) + 1e-15
     assert result.step_seconds[1] <= result.step_seconds[0] * (1 + 1e-12) + 1e-15
+
+
+@FAST
+@given(cases(moe_layers=True), st.floats(1.0, 4.0, allow_nan=False))
+def test_a_skewed_routing_never_speeds_a_step_nor_frees_memory(case, skew):
+    # The busiest expert-parallel rank's extra copies only add rows, bytes and kernels' traffic.
+    model, layout, hw = case
+    assume(layout.moe_capacity_factor is None)
+    skewed = layout.model_copy(update={"moe_load_imbalance": skew})
+    result = evaluate(model, HARDWARE[hw], LayoutArrays.from_layouts([layout, skewed]))
+    assert result.step_seconds[1] >= result.step_seconds[0] * (1 - 1e-12)
+    assert result.peak_bytes[1] >= result.peak_bytes[0] * (1 - 1e-12)
 
 
 # Grid = scalar ---------------------------------------------------------------------------------
