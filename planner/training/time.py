@@ -176,9 +176,9 @@ def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
                                                 sequence_parallel=lay.sequence_parallel, linear=linear)
     if not (moe_layer and model.moe is not None):
         return shared
-    routed = routed_elementwise_bytes_per_token(model, lay.tp) - fused_routed_activation_bytes_per_token(model, lay)
-    return np.asarray(shared - fused_routed_activation_bytes_per_token(model, lay)
-                      + (capacity_factor(lay) - 1.0) * routed)
+    fused = fused_routed_activation_bytes_per_token(model, lay)
+    routed = routed_elementwise_bytes_per_token(model, lay.tp) - fused
+    return np.asarray(shared - fused + (capacity_factor(lay) - 1.0) * routed)
 
 
 def fused_routed_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
@@ -658,10 +658,11 @@ def routed_side_forward_seconds(model: ModelSpec, hw: HardwareProfile, lay: Layo
     under fp8, of fp8_cast_elements_per_token (each routed copy's fc1 and fc2 inputs)."""
     assert model.moe is not None
     per_copy = np.where(lay.moe_fused_mlp, 0.0, model.moe.moe_ffn_hidden_size / lay.tp.astype(float))
+    load = capacity_factor(lay)  # the copies the rank's experts receive, over the balanced share
     casts = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * _mlp_cast_elements(
-        model.moe.experts_per_token * capacity_factor(lay), model.hidden_size, per_copy), lay.fp8_recipe), 0.0)
+        model.moe.experts_per_token * load, model.hidden_size, per_copy), lay.fp8_recipe), 0.0)
     routed = (routed_elementwise_bytes_per_token(model, lay.tp) - fused_routed_activation_bytes_per_token(model, lay)
-              ) * capacity_factor(lay)
+              ) * load
     return np.asarray(memory_seconds(hw, tokens * routed) + casts)
 
 
