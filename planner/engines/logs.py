@@ -13,13 +13,20 @@ Pure: text in, values out (`planner.engines.load.read_log_file` reads the file).
   `------- Task Configuration -------` and a line of dashes (v0.2-v0.3), or the `Configuration Summary
   (Non-Default Values vs Megatron Core)` (v0.4 on); planner.engines.megatron_bridge reads both.
 - torchtitan (train.py, metrics logger): `step: n  loss: ...  memory: x GiB(y%)  tps: t  tflops: f  mfu: m%`;
-  tps is tokens per second per GPU, memory the peak reserved memory of the step's window.
-- DeepSpeed (utils/timer.py, ThroughputTimer): `e/step, RunningAvgSamplesPerSec=a, CurrSamplesPerSec=c,
-  MemAllocated=xGB, MaxMemAllocated=yGB` (older: `SamplesPerSec=`); samples are those of the whole
-  train batch (all ranks); GB there is 2^30 bytes.
+  tps is tokens per second per GPU, memory the peak reserved memory of the step's window. Each field is
+  preceded by an ANSI colour code unless `--metrics.disable_color_printing` (its default is colour on, so a
+  redirected log holds the escape sequences); `tflops: 0.00  mfu: 0.00%` where the model declares no FLOP
+  count per token (FLUX, for one), which says nothing was measured, not that the step did no work.
+- DeepSpeed (utils/timer.py, ThroughputTimer): `epoch=e/micro_step=m/global_step=g, RunningAvgSamplesPerSec=a,
+  CurrSamplesPerSec=c, MemAllocated=xGB, MaxMemAllocated=yGB` (2023 on; before, `e/step, ...`, and earlier
+  still `SamplesPerSec=`); samples are those of the whole train batch (all ranks); GB there is 2^30 bytes.
 - Hugging Face Trainer: the final metrics `{'train_runtime': r, 'train_samples_per_second': s,
-  'train_steps_per_second': t, ...}` (or the `***** train metrics *****` block): averages over the
-  whole run, warm-up included, which is all the Trainer prints.
+  'train_steps_per_second': t, ...}` (or the `***** train metrics *****` block, or the same keys in the
+  `train_results.json` / `all_results.json` that `Trainer.save_metrics` writes): averages over the whole
+  run, warm-up included, which is all the Trainer prints.
+
+Terminal control sequences (colours, cursor moves) are removed before any of this is read, as is the
+`[31m`-style residue they leave when a log passes through a tool that drops the escape character.
 
 Warm-up: the first logged step is always dropped (its interval holds the compile/allocator warm-up),
 and so is every step numbered WARMUP_STEPS or less. What is left is summarised by its median.
@@ -28,6 +35,7 @@ and so is every step numbered WARMUP_STEPS or less. What is left is summarised b
 from __future__ import annotations
 
 import ast
+import json
 import math
 import re
 import statistics
@@ -81,7 +89,23 @@ class LogReading:
     warnings: tuple[str, ...] = ()
 
 
+# ECMA-48 control sequences: CSI (colours, cursor moves), OSC (window titles, hyperlinks, ended by BEL or ST) and
+# the two-character escapes; then the SGR residue `[31m` / `[38;2;180;60;0m` that is left where the escape
+# character itself was dropped (a log pasted through a web page or a CI viewer). At least one digit before the
+# `m`, so `[model]` or `[m]` in a log line stays as it is.
+_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_SGR_RESIDUE = re.compile(r"\[\d{1,3}(?:;\d{1,3})*m")
+
+
+def plain_text(text: str) -> str:
+    """A log without the terminal's control sequences (see the module docstring)."""
+    if "\x1b" in text:
+        text = _ESCAPE.sub("", text)
+    return _SGR_RESIDUE.sub("", text) if "m" in text and "[" in text else text
+
+
 def detect_format(text: str, source: str) -> str:
+    text = plain_text(text)
     if "elapsed time per iteration (ms)" in text or "------------------------ arguments" in text:
         return "megatron"
     if re.search(r"step:\s*\d+\s+loss:", text) and "tps:" in text:
@@ -239,30 +263,50 @@ def _titan_line(line: str) -> tuple[str, str, str, str | None, str | None] | Non
     return found[0], found[1], found[2], tflops.group(1) if tflops else None, mfu.group(1) if mfu else None
 
 
+def _declared(text: str | None, source: str, line: int, what: str) -> float | None:
+    """A figure torchtitan derives from the model's declared FLOPs per token: None where it is absent or printed
+    as zero (no FLOP count declared), else a finite, non-negative number."""
+    if text is None:
+        return None
+    value = _number(text, source, line, what)
+    if value < 0:
+        raise PlannerError(f"{what} is {text}: it cannot be negative; is the line garbled?", source=source,
+                           field=f"line {line}")
+    return value if value > 0 else None
+
+
 def _torchtitan(text: str, source: str, warmup: int) -> LogReading:
     steps: dict[int, LogStep] = {}
+    no_flops = False
     for number, line in enumerate(text.splitlines(), 1):
         fields = _titan_line(line)
         if fields:
             step, gib, tps, tflops, mfu = fields
             n = int(step)
+            tflops_value = _declared(tflops, source, number, "tflops")
+            no_flops = no_flops or (tflops is not None and tflops_value is None)
+            mfu_value = _declared(mfu, source, number, "mfu")
             steps.setdefault(n, LogStep(
                 step=n, tokens_per_second_per_gpu=_measure(tps, source, number, "tps"),
                 memory_bytes=_measure(gib, source, number, "memory") * GIB,
-                tflops_per_gpu=_measure(tflops, source, number, "tflops") if tflops else None,
-                mfu=_number(mfu, source, number, "mfu") / 100 if mfu else None,
+                tflops_per_gpu=tflops_value, mfu=mfu_value / 100 if mfu_value is not None else None,
             ))  # one line per rank: the first of each step stands for it
     used = _steady(list(steps.values()), "torchtitan step", source, warmup)
     memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
+    warnings = ("torchtitan printed tflops 0: the model declares no FLOP count per token, so only tps and memory "
+                "are read",) if no_flops else ()
     return LogReading(
         format="torchtitan", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
         tokens_per_second_per_gpu=_median([s.tokens_per_second_per_gpu for s in used]),
         tflops_per_gpu=_median([s.tflops_per_gpu for s in used]), peak_memory_bytes=max(memory) if memory else None,
+        warnings=warnings,
     )
 
 
-# (?<!\d): a match starts where a number does, so a long run of digits is scanned once, not once per digit
-_DS = re.compile(r"(?<!\d)(\d+)/(\d+), (?:RunningAvgSamplesPerSec=[\d.eE+-]+, )?(?:Curr)?SamplesPerSec=([\d.eE+-]+)"
+# (?<!\d): a match starts where a number does, so a long run of digits is scanned once, not once per digit. The
+# step is the global (optimizer) step where the line names it (2023 on), else the second number of `e/step`.
+_DS = re.compile(r"(?:(?<!\d)\d+/(\d+)|epoch=\d+/micro_step=\d+/global_step=(\d+)), "
+                 r"(?:RunningAvgSamplesPerSec=[\d.eE+-]+, )?(?:Curr)?SamplesPerSec=([\d.eE+-]+)"
                  r"(?:, MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB)?")
 
 
@@ -271,7 +315,7 @@ def _deepspeed(text: str, source: str, warmup: int) -> LogReading:
     for number, line in enumerate(text.splitlines(), 1):
         m = _DS.search(line)
         if m:
-            n = int(m.group(2))
+            n = int(m.group(1) or m.group(2))
             steps.setdefault(n, LogStep(
                 step=n, samples_per_second=_measure(m.group(3), source, number, "SamplesPerSec"),
                 memory_bytes=_measure(m.group(5), source, number, "MaxMemAllocated") * GIB if m.group(5) else None))
@@ -286,16 +330,29 @@ def _deepspeed(text: str, source: str, warmup: int) -> LogReading:
 
 
 _HF_BLOCK = re.compile(r"^\s*(train_[a-z_]+|epoch)\s*=\s*(\S+)\s*$")
+# The metrics as printed (a Python dict: single quotes) or as Trainer.save_metrics writes them (JSON)
+_HF_METRICS = re.compile(r"\{[^{}]*['\"]train_runtime['\"][^{}]*\}", flags=re.S)
+# A scalar printed through its repr: numpy 2 (`np.float64(1.5)`) or torch (`tensor(1.5)`, with a device or dtype)
+_SCALAR_REPR = re.compile(r"\b(?:np|numpy)\.(?:float|int)(?:16|32|64)\(([^()]*)\)|\btensor\(([^(),]*)(?:,[^()]*)?\)")
+
+
+def _metrics_dict(text: str) -> dict[str, Any] | None:
+    """The Trainer's metrics from one printed dict or JSON object; None when it is not one."""
+    try:
+        found = json.loads(text)
+    except ValueError:
+        try:
+            found = ast.literal_eval(_SCALAR_REPR.sub(lambda m: m.group(1) or m.group(2), text))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+    return found if isinstance(found, dict) else None
 
 
 def _hf_trainer(text: str, source: str, warmup: int) -> LogReading:
     metrics: dict[str, Any] = {}
-    for m in re.finditer(r"\{[^{}]*'train_runtime'[^{}]*\}", text, flags=re.S):
-        try:
-            found = ast.literal_eval(m.group(0))
-        except (ValueError, SyntaxError):
-            continue
-        if isinstance(found, dict):
+    for m in _HF_METRICS.finditer(text):
+        found = _metrics_dict(m.group(0))
+        if found is not None:
             metrics = found
     if not metrics:
         for line in text.splitlines():
@@ -325,6 +382,7 @@ _READERS = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deep
 
 def read_log(text: str, source: str, fmt: str | None = None, *, warmup_steps: int = WARMUP_STEPS) -> LogReading:
     """The steady-state figures of a training log; PlannerError when it holds no usable step."""
+    text = plain_text(text)
     fmt = fmt or detect_format(text, source)
     if fmt not in _READERS:
         raise PlannerError(f"unknown log format '{fmt}'; use one of {', '.join(LOG_FORMATS)}", source=source)

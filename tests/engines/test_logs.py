@@ -19,6 +19,7 @@ from planner.engines.logs import (
     megatron_flags,
     megatron_job_arguments,
     missing_megatron_arguments,
+    plain_text,
     read_log,
 )
 from planner.errors import PlannerError
@@ -176,6 +177,56 @@ def test_torchtitan_steps_after_warmup():
     assert r.peak_memory_bytes == pytest.approx(49.66 * GIB)
 
 
+# torchtitan's colours as its metrics logger writes them around each field (pytorch/torchtitan
+# torchtitan/tools/utils.py @ 02581674 class Color: red step, green loss, yellow memory, blue tps, cyan tflops,
+# magenta mfu, reset "\033[39m"; on unless --metrics.disable_color_printing)
+_TITAN_COLOURS = {"step:": "\x1b[31m", "loss:": "\x1b[32m", "memory:": "\x1b[33m", "tps:": "\x1b[34m",
+                  "tflops:": "\x1b[36m", "mfu:": "\x1b[35m"}
+
+
+def _coloured(text: str, escape: str = "\x1b") -> str:
+    lines = []
+    for line in text.splitlines():
+        if " step: " in line:
+            for field, code in _TITAN_COLOURS.items():
+                line = line.replace(field, code.replace("\x1b", escape) + field, 1)
+            line += "\x1b[39m".replace("\x1b", escape)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("escape", ["\x1b", ""], ids=["escape codes", "escape character dropped"])
+def test_torchtitan_coloured_log_reads_as_the_plain_one(escape):
+    text = (LOGS / "torchtitan_llama3_8b.log").read_text(encoding="utf-8")
+    coloured = _coloured(text, escape)
+    assert coloured != text and ("\x1b" in coloured) == bool(escape)
+    assert detect_format(coloured, "coloured.log") == "torchtitan"
+    assert read_log(coloured, "coloured.log") == read_log(text, "coloured.log")
+
+
+def test_plain_text_keeps_brackets_that_are_not_colour_codes():
+    line = "[rank0]:[titan] [model] lr=[0.0001] [m] step: 1 [2025-09-11 14:09:46,954794][I]"
+    assert plain_text(line) == line
+    assert plain_text("\x1b]0;title\x07\x1b[1;31mstep:\x1b[0m 5 \x1b[2K") == "step: 5 "
+
+
+def test_torchtitan_without_a_flop_count():
+    r = _read("torchtitan_flux_no_flops.log")
+    assert r.steps_used == (8200, 8300)
+    assert r.tokens_per_second_per_gpu == 1561403  # median of 1,567,390 and 1,555,416
+    assert r.tflops_per_gpu is None
+    assert r.peak_memory_bytes == pytest.approx(76.90 * GIB)
+    assert any("no FLOP count" in w for w in r.warnings)
+
+
+def test_torchtitan_fork_with_its_own_log_prefix():
+    r = _read("torchtitan_aurora_xpu.log")
+    assert r.format == "torchtitan" and r.steps_used == (4, 5)
+    assert r.tokens_per_second_per_gpu == pytest.approx((6563 + 6634) / 2)
+    assert r.tflops_per_gpu == pytest.approx((60.90 + 61.57) / 2)
+    assert r.warnings == ()
+
+
 def test_torchtitan_only_warmup_is_refused():
     with pytest.raises(PlannerError, match="no usable step.*4"):
         _read("torchtitan_moe_warmup.log")
@@ -195,6 +246,32 @@ def test_deepspeed_older_format():
     assert r.samples_per_second == pytest.approx(83.73838805358588)
 
 
+def test_deepspeed_global_step_format():
+    r = _read("deepspeed_timer_2023_global_step.log")
+    assert r.format == "deepspeed"
+    assert r.steps_used == (450, 460, 470)  # global steps; 10, the first logged, is warm-up
+    assert r.samples_per_second == pytest.approx(25.73380362582048)  # median of the three CurrSamplesPerSec
+    assert r.peak_memory_bytes == pytest.approx(38.49 * GIB)
+
+
+def test_hf_trainer_saved_metrics_json():
+    r = _read("hf_trainer_train_results.json")
+    assert r.format == "hf_trainer"
+    assert r.steps_per_second == pytest.approx(0.023) and r.step_seconds == pytest.approx(1 / 0.023)
+    assert r.samples_per_second == pytest.approx(0.749)
+
+
+def test_hf_trainer_metrics_after_a_progress_bar_with_scalar_reprs():
+    # ProgressCallback writes str(dict) after tqdm's carriage-return updates; numpy 2 and torch scalars print as
+    # their reprs (transformers src/transformers/trainer_callback.py ProgressCallback.on_log)
+    text = ("100%|##########| 40/40 [00:20<00:00,  1.98it/s]\r{'train_runtime': np.float64(20.25), "
+            "'train_samples_per_second': 15.8, 'train_steps_per_second': tensor(1.975, device='cuda:0'), "
+            "'train_loss': 2.5, 'epoch': 1.0}\n")
+    r = read_log(text, "hf.log")
+    assert r.format == "hf_trainer"
+    assert r.steps_per_second == pytest.approx(1.975) and r.samples_per_second == pytest.approx(15.8)
+
+
 def test_hf_trainer_final_metrics():
     r = _read("hf_trainer_gaudi.log")
     assert r.format == "hf_trainer"
@@ -212,6 +289,8 @@ def test_hf_trainer_before_steps_per_second_warns():
 @pytest.mark.parametrize(("name", "fmt"), [
     ("megatron_mixtral_16xh100.log", "megatron"), ("torchtitan_llama3_8b.log", "torchtitan"),
     ("deepspeed_timer.log", "deepspeed"), ("hf_trainer_gaudi.log", "hf_trainer"),
+    ("deepspeed_timer_2023_global_step.log", "deepspeed"), ("hf_trainer_train_results.json", "hf_trainer"),
+    ("torchtitan_flux_no_flops.log", "torchtitan"), ("torchtitan_aurora_xpu.log", "torchtitan"),
 ])
 def test_format_is_detected(name, fmt):
     assert detect_format((LOGS / name).read_text(encoding="utf-8"), name) == fmt
