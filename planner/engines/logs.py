@@ -17,6 +17,11 @@ Pure: text in, values out (`planner.engines.load.read_log_file` reads the file).
   preceded by an ANSI colour code unless `--metrics.disable_color_printing` (its default is colour on, so a
   redirected log holds the escape sequences); `tflops: 0.00  mfu: 0.00%` where the model declares no FLOP
   count per token (FLUX, for one), which says nothing was measured, not that the step did no work.
+- NeMo 2 (NeMo's Lightning MegatronStrategy and its progress printer): `Training epoch e, iteration i/N | lr: ...
+  | global_batch_size: b | global_step: g | ... | train_step_timing in s: t | [tokens_per_sec_per_gpu: x |]
+  consumed_samples: c`, one line per step, seconds per step as measured by NeMo's timer; the step is the global
+  step. Its `peak_memory_usage` (bytes, where the memory callback is on) does not say whether it is the
+  allocator's reserve or its allocated peak, so it is not read.
 - DeepSpeed (utils/timer.py, ThroughputTimer): `epoch=e/micro_step=m/global_step=g, RunningAvgSamplesPerSec=a,
   CurrSamplesPerSec=c, MemAllocated=xGB, MaxMemAllocated=yGB` (2023 on; before, `e/step, ...`, and earlier
   still `SamplesPerSec=`); samples are those of the whole train batch (all ranks); GB there is 2^30 bytes.
@@ -45,8 +50,8 @@ from typing import Any, Literal
 from planner.engines import megatron_bridge
 from planner.errors import PlannerError
 
-LogFormat = Literal["megatron", "torchtitan", "deepspeed", "hf_trainer"]
-LOG_FORMATS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed", "hf_trainer")
+LogFormat = Literal["megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer"]
+LOG_FORMATS: tuple[str, ...] = ("megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer")
 
 WARMUP_STEPS = 3
 MIB = 2**20
@@ -108,14 +113,17 @@ def detect_format(text: str, source: str) -> str:
     text = plain_text(text)
     if "elapsed time per iteration (ms)" in text or "------------------------ arguments" in text:
         return "megatron"
+    if "train_step_timing in s:" in text:
+        return "nemo"
     if re.search(r"step:\s*\d+\s+loss:", text) and "tps:" in text:
         return "torchtitan"
     if "SamplesPerSec=" in text:
         return "deepspeed"
     if "train_samples_per_second" in text or "train_runtime" in text:
         return "hf_trainer"
-    raise PlannerError("not a log planner can read: no Megatron-LM iteration line, torchtitan step line, DeepSpeed "
-                       "timer line or Hugging Face Trainer metrics; give the format with --log-format", source=source)
+    raise PlannerError("not a log planner can read: no Megatron-LM or NeMo iteration line, torchtitan step line, "
+                       "DeepSpeed timer line or Hugging Face Trainer metrics; give the format with --log-format",
+                       source=source)
 
 
 def _measure(text: str, source: str, line: int | None, what: str) -> float:
@@ -236,6 +244,30 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
         step_seconds_logged=tuple(s.step_seconds for s in used if s.step_seconds is not None),
         peak_memory_bytes=peak, world_size=world, arguments=args, arguments_complete=complete, startup=startup,
         bridge_config=megatron_bridge.config_block(text),
+    )
+
+
+def _nemo(text: str, source: str, warmup: int) -> LogReading:
+    steps: dict[int, LogStep] = {}
+    startup: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        m = _ITERATION.search(line)
+        if not m or "train_step_timing in s:" not in line:
+            continue
+        fields = {k.strip(): v.strip() for k, _, v in (part.partition(":") for part in m.group(2).split("|")) if v}
+        step = int(fields["global_step"]) if fields.get("global_step", "").isdigit() else int(m.group(1))
+        if fields.get("global_batch_size", "").isdigit():
+            startup["global_batch_size"] = fields["global_batch_size"]
+        tokens = fields.get("tokens_per_sec_per_gpu")
+        steps.setdefault(step, LogStep(
+            step=step, step_seconds=_measure(fields["train_step_timing in s"], source, number, "train_step_timing in s"),
+            tokens_per_second_per_gpu=_measure(tokens, source, number, "tokens_per_sec_per_gpu") if tokens else None))
+    used = _steady(list(steps.values()), "NeMo 'train_step_timing in s'", source, warmup)
+    return LogReading(
+        format="nemo", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
+        step_seconds=_median([s.step_seconds for s in used]),
+        step_seconds_logged=tuple(s.step_seconds for s in used if s.step_seconds is not None),
+        tokens_per_second_per_gpu=_median([s.tokens_per_second_per_gpu for s in used]), startup=startup,
     )
 
 
@@ -377,7 +409,7 @@ def _hf_trainer(text: str, source: str, warmup: int) -> LogReading:
     )
 
 
-_READERS = {"megatron": _megatron, "torchtitan": _torchtitan, "deepspeed": _deepspeed, "hf_trainer": _hf_trainer}
+_READERS = {"megatron": _megatron, "nemo": _nemo, "torchtitan": _torchtitan, "deepspeed": _deepspeed, "hf_trainer": _hf_trainer}
 
 
 def read_log(text: str, source: str, fmt: str | None = None, *, warmup_steps: int = WARMUP_STEPS) -> LogReading:

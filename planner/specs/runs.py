@@ -51,7 +51,7 @@ class LogSource(BaseModel):
     model_config = _STRICT
 
     path: str = Field(description="The log file, relative to the runs file.")
-    format: Literal["megatron", "torchtitan", "deepspeed", "hf_trainer"] | None = Field(
+    format: Literal["megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer"] | None = Field(
         default=None, description="Engine that wrote it; detected from the text when left out.")
     training_args: str | None = Field(
         default=None, description="Hugging Face Trainer only: the TrainingArguments as JSON/YAML (to_dict()).")

@@ -160,6 +160,14 @@ def test_runs_on_two_systems_are_refused(run_cli, tmp_path):
     _one_line_error(run_cli("calibrate", path), "2 systems")
 
 
+def test_a_nemo_log_with_a_job(run_cli):
+    result = run_cli("calibrate", "--log", FIXTURES / "logs" / "nemo2_esm2_2x8xh100.log", "--job",
+                     FIXTURES / "jobs" / "llama8b_fits.yaml", "--format", "json")
+    data = _json(result)
+    # NeMo's own seconds per step, median of global steps 29-34 (28, the first logged, is warm-up)
+    assert data["runs"][0]["measured_seconds"] == pytest.approx((0.1902 + 0.1903) / 2)
+
+
 def test_calibrate_from_logs_with_a_job(run_cli):
     result = run_cli("calibrate", "--log", FIXTURES / "logs" / "deepspeed_timer.log", "--job",
                      FIXTURES / "jobs" / "llama8b_fits.yaml", "--format", "json")

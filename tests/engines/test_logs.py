@@ -246,6 +246,28 @@ def test_deepspeed_older_format():
     assert r.samples_per_second == pytest.approx(83.73838805358588)
 
 
+def test_nemo2_train_step_timing():
+    r = _read("nemo2_esm2_2x8xh100.log")
+    assert r.format == "nemo"
+    assert r.steps_used == (29, 30, 31, 32, 33, 34)
+    assert r.step_seconds == pytest.approx((0.1902 + 0.1903) / 2)  # median of six
+    assert r.startup["global_batch_size"] == "32"
+    assert r.peak_memory_bytes is None
+
+
+def test_nemo2_line_with_throughput_and_an_srun_prefix():
+    # NeMo 2 with its throughput callback, under srun's task label (the form of NVIDIA's 25.09 container logs)
+    line = ("[2025-11-20T14:55:{s:02d}+08:00] retraining/0 Training epoch 0, iteration {i}/99 | lr: 1.469e-05 | "
+            "global_batch_size: 128 | global_step: {i} | reduced_train_loss: 6.265 | train_step_timing in s: {t} | "
+            "tokens_per_sec_per_gpu: {x} | consumed_samples: 12544")
+    text = "\n".join(line.format(s=i, i=i, t=t, x=x) for i, t, x in
+                     ((3, 15.0, "9.0e+03"), (10, 12.22, "1.073e+04"), (11, 12.21, "1.074e+04"), (12, 12.21, "1.073e+04")))
+    r = read_log(text, "nemo.log")
+    assert r.format == "nemo" and r.steps_used == (10, 11, 12)  # 3, the first logged, is warm-up
+    assert r.step_seconds == pytest.approx(12.21)  # median of 12.22, 12.21, 12.21
+    assert r.tokens_per_second_per_gpu == pytest.approx(1.073e4)
+
+
 def test_deepspeed_global_step_format():
     r = _read("deepspeed_timer_2023_global_step.log")
     assert r.format == "deepspeed"
@@ -291,6 +313,7 @@ def test_hf_trainer_before_steps_per_second_warns():
     ("deepspeed_timer.log", "deepspeed"), ("hf_trainer_gaudi.log", "hf_trainer"),
     ("deepspeed_timer_2023_global_step.log", "deepspeed"), ("hf_trainer_train_results.json", "hf_trainer"),
     ("torchtitan_flux_no_flops.log", "torchtitan"), ("torchtitan_aurora_xpu.log", "torchtitan"),
+    ("nemo2_esm2_2x8xh100.log", "nemo"),
 ])
 def test_format_is_detected(name, fmt):
     assert detect_format((LOGS / name).read_text(encoding="utf-8"), name) == fmt
