@@ -375,7 +375,7 @@ def _metrics_dict(text: str) -> dict[str, Any] | None:
     except ValueError:
         try:
             found = ast.literal_eval(_SCALAR_REPR.sub(lambda m: m.group(1) or m.group(2), text))
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # TypeError: `{[1]: 2}`
             return None
     return found if isinstance(found, dict) else None
 

@@ -294,6 +294,16 @@ def test_hf_trainer_metrics_after_a_progress_bar_with_scalar_reprs():
     assert r.steps_per_second == pytest.approx(1.975) and r.samples_per_second == pytest.approx(15.8)
 
 
+@pytest.mark.parametrize("text", [
+    "{[1]: 2, 'train_runtime': 1}",  # an unhashable key: literal_eval raises TypeError
+    "{'train_runtime': 1, 'train_steps_per_second': np.float64()}",
+    "{'train_runtime': 1, 'train_steps_per_second': " + "(" * 5000 + "}",
+])
+def test_hf_trainer_metrics_that_are_not_a_dict_of_numbers(text):
+    with pytest.raises(PlannerError, match="no usable step"):
+        read_log(text, "hf.log")
+
+
 def test_hf_trainer_final_metrics():
     r = _read("hf_trainer_gaudi.log")
     assert r.format == "hf_trainer"
