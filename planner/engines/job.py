@@ -183,10 +183,10 @@ def _import_engine(
             # the file's variables: the NAME=value words that open the engine args (after them, a word with '='
             # is a flag's value)
             count = next((i for i, w in enumerate(words) if not megatron.is_variable_assignment(w)), len(words))
-            model_args = megatron.parse_model_args_text(file_text, str(path), words[:count])
+            model_args, repeated = megatron.read_model_args(file_text, str(path), words[:count])
             if model_args is not None:  # Megatron-LM's MODEL_ARGS YAML (its functional tests, the MoE model zoo)
                 tokens, notes = megatron.read_launch_text(megatron.model_args_script(model_args, str(path)), str(path))
-                notes += megatron.unused_variables(file_text, words[:count], str(path))
+                notes += repeated + megatron.unused_variables(file_text, words[:count], str(path))
                 engine_args = shlex.join(words[count:]) if words else engine.args
             elif (bridge := megatron_bridge.parse_bridge_text(file_text, str(path))) is not None:
                 tokens, notes = megatron_bridge.bridge_tokens(bridge, str(path))  # a ConfigContainer YAML

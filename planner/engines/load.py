@@ -115,14 +115,18 @@ class _DuplicateKey(Exception):
         super().__init__(message)
 
 
-def _yaml_loader(*, yaml_1_2_numbers: bool) -> type:
+def _yaml_loader(*, yaml_1_2_numbers: bool, keep_last: bool = False) -> type:
     """PyYAML's safe loader (libyaml's C parser when built with it; `planner check` reads many files), where
     a key given twice in one mapping is an error naming both lines, and `80e9` is a number as in YAML 1.2.
     `yaml_1_2_numbers`: planner's own files read numbers as YAML 1.2 does (below); an engine's file is read as its
-    engine reads it, by PyYAML or OmegaConf, with YAML 1.1's forms."""
+    engine reads it, by PyYAML or OmegaConf, with YAML 1.1's forms. `keep_last`: a key given twice is not an error
+    but noted (the loader's `duplicates`) and its last value kept, as PyYAML and the tools that pass every entry on
+    in order (yq's to_entries into argparse) read it."""
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class Loader(base):  # type: ignore[misc,valid-type]
+        duplicates: list[str]
+
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             if isinstance(node, yaml.MappingNode):
                 seen: dict[Any, int] = {}
@@ -135,7 +139,10 @@ def _yaml_loader(*, yaml_1_2_numbers: bool) -> type:
                     except TypeError:
                         continue  # an unhashable key: PyYAML's own error names it
                     line = key_node.start_mark.line + 1
-                    if first is not None:
+                    if first is not None and keep_last:
+                        self.duplicates = [*getattr(self, "duplicates", []),
+                                           f"key {key!r} is given twice (lines {first} and {line})"]
+                    elif first is not None:
                         raise _DuplicateKey(f"duplicate key {key!r} at lines {first} and {line}; keep one")
                     seen[key] = line
             return super().construct_mapping(node, deep=deep)
@@ -176,6 +183,7 @@ def _yaml_loader(*, yaml_1_2_numbers: bool) -> type:
 
 _YAML_LOADER = _yaml_loader(yaml_1_2_numbers=True)
 _ENGINE_YAML_LOADER = _yaml_loader(yaml_1_2_numbers=False)
+_ENGINE_YAML_LAST_LOADER = _yaml_loader(yaml_1_2_numbers=False, keep_last=True)
 
 
 def _check_structure(data: Any, source: str) -> Any:
@@ -204,8 +212,20 @@ def _check_structure(data: Any, source: str) -> Any:
 def parse_yaml(text: str, source: str, *, engine: bool = False) -> Any:
     """A YAML document; `engine`: an engine's own file, its numbers read as the engine's YAML 1.1 parser reads them
     (planner's files: YAML 1.2, docs/errors.md)."""
+    return _parse_yaml(text, source, _ENGINE_YAML_LOADER if engine else _YAML_LOADER)[0]
+
+
+def parse_engine_yaml_keeping_last(text: str, source: str) -> tuple[Any, list[str]]:
+    """An engine's YAML read as a tool that keeps a repeated key's last value reads it (Megatron-LM's functional-test
+    harness: yq passes every MODEL_ARGS entry to the launcher in order, and argparse keeps the last), with one note
+    per repeated key."""
+    return _parse_yaml(text, source, _ENGINE_YAML_LAST_LOADER)
+
+
+def _parse_yaml(text: str, source: str, loader_class: type) -> tuple[Any, list[str]]:
+    loader = loader_class(text)
     try:
-        data = yaml.load(text, Loader=_ENGINE_YAML_LOADER if engine else _YAML_LOADER)  # noqa: S506 - safe loaders
+        data = loader.get_single_data()
     except _DuplicateKey as err:
         raise PlannerError(err.message, source=source) from None
     except yaml.YAMLError as err:
@@ -215,7 +235,9 @@ def parse_yaml(text: str, source: str, *, engine: bool = False) -> Any:
         raise PlannerError(f"malformed YAML{where}: {problem}", source=source) from None
     except RecursionError:
         raise PlannerError(f"nested more than {MAX_NESTING} levels deep (planner's limit)", source=source) from None
-    return _check_structure(data, source)
+    finally:
+        loader.dispose()
+    return _check_structure(data, source), list(getattr(loader, "duplicates", []))
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

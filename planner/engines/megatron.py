@@ -109,6 +109,7 @@ READ_FLAGS: dict[str, str] = {
         "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "moe-shared-expert-overlap",
         "overlap-dispatch-backward-with-experts-wgrad", "moe-pad-expert-input-to-capacity",
         "moe-paged-stash", "fine-grained-activation-offloading", "enable-cuda-graph", "external-cuda-graph",
+        "use-checkpoint-args",
         "activation-func-fp8-input-store", "fp8-dot-product-attention", "fp8-multi-head-attention",
         "use-transformer-engine-op-fuser", FUSED_MLP_ENV_FLAG, "attention-output-gate",
         # Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed)
@@ -133,7 +134,7 @@ IGNORED_FLAGS: frozenset[str] = frozenset({
     "log-loss-scale-to-tensorboard", "log-batch-size-to-tensorboard", "timing-log-level", "timing-log-option",
     "distributed-backend", "distributed-timeout-minutes", "num-workers", "use-mcore-models", "use-legacy-models",
     "transformer-impl", "ckpt-format", "exit-interval", "exit-duration-in-mins", "exit-signal-handler",
-    "use-checkpoint-args", "rotary-base", "rotary-percent", "rotary-interleaved", "rotary-seq-len-interpolation-factor",
+    "rotary-base", "rotary-percent", "rotary-interleaved", "rotary-seq-len-interpolation-factor",
     "rope-scaling-factor", "use-rope-scaling", "norm-epsilon", "apply-layernorm-1p",
     "attention-softmax-in-fp32", "no-masked-softmax-fusion", "no-bias-gelu-fusion", "no-bias-swiglu-fusion",
     "no-bias-dropout-fusion", "no-rope-fusion", "no-persist-layer-norm", "no-gradient-accumulation-fusion",
@@ -197,6 +198,10 @@ FSDP_STRATEGY_ZERO: dict[str, int] = {"no_shard": 0, "optim": 1, "optim_grads": 
 # --attention-backend values that pick one fused kernel (Layout.attention_kernel); auto leaves the engine's
 ATTENTION_BACKEND_KERNELS: dict[str, str] = {"flash": "flash2", "fused": "fused"}
 GPT2_VOCAB = 50257  # GPT2BPETokenizer (Radford et al. 2019): 50,257 tokens
+# TikTokenizer without --vocab-size: Megatron-Core's TikTokenTokenizer takes DEFAULT_TIKTOKEN_MAX_VOCAB = 2**17 as its
+# vocabulary whatever the file holds (the file's ranks are cut to it, and it asserts the file fills it;
+# megatron/core/tokenizers/text/libraries/tiktoken_tokenizer.py, utils/build_tokenizer.py @ d98e8a64)
+TIKTOKEN_DEFAULT_VOCAB = 2**17
 
 
 
@@ -246,15 +251,25 @@ def model_args_yaml(data: Any) -> bool:
 
 
 def parse_model_args_text(text: str, source: str, variables: Sequence[str] = ()) -> Mapping[str, Any] | None:
-    """A MODEL_ARGS YAML file's data, or None when the text is something else (an arguments file, a script). A file
-    that has a `MODEL_ARGS:` line but is not valid YAML is an error saying so.
+    """A MODEL_ARGS YAML file's data, or None when the text is something else (read_model_args, without its notes)."""
+    return read_model_args(text, source, variables)[0]
+
+
+def read_model_args(text: str, source: str, variables: Sequence[str] = ()) -> tuple[Mapping[str, Any] | None, list[str]]:
+    """A MODEL_ARGS YAML file's data, or None when the text is something else (an arguments file, a script), and
+    notes. A file that has a `MODEL_ARGS:` line but is not valid YAML is an error saying so.
+
+    A key given twice is read as the harness runs it: its yq query (`.MODEL_ARGS | to_entries`,
+    tests/functional_tests/shell_test_utils/_run_training.sh @ d98e8a64) hands every entry to the launcher in order,
+    so the flag is passed twice and argparse keeps the last value; a note names the key and its lines (22 of
+    Megatron-LM's 333 functional-test files repeat one).
 
     The harnesses that run these files substitute the environment into the text before reading the YAML (`envsubst`
     in Megatron-LM's tests/functional_tests and in the MoE model zoo's sbatch_benchmarking.sh), so `variables`
     (NAME=value words, given in the engine args) replace `${NAME}` and `$NAME` in the text first; a variable not
     given stays a reference, an error only where planner needs its value."""
     if not _MODEL_ARGS_LINE.search(text):
-        return None
+        return None, []
     defined: dict[str, str] = {}
     for word in variables:
         if not is_variable_assignment(word):
@@ -268,11 +283,12 @@ def parse_model_args_text(text: str, source: str, variables: Sequence[str] = ())
             raise PlannerError(f"with its variables substituted the file would exceed {MAX_FILE_BYTES:,} characters "
                                "(planner's limit for a config file); give shorter values", source=source)
         text = _REFERENCE.sub(lambda m: defined.get(m.group(1) or m.group(2), m.group(0)), text)
-    data = load.parse_yaml(text, source, engine=True)
+    data, repeated = load.parse_engine_yaml_keeping_last(text, source)
     if not model_args_yaml(data):
         raise PlannerError("MODEL_ARGS must be a mapping of --flags to values", source=source, field="MODEL_ARGS")
     mapping: Mapping[str, Any] = data
-    return mapping
+    notes = [f"{source}: {what}; the harness passes both and Megatron-LM keeps the last value" for what in repeated]
+    return mapping, notes
 
 
 _MODEL_ARGS_LINE = re.compile(r"^MODEL_ARGS:", re.MULTILINE)
@@ -496,7 +512,8 @@ def ffn_hidden_size(args: Mapping[str, Any]) -> int:
 def padded_vocab(args: Mapping[str, Any], tp: int, source: str) -> int:
     """--padded-vocab-size (or Megatron-DeepSpeed's --pad-vocab-size-to) as given, else the tokenizer's
     vocabulary padded up to a multiple of make-vocab-size-divisible-by (128) x tp, as Megatron-LM's
-    vocab_size_with_padding does; without --tokenizer-type, pretrain_gpt.py's GPT2BPETokenizer."""
+    vocab_size_with_padding does; without --tokenizer-type, pretrain_gpt.py's GPT2BPETokenizer; TikTokenizer without
+    --vocab-size, its 2**17 tokens."""
     if args.get("padded-vocab-size"):
         return int(args["padded-vocab-size"])
     if args.get("pad-vocab-size-to"):  # Megatron-DeepSpeed (BigScience): the padded size, written out
@@ -505,8 +522,11 @@ def padded_vocab(args: Mapping[str, Any], tp: int, source: str) -> int:
     if vocab is None:
         # pretrain_gpt.py passes args_defaults={'tokenizer_type': 'GPT2BPETokenizer'} to initialize_megatron,
         # so a GPT script without --tokenizer-type runs GPT-2's BPE (NVIDIA's examples/gpt3 scripts rely on it)
-        if args.get("tokenizer-type", "GPT2BPETokenizer") == "GPT2BPETokenizer":
+        tokenizer = args.get("tokenizer-type", "GPT2BPETokenizer")
+        if tokenizer == "GPT2BPETokenizer":
             vocab = GPT2_VOCAB
+        elif tokenizer == "TikTokenizer":
+            vocab = TIKTOKEN_DEFAULT_VOCAB
         else:
             raise PlannerError(f"the vocabulary size comes from {args['tokenizer-type']}, which planner does not read; "
                                "add --vocab-size N (or --padded-vocab-size N) to the arguments, or give the model with "
@@ -1627,6 +1647,12 @@ def import_megatron(
     for flag, what in UNMODELLED_RUN_FLAGS.items():
         if args.get(flag) not in (None, False):
             got.warn(f"--{flag}: {what}; not modelled, the estimate runs without it")
+    if args.get("use-checkpoint-args"):
+        # load_args_from_checkpoint (megatron/training/checkpointing.py @ d98e8a64) sets num_layers, the widths,
+        # heads and query groups, positions, biases, normalization, the MoE shape and MTP from the checkpoint
+        got.warn("--use-checkpoint-args: Megatron-LM takes the architecture (layers, widths, heads, positions, biases, "
+                 "the experts' shape) from the checkpoint it loads, over these flags; planner reads the flags as given, "
+                 "so check that they describe the checkpoint's model")
     if moe and not args.get("deepspeed"):  # Megatron-DeepSpeed's DeepSpeed-MoE dispatches by all-to-all
         got.set("moe_dispatcher", engine_profile("megatron").moe.default_dispatcher,
                 "Megatron-Core's default --moe-token-dispatcher-type", explicit=False)

@@ -16,8 +16,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from planner.engines.load import load_model
-from planner.engines.megatron import import_megatron, model_args_script, parse_model_args_text, read_launch_text
+from planner.engines.load import load_model, parse_yaml
+from planner.engines.megatron import (
+    import_megatron,
+    model_args_script,
+    padded_vocab,
+    parse_model_args_text,
+    read_launch_text,
+    read_model_args,
+)
 from planner.errors import PlannerError
 from planner.physics.params import count_params
 
@@ -49,6 +56,7 @@ FILES = [
     MODEL_ARGS / "gpt3_mcore_te_tp2_pp2_dsa.yaml",
     ZOO,
     ZOO_NEXT,
+    MODEL_ARGS / "gpt_grpo_tp1tp2_pp1_dp8_583m_throughputtest.yaml",
 ]
 
 
@@ -107,6 +115,39 @@ def _number_or_word(word: str) -> float | str:
         return float(word)
     except ValueError:
         return word
+
+
+GRPO = MODEL_ARGS / "gpt_grpo_tp1tp2_pp1_dp8_583m_throughputtest.yaml"
+
+
+def test_tiktokenizer_file_with_repeated_keys_reads_as_the_harness_runs_it(run_cli) -> None:
+    """Megatron-LM's 583M GRPO throughput test: TikTokenizer without --vocab-size (Megatron-Core's TikTokenTokenizer
+    then has 2**17 tokens), and three flags given twice, which yq hands to the launcher twice and argparse keeps the
+    last of. By hand (GPT defaults: biases, LayerNorm, GeLU MLP of 4h, learned positions, tied embeddings), per layer:
+    qkv 1152 x 3456 + 3456, proj 1152^2 + 1152, fc1 1152 x 4608 + 4608, fc2 4608 x 1152 + 1152, two LayerNorms
+    4 x 1152 = 15,940,224; embedding 131,072 x 1152 (a multiple of 128 x tp 1 already), positions 1,024 x 1152,
+    the final LayerNorm 2,304."""
+    result = run_cli("check", "--megatron-args", GRPO, "--hardware", "h100-sxm", "--gpus", "8", "--format", "json")
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)[0]
+    assert job["params"] == 24 * 15_940_224 + 131_072 * 1152 + 1_024 * 1152 + 2_304
+    assert (job["config"]["micro_batch"], job["config"]["global_batch"], job["config"]["seq_len"]) == (1, 16, 1024)
+    twice = [w for w in job["warnings"] if "given twice" in w]
+    assert len(twice) == 3 and any("'--micro-batch-size' is given twice (lines 19 and 54)" in w for w in twice)
+    assert any("--use-checkpoint-args" in w for w in job["warnings"])
+
+
+def test_a_repeated_flag_keeps_its_last_value() -> None:
+    text = "MODEL_ARGS:\n  --micro-batch-size: 1\n  --bf16: true\n  --micro-batch-size: 2\n"
+    data, notes = read_model_args(text, "t.yaml")
+    assert data is not None and data["MODEL_ARGS"]["--micro-batch-size"] == 2
+    assert notes == ["t.yaml: key '--micro-batch-size' is given twice (lines 2 and 4); the harness passes both and "
+                     "Megatron-LM keeps the last value"]
+
+
+def test_planner_files_still_refuse_a_repeated_key() -> None:
+    with pytest.raises(PlannerError, match="duplicate key 'gpus' at lines 1 and 2"):
+        parse_yaml("gpus: 8\ngpus: 16\n", "job.yaml")
 
 
 def test_plain_arguments_and_bridge_files_are_not_model_args() -> None:
@@ -365,3 +406,12 @@ def test_a_deprecated_variant_flag_that_disagrees_with_the_new_one_is_refused() 
     with pytest.raises(PlannerError, match="--linear-attention-type gated_delta_net and --experimental-attention-"
                                            "variant dsa disagree"):
         import_megatron(base.split(), gpus=1, given={}, model=None, source="t")
+
+
+@pytest.mark.parametrize(("args", "tp", "rows"), [
+    ({"tokenizer-type": "TikTokenizer"}, 1, 131_072),  # 2**17, already a multiple of 128
+    ({"tokenizer-type": "TikTokenizer"}, 3, 131_328),  # up to a multiple of 384: 342 x 384
+    ({"tokenizer-type": "TikTokenizer", "vocab-size": 100_000}, 2, 100_096),  # --vocab-size wins: 391 x 256
+])
+def test_tiktokenizer_vocabulary(args, tp, rows) -> None:
+    assert padded_vocab(args, tp, "t") == rows
