@@ -589,7 +589,6 @@ def test_malformed_model_args_flag(tmp_path: Path, flag: str, data: st.DataObjec
 
 @pytest.mark.parametrize(("text", "args", "needle"), [
     ("MODEL_ARGS:\n  --num-layers: [\n", "", "malformed YAML"),
-    ("MODEL_ARGS:\n  --num-layers: 4\n  --num-layers: 8\n", "", "duplicate key"),
     ("MODEL_ARGS:\n  --save: " + "${X}" * 20_000 + "\n", "X=" + "a" * 1_000, "would exceed"),
     ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
      "MODEL_ARGS:\n  --recompute-modules: *b\n", "", "MODEL_ARGS.--recompute-modules"),
