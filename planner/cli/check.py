@@ -43,7 +43,7 @@ ENGINE_OPTIONS = {"deepspeed": "deepspeed", "megatron_args": "megatron", "torcht
                   "hf_trainer": "hf_trainer", "accelerate_config": "accelerate", "automodel": "automodel"}
 # Layout flags, named as `planner estimate` names them; for direct engine checks they give what the file lacks.
 PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "recompute", "recompute_layers_per_stage",
-                  "micro_batch", "interleave", "schedule", "flash_attention", "attention_kernel", "overlap_grad_reduce",
+                  "micro_batch", "interleave", "microbatch_group_size", "schedule", "flash_attention", "attention_kernel", "overlap_grad_reduce",
                   "overlap_tp_comm", "offload_optimizer", "offload_params", "offload_activation_layers", "recompute_modules", "shard_group",
                   "etp", "moe_dispatcher", "moe_ep_overlap", "moe_delay_wgrad", "moe_shared_expert_overlap", "moe_capacity_factor",
                   "moe_load_imbalance",
@@ -73,6 +73,8 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--global-batch", type=count("global_batch"), help="Sequences per optimizer step."),
         click.option("--seq-len", type=count("seq_len"), help="Tokens per sequence."),
         click.option("--interleave", type=count("interleave"), help="Virtual pipeline stages per rank."),
+        click.option("--microbatch-group-size", type=count("microbatch_group_size"),
+                     help="With --interleave: micro-batches each virtual stage runs in a row  [default: pp]"),
         click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), help="Pipeline schedule."),
         click.option("--dtype", type=click.Choice(COMPUTE_DTYPES), help="Compute precision."),
         fp8_recipe_option(),

@@ -52,6 +52,9 @@ from planner.training.rules import resolve_layout
 @click.option("--seq-len", type=count("seq_len"), required=True, help="Tokens per sequence.")
 @click.option("--interleave", type=count("interleave"), default=1, show_default=True,
               help="Virtual pipeline stages per rank (interleaved 1F1B).")
+@click.option("--microbatch-group-size", type=count("microbatch_group_size"), default=None,
+              help="With --interleave: micro-batches each virtual stage runs in a row (Megatron "
+              "--microbatch-group-size-per-virtual-pipeline-stage)  [default: pp]")
 @click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b", show_default=True,
               help="Pipeline schedule.")
 @training_precision_options

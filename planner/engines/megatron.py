@@ -66,6 +66,7 @@ READ_FLAGS: dict[str, str] = {
         "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
         "expert-model-parallel-size", "expert-tensor-parallel-size", "num-layers-per-virtual-pipeline-stage",
         "virtual-pipeline-model-parallel-size", "num-virtual-stages-per-pipeline-rank", "recompute-num-layers",
+        "microbatch-group-size-per-virtual-pipeline-stage",
         "micro-batch-size", "batch-size", "global-batch-size", "seq-length", "num-layers", "hidden-size",
         "num-attention-heads", "ffn-hidden-size", "num-query-groups", "kv-channels", "max-position-embeddings",
         "padded-vocab-size", "vocab-size", "make-vocab-size-divisible-by", "num-experts", "moe-router-topk",
@@ -482,6 +483,7 @@ FLAG_LIMITS: dict[str, str] = {
     **dict.fromkeys(("num-layers", "num-layers-per-virtual-pipeline-stage", "recompute-num-layers",
                      "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "mtp-num-layers"), "layers"),
     "num-virtual-stages-per-pipeline-rank": "interleave",
+    "microbatch-group-size-per-virtual-pipeline-stage": "grad_accum",
     **dict.fromkeys(("hidden-size", "ffn-hidden-size", "kv-channels", "moe-ffn-hidden-size",
                      "moe-shared-expert-intermediate-size", "kv-lora-rank", "q-lora-rank", "qk-head-dim",
                      "qk-pos-emb-head-dim", "v-head-dim"), "width"),
@@ -824,7 +826,8 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     for flag, name in (("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
                        ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep"),
                        ("micro-batch-size", "micro_batch"), ("batch-size", "micro_batch"),
-                       ("seq-length", "seq_len")):
+                       ("seq-length", "seq_len"),
+                       ("microbatch-group-size-per-virtual-pipeline-stage", "microbatch_group_size")):
         if flag in args:
             got.set(name, int(args[flag]), f"--{flag}")
     for flag, name in (("sequence-parallel", "sequence_parallel"), ("overlap-grad-reduce", "overlap_grad_reduce"),
@@ -2035,6 +2038,8 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
     if lay.ep > 1:
         flags.append(["--expert-model-parallel-size", str(lay.ep)])
     flags += _split_flags(model, lay)
+    if lay.interleave > 1 and lay.microbatch_group_size is not None:
+        flags.append(["--microbatch-group-size-per-virtual-pipeline-stage", str(lay.microbatch_group_size)])
     if lay.sequence_parallel:
         flags.append(["--sequence-parallel"])
     if lay.recompute == "selective":

@@ -87,6 +87,7 @@ RENAMED = {
     "fp4_param": "fp4-param-gather",
     "num_layers_in_first_pipeline_stage": "decoder-first-pipeline-num-layers",
     "num_layers_in_last_pipeline_stage": "decoder-last-pipeline-num-layers",
+    "microbatch_group_size_per_vp_stage": "microbatch-group-size-per-virtual-pipeline-stage",
 }
 # Megatron-Core's enums as dumped (`{_target_: ...enums.AttnBackend, _args_: [5]}`): value -> the name Megatron-LM's
 # arguments take (megatron/core/transformer/enums.py @ d98e8a64; CudaGraphScope is the older numbering)
@@ -686,6 +687,7 @@ WRITTEN_FIELDS: dict[str, tuple[str, str]] = {
         "activation-func-fp8-input-store")},
     "decoder-first-pipeline-num-layers": ("model", "num_layers_in_first_pipeline_stage"),
     "decoder-last-pipeline-num-layers": ("model", "num_layers_in_last_pipeline_stage"),
+    "microbatch-group-size-per-virtual-pipeline-stage": ("model", "microbatch_group_size_per_vp_stage"),
     "micro-batch-size": ("train", "micro_batch_size"),
     "global-batch-size": ("train", "global_batch_size"),
     "use-distributed-optimizer": ("ddp", "use_distributed_optimizer"),

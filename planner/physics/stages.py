@@ -138,25 +138,30 @@ def microbatches_in_flight(lay: LayoutArrays, stage: np.ndarray) -> np.ndarray:
     """Micro-batches whose activations stage `stage` holds at its peak (in units of the stage's layers).
 
     1F1B (PipeDream-Flush; Narayanan et al. 2021, Sec. 2.2.1): stage i of p holds min(p - i, m).
-    Interleaved 1F1B with v chunks per rank: Megatron-LM's schedule warms up
-    2(p - i - 1) + (v - 1)p chunk-micro-batches before its first backward, so at the
-    peak it holds that plus one, each chunk being 1/v of the stage's layers:
-    (2(p - i - 1) + (v - 1)p + 1) / v = p + (p - 1 - 2i) / v; at i = 0 this is
+    Interleaved 1F1B with v chunks per rank, each virtual stage running n micro-batches in a row (n = p unless
+    --microbatch-group-size-per-virtual-pipeline-stage says otherwise): Megatron-Core's schedule warms up
+    2(p - i - 1) + (v - 1)n chunk-micro-batches before its first backward (schedules.py
+    get_pp_rank_microbatches @ d98e8a64), so at the peak it holds that plus one, each chunk being 1/v of the
+    stage's layers: (2(p - i - 1) + (v - 1)n + 1) / v; with n = p this is p + (p - 1 - 2i) / v, at i = 0
     p (1 + (p - 1)/(p v)), Korthikanti et al. 2022 Sec. 4.2.3. GPipe holds all m.
     With pp = 1 gradient accumulation runs one micro-batch at a time.
     """
     p = lay.pp.astype(float)
     v = lay.interleave.astype(float)
     m = lay.num_micro_batches.astype(float)
+    n = lay.microbatch_group_size.astype(float)
     stage = np.asarray(stage, dtype=float)
     plain = p - stage
-    interleaved = p + (p - 1 - 2 * stage) / v
+    interleaved = (2 * (p - stage - 1) + (v - 1) * n + 1) / v
     held = np.where(lay.interleave > 1, interleaved, plain)
     held = np.where(lay.gpipe, m, np.minimum(held, m))
     return np.where(lay.pp == 1, 1.0, held)
 
 
 def bubble_fraction(lay: LayoutArrays) -> np.ndarray:
-    """Idle fraction relative to the ideal time: (p - 1) / (v m) (Narayanan et al. 2021, Sec. 2.2)."""
+    """Idle fraction relative to the ideal time: (p - 1) / (v m) (Narayanan et al. 2021, Sec. 2.2). A group of n >= p
+    micro-batches per virtual stage (the rule's bound) lengthens the warm-up but not the idle time: each virtual
+    stage's first micro-batch returns to rank 0 after p chunk steps, no later than its n-th is issued, so the
+    steady state never waits and only the p - 1 chunk steps at each end stay idle."""
     p = lay.pp.astype(float)
     return np.asarray((p - 1) / (lay.interleave * lay.num_micro_batches))

@@ -34,6 +34,8 @@ def _layout_line(est: TrainingEstimate) -> str:
               f"micro-batch {lay.micro_batch}", f"global batch {lay.global_batch}", f"seq {lay.seq_len}"]
     if lay.interleave > 1:
         parts.append(f"interleave {lay.interleave}")
+        if lay.microbatch_group_size is not None:
+            parts.append(f"micro-batch groups of {lay.microbatch_group_size}")
     parts.append(f"fp8 ({lay.fp8_recipe})" if lay.dtype == "fp8" else lay.dtype)
     return ", ".join(parts + _moe_parts(est))
 

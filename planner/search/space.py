@@ -506,6 +506,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         recompute_modules=const(recompute_module_mask(None), np.int64),
         global_batch=const(problem.global_batch, np.int64),
         seq_len=const(problem.seq_len, np.int64),
+        microbatch_group=const(0, np.int64),  # Megatron-Core's default group of pp micro-batches
         gpipe=const(problem.schedule == "gpipe", bool),
         dualpipe=const(problem.schedule == "dualpipe", bool),
         flash_attention=const(problem.flash_attention, bool),

@@ -155,6 +155,7 @@ Degree = Annotated[int, Bounded("degree")]
 Interleave = Annotated[int, Bounded("interleave")]
 GlobalBatch = Annotated[int, Bounded("global_batch")]
 MicroBatch = Annotated[int, Bounded("micro_batch")]
+MicroBatchCount = Annotated[int, Bounded("grad_accum")]  # a number of micro-batches
 SeqLen = Annotated[int, Bounded("seq_len")]
 Layers = Annotated[int, Bounded("layers")]
 LayersOrNone = Annotated[int, Bounded("layers", minimum=0)]  # a count of layers that may be zero
@@ -172,5 +173,5 @@ FIELD_KINDS: dict[str, str] = {
     "ep": "degree", "max_pp": "degree", "interleave": "interleave", "global_batch": "global_batch",
     "micro_batch": "micro_batch", "seq_len": "seq_len", "input_len": "seq_len", "output_len": "seq_len",
     "concurrency": "concurrency", "recompute_layers": "layers", "recompute_layers_per_stage": "layers",
-    "offload_activation_layers": "layers", "shard_group": "degree", "max_batched_tokens": "seq_len", "top": "top",
+    "offload_activation_layers": "layers", "shard_group": "degree", "microbatch_group_size": "grad_accum", "max_batched_tokens": "seq_len", "top": "top",
 }

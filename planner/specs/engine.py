@@ -171,6 +171,10 @@ class ScheduleSection(_Sourced):
     expert_parallel: bool
     pipeline: bool
     interleaved: bool = Field(description="Interleaved (virtual-stage) 1F1B.")
+    microbatch_group: bool = Field(
+        default=False, description="Interleaved 1F1B with a chosen number of micro-batches per virtual stage in a "
+        "row (Layout.microbatch_group_size), which frees the micro-batch count from being a multiple of pp."
+    )
     uneven_virtual_stages: bool = Field(
         description="Virtual stages whose layers do not split evenly (a layout naming each chunk's layers): the "
         "search then offers v = 2, 4 and 8 wherever each virtual stage gets a pipeline unit."
@@ -503,8 +507,11 @@ _MEGATRON = EngineProfile(
         expert_parallel=True, pipeline=True,
         interleaved=True, tp_comm_overlap=True, gpipe=True, zero_stages=(0, 1, 2, 3), max_zero_with_pp=3,
         recompute=("none", "selective", "full", "modules"), block_recompute=True, uneven_virtual_stages=True,
-        pipeline_grad_reduce_overlap=True, pipeline_grad_all_reduce=False,
+        pipeline_grad_reduce_overlap=True, pipeline_grad_all_reduce=False, microbatch_group=True,
         sources={
+            "microbatch_group": "--microbatch-group-size-per-virtual-pipeline-stage (Megatron-Core since 2024-11, "
+            "ADLR/megatron-lm!2117 'tunable schedule with overlapping'; schedules.py "
+            "forward_backward_pipelining_with_interleaving @ d98e8a64); Megatron-Bridge's GLM-5 GB200 recipe sets 6",
             "tp_comm_overlap": "--tp-comm-overlap: Transformer Engine userbuffers split the SP all-gathers and "
             "reduce-scatters into chunks run beside the GEMMs (Megatron-Core model_parallel_config.py "
             "tp_comm_overlap; needs --sequence-parallel); the NeMo and Megatron-Bridge recipes of large dense models "
@@ -700,10 +707,12 @@ _NEMO = _derive(
                     "the last accumulate locally and the gradients are reduce-scattered once per step"},
     },
     schedules={
-        "linear_attention_cp": False, "uneven_virtual_stages": False,
+        "linear_attention_cp": False, "uneven_virtual_stages": False, "microbatch_group": False,
         "zero_stages": (0, 1, 2, 3),
         "sources": {"linear_attention_cp": "NeMo 24.07's Megatron-Core predates Gated DeltaNet and its context "
                     "parallelism (NVIDIA/Megatron-LM 20ba03fe, 2026-04)",
+                    "microbatch_group": "NeMo 24.07's Megatron-Core (r0.8) predates the micro-batch group size per "
+                    "virtual stage (ADLR/megatron-lm!2117, 2024-11): groups of pp",
                     "uneven_virtual_stages": "NeMo 24.07's launcher sets the virtual pipeline size, which Megatron-Core "
                     "splits evenly (megatron/training/arguments.py asserts the stage's layers divide by the virtual "
                     "stage's); its configs name no per-chunk layout",
@@ -820,10 +829,12 @@ _TORCHTITAN = _derive(
         },
     },
     schedules={
-        "linear_attention_cp": False, "uneven_virtual_stages": False,
+        "linear_attention_cp": False, "uneven_virtual_stages": False, "microbatch_group": False,
         "gpipe": True, "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1, "block_recompute": True,
         "recompute": ("none", "op", "full"), "tp_comm_overlap": True,
         "sources": {
+            "microbatch_group": "torch.distributed.pipelining's interleaved schedules take no group size (they run the "
+            "micro-batches in rounds of pp); torchtitan's [parallelism] names none",
             "uneven_virtual_stages": "not offered: planner reads torchtitan's split from its degrees only (9dec370's "
             "pipeline_parallel_split_points name no per-chunk layout the importer maps)",
             "linear_attention_cp": "torchtitan has no Gated DeltaNet model (torchtitan/models @ 9dec370)",
@@ -1192,13 +1203,14 @@ _DEEPSPEED = _derive(
         },
     },
     schedules={
-        "linear_attention_cp": False,
+        "linear_attention_cp": False, "microbatch_group": False,
         "tensor_parallel": True, "sequence_parallel": True, "context_parallel": True, "expert_parallel": True,
         "pipeline": True, "interleaved": False, "uneven_virtual_stages": False, "gpipe": False,
         "zero_stages": (0, 1, 2, 3), "max_zero_with_pp": 1,
         "recompute": ("none", "selective", "full"), "block_recompute": False, "tp_comm_overlap": False,
         "sources": {
             "uneven_virtual_stages": "no virtual stages (schedules.interleaved)",
+            "microbatch_group": "no virtual stages (schedules.interleaved)",
             "linear_attention_cp": "DeepSpeed's sequence parallelism (Ulysses) is written for attention; planner has "
             "no Gated DeltaNet path of it",
             "tp_comm_overlap": "Megatron-DeepSpeed's tensor parallelism predates Transformer Engine's userbuffers; "

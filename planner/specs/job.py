@@ -33,6 +33,7 @@ from planner.specs.bounds import (
     Layers,
     LayersOrNone,
     MicroBatch,
+    MicroBatchCount,
     NodeCount,
     SeqLen,
     ZeroStage,
@@ -100,6 +101,10 @@ class ParallelSection(BaseModel):
     )
     interleave: Interleave | None = Field(
         default=None, description="Virtual pipeline stages per rank, interleaved 1F1B (default 1 = plain)."
+    )
+    microbatch_group_size: MicroBatchCount | None = Field(
+        default=None, description="Interleaved 1F1B: micro-batches each virtual stage runs in a row (Megatron "
+        "--microbatch-group-size-per-virtual-pipeline-stage); default pp."
     )
     schedule: Schedule | None = Field(default=None, description="Pipeline schedule: 1f1b or gpipe (default 1f1b).")
     flash_attention: StrictBool | None = Field(

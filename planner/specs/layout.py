@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from planner.specs.bounds import Degree, GlobalBatch, Interleave, Layers, LayersOrNone, MicroBatch, SeqLen, ZeroStage
+from planner.specs.bounds import Degree, GlobalBatch, Interleave, Layers, LayersOrNone, MicroBatch, MicroBatchCount, SeqLen, ZeroStage
 from planner.specs.engine import (
     DEFAULT_ENGINE,
     AttentionKernel,
@@ -184,6 +184,13 @@ class Layout(BaseModel):
     global_batch: GlobalBatch = Field(description="Sequences per optimizer step, all replicas together.")
     seq_len: SeqLen = Field(description="Tokens per sequence.")
     interleave: Interleave = Field(default=1, description="Virtual pipeline stages per rank (interleaved 1F1B); 1 = plain.")
+    microbatch_group_size: MicroBatchCount | None = Field(
+        default=None,
+        description="Interleaved 1F1B: micro-batches each virtual stage runs in a row before the next (Megatron "
+        "--microbatch-group-size-per-virtual-pipeline-stage); between pp and the micro-batch count, which it divides "
+        "or leaves a last group of at least pp. null = pp, Megatron-Core's default (the micro-batch count must then be "
+        "a multiple of pp). No effect without interleaving.",
+    )
     schedule: Schedule = Field(default="1f1b", description="Pipeline schedule: 1f1b (PipeDream-Flush), gpipe, or dualpipe (DeepSeek-V3's bidirectional "
                           "schedule: two stages per rank, expert all-to-all overlapped).")
     dtype: ComputeDtype = Field(default="bf16", description="Compute precision of the matrix multiplies.")
@@ -442,6 +449,7 @@ class LayoutArrays:
     global_batch: np.ndarray
     seq_len: np.ndarray
     interleave: np.ndarray
+    microbatch_group: np.ndarray  # Layout.microbatch_group_size; 0 = pp (Megatron-Core's default)
     gpipe: np.ndarray
     dualpipe: np.ndarray  # schedule dualpipe
     flash_attention: np.ndarray
@@ -511,12 +519,18 @@ class LayoutArrays:
         """Micro-batches per step per pipeline (gradient-accumulation steps); floor where indivisible."""
         return np.asarray(np.maximum(self.global_batch // np.maximum(self.dp * self.micro_batch, 1), 1))
 
+    @property
+    def microbatch_group_size(self) -> np.ndarray:
+        """Micro-batches each virtual stage runs in a row under interleaved 1F1B: the layout's, else pp."""
+        return np.asarray(np.where(self.microbatch_group > 0, self.microbatch_group, self.pp))
+
     @classmethod
     def from_layouts(cls, layouts: list[Layout]) -> LayoutArrays:
         cols: dict[str, np.ndarray] = {
             name: np.array([getattr(lay, name) for lay in layouts], dtype=np.int64) for name in _INT_FIELDS
         }
         cols["sequence_parallel"] = np.array([lay.sequence_parallel for lay in layouts], dtype=bool)
+        cols["microbatch_group"] = np.array([lay.microbatch_group_size or 0 for lay in layouts], dtype=np.int64)
         cols["recompute"] = np.array([RECOMPUTE_CODES[lay.recompute] for lay in layouts], dtype=np.int64)
         cols["recompute_layers"] = np.array(
             [-1 if lay.recompute_layers_per_stage is None else lay.recompute_layers_per_stage for lay in layouts],
@@ -597,6 +611,7 @@ class LayoutArrays:
         capacity = float(self.moe_capacity_factor[i])
         return Layout(
             **{name: int(getattr(self, name)[i]) for name in _INT_FIELDS},
+            microbatch_group_size=int(self.microbatch_group[i]) or None,
             sequence_parallel=bool(self.sequence_parallel[i]),
             recompute=RECOMPUTE_NAMES[int(self.recompute[i])],
             recompute_layers_per_stage=None if rl < 0 else rl,

@@ -49,6 +49,24 @@ class Rule:
         return np.asarray(self.broken(model, lay, gpus))
 
 
+def _bad_microbatch_groups(a: LayoutArrays) -> np.ndarray:
+    """Megatron-Core's interleaved schedule runs the m micro-batches in groups of n per virtual stage and refuses
+    n outside [pp, m] and a last group of fewer than pp (schedules.py forward_backward_pipelining_with_interleaving
+    @ d98e8a64: 'should range in [PP, M]', 'The remainder of M ... should be 0, or larger than or equal to the
+    pipeline-parallel size'); n defaults to pp, which makes m a multiple of pp."""
+    m, n = a.num_micro_batches, a.microbatch_group_size
+    rest = m % np.maximum(n, 1)
+    return np.asarray((n < a.pp) | (n > m) | ((rest > 0) & (rest < a.pp)))
+
+
+def _microbatch_group_terms(lay: Layout) -> str:
+    m = lay.global_batch // max(lay.dp * lay.micro_batch, 1)
+    if lay.microbatch_group_size is None:
+        return f"the micro-batch count ({m}) divisible by pp"
+    return (f"microbatch_group_size({lay.microbatch_group_size}) between pp({lay.pp}) and the micro-batch count ({m}), "
+            "dividing it or leaving a last group of at least pp")
+
+
 def _engine_rule(code: str, broken: Callable[[LayoutArrays, EngineProfile], np.ndarray] | None,
                  setting: Callable[[Layout], str], field: str, *,
                  model_broken: Callable[[ModelSpec, LayoutArrays, EngineProfile], np.ndarray] | None = None) -> Rule:
@@ -145,6 +163,10 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: f"pp({l.pp})", "schedules.pipeline"),
     _engine_rule("engine_no_interleave", lambda a, e: (a.interleave > 1) & (not e.schedules.interleaved),
                  lambda l: f"interleave({l.interleave})", "schedules.interleaved"),
+    _engine_rule("engine_no_microbatch_group",
+                 lambda a, e: (a.interleave > 1) & (a.microbatch_group > 0) & (a.microbatch_group != a.pp)
+                 & (not e.schedules.microbatch_group),
+                 lambda l: f"microbatch_group_size({l.microbatch_group_size})", "schedules.microbatch_group"),
     _engine_rule("engine_no_gpipe", lambda a, e: a.gpipe & (a.pp > 1) & (not e.schedules.gpipe),
                  lambda l: "schedule gpipe", "schedules.gpipe"),
     _engine_rule("engine_zero_stage", lambda a, e: ~np.isin(a.zero, np.asarray(e.schedules.zero_stages)),
@@ -283,13 +305,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "interleave_invalid",
         lambda m, a, g: (a.interleave > 1)
-        & ((a.pp == 1) | (pipeline_units_per_rank(m.num_layers, a.pp) < a.interleave) | (a.num_micro_batches % a.pp != 0)
+        & ((a.pp == 1) | (pipeline_units_per_rank(m.num_layers, a.pp) < a.interleave) | _bad_microbatch_groups(a)
            | a.gpipe),
         lambda m, l, g: f"interleave({l.interleave}) needs pp > 1, at least one layer, the embedding or the loss per "
         f"virtual stage ((num_layers({m.num_layers}) + {PIPELINE_EDGE_UNITS}) // pp({l.pp}) = {pipeline_units_per_rank(m.num_layers, l.pp)} "
-        f">= interleave), "
-        f"the micro-batch count "
-        f"({l.global_batch // max(l.dp * l.micro_batch, 1)}) divisible by pp, and the 1f1b schedule",
+        f">= interleave), {_microbatch_group_terms(l)}, and the 1f1b schedule",
     ),
     Rule(
         "dualpipe_invalid",

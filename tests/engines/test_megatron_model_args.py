@@ -57,6 +57,7 @@ FILES = [
     ZOO,
     ZOO_NEXT,
     MODEL_ARGS / "gpt_grpo_tp1tp2_pp1_dp8_583m_throughputtest.yaml",
+    MODEL_ARGS / "gpt3_mcore_te_tp1_pp4_vp1_tunable_overlap.yaml",
 ]
 
 
@@ -135,6 +136,23 @@ def test_tiktokenizer_file_with_repeated_keys_reads_as_the_harness_runs_it(run_c
     twice = [w for w in job["warnings"] if "given twice" in w]
     assert len(twice) == 3 and any("'--micro-batch-size' is given twice (lines 19 and 54)" in w for w in twice)
     assert any("--use-checkpoint-args" in w for w in job["warnings"])
+
+
+def test_tunable_overlap_file_runs_its_five_micro_batches_in_one_group(run_cli) -> None:
+    """gpt3_mcore_te_tp1_pp4_vp1_tunable_overlap: 12 layers on pp 4 with one layer per virtual stage (v 3), global
+    batch 40 of micro-batches of 4 on dp 2: m = 5, not a multiple of pp, which Megatron-Core's interleaved schedule
+    takes in one group of 5 (--microbatch-group-size-per-virtual-pipeline-stage 5). Parameters as in the gpt3 case
+    above (12 x 3,152,384 per layer), with GPT-2's 50,257 tokens padded to 50,304 (tp 1): 64,109,568."""
+    path = MODEL_ARGS / "gpt3_mcore_te_tp1_pp4_vp1_tunable_overlap.yaml"
+    result = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8", "--format", "json")
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)[0]
+    config = job["config"]
+    assert job["params"] == 12 * 3_152_384 + 50_304 * 512 + 1_024 * 512 + 1_024
+    assert (config["pp"], config["dp"], config["interleave"], config["microbatch_group_size"]) == (4, 2, 3, 5)
+    without = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8", "--engine-args",
+                      "--microbatch-group-size-per-virtual-pipeline-stage 4")
+    assert without.exit_code == 2 and "leaving a last group of at least pp" in without.output
 
 
 def test_a_repeated_flag_keeps_its_last_value() -> None:

@@ -83,6 +83,16 @@ def test_interleaved_in_flight():
     assert microbatches_in_flight(lay, stages).tolist() == pytest.approx([5.5, 4.5, 3.5, 2.5])
 
 
+def test_a_larger_micro_batch_group_warms_up_more_chunks():
+    # p = 4, v = 2, m = 10 in groups of n = 5 (Megatron-Core's schedule warms up 2(p - i - 1) + (v - 1) n chunks):
+    # rank 0: (6 + 5 + 1) / 2 = 6; rank 3: (0 + 5 + 1) / 2 = 3. With n = p it is the default's [5.5, ..., 2.5].
+    lay, stages = stages_of(Layout(pp=4, interleave=2, global_batch=10, seq_len=16, microbatch_group_size=5))
+    assert microbatches_in_flight(lay, stages).tolist() == pytest.approx([6, 5, 4, 3])
+    same, _ = stages_of(Layout(pp=4, interleave=2, global_batch=8, seq_len=16, microbatch_group_size=4))
+    assert microbatches_in_flight(same, stages).tolist() == pytest.approx([5.5, 4.5, 3.5, 2.5])
+    assert bubble_fraction(lay)[0] == pytest.approx(3 / (2 * 10))  # (p - 1) / (v m), whatever n
+
+
 def test_interleaved_capped_by_the_micro_batch_count():
     # p = 4, v = 2, m = 4: the warm-up would want 5.5 but only 4 micro-batches exist: [4, 4, 3.5, 2.5].
     lay, stages = stages_of(Layout(pp=4, interleave=2, global_batch=4, seq_len=16))

@@ -88,6 +88,30 @@ def test_interleave_needs_pipeline_and_micro_batches_divisible_by_pp():
     check_layout(model(), Layout(pp=4, interleave=2, global_batch=8, seq_len=1024), 4)
 
 
+@pytest.mark.parametrize(("batch", "group", "ok"), [
+    (5, None, False),  # m = 5 with the default group of pp = 4: not a multiple of pp
+    (5, 5, True),      # one group of 5 in [pp, m], no remainder (Megatron-LM's tunable_overlap functional tests)
+    (5, 4, False),     # groups of 4 leave a last group of 1 < pp
+    (5, 6, False),     # a group larger than the m micro-batches
+    (9, 5, True),      # groups of 5 leave a last group of 4 >= pp
+    (8, 3, False),     # a group smaller than pp
+])
+def test_interleave_with_a_micro_batch_group(batch, group, ok):
+    layout = Layout(pp=4, interleave=2, global_batch=batch, seq_len=1024, microbatch_group_size=group)
+    if ok:
+        check_layout(model(), layout, 4)
+    else:
+        text = message(layout, 4)
+        assert ("divisible by pp" if group is None else f"microbatch_group_size({group}) between pp(4)") in text
+
+
+def test_only_megatron_core_takes_a_micro_batch_group():
+    layout = Layout(pp=4, interleave=2, global_batch=5, seq_len=1024, microbatch_group_size=5, engine="torchtitan")
+    assert "engine torchtitan cannot run microbatch_group_size(5)" in message(layout, 4)
+    # a group of pp is every engine's schedule
+    check_layout(model(), layout.model_copy(update={"global_batch": 8, "microbatch_group_size": 4}), 4)
+
+
 def test_interleave_counts_the_embedding_and_the_loss_as_pipeline_units():
     # Megatron-Bridge's Llama 3.1 405B GB200 recipe: 126 layers on pp 16 x v 8. The layers alone give 126 // 16 = 7
     # per rank, too few for 8 virtual stages; with the embedding and the loss counted (Megatron-Core
