@@ -817,6 +817,23 @@ def _stablelm(r: _Reader) -> None:
         r.put("qk_norm_shape", "all_heads", "qk_layernorm")
 
 
+def _nemotron(r: _Reader) -> None:
+    """Nemotron-4 and Minitron (NemotronConfig / modeling_nemotron.py): GQA attention with a partial rotary (default
+    half the head), a two-matrix MLP with squared ReLU (up_proj, down_proj), LayerNorm1P (a LayerNorm with a bias;
+    the +1 adds no weight), untied embeddings."""
+    _rotary_decoder(r, tied_default=False)
+    _head_dim(r)
+    _attention_bias(r)
+    act = r.raw("hidden_act")
+    if act is not None and act not in ("relu2", "squared-relu", "relu", "gelu", "gelu_pytorch_tanh", "silu"):
+        raise r.error("hidden_act", f"{act!r} is not an activation of NemotronMLP planner knows; it applies one "
+                      "activation between up_proj and down_proj (relu2 in the released models)")
+    r.put("mlp_kind", "standard")  # NemotronMLP: up_proj, activation, down_proj (no gate)
+    r.put("mlp_bias", r.bool_("mlp_bias", False), "mlp_bias")
+    r.put("norm_kind", "layernorm")  # NemotronLayerNorm1P: weight and bias
+    _partial_rotary(r, default=0.5)  # NemotronConfig default
+
+
 def _internlm2(r: _Reader) -> None:
     """InternLM2 (remote code): Llama-shaped; fused wqkv and wo carry a bias when `bias` is true."""
     _rotary_decoder(r, tied_default=False)
@@ -1301,6 +1318,9 @@ IGNORED_KEYS.update({
                     "n_ctx": "legacy duplicate of n_positions"},
     "gptj": {**_GPT_LEGACY, **{k: _ROPE for k in ROPE_KEYS}},
     "stablelm": _LLAMA_IGNORED,
+    "nemotron": {**_LLAMA_IGNORED, "norm_eps": "LayerNorm1P epsilon; no weights",
+                 "kv_channels": "key NVIDIA's exports write beside head_dim; NemotronConfig does not read it (the "
+                 "head width is head_dim, else hidden_size / num_attention_heads)"},
     "internlm2": _LLAMA_IGNORED,
     "minicpm": {**_LLAMA_IGNORED, "scale_emb": "muP multiplier of the embedding output; no weights",
                 "dim_model_base": "muP base width for the logit scale; no weights",
@@ -1432,6 +1452,7 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "qwen3_5_moe_text": _qwen3_5_moe_text,
     "qwen3_next": _qwen3_next,
     "hunyuan_v1_moe": _hunyuan_v1_moe,
+    "nemotron": _nemotron,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 

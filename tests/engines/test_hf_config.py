@@ -55,6 +55,9 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
   attention and MLP with their two norms.
 - phi-mini-moe-instruct (phimoe): microsoft/Phi-mini-MoE-instruct's config.json as copied in casys-kaist/LLMServingSim,
   configs/model/microsoft/Phi-mini-MoE-instruct.json at commit 5daddb21a545658d5150b535712d0494584b5278.
+- nemotron-mini-4b (nemotron): the Nemotron-Mini-4B / Minitron-4B shape as the config dict of NVIDIA-NeMo/Megatron-Bridge,
+  tests/unit_tests/models/nemotron/test_nemotron_bridge.py at commit ebdef7c11b14bec53c4abedf4783bb75d70ef406
+  (nemotron_config_dict), written out as JSON.
 - unsupported/nemotron-h-56b-base-8k: nvidia/Nemotron-H-56B-Base-8K's config.json (a hybrid Mamba-2 stack, refused) as copied
   in ai-dynamo/aiconfigurator, aic-core/src/aiconfigurator_core/model_configs/nvidia--Nemotron-H-56B-Base-8K_config.json
   at commit 095f58a51c4ca8e61b66ec108d86f223f8d559ce.
@@ -990,3 +993,20 @@ def test_readme_counts_the_catalog():
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     assert f"({len(model_catalog())} models," in readme
+
+
+def test_nemotron_minitron_4b_counted_by_hand():
+    """NemotronForCausalLM: h 3072, 24 heads of 128 (h / a), 8 KV heads, a two-matrix squared-ReLU MLP of 9216,
+    LayerNorm1P (weight and bias), untied embeddings. Per layer: q and o 2 x 3072^2 = 18,874,368, k and v
+    2 x 3072 x 1024 = 6,291,456, up and down 2 x 3072 x 9216 = 56,623,104, two norms 4 x 3072 = 12,288:
+    81,801,216; x 32 layers, plus embedding and LM head 2 x 256,000 x 3072 and the final norm 6,144."""
+    spec = imported("nemotron-mini-4b.json")
+    assert (spec.mlp_kind, spec.norm_kind, spec.rotary_fraction, spec.tied_embeddings) == ("standard", "layernorm", 0.5,
+                                                                                           False)
+    assert count_params(spec).total == 32 * 81_801_216 + 2 * 256_000 * 3072 + 6_144
+
+
+def test_nemotron_refuses_an_activation_it_does_not_know():
+    with pytest.raises(PlannerError, match="hidden_act"):
+        imported("nemotron-mini-4b.json", hidden_act="swiglu")
+
