@@ -817,6 +817,17 @@ def _stablelm(r: _Reader) -> None:
         r.put("qk_norm_shape", "all_heads", "qk_layernorm")
 
 
+def _olmoe(r: _Reader) -> None:
+    """OLMoE (OlmoeConfig / modeling_olmoe.py): OLMo 2's attention with q and k norms over all heads (q_norm of h,
+    k_norm of the key heads' width), and every layer a MoE of `num_experts` SwiGLU experts of `intermediate_size`,
+    top `num_experts_per_tok`, a router without bias, no shared expert."""
+    _rotary_decoder(r, tied_default=False)
+    _attention_bias(r)
+    r.put("qk_norm", True)
+    r.put("qk_norm_shape", "all_heads")
+    _moe(r, experts="num_experts", ffn="intermediate_size")
+
+
 def _nemotron(r: _Reader) -> None:
     """Nemotron-4 and Minitron (NemotronConfig / modeling_nemotron.py): GQA attention with a partial rotary (default
     half the head), a two-matrix MLP with squared ReLU (up_proj, down_proj), LayerNorm1P (a LayerNorm with a bias;
@@ -1318,6 +1329,8 @@ IGNORED_KEYS.update({
                     "n_ctx": "legacy duplicate of n_positions"},
     "gptj": {**_GPT_LEGACY, **{k: _ROPE for k in ROPE_KEYS}},
     "stablelm": _LLAMA_IGNORED,
+    "olmoe": {**_LLAMA_IGNORED, **_MOE_ROUTING,
+              "clip_qkv": "a clamp of q, k and v's values inside the layer (element-wise, no weights)"},
     "nemotron": {**_LLAMA_IGNORED, "norm_eps": "LayerNorm1P epsilon; no weights",
                  "kv_channels": "key NVIDIA's exports write beside head_dim; NemotronConfig does not read it (the "
                  "head width is head_dim, else hidden_size / num_attention_heads)"},
@@ -1453,6 +1466,7 @@ READERS: dict[str, Callable[[_Reader], None]] = {
     "qwen3_next": _qwen3_next,
     "hunyuan_v1_moe": _hunyuan_v1_moe,
     "nemotron": _nemotron,
+    "olmoe": _olmoe,
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted([*READERS, *MULTIMODAL_TEXT_TYPES]))
 

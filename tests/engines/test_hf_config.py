@@ -58,6 +58,9 @@ Fixtures in tests/fixtures/hf/ are real configs, copied as found in public repos
 - nemotron-mini-4b (nemotron): the Nemotron-Mini-4B / Minitron-4B shape as the config dict of NVIDIA-NeMo/Megatron-Bridge,
   tests/unit_tests/models/nemotron/test_nemotron_bridge.py at commit ebdef7c11b14bec53c4abedf4783bb75d70ef406
   (nemotron_config_dict), written out as JSON.
+- olmoe-1b-7b-0125-instruct (olmoe): allenai/OLMoE-1B-7B-0125-Instruct's config.json as copied in piwi3910/Turbine,
+  crates/turbine-model/tests/fixtures/olmoe-1b-7b-0125-instruct/config.json at commit
+  72504adcaf8ad181ff36b96bf811c10508ae7658.
 - unsupported/nemotron-h-56b-base-8k: nvidia/Nemotron-H-56B-Base-8K's config.json (a hybrid Mamba-2 stack, refused) as copied
   in ai-dynamo/aiconfigurator, aic-core/src/aiconfigurator_core/model_configs/nvidia--Nemotron-H-56B-Base-8K_config.json
   at commit 095f58a51c4ca8e61b66ec108d86f223f8d559ce.
@@ -1009,4 +1012,17 @@ def test_nemotron_minitron_4b_counted_by_hand():
 def test_nemotron_refuses_an_activation_it_does_not_know():
     with pytest.raises(PlannerError, match="hidden_act"):
         imported("nemotron-mini-4b.json", hidden_act="swiglu")
+
+
+def test_olmoe_counted_by_hand():
+    """OLMoE-1B-7B: h 2048, 16 heads of 128, 16 KV heads; per layer q, k, v, o 4 x 2048^2 = 16,777,216, q and k norms
+    over all heads 2 x 2048, two RMSNorms 2 x 2048, the router 2048 x 64 = 131,072 and 64 SwiGLU experts of 1024,
+    64 x 3 x 2048 x 1024 = 402,653,184: 419,569,664; x 16, plus embedding and LM head 2 x 50,304 x 2048 and the final
+    norm 2048 = 6,919,161,856 (OLMoE's "6.9B total")."""
+    spec = imported("olmoe-1b-7b-0125-instruct.json")
+    assert spec.moe is not None
+    assert (spec.moe.num_experts, spec.moe.experts_per_token, spec.moe.moe_ffn_hidden_size) == (64, 8, 1024)
+    assert (spec.moe.num_shared_experts, spec.moe.num_dense_layers, spec.moe.router_bias) == (0, 0, False)
+    assert (spec.qk_norm, spec.qk_norm_shape) == (True, "all_heads")
+    assert count_params(spec).total == 16 * 419_569_664 + 2 * 50_304 * 2048 + 2048
 
