@@ -8,13 +8,14 @@ import click
 
 from planner.cli import cli
 from planner.cli.options import echo_json
+from planner.engines.logs import LOG_FORMATS
 
 
 @cli.command("calibrate")
 @click.argument("runs_file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[RUNS]")
 @click.option("--log", "logs", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
               help="A training log (Megatron-LM, NeMo, torchtitan, DeepSpeed, HF Trainer); repeat for more runs.")
-@click.option("--log-format", type=click.Choice(["megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer"]), default=None,
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default=None,
               help="The logs' engine  [default: detected]")
 @click.option("--job", "job_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --log: the job file of the logged run(s) (model, hardware, layout).")

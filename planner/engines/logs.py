@@ -110,7 +110,11 @@ def plain_text(text: str) -> str:
 
 
 def detect_format(text: str, source: str) -> str:
-    text = plain_text(text)
+    return _detect_plain(plain_text(text), source)
+
+
+def _detect_plain(text: str, source: str) -> str:
+    """detect_format on text already without control sequences."""
     if "elapsed time per iteration (ms)" in text or "------------------------ arguments" in text:
         return "megatron"
     if "train_step_timing in s:" in text:
@@ -169,6 +173,12 @@ def _steady(steps: list[LogStep], fmt: str, source: str, warmup: int) -> list[Lo
 
 
 _ITERATION = re.compile(r"iteration\s+(\d+)/\s*\d+\s*\|(.*)$")
+
+
+def _iteration_fields(rest: str) -> dict[str, str]:
+    """The `name: value | name: value | ...` fields after an iteration line's `iteration i/N |` (Megatron-LM and NeMo
+    print their step figures so), each name and value stripped; a field without a value is left out."""
+    return {k.strip(): v.strip() for k, _, v in (part.partition(":") for part in rest.split("|")) if v}
 _MEMORY = re.compile(r"\(after (\d+) iterations\) memory \((MB|GB)\)(.*)$")
 _ARGUMENT = re.compile(r"^\s{1,4}([A-Za-z_][A-Za-z0-9_]*) \.{2,} ?(.*?)\s*$")
 _WORLD = re.compile(r"using world size: (\d+)")
@@ -217,7 +227,7 @@ def _megatron(text: str, source: str, warmup: int) -> LogReading:
             continue
         m = _ITERATION.search(line)
         if m:
-            fields = {k.strip(): v.strip() for k, _, v in (part.partition(":") for part in m.group(2).split("|")) if v}
+            fields = _iteration_fields(m.group(2))
             ms = fields.get("elapsed time per iteration (ms)")
             if fields.get("global batch size", "").isdigit():  # the batch of the step (a ramp-up changes it)
                 startup["global_batch_size"] = fields["global batch size"]
@@ -254,7 +264,7 @@ def _nemo(text: str, source: str, warmup: int) -> LogReading:
         m = _ITERATION.search(line)
         if not m or "train_step_timing in s:" not in line:
             continue
-        fields = {k.strip(): v.strip() for k, _, v in (part.partition(":") for part in m.group(2).split("|")) if v}
+        fields = _iteration_fields(m.group(2))
         step = int(fields["global_step"]) if fields.get("global_step", "").isdigit() else int(m.group(1))
         if fields.get("global_batch_size", "").isdigit():
             startup["global_batch_size"] = fields["global_batch_size"]
@@ -415,7 +425,7 @@ _READERS = {"megatron": _megatron, "nemo": _nemo, "torchtitan": _torchtitan, "de
 def read_log(text: str, source: str, fmt: str | None = None, *, warmup_steps: int = WARMUP_STEPS) -> LogReading:
     """The steady-state figures of a training log; PlannerError when it holds no usable step."""
     text = plain_text(text)
-    fmt = fmt or detect_format(text, source)
+    fmt = fmt or _detect_plain(text, source)
     if fmt not in _READERS:
         raise PlannerError(f"unknown log format '{fmt}'; use one of {', '.join(LOG_FORMATS)}", source=source)
     return _READERS[fmt](text, source, warmup_steps)

@@ -177,8 +177,13 @@ def elementwise_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_laye
     if not (moe_layer and model.moe is not None):
         return shared
     fused = fused_routed_activation_bytes_per_token(model, lay)
-    routed = routed_elementwise_bytes_per_token(model, lay.tp) - fused
-    return np.asarray(shared - fused + (capacity_factor(lay) - 1.0) * routed)
+    return np.asarray(shared - fused + (capacity_factor(lay) - 1.0) * unfused_routed_bytes_per_token(model, lay))
+
+
+def unfused_routed_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
+    """The routed side's element-wise bytes per token that run as kernels of their own, at the balanced share:
+    physics.elementwise's routed count less what the fused grouped MLP moves in its GEMMs' epilogues."""
+    return np.asarray(routed_elementwise_bytes_per_token(model, lay.tp) - fused_routed_activation_bytes_per_token(model, lay))
 
 
 def fused_routed_activation_bytes_per_token(model: ModelSpec, lay: LayoutArrays) -> np.ndarray:
@@ -661,9 +666,7 @@ def routed_side_forward_seconds(model: ModelSpec, hw: HardwareProfile, lay: Layo
     load = capacity_factor(lay)  # the copies the rank's experts receive, over the balanced share
     casts = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * _mlp_cast_elements(
         model.moe.experts_per_token * load, model.hidden_size, per_copy), lay.fp8_recipe), 0.0)
-    routed = (routed_elementwise_bytes_per_token(model, lay.tp) - fused_routed_activation_bytes_per_token(model, lay)
-              ) * load
-    return np.asarray(memory_seconds(hw, tokens * routed) + casts)
+    return np.asarray(memory_seconds(hw, tokens * unfused_routed_bytes_per_token(model, lay) * load) + casts)
 
 
 def expert_comm_seconds(
@@ -718,9 +721,10 @@ def expert_comm_seconds(
     m = lay.num_micro_batches.astype(float)
     v = lay.interleave.astype(float)
     # the first stage's warm-up forwards (and as many cool-down backwards) have no partner: p - 1 micro-batches
-    # under 1F1B, 2(p - 1) + (v - 1)p chunk-micro-batches of the m v under the interleaved schedule (Megatron-Core
-    # schedules.py get_pp_rank_microbatches @ d98e8a64), v x its peak in flight less the one running; with pp 1
-    # the first forward and the last backward; under GPipe every forward runs before any backward
+    # under 1F1B, 2(p - 1) + (v - 1)n chunk-micro-batches of the m v under the interleaved schedule in groups of n
+    # micro-batches (Megatron-Core schedules.py get_pp_rank_microbatches @ d98e8a64), v x its peak in flight less
+    # the one running; with pp 1 the first forward and the last backward; under GPipe every forward runs before any
+    # backward
     warmup = v * microbatches_in_flight(lay, np.zeros(())) - 1.0
     unpaired = np.where(lay.gpipe, 1.0, np.minimum(1.0, np.maximum(warmup, 1.0) / (m * v)))
     # DualPipe runs every forward chunk beside a backward chunk: the same overlap, whatever the flag says.
