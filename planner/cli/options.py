@@ -14,7 +14,7 @@ import click
 
 from planner.errors import PlannerError
 from planner.specs.bounds import FIELD_KINDS, describe, over_limit
-from planner.specs.layout import FP8_RECIPE_CODES, ComputeDtype
+from planner.specs.layout import FP8_RECIPE_CODES, MAX_MOE_LOAD_IMBALANCE, ComputeDtype
 from planner.writing import keep_mode, remove_quietly, scratch_path, writable_target
 
 COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDtype)  # --dtype of estimate, search and check
@@ -215,7 +215,7 @@ def moe_layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--moe-shared-expert-overlap/--no-moe-shared-expert-overlap", default=None,
                      help="Shared experts computed beside the dispatch (Megatron --moe-shared-expert-overlap)  "
                      "[default: off]"),
-        click.option("--moe-load-imbalance", type=Finite(1, 64), default=None,
+        click.option("--moe-load-imbalance", type=Finite(1, MAX_MOE_LOAD_IMBALANCE), default=None,
                      help="Dropless routing's load on the busiest expert-parallel rank over the balanced share "
                      "(max/mean routed copies received; measure it from the router's token counts)  [default: 1, "
                      "balanced, as the benchmark recipes force it]"),

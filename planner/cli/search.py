@@ -30,6 +30,7 @@ from planner.cli.options import (
 )
 from planner.errors import PlannerError
 from planner.specs.bounds import maximum, over_limit
+from planner.specs.layout import MAX_MOE_LOAD_IMBALANCE
 from planner.training.estimate import DEFAULT_HEADROOM
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def _moe_options(f: Any) -> Any:
         click.option("--moe-ep-overlap/--no-moe-ep-overlap", default=None,
                      help="Expert all-to-all hidden behind another micro-batch's compute (Megatron "
                      "--overlap-moe-expert-parallel-comm)  [default: the engine's; megatron: off]"),
-        click.option("--moe-load-imbalance", type=Finite(1, 64), default=1.0, show_default=True,
+        click.option("--moe-load-imbalance", type=Finite(1, MAX_MOE_LOAD_IMBALANCE), default=1.0, show_default=True,
                      help="Every candidate's dropless routing load on the busiest expert-parallel rank over the "
                      "balanced share (max/mean routed copies received; 1 = balanced, as the benchmark recipes force "
                      "it)"),

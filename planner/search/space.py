@@ -60,6 +60,7 @@ from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import (
     DISPATCHER_CODES,
     FP8_RECIPE_CODES,
+    MAX_MOE_LOAD_IMBALANCE,
     OPTIMIZER_STATE_BYTES_PER_PARAM,
     QUANTIZED_DTYPES,
     RECOMPUTE_CODES,
@@ -190,8 +191,8 @@ class Problem:
         if self.moe_fused_mlp and not profile.kernels.moe_fused_mlp:
             raise PlannerError(f"engine {self.engine} cannot run moe_fused_mlp ({profile.kernels.sources['moe_fused_mlp']}); "
                                "drop it or choose an engine whose kernels.moe_fused_mlp is true (megatron, nemo)")
-        if not 1.0 <= self.moe_load_imbalance <= 64.0:
-            raise PlannerError(f"moe_load_imbalance({self.moe_load_imbalance:g}) must be in [1, 64]: the busiest "
+        if not 1.0 <= self.moe_load_imbalance <= MAX_MOE_LOAD_IMBALANCE:
+            raise PlannerError(f"moe_load_imbalance({self.moe_load_imbalance:g}) must be in [1, {MAX_MOE_LOAD_IMBALANCE:g}]: the busiest "
                                "expert-parallel rank's routed load over the balanced share (1 = balanced)")
         if self.moe_delay_wgrad and not self.paired_overlap and not profile.moe.dispatch_wgrad_overlap:
             raise PlannerError(f"engine {self.engine} cannot run the experts' weight gradients beside the dispatch's "

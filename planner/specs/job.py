@@ -41,6 +41,7 @@ from planner.specs.bounds import (
 )
 from planner.specs.engine import AttentionKernel, EngineName
 from planner.specs.layout import (
+    MAX_MOE_LOAD_IMBALANCE,
     ComputeDtype,
     CudaGraphScope,
     Fp8Recipe,
@@ -147,7 +148,7 @@ class ParallelSection(BaseModel):
         "--overlap-moe-expert-parallel-comm; default false)."
     )
     moe_load_imbalance: Annotated[float, BeforeValidator(strict_float)] | None = Field(
-        default=None, ge=1.0, le=64.0, description="Dropless routing's load on the busiest expert-parallel rank over "
+        default=None, ge=1.0, le=MAX_MOE_LOAD_IMBALANCE, description="Dropless routing's load on the busiest expert-parallel rank over "
         "the balanced share (max / mean routed copies received); default 1, balanced."
     )
     moe_delay_wgrad: StrictBool | None = Field(

@@ -153,6 +153,11 @@ def optimizer_state_bytes(optimizer: str, moments_dtype: str = "fp32", master_dt
 OPTIMIZER_STATE_BYTES_PER_PARAM: dict[str, int] = {name: optimizer_state_bytes(name) for name in MOMENTS_PER_PARAM}
 
 
+MAX_MOE_LOAD_IMBALANCE = 64.0
+"""The largest moe_load_imbalance accepted: a routing that sends every copy to one rank of an EP group of 64 (the
+cost model caps the factor at ep anyway, physics.moe.capacity_factor)."""
+
+
 class Layout(BaseModel):
     """One training layout: parallel degrees, memory strategies, batch and precision."""
 
@@ -288,7 +293,7 @@ class Layout(BaseModel):
     moe_load_imbalance: float = Field(
         default=1.0,
         ge=1.0,
-        le=64.0,
+        le=MAX_MOE_LOAD_IMBALANCE,
         description="Dropless routing's load on the busiest expert-parallel rank over the balanced share (max / mean "
         "of the routed copies the EP ranks receive): that rank's expert GEMMs, regrouping and received all-to-all "
         "bytes set every rank's pace. 1 = balanced, as the benchmark recipes force it "
