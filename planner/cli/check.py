@@ -29,6 +29,7 @@ from planner.cli.options import (
     warn_if_far,
 )
 from planner.errors import PlannerError
+from planner.specs.layout import MUON_TP_MODE_CODES, OPTIMIZER_CODES
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -49,7 +50,7 @@ PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "re
                   "moe_load_imbalance",
                   "cuda_graph_scope", "mtp_layers", "moe_fused_mlp")
 TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "fp8_recipe", "grad_dtype", "optimizer", "engine", "compile",
-                  "optimizer_state_dtype", "master_weights_dtype")
+                  "optimizer_state_dtype", "master_weights_dtype", "muon_ns_steps", "muon_tp_mode", "muon_split_qkv")
 
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -79,7 +80,12 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--dtype", type=click.Choice(COMPUTE_DTYPES), help="Compute precision."),
         fp8_recipe_option(),
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Gradient precision."),
-        click.option("--optimizer", type=click.Choice(["adam", "sgd"]), help="Optimizer."),
+        click.option("--optimizer", type=click.Choice(list(OPTIMIZER_CODES)), help="Optimizer."),
+        click.option("--muon-ns-steps", type=Count("ns_steps"), help="With --optimizer muon: Newton-Schulz iterations."),
+        click.option("--muon-tp-mode", type=click.Choice(list(MUON_TP_MODE_CODES)),
+                     help="With --optimizer muon: how a TP-split matrix is orthogonalised."),
+        click.option("--muon-split-qkv/--no-muon-split-qkv", default=None,
+                     help="With --optimizer muon: QKV orthogonalised as its Q, K and V parts."),
         click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention."),
         attention_kernel_option(),
         click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,

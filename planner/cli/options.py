@@ -14,7 +14,14 @@ import click
 
 from planner.errors import PlannerError
 from planner.specs.bounds import FIELD_KINDS, describe, over_limit
-from planner.specs.layout import FP8_RECIPE_CODES, MAX_MOE_LOAD_IMBALANCE, ComputeDtype
+from planner.specs.layout import (
+    FP8_RECIPE_CODES,
+    MAX_MOE_LOAD_IMBALANCE,
+    MUON_NS_STEPS_DEFAULT,
+    MUON_TP_MODE_CODES,
+    OPTIMIZER_CODES,
+    ComputeDtype,
+)
 from planner.writing import keep_mode, remove_quietly, scratch_path, writable_target
 
 COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDtype)  # --dtype of estimate, search and check
@@ -139,8 +146,19 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), default=None,
                      help="Gradient precision (fp32 = Megatron's main grads)  [default: the engine's: fp32 for "
                      "megatron, nemo, torchtitan and fsdp, bf16 for deepspeed and automodel]"),
-        click.option("--optimizer", type=click.Choice(["adam", "sgd"]), default="adam", show_default=True,
-                     help="Optimizer (sets the optimizer-state bytes per parameter)."),
+        click.option("--optimizer", type=click.Choice(list(OPTIMIZER_CODES)), default="adam", show_default=True,
+                     help="Optimizer: adam, sgd (momentum) or muon (Megatron --optimizer muon: Newton-Schulz on the "
+                     "hidden matrices, Adam on the embedding and output layer; megatron engine, zero 0 or 1)."),
+        click.option("--muon-ns-steps", type=Count("ns_steps"), default=MUON_NS_STEPS_DEFAULT, show_default=True,
+                     help="With --optimizer muon: Newton-Schulz iterations per step (Megatron --muon-num-ns-steps)."),
+        click.option("--muon-tp-mode", type=click.Choice(list(MUON_TP_MODE_CODES)), default="duplicated",
+                     show_default=True,
+                     help="With --optimizer muon: a TP-split matrix orthogonalised whole on every TP rank "
+                     "(duplicated), shard by shard (blockwise) or with its Gram matrix all-reduced (distributed); "
+                     "Megatron --muon-tp-mode."),
+        click.option("--muon-split-qkv/--no-muon-split-qkv", default=True, show_default=True,
+                     help="With --optimizer muon: the fused QKV weight orthogonalised as its Q, K and V parts "
+                     "(Megatron's default; --muon-no-split-qkv)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="Fused attention (no s x s score matrix stored)."),
         attention_kernel_option(),

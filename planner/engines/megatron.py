@@ -40,7 +40,14 @@ from planner.physics.rotary import yarn_concentration_factor
 from planner.physics.stages import PIPELINE_EDGE_UNITS, layers_on_stage
 from planner.specs.bounds import MAX_FILE_BYTES, over_limit
 from planner.specs.engine import engine_profile
-from planner.specs.layout import CUDA_GRAPH_BITS, FP8_RECIPE_CODES, RECOMPUTE_MODULE_BITS, Layout
+from planner.specs.layout import (
+    CUDA_GRAPH_BITS,
+    FP8_RECIPE_CODES,
+    MUON_NS_STEPS_DEFAULT,
+    MUON_TP_MODE_CODES,
+    RECOMPUTE_MODULE_BITS,
+    Layout,
+)
 from planner.specs.model import ModelSpec
 
 # planner's token for NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 in the launch environment (read_launch_text adds it; see
@@ -76,7 +83,7 @@ READ_FLAGS: dict[str, str] = {
         "decoder-last-pipeline-num-layers", "mtp-num-layers", "encoder-seq-length", "encoder-num-layers",
         "zero-stage", "pad-vocab-size-to", "checkpoint-num-layers",
         "moe-expert-parallel-size", "topk", "expert-interval",  # Megatron-DeepSpeed's DeepSpeed-MoE flags
-        "cpu-offloading-num-layers", *GDN_SIZE_FLAGS, "moe-latent-size",
+        "cpu-offloading-num-layers", *GDN_SIZE_FLAGS, "moe-latent-size", "muon-num-ns-steps",
     )},
     **{f: "float" for f in ("attention-dropout", "hidden-dropout", "moe-expert-capacity-factor",
                             "moe-expert-rank-capacity-factor",
@@ -92,6 +99,7 @@ READ_FLAGS: dict[str, str] = {
         "window-attn-skip-freq", "step-batch-size-schedule", "pp-partition-method",
         "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "cuda-graph-impl", "rope-type",
         "linear-attention-type", "sparse-attention-type",  # the variant's spellings before Megatron-LM 6630c7f3
+        "muon-tp-mode", "muon-fp32-matmul-prec", "muon-scalar-optimizer",
     )},
     **{f: "path" for f in ("deepspeed_config", "deepscale_config")},  # read for a warning only: may stay unresolved
     **{f: "list" for f in ("recompute-modules", "rampup-batch-size", "cuda-graph-scope", "cuda-graph-modules",
@@ -110,7 +118,7 @@ READ_FLAGS: dict[str, str] = {
         "moe-enable-deepep", "overlap-moe-expert-parallel-comm", "delay-wgrad-compute", "moe-shared-expert-overlap",
         "overlap-dispatch-backward-with-experts-wgrad", "moe-pad-expert-input-to-capacity",
         "moe-paged-stash", "fine-grained-activation-offloading", "enable-cuda-graph", "external-cuda-graph",
-        "use-checkpoint-args",
+        "use-checkpoint-args", "muon-no-split-qkv", "muon-use-syrk",
         "activation-func-fp8-input-store", "fp8-dot-product-attention", "fp8-multi-head-attention",
         "use-transformer-engine-op-fuser", FUSED_MLP_ENV_FLAG, "attention-output-gate",
         # Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed)
@@ -125,6 +133,10 @@ READ_FLAGS: dict[str, str] = {
 IGNORED_FLAGS: frozenset[str] = frozenset({
     "lr", "min-lr", "lr-decay-style", "lr-decay-iters", "lr-decay-samples", "lr-warmup-iters", "lr-warmup-samples",
     "lr-warmup-fraction", "lr-warmup-init", "weight-decay", "start-weight-decay", "end-weight-decay",
+    # Muon's hyper-parameters: they scale its update, not its work (--muon-nesterov's extra lerp is a fraction of the
+    # step's element-wise traffic, physics.muon.LOCAL_STEP_BYTES_PER_ELEMENT), and Lion's betas
+    "muon-momentum", "muon-nesterov", "muon-scale-mode", "muon-coefficient-type", "muon-extra-scale-factor",
+    "lion-beta1", "lion-beta2", "use-layer-wise-param-layout", "no-use-layer-wise-param-layout",
     "weight-decay-incr-style", "clip-grad", "adam-beta1", "adam-beta2", "adam-eps", "sgd-momentum",
     "init-method-std", "init-method-xavier-uniform", "train-iters", "train-samples", "eval-iters", "eval-interval",
     "save", "load", "save-interval", "log-interval", "data-path", "train-data-path", "valid-data-path",
@@ -862,12 +874,17 @@ def _layout_fields(args: Mapping[str, Any], got: Collected) -> None:
     got.set("grad_dtype", grad, "--" + (grad_flags[0] if grad_flags else "bf16"), explicit=bool(grad_flags) or
             "dtype" in got.values)
     optimizer = str(args.get("optimizer", "adam"))
-    if optimizer not in ("adam", "sgd"):
-        raise PlannerError(f"--optimizer {optimizer} is not modelled (adam or sgd)", source=src)
+    layer_wise = optimizer == "dist_muon"  # Megatron-LM: deprecated, read as --optimizer muon with the layer-wise
+    if layer_wise:  # distributed optimizer (megatron/training/arguments.py @ d98e8a64, the emerging-optimizer check)
+        optimizer = "muon"
+    if optimizer not in ("adam", "sgd", "muon"):
+        raise PlannerError(f"--optimizer {optimizer} is not modelled (adam, sgd or muon)", source=src)
     got.set("optimizer", optimizer, "--optimizer", explicit="optimizer" in args)
+    if optimizer == "muon":
+        _muon(args, got)
     # sharding
     zero = 0
-    if args.get("use-distributed-optimizer"):
+    if args.get("use-distributed-optimizer") or layer_wise:  # with muon: the layer-wise distributed optimizer
         zero = 1
     if args.get("use-torch-fsdp2"):
         zero = 3
@@ -1166,6 +1183,41 @@ def _cuda_graphs(args: Mapping[str, Any], got: Collected) -> None:
     if "moe_preprocess" in scope and "moe_router" not in scope:
         raise PlannerError(f"{flag} moe_preprocess needs moe_router (Megatron-Core asserts it)", source=src)
     got.set("cuda_graph_scope", tuple(scope), flag)
+
+
+def _muon(args: Mapping[str, Any], got: Collected) -> None:
+    """--optimizer muon (or dist_muon) and its settings (megatron/training/arguments.py @ d98e8a64): Megatron-LM
+    asserts the emerging optimizers run without Torch-FSDP2 and Megatron-FSDP, and with --use-distributed-optimizer
+    swaps in its layer-wise distributed optimizer (planner's zero 1)."""
+    src = got.source
+    for flag in ("use-torch-fsdp2", "use-megatron-fsdp"):
+        if args.get(flag):
+            raise PlannerError(f"--optimizer muon with --{flag}: Megatron-LM asserts 'Emerging optimizer does not "
+                               "support' it; use --use-distributed-optimizer (the layer-wise distributed optimizer)",
+                               source=src)
+    if args.get("fp16"):
+        raise PlannerError("--optimizer muon with --fp16: Megatron-Core refuses it ('emerging optimizer with fp16 is "
+                           "not supported'); use --bf16", source=src)
+    if "muon-num-ns-steps" in args:
+        got.set("muon_ns_steps", int(args["muon-num-ns-steps"]), "--muon-num-ns-steps")
+    if "muon-tp-mode" in args:
+        mode = str(args["muon-tp-mode"])
+        if mode not in MUON_TP_MODE_CODES:
+            raise PlannerError(f"--muon-tp-mode {mode} is not one of {', '.join(MUON_TP_MODE_CODES)}", source=src)
+        got.set("muon_tp_mode", mode, "--muon-tp-mode")
+    if args.get("muon-no-split-qkv"):
+        got.set("muon_split_qkv", False, "--muon-no-split-qkv")
+    if args.get("muon-use-syrk"):
+        got.warn("--muon-use-syrk: the Triton SYRK kernel computes the symmetric Gram products in about half the FLOP; "
+                 "planner counts full GEMMs (an upper bound on the Newton-Schulz time)")
+    prec = str(args.get("muon-fp32-matmul-prec", "medium"))
+    if prec != "medium":
+        got.warn(f"--muon-fp32-matmul-prec {prec}: planner counts the Newton-Schulz GEMMs in bf16, as 'medium' runs "
+                 "them")
+    scalar = str(args.get("muon-scalar-optimizer", "adam"))
+    if scalar != "adam":
+        got.warn(f"--muon-scalar-optimizer {scalar}: planner counts the embedding and output layer with Adam's two "
+                 "moments (Lion keeps one)")
 
 
 def _optimizer_precision(args: Mapping[str, Any], got: Collected) -> None:
@@ -2085,6 +2137,13 @@ def layout_flags(model: ModelSpec, lay: Layout) -> list[list[str]]:
         flags.append(ZERO_FLAGS[lay.zero])
     if lay.optimizer != "adam":
         flags.append(["--optimizer", lay.optimizer])
+    if lay.optimizer == "muon":  # zero 1 above: --use-distributed-optimizer, the layer-wise distributed Muon
+        if lay.muon_ns_steps != MUON_NS_STEPS_DEFAULT:
+            flags.append(["--muon-num-ns-steps", str(lay.muon_ns_steps)])
+        if lay.muon_tp_mode != "duplicated":
+            flags.append(["--muon-tp-mode", lay.muon_tp_mode])
+        if not lay.muon_split_qkv:
+            flags.append(["--muon-no-split-qkv"])
     if not lay.flash_attention:
         flags.append(["--attention-backend", "unfused"])
     elif lay.attention_kernel is not None:

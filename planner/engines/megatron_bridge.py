@@ -473,7 +473,10 @@ def _field_names() -> dict[str, str]:
                   "rotary-scaling-factor": "model.yarn_rotary_scaling_factor", "mscale": "model.yarn_mscale",
                   "mscale-all-dim": "model.yarn_mscale_all_dim",
                   "data-parallel-sharding-strategy": "ddp.data_parallel_sharding_strategy",
-                  "optimizer": "optimizer.optimizer"})
+                  "optimizer": "optimizer.optimizer", "muon-num-ns-steps": "optimizer.muon_num_ns_steps",
+                  "muon-tp-mode": "optimizer.muon_tp_mode", "muon-no-split-qkv": "optimizer.muon_split_qkv",
+                  "muon-use-syrk": "optimizer.muon_use_syrk", "muon-fp32-matmul-prec": "optimizer.muon_fp32_matmul_prec",
+                  "muon-scalar-optimizer": "optimizer.muon_scalar_optimizer"})
     return names
 
 
@@ -645,6 +648,16 @@ def _ddp_flags(ddp: Mapping[str, Any], precision: Mapping[str, Any], put: Any) -
 def _optimizer_flags(optimizer: Mapping[str, Any], put: Any, warnings: list[str], source: str) -> None:
     if optimizer.get("optimizer"):
         put("optimizer", optimizer["optimizer"])
+    # Muon's settings: Megatron-Core's OptimizerConfig fields, the arguments of the same names
+    # (megatron/core/optimizer/optimizer_config.py @ d98e8a64)
+    for key in ("muon_num_ns_steps", "muon_tp_mode", "muon_fp32_matmul_prec", "muon_scalar_optimizer"):
+        if optimizer.get(key) is not None:
+            _check_kind(f"optimizer.{key}", optimizer[key], megatron.READ_FLAGS[key.replace("_", "-")], source)
+            put(key.replace("_", "-"), optimizer[key])
+    if optimizer.get("muon_split_qkv") is False:
+        put("muon-no-split-qkv")
+    if optimizer.get("muon_use_syrk"):
+        put("muon-use-syrk")
     if optimizer.get("use_distributed_optimizer"):
         put("use-distributed-optimizer")
     if optimizer.get("use_precision_aware_optimizer"):
@@ -696,6 +709,8 @@ WRITTEN_FIELDS: dict[str, tuple[str, str]] = {
     "data-parallel-sharding-strategy": ("ddp", "data_parallel_sharding_strategy"),
     "ckpt-format": ("checkpoint", "ckpt_format"),
     "optimizer": ("optimizer", "optimizer"),
+    "muon-num-ns-steps": ("optimizer", "muon_num_ns_steps"),
+    "muon-tp-mode": ("optimizer", "muon_tp_mode"),
     "use-precision-aware-optimizer": ("optimizer", "use_precision_aware_optimizer"),
     "optimizer-cpu-offload": ("optimizer", "optimizer_cpu_offload"),
     "tp-comm-overlap": ("comm_overlap", "tp_comm_overlap"),
@@ -777,6 +792,8 @@ def override(model: ModelSpec, lay: Layout) -> dict[str, Any]:
             out["model"]["virtual_pipeline_model_parallel_size"] = lay.interleave
         elif name in ("exp-avg-dtype", "exp-avg-sq-dtype"):
             out["optimizer"][name.replace("-", "_")] = {"_call_": False, "_target_": "torch.bfloat16"}
+        elif name == "muon-no-split-qkv":
+            out["optimizer"]["muon_split_qkv"] = False
         elif name == "attention-backend":
             out["model"]["attention_backend"] = {"_args_": [ATTN_BACKEND_VALUES[values[0]]], "_call_": True,
                                                  "_target_": "megatron.core.transformer.enums.AttnBackend"}
@@ -785,6 +802,9 @@ def override(model: ModelSpec, lay: Layout) -> dict[str, Any]:
             out[section][field] = True if not values else values if name in LIST_FLAGS else _scalar(values[0])
         else:  # a flag the layout writer gained without a field here: a bug to fix, not a file to write
             raise PlannerError(f"--{name}: planner has no Megatron-Bridge field for it yet; export --to megatron")
+    if lay.optimizer == "muon":  # stated whole: Megatron-Bridge's distributed-Muon helper defaults to blockwise
+        out["optimizer"].update(muon_num_ns_steps=lay.muon_ns_steps, muon_tp_mode=lay.muon_tp_mode,
+                                muon_split_qkv=lay.muon_split_qkv)
     if lay.offload_optimizer:
         out["optimizer"]["optimizer_offload_fraction"] = 1.0  # Megatron-Bridge's default is 0.0: nothing offloaded
     # the distributed optimizer from ZeRO 1 up: Megatron-FSDP always runs it (ConfigContainer

@@ -95,6 +95,10 @@ class Gemm:
     replicated_elements: int = 0
     routed: bool = False
     copies: int = 1  # experts this GEMM stands for (routed or shared); each copy is one GEMM of 1/copies the size
+    # The weight's side that TP leaves whole, at full length: the hidden size (0) for every projection that reads
+    # or writes the residual stream, a latent rank for MLA's up-projections and the indexer's query.
+    side: int = 0
+    row_parallel: bool = False  # TP splits the input features (output projection, fc2), else the output features
 
 
 @dataclass(frozen=True)
@@ -118,22 +122,23 @@ def _attention_gemms(model: ModelSpec) -> tuple[tuple[Gemm, ...], int]:
             gemms.append(Gemm("q", tp_elements=h * a * qk))
         else:
             gemms.append(Gemm("q_down", replicated_elements=h * m.q_lora_rank))
-            gemms.append(Gemm("q_up", tp_elements=m.q_lora_rank * a * qk))
+            gemms.append(Gemm("q_up", tp_elements=m.q_lora_rank * a * qk, side=m.q_lora_rank))
         gemms.append(Gemm("kv_down", replicated_elements=h * (m.kv_lora_rank + m.qk_rope_head_dim)))
-        gemms.append(Gemm("kv_up", tp_elements=m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)))
-        gemms.append(Gemm("attn_out", tp_elements=a * m.v_head_dim * h))
+        gemms.append(Gemm("kv_up", tp_elements=m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim),
+                          side=m.kv_lora_rank))
+        gemms.append(Gemm("attn_out", tp_elements=a * m.v_head_dim * h, row_parallel=True))
         dsa = model.sparse_attention
         if dsa is not None and m.q_lora_rank is not None:
             # the lightning indexer's projections, replicated on every TP rank (Megatron-Core dsa.py @ d98e8a64:
             # parallel_mode="duplicated", inputs all-gathered under sequence parallelism)
             heads, d = dsa.index_heads, dsa.index_head_dim
-            gemms.append(Gemm("index_q", replicated_elements=m.q_lora_rank * heads * d))
+            gemms.append(Gemm("index_q", replicated_elements=m.q_lora_rank * heads * d, side=m.q_lora_rank))
             gemms.append(Gemm("index_k", replicated_elements=h * d))
             gemms.append(Gemm("index_weights", replicated_elements=h * heads))
     else:
         gate = 2 if model.attention_output_gate else 1  # the gated query projection also computes the output gate
         gemms = [Gemm("qkv", tp_elements=gate * h * a * d, kv_elements_per_head=2 * h * d),
-                 Gemm("attn_out", tp_elements=a * d * h)]
+                 Gemm("attn_out", tp_elements=a * d * h, row_parallel=True)]
     weights = sum(g.tp_elements + g.replicated_elements + g.kv_elements_per_head * kv for g in gemms)
     return tuple(gemms), total - weights
 
@@ -146,7 +151,8 @@ def _mlp_gemms(model: ModelSpec, ffn: int, prefix: str, routed: bool, copies: in
     up = 2 if model.mlp_kind == "gated" else 1
     gemms = (
         Gemm(f"{prefix}up", tp_elements=copies * up * h * ffn, routed=routed, copies=copies if routed else 1),
-        Gemm(f"{prefix}down", tp_elements=copies * ffn * h, routed=routed, copies=copies if routed else 1),
+        Gemm(f"{prefix}down", tp_elements=copies * ffn * h, routed=routed, copies=copies if routed else 1,
+             row_parallel=True),
     )
     bias = copies * (mlp_params(model, ffn) - (up + 1) * h * ffn)
     return gemms, bias
@@ -159,7 +165,8 @@ def _linear_mixer_gemms(model: ModelSpec) -> tuple[tuple[Gemm, ...], int]:
     la = model.linear_attention
     assert la is not None
     h = model.hidden_size
-    gemms = (Gemm("qkv", tp_elements=h * in_proj_width(la)), Gemm("attn_out", tp_elements=mixer_widths(la).value * h))
+    gemms = (Gemm("qkv", tp_elements=h * in_proj_width(la)), Gemm("attn_out", tp_elements=mixer_widths(la).value * h,
+                                                                       row_parallel=True))
     return gemms, split_params(la) + la.value_head_dim
 
 

@@ -61,6 +61,9 @@ from planner.specs.layout import (
     DISPATCHER_CODES,
     FP8_RECIPE_CODES,
     MAX_MOE_LOAD_IMBALANCE,
+    MUON_NS_STEPS_DEFAULT,
+    MUON_TP_MODE_CODES,
+    OPTIMIZER_CODES,
     OPTIMIZER_STATE_BYTES_PER_PARAM,
     QUANTIZED_DTYPES,
     RECOMPUTE_CODES,
@@ -138,6 +141,9 @@ class Problem:
     fp8_recipe: str = "tensorwise"  # Layout.fp8_recipe for every candidate (with dtype fp8)
     fp8_attention: bool = False  # Layout.fp8_attention for every candidate (with dtype fp8, engines that run it)
     moe_fused_mlp: bool = False  # Layout.moe_fused_mlp for every candidate (MXFP8 MoE, engines that run it)
+    muon_ns_steps: int = MUON_NS_STEPS_DEFAULT  # Layout.muon_ns_steps (optimizer muon)
+    muon_tp_mode: str = "duplicated"  # Layout.muon_tp_mode (optimizer muon)
+    muon_split_qkv: bool = True  # Layout.muon_split_qkv (optimizer muon)
 
     def __post_init__(self) -> None:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
@@ -175,6 +181,17 @@ class Problem:
                                "drop it or choose an engine whose optimizer.fp8_params is true (megatron, nemo)")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
             raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
+        if self.muon_tp_mode not in MUON_TP_MODE_CODES:
+            raise PlannerError(f"muon_tp_mode({self.muon_tp_mode}) must be one of {', '.join(MUON_TP_MODE_CODES)}")
+        if self.optimizer != "muon" and (self.muon_ns_steps != MUON_NS_STEPS_DEFAULT
+                                         or self.muon_tp_mode != "duplicated" or not self.muon_split_qkv):
+            raise PlannerError("--muon-ns-steps, --muon-tp-mode and --no-muon-split-qkv apply only with --optimizer muon")
+        if self.optimizer == "muon" and not profile.optimizer.muon:
+            raise PlannerError(f"engine {self.engine} cannot run optimizer muon ({profile.optimizer.sources['muon']}); "
+                               "choose --optimizer adam or an engine whose optimizer.muon is true (megatron)")
+        if self.optimizer == "muon" and self.dtype == "fp16":
+            raise PlannerError("optimizer muon with dtype fp16: Megatron-Core's emerging optimizers refuse fp16; use "
+                               "--dtype bf16")
         if self.fp8_recipe not in FP8_RECIPE_CODES:
             raise PlannerError(f"fp8_recipe({self.fp8_recipe}) must be one of {', '.join(FP8_RECIPE_CODES)}")
         if self.fp8_recipe != "tensorwise" and self.dtype != "fp8":
@@ -515,6 +532,10 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         grad_bytes=const(GRAD_BYTES[str(problem.grad_dtype)], np.int64),
         optimizer_bytes=const(optimizer_state_bytes(problem.optimizer, str(problem.optimizer_state_dtype),
                                                          str(problem.master_weights_dtype)), np.int64),
+        optimizer=const(OPTIMIZER_CODES[problem.optimizer], np.int64),
+        muon_ns_steps=const(problem.muon_ns_steps, np.int64),
+        muon_tp_mode=const(MUON_TP_MODE_CODES[problem.muon_tp_mode], np.int64),
+        muon_split_qkv=const(problem.muon_split_qkv, bool),
         fp8=const(problem.dtype in QUANTIZED_DTYPES, bool),
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
         # the TP overlap where it runs: with sequence parallelism (which the default space offers with tp > 1 only)

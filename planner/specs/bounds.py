@@ -45,6 +45,7 @@ LIMITS: dict[str, Limit] = {
     "heads": Limit(1 << 16, "heads"),
     "vocab": Limit(1 << 24, "tokens"),
     "experts": Limit(1 << 14, "experts"),
+    "ns_steps": Limit(1 << 10, "Newton-Schulz iterations"),
     "top": Limit(1 << 20, "rows"),
     "memory_bytes": Limit(float(1 << 50), "bytes"),  # 1 PiB per accelerator
     "bandwidth": Limit(1e16, "bytes/s"),
@@ -164,6 +165,7 @@ Heads = Annotated[int, Bounded("heads")]
 Vocab = Annotated[int, Bounded("vocab")]
 Experts = Annotated[int, Bounded("experts")]
 ExpertsOrNone = Annotated[int, Bounded("experts", minimum=0)]
+NsSteps = Annotated[int, Bounded("ns_steps")]  # Muon's Newton-Schulz iterations per step
 ZeroStage = Annotated[int, Field(ge=0, le=3), BeforeValidator(strict_int)]
 """A ZeRO stage, 0 to 3, as a strict integer."""
 
@@ -174,4 +176,5 @@ FIELD_KINDS: dict[str, str] = {
     "micro_batch": "micro_batch", "seq_len": "seq_len", "input_len": "seq_len", "output_len": "seq_len",
     "concurrency": "concurrency", "recompute_layers": "layers", "recompute_layers_per_stage": "layers",
     "offload_activation_layers": "layers", "shard_group": "degree", "microbatch_group_size": "grad_accum", "max_batched_tokens": "seq_len", "top": "top",
+    "muon_ns_steps": "ns_steps", "muon_num_ns_steps": "ns_steps",
 }

@@ -218,6 +218,11 @@ class OptimizerSection(_Sourced):
     fp8_params: bool = Field(
         description="The layers' compute weights can be held and all-gathered in fp8 (Layout.fp8_param_gather)."
     )
+    muon: bool = Field(
+        default=False,
+        description="It runs Muon (Layout.optimizer muon): the Newton-Schulz step on the hidden matrices, Adam on the "
+        "rest, as Megatron-Core's emerging optimizers do (physics.muon).",
+    )
     default_grad_dtype: Literal["bf16", "fp16", "fp32"] = Field(
         description="The gradient precision it keeps when the layout does not say (estimate, search, check)."
     )
@@ -544,8 +549,12 @@ _MEGATRON = EngineProfile(
     optimizer=OptimizerSection(
         implementation="Megatron distributed optimizer (fp32 main params, Adam states sharded over DP)",
         fused_step=True, state_bytes_per_param={"adam": 12, "sgd": 8}, step_traffic_factor=1.0,
-        bf16_moments=True, bf16_master_weights=False, fp8_params=True, default_grad_dtype="fp32",
+        bf16_moments=True, bf16_master_weights=False, fp8_params=True, default_grad_dtype="fp32", muon=True,
         sources={
+            "muon": "Megatron-LM --optimizer muon (megatron/core/optimizer/emerging_optimizers.py @ d98e8a64: "
+            "TensorParallelMuon on NVIDIA-NeMo/Emerging-Optimizers, non-matrix and embedding parameters on Adam; "
+            "with --use-distributed-optimizer the LayerWiseDistributedOptimizer of layer_wise_optimizer.py), as the "
+            "Megatron-Bridge Kimi-K2 recipe runs it (optimizer 'dist_muon')",
             "default_state_dtype": "fp32: the engines' mixed-precision optimizers keep an fp32 master copy and fp32 "
             "moments unless told otherwise (Megatron's distributed optimizer, FSDP2 over fp32 parameters, DeepSpeed's "
             "ZeRO optimizers)",
@@ -676,8 +685,10 @@ _NEMO = _derive(
     "optimizer states and gradients (ZeRO-2) - the NeMo 24.07 recipes.",
     optimizer={
         "implementation": "Apex DistributedFusedAdam (optimizer states and gradients sharded over DP)",
-        "bf16_master_weights": True,
-        "sources": {"implementation": "NeMo 24.07 recipes, optim.name distributed_fused_adam (published_runs_modern.yaml notes)",
+        "bf16_master_weights": True, "muon": False,
+        "sources": {"muon": "NeMo 24.07's Megatron-Core predates Megatron's emerging optimizers (Muon); newer NeMo "
+                    "runs Megatron-Bridge: engine megatron",
+                    "implementation": "NeMo 24.07 recipes, optim.name distributed_fused_adam (published_runs_modern.yaml notes)",
                     "bf16_master_weights": "Apex DistributedFusedAdam keeps its state in optim.dtype; NeMo sets "
                     "store_params False (no master copy) when that dtype is the model's (NVIDIA/NeMo "
                     "nemo/collections/nlp/models/language_modeling/megatron_base_model.py @ 4c73f77670, "
@@ -856,8 +867,11 @@ _TORCHTITAN = _derive(
     },
     optimizer={
         "implementation": "torch.optim.AdamW (foreach) on FSDP2 fp32 sharded parameters",
-        "fused_step": False, "step_traffic_factor": 1.0, "default_grad_dtype": "fp32",
+        "fused_step": False, "step_traffic_factor": 1.0, "default_grad_dtype": "fp32", "muon": False,
         "sources": {
+            "muon": "torchtitan's optimizers are Adam and AdamW; its DistMuon (torchtitan/distributed/flex_shard/"
+            "dist_muon.py @ b5bcd76c) runs under the experimental FlexShard, which redistributes DTensor shards to "
+            "owners, not on the FSDP2 path planner models",
             "default_grad_dtype": "FSDP2 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the sharded "
             "parameters stay fp32 and their gradients are reduce-scattered into fp32 shards (torchtitan "
             "[training] mixed_precision_param / mixed_precision_reduce)",
@@ -989,7 +1003,10 @@ _FSDP = _derive(
     },
     optimizer={
         "bf16_moments": False, "bf16_master_weights": False, "fp8_params": False, "default_grad_dtype": "fp32",
+        "muon": False,
         "sources": {
+            "muon": "the Hugging Face Trainer's --optim choices (transformers TrainingArguments OptimizerNames) have "
+            "no Muon",
             "default_grad_dtype": "the Trainer's mixed precision keeps fp32 parameters (FSDP's flat parameters "
             "with MixedPrecision param_dtype bf16 only for compute), so the sharded gradients are fp32",
             "bf16_moments": "the Trainer's mixed precision (--bf16) keeps fp32 weights and optimizer states; pure bf16 "
@@ -1082,8 +1099,10 @@ _AUTOMODEL = _derive(
     optimizer={
         "implementation": "torch.optim.Adam on FSDP2-sharded bf16 parameters",
         "default_grad_dtype": "bf16", "default_state_dtype": "bf16", "bf16_moments": True,
-        "bf16_master_weights": True, "fp8_params": False,
+        "bf16_master_weights": True, "fp8_params": False, "muon": False,
         "sources": {
+            "muon": "its benchmark recipes step torch.optim.Adam; a Muon run is not among the configurations planner "
+            "reads",
             "implementation": _AUTOMODEL_SRC + " examples/llm_benchmark/*.yaml optimizer: torch.optim.Adam",
             "default_grad_dtype": "nemo_automodel/components/moe/parallelizer.py MixedPrecisionPolicy(param_dtype="
             "bf16, reduce_dtype=fp32): the reduce-scatter runs in fp32 (zero.reduce_in_fp32) into the bf16 "
@@ -1240,8 +1259,10 @@ _DEEPSPEED = _derive(
     },
     optimizer={
         "implementation": "DeepSpeed FusedAdam under ZeRO (fp32 master + Adam states), BF16_Optimizer with bf16",
-        "fused_step": True, "step_traffic_factor": 1.0, "default_grad_dtype": "bf16",
+        "fused_step": True, "step_traffic_factor": 1.0, "default_grad_dtype": "bf16", "muon": False,
         "sources": {
+            "muon": "DeepSpeed's ZeRO optimizers partition flattened parameters across ranks, which Newton-Schulz on "
+            "whole matrices does not fit; planner models its Adam and SGD",
             "default_grad_dtype": "gradients in the model's 16-bit dtype unless the JSON's data_types."
             "grad_accum_dtype says fp32 (the DeepSpeed reader sets it from the file); planner's default before "
             "engines had one",

@@ -35,6 +35,7 @@ from planner.specs.bounds import (
     MicroBatch,
     MicroBatchCount,
     NodeCount,
+    NsSteps,
     SeqLen,
     ZeroStage,
     strict_float,
@@ -47,6 +48,7 @@ from planner.specs.layout import (
     Fp8Recipe,
     GradDtype,
     MoeDispatcher,
+    MuonTpMode,
     Optimizer,
     Recompute,
     RecomputeModule,
@@ -197,7 +199,16 @@ class TrainingSection(BaseModel):
     grad_dtype: GradDtype | None = Field(
         default=None, description="Gradient precision: bf16, fp16 or fp32 (default bf16)."
     )
-    optimizer: Optimizer | None = Field(default=None, description="Optimizer: adam or sgd (default adam).")
+    optimizer: Optimizer | None = Field(
+        default=None, description="Optimizer: adam, sgd or muon (Megatron --optimizer muon; default adam).")
+    muon_ns_steps: NsSteps | None = Field(
+        default=None, description="With optimizer muon: Newton-Schulz iterations per step (default 5).")
+    muon_tp_mode: MuonTpMode | None = Field(
+        default=None, description="With optimizer muon: duplicated, blockwise or distributed (Megatron "
+        "--muon-tp-mode; default duplicated).")
+    muon_split_qkv: StrictBool | None = Field(
+        default=None, description="With optimizer muon: the QKV weight orthogonalised as its Q, K and V parts "
+        "(default true).")
     engine: EngineName | None = Field(
         default=None,
         description="Training engine whose profile applies: megatron, nemo, torchtitan, fsdp or deepspeed "

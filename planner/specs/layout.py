@@ -16,7 +16,18 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from planner.specs.bounds import Degree, GlobalBatch, Interleave, Layers, LayersOrNone, MicroBatch, MicroBatchCount, SeqLen, ZeroStage
+from planner.specs.bounds import (
+    Degree,
+    GlobalBatch,
+    Interleave,
+    Layers,
+    LayersOrNone,
+    MicroBatch,
+    MicroBatchCount,
+    NsSteps,
+    SeqLen,
+    ZeroStage,
+)
 from planner.specs.engine import (
     DEFAULT_ENGINE,
     AttentionKernel,
@@ -129,7 +140,20 @@ FP8_RECIPE_CODES: dict[str, int] = {code.name.lower(): code for code in Fp8Recip
 FP8_RECIPE_NAMES: dict[int, str] = {code: name for name, code in FP8_RECIPE_CODES.items()}
 QUANTIZED_DTYPES = ("fp8", "fp4")  # GEMMs on quantized inputs (LayoutArrays.fp8)
 GradDtype = Literal["bf16", "fp16", "fp32"]
-Optimizer = Literal["adam", "sgd"]
+# muon: Muon (Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks"; Liu et al. 2025,
+# "Muon is Scalable for LLM Training", arXiv:2502.16982) as Megatron-Core runs it (--optimizer muon, through
+# NVIDIA-NeMo/Emerging-Optimizers): momentum SGD whose update of every 2-D hidden weight is orthogonalised by
+# Newton-Schulz iterations (physics.muon); the embedding, the output layer and the 1-D parameters stay on Adam.
+Optimizer = Literal["adam", "sgd", "muon"]
+OPTIMIZER_CODES: dict[str, int] = {"adam": 0, "sgd": 1, "muon": 2}
+OPTIMIZER_NAMES: dict[int, str] = {code: name for name, code in OPTIMIZER_CODES.items()}
+# How Muon orthogonalises a TP-split weight (Megatron --muon-tp-mode; physics.muon.newton_schulz_cost): duplicated
+# gathers the whole matrix on every TP rank, blockwise orthogonalises each shard alone, distributed all-reduces the
+# Gram matrix of the shards.
+MuonTpMode = Literal["duplicated", "blockwise", "distributed"]
+MUON_TP_MODE_CODES: dict[str, int] = {"duplicated": 0, "blockwise": 1, "distributed": 2}
+MUON_TP_MODE_NAMES: dict[int, str] = {code: name for name, code in MUON_TP_MODE_CODES.items()}
+MUON_NS_STEPS_DEFAULT = 5  # Megatron-LM --muon-num-ns-steps (megatron/training/arguments.py @ d98e8a64)
 # dualpipe: DeepSeek-V3's bidirectional pipeline (arXiv:2412.19437 Sec. 3.2.1; deepseek-ai/DualPipe): each of the
 # pp ranks holds stages r and pp - 1 - r, micro-batches enter from both ends, a forward and a backward chunk
 # run overlapped.
@@ -138,7 +162,9 @@ Schedule = Literal["1f1b", "gpipe", "dualpipe"]
 # Bytes of optimizer state per parameter, beyond the 16-bit weights and gradients.
 # Mixed-precision Adam: fp32 master weights + momentum + variance = 4 + 4 + 4 = 12
 # (Rajbhandari et al. 2020, ZeRO, Sec. 3.1, "K = 12"). SGD with momentum: master + momentum = 8.
-MOMENTS_PER_PARAM: dict[str, int] = {"adam": 2, "sgd": 1}  # exp_avg and exp_avg_sq; SGD's momentum
+# Muon keeps one momentum buffer per matrix (Emerging-Optimizers OrthogonalizedOptimizer: state
+# "momentum_buffer"); the parameters it leaves to Adam are counted with Adam's (training.memory).
+MOMENTS_PER_PARAM: dict[str, int] = {"adam": 2, "sgd": 1, "muon": 1}  # exp_avg and exp_avg_sq; the momentum
 STATE_DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2}
 
 
@@ -151,6 +177,8 @@ def optimizer_state_bytes(optimizer: str, moments_dtype: str = "fp32", master_dt
 
 
 OPTIMIZER_STATE_BYTES_PER_PARAM: dict[str, int] = {name: optimizer_state_bytes(name) for name in MOMENTS_PER_PARAM}
+MUON_SCALAR_EXTRA_BYTES = optimizer_state_bytes("adam") - optimizer_state_bytes("muon")
+"""What Adam keeps per parameter beyond Muon's state, for the parameters Muon leaves to it (its second fp32 moment)."""
 
 
 MAX_MOE_LOAD_IMBALANCE = 64.0
@@ -200,7 +228,27 @@ class Layout(BaseModel):
                           "schedule: two stages per rank, expert all-to-all overlapped).")
     dtype: ComputeDtype = Field(default="bf16", description="Compute precision of the matrix multiplies.")
     grad_dtype: GradDtype = Field(default="bf16", description="Gradient precision (fp32 = Megatron's main grads).")
-    optimizer: Optimizer = Field(default="adam", description="Optimizer (sets the optimizer-state bytes per parameter).")
+    optimizer: Optimizer = Field(
+        default="adam",
+        description="Optimizer: adam, sgd (with momentum) or muon (Megatron --optimizer muon: one momentum buffer per "
+        "hidden matrix and a Newton-Schulz orthogonalisation of its update each step; the embedding and output layer "
+        "on Adam). Sets the optimizer-state bytes per parameter and, for muon, the orthogonalisation's time.",
+    )
+    muon_ns_steps: NsSteps = Field(
+        default=MUON_NS_STEPS_DEFAULT,
+        description="With optimizer muon: Newton-Schulz iterations per step (Megatron --muon-num-ns-steps).",
+    )
+    muon_tp_mode: MuonTpMode = Field(
+        default="duplicated",
+        description="With optimizer muon: how a TP-split matrix is orthogonalised (Megatron --muon-tp-mode): "
+        "duplicated (every TP rank gathers the whole matrix and orthogonalises it), blockwise (each shard on its own), "
+        "distributed (the shards' Gram matrix all-reduced each iteration).",
+    )
+    muon_split_qkv: StrictBool = Field(
+        default=True,
+        description="With optimizer muon: the fused QKV weight is orthogonalised as its Q, K and V parts (Megatron's "
+        "default; --muon-no-split-qkv orthogonalises it whole).",
+    )
     flash_attention: StrictBool = Field(default=True, description="Fused attention: no s x s score matrix is stored.")
     attention_kernel: AttentionKernel | None = Field(
         default=None,
@@ -372,6 +420,22 @@ class Layout(BaseModel):
             raise ValueError("cpu_optimizer applies only with offload_optimizer")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
             raise ValueError("optimizer_state_dtype bf16 applies to adam's moments only")
+        if self.optimizer != "muon" and (self.muon_ns_steps != MUON_NS_STEPS_DEFAULT
+                                         or self.muon_tp_mode != "duplicated" or not self.muon_split_qkv):
+            raise ValueError("muon_ns_steps, muon_tp_mode and muon_split_qkv apply only with optimizer muon")
+        if self.optimizer == "muon":
+            if self.dtype == "fp16":
+                raise ValueError("optimizer muon with dtype fp16: Megatron-Core's emerging optimizers refuse fp16 "
+                                 "(megatron/core/optimizer/__init__.py: 'emerging optimizer with fp16 is not "
+                                 "supported'); train in bf16")
+            if self.zero >= Zero.GRADIENTS:
+                raise ValueError(f"optimizer muon with zero {self.zero}: Muon orthogonalises whole matrices, and "
+                                 "Megatron-Core shards it only as its layer-wise distributed optimizer (zero 1: whole "
+                                 "matrices owned by data-parallel ranks; Megatron FSDP with it is not validated); "
+                                 "use zero 0 or 1")
+            if self.offload_optimizer:
+                raise ValueError("optimizer muon with offload_optimizer: the CPU optimizers (DeepSpeed CPUAdam, "
+                                 "Megatron's hybrid device optimizer) run Adam; set offload_optimizer false")
         if self.attention_kernel is not None and not self.flash_attention:
             raise ValueError("attention_kernel applies only with flash_attention (the unfused path has no kernel choice)")
         if self.fp8_recipe != "tensorwise" and self.dtype != "fp8":
@@ -461,6 +525,10 @@ class LayoutArrays:
     attention_flash2: np.ndarray  # resolved: the layout's attention_kernel, else its engine's, is flash2
     grad_bytes: np.ndarray
     optimizer_bytes: np.ndarray
+    optimizer: np.ndarray  # OPTIMIZER_CODES
+    muon_ns_steps: np.ndarray  # Layout.muon_ns_steps
+    muon_tp_mode: np.ndarray  # MUON_TP_MODE_CODES
+    muon_split_qkv: np.ndarray
     fp8: np.ndarray  # the layers' GEMMs run on quantized inputs: dtype fp8, or fp4 (fp8_recipe NVFP4)
     overlap_grad_reduce: np.ndarray
     overlap_tp_comm: np.ndarray
@@ -553,6 +621,10 @@ class LayoutArrays:
             [optimizer_state_bytes(lay.optimizer, lay.optimizer_state_dtype, lay.master_weights_dtype) for lay in layouts],
             dtype=np.int64,
         )
+        cols["optimizer"] = np.array([OPTIMIZER_CODES[lay.optimizer] for lay in layouts], dtype=np.int64)
+        cols["muon_ns_steps"] = np.array([lay.muon_ns_steps for lay in layouts], dtype=np.int64)
+        cols["muon_tp_mode"] = np.array([MUON_TP_MODE_CODES[lay.muon_tp_mode] for lay in layouts], dtype=np.int64)
+        cols["muon_split_qkv"] = np.array([lay.muon_split_qkv for lay in layouts], dtype=bool)
         cols["moments_bf16"] = np.array([lay.optimizer_state_dtype == "bf16" for lay in layouts], dtype=bool)
         cols["master_bf16"] = np.array([lay.master_weights_dtype == "bf16" for lay in layouts], dtype=bool)
         cols["etp"] = np.array([lay.expert_tp for lay in layouts], dtype=np.int64)
@@ -609,8 +681,8 @@ class LayoutArrays:
         grad = {4: "fp32", 2: "bf16"}[int(self.grad_bytes[i])]
         moments = "bf16" if bool(self.moments_bf16[i]) else "fp32"
         master = "bf16" if bool(self.master_bf16[i]) else "fp32"
-        opt = next(name for name in OPTIMIZER_STATE_BYTES_PER_PARAM
-                   if optimizer_state_bytes(name, moments, master) == int(self.optimizer_bytes[i]))
+        opt = OPTIMIZER_NAMES[int(self.optimizer[i])]
+        muon = opt == "muon"
         etp = int(self.etp[i])
         mtp = int(self.mtp_layers[i])
         capacity = float(self.moe_capacity_factor[i])
@@ -637,6 +709,9 @@ class LayoutArrays:
             engine=engine,
             grad_dtype=grad,
             optimizer=opt,
+            muon_ns_steps=int(self.muon_ns_steps[i]) if muon else MUON_NS_STEPS_DEFAULT,
+            muon_tp_mode=MUON_TP_MODE_NAMES[int(self.muon_tp_mode[i])] if muon else "duplicated",
+            muon_split_qkv=bool(self.muon_split_qkv[i]) if muon else True,
             optimizer_state_dtype=moments,
             master_weights_dtype=master,
             etp=None if etp == int(self.tp[i]) else etp,

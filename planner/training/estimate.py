@@ -24,7 +24,7 @@ from planner.physics.linear_attention import mixer_period
 from planner.physics.stages import candidate_stages, dualpipe_candidate_stages, layers_on_stage
 from planner.specs.engine import EngineProfile, engine_or_default, engine_profile
 from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import Layout, LayoutArrays
+from planner.specs.layout import OPTIMIZER_CODES, Layout, LayoutArrays
 from planner.specs.model import ModelSpec
 from planner.training.flops import step_flop
 from planner.training.memory import (
@@ -41,6 +41,7 @@ from planner.training.rules import check_layout, violations
 from planner.training.time import (
     StageTime,
     data_parallel_seconds,
+    muon_optimizer_seconds,
     offload_step_seconds,
     optimizer_seconds,
     stage_time,
@@ -235,7 +236,11 @@ def evaluate(
     dual_bubble = np.maximum(lay.pp / 2 - 1, 0) * (t_stage + backward - 3 * WGRAD_SHARE_OF_BACKWARD * backward)
     bubble = np.where(lay.dualpipe, dual_bubble, bubble)
     dp_exposed = np.max(data_parallel_seconds(hw, lay, params, times.backward, times.forward, engine), axis=0)
-    gpu_optimizer = np.where(lay.offload_optimizer, 0.0, optimizer_seconds(hw, lay, params))
+    step_seconds = optimizer_seconds(hw, lay, params)
+    is_muon = lay.optimizer == OPTIMIZER_CODES["muon"]
+    if np.any(is_muon):
+        step_seconds = np.where(is_muon, muon_optimizer_seconds(model, hw, lay, params), step_seconds)
+    gpu_optimizer = np.where(lay.offload_optimizer, 0.0, step_seconds)
     optimizer = np.max(gpu_optimizer, axis=0) * engine.optimizer.step_traffic_factor
     cpu_step, host_copies = offload_step_seconds(hw, lay, params, times.backward, engine)
     cpu_step, host_copies = np.max(cpu_step, axis=0), np.max(host_copies, axis=0)

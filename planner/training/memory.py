@@ -32,7 +32,15 @@ from planner.physics.shapes import (
 )
 from planner.physics.stages import first_layer_of_stage, microbatches_in_flight, mtp_layers_on_stage, stage_layer_split
 from planner.specs.engine import EngineProfile
-from planner.specs.layout import RECOMPUTE_MODULE_BITS, Fp8RecipeCode, LayoutArrays, RecomputeCode, Zero
+from planner.specs.layout import (
+    MUON_SCALAR_EXTRA_BYTES,
+    OPTIMIZER_CODES,
+    RECOMPUTE_MODULE_BITS,
+    Fp8RecipeCode,
+    LayoutArrays,
+    RecomputeCode,
+    Zero,
+)
 from planner.specs.model import ModelSpec
 
 # Bytes of a 16-bit weight copy (bf16/fp16); fp8 training keeps 16-bit weights too (Transformer Engine
@@ -238,6 +246,11 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
         lay.zero >= Zero.PARAMETERS, sp.ends / shard, sp.ends)
     grads = sharded(lay.grad_bytes.astype(float), 2)
     optim = sharded(lay.optimizer_bytes.astype(float), 1)
+    # Muon leaves the embedding and the output layer to Adam (physics.muon), whose second moment they add; norms
+    # and biases, also Adam's, are under 0.1% of a model and counted at Muon's bytes. The layer-wise distributed
+    # optimizer owns whole matrices per data-parallel rank: its shard is taken as the average, 1 / (dp x cp).
+    muon_ends = np.where(lay.zero >= Zero.OPTIMIZER, sp.ends / shard, sp.ends)
+    optim = optim + np.where(lay.optimizer == OPTIMIZER_CODES["muon"], MUON_SCALAR_EXTRA_BYTES * muon_ends, 0.0)
     # Offload (ZeRO-Offload / ZeRO-Infinity, FSDP CPUOffload): optimizer states live on the host; parameter
     # shards too with offload_params; under ZeRO-3 the gradient partitions are reduced into host buffers
     # (DeepSpeed stage3 with offload, FSDP CPUOffload), while ZeRO 1-2 keep theirs on the GPU until copied.

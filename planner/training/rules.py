@@ -16,6 +16,7 @@ from planner.specs.engine import EngineProfile, engine_or_default, engine_profil
 from planner.specs.layout import (
     CUDA_GRAPH_BITS,
     DISPATCHER_CODES,
+    OPTIMIZER_CODES,
     RECOMPUTE_CODES,
     RECOMPUTE_MODULE_BITS,
     Layout,
@@ -222,6 +223,12 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: "optimizer_state_dtype bf16", "optimizer.bf16_moments"),
     _engine_rule("engine_no_bf16_master", lambda a, e: a.master_bf16 & (not e.optimizer.bf16_master_weights),
                  lambda l: "master_weights_dtype bf16", "optimizer.bf16_master_weights"),
+    _engine_rule("engine_no_muon", lambda a, e: (a.optimizer == OPTIMIZER_CODES["muon"]) & (not e.optimizer.muon),
+                 lambda l: "optimizer muon", "optimizer.muon"),
+    # Muon orthogonalises whole matrices: Megatron-Core shards it only as its layer-wise distributed optimizer (zero 1)
+    Rule("muon_zero", lambda m, a, g: (a.optimizer == OPTIMIZER_CODES["muon"]) & (a.zero >= 2),
+         lambda m, l, g: f"optimizer muon with zero {l.zero}: Megatron-Core shards Muon only as its layer-wise "
+         "distributed optimizer (zero 1: whole matrices owned by data-parallel ranks); use zero 0 or 1"),
     _engine_rule("engine_no_fp8_params", lambda a, e: a.fp8_params & (not e.optimizer.fp8_params),
                  lambda l: "fp8_param_gather", "optimizer.fp8_params"),
     _engine_rule("engine_no_fp8_attention", lambda a, e: a.fp8_attention & (not e.kernels.fp8_attention),

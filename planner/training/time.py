@@ -23,7 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.physics import linear_attention, sparse_attention
+from planner.physics import linear_attention, muon, sparse_attention
 from planner.physics.comm import (
     all_gather_seconds,
     all_reduce_seconds,
@@ -90,7 +90,14 @@ from planner.physics.shapes import (
 from planner.physics.stages import microbatches_in_flight
 from planner.specs.engine import ContextParallelSection, EngineProfile, engine_or_default
 from planner.specs.hardware import HardwareProfile
-from planner.specs.layout import RECOMPUTE_MODULE_BITS, Fp8RecipeCode, LayoutArrays, RecomputeCode, Zero
+from planner.specs.layout import (
+    MUON_SCALAR_EXTRA_BYTES,
+    RECOMPUTE_MODULE_BITS,
+    Fp8RecipeCode,
+    LayoutArrays,
+    RecomputeCode,
+    Zero,
+)
 from planner.specs.model import ModelSpec
 from planner.training.memory import (
     ACTIVATION_BYTES,
@@ -1277,6 +1284,19 @@ def optimizer_seconds(hw: HardwareProfile, lay: LayoutArrays, sp: StageParams) -
     params = sp.dense / shard + sp.expert / np.where(lay.zero >= Zero.OPTIMIZER, expert_shard_degree(lay), 1.0)
     bytes_per_param = 2 * lay.optimizer_bytes + lay.grad_bytes + WEIGHT_BYTES
     return memory_seconds(hw, params * bytes_per_param)
+
+
+def muon_optimizer_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, sp: StageParams) -> np.ndarray:
+    """Muon's step on one rank of a stage (physics.muon): the orthogonalisation and step of the matrices it owns,
+    and Adam's fused step over the embedding and output layer, which Megatron-Core leaves to Adam (their shard under
+    the distributed optimizer). Norms and biases, also Adam's and under 0.1% of a model, ride with the matrices'."""
+    shard = np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree, 1)
+    adam_bytes = 2 * (lay.optimizer_bytes + MUON_SCALAR_EXTRA_BYTES) + lay.grad_bytes + WEIGHT_BYTES
+    scalar = memory_seconds(hw, sp.ends / shard * adam_bytes)
+    matrices = muon.stage_seconds(model, hw, lay, num_dense=sp.num_layers - sp.num_moe_layers, num_moe=sp.num_moe_layers,
+                                  num_linear_dense=sp.num_linear_dense, num_linear_moe=sp.num_linear_moe,
+                                  num_mtp=sp.num_mtp_layers)
+    return np.asarray(scalar + matrices)
 
 
 def offload_step_seconds(

@@ -58,6 +58,8 @@ FILES = [
     ZOO_NEXT,
     MODEL_ARGS / "gpt_grpo_tp1tp2_pp1_dp8_583m_throughputtest.yaml",
     MODEL_ARGS / "gpt3_mcore_te_tp1_pp4_vp1_tunable_overlap.yaml",
+    MODEL_ARGS / "gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon.yaml",
+    MODEL_ARGS / "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon.yaml",
 ]
 
 
@@ -433,3 +435,55 @@ def test_a_deprecated_variant_flag_that_disagrees_with_the_new_one_is_refused() 
 ])
 def test_tiktokenizer_vocabulary(args, tp, rows) -> None:
     assert padded_vocab(args, tp, "t") == rows
+
+
+MUON = MODEL_ARGS / "gpt3_moe_mcore_te_ep8_resume_torch_dist_muon.yaml"
+DIST_MUON = MODEL_ARGS / "gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_muon.yaml"
+
+
+@pytest.mark.parametrize(("path", "zero", "optimizer_bytes"), [
+    # with --use-distributed-optimizer (Megatron-LM's layer-wise distributed Muon): the dense parameters' master and
+    # momentum over the 8 data-parallel ranks, 38,937,600 x 8 / 8; the experts' over their expert-data-parallel group
+    # of 8 / ep 8 = 1 rank, 12 x 8 x 1,048,576 / 8 x 8; Adam's second moment for the embedding, positions and final
+    # LayerNorm, 26,280,960 x 4 / 8
+    (DIST_MUON, 1, 38_937_600 + 100_663_296 + 13_140_480),
+    # without it every rank keeps all of its parameters' states
+    (MUON, 0, 38_937_600 * 8 + 100_663_296 + 26_280_960 * 4),
+])
+def test_muon_functional_tests_read_as_muon_with_its_state_bytes(run_cli, path, zero, optimizer_bytes) -> None:
+    """Megatron-LM's Muon functional tests (moe/gpt3_moe_mcore_te_ep8_resume_torch_dist_[dist_]muon): 12 layers of
+    width 512, 8 heads, GPT-2's 50,257 tokens padded to 50,304, learned positions for 1,024, LayerNorm, no linear
+    biases, 8 experts (top 2) of width 1,024 with GeLU, ep 8 on 8 GPUs. By hand, per layer: qkv 512 x 1,536 + proj
+    512^2 = 1,048,576, router 8 x 512, experts 8 x 2 x 512 x 1,024 = 8,388,608, two LayerNorms 2,048: 9,443,328;
+    the embedding 50,304 x 512, positions 1,024 x 512, the final LayerNorm 1,024: 139,600,896 in all, of which the
+    experts 100,663,296 and the parameters Muon leaves to Adam (embedding, positions, final norm) 26,280,960."""
+    result = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8", "--format", "json")
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.stdout)[0]
+    assert job["params"] == 12 * 9_443_328 + 50_304 * 512 + 1_024 * 512 + 1_024
+    assert (job["config"]["optimizer"], job["config"]["zero"], job["config"]["ep"]) == ("muon", zero, 8)
+    assert job["memory"]["optimizer_bytes"] == optimizer_bytes
+    adam = run_cli("check", "--megatron-args", path, "--hardware", "h100-sxm", "--gpus", "8", "--format", "json",
+                   "--engine-args", "--optimizer adam")
+    # Adam: 12 bytes for every parameter, the same shards
+    dense, experts = 139_600_896 - 100_663_296, 100_663_296 // 8
+    expected = 12 * (dense / 8 + experts) if zero else 12 * (dense + experts)
+    assert json.loads(adam.stdout)[0]["memory"]["optimizer_bytes"] == expected
+
+
+def test_dist_muon_is_the_layer_wise_distributed_optimizer_and_refuses_fsdp() -> None:
+    # Megatron-LM (arguments.py @ d98e8a64): 'dist_muon' is read as muon with use_layer_wise_distributed_optimizer
+    fields = import_megatron([*TINY, "--optimizer", "dist_muon"], gpus=8, given={}, model=None, source="args").fields
+    assert (fields["optimizer"], fields["zero"]) == ("muon", 1)
+    for flag in ("--use-torch-fsdp2", "--use-megatron-fsdp"):
+        with pytest.raises(PlannerError, match="Emerging optimizer does not support"):
+            import_megatron([*TINY, "--optimizer", "muon", flag], gpus=8, given={}, model=None, source="args")
+    with pytest.raises(PlannerError, match="emerging optimizer with fp16"):
+        import_megatron([*TINY[:-3], "--fp16", "--vocab-size", "1024", "--optimizer", "muon"], gpus=8, given={},
+                        model=None, source="args")
+    fields = import_megatron([*TINY, "--optimizer", "muon", "--muon-num-ns-steps", "8", "--muon-tp-mode", "distributed",
+                              "--muon-no-split-qkv"], gpus=8, given={}, model=None, source="args").fields
+    assert (fields["muon_ns_steps"], fields["muon_tp_mode"], fields["muon_split_qkv"]) == (8, "distributed", False)
+    with pytest.raises(PlannerError, match="--optimizer lion is not modelled"):
+        import_megatron([*TINY, "--optimizer", "lion"], gpus=8, given={}, model=None, source="args")
+

@@ -56,6 +56,10 @@ CASES: dict[str, tuple[str, int, dict]] = {
                                                  global_batch=64, seq_len=8192)),
     "cp3-of-32-heads": ("llama-3.1-8b", 24, dict(cp=3, zero=1, global_batch=48, seq_len=12288)),
     "sgd": ("llama-3.1-8b", 8, dict(optimizer="sgd", zero=1, global_batch=64, seq_len=4096)),
+    # Muon under the layer-wise distributed optimizer with its settings off their defaults (Megatron engines only)
+    "muon-tp2-blockwise": ("llama-3.1-8b", 8, dict(optimizer="muon", tp=2, sequence_parallel=True, zero=1,
+                                                   muon_tp_mode="blockwise", muon_ns_steps=6, muon_split_qkv=False,
+                                                   global_batch=64, seq_len=4096)),
     "gpipe-pp2": ("llama-3.1-8b", 8, dict(pp=2, schedule="gpipe", global_batch=16, seq_len=1024, zero=1)),
     # 5 micro-batches on pp 4: interleaved only in one group of 5 (--microbatch-group-size-per-virtual-pipeline-stage)
     "vpp2-microbatch-group5": ("llama-3.1-8b", 8, dict(pp=4, interleave=2, microbatch_group_size=5, micro_batch=4,
@@ -93,6 +97,10 @@ REFUSED: dict[tuple[str, str], str] = {
     ("fp8-param-gather", "torchtitan"): "fp8_param_gather",
     ("cp3-of-32-heads", "deepspeed"): "cp(3)",
     ("sgd", "torchtitan"): "Adam",
+    ("muon-tp2-blockwise", "torchtitan"): "Adam",
+    ("muon-tp2-blockwise", "deepspeed"): "cannot run optimizer muon",
+    ("muon-tp2-blockwise", "automodel"): "cannot run optimizer muon",
+    ("muon-tp2-blockwise", "hf_trainer"): "tp(2)",
     ("gpipe-pp2", "megatron"): "GPipe",
     **{("vpp2-microbatch-group5", fmt): "microbatch_group_size(5)" for fmt in ("torchtitan", "torchtitan_registry",
                                                                              "automodel")},

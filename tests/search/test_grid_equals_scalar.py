@@ -78,16 +78,21 @@ def models(draw: st.DrawFn) -> ModelSpec:
        dispatcher=st.sampled_from(["alltoall", "allgather", "deepep", "hybridep"]), ep_overlap=st.booleans(),
        moments=st.sampled_from(["fp32", "bf16"]), schedule=st.sampled_from(["1f1b", "gpipe"]),
        kernel=st.sampled_from([None, "fused", "flash2"]),
-       recipe=st.sampled_from([None, "tensorwise", "delayed", "blockwise", "nvfp4"]))
+       recipe=st.sampled_from([None, "tensorwise", "delayed", "blockwise", "nvfp4"]),
+       muon=st.sampled_from([None, "duplicated", "blockwise", "distributed"]))
 def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick, dispatcher,
-                                                        ep_overlap, moments, schedule, kernel, recipe):
+                                                        ep_overlap, moments, schedule, kernel, recipe, muon):
     # recipe None: bf16; nvfp4: dtype fp4 on a Blackwell rack; else fp8 under that recipe
     precision = ({} if recipe is None else {"dtype": "fp4"} if recipe == "nvfp4"
                  else {"dtype": "fp8", "fp8_recipe": recipe})
     hw = BLACKWELL if recipe == "nvfp4" else HW
+    # muon: the optimizer under that TP mode (its states fp32: the bf16 moments are Adam's)
+    optimizer = {} if muon is None else {"optimizer": "muon", "muon_tp_mode": muon}
+    if muon is not None:
+        moments = "fp32"
     problem = Problem(gpus=gpus, global_batch=gpus * batch_per_gpu, seq_len=seq_len, moe_dispatcher=dispatcher,
                       moe_ep_overlap=ep_overlap, optimizer_state_dtype=moments, schedule=schedule,
-                      attention_kernel=kernel, **precision)
+                      attention_kernel=kernel, **precision, **optimizer)
     try:
         result = run_search(model, hw, problem, chunk=64)  # small chunks: several chunks per search
     except PlannerError:
@@ -104,6 +109,7 @@ def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_
         assert layout.moe_dispatcher == (dispatcher if layout.ep > 1 else "alltoall")
         assert layout.moe_ep_overlap == ep_overlap and layout.optimizer_state_dtype == moments
         assert layout.schedule == schedule
+        assert (layout.optimizer, layout.muon_tp_mode) == (("adam", "duplicated") if muon is None else ("muon", muon))
         assert (layout.dtype, layout.fp8_recipe) == (("bf16", "tensorwise") if recipe is None else
                                                      ("fp4", "tensorwise") if recipe == "nvfp4" else ("fp8", recipe))
         # the problem's kernel, read back as null where it is the engine's own (megatron: fused)

@@ -272,3 +272,32 @@ def test_a_gradient_dtype_not_given_is_the_engines() -> None:
     assert Problem(gpus=8, global_batch=8, seq_len=2048).grad_dtype == "fp32"
     assert Problem(gpus=8, global_batch=8, seq_len=2048, engine="deepspeed").grad_dtype == "bf16"
     assert Problem(gpus=8, global_batch=8, seq_len=2048, grad_dtype="bf16").grad_dtype == "bf16"
+
+
+def test_muon_runs_on_megatron_only_and_shards_as_the_layer_wise_optimizer():
+    layout = Layout(dp=8, zero=1, optimizer="muon", global_batch=8, seq_len=1024)
+    check_layout(model(), layout, 8)  # Megatron-Core's layer-wise distributed Muon
+    text = message(layout.model_copy(update={"engine": "torchtitan"}), 8)
+    assert text.startswith("engine torchtitan cannot run optimizer muon (torchtitan's optimizers are Adam and AdamW")
+    # a grid (the search) offers ZeRO 2 and 3 beside Muon: the rule rejects them with the reason
+    grid = LayoutArrays.from_layouts([layout, Layout(dp=8, zero=1, global_batch=8, seq_len=1024)])
+    grid = LayoutArrays(**{**{f: getattr(grid, f) for f in grid.__dataclass_fields__}, "zero": np.array([2, 2])})
+    codes = violations(model(), grid, 8)
+    assert codes["muon_zero"].tolist() == [True, False]
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    (dict(zero=2), "Muon orthogonalises whole matrices"),
+    (dict(zero=1, dtype="fp16"), "refuse fp16"),
+    (dict(zero=1, offload_optimizer=True), "CPU optimizers"),
+])
+def test_muon_layouts_the_engines_refuse(fields, why):
+    with pytest.raises(ValueError, match=why):
+        Layout(dp=8, optimizer="muon", global_batch=8, seq_len=1024, **fields)
+
+
+def test_muon_settings_need_muon():
+    with pytest.raises(ValueError, match="apply only with optimizer muon"):
+        Layout(dp=8, muon_tp_mode="blockwise", global_batch=8, seq_len=1024)
+    back = Layout(dp=8, zero=1, optimizer="muon", muon_ns_steps=7, global_batch=8, seq_len=1024)
+    assert back.to_arrays().to_layout(0) == back  # not taken for SGD, whose states have Muon's 8 bytes

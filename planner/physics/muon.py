@@ -1,0 +1,237 @@
+"""Muon's optimizer step as Megatron-Core runs it (--optimizer muon; NVIDIA-NeMo/Emerging-Optimizers): which weights
+it orthogonalises, the Newton-Schulz work of each, and where a TP-split or data-parallel-owned matrix is
+orthogonalised.
+
+Muon (Jordan et al. 2024, "Muon: An optimizer for hidden layers in neural networks"; Liu et al. 2025, "Muon is
+Scalable for LLM Training", arXiv:2502.16982) keeps one momentum buffer per 2-D hidden weight and replaces its
+update by an approximately orthogonal matrix: the quintic Newton-Schulz iteration on X (the normalised momentum,
+turned so that it is m x n with m <= n), `steps` times
+
+    A = X X^T            2 m^2 n FLOP
+    B = b A + c A A      2 m^3
+    X = a X + B X        2 m^2 n
+
+(Emerging-Optimizers muon_utils.py newton_schulz_step @ 0001f6e2: three GEMMs, torch.addmm for the last two), in
+bf16 under Megatron's default --muon-fp32-matmul-prec medium (newton_schulz casts X to bf16 when the float32
+matmul precision is "medium"). Megatron-Core routes the embedding, the output layer and every parameter that is
+not 2-D to Adam (megatron/core/optimizer/emerging_optimizers.py @ d98e8a64, _is_nonlinear_or_embedding); the
+router and the experts' weights are 2-D and go to Muon; the fused QKV weight is orthogonalised as its Q, K and V
+parts (each over all query groups) unless --muon-no-split-qkv (TensorParallelMuon.orthogonalize).
+
+A TP-split weight (--muon-tp-mode; newton_schulz_tp): duplicated, every TP rank all-gathers the fp32 momentum
+and orthogonalises the whole matrix; blockwise, each rank its own shard; distributed, each rank multiplies its
+shard and the m x m Gram matrix A is all-reduced every iteration, the dimension left whole being the one
+orthogonalised (its cube is computed on every rank). With the distributed optimizer (planner's zero 1) the
+matrices are owned whole by the data-parallel ranks (LayerWiseDistributedOptimizer, layer_wise_optimizer.py @
+d98e8a64: bin-packed by their Newton-Schulz cost), each rank orthogonalising its own and all-gathering the
+updated weights; without it every rank orthogonalises every matrix of its stage.
+
+Pure: shapes from physics.shapes.layer_shape, costs as numpy arrays over the layouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.physics.comm import all_gather_seconds, all_reduce_seconds, group_link
+from planner.physics.kernels import GEMM_FIXED_SECONDS, matmul_plateau, memory_seconds, peak_16bit_flops
+from planner.physics.params import mtp_layer_is_moe
+from planner.physics.shapes import expert_shard_degree, layer_shape
+from planner.specs.hardware import HardwareProfile
+from planner.specs.layout import MUON_TP_MODE_CODES, LayoutArrays, Zero
+from planner.specs.model import ModelSpec
+
+NS_GEMMS_PER_STEP = 3
+"""GEMMs per Newton-Schulz iteration: X X^T, then B = b A + c A A and X = a X + B X as torch.addmm (Emerging-Optimizers
+muon_utils.py newton_schulz_step @ 0001f6e2)."""
+
+MOMENTUM_BYTES = 4
+"""The fp32 momentum buffer (state "momentum_buffer", zeros_like the fp32 main gradient), which duplicated TP mode
+all-gathers over the TP group (newton_schulz_tp: torch.distributed.all_gather of x, asserted float32)."""
+
+GRAM_BYTES = 2
+"""Bytes per element of the Gram matrix that distributed TP mode all-reduces each iteration: bf16, X having been cast
+to bf16 under the default "medium" matmul precision."""
+
+LOCAL_STEP_BYTES_PER_ELEMENT = 38.0
+"""HBM bytes per element of a rank's own shard of a Muon matrix in the step's eager element-wise ops
+(Emerging-Optimizers OrthogonalizedOptimizer.step @ 116b71a4, on Megatron's fp32 main parameters): decoupled weight
+decay p.add_(p) (read 4, write 4), the momentum's lerp_ with the fp32 gradient (read 8, write 4), the update
+p.add_(grad) (read 8, write 4), and Megatron's copy of the fp32 main parameter into the bf16 weight (read 4, write
+2): 8 + 12 + 12 + 6. Megatron's default is no Nesterov term (--muon-nesterov off), which would add a lerp (12)."""
+
+NS_WRAPPER_BYTES_PER_ELEMENT = 32.0
+"""HBM bytes per element of the matrix Newton-Schulz runs on (the whole matrix under duplicated TP mode, the
+shard otherwise), outside the GEMMs: the normalisation (a read for the norm, then read and write: 12), the cast to
+bf16 and back (4 + 2, 2 + 4), and the scale factor's multiply (4 + 4) (muon_utils.py newton_schulz; Megatron's
+scaled_orthogonalize_fn)."""
+
+GATHER_CAT_BYTES_PER_ELEMENT = 8.0
+"""The torch.cat of the gathered fp32 shards under duplicated TP mode (read 4, write 4 per element of the whole
+matrix)."""
+
+
+@dataclass(frozen=True)
+class MuonMatrix:
+    """One shape of weight that Muon orthogonalises, in one layer."""
+
+    rows: int  # output features, whole (before any TP split)
+    cols: int  # input features, whole
+    count: int  # matrices of this shape in the layer (routed experts: all of the layer's)
+    split: bool  # TP splits it: its rows (column-parallel) or, row_parallel, its columns
+    row_parallel: bool
+    routed: bool  # a routed expert's weight: split over etp, the layer's experts spread over ep
+
+
+def layer_matrices(model: ModelSpec, *, moe_layer: bool, linear: bool = False, split_qkv: bool = True
+                   ) -> tuple[MuonMatrix, ...]:
+    """The weights Muon orthogonalises in one layer, from the layer's GEMMs (physics.shapes.layer_shape): every GEMM
+    weight is one matrix (a shared expert's summed width is one, as Megatron-Core's SharedExpertMLP holds it; each
+    routed expert's are their own), the fused QKV of a plain attention layer split into its Q (and output-gate), K
+    and V parts when `split_qkv`. A Gated DeltaNet mixer's fused input projection is not a linear_qkv weight and
+    stays whole."""
+    h = model.hidden_size
+    out: list[MuonMatrix] = []
+    for g in layer_shape(model, moe_layer=moe_layer and model.moe is not None, linear=linear).gemms:
+        side = g.side or h
+        if g.name == "qkv" and not linear and model.mla is None:
+            gate = 2 if model.attention_output_gate else 1
+            query_rows = g.tp_elements // side // gate
+            kv_rows = g.kv_elements_per_head * model.kv_heads // 2 // side
+            parts = [query_rows] * gate + [kv_rows, kv_rows] if split_qkv else [gate * query_rows + 2 * kv_rows]
+            out += [MuonMatrix(rows, side, 1, split=True, row_parallel=False, routed=False) for rows in parts]
+            continue
+        elements = g.tp_elements + g.kv_elements_per_head * model.kv_heads + g.replicated_elements
+        other = elements // g.copies // side
+        rows, cols = (side, other) if g.row_parallel else (other, side)
+        out.append(MuonMatrix(rows, cols, g.copies, split=g.tp_elements > 0, row_parallel=g.row_parallel,
+                              routed=g.routed))
+    return tuple(out)
+
+
+def mtp_matrices(model: ModelSpec, *, split_qkv: bool = True) -> tuple[MuonMatrix, ...]:
+    """One multi-token-prediction module's matrices (physics.params.mtp_module_params): its transformer layer and
+    eh_proj, 2h -> h, column-parallel."""
+    h = model.hidden_size
+    return layer_matrices(model, moe_layer=mtp_layer_is_moe(model), split_qkv=split_qkv) + (
+        MuonMatrix(h, 2 * h, 1, split=True, row_parallel=False, routed=False),)
+
+
+def newton_schulz_flop(short: np.ndarray | float, long: np.ndarray | float, steps: np.ndarray | float) -> np.ndarray:
+    """FLOP of `steps` quintic Newton-Schulz iterations on a short x long matrix: steps x (4 m^2 n + 2 m^3)."""
+    m, n = np.asarray(short, dtype=float), np.asarray(long, dtype=float)
+    return np.asarray(np.asarray(steps, dtype=float) * (4 * m * m * n + 2 * m ** 3))
+
+
+@dataclass(frozen=True)
+class MatrixCost:
+    """What orthogonalising one matrix costs the rank that does it, per layout."""
+
+    flop: np.ndarray  # Newton-Schulz GEMM FLOP
+    ns_elements: np.ndarray  # elements of the matrix the iteration runs on (its element-wise wrapper)
+    local_elements: np.ndarray  # elements of the rank's own shard (the step's element-wise ops)
+    comm_seconds: np.ndarray  # the TP gather or the Gram all-reduces
+
+
+def matrix_cost(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix) -> MatrixCost:
+    """One matrix on the rank that orthogonalises it, by the layout's --muon-tp-mode (module doc)."""
+    t = np.where(mat.split, lay.etp if mat.routed else lay.tp, 1).astype(float)
+    link = group_link(hw, t, 1)
+    whole = float(mat.rows) * mat.cols
+    steps = lay.muon_ns_steps.astype(float)
+    split_len = float(mat.cols if mat.row_parallel else mat.rows)  # the dimension TP cuts
+    kept_len = float(mat.rows if mat.row_parallel else mat.cols)  # the one every rank holds whole
+    sharded = t > 1
+    mode = lay.muon_tp_mode
+    duplicated = sharded & (mode == MUON_TP_MODE_CODES["duplicated"])
+    blockwise = sharded & (mode == MUON_TP_MODE_CODES["blockwise"])
+    distributed = sharded & (mode == MUON_TP_MODE_CODES["distributed"])
+    full_flop = newton_schulz_flop(min(mat.rows, mat.cols), max(mat.rows, mat.cols), steps)
+    shard = split_len / t
+    block_flop = newton_schulz_flop(np.minimum(shard, kept_len), np.maximum(shard, kept_len), steps)
+    # distributed: X^T turned so the kept dimension u is orthogonalised; the two m^2 n GEMMs run on the shard
+    u = kept_len
+    dist_flop = steps * (4 * u * u * shard + 2 * u ** 3)
+    flop = np.where(blockwise, block_flop, np.where(distributed, dist_flop, full_flop))
+    ns_elements = np.where(blockwise | distributed, whole / t, whole)
+    gather = np.where(duplicated, all_gather_seconds(whole * MOMENTUM_BYTES, t, link), 0.0)
+    gram = np.where(distributed, steps * all_reduce_seconds(u * u * GRAM_BYTES, t, link), 0.0)
+    local = np.broadcast_to(whole / t, np.broadcast_shapes(np.shape(t), np.shape(steps)))
+    return MatrixCost(flop=np.asarray(flop), ns_elements=np.asarray(ns_elements), local_elements=np.asarray(local),
+                      comm_seconds=np.asarray(gather + gram))
+
+
+def matrix_seconds(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix) -> np.ndarray:
+    """Seconds one matrix's step takes the rank that owns it: its Newton-Schulz GEMMs (each at the 16-bit plateau
+    with the fixed cost of a GEMM, physics.kernels.matmul_seconds), the element-wise ops of the iteration's wrapper
+    and of the step on the rank's shard (memory-bound), and the TP communication of its mode."""
+    cost = matrix_cost(hw, lay, mat)
+    launches = NS_GEMMS_PER_STEP * lay.muon_ns_steps.astype(float)
+    gemms = (cost.flop / peak_16bit_flops(hw) + launches * GEMM_FIXED_SECONDS) / matmul_plateau(hw)
+    gathered = (lay.muon_tp_mode == MUON_TP_MODE_CODES["duplicated"]) & (cost.ns_elements > cost.local_elements)
+    traffic = (cost.ns_elements * (NS_WRAPPER_BYTES_PER_ELEMENT + np.where(gathered, GATHER_CAT_BYTES_PER_ELEMENT, 0.0))
+               + cost.local_elements * LOCAL_STEP_BYTES_PER_ELEMENT)
+    return np.asarray(gemms + memory_seconds(hw, traffic) + cost.comm_seconds)
+
+
+def layer_seconds(hw: HardwareProfile, lay: LayoutArrays, matrices: tuple[MuonMatrix, ...]
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(dense total, dense largest, routed total, routed largest) seconds of one layer's matrices on the ranks that
+    own them: the routed experts' are this rank's (count / ep of each)."""
+    dense = np.zeros(lay.shape)
+    dense_max = np.zeros(lay.shape)
+    routed = np.zeros(lay.shape)
+    routed_max = np.zeros(lay.shape)
+    for mat in matrices:
+        one = matrix_seconds(hw, lay, mat)
+        if mat.routed:
+            routed = routed + one * mat.count / lay.ep
+            routed_max = np.maximum(routed_max, one)
+        else:
+            dense = dense + one * mat.count
+            dense_max = np.maximum(dense_max, one)
+    return dense, dense_max, routed, routed_max
+
+
+def stage_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, num_dense: np.ndarray,
+                  num_moe: np.ndarray, num_linear_dense: np.ndarray | int, num_linear_moe: np.ndarray | int,
+                  num_mtp: np.ndarray | int) -> np.ndarray:
+    """Seconds of the Muon matrices' step on one rank of a stage holding `num_dense` dense and `num_moe` MoE layers
+    (of which num_linear_* have the Gated DeltaNet mixer) and `num_mtp` MTP modules. Without the distributed
+    optimizer every rank orthogonalises all of them; with it (zero 1) the dense ones are owned across the dp x cp
+    ranks and the routed ones across the expert-data-parallel ranks, bin-packed by cost: a rank's share is the
+    total over the group, but never less than the largest single matrix."""
+    def kinds(split: bool) -> list[tuple[np.ndarray | int, tuple[MuonMatrix, ...]]]:
+        out: list[tuple[np.ndarray | int, tuple[MuonMatrix, ...]]] = [
+            (np.asarray(num_dense) - num_linear_dense, layer_matrices(model, moe_layer=False, split_qkv=split)),
+            (np.asarray(num_moe) - num_linear_moe, layer_matrices(model, moe_layer=True, split_qkv=split)),
+            (num_mtp, mtp_matrices(model, split_qkv=split)),
+        ]
+        if model.linear_attention is not None:
+            out += [(num_linear_dense, layer_matrices(model, moe_layer=False, linear=True)),
+                    (num_linear_moe, layer_matrices(model, moe_layer=True, linear=True))]
+        return out
+
+    def totals(split: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        dense = routed = dense_max = routed_max = np.zeros(lay.shape)
+        for count, matrices in kinds(split):
+            present = np.asarray(count) > 0
+            d, d_max, r, r_max = layer_seconds(hw, lay, matrices)
+            dense = dense + np.asarray(count) * d
+            routed = routed + np.asarray(count) * r
+            dense_max = np.maximum(dense_max, np.where(present, d_max, 0.0))
+            routed_max = np.maximum(routed_max, np.where(present, r_max, 0.0))
+        return dense, dense_max, routed, routed_max
+
+    split_qkv = lay.muon_split_qkv
+    if bool(np.all(split_qkv)) or not bool(np.any(split_qkv)):
+        dense, dense_max, routed, routed_max = totals(bool(np.all(split_qkv)))
+    else:  # a grid of both settings
+        pairs = zip(totals(True), totals(False), strict=True)
+        dense, dense_max, routed, routed_max = (np.where(split_qkv, a, b) for a, b in pairs)
+    owned = lay.zero >= Zero.OPTIMIZER
+    dense_share = np.where(owned, np.maximum(dense / lay.shard_degree, dense_max), dense)
+    routed_share = np.where(owned, np.maximum(routed / expert_shard_degree(lay), routed_max), routed)
+    return np.asarray(dense_share + routed_share)
