@@ -645,15 +645,32 @@ def _sliding_window(args: Mapping[str, Any], layers: int, source: str) -> dict[s
     return {"sliding_window_tokens": left + 1, "sliding_window_layers": swa} if swa else {}
 
 
+# Megatron-Core's hybrid stack letters (megatron/core/ssm/mamba_hybrid_layer_allocation.py @ d98e8a64, Symbols)
+HYBRID_LAYERS = {"M": "Mamba", "G": "Gated DeltaNet", "*": "attention", "D": "DeepSeek sparse attention",
+                 "+": "MLA", "-": "MLP", "E": "MoE"}
+
+
+def _hybrid_refusal(flag: str, pattern: str) -> str:
+    """Why a hybrid stack (Nemotron-H, Megatron's hybrid models) is refused: what its pattern holds."""
+    body = pattern.split("/")[0]  # MTP layers follow a '/'
+    counts = {name: body.count(letter) for letter, name in HYBRID_LAYERS.items() if body.count(letter)}
+    held = ", ".join(f"{n} {name}" for name, n in counts.items()) or "no layer planner knows"
+    why = ("planner has no Mamba (state-space) layer" if "Mamba" in counts else
+           "planner reads Gated DeltaNet hybrids from Hugging Face configs (Qwen3-Next, Qwen3.5), not from a hybrid "
+           "pattern")
+    return (f"--{flag} {reprlib.repr(pattern)} describes a hybrid stack ({held}); {why}, so it is not modelled: give a "
+            "transformer model with --model, or drop the pattern")
+
+
 def model_from_args(args: Mapping[str, Any], *, tp: int, source: str) -> ModelSpec:
     """The ModelSpec a Megatron-LM GPT argument list describes (Megatron's defaults where a flag is absent)."""
+    for flag in ("hybrid-layer-pattern", "hybrid-override-pattern"):  # before the sizes: such a file gives no
+        if args.get(flag):  # --num-layers (the pattern's length is the depth)
+            raise PlannerError(_hybrid_refusal(flag, str(args[flag])), source=source)
     for flag in ("num-layers", "hidden-size", "num-attention-heads"):
         if args.get(flag) is None:
             raise PlannerError(f"--{flag} is missing, so the arguments do not define a model; add it or give the "
                                "model with --model", source=source)
-    if args.get("hybrid-layer-pattern") or args.get("hybrid-override-pattern"):
-        raise PlannerError("hybrid (Mamba) layer patterns are not modelled; planner models transformer layers",
-                           source=source)
     h, a, layers = int(args["hidden-size"]), int(args["num-attention-heads"]), int(args["num-layers"])
     kv = int(args.get("num-query-groups", 1)) if args.get("group-query-attention") else None
     head_dim = args.get("kv-channels")

@@ -487,3 +487,15 @@ def test_dist_muon_is_the_layer_wise_distributed_optimizer_and_refuses_fsdp() ->
     with pytest.raises(PlannerError, match="--optimizer lion is not modelled"):
         import_megatron([*TINY, "--optimizer", "lion"], gpus=8, given={}, model=None, source="args")
 
+
+def test_a_hybrid_stack_is_refused_by_what_its_pattern_holds() -> None:
+    # Megatron-LM's hybrid models give the depth by the pattern alone (its hybrid functional tests have no
+    # --num-layers): the refusal names the stack, not a missing --num-layers
+    assert TINY[:2] == ["--num-layers", "4"]
+    args = [*TINY[2:], "--hybrid-layer-pattern", "M-M*-/M"]
+    with pytest.raises(PlannerError, match=r"describes a hybrid stack \(2 Mamba, 1 attention, 2 MLP\); planner has "
+                       r"no Mamba \(state-space\) layer"):
+        import_megatron(args, gpus=8, given={}, model=None, source="args")
+    with pytest.raises(PlannerError, match=r"\(2 Gated DeltaNet, 2 attention\); planner reads Gated DeltaNet hybrids "
+                       "from Hugging Face configs"):
+        import_megatron([*TINY, "--hybrid-override-pattern", "GG**"], gpus=8, given={}, model=None, source="args")
