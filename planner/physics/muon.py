@@ -37,6 +37,7 @@ import numpy as np
 
 from planner.physics.comm import all_gather_seconds, all_reduce_seconds, group_link
 from planner.physics.kernels import GEMM_FIXED_SECONDS, matmul_plateau, memory_seconds, peak_16bit_flops
+from planner.physics.launch import host_launch_seconds
 from planner.physics.params import mtp_layer_is_moe
 from planner.physics.shapes import expert_shard_degree, layer_shape
 from planner.specs.hardware import HardwareProfile
@@ -72,6 +73,19 @@ GATHER_CAT_BYTES_PER_ELEMENT = 8.0
 """The torch.cat of the gathered fp32 shards under duplicated TP mode (read 4, write 4 per element of the whole
 matrix)."""
 
+STEP_OPS_PER_PARAMETER = 3
+"""Eager ops the step issues per parameter outside the orthogonalisation (OrthogonalizedOptimizer.step @ 116b71a4:
+the weight decay's add_, the momentum's lerp_, the update's add_); Megatron copies the main parameters into the
+bf16 weights with one multi-tensor launch for all of them, not counted per parameter."""
+
+NS_WRAPPER_OPS = 7
+"""Eager ops around one matrix's Newton-Schulz GEMMs (muon_utils.py newton_schulz and Megatron's
+scaled_orthogonalize_fn): F.normalize (the norm, its clamp, the division: 3), the cast to bf16 and back (2), the
+spectral scale and the extra scale factor (2)."""
+
+GATHER_OPS = 2
+"""Duplicated TP mode's all-gather and the cat of the shards (newton_schulz_tp), per TP-split matrix."""
+
 
 @dataclass(frozen=True)
 class MuonMatrix:
@@ -83,6 +97,7 @@ class MuonMatrix:
     split: bool  # TP splits it: its rows (column-parallel) or, row_parallel, its columns
     row_parallel: bool
     routed: bool  # a routed expert's weight: split over etp, the layer's experts spread over ep
+    parts: int = 1  # the parameter it is one part of holds this many (the split QKV: 3, or 4 with an output gate)
 
 
 def layer_matrices(model: ModelSpec, *, moe_layer: bool, linear: bool = False, split_qkv: bool = True
@@ -101,7 +116,8 @@ def layer_matrices(model: ModelSpec, *, moe_layer: bool, linear: bool = False, s
             query_rows = g.tp_elements // side // gate
             kv_rows = g.kv_elements_per_head * model.kv_heads // 2 // side
             parts = [query_rows] * gate + [kv_rows, kv_rows] if split_qkv else [gate * query_rows + 2 * kv_rows]
-            out += [MuonMatrix(rows, side, 1, split=True, row_parallel=False, routed=False) for rows in parts]
+            out += [MuonMatrix(rows, side, 1, split=True, row_parallel=False, routed=False, parts=len(parts))
+                    for rows in parts]
             continue
         elements = g.tp_elements + g.kv_elements_per_head * model.kv_heads + g.replicated_elements
         other = elements // g.copies // side
@@ -176,23 +192,43 @@ def matrix_seconds(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix) -> n
     return np.asarray(gemms + memory_seconds(hw, traffic) + cost.comm_seconds)
 
 
-def layer_seconds(hw: HardwareProfile, lay: LayoutArrays, matrices: tuple[MuonMatrix, ...]
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(dense total, dense largest, routed total, routed largest) seconds of one layer's matrices on the ranks that
-    own them: the routed experts' are this rank's (count / ep of each)."""
-    dense = np.zeros(lay.shape)
-    dense_max = np.zeros(lay.shape)
-    routed = np.zeros(lay.shape)
-    routed_max = np.zeros(lay.shape)
+def matrix_host_seconds(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix) -> np.ndarray:
+    """CPU time the step's eager loop spends issuing one matrix's ops (physics.launch.host_launch_seconds each): the
+    GEMMs and the wrapper of its iterations, the gather under duplicated TP mode, and its parameter's step ops (a
+    split QKV's shared by its parts, with the cat that joins them)."""
+    t = np.where(mat.split, lay.etp if mat.routed else lay.tp, 1)
+    gathered = (lay.muon_tp_mode == MUON_TP_MODE_CODES["duplicated"]) & (t > 1)
+    per_parameter = (STEP_OPS_PER_PARAMETER + (1 if mat.parts > 1 else 0)) / mat.parts
+    ops = (NS_GEMMS_PER_STEP * lay.muon_ns_steps + NS_WRAPPER_OPS + np.where(gathered, GATHER_OPS, 0)
+           + per_parameter)
+    return np.asarray(ops * host_launch_seconds(hw))
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """One layer's Muon step on the ranks that own its matrices, on the device and on the host: the dense matrices'
+    and the rank's routed experts' (count / ep of each), with the largest single matrix of each."""
+
+    dense: np.ndarray
+    dense_host: np.ndarray
+    dense_largest: np.ndarray
+    routed: np.ndarray
+    routed_host: np.ndarray
+    routed_largest: np.ndarray
+
+
+def layer_work(hw: HardwareProfile, lay: LayoutArrays, matrices: tuple[MuonMatrix, ...]) -> LayerWork:
+    zero = np.zeros(lay.shape)
+    dense = dense_host = dense_max = routed = routed_host = routed_max = zero
     for mat in matrices:
-        one = matrix_seconds(hw, lay, mat)
+        device, host = matrix_seconds(hw, lay, mat), matrix_host_seconds(hw, lay, mat)
         if mat.routed:
-            routed = routed + one * mat.count / lay.ep
-            routed_max = np.maximum(routed_max, one)
+            routed, routed_host = routed + device * mat.count / lay.ep, routed_host + host * mat.count / lay.ep
+            routed_max = np.maximum(routed_max, np.maximum(device, host))
         else:
-            dense = dense + one * mat.count
-            dense_max = np.maximum(dense_max, one)
-    return dense, dense_max, routed, routed_max
+            dense, dense_host = dense + device * mat.count, dense_host + host * mat.count
+            dense_max = np.maximum(dense_max, np.maximum(device, host))
+    return LayerWork(dense, dense_host, dense_max, routed, routed_host, routed_max)
 
 
 def stage_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, num_dense: np.ndarray,
@@ -214,24 +250,31 @@ def stage_seconds(model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, *, n
                     (num_linear_moe, layer_matrices(model, moe_layer=True, linear=True))]
         return out
 
-    def totals(split: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        dense = routed = dense_max = routed_max = np.zeros(lay.shape)
+    def totals(split: bool) -> tuple[np.ndarray, ...]:
+        # (dense, dense host, dense largest, routed, routed host, routed largest) over the stage's layers
+        out = [np.zeros(lay.shape) for _ in range(6)]
         for count, matrices in kinds(split):
-            present = np.asarray(count) > 0
-            d, d_max, r, r_max = layer_seconds(hw, lay, matrices)
-            dense = dense + np.asarray(count) * d
-            routed = routed + np.asarray(count) * r
-            dense_max = np.maximum(dense_max, np.where(present, d_max, 0.0))
-            routed_max = np.maximum(routed_max, np.where(present, r_max, 0.0))
-        return dense, dense_max, routed, routed_max
+            n = np.asarray(count)
+            work = layer_work(hw, lay, matrices)
+            out[0], out[1], out[3], out[4] = (out[0] + n * work.dense, out[1] + n * work.dense_host,
+                                              out[3] + n * work.routed, out[4] + n * work.routed_host)
+            out[2] = np.maximum(out[2], np.where(n > 0, work.dense_largest, 0.0))
+            out[5] = np.maximum(out[5], np.where(n > 0, work.routed_largest, 0.0))
+        return tuple(out)
 
     split_qkv = lay.muon_split_qkv
     if bool(np.all(split_qkv)) or not bool(np.any(split_qkv)):
-        dense, dense_max, routed, routed_max = totals(bool(np.all(split_qkv)))
+        sums = totals(bool(np.all(split_qkv)))
     else:  # a grid of both settings
-        pairs = zip(totals(True), totals(False), strict=True)
-        dense, dense_max, routed, routed_max = (np.where(split_qkv, a, b) for a, b in pairs)
+        sums = tuple(np.where(split_qkv, a, b) for a, b in zip(totals(True), totals(False), strict=True))
+    dense, dense_host, dense_max, routed, routed_host, routed_max = sums
     owned = lay.zero >= Zero.OPTIMIZER
-    dense_share = np.where(owned, np.maximum(dense / lay.shard_degree, dense_max), dense)
-    routed_share = np.where(owned, np.maximum(routed / expert_shard_degree(lay), routed_max), routed)
-    return np.asarray(dense_share + routed_share)
+
+    def share(device: np.ndarray, host: np.ndarray, largest: np.ndarray, group: np.ndarray) -> np.ndarray:
+        # the eager loop's host runs ahead of the device: a group's matrices take the longer of the two; owned over
+        # `group` ranks, at least the largest matrix
+        return np.asarray(np.where(owned, np.maximum(np.maximum(device, host) / group, largest),
+                                   np.maximum(device, host)))
+
+    return np.asarray(share(dense, dense_host, dense_max, lay.shard_degree)
+                      + share(routed, routed_host, routed_max, expert_shard_degree(lay)))

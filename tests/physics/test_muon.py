@@ -18,12 +18,14 @@ from planner.physics.muon import (
     MuonMatrix,
     layer_matrices,
     matrix_cost,
+    matrix_host_seconds,
     matrix_seconds,
     mtp_matrices,
     newton_schulz_flop,
     stage_seconds,
 )
 from planner.physics.shapes import layer_shape
+from planner.specs.hardware import X86_HOST_SECONDS_PER_LAUNCH
 from planner.specs.layout import Layout
 from planner.specs.model import MoESpec
 from planner.training.estimate import estimate
@@ -121,28 +123,49 @@ def test_one_matrix_step_by_hand():
     assert one(matrix_seconds(HW, lay(tp=2, optimizer="muon"), COLUMN)) == pytest.approx(gemms + traffic + gather)
 
 
+def test_the_host_issues_each_matrix_s_ops_one_by_one():
+    # 5 iterations of 3 GEMMs, the wrapper's 7 ops and the parameter's 3 step ops: 25; a split QKV part carries a third
+    # of its parameter's 3 ops and of the cat that joins the parts; duplicated TP adds the gather and its cat
+    host = X86_HOST_SECONDS_PER_LAUNCH
+    assert one(matrix_host_seconds(HW, lay(optimizer="muon"), COLUMN)) == pytest.approx(25 * host)
+    assert one(matrix_host_seconds(HW, lay(tp=2, optimizer="muon"), COLUMN)) == pytest.approx(27 * host)
+    q = layer_matrices(GQA, moe_layer=False)[0]
+    assert one(matrix_host_seconds(HW, lay(optimizer="muon"), q)) == pytest.approx((22 + 4 / 3) * host)
+
+
+def device_and_host(layout, matrices):
+    device = sum(one(matrix_seconds(HW, layout, m)) * m.count for m in matrices)
+    host = sum(one(matrix_host_seconds(HW, layout, m)) * m.count for m in matrices)
+    return device, host
+
+
 def test_the_distributed_optimizer_spreads_the_matrices_over_the_data_parallel_ranks():
-    # two layers of six matrices: 12 matrices; dp 4 with zero 1 owns a quarter of the work, at least the largest
-    one_rank = stage_seconds(GQA, HW, lay(dp=4, optimizer="muon"), num_dense=np.array(2), num_moe=np.array(0),
-                             num_linear_dense=0, num_linear_moe=0, num_mtp=0)
-    owned = stage_seconds(GQA, HW, lay(dp=4, zero=1, optimizer="muon"), num_dense=np.array(2), num_moe=np.array(0),
-                          num_linear_dense=0, num_linear_moe=0, num_mtp=0)
-    largest = max(one(matrix_seconds(HW, lay(dp=4, optimizer="muon"), m)) for m in layer_matrices(GQA, moe_layer=False))
-    assert one(owned) == pytest.approx(max(one(one_rank) / 4, largest))
+    # two layers of six matrices: the tiny model's step is host-bound (each of its GEMMs a few microseconds);
+    # dp 4 with zero 1 owns a quarter of the work, at least the largest matrix
+    stage = dict(num_dense=np.array(2), num_moe=np.array(0), num_linear_dense=0, num_linear_moe=0, num_mtp=0)
+    matrices = layer_matrices(GQA, moe_layer=False)
+    device, host = device_and_host(lay(dp=4, optimizer="muon"), matrices)
+    assert host > device
+    assert one(stage_seconds(GQA, HW, lay(dp=4, optimizer="muon"), **stage)) == pytest.approx(2 * host)
+    largest = max(max(one(matrix_seconds(HW, lay(dp=4, optimizer="muon"), m)),
+                      one(matrix_host_seconds(HW, lay(dp=4, optimizer="muon"), m))) for m in matrices)
+    owned = stage_seconds(GQA, HW, lay(dp=4, zero=1, optimizer="muon"), **stage)
+    assert one(owned) == pytest.approx(max(2 * host / 4, largest))
     # 64 ranks: 12 matrices cannot be spread thinner than the largest one
-    wide = stage_seconds(GQA, HW, lay(dp=64, zero=1, optimizer="muon"), num_dense=np.array(2), num_moe=np.array(0),
-                         num_linear_dense=0, num_linear_moe=0, num_mtp=0)
+    wide = stage_seconds(GQA, HW, lay(dp=64, zero=1, optimizer="muon"), **stage)
     assert one(wide) == pytest.approx(largest)
 
 
 def test_routed_experts_are_the_ranks_own_and_owned_over_the_expert_data_parallel_group():
-    # ep 2: each rank holds 2 of the 4 experts; zero 1 over dp 4 with ep 2 shards the experts over 2 ranks
+    # ep 2: each rank holds 2 of the 4 experts, so 2 x (fc1, fc2); the dense matrices and the experts each take the
+    # longer of their device and host time
     moe_only = dict(num_dense=np.array(0), num_moe=np.array(1), num_linear_dense=0, num_linear_moe=0, num_mtp=0)
     ep2 = lay(dp=4, ep=2, optimizer="muon")
-    fc1 = one(matrix_seconds(HW, ep2, layer_matrices(MOE, moe_layer=True)[5]))
-    fc2 = one(matrix_seconds(HW, ep2, layer_matrices(MOE, moe_layer=True)[6]))
-    dense = sum(one(matrix_seconds(HW, ep2, m)) for m in layer_matrices(MOE, moe_layer=True) if not m.routed)
-    assert one(stage_seconds(MOE, HW, ep2, **moe_only)) == pytest.approx(dense + 2 * (fc1 + fc2))
+    matrices = layer_matrices(MOE, moe_layer=True)
+    dense = max(device_and_host(ep2, [m for m in matrices if not m.routed]))
+    experts = [MuonMatrix(m.rows, m.cols, 2, m.split, m.row_parallel, m.routed) for m in matrices if m.routed]
+    routed = max(device_and_host(ep2, experts))
+    assert one(stage_seconds(MOE, HW, ep2, **moe_only)) == pytest.approx(dense + routed)
 
 
 def test_muon_keeps_one_moment_and_leaves_the_embedding_and_head_to_adam():
