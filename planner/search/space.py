@@ -71,6 +71,7 @@ from planner.specs.layout import (
     Fp8RecipeCode,
     Layout,
     LayoutArrays,
+    Zero,
     delay_wgrad_default,
     optimizer_state_bytes,
     recompute_module_mask,
@@ -419,8 +420,11 @@ def _inner_axes(problem: Problem, filters: Filters) -> dict[str, np.ndarray]:
     mb_default = divisors(problem.global_batch)
     default_sp = (False, True) if can.sequence_parallel else (False,)
     sp = filters.sequence_parallel if filters.sequence_parallel is not None else default_sp
+    # Muon shards only as Megatron-Core's layer-wise distributed optimizer (zero 1): the default axis stops there, and
+    # a --zero 2 or 3 asked for is rejected by the rule that says so (muon_zero)
+    stages = [z for z in can.zero_stages if problem.optimizer != "muon" or z <= Zero.OPTIMIZER]
     return {
-        "zero": _values(filters.zero, np.asarray(can.zero_stages)),
+        "zero": _values(filters.zero, np.asarray(stages)),
         "sequence_parallel": np.unique(np.asarray(sp, dtype=bool)),
         "recompute": np.array(sorted({RECOMPUTE_CODES[n] for n in names}), dtype=np.int64),
         "micro_batch": _values(filters.micro_batch, mb_default[mb_default <= MICRO_BATCH_CAP]),

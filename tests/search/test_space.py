@@ -153,6 +153,18 @@ def test_filters_keep_values_the_defaults_prune_so_rules_can_explain_them():
     assert (lay.tp == 1).any()
 
 
+def test_a_muon_search_offers_zero_0_and_1_and_keeps_asked_stages_for_the_rule():
+    muon = Problem(gpus=16, global_batch=32, seq_len=2048, optimizer="muon")
+    assert set(build_space(LLAMA_1B, muon).flat().zero.tolist()) == {0, 1}
+    assert set(build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=2048)).flat().zero.tolist()) == {
+        0, 1, 2, 3}
+    assert set(build_space(LLAMA_1B, muon, Filters(zero=(1, 3))).flat().zero.tolist()) == {1, 3}
+    with pytest.raises(PlannerError, match="engine torchtitan cannot run optimizer muon"):
+        Problem(gpus=16, global_batch=32, seq_len=2048, optimizer="muon", engine="torchtitan")
+    with pytest.raises(PlannerError, match="apply only with --optimizer muon"):
+        Problem(gpus=16, global_batch=32, seq_len=2048, muon_tp_mode="blockwise")
+
+
 def test_no_layout_at_all_is_an_error_with_the_arithmetic():
     with pytest.raises(PlannerError, match=r"divides gpus\(16\)"):
         build_space(LLAMA_1B, Problem(gpus=16, global_batch=32, seq_len=2048), Filters(tp=(3,)))
