@@ -709,8 +709,6 @@ WRITTEN_FIELDS: dict[str, tuple[str, str]] = {
     "data-parallel-sharding-strategy": ("ddp", "data_parallel_sharding_strategy"),
     "ckpt-format": ("checkpoint", "ckpt_format"),
     "optimizer": ("optimizer", "optimizer"),
-    "muon-num-ns-steps": ("optimizer", "muon_num_ns_steps"),
-    "muon-tp-mode": ("optimizer", "muon_tp_mode"),
     "use-precision-aware-optimizer": ("optimizer", "use_precision_aware_optimizer"),
     "optimizer-cpu-offload": ("optimizer", "optimizer_cpu_offload"),
     "tp-comm-overlap": ("comm_overlap", "tp_comm_overlap"),
@@ -724,6 +722,8 @@ WRITTEN_FIELDS: dict[str, tuple[str, str]] = {
 PRECISION_FLAGS = frozenset({"bf16", "fp16", "fp8-format", "fp8-recipe", "fp8-param-gather", "fp4-format",
                              "fp4-recipe", "fp4-param-gather", "grad-reduce-in-bf16",
                              "accumulate-allreduce-grads-in-fp32"})
+# Muon's settings, written whole from the layout below (the flags carry only what differs from Megatron's defaults)
+MUON_FLAGS = frozenset({"muon-num-ns-steps", "muon-tp-mode", "muon-no-split-qkv"})
 # the Megatron-Bridge recipe for a layout's precision: (dtype, fp8 recipe) -> name; its gradient reduction and
 # fp8 parameter gathering are the recipe's (PRECISION_RECIPES)
 RECIPE_OF: dict[tuple[str, str | None], str] = {
@@ -784,7 +784,7 @@ def override(model: ModelSpec, lay: Layout) -> dict[str, Any]:
         while i < len(tokens) and not tokens[i].startswith("--"):
             values.append(tokens[i])
             i += 1
-        if name in PRECISION_FLAGS:
+        if name in PRECISION_FLAGS or name in MUON_FLAGS:
             continue
         if name == "seq-length":
             out["model"]["seq_length"] = out["dataset"]["seq_length"] = int(values[0])
@@ -792,8 +792,6 @@ def override(model: ModelSpec, lay: Layout) -> dict[str, Any]:
             out["model"]["virtual_pipeline_model_parallel_size"] = lay.interleave
         elif name in ("exp-avg-dtype", "exp-avg-sq-dtype"):
             out["optimizer"][name.replace("-", "_")] = {"_call_": False, "_target_": "torch.bfloat16"}
-        elif name == "muon-no-split-qkv":
-            out["optimizer"]["muon_split_qkv"] = False
         elif name == "attention-backend":
             out["model"]["attention_backend"] = {"_args_": [ATTN_BACKEND_VALUES[values[0]]], "_call_": True,
                                                  "_target_": "megatron.core.transformer.enums.AttnBackend"}
