@@ -309,3 +309,20 @@ def test_moe_fused_mlp_is_a_flag_with_one_line_refusals(run_cli):
     b200 = ("estimate", "--model", "llama-3.1-8b", "--hardware", "b200", "--global-batch", "32", "--seq-len", "4096",
             "--gpus", "8", "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--moe-fused-mlp")
     assert_one_line_error(run_cli(*b200), "MoE model")
+
+
+def test_muon_options_reach_the_layout_and_its_bad_uses_are_one_line_errors(run_cli):
+    args = ("--gpus", "8", "--tp", "2", "--zero", "1", "--optimizer", "muon", "--muon-tp-mode", "blockwise",
+            "--muon-ns-steps", "6", "--no-muon-split-qkv")
+    config = estimate_json(run_cli, *args)["config"]
+    assert (config["optimizer"], config["muon_tp_mode"], config["muon_ns_steps"], config["muon_split_qkv"]) == (
+        "muon", "blockwise", 6, False)
+    # Muon keeps 8 bytes of state for each matrix weight, Adam 12: less optimizer memory on the same layout
+    adam = estimate_json(run_cli, "--gpus", "8", "--tp", "2", "--zero", "1")["memory"]["optimizer_bytes"]
+    assert estimate_json(run_cli, *args)["memory"]["optimizer_bytes"] < adam
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--muon-tp-mode", "blockwise"), "apply only with optimizer muon")
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--optimizer", "muon", "--zero", "3"), "use zero 0 or 1")
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--optimizer", "muon", "--engine", "deepspeed"),
+                          "engine deepspeed cannot run optimizer muon")
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--optimizer", "muon", "--muon-ns-steps", "2000"),
+                          "1,024 Newton-Schulz iterations")
