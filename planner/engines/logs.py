@@ -448,13 +448,21 @@ def megatron_job_arguments(reading: LogReading) -> dict[str, str]:
     """The run's Megatron arguments: the printed block, completed from the other start-up lines (the
     degrees of the world-size line, the parameter dtype, the padded vocabulary) where it lacks them, less
     the copies validate_args makes. `transformer_impl local` without flash attention is Megatron-LM's own
-    unfused attention (megatron/model/transformer.py CoreAttention), said as `attention_backend unfused`."""
+    unfused attention (megatron/model/transformer.py CoreAttention), said as `attention_backend unfused`; Muon's
+    layer-wise distributed optimizer and its QKV split are said as the flags that ask for them."""
     args = dict(reading.arguments)
     for name, value in reading.startup.items():
         args.setdefault(name, value)
     for copy, own in _DERIVED_COPIES:
         if copy in args and own in args:
             del args[copy]
+    # an emerging optimizer with --use-distributed-optimizer prints use_distributed_optimizer False and
+    # use_layer_wise_distributed_optimizer True (megatron/training/arguments.py @ d98e8a64, the emerging-optimizer
+    # check): its layer-wise distributed optimizer, which the importer reads from --use-distributed-optimizer
+    if args.get("use_layer_wise_distributed_optimizer") == "True":
+        args["use_distributed_optimizer"] = "True"
+    if args.get("muon_split_qkv") == "False":  # printed under its dest; the flag is --muon-no-split-qkv
+        args["muon_no_split_qkv"] = "True"
     backend = args.get("attention_backend", "")
     if "." in backend:  # printed as the enum member, e.g. AttnBackend.auto
         args["attention_backend"] = backend.rsplit(".", 1)[1]

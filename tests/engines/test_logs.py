@@ -14,6 +14,7 @@ from planner.engines import megatron
 from planner.engines.logs import (
     GIB,
     MIB,
+    LogReading,
     detect_format,
     hf_training_arguments_fields,
     megatron_flags,
@@ -339,3 +340,18 @@ def test_hf_training_arguments():
                                            "bf16": True, "gradient_checkpointing": True, "fsdp": "full_shard auto_wrap"},
                                           gpus=16)
     assert fields == {"micro_batch": 4, "global_batch": 4 * 8 * 16, "dtype": "bf16", "recompute": "full", "zero": 3}
+
+
+def test_a_muon_runs_printed_arguments_say_its_layer_wise_optimizer_and_qkv_split():
+    # Megatron-LM's validate_args turns --optimizer muon --use-distributed-optimizer into use_distributed_optimizer
+    # False and use_layer_wise_distributed_optimizer True, and prints --muon-no-split-qkv under its dest
+    printed = {"num_layers": "4", "hidden_size": "256", "num_attention_heads": "4", "seq_length": "1024",
+               "max_position_embeddings": "1024", "micro_batch_size": "1", "global_batch_size": "8", "bf16": "True",
+               "vocab_size": "1024", "optimizer": "muon", "use_distributed_optimizer": "False",
+               "use_layer_wise_distributed_optimizer": "True", "muon_split_qkv": "False", "muon_num_ns_steps": "5",
+               "muon_tp_mode": "blockwise"}
+    reading = LogReading(format="megatron", source="muon.log", steps_logged=0, steps_used=(), arguments=printed)
+    flags = megatron_flags(megatron_job_arguments(reading), megatron.READ_FLAGS)
+    fields = megatron.import_megatron(flags, gpus=8, given={}, model=None, source="muon.log").fields
+    assert (fields["optimizer"], fields["zero"], fields["muon_tp_mode"], fields["muon_split_qkv"]) == (
+        "muon", 1, "blockwise", False)
