@@ -149,11 +149,22 @@ class MatrixCost:
     ns_elements: np.ndarray  # elements of the matrix the iteration runs on (its element-wise wrapper)
     local_elements: np.ndarray  # elements of the rank's own shard (the step's element-wise ops)
     comm_seconds: np.ndarray  # the TP gather or the Gram all-reduces
+    gathered: np.ndarray  # duplicated TP mode gathered it (the cat of the shards)
+
+
+def _tp_ranks(lay: LayoutArrays, mat: MuonMatrix) -> np.ndarray:
+    """The ranks a matrix is split over: etp for a routed expert's, tp for the others' TP-split ones, else 1."""
+    return np.asarray(np.where(mat.split, lay.etp if mat.routed else lay.tp, 1))
+
+
+def _gathered(lay: LayoutArrays, t: np.ndarray) -> np.ndarray:
+    """Duplicated TP mode on a matrix split over t > 1 ranks: its momentum is all-gathered and orthogonalised whole."""
+    return np.asarray((t > 1) & (lay.muon_tp_mode == MUON_TP_MODE_CODES["duplicated"]))
 
 
 def matrix_cost(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix) -> MatrixCost:
     """One matrix on the rank that orthogonalises it, by the layout's --muon-tp-mode (module doc)."""
-    t = np.where(mat.split, lay.etp if mat.routed else lay.tp, 1).astype(float)
+    t = _tp_ranks(lay, mat).astype(float)
     link = group_link(hw, t, 1)
     whole = float(mat.rows) * mat.cols
     steps = lay.muon_ns_steps.astype(float)
@@ -161,7 +172,7 @@ def matrix_cost(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix) -> Matr
     kept_len = float(mat.rows if mat.row_parallel else mat.cols)  # the one every rank holds whole
     sharded = t > 1
     mode = lay.muon_tp_mode
-    duplicated = sharded & (mode == MUON_TP_MODE_CODES["duplicated"])
+    duplicated = _gathered(lay, t)
     blockwise = sharded & (mode == MUON_TP_MODE_CODES["blockwise"])
     distributed = sharded & (mode == MUON_TP_MODE_CODES["distributed"])
     full_flop = newton_schulz_flop(min(mat.rows, mat.cols), max(mat.rows, mat.cols), steps)
@@ -176,7 +187,7 @@ def matrix_cost(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix) -> Matr
     gram = np.where(distributed, steps * all_reduce_seconds(u * u * GRAM_BYTES, t, link), 0.0)
     local = np.broadcast_to(whole / t, np.broadcast_shapes(np.shape(t), np.shape(steps)))
     return MatrixCost(flop=np.asarray(flop), ns_elements=np.asarray(ns_elements), local_elements=np.asarray(local),
-                      comm_seconds=np.asarray(gather + gram))
+                      comm_seconds=np.asarray(gather + gram), gathered=duplicated)
 
 
 def matrix_seconds(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix) -> np.ndarray:
@@ -186,8 +197,8 @@ def matrix_seconds(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix) -> n
     cost = matrix_cost(hw, lay, mat)
     launches = NS_GEMMS_PER_STEP * lay.muon_ns_steps.astype(float)
     gemms = (cost.flop / peak_16bit_flops(hw) + launches * GEMM_FIXED_SECONDS) / matmul_plateau(hw)
-    gathered = (lay.muon_tp_mode == MUON_TP_MODE_CODES["duplicated"]) & (cost.ns_elements > cost.local_elements)
-    traffic = (cost.ns_elements * (NS_WRAPPER_BYTES_PER_ELEMENT + np.where(gathered, GATHER_CAT_BYTES_PER_ELEMENT, 0.0))
+    traffic = (cost.ns_elements * (NS_WRAPPER_BYTES_PER_ELEMENT
+                                   + np.where(cost.gathered, GATHER_CAT_BYTES_PER_ELEMENT, 0.0))
                + cost.local_elements * LOCAL_STEP_BYTES_PER_ELEMENT)
     return np.asarray(gemms + memory_seconds(hw, traffic) + cost.comm_seconds)
 
@@ -196,8 +207,7 @@ def matrix_host_seconds(hw: HardwareProfile, lay: LayoutArrays, mat: MuonMatrix)
     """CPU time the step's eager loop spends issuing one matrix's ops (physics.launch.host_launch_seconds each): the
     GEMMs and the wrapper of its iterations, the gather under duplicated TP mode, and its parameter's step ops (a
     split QKV's shared by its parts, with the cat that joins them)."""
-    t = np.where(mat.split, lay.etp if mat.routed else lay.tp, 1)
-    gathered = (lay.muon_tp_mode == MUON_TP_MODE_CODES["duplicated"]) & (t > 1)
+    gathered = _gathered(lay, _tp_ranks(lay, mat))
     per_parameter = (STEP_OPS_PER_PARAMETER + (1 if mat.parts > 1 else 0)) / mat.parts
     ops = (NS_GEMMS_PER_STEP * lay.muon_ns_steps + NS_WRAPPER_OPS + np.where(gathered, GATHER_OPS, 0)
            + per_parameter)
