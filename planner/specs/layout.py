@@ -147,7 +147,7 @@ GradDtype = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal["adam", "sgd", "muon"]
 OPTIMIZER_CODES: dict[str, int] = {"adam": 0, "sgd": 1, "muon": 2}
 OPTIMIZER_NAMES: dict[int, str] = {code: name for name, code in OPTIMIZER_CODES.items()}
-# How Muon orthogonalises a TP-split weight (Megatron --muon-tp-mode; physics.muon.newton_schulz_cost): duplicated
+# How Muon orthogonalises a TP-split weight (Megatron --muon-tp-mode; physics.muon.matrix_cost): duplicated
 # gathers the whole matrix on every TP rank, blockwise orthogonalises each shard alone, distributed all-reduces the
 # Gram matrix of the shards.
 MuonTpMode = Literal["duplicated", "blockwise", "distributed"]
