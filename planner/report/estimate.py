@@ -41,7 +41,7 @@ def _layout_line(est: TrainingEstimate) -> str:
 
 
 def _moe_parts(est: TrainingEstimate) -> list[str]:
-    """The MoE settings of a MoE model (expert TP, dispatcher, overlaps, token drop), and the CUDA graphs,
+    """The MoE settings of a MoE model (expert TP, dispatcher, overlaps, token drop), and the CUDA graphs, optimizer,
     optimizer-state precisions and MTP layers where they differ from the defaults."""
     lay, parts = est.layout, []
     if est.model.moe is not None:
@@ -58,6 +58,11 @@ def _moe_parts(est: TrainingEstimate) -> list[str]:
             parts.append(f"load imbalance {lay.moe_load_imbalance:g}")
     if lay.cuda_graph_scope:
         parts.append(f"cuda graphs {'+'.join(lay.cuda_graph_scope)}")
+    if lay.optimizer == "muon":
+        split = "" if lay.muon_split_qkv else ", qkv whole"
+        parts.append(f"muon ({lay.muon_ns_steps} Newton-Schulz steps, tp {lay.muon_tp_mode}{split})")
+    elif lay.optimizer != "adam":
+        parts.append(lay.optimizer)
     if lay.optimizer_state_dtype != "fp32" or lay.master_weights_dtype != "fp32":
         parts.append(f"moments {lay.optimizer_state_dtype}, master {lay.master_weights_dtype}")
     mtp = est.model.mtp_layers if lay.mtp_layers is None else lay.mtp_layers

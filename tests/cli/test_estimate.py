@@ -320,6 +320,9 @@ def test_muon_options_reach_the_layout_and_its_bad_uses_are_one_line_errors(run_
     # Muon keeps 8 bytes of state for each matrix weight, Adam 12: less optimizer memory on the same layout
     adam = estimate_json(run_cli, "--gpus", "8", "--tp", "2", "--zero", "1")["memory"]["optimizer_bytes"]
     assert estimate_json(run_cli, *args)["memory"]["optimizer_bytes"] < adam
+    table = run_cli(*BASE, *args)
+    assert table.exit_code == 0 and "muon (6 Newton-Schulz steps, tp blockwise, qkv whole)" in " ".join(
+        table.stdout.split())
     assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--muon-tp-mode", "blockwise"), "apply only with optimizer muon")
     assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--optimizer", "muon", "--zero", "3"), "use zero 0 or 1")
     assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--optimizer", "muon", "--engine", "deepspeed"),
