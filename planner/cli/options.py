@@ -21,10 +21,12 @@ from planner.specs.layout import (
     MUON_TP_MODE_CODES,
     OPTIMIZER_CODES,
     ComputeDtype,
+    MomentsDtype,
 )
 from planner.writing import keep_mode, remove_quietly, scratch_path, writable_target
 
 COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDtype)  # --dtype of estimate, search and check
+MOMENTS_DTYPES: tuple[str, ...] = get_args(MomentsDtype)  # --optimizer-state-dtype
 
 FORMAT_TABLE_JSON = click.Choice(["table", "json"])
 
@@ -243,8 +245,9 @@ def moe_layout_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--cuda-graph-scope", callback=_scope_list, default=None, metavar="LIST",
                      help=f"Parts of each layer in CUDA graphs, comma list of {', '.join(CUDA_GRAPH_SCOPES)}  "
                      "[default: none]"),
-        click.option("--optimizer-state-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
-                     help="Adam moments' dtype (Megatron precision-aware optimizer, DeepSpeed bf16_optimizer_states)  "
+        click.option("--optimizer-state-dtype", type=click.Choice(MOMENTS_DTYPES), default=None,
+                     help="Adam moments' dtype (Megatron precision-aware optimizer, DeepSpeed bf16_optimizer_states; "
+                     "int8: bitsandbytes' 8-bit optimizers, the Hugging Face Trainer's --optim adamw_bnb_8bit)  "
                      "[default: the engine's: bf16 for automodel, else fp32]"),
         click.option("--master-weights-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
                      help="Master weights: fp32 copy, or bf16 = the 16-bit weights are the master (DeepSpeed "

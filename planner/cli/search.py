@@ -17,6 +17,7 @@ import click
 from planner.cli import cli
 from planner.cli.options import (
     HEADROOM,
+    MOMENTS_DTYPES,
     Finite,
     Outputs,
     count,
@@ -129,10 +130,10 @@ def _moe_options(f: Any) -> Any:
                      help="Every candidate's experts' weight gradients beside the dispatch's backward all-to-all "
                      "(Megatron --delay-wgrad-compute with the overlap, --overlap-dispatch-backward-with-experts-wgrad "
                      "without it: megatron and nemo)  [default: on with the overlap or dualpipe, off without]"),
-        click.option("--optimizer-state-dtype", type=click.Choice(["fp32", "bf16"]), default=None,
+        click.option("--optimizer-state-dtype", type=click.Choice(MOMENTS_DTYPES), default=None,
                      help="Adam moments' dtype (Megatron --use-precision-aware-optimizer with --exp-avg-dtype and "
-                     "--exp-avg-sq-dtype bf16, as DeepSeek-V3's recipe)  [default: the engine's: bf16 for automodel, "
-                     "else fp32]"),
+                     "--exp-avg-sq-dtype bf16, as DeepSeek-V3's recipe; int8: bitsandbytes' 8-bit optimizers, fsdp "
+                     "engine)  [default: the engine's: bf16 for automodel, else fp32]"),
         click.option("--schedule", type=click.Choice(["1f1b", "gpipe", "dualpipe"]), default="1f1b",
                      show_default=True, help="Pipeline schedule of every candidate: 1f1b, gpipe, or dualpipe "
                      "(DeepSeek-V3's bidirectional pipeline, the expert all-to-all overlapped; even pp only)."),

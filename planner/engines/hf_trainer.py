@@ -51,9 +51,14 @@ SEQ_FLAGS = ("max_seq_length", "max_length", "block_size", "model_max_length", "
 TRUE, FALSE = ("true", "1", "yes", "y", "t", "on"), ("false", "0", "no", "n", "f", "off")
 OPTIMIZERS = {  # transformers OptimizerNames -> planner's optimizer (Adam-like keep two fp32 moments)
     **{name: "adam" for name in ("adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused",
-                                 "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_anyprecision")},
+                                 "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_anyprecision",
+                                 "paged_adamw_32bit")},
+    # bitsandbytes' AdamW with optim_bits 8 (Trainer.get_optimizer_cls_and_kwargs: "8bit" in the name; adamw_8bit is
+    # an alias of adamw_bnb_8bit; paged_ keeps its states in CUDA unified memory, resident on the GPU until evicted)
+    **{name: "adam" for name in ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit")},
     "sgd": "sgd",
 }
+INT8_STATE_OPTIMIZERS = frozenset({"adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit"})  # moments int8
 # TrainingArguments that change no per-GPU memory planner models (logging, schedule, data loading, saving)
 IGNORED: frozenset[str] = frozenset({
     "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "eval_strategy",
@@ -495,8 +500,11 @@ def import_hf_trainer(
     if isinstance(optim, str):
         if optim not in OPTIMIZERS:
             raise PlannerError(f"--optim {optim} is not modelled (planner knows {', '.join(sorted(OPTIMIZERS))}; "
-                               "8-bit and factored optimizers keep other state sizes)", source=source, field="--optim")
+                               "factored, low-rank and other 8-bit optimizers keep other state sizes)", source=source,
+                               field="--optim")
         got.set("optimizer", OPTIMIZERS[optim], "--optim")
+        if optim in INT8_STATE_OPTIMIZERS:
+            got.set("optimizer_state_dtype", "int8", "--optim")
     for name in SEQ_FLAGS:
         if name in args:
             got.set("seq_len", int_flag(args[name], name, source), f"--{name}")
@@ -625,7 +633,9 @@ def command_args(ctx: ExportContext, model_ref: str) -> list[str]:
             "--gradient_checkpointing", "true" if lay.recompute == "full" else "false"]
     if lay.zero in FSDP_OPTION:
         args += ["--fsdp", FSDP_OPTION[lay.zero]]
-    args += ["--optim", "sgd" if lay.optimizer == "sgd" else "adamw_torch_fused"]
+    optim = "sgd" if lay.optimizer == "sgd" else "adamw_bnb_8bit" if lay.optimizer_state_dtype == "int8" else (
+        "adamw_torch_fused")
+    args += ["--optim", optim]
     return args
 
 

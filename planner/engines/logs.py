@@ -47,7 +47,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from planner.engines import megatron_bridge
+from planner.engines import hf_trainer, megatron_bridge
 from planner.errors import PlannerError
 
 LogFormat = Literal["megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer"]
@@ -521,6 +521,11 @@ def hf_training_arguments_fields(args: dict[str, Any], gpus: int) -> dict[str, A
         out["dtype"] = "fp16"
     if args.get("gradient_checkpointing"):
         out["recompute"] = "full"
+    optim = str(args.get("optim") or "").removeprefix("OptimizerNames.").lower()  # printed as the enum or its value
+    if optim in hf_trainer.OPTIMIZERS:
+        out["optimizer"] = hf_trainer.OPTIMIZERS[optim]
+        if optim in hf_trainer.INT8_STATE_OPTIMIZERS:
+            out["optimizer_state_dtype"] = "int8"
     fsdp = args.get("fsdp") or ""
     fsdp_text = " ".join(fsdp) if isinstance(fsdp, list) else str(fsdp)
     if "full_shard" in fsdp_text:

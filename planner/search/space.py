@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
+from typing import get_args
 
 import numpy as np
 
@@ -67,10 +68,11 @@ from planner.specs.layout import (
     OPTIMIZER_STATE_BYTES_PER_PARAM,
     QUANTIZED_DTYPES,
     RECOMPUTE_CODES,
-    STATE_DTYPE_BYTES,
     Fp8RecipeCode,
     Layout,
     LayoutArrays,
+    MomentsDtype,
+    StateDtype,
     Zero,
     delay_wgrad_default,
     optimizer_state_bytes,
@@ -168,9 +170,10 @@ class Problem:
         if self.optimizer not in OPTIMIZER_STATE_BYTES_PER_PARAM:
             choices = ", ".join(OPTIMIZER_STATE_BYTES_PER_PARAM)
             raise PlannerError(f"optimizer({self.optimizer}) must be one of {choices}")
-        for name in ("optimizer_state_dtype", "master_weights_dtype"):
-            if getattr(self, name) not in STATE_DTYPE_BYTES:
-                raise PlannerError(f"{name}({getattr(self, name)}) must be one of {', '.join(STATE_DTYPE_BYTES)}")
+        for name, dtypes in (("optimizer_state_dtype", get_args(MomentsDtype)), ("master_weights_dtype",
+                                                                                get_args(StateDtype))):
+            if getattr(self, name) not in dtypes:
+                raise PlannerError(f"{name}({getattr(self, name)}) must be one of {', '.join(dtypes)}")
         if self.fp8_param_gather and self.dtype not in QUANTIZED_DTYPES:
             raise PlannerError("fp8_param_gather keeps the layers' weights in fp8 (NVFP4 under fp4): it needs --dtype "
                                "fp8 or fp4")
@@ -181,7 +184,8 @@ class Problem:
             raise PlannerError(f"engine {self.engine} cannot run fp8_param_gather ({profile.optimizer.sources['fp8_params']}); "
                                "drop it or choose an engine whose optimizer.fp8_params is true (megatron, nemo)")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
-            raise PlannerError("optimizer_state_dtype bf16 applies to adam's moments only; use --optimizer adam")
+            raise PlannerError(f"optimizer_state_dtype {self.optimizer_state_dtype} applies to adam's moments only; use "
+                               "--optimizer adam")
         if self.muon_tp_mode not in MUON_TP_MODE_CODES:
             raise PlannerError(f"muon_tp_mode({self.muon_tp_mode}) must be one of {', '.join(MUON_TP_MODE_CODES)}")
         if self.optimizer != "muon" and (self.muon_ns_steps != MUON_NS_STEPS_DEFAULT
@@ -565,6 +569,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         moe_load_imbalance=const(problem.moe_load_imbalance, float),
         cuda_graphs=const(0, np.int64),
         moments_bf16=const(problem.optimizer_state_dtype == "bf16", bool),
+        moments_int8=const(problem.optimizer_state_dtype == "int8", bool),
         master_bf16=const(problem.master_weights_dtype == "bf16", bool),
         # the model's MTP layers (-1), or none where the engine builds no MTP module (torchtitan, fsdp, automodel,
         # deepspeed: the readers read their files so)

@@ -218,6 +218,11 @@ class OptimizerSection(_Sourced):
     fp8_params: bool = Field(
         description="The layers' compute weights can be held and all-gathered in fp8 (Layout.fp8_param_gather)."
     )
+    int8_moments: bool = Field(
+        default=False,
+        description="Adam's moments can be kept in bitsandbytes' 8-bit blockwise form (Layout.optimizer_state_dtype "
+        "int8).",
+    )
     muon: bool = Field(
         default=False,
         description="It runs Muon (Layout.optimizer muon): the Newton-Schulz step on the hidden matrices, Adam on the "
@@ -551,6 +556,9 @@ _MEGATRON = EngineProfile(
         fused_step=True, state_bytes_per_param={"adam": 12, "sgd": 8}, step_traffic_factor=1.0,
         bf16_moments=True, bf16_master_weights=False, fp8_params=True, default_grad_dtype="fp32", muon=True,
         sources={
+            "int8_moments": "Megatron's precision-aware optimizer (Transformer Engine's FusedAdam) keeps the moments "
+            "in fp32, fp16, bf16 or fp8 (megatron/training/arguments.py @ d98e8a64, --exp-avg-dtype), not in "
+            "bitsandbytes' 8-bit form",
             "muon": "Megatron-LM --optimizer muon (megatron/core/optimizer/emerging_optimizers.py @ d98e8a64: "
             "TensorParallelMuon on NVIDIA-NeMo/Emerging-Optimizers, non-matrix and embedding parameters on Adam; "
             "with --use-distributed-optimizer the LayerWiseDistributedOptimizer of layer_wise_optimizer.py), as the "
@@ -688,6 +696,8 @@ _NEMO = _derive(
         "bf16_master_weights": True, "muon": False,
         "sources": {"muon": "NeMo 24.07's Megatron-Core predates Megatron's emerging optimizers (Muon); newer NeMo "
                     "runs Megatron-Bridge: engine megatron",
+                    "int8_moments": "Apex DistributedFusedAdam keeps its state in optim.dtype (fp32, fp16 or bf16), not "
+                    "in bitsandbytes' 8-bit form",
                     "implementation": "NeMo 24.07 recipes, optim.name distributed_fused_adam (published_runs_modern.yaml notes)",
                     "bf16_master_weights": "Apex DistributedFusedAdam keeps its state in optim.dtype; NeMo sets "
                     "store_params False (no master copy) when that dtype is the model's (NVIDIA/NeMo "
@@ -869,6 +879,8 @@ _TORCHTITAN = _derive(
         "implementation": "torch.optim.AdamW (foreach) on FSDP2 fp32 sharded parameters",
         "fused_step": False, "step_traffic_factor": 1.0, "default_grad_dtype": "fp32", "muon": False,
         "sources": {
+            "int8_moments": "torchtitan's optimizers keep torch.optim's moments in the parameters' dtype; no "
+            "bitsandbytes optimizer among them (torchtitan/components/optimizer/optimizer.py @ b5bcd76c)",
             "muon": "torchtitan's optimizers are Adam and AdamW; its DistMuon (torchtitan/distributed/flex_shard/"
             "dist_muon.py @ b5bcd76c) runs under the experimental FlexShard, which redistributes DTensor shards to "
             "owners, not on the FSDP2 path planner models",
@@ -1003,8 +1015,11 @@ _FSDP = _derive(
     },
     optimizer={
         "bf16_moments": False, "bf16_master_weights": False, "fp8_params": False, "default_grad_dtype": "fp32",
-        "muon": False,
+        "muon": False, "int8_moments": True,
         "sources": {
+            "int8_moments": "the Trainer's --optim adamw_bnb_8bit, adamw_8bit and paged_adamw_8bit run bitsandbytes' "
+            "AdamW8bit / PagedAdamW8bit (transformers TrainingArguments OptimizerNames; Trainer.get_optimizer_cls_and_"
+            "kwargs): uint8 moments with an fp32 absmax per 2,048 elements",
             "muon": "the Hugging Face Trainer's --optim choices (transformers TrainingArguments OptimizerNames) have "
             "no Muon",
             "default_grad_dtype": "the Trainer's mixed precision keeps fp32 parameters (FSDP's flat parameters "
@@ -1103,6 +1118,7 @@ _AUTOMODEL = _derive(
         "sources": {
             "muon": "its benchmark recipes step torch.optim.Adam; a Muon run is not among the configurations planner "
             "reads",
+            "int8_moments": "its recipes step torch.optim.Adam or Transformer Engine's FusedAdam, not bitsandbytes",
             "implementation": _AUTOMODEL_SRC + " examples/llm_benchmark/*.yaml optimizer: torch.optim.Adam",
             "default_grad_dtype": "nemo_automodel/components/moe/parallelizer.py MixedPrecisionPolicy(param_dtype="
             "bf16, reduce_dtype=fp32): the reduce-scatter runs in fp32 (zero.reduce_in_fp32) into the bf16 "
@@ -1263,6 +1279,8 @@ _DEEPSPEED = _derive(
         "sources": {
             "muon": "DeepSpeed's ZeRO optimizers partition flattened parameters across ranks, which Newton-Schulz on "
             "whole matrices does not fit; planner models its Adam and SGD",
+            "int8_moments": "DeepSpeed's ZeRO optimizers keep fp32 or bf16 states (bf16_optimizer_states); a client "
+            "bitsandbytes optimizer is not among the configurations planner reads",
             "default_grad_dtype": "gradients in the model's 16-bit dtype unless the JSON's data_types."
             "grad_accum_dtype says fp32 (the DeepSpeed reader sets it from the file); planner's default before "
             "engines had one",

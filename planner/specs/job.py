@@ -48,6 +48,7 @@ from planner.specs.layout import (
     Fp8Recipe,
     GradDtype,
     MoeDispatcher,
+    MomentsDtype,
     MuonTpMode,
     Optimizer,
     Recompute,
@@ -215,9 +216,9 @@ class TrainingSection(BaseModel):
         "(default: the engine file's format, else megatron; see docs/engines.md).",
     )
     compile: StrictBool | None = Field(default=None, description="torch.compile on (torch engines; default false).")
-    optimizer_state_dtype: StateDtype | None = Field(
-        default=None, description="Adam moments' dtype: fp32 or bf16 (Megatron precision-aware optimizer, DeepSpeed "
-        "bf16_optimizer_states; default fp32)."
+    optimizer_state_dtype: MomentsDtype | None = Field(
+        default=None, description="Adam moments' dtype: fp32, bf16 (Megatron precision-aware optimizer, DeepSpeed "
+        "bf16_optimizer_states) or int8 (bitsandbytes' 8-bit optimizers; the fsdp engine) (default fp32)."
     )
     master_weights_dtype: StateDtype | None = Field(
         default=None, description="Master weights: fp32 copy, or bf16 = the 16-bit weights are the master (DeepSpeed "

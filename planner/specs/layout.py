@@ -117,6 +117,12 @@ def cuda_graph_names(mask: int) -> tuple[str, ...]:
 # --use-precision-aware-optimizer, DeepSpeed bf16_optimizer_states) and the master weights (Megatron
 # --main-params-dtype, DeepSpeed bf16_master_weights_and_grads).
 StateDtype = Literal["fp32", "bf16"]
+# The moments' dtype may also be int8: bitsandbytes' 8-bit optimizers (the Hugging Face Trainer's --optim
+# adamw_bnb_8bit, adamw_8bit, paged_adamw_8bit), which keep each moment as uint8 with an fp32 absmax per block of 2,048
+# elements (bitsandbytes/optim/optimizer.py @ 06029dd6, Optimizer2State.init_state; block_wise by default) and tensors
+# under 4,096 elements in fp32. The absmax adds 4 / 2,048 = 0.2% to a moment, and the small tensors (norms, biases)
+# are under 0.1% of a model: both left out of the 1 byte counted.
+MomentsDtype = Literal["fp32", "bf16", "int8"]
 
 # fp4 is NVFP4 training (Transformer Engine's NVFP4BlockScaling recipe; Megatron-LM --fp4-format e2m1
 # --fp4-recipe nvfp4): the layers' GEMMs run on fp4 (E2M1) tensor cores with an E4M3 scale per 16 elements and an
@@ -165,7 +171,7 @@ Schedule = Literal["1f1b", "gpipe", "dualpipe"]
 # Muon keeps one momentum buffer per matrix (Emerging-Optimizers OrthogonalizedOptimizer: state
 # "momentum_buffer"); the parameters it leaves to Adam are counted with Adam's (training.memory).
 MOMENTS_PER_PARAM: dict[str, int] = {"adam": 2, "sgd": 1, "muon": 1}  # exp_avg and exp_avg_sq; the momentum
-STATE_DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2}
+STATE_DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "int8": 1}
 
 
 def optimizer_state_bytes(optimizer: str, moments_dtype: str = "fp32", master_dtype: str = "fp32") -> int:
@@ -353,10 +359,11 @@ class Layout(BaseModel):
         description="Parts of each layer captured in CUDA graphs (Megatron --cuda-graph-scope: full, attn, mlp, moe, "
         "moe_router, moe_preprocess); empty = eager launches.",
     )
-    optimizer_state_dtype: StateDtype = Field(
+    optimizer_state_dtype: MomentsDtype = Field(
         default="fp32",
         description="Adam moments' dtype (Megatron --exp-avg-dtype/--exp-avg-sq-dtype with "
-        "--use-precision-aware-optimizer; DeepSpeed bf16_optimizer_states).",
+        "--use-precision-aware-optimizer; DeepSpeed bf16_optimizer_states); int8: bitsandbytes' 8-bit blockwise "
+        "states (the Hugging Face Trainer's --optim adamw_bnb_8bit).",
     )
     master_weights_dtype: StateDtype = Field(
         default="fp32",
@@ -419,7 +426,7 @@ class Layout(BaseModel):
         if self.cpu_optimizer is not None and not self.offload_optimizer:
             raise ValueError("cpu_optimizer applies only with offload_optimizer")
         if self.optimizer_state_dtype != "fp32" and self.optimizer != "adam":
-            raise ValueError("optimizer_state_dtype bf16 applies to adam's moments only")
+            raise ValueError(f"optimizer_state_dtype {self.optimizer_state_dtype} applies to adam's moments only")
         if self.optimizer != "muon" and (self.muon_ns_steps != MUON_NS_STEPS_DEFAULT
                                          or self.muon_tp_mode != "duplicated" or not self.muon_split_qkv):
             raise ValueError("muon_ns_steps, muon_tp_mode and muon_split_qkv apply only with optimizer muon")
@@ -550,6 +557,7 @@ class LayoutArrays:
     moe_load_imbalance: np.ndarray  # Layout.moe_load_imbalance (1.0 = balanced)
     cuda_graphs: np.ndarray  # CUDA_GRAPH_BITS mask
     moments_bf16: np.ndarray  # Adam moments in bf16 (optimizer_bytes already counts it)
+    moments_int8: np.ndarray  # Adam moments in bitsandbytes' 8-bit blockwise form (optimizer_bytes counts it)
     master_bf16: np.ndarray  # no fp32 master copy (optimizer_bytes already counts it)
     mtp_layers: np.ndarray  # -1 = the model's
     activation_input_fp8: np.ndarray  # fc1's output kept in fp8 for the backward (Layout.activation_input_fp8)
@@ -626,6 +634,7 @@ class LayoutArrays:
         cols["muon_tp_mode"] = np.array([MUON_TP_MODE_CODES[lay.muon_tp_mode] for lay in layouts], dtype=np.int64)
         cols["muon_split_qkv"] = np.array([lay.muon_split_qkv for lay in layouts], dtype=bool)
         cols["moments_bf16"] = np.array([lay.optimizer_state_dtype == "bf16" for lay in layouts], dtype=bool)
+        cols["moments_int8"] = np.array([lay.optimizer_state_dtype == "int8" for lay in layouts], dtype=bool)
         cols["master_bf16"] = np.array([lay.master_weights_dtype == "bf16" for lay in layouts], dtype=bool)
         cols["etp"] = np.array([lay.expert_tp for lay in layouts], dtype=np.int64)
         cols["moe_dispatcher"] = np.array([DISPATCHER_CODES[lay.moe_dispatcher] for lay in layouts], dtype=np.int64)
@@ -679,7 +688,7 @@ class LayoutArrays:
         """Candidate i back as a `Layout` (the compute dtype and the engine are passed, as grids share one)."""
         rl = int(self.recompute_layers[i])
         grad = {4: "fp32", 2: "bf16"}[int(self.grad_bytes[i])]
-        moments = "bf16" if bool(self.moments_bf16[i]) else "fp32"
+        moments = "int8" if bool(self.moments_int8[i]) else "bf16" if bool(self.moments_bf16[i]) else "fp32"
         master = "bf16" if bool(self.master_bf16[i]) else "fp32"
         opt = OPTIMIZER_NAMES[int(self.optimizer[i])]
         muon = opt == "muon"

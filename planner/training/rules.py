@@ -221,6 +221,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: f"cuda_graph_scope {','.join(l.cuda_graph_scope)}", "kernels.cuda_graphs"),
     _engine_rule("engine_no_bf16_moments", lambda a, e: a.moments_bf16 & (not e.optimizer.bf16_moments),
                  lambda l: "optimizer_state_dtype bf16", "optimizer.bf16_moments"),
+    _engine_rule("engine_no_int8_moments", lambda a, e: a.moments_int8 & (not e.optimizer.int8_moments),
+                 lambda l: "optimizer_state_dtype int8", "optimizer.int8_moments"),
     _engine_rule("engine_no_bf16_master", lambda a, e: a.master_bf16 & (not e.optimizer.bf16_master_weights),
                  lambda l: "master_weights_dtype bf16", "optimizer.bf16_master_weights"),
     _engine_rule("engine_no_muon", lambda a, e: (a.optimizer == OPTIMIZER_CODES["muon"]) & (not e.optimizer.muon),

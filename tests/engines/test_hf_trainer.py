@@ -235,3 +235,16 @@ def test_a_launcher_gpu_count_that_disagrees_with_the_job_is_named_in_the_error(
         pytest.skip("this launcher gives no process count")
     with pytest.raises(PlannerError, match=f"the launcher starts {started}"):
         import_hf_trainer(command, None, gpus=8, given={}, source="launch.sh")
+
+
+@pytest.mark.parametrize(("optim", "moments"), [("adamw_bnb_8bit", "int8"), ("adamw_8bit", "int8"),
+                                               ("paged_adamw_8bit", "int8"), ("paged_adamw_32bit", None),
+                                               ("adamw_torch_fused", None)])
+def test_bitsandbytes_8bit_adamw_keeps_uint8_moments(optim, moments):
+    cmd = parse_command("torchrun --nproc_per_node 8 train.py --model_name_or_path x --bf16 --max_seq_length 4096 "
+                        f"--per_device_train_batch_size 1 --optim {optim}", "t")
+    fields = import_hf_trainer(cmd, None, gpus=8, given={}, source="t").fields
+    assert fields["optimizer"] == "adam" and fields.get("optimizer_state_dtype") == moments
+    with pytest.raises(PlannerError, match="--optim adafactor is not modelled"):
+        import_hf_trainer(parse_command("torchrun --nproc_per_node 8 train.py --model_name_or_path x --bf16 "
+                                        "--optim adafactor", "t"), None, gpus=8, given={}, source="t")

@@ -340,6 +340,11 @@ def test_hf_training_arguments():
                                            "bf16": True, "gradient_checkpointing": True, "fsdp": "full_shard auto_wrap"},
                                           gpus=16)
     assert fields == {"micro_batch": 4, "global_batch": 4 * 8 * 16, "dtype": "bf16", "recompute": "full", "zero": 3}
+    # the optimizer: bitsandbytes' 8-bit AdamW keeps uint8 moments; one planner does not model leaves Adam's default
+    assert hf_training_arguments_fields({"optim": "paged_adamw_8bit"}, gpus=8) == {
+        "optimizer": "adam", "optimizer_state_dtype": "int8"}
+    assert hf_training_arguments_fields({"optim": "sgd"}, gpus=8) == {"optimizer": "sgd"}
+    assert hf_training_arguments_fields({"optim": "adafactor"}, gpus=8) == {}
 
 
 def test_a_muon_runs_printed_arguments_say_its_layer_wise_optimizer_and_qkv_split():

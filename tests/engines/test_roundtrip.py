@@ -56,6 +56,9 @@ CASES: dict[str, tuple[str, int, dict]] = {
                                                  global_batch=64, seq_len=8192)),
     "cp3-of-32-heads": ("llama-3.1-8b", 24, dict(cp=3, zero=1, global_batch=48, seq_len=12288)),
     "sgd": ("llama-3.1-8b", 8, dict(optimizer="sgd", zero=1, global_batch=64, seq_len=4096)),
+    # bitsandbytes' 8-bit AdamW under the Hugging Face Trainer's FSDP (its engine: fsdp)
+    "adam-8bit-fsdp": ("llama-3.1-8b", 8, dict(engine="fsdp", zero=3, optimizer_state_dtype="int8", recompute="full",
+                                               grad_dtype="fp32", global_batch=16, seq_len=4096)),
     # Muon under the layer-wise distributed optimizer with its settings off their defaults (Megatron engines only)
     "muon-tp2-blockwise": ("llama-3.1-8b", 8, dict(optimizer="muon", tp=2, sequence_parallel=True, zero=1,
                                                    muon_tp_mode="blockwise", muon_ns_steps=6, muon_split_qkv=False,
@@ -98,6 +101,10 @@ REFUSED: dict[tuple[str, str], str] = {
     ("cp3-of-32-heads", "deepspeed"): "cp(3)",
     ("sgd", "torchtitan"): "Adam",
     ("muon-tp2-blockwise", "torchtitan"): "Adam",
+    # bitsandbytes' 8-bit moments: the Hugging Face Trainer's alone
+    **{("adam-8bit-fsdp", fmt): "cannot run optimizer_state_dtype int8" for fmt in ("megatron", "deepspeed",
+                                                                                 "automodel")},
+    ("adam-8bit-fsdp", "torchtitan"): "optimizer_state_dtype int8 with master_weights_dtype fp32",
     ("muon-tp2-blockwise", "deepspeed"): "cannot run optimizer muon",
     ("muon-tp2-blockwise", "automodel"): "cannot run optimizer muon",
     ("muon-tp2-blockwise", "hf_trainer"): "tp(2)",

@@ -127,6 +127,15 @@ def test_fp32_gradients_and_sgd():
     assert o.tolist() == [8 * PSI]
 
 
+def test_bitsandbytes_8bit_moments():
+    # bitsandbytes' 8-bit AdamW (the Trainer's --optim adamw_bnb_8bit): the fp32 master (4) and two uint8 moments (1 + 1)
+    a = lay(optimizer_state_dtype="int8", engine="fsdp")
+    _, _, o = model_state_bytes(a, stage_params(tiny(), a, np.zeros(1, dtype=np.int64)))
+    assert o.tolist() == [6 * PSI]
+    with pytest.raises(ValueError, match="optimizer_state_dtype int8 applies to adam's moments only"):
+        Layout(optimizer="sgd", optimizer_state_dtype="int8", global_batch=1, seq_len=32)
+
+
 def gpt_7p5b() -> ModelSpec:
     # The 7.5B GPT of Narayanan et al. 2021 Table 1 (L 36, h 4096, a 32), the size of ZeRO's Figure 1 example.
     return ModelSpec(name="GPT 7.5B", num_layers=36, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384,

@@ -301,3 +301,10 @@ def test_muon_settings_need_muon():
         Layout(dp=8, muon_tp_mode="blockwise", global_batch=8, seq_len=1024)
     back = Layout(dp=8, zero=1, optimizer="muon", muon_ns_steps=7, global_batch=8, seq_len=1024)
     assert back.to_arrays().to_layout(0) == back  # not taken for SGD, whose states have Muon's 8 bytes
+
+
+def test_8bit_moments_are_the_hugging_face_trainer_s():
+    layout = Layout(dp=8, zero=3, engine="fsdp", optimizer_state_dtype="int8", global_batch=8, seq_len=1024)
+    check_layout(model(), layout, 8)
+    text = message(layout.model_copy(update={"engine": "megatron"}), 8)
+    assert text.startswith("engine megatron cannot run optimizer_state_dtype int8 (Megatron's precision-aware optimizer")
