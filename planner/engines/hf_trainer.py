@@ -49,16 +49,25 @@ from planner.specs.model import ModelSpec
 LAUNCHERS = ("torchrun", "accelerate", "deepspeed", "python", "python3")
 SEQ_FLAGS = ("max_seq_length", "max_length", "block_size", "model_max_length", "max_seq_len", "seq_length")
 TRUE, FALSE = ("true", "1", "yes", "y", "t", "on"), ("false", "0", "no", "n", "f", "off")
+# bitsandbytes' AdamW with optim_bits 8 (Trainer.get_optimizer_cls_and_kwargs: "8bit" in the name; adamw_8bit is an
+# alias of adamw_bnb_8bit; paged_ keeps its states in CUDA unified memory, resident on the GPU until evicted): Adam with
+# optimizer_state_dtype int8
+INT8_STATE_OPTIMIZERS = frozenset({"adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit"})
 OPTIMIZERS = {  # transformers OptimizerNames -> planner's optimizer (Adam-like keep two fp32 moments)
     **{name: "adam" for name in ("adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused",
                                  "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_anyprecision",
-                                 "paged_adamw_32bit")},
-    # bitsandbytes' AdamW with optim_bits 8 (Trainer.get_optimizer_cls_and_kwargs: "8bit" in the name; adamw_8bit is
-    # an alias of adamw_bnb_8bit; paged_ keeps its states in CUDA unified memory, resident on the GPU until evicted)
-    **{name: "adam" for name in ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit")},
+                                 "paged_adamw_32bit", *INT8_STATE_OPTIMIZERS)},
     "sgd": "sgd",
 }
-INT8_STATE_OPTIMIZERS = frozenset({"adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit"})  # moments int8
+
+
+def optimizer_fields(optim: str) -> dict[str, str]:
+    """The layout fields of a Trainer optimizer planner models (OPTIMIZERS): the optimizer and, for bitsandbytes'
+    8-bit ones, the moments' dtype."""
+    fields = {"optimizer": OPTIMIZERS[optim]}
+    if optim in INT8_STATE_OPTIMIZERS:
+        fields["optimizer_state_dtype"] = "int8"
+    return fields
 # TrainingArguments that change no per-GPU memory planner models (logging, schedule, data loading, saving)
 IGNORED: frozenset[str] = frozenset({
     "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "eval_strategy",
@@ -502,9 +511,8 @@ def import_hf_trainer(
             raise PlannerError(f"--optim {optim} is not modelled (planner knows {', '.join(sorted(OPTIMIZERS))}; "
                                "factored, low-rank and other 8-bit optimizers keep other state sizes)", source=source,
                                field="--optim")
-        got.set("optimizer", OPTIMIZERS[optim], "--optim")
-        if optim in INT8_STATE_OPTIMIZERS:
-            got.set("optimizer_state_dtype", "int8", "--optim")
+        for name, value in optimizer_fields(optim).items():
+            got.set(name, value, "--optim")
     for name in SEQ_FLAGS:
         if name in args:
             got.set("seq_len", int_flag(args[name], name, source), f"--{name}")

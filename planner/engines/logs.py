@@ -523,9 +523,7 @@ def hf_training_arguments_fields(args: dict[str, Any], gpus: int) -> dict[str, A
         out["recompute"] = "full"
     optim = str(args.get("optim") or "").removeprefix("OptimizerNames.").lower()  # printed as the enum or its value
     if optim in hf_trainer.OPTIMIZERS:
-        out["optimizer"] = hf_trainer.OPTIMIZERS[optim]
-        if optim in hf_trainer.INT8_STATE_OPTIMIZERS:
-            out["optimizer_state_dtype"] = "int8"
+        out.update(hf_trainer.optimizer_fields(optim))
     fsdp = args.get("fsdp") or ""
     fsdp_text = " ".join(fsdp) if isinstance(fsdp, list) else str(fsdp)
     if "full_shard" in fsdp_text:
