@@ -87,16 +87,29 @@ def run_from_job(name: str, job: ResolvedJob, measured: Measured, *, source: str
                warnings=(*job.warnings, *warnings))
 
 
-def _log_figures(reading: logs.LogReading, global_batch: int | None) -> Measured:
-    """The log's steady-state figures as Measured; samples/s (DeepSpeed, HF Trainer: the whole job's)
-    become seconds per step with the job's global batch."""
+def _needs_layout(reading: logs.LogReading) -> bool:
+    """Whether the log's timing is a whole-job or per-rank rate that the job's layout turns into step time."""
+    return reading.step_seconds is None and reading.tokens_per_second_per_gpu is None and bool(
+        reading.samples_per_second or reading.tokens_per_second or reading.tokens_per_second_per_data_rank)
+
+
+def _log_figures(reading: logs.LogReading, layout: Layout | None) -> Measured:
+    """The log's steady-state figures as Measured. samples/s (DeepSpeed, HF Trainer: the whole job's) become
+    seconds per step with the job's global batch; tokens/s of the whole job (NeMo AutoModel) tokens/s per GPU over
+    the job's GPUs, and those of one data-parallel rank (AutoModel's `/gpu`: the job's over dp x cp) the same after
+    times dp x cp."""
     values: dict[str, Any] = {}
     if reading.step_seconds is not None:
         values["step_seconds"] = reading.step_seconds
     elif reading.tokens_per_second_per_gpu is not None:
         values["tokens_per_second_per_gpu"] = reading.tokens_per_second_per_gpu
-    elif reading.samples_per_second and global_batch is not None:
-        values["step_seconds"] = global_batch / reading.samples_per_second
+    elif layout is not None and reading.tokens_per_second:
+        values["tokens_per_second_per_gpu"] = reading.tokens_per_second / layout.gpus
+    elif layout is not None and reading.tokens_per_second_per_data_rank:
+        values["tokens_per_second_per_gpu"] = (reading.tokens_per_second_per_data_rank * layout.dp * layout.cp
+                                               / layout.gpus)
+    elif reading.samples_per_second and layout is not None:
+        values["step_seconds"] = layout.global_batch / reading.samples_per_second
     if reading.peak_memory_bytes is not None:
         values["peak_memory_gib"] = reading.peak_memory_bytes / GIB
     if not values:
@@ -217,10 +230,8 @@ def _run_from_entry(entry: RunEntry, base: Path, where: str, index: int) -> Run:
                 section = "training" if key in ("global_batch", "dtype") else "parallel"
                 dump.setdefault(section, {}).setdefault(key, value)
             job = validate_spec(Job, dump, str(args_path))
-        global_batch = None
-        if reading.step_seconds is None and reading.samples_per_second:
-            global_batch = resolve_job(job, base=job_base, source=job_source or where).layout.global_batch
-        measured = _merge(measured, _log_figures(reading, global_batch))
+        layout = resolve_job(job, base=job_base, source=job_source or where).layout if _needs_layout(reading) else None
+        measured = _merge(measured, _log_figures(reading, layout))
     assert job is not None and measured is not None
     resolved = resolve_job(job, base=job_base, source=job_source or where)
     name = entry.name or (Path(entry.log.path).stem if entry.log else Path(job_source or f"run{index + 1}").stem)

@@ -8,7 +8,7 @@ import click
 
 from planner.cli import cli
 from planner.cli.options import echo_json
-from planner.engines.logs import LOG_FORMATS
+from planner.specs.runs import LOG_FORMATS
 
 
 @cli.command("calibrate")

@@ -1,4 +1,4 @@
-"""Training logs -> measured step figures: Megatron-LM, torchtitan, DeepSpeed, Hugging Face Trainer.
+"""Training logs -> measured step figures: Megatron-LM, NeMo, torchtitan, DeepSpeed, Hugging Face Trainer, NeMo AutoModel.
 
 Pure: text in, values out (`planner.engines.load.read_log_file` reads the file). What each engine prints:
 - Megatron-LM (megatron/training/training.py, training_log): per logged iteration `elapsed time per
@@ -29,6 +29,17 @@ Pure: text in, values out (`planner.engines.load.read_log_file` reads the file).
   'train_steps_per_second': t, ...}` (or the `***** train metrics *****` block, or the same keys in the
   `train_results.json` / `all_results.json` that `Trainer.save_metrics` writes): averages over the whole
   run, warm-up included, which is all the Trainer prints.
+- NeMo AutoModel (nemo_automodel/recipes/llm/train_ft.py @ 36044ad3, log_train_metrics; the VLM and multimodal
+  recipes print the same line): `step n | epoch e | loss ... | mem x GiB | tps t(r/gpu) | num_label_tokens k`,
+  one line per optimizer step, and the same figures as one JSON object per step in `training.jsonl` under the
+  checkpoint directory (MetricLogger), with `num_tokens_per_step`. t is the whole job's tokens (tail padding left
+  out, summed over the data-parallel ranks) over the step's wall time, timed from the end of the step before;
+  r = t / (cp x dp), a data-parallel rank's share (per GPU only where tp = pp = 1); x is torch's
+  max_memory_allocated since the step before (allocated, not reserved). Older lines: `tps r/gpu` alone, and,
+  before 2025-08-28 (#399), `mem: x GiB | tps r` with no `/gpu`, where r was each rank's own tokens (before
+  #376, 2025-08-23; the whole job's for the five days after). The benchmark recipe
+  (recipes/llm/benchmark.py) prints `Rank 0 | Iteration i | ... | Max Memory Allocated: x GB | ...` then `Max
+  iter time: s seconds` per iteration (the slowest rank's), and an `Average iteration time` at the end.
 
 Terminal control sequences (colours, cursor moves) are removed before any of this is read, as is the
 `[31m`-style residue they leave when a log passes through a tool that drops the escape character.
@@ -45,13 +56,11 @@ import math
 import re
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from planner.engines import hf_trainer, megatron_bridge
-from planner.errors import PlannerError
-
-LogFormat = Literal["megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer"]
-LOG_FORMATS: tuple[str, ...] = ("megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer")
+from planner.errors import PlannerError, short_repr
+from planner.specs.runs import LOG_FORMATS
 
 WARMUP_STEPS = 3
 MIB = 2**20
@@ -65,6 +74,8 @@ class LogStep:
     step: int
     step_seconds: float | None = None
     tokens_per_second_per_gpu: float | None = None
+    tokens_per_second: float | None = None  # whole job
+    tokens_per_second_per_data_rank: float | None = None  # whole job / (dp x cp)
     samples_per_second: float | None = None  # whole job
     tflops_per_gpu: float | None = None
     mfu: float | None = None
@@ -82,6 +93,8 @@ class LogReading:
     step_seconds: float | None = None
     step_seconds_logged: tuple[float, ...] = ()  # of steps_used, in order (Megatron: each a log interval's mean)
     tokens_per_second_per_gpu: float | None = None
+    tokens_per_second: float | None = None  # whole job (NeMo AutoModel)
+    tokens_per_second_per_data_rank: float | None = None  # whole job / (dp x cp) (NeMo AutoModel)
     samples_per_second: float | None = None
     steps_per_second: float | None = None
     tflops_per_gpu: float | None = None
@@ -123,10 +136,14 @@ def _detect_plain(text: str, source: str) -> str:
         return "torchtitan"
     if "SamplesPerSec=" in text:
         return "deepspeed"
+    if ((_AUTOMODEL_STEP.search(text) and "tps" in text) or "Max iter time:" in text or _AUTOMODEL_AVERAGE.search(text)
+            or _automodel_jsonl(text)):
+        return "automodel"
     if "train_samples_per_second" in text or "train_runtime" in text:
         return "hf_trainer"
     raise PlannerError("not a log planner can read: no Megatron-LM or NeMo iteration line, torchtitan step line, "
-                       "DeepSpeed timer line or Hugging Face Trainer metrics; give the format with --log-format",
+                       "DeepSpeed timer line, Hugging Face Trainer metrics or NeMo AutoModel step line; give the "
+                       "format with --log-format",
                        source=source)
 
 
@@ -419,7 +436,162 @@ def _hf_trainer(text: str, source: str, warmup: int) -> LogReading:
     )
 
 
-_READERS = {"megatron": _megatron, "nemo": _nemo, "torchtitan": _torchtitan, "deepspeed": _deepspeed, "hf_trainer": _hf_trainer}
+# NeMo AutoModel's step line, field by field (as torchtitan's, one search after another): `step n | epoch e |`, then
+# `mem[:] x GiB`, then `tps t`, with `(r/gpu)` after it (2025-08-28 on) or `/gpu` instead of the job's figure.
+_AUTOMODEL_STEP = re.compile(r"\bstep\s+(\d+)\s*\|\s*epoch\s+\d+\s*\|")
+_AUTOMODEL_MEMORY = re.compile(r"\|\s*mem:?\s*([^\s|]+)\s*GiB")
+_AUTOMODEL_TPS = re.compile(r"\|\s*tps:?\s*([^\s|(/]+)(?:\(([^\s|)/]+)/gpu\)|(/gpu))?")
+_AUTOMODEL_ITERATION = re.compile(r"\bIteration (\d+) \|")
+_AUTOMODEL_BENCH_MEMORY = re.compile(r"Max Memory Allocated: ([^\s|]+) GB")
+_AUTOMODEL_ITER_TIME = re.compile(r"Max iter time: ([^\s]+) seconds")
+_AUTOMODEL_AVERAGE = re.compile(r"Average iteration time: ([^\s]+) seconds \((?:excluding first \d+ warmup|all \d+) "
+                                r"iterations\)")
+
+
+def _automodel_jsonl(text: str) -> bool:
+    """Whether the text is AutoModel's training.jsonl: its first line a JSON object with a step and tps."""
+    first = text.lstrip()[:4096].split("\n", 1)[0].strip()
+    if not first.startswith("{"):
+        return False
+    try:
+        record = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and "step" in record and "tps" in record
+
+
+def _automodel(text: str, source: str, warmup: int) -> LogReading:
+    if _automodel_jsonl(text):
+        return _automodel_records(text, source, warmup)
+    if "Max iter time:" in text or _AUTOMODEL_AVERAGE.search(text):
+        return _automodel_benchmark(text, source, warmup)
+    steps: dict[int, LogStep] = {}
+    job_rate: dict[int, float] = {}
+    rank_rate: dict[int, float] = {}
+    bare = False
+    for number, line in enumerate(text.splitlines(), 1):
+        m = _AUTOMODEL_STEP.search(line)
+        if m is None or "[val]" in line[:m.start()]:
+            continue
+        mem = _AUTOMODEL_MEMORY.search(line, m.end())
+        tps = _AUTOMODEL_TPS.search(line, m.end())
+        if tps is None:
+            continue
+        n = int(m.group(1))
+        if n in steps:
+            continue  # one line per rank where every rank logs: the first stands for the step
+        if tps.group(3):  # `tps r/gpu`
+            rank_rate[n] = _measure(tps.group(1), source, number, "tps")
+        elif tps.group(2):  # `tps t(r/gpu)`
+            job_rate[n] = _measure(tps.group(1), source, number, "tps")
+        else:  # `tps r`: a rank's own tokens (see the module docstring)
+            rank_rate[n] = _measure(tps.group(1), source, number, "tps")
+            bare = True
+        steps[n] = LogStep(step=n, memory_bytes=_measure(mem.group(1), source, number, "mem") * GIB if mem else None)
+    used = _steady(list(steps.values()), "NeMo AutoModel step", source, warmup)
+    warnings = [_AUTOMODEL_ALLOCATED] if any(s.memory_bytes is not None for s in used) else []
+    if job_rate or rank_rate:
+        warnings.append("NeMo AutoModel's tps counts a step's tokens less tail padding: read as the job's global batch "
+                        "x seq_len over it, right for packed or full-length sequences and too slow where they are "
+                        "padded; the training.jsonl beside the checkpoints gives each step's time exactly")
+    if bare:
+        warnings.append("the step lines print tps without '/gpu': read as one data-parallel rank's tokens per second, "
+                        "as NeMo AutoModel printed it until 2025-08-22 (from #376, 2025-08-23, to #399, 2025-08-28, "
+                        "it printed the whole job's); give measured.tokens_per_second_per_gpu if this log is from "
+                        "that week")
+    memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
+    return LogReading(
+        format="automodel", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
+        tokens_per_second=_median([job_rate.get(s.step) for s in used]),
+        tokens_per_second_per_data_rank=_median([rank_rate.get(s.step) for s in used]),
+        peak_memory_bytes=max(memory) if memory else None, warnings=tuple(warnings),
+    )
+
+
+_AUTOMODEL_ALLOCATED = ("NeMo AutoModel's mem is torch's max_memory_allocated (tensors), not the allocator's reserve; "
+                        "the reserve is larger by the allocator's fragmentation")
+
+
+def _automodel_records(text: str, source: str, warmup: int) -> LogReading:
+    """training.jsonl: a step's seconds are its num_tokens_per_step over its tps (the same tokens and the same
+    wall time), where the record has both; else the job's tps."""
+    steps: dict[int, LogStep] = {}
+    job_rate: dict[int, float] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise PlannerError("is not a JSON object: training.jsonl holds one per line; is the file cut short?",
+                               source=source, field=f"line {number}") from None
+        if not isinstance(record, dict) or "tps" not in record or "step" not in record:
+            continue
+        step = record["step"]
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise PlannerError(f"step is {short_repr(step)}: a step number is an integer", source=source,
+                               field=f"line {number}")
+        tps = _measure(str(record["tps"]), source, number, "tps")
+        tokens = record.get("num_tokens_per_step")
+        step_seconds = _measure(str(tokens), source, number, "num_tokens_per_step") / tps if tokens is not None else None
+        mem = record.get("mem")
+        if step not in steps:
+            job_rate[step] = tps
+            steps[step] = LogStep(step=step, step_seconds=step_seconds,
+                                  memory_bytes=_measure(str(mem), source, number, "mem") * GIB if mem is not None else None)
+    used = _steady(list(steps.values()), "NeMo AutoModel training.jsonl record", source, warmup)
+    memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
+    seconds = [s.step_seconds for s in used]
+    exact = all(v is not None for v in seconds)
+    return LogReading(
+        format="automodel", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
+        step_seconds=_median(seconds) if exact else None,
+        step_seconds_logged=tuple(v for v in seconds if v is not None) if exact else (),
+        tokens_per_second=None if exact else _median([job_rate[s.step] for s in used]),
+        peak_memory_bytes=max(memory) if memory else None,
+        warnings=(_AUTOMODEL_ALLOCATED,) if memory else (),
+    )
+
+
+def _automodel_benchmark(text: str, source: str, warmup: int) -> LogReading:
+    """The benchmark recipe's lines: each iteration's `Max iter time` (after its `Iteration i` line), the peak
+    allocated memory it prints (never reset there, so the last is the run's); only the `Average iteration time`
+    where no iteration's time is printed (it already leaves the recipe's own warm-up iterations out)."""
+    steps: dict[int, LogStep] = {}
+    iteration: int | None = None
+    memory: float | None = None
+    average: float | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        m = _AUTOMODEL_ITERATION.search(line)
+        if m:
+            iteration = int(m.group(1))
+            found = _AUTOMODEL_BENCH_MEMORY.search(line, m.end())
+            if found:
+                memory = max(memory or 0.0, _measure(found.group(1), source, number, "Max Memory Allocated") * GIB)
+            continue
+        m = _AUTOMODEL_ITER_TIME.search(line)
+        if m and iteration is not None and iteration not in steps:
+            steps[iteration] = LogStep(step=iteration, step_seconds=_measure(m.group(1), source, number, "Max iter time"))
+            continue
+        m = _AUTOMODEL_AVERAGE.search(line)
+        if m:
+            average = _measure(m.group(1), source, number, "Average iteration time")
+    warnings = (_AUTOMODEL_ALLOCATED,) if memory is not None else ()
+    if not steps and average is not None:
+        return LogReading(format="automodel", source=source, steps_logged=0, steps_used=(), step_seconds=average,
+                          peak_memory_bytes=memory, warnings=(*warnings, "no iteration's time is printed: the "
+                          "benchmark's average iteration time is read, over the iterations it times"))
+    used = _steady(list(steps.values()), "NeMo AutoModel benchmark 'Max iter time'", source, warmup)
+    return LogReading(
+        format="automodel", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
+        step_seconds=_median([s.step_seconds for s in used]),
+        step_seconds_logged=tuple(s.step_seconds for s in used if s.step_seconds is not None),
+        peak_memory_bytes=memory, warnings=warnings,
+    )
+
+
+_READERS = {"megatron": _megatron, "nemo": _nemo, "torchtitan": _torchtitan, "deepspeed": _deepspeed, "hf_trainer": _hf_trainer,
+            "automodel": _automodel}
 
 
 def read_log(text: str, source: str, fmt: str | None = None, *, warmup_steps: int = WARMUP_STEPS) -> LogReading:

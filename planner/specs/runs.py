@@ -13,6 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validato
 
 from planner.specs.bounds import Bounded, BoundedReal
 
+# The training logs planner reads (planner.engines.logs has a reader for each).
+LogFormat = Literal["megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer", "automodel"]
+LOG_FORMATS: tuple[str, ...] = ("megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer", "automodel")
+
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 # The smallest measured figure taken: a millionth of a second, of a token/s, of a TFLOP/s, of a GiB. No real
@@ -51,7 +55,7 @@ class LogSource(BaseModel):
     model_config = _STRICT
 
     path: str = Field(description="The log file, relative to the runs file.")
-    format: Literal["megatron", "nemo", "torchtitan", "deepspeed", "hf_trainer"] | None = Field(
+    format: LogFormat | None = Field(
         default=None, description="Engine that wrote it; detected from the text when left out.")
     training_args: str | None = Field(
         default=None, description="Hugging Face Trainer only: the TrainingArguments as JSON/YAML (to_dict()).")

@@ -176,6 +176,24 @@ def test_calibrate_from_logs_with_a_job(run_cli):
     assert data["runs"][0]["measured_seconds"] == pytest.approx(64 / 155.10475468488542)
 
 
+def test_automodel_logs_with_a_job(run_cli):
+    """NeMo AutoModel's whole-job tps over the job's GPUs; its older per-rank tps times dp x cp; training.jsonl's
+    own step time (num_tokens_per_step / tps)."""
+    job = FIXTURES / "jobs" / "llama8b_fits.yaml"  # 8 GPUs at tp 2: 4 data-parallel ranks
+    tokens = 64 * 8192  # the job's global batch x seq_len
+    result = run_cli("calibrate", "--log", FIXTURES / "logs" / "automodel_sft_8gpu.log", "--job", job,
+                     "--format", "json")
+    assert _json(result)["runs"][0]["measured_seconds"] == pytest.approx(tokens / ((9885.22 + 10558.09) / 2))
+    assert "tail padding" in result.stderr
+    older = _json(run_cli("calibrate", "--log", FIXTURES / "logs" / "automodel_finetune_guide.log", "--job", job,
+                          "--format", "json"))
+    # a data-parallel rank's 9,172.6 tokens/s (median of steps 8-20) x 4 ranks is the job's rate
+    assert older["runs"][0]["measured_seconds"] == pytest.approx(tokens / (4 * (9148.28 + 9196.97) / 2))
+    records = _json(run_cli("calibrate", "--log", FIXTURES / "logs" / "automodel_gpt_oss_20b_h100_training.jsonl",
+                            "--job", job, "--format", "json"))
+    assert records["runs"][0]["measured_seconds"] == pytest.approx(1.100, abs=0.002)
+
+
 def test_a_megatron_log_gives_its_own_layout(run_cli, tmp_path):
     """The log's world size (16, tp 4, dp 4) and printed arguments (ep 8, global batch 128, bf16) become the
     layout, the job adding only the model and sequence length the stored log lacks; planner's rules then

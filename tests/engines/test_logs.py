@@ -24,6 +24,7 @@ from planner.engines.logs import (
     read_log,
 )
 from planner.errors import PlannerError
+from planner.specs.runs import LOG_FORMATS
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -319,15 +320,100 @@ def test_hf_trainer_before_steps_per_second_warns():
     assert any("11818" in w for w in r.warnings)
 
 
+def test_automodel_step_lines_whole_job_rate():
+    r = _read("automodel_sft_8gpu.log")
+    assert r.format == "automodel"
+    assert r.steps_logged == 7 and r.steps_used == (10, 11, 12, 13, 14, 15)  # step 9 is the first logged
+    # the whole job's tps (not the /gpu share) of steps 10-15: median of six, the mean of the middle two
+    assert r.tokens_per_second == pytest.approx((9885.22 + 10558.09) / 2)
+    assert r.tokens_per_second_per_data_rank is None and r.step_seconds is None
+    assert r.peak_memory_bytes == pytest.approx(29.67 * GIB)  # the largest mem of the steps used
+    assert any("max_memory_allocated" in w for w in r.warnings) and any("padding" in w for w in r.warnings)
+
+
+def test_automodel_older_lines_without_per_gpu():
+    r = _read("automodel_finetune_guide.log")
+    assert r.steps_used == (8, 12, 16, 20)  # step 4, the first logged, is warm-up; the checkpoint lines are not steps
+    assert r.tokens_per_second is None
+    assert r.tokens_per_second_per_data_rank == pytest.approx((9148.28 + 9196.97) / 2)
+    assert r.peak_memory_bytes == pytest.approx(16.47 * GIB)
+    assert any("#399" in w for w in r.warnings)
+
+
+def test_automodel_per_gpu_only_and_validation_lines():
+    # `tps r/gpu` alone (the form of docs/guides/llm/agent-sft.mdx @ 36044ad3); a `[val]` line is no step
+    text = "\n".join(f"step {i} | epoch 0 | loss 1.2 | grad_norm 1.7 | lr 8.19e-06 | mem {m} GiB | tps {t}/gpu  | "
+                     f"num_label_tokens 46638" for i, m, t in ((5, "35.89", "2734.08"), (6, "48.55", "2075.14"),
+                                                              (7, "36.24", "830.26")))
+    text += "\n[val] step 7 | epoch 0 | loss 1.1862 | lr 8.19e-06 | num_label_tokens 4707\n"
+    r = read_log(text, "a.log")
+    assert r.format == "automodel" and r.steps_used == (6, 7)
+    assert r.tokens_per_second_per_data_rank == pytest.approx((2075.14 + 830.26) / 2)
+    assert not any("#399" in w for w in r.warnings)
+
+
+def test_automodel_training_jsonl_step_time_is_tokens_over_tps():
+    r = _read("automodel_gpt_oss_20b_h100_training.jsonl")
+    assert r.format == "automodel" and r.steps_logged == 100
+    assert r.steps_used == tuple(range(4, 100))  # steps 0-3 are warm-up
+    # each record's timestamp is written at the end of its step: the median gap between records (steps 4-99) is
+    # the same wall time as num_tokens_per_step / tps
+    assert r.step_seconds == pytest.approx(1.100, abs=0.002)
+    assert len(r.step_seconds_logged) == 96
+    assert r.peak_memory_bytes == pytest.approx(59.09213829040527 * GIB)
+
+
+def test_automodel_jsonl_without_token_counts_reads_the_rate():
+    text = "\n".join(f'{{"step": {i}, "epoch": 0, "tps": {t}, "mem": 10.5}}' for i, t in ((3, 100.0), (4, 2000.0), (5, 2200.0), (6, 2100.0)))
+    r = read_log(text, "training.jsonl")
+    assert r.step_seconds is None and r.tokens_per_second == pytest.approx(2100.0)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('{"step": 4, "tps": 10}\n{"step": 5, "tps": 10\n', "not a JSON object"),
+    ('{"step": 4, "tps": 10}\n{"step": "5", "tps": 10}\n', "step is '5'"),
+    ('{"step": 4, "tps": 10}\n{"step": 5, "tps": 0}\n', "must be positive"),
+    ('{"step": 1, "tps": 10}\n{"step": 2, "tps": 10}\n', "all warm-up"),
+    ("step 5 | epoch 0 | loss 1 | mem 2 GiB | tps nan(1/gpu)\n", "not a finite number"),
+])
+def test_automodel_bad_records_are_one_line_errors(text, match):
+    with pytest.raises(PlannerError, match=match):
+        read_log(text, "training.jsonl", "automodel")
+
+
+def test_automodel_benchmark_recipe_lines():
+    # the lines of recipes/llm/benchmark.py @ 36044ad3 (_log_iteration_metrics and the loop's rank-0 line)
+    lines = []
+    for i, seconds, gib in ((0, 9.1, 60.2), (1, 2.31, 61.0), (2, 2.30, 61.0), (3, 2.29, 61.0), (4, 2.35, 61.4),
+                            (5, 2.33, 61.4)):
+        lines += [f"Rank 0 | Iteration {i} | num_label_tokens=65536 | Max Memory Allocated: {gib:.2f} GB | loss=3.2",
+                  f"Max iter time: {seconds:.6f} seconds", "MFU: 41.000000%"]
+    lines.append("Average iteration time: 2.316 seconds (excluding first 2 warmup iterations)")
+    r = read_log("\n".join(lines), "bench.log")
+    assert r.format == "automodel" and r.steps_used == (4, 5)  # iterations 0-3 are warm-up
+    assert r.step_seconds == pytest.approx((2.35 + 2.33) / 2)
+    assert r.peak_memory_bytes == pytest.approx(61.4 * GIB)
+    summary = read_log(lines[-1], "bench.log")
+    assert summary.step_seconds == pytest.approx(2.316) and any("average" in w for w in summary.warnings)
+
+
 @pytest.mark.parametrize(("name", "fmt"), [
     ("megatron_mixtral_16xh100.log", "megatron"), ("torchtitan_llama3_8b.log", "torchtitan"),
     ("deepspeed_timer.log", "deepspeed"), ("hf_trainer_gaudi.log", "hf_trainer"),
     ("deepspeed_timer_2023_global_step.log", "deepspeed"), ("hf_trainer_train_results.json", "hf_trainer"),
     ("torchtitan_flux_no_flops.log", "torchtitan"), ("torchtitan_aurora_xpu.log", "torchtitan"),
-    ("nemo2_esm2_2x8xh100.log", "nemo"),
+    ("nemo2_esm2_2x8xh100.log", "nemo"), ("automodel_sft_8gpu.log", "automodel"),
+    ("automodel_finetune_guide.log", "automodel"), ("automodel_gpt_oss_20b_h100_training.jsonl", "automodel"),
 ])
 def test_format_is_detected(name, fmt):
     assert detect_format((LOGS / name).read_text(encoding="utf-8"), name) == fmt
+
+
+@pytest.mark.parametrize("fmt", LOG_FORMATS)
+def test_every_log_format_the_runs_file_names_has_a_reader(fmt):
+    with pytest.raises(PlannerError) as err:  # an empty log: no usable step, in the words of that format's reader
+        read_log("", "x.log", fmt)
+    assert "unknown log format" not in str(err.value)
 
 
 def test_unknown_text_is_refused():

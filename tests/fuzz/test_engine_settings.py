@@ -159,6 +159,10 @@ LOG_CASES = [
      "memory: 49.6.6GiB(52.28%)  tps: 5,593", 5),
     ("deepspeed-exponent", "deepspeed_timer.log", "CurrSamplesPerSec=145.0889530760849",
      "CurrSamplesPerSec=145e-", 2),
+    ("automodel-tps-two-dots", "automodel_sft_8gpu.log", "tps 9885.22(1235.65/gpu)", "tps 98.85.22(1235.65/gpu)", 5),
+    ("automodel-mem-two-dots", "automodel_finetune_guide.log", "mem: 15.48 GiB", "mem: 15.4.8 GiB", 9),
+    ("automodel-jsonl-tps-text", "automodel_gpt_oss_20b_h100_training.jsonl", '"tps": 31612.3775910932',
+     '"tps": "31612.37x"', 4),
 ]
 
 
