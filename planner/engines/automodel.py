@@ -20,6 +20,7 @@ it to the catalog.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import yaml
@@ -43,7 +44,25 @@ SINGLE_STAGE = {"1f1b", "gpipe"}
 MULTI_STAGE = {"interleaved1f1b", "loopedbfs"}
 STRATEGIES = {"fsdp2", "megatron_fsdp", "ddp"}
 SECTIONS = ("distributed", "distributed.pipeline", "autopipeline", "parallelizer", "step_scheduler", "model",
-            "model.config", "model.backend", "optimizer", "dataset")
+            "model.config", "model.backend", "optimizer", "dataset", "packed_sequence")
+
+
+# AutoModel's config loader turns these words into Python values wherever a setting holds one (config/loader.py
+# translate_value @ 36044ad3), so its recipes write `dp_size: none` for "derive it from the world size", and it
+# evaluates a setting written as a quoted number as that number.
+SPECIAL_WORDS: dict[str, Any] = {"none": None, "None": None, "true": True, "True": True, "false": False,
+                                 "False": False}
+_INTEGER = re.compile(r"[+-]?\d{1,18}")
+
+
+def _translated(value: Any) -> Any:
+    """A setting's value as AutoModel's loader reads it (SPECIAL_WORDS; a quoted whole number as the number)."""
+    if isinstance(value, str):
+        if value in SPECIAL_WORDS:
+            return SPECIAL_WORDS[value]
+        if _INTEGER.fullmatch(value.strip()):
+            return int(value)
+    return value
 
 
 def _get(config: dict[str, Any], path: str, default: Any = None) -> Any:
@@ -51,7 +70,7 @@ def _get(config: dict[str, Any], path: str, default: Any = None) -> Any:
     for key in path.split("."):
         if not isinstance(node, dict) or key not in node:
             return default
-        node = node[key]
+        node = _translated(node[key])
     return node
 
 
@@ -145,6 +164,37 @@ def virtual_stages(num_layers: int, layers_per_stage: int | None, pp: int, sched
     return per_rank
 
 
+def _sequence_length(config: dict[str, Any], source: str, got: Collected, given: dict[str, Any]) -> None:
+    """The tokens per sample: packed_sequence.packed_sequence_size where packing is on (every sample is packed to
+    that length), else the dataset's dataset.seq_len (the mock and pre-training datasets: fixed length), else its
+    dataset.seq_length (the chat and SFT datasets: the length a sample is truncated to, and padded to only with
+    padding max_length; otherwise a batch is as long as its longest sample, so the length is an upper bound and a
+    warning says so). Where the recipe fixes none, the job must give one."""
+    packed = _get(config, "packed_sequence.packed_sequence_size")
+    if packed is not None and packed != 0:
+        size = _int(config, "packed_sequence.packed_sequence_size", source)
+        got.set("seq_len", size, "packed_sequence.packed_sequence_size")
+        return
+    seq = _int(config, "dataset.seq_len", source)
+    if seq is not None:
+        got.set("seq_len", seq, "dataset.seq_len")
+        return
+    longest = _int(config, "dataset.seq_length", source)
+    if longest is not None:
+        got.set("seq_len", longest, "dataset.seq_length")
+        padding = _get(config, "dataset.padding")
+        if padding != "max_length" and "seq_len" not in given:
+            got.warn(f"dataset.seq_length {longest} is the length samples are truncated to; with padding "
+                     f"{short_repr(padding)} a batch is as long as its longest sample unless the collater pads every "
+                     "batch to it, so the plan is for the longest batch (give training.seq_len for a typical one)")
+        return
+    if "seq_len" not in given:
+        raise PlannerError("the recipe fixes no sequence length: no dataset.seq_len, dataset.seq_length or "
+                           "packed_sequence.packed_sequence_size; its batches are padded to their longest sample, so "
+                           "give the length to plan for (--seq-len, or training.seq_len in a job)", source=source,
+                           field="dataset")
+
+
 def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any], model: ModelSpec,
                      source: str) -> EngineImport:
     """Layout fields of an AutoModel recipe for `model` on `gpus` GPUs; `given` fills what the recipe lacks (a
@@ -210,9 +260,7 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
                                source=source, field="distributed.pipeline.pp_microbatch_size")
         got.set("micro_batch", micro, "distributed.pipeline.pp_microbatch_size" if pp > 1 else
                 "step_scheduler.local_batch_size")
-    seq = _int(config, "dataset.seq_len", source)
-    if seq is not None:
-        got.set("seq_len", seq, "dataset.seq_len")
+    _sequence_length(config, source, got, given)
 
     if pp > 1:
         schedule = str(_lookup(config, "distributed.pipeline.pp_schedule", "1f1b")).lower()

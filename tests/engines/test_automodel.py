@@ -66,6 +66,37 @@ def test_kimi_and_gpt_oss_recipes():
     assert (oss.ep, oss.zero, oss.recompute, oss.moe_dispatcher) == (64, 3, "none", "hybridep")
 
 
+def test_fine_tuning_recipes_dp_size_none_and_the_sequence_length():
+    """AutoModel's loader reads `dp_size: none` as None (config/loader.py translate_value): the data-parallel degree is
+    the GPUs left over. The sequence length comes from packing where it is on, else the dataset's seq_length (the
+    truncation length: a warning, since a batch may be shorter), else the job must give it. The catalog's
+    llama-3.1-8b stands in for each recipe's model: only the layout fields are read here."""
+    _, lay = read("gemma_2_9b_it_hellaswag_fp8.yaml", "llama-3.1-8b", 8)
+    assert (lay.dp, lay.seq_len) == (8, 4096)  # packed_sequence.packed_sequence_size 4096
+    imported, lay = read("qwen3_32b_tulu3.yaml", "llama-3.1-8b", 16)
+    assert (lay.dp, lay.seq_len) == (16, 2048)  # dataset.seq_length, padding do_not_pad
+    assert imported.origins["seq_len"] == "dataset.seq_length"
+    assert any("truncated" in w for w in imported.warnings)
+    with pytest.raises(PlannerError, match="fixes no sequence length") as err:
+        read("llama3_2_1b_squad.yaml", "llama-3.1-8b", 8)
+    assert err.value.field == "dataset"
+    model = load_model("llama-3.1-8b").spec
+    given = import_automodel(recipe("llama3_2_1b_squad.yaml"), gpus=8, given={"seq_len": 1024}, model=model,
+                             source="squad")
+    assert given.fields["dp"] == 8 and given.fields["seq_len"] == 1024  # the job gives what the recipe lacks
+
+
+@pytest.mark.parametrize(("word", "value"), [("none", 8), ("None", 8), ("'4'", 4)])
+def test_the_loader_words_automodel_translates(word, value):
+    config = recipe("llama3_2_1b_squad.yaml")
+    config["distributed"]["dp_size"] = word.strip("'") if word == "'4'" else word
+    if word == "'4'":  # a quoted number is evaluated as the number; 4 ranks of dp need cp 2 on 8 GPUs
+        config["distributed"]["cp_size"] = 2
+    model = load_model("llama-3.1-8b").spec
+    imported = import_automodel(config, gpus=8, given={"seq_len": 1024}, model=model, source="x")
+    assert imported.fields["dp"] == value
+
+
 def test_virtual_stage_rules_as_automodel_raises_them():
     assert virtual_stages(61, 2, 4, "interleaved1f1b", "up", "r") == 8  # 31 -> 32
     assert virtual_stages(61, None, 4, "interleaved1f1b", None, "r") == 2
