@@ -29,7 +29,7 @@ from planner.cli.options import (
     warn_if_far,
 )
 from planner.errors import PlannerError
-from planner.specs.layout import MUON_TP_MODE_CODES, OPTIMIZER_CODES
+from planner.specs.layout import LORA_TARGETS, MUON_TP_MODE_CODES, OPTIMIZER_CODES
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -50,7 +50,8 @@ PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "re
                   "moe_load_imbalance",
                   "cuda_graph_scope", "mtp_layers", "moe_fused_mlp")
 TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "fp8_recipe", "grad_dtype", "optimizer", "engine", "compile",
-                  "optimizer_state_dtype", "master_weights_dtype", "muon_ns_steps", "muon_tp_mode", "muon_split_qkv")
+                  "optimizer_state_dtype", "master_weights_dtype", "muon_ns_steps", "muon_tp_mode", "muon_split_qkv",
+                  "lora_rank", "lora_targets")
 
 
 def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -86,6 +87,9 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="With --optimizer muon: how a TP-split matrix is orthogonalised."),
         click.option("--muon-split-qkv/--no-muon-split-qkv", default=None,
                      help="With --optimizer muon: QKV orthogonalised as its Q, K and V parts."),
+        click.option("--lora-rank", type=Count("width"), help="LoRA fine-tuning: the adapters' rank."),
+        click.option("--lora-targets", type=click.Choice(list(LORA_TARGETS)),
+                     help="With --lora-rank: all_linear or attention."),
         click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention."),
         attention_kernel_option(),
         click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,

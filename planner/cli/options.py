@@ -16,6 +16,7 @@ from planner.errors import PlannerError
 from planner.specs.bounds import FIELD_KINDS, describe, over_limit
 from planner.specs.layout import (
     FP8_RECIPE_CODES,
+    LORA_TARGETS,
     MAX_MOE_LOAD_IMBALANCE,
     MUON_NS_STEPS_DEFAULT,
     MUON_TP_MODE_CODES,
@@ -161,6 +162,11 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--muon-split-qkv/--no-muon-split-qkv", default=True, show_default=True,
                      help="With --optimizer muon: the fused QKV weight orthogonalised as its Q, K and V parts "
                      "(Megatron's default; --muon-no-split-qkv)."),
+        click.option("--lora-rank", type=Count("width"), default=None,
+                     help="LoRA fine-tuning: the base weights frozen, rank-r adapters trained beside the targeted "
+                     "linear layers (Hu et al. 2021; engines automodel, fsdp, deepspeed, megatron, nemo)."),
+        click.option("--lora-targets", type=click.Choice(list(LORA_TARGETS)), default="all_linear", show_default=True,
+                     help="With --lora-rank: adapters on every linear layer of the blocks, or on the attention's."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="Fused attention (no s x s score matrix stored)."),
         attention_kernel_option(),

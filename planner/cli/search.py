@@ -208,7 +208,7 @@ def _filter_options(f: Any) -> Any:
               "Exit 2 when no layout fits or FORMAT cannot run the layout.")
 def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpus: int, global_batch: int, seq_len: int, dtype: str,
                grad_dtype: str, optimizer: str, muon_ns_steps: int, muon_tp_mode: str, muon_split_qkv: bool,
-               flash_attention: bool, attention_kernel: AttentionKernel | None,
+               lora_rank: int | None, lora_targets: str, flash_attention: bool, attention_kernel: AttentionKernel | None,
                overlap_grad_reduce: bool, tp_comm_overlap: bool | None, engine: str, compile_: bool, moe_dispatcher: str | None,
                moe_ep_overlap: bool | None, moe_delay_wgrad: bool | None, moe_load_imbalance: float,
                optimizer_state_dtype: str | None, master_weights_dtype: str | None, schedule: str,
@@ -255,7 +255,8 @@ def search_cmd(model_ref: str, hardware_ref: str, profile_path: Path | None, gpu
     filters = Filters(**{name: filter_values[name] for name in FILTERS})
     problem = Problem(gpus=gpus, global_batch=global_batch, seq_len=seq_len, dtype=dtype, grad_dtype=grad_dtype,
                       optimizer=optimizer, muon_ns_steps=muon_ns_steps, muon_tp_mode=muon_tp_mode,
-                      muon_split_qkv=muon_split_qkv, flash_attention=flash_attention,
+                      muon_split_qkv=muon_split_qkv, lora_rank=lora_rank, lora_targets=lora_targets,
+                      flash_attention=flash_attention,
                       overlap_grad_reduce=overlap_grad_reduce,
                       overlap_tp_comm=tp_comm_overlap, engine=engine, compile=compile_,
                       optimizer_state_dtype=optimizer_state_dtype, master_weights_dtype=master_weights_dtype,

@@ -44,7 +44,7 @@ SINGLE_STAGE = {"1f1b", "gpipe"}
 MULTI_STAGE = {"interleaved1f1b", "loopedbfs"}
 STRATEGIES = {"fsdp2", "megatron_fsdp", "ddp"}
 SECTIONS = ("distributed", "distributed.pipeline", "autopipeline", "parallelizer", "step_scheduler", "model",
-            "model.config", "model.backend", "optimizer", "dataset", "packed_sequence")
+            "model.config", "model.backend", "optimizer", "dataset", "packed_sequence", "peft")
 
 
 # AutoModel's config loader turns these words into Python values wherever a setting holds one (config/loader.py
@@ -318,8 +318,52 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
                      "current scaling (fp8_recipe tensorwise)")
     elif _get(config, "fp8") not in (None, False) and _get(config, "fp8.enabled", True):
         got.set("dtype", "fp8", "fp8")
+    _peft(config, source, got)
     fields = got.merge(given)
     return EngineImport(format=FORMAT, source=source, fields=fields, warnings=tuple(got.warnings), origins=got.origin)
+
+
+# Module names of the attention projections in the Hugging Face models AutoModel trains (and Megatron-style names);
+# a target list naming only these adapts the attention alone.
+ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "query_key_value", "self_attn", "attn",
+                     "linear_qkv", "linear_proj", "q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "wq", "wk", "wv",
+                     "wo", "dense")
+LORA_DEFAULT_RANK = 8  # PeftConfig.dim's default (components/_peft/lora.py @ 36044ad3)
+
+
+def _peft(config: dict[str, Any], source: str, got: Collected) -> None:
+    """The `peft:` section (components/_peft/lora.py PeftConfig, module_matcher.py ModuleMatcher @ 36044ad3): LoRA of
+    rank `dim` (8 when unset) on the modules `target_modules` matches (`*_proj` when nothing is given: every
+    projection), or on every linear layer with `match_all_linear`. A target list whose every pattern names an
+    attention projection is lora_targets attention; any other is all_linear. DoRA and a quantised base (QLoRA)
+    are not modelled."""
+    peft = _get(config, "peft")
+    if peft is None:
+        return
+    if _get(config, "peft.use_dora") is True:
+        raise PlannerError("peft.use_dora: DoRA's weight decomposition (a magnitude vector and a column norm of W + "
+                           "B A every step) is not modelled; planner models LoRA (use_dora false)", source=source,
+                           field="peft.use_dora")
+    for key in ("quantization", "model.quantization_config", "model.load_in_4bit", "model.load_in_8bit"):
+        if _get(config, key) not in (None, False):
+            raise PlannerError("a quantised base model (QLoRA) is not modelled: planner holds the frozen base "
+                               "weights in 16 bits; drop the quantisation to plan the bf16 LoRA run", source=source,
+                               field=key)
+    rank = _int(config, "peft.dim", source, LORA_DEFAULT_RANK)
+    got.set("lora_rank", rank, "peft.dim")
+    targets = _get(config, "peft.target_modules")
+    patterns = [targets] if isinstance(targets, str) else list(targets) if isinstance(targets, list) else []
+    if any(not isinstance(p, str) for p in patterns):
+        raise PlannerError(f"peft.target_modules must be module-name patterns, got {short_repr(targets)}",
+                           source=source, field="peft.target_modules")
+    names = [p.rsplit(".", 1)[-1].strip("*") for p in patterns]
+    attention = bool(names) and all(name in ATTENTION_MODULES for name in names)
+    got.set("lora_targets", "attention" if attention else "all_linear", "peft.target_modules")
+    if _get(config, "peft.match_all_linear") is True:
+        got.warn("peft.match_all_linear also adapts the output layer (lm_head), which planner leaves frozen: its "
+                 "adapter is 2 r (h + vocab) parameters more")
+    if _get(config, "peft.exclude_modules"):
+        got.warn("peft.exclude_modules: read as every linear layer of the blocks (lora_targets all_linear)")
 
 
 # --- writer -------------------------------------------------------------------------------------------------
@@ -474,7 +518,7 @@ def recipe(ctx: ExportContext) -> dict[str, Any]:
     else:  # fp32 moments: Transformer Engine's FusedAdam, with an fp32 master copy when the layout keeps one
         optimizer = {"_target_": "transformer_engine.pytorch.optimizers.FusedAdam", "lr": 0.0001,
                      "master_weights": lay.master_weights_dtype == "fp32"}
-    return {
+    out: dict[str, Any] = {
         "recipe": "TrainFinetuneRecipeForNextTokenPrediction",
         "step_scheduler": {"global_batch_size": lay.global_batch, "local_batch_size": local},
         "distributed": distributed,
@@ -486,6 +530,11 @@ def recipe(ctx: ExportContext) -> dict[str, Any]:
         "dataset": {"_target_": "nemo_automodel.components.datasets.llm.mock_iterable_dataset.MockIterableDataset",
                     "seq_len": lay.seq_len},
     }
+    if lay.lora_rank is not None:
+        out["peft"] = {"_target_": "nemo_automodel.components._peft.lora.PeftConfig", "dim": lay.lora_rank,
+                       "target_modules": ["*q_proj", "*k_proj", "*v_proj", "*o_proj"]
+                       if lay.lora_targets == "attention" else "*_proj"}
+    return out
 
 
 def render(ctx: ExportContext) -> str:

@@ -77,6 +77,10 @@ def engine_of_format(fmt: str, engine: str) -> str:
 ATTENTION_KERNEL_FORMATS = frozenset({"megatron", "megatron_bridge", "automodel"})  # AutoModel: model.backend.attn te | sdpa
 
 
+# Formats whose files planner writes LoRA into (an AutoModel recipe's `peft:` section).
+LORA_FORMATS = frozenset({"automodel"})
+
+
 def _attention_kernel_as_run(fmt: str, layout: Layout, notes: tuple[str, ...]) -> tuple[Layout, tuple[str, ...]]:
     """The layout's attention_kernel as the file runs it: kept where the format can write it; elsewhere the
     engine's own kernel (null), with a note when that is not the kernel the layout asked for."""
@@ -111,6 +115,9 @@ def render_export(
     if mapped.moe_load_imbalance != 1.0 and model.moe is not None:  # the data's, not the engine's: kept for the header
         notes = (*notes, f"moe_load_imbalance {mapped.moe_load_imbalance:g} is the routing's, not a setting of {fmt}'s "
                  "configuration: not written; the prediction assumes it")
+    if mapped.lora_rank is not None and fmt not in LORA_FORMATS:
+        raise PlannerError(f"lora_rank({mapped.lora_rank}): {fmt}'s configuration has no LoRA setting planner writes; "
+                           f"export for {' or '.join(sorted(LORA_FORMATS))}, or drop lora_rank")
     check_layout(model, mapped, mapped.gpus)  # a setting the engine cannot run: a PlannerError naming it
     if mapped != layout:
         est = estimate(model, hw, mapped, headroom=est.headroom)

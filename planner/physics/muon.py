@@ -39,7 +39,7 @@ from planner.physics.comm import all_gather_seconds, all_reduce_seconds, group_l
 from planner.physics.kernels import GEMM_FIXED_SECONDS, matmul_plateau, memory_seconds, peak_16bit_flops
 from planner.physics.launch import host_launch_seconds
 from planner.physics.params import mtp_layer_is_moe
-from planner.physics.shapes import expert_shard_degree, layer_shape
+from planner.physics.shapes import WeightMatrix, expert_shard_degree, layer_weight_matrices
 from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import MUON_TP_MODE_CODES, LayoutArrays, Zero
 from planner.specs.model import ModelSpec
@@ -87,44 +87,14 @@ GATHER_OPS = 2
 """Duplicated TP mode's all-gather and the cat of the shards (newton_schulz_tp), per TP-split matrix."""
 
 
-@dataclass(frozen=True)
-class MuonMatrix:
-    """One shape of weight that Muon orthogonalises, in one layer."""
-
-    rows: int  # output features, whole (before any TP split)
-    cols: int  # input features, whole
-    count: int  # matrices of this shape in the layer (routed experts: all of the layer's)
-    split: bool  # TP splits it: its rows (column-parallel) or, row_parallel, its columns
-    row_parallel: bool
-    routed: bool  # a routed expert's weight: split over etp, the layer's experts spread over ep
-    parts: int = 1  # the parameter it is one part of holds this many (the split QKV: 3, or 4 with an output gate)
+MuonMatrix = WeightMatrix  # one shape of weight that Muon orthogonalises, in one layer
 
 
 def layer_matrices(model: ModelSpec, *, moe_layer: bool, linear: bool = False, split_qkv: bool = True
                    ) -> tuple[MuonMatrix, ...]:
-    """The weights Muon orthogonalises in one layer, from the layer's GEMMs (physics.shapes.layer_shape): every GEMM
-    weight is one matrix (a shared expert's summed width is one, as Megatron-Core's SharedExpertMLP holds it; each
-    routed expert's are their own), the fused QKV of a plain attention layer split into its Q (and output-gate), K
-    and V parts when `split_qkv`. A Gated DeltaNet mixer's fused input projection is not a linear_qkv weight and
-    stays whole."""
-    h = model.hidden_size
-    out: list[MuonMatrix] = []
-    for g in layer_shape(model, moe_layer=moe_layer and model.moe is not None, linear=linear).gemms:
-        side = g.side or h
-        if g.name == "qkv" and not linear and model.mla is None:
-            gate = 2 if model.attention_output_gate else 1
-            query_rows = g.tp_elements // side // gate
-            kv_rows = g.kv_elements_per_head * model.kv_heads // 2 // side
-            parts = [query_rows] * gate + [kv_rows, kv_rows] if split_qkv else [gate * query_rows + 2 * kv_rows]
-            out += [MuonMatrix(rows, side, 1, split=True, row_parallel=False, routed=False, parts=len(parts))
-                    for rows in parts]
-            continue
-        elements = g.tp_elements + g.kv_elements_per_head * model.kv_heads + g.replicated_elements
-        other = elements // g.copies // side
-        rows, cols = (side, other) if g.row_parallel else (other, side)
-        out.append(MuonMatrix(rows, cols, g.copies, split=g.tp_elements > 0, row_parallel=g.row_parallel,
-                              routed=g.routed))
-    return tuple(out)
+    """The weights Muon orthogonalises in one layer: every GEMM weight (physics.shapes.layer_weight_matrices), the
+    fused QKV of a plain attention layer as its Q (and output-gate), K and V parts when `split_qkv`."""
+    return layer_weight_matrices(model, moe_layer=moe_layer, linear=linear, split_qkv=split_qkv)
 
 
 def mtp_matrices(model: ModelSpec, *, split_qkv: bool = True) -> tuple[MuonMatrix, ...]:
@@ -132,7 +102,7 @@ def mtp_matrices(model: ModelSpec, *, split_qkv: bool = True) -> tuple[MuonMatri
     eh_proj, 2h -> h, column-parallel."""
     h = model.hidden_size
     return layer_matrices(model, moe_layer=mtp_layer_is_moe(model), split_qkv=split_qkv) + (
-        MuonMatrix(h, 2 * h, 1, split=True, row_parallel=False, routed=False),)
+        MuonMatrix(h, 2 * h, 1, split=True, row_parallel=False, routed=False, name="eh_proj"),)
 
 
 def newton_schulz_flop(short: np.ndarray | float, long: np.ndarray | float, steps: np.ndarray | float) -> np.ndarray:

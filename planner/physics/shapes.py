@@ -205,6 +205,46 @@ def gemm_elements_per_rank(gemm: Gemm, kv_heads: int, tp: np.ndarray) -> np.ndar
     return np.asarray(gemm.tp_elements / tp + gemm.kv_elements_per_head * kv_here + gemm.replicated_elements)
 
 
+@dataclass(frozen=True)
+class WeightMatrix:
+    """One shape of 2-D weight in one layer (what Muon orthogonalises, what LoRA puts an adapter beside)."""
+
+    rows: int  # output features, whole (before any TP split)
+    cols: int  # input features, whole
+    count: int  # matrices of this shape in the layer (routed experts: all of the layer's)
+    split: bool  # TP splits it: its rows (column-parallel) or, row_parallel, its columns
+    row_parallel: bool
+    routed: bool  # a routed expert's weight: split over etp, the layer's experts spread over ep
+    parts: int = 1  # the parameter it is one part of holds this many (the split QKV: 3, or 4 with an output gate)
+    name: str = ""  # the GEMM it belongs to (Gemm.name)
+
+
+def layer_weight_matrices(model: ModelSpec, *, moe_layer: bool, linear: bool = False, split_qkv: bool = True
+                          ) -> tuple[WeightMatrix, ...]:
+    """The 2-D weights of one layer, from its GEMMs (layer_shape): every GEMM weight is one matrix (a shared expert's
+    summed width is one, as Megatron-Core's SharedExpertMLP holds it; each routed expert's are their own), the fused
+    QKV of a plain attention layer split into its Q (and output-gate), K and V parts when `split_qkv` (as Hugging
+    Face models hold them: q_proj, k_proj, v_proj). A Gated DeltaNet mixer's fused input projection stays whole."""
+    h = model.hidden_size
+    out: list[WeightMatrix] = []
+    for g in layer_shape(model, moe_layer=moe_layer and model.moe is not None, linear=linear).gemms:
+        side = g.side or h
+        if g.name == "qkv" and not linear and model.mla is None:
+            gate = 2 if model.attention_output_gate else 1
+            query_rows = g.tp_elements // side // gate
+            kv_rows = g.kv_elements_per_head * model.kv_heads // 2 // side
+            parts = [query_rows] * gate + [kv_rows, kv_rows] if split_qkv else [gate * query_rows + 2 * kv_rows]
+            out += [WeightMatrix(rows, side, 1, split=True, row_parallel=False, routed=False, parts=len(parts),
+                                 name=g.name) for rows in parts]
+            continue
+        elements = g.tp_elements + g.kv_elements_per_head * model.kv_heads + g.replicated_elements
+        other = elements // g.copies // side
+        rows, cols = (side, other) if g.row_parallel else (other, side)
+        out.append(WeightMatrix(rows, cols, g.copies, split=g.tp_elements > 0, row_parallel=g.row_parallel,
+                                routed=g.routed, name=g.name))
+    return tuple(out)
+
+
 def rank_gemms(model: ModelSpec, tp: np.ndarray, *, moe_layer: bool, linear: bool = False
                ) -> list[tuple[Gemm, np.ndarray]]:
     """Each GEMM of a dense or MoE layer (`linear`: with the Gated DeltaNet mixer) with the weight elements one

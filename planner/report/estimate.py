@@ -65,6 +65,9 @@ def _moe_parts(est: TrainingEstimate) -> list[str]:
         parts.append(lay.optimizer)
     if lay.optimizer_state_dtype != "fp32" or lay.master_weights_dtype != "fp32":
         parts.append(f"moments {lay.optimizer_state_dtype}, master {lay.master_weights_dtype}")
+    if lay.lora_rank is not None:
+        where = "attention" if lay.lora_targets == "attention" else "all linear layers"
+        parts.append(f"LoRA rank {lay.lora_rank} on {where} (base weights frozen)")
     mtp = est.model.mtp_layers if lay.mtp_layers is None else lay.mtp_layers
     if mtp:
         parts.append(f"mtp {mtp}")

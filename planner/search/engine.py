@@ -347,7 +347,7 @@ def _fit_at(model: ModelSpec, hw: HardwareProfile, est: TrainingEstimate, gpus: 
     problem = Problem(gpus=gpus, global_batch=base.global_batch, seq_len=base.seq_len, dtype=base.dtype,
                       grad_dtype=base.grad_dtype, flash_attention=base.flash_attention, optimizer=base.optimizer,
                       muon_ns_steps=base.muon_ns_steps, muon_tp_mode=base.muon_tp_mode,
-                      muon_split_qkv=base.muon_split_qkv,
+                      muon_split_qkv=base.muon_split_qkv, lora_rank=base.lora_rank, lora_targets=base.lora_targets,
                       overlap_grad_reduce=base.overlap_grad_reduce, overlap_tp_comm=base.overlap_tp_comm,
                       optimizer_state_dtype=base.optimizer_state_dtype,
                       master_weights_dtype=base.master_weights_dtype, moe_dispatcher=base.moe_dispatcher,

@@ -51,6 +51,7 @@ from planner.errors import PlannerError
 from planner.physics.stages import pipeline_units_per_rank
 from planner.specs.engine import (
     DEFAULT_ENGINE,
+    ENGINE_PROFILES,
     AttentionKernel,
     EngineProfile,
     attention_kernel_run,
@@ -61,6 +62,7 @@ from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import (
     DISPATCHER_CODES,
     FP8_RECIPE_CODES,
+    LORA_TARGETS,
     MAX_MOE_LOAD_IMBALANCE,
     MUON_NS_STEPS_DEFAULT,
     MUON_TP_MODE_CODES,
@@ -147,6 +149,8 @@ class Problem:
     muon_ns_steps: int = MUON_NS_STEPS_DEFAULT  # Layout.muon_ns_steps (optimizer muon)
     muon_tp_mode: str = "duplicated"  # Layout.muon_tp_mode (optimizer muon)
     muon_split_qkv: bool = True  # Layout.muon_split_qkv (optimizer muon)
+    lora_rank: int | None = None  # Layout.lora_rank of every candidate (LoRA fine-tuning)
+    lora_targets: str = "all_linear"  # Layout.lora_targets (with lora_rank)
 
     def __post_init__(self) -> None:
         profile = engine_profile(self.engine)  # a PlannerError naming the engines there are
@@ -191,6 +195,17 @@ class Problem:
         if self.optimizer != "muon" and (self.muon_ns_steps != MUON_NS_STEPS_DEFAULT
                                          or self.muon_tp_mode != "duplicated" or not self.muon_split_qkv):
             raise PlannerError("--muon-ns-steps, --muon-tp-mode and --no-muon-split-qkv apply only with --optimizer muon")
+        if self.lora_targets not in LORA_TARGETS:
+            raise PlannerError(f"lora_targets({self.lora_targets}) must be one of {', '.join(LORA_TARGETS)}")
+        if self.lora_rank is None and self.lora_targets != "all_linear":
+            raise PlannerError("--lora-targets applies only with --lora-rank")
+        if self.lora_rank is not None and self.optimizer == "muon":
+            raise PlannerError("--lora-rank with --optimizer muon: no engine planner reads runs Muon on LoRA's "
+                               "adapters; use --optimizer adam")
+        if self.lora_rank is not None and not profile.optimizer.lora:
+            able = ", ".join(name for name, p in ENGINE_PROFILES.items() if p.optimizer.lora)
+            raise PlannerError(f"engine {self.engine} has no LoRA ({profile.optimizer.sources['lora']}); choose an "
+                               f"engine whose optimizer.lora is true ({able})")
         if self.optimizer == "muon" and not profile.optimizer.muon:
             raise PlannerError(f"engine {self.engine} cannot run optimizer muon ({profile.optimizer.sources['muon']}); "
                                "choose --optimizer adam or an engine whose optimizer.muon is true (megatron)")
@@ -544,6 +559,8 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         muon_ns_steps=const(problem.muon_ns_steps, np.int64),
         muon_tp_mode=const(MUON_TP_MODE_CODES[problem.muon_tp_mode], np.int64),
         muon_split_qkv=const(problem.muon_split_qkv, bool),
+        lora_rank=const(problem.lora_rank or 0, np.int64),
+        lora_attention_only=const(problem.lora_targets == "attention", bool),
         fp8=const(problem.dtype in QUANTIZED_DTYPES, bool),
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
         # the TP overlap where it runs: with sequence parallelism (which the default space offers with tp > 1 only)

@@ -176,5 +176,5 @@ FIELD_KINDS: dict[str, str] = {
     "micro_batch": "micro_batch", "seq_len": "seq_len", "input_len": "seq_len", "output_len": "seq_len",
     "concurrency": "concurrency", "recompute_layers": "layers", "recompute_layers_per_stage": "layers",
     "offload_activation_layers": "layers", "shard_group": "degree", "microbatch_group_size": "grad_accum", "max_batched_tokens": "seq_len", "top": "top",
-    "muon_ns_steps": "ns_steps", "muon_num_ns_steps": "ns_steps",
+    "muon_ns_steps": "ns_steps", "muon_num_ns_steps": "ns_steps", "lora_rank": "width",
 }

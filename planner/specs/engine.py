@@ -223,6 +223,10 @@ class OptimizerSection(_Sourced):
         description="Adam's moments can be kept in bitsandbytes' 8-bit blockwise form (Layout.optimizer_state_dtype "
         "int8).",
     )
+    lora: bool = Field(
+        default=False,
+        description="It fine-tunes with LoRA adapters on frozen base weights (Layout.lora_rank).",
+    )
     muon: bool = Field(
         default=False,
         description="It runs Muon (Layout.optimizer muon): the Newton-Schulz step on the hidden matrices, Adam on the "
@@ -554,8 +558,10 @@ _MEGATRON = EngineProfile(
     optimizer=OptimizerSection(
         implementation="Megatron distributed optimizer (fp32 main params, Adam states sharded over DP)",
         fused_step=True, state_bytes_per_param={"adam": 12, "sgd": 8}, step_traffic_factor=1.0,
-        bf16_moments=True, bf16_master_weights=False, fp8_params=True, default_grad_dtype="fp32", muon=True,
+        bf16_moments=True, bf16_master_weights=False, fp8_params=True, default_grad_dtype="fp32", muon=True, lora=True,
         sources={
+            "lora": "Megatron-Bridge's PEFT (src/megatron/bridge/peft/lora.py: LoRA on linear_qkv, linear_proj, linear_fc1, "
+            "linear_fc2, the base weights frozen) on Megatron-Core; Megatron-LM's own pretrain_gpt.py has none",
             "int8_moments": "Megatron's precision-aware optimizer (Transformer Engine's FusedAdam) keeps the moments "
             "in fp32, fp16, bf16 or fp8 (megatron/training/arguments.py @ d98e8a64, --exp-avg-dtype), not in "
             "bitsandbytes' 8-bit form",
@@ -693,9 +699,11 @@ _NEMO = _derive(
     "optimizer states and gradients (ZeRO-2) - the NeMo 24.07 recipes.",
     optimizer={
         "implementation": "Apex DistributedFusedAdam (optimizer states and gradients sharded over DP)",
-        "bf16_master_weights": True, "muon": False,
+        "bf16_master_weights": True, "muon": False, "lora": True,
         "sources": {"muon": "NeMo 24.07's Megatron-Core predates Megatron's emerging optimizers (Muon); newer NeMo "
                     "runs Megatron-Bridge: engine megatron",
+                    "lora": "NeMo 2's PEFT (nemo/collections/llm/peft/lora.py: LoRA adapters on Megatron-Core's linear "
+                    "layers, the base model frozen)",
                     "int8_moments": "Apex DistributedFusedAdam keeps its state in optim.dtype (fp32, fp16 or bf16), not "
                     "in bitsandbytes' 8-bit form",
                     "implementation": "NeMo 24.07 recipes, optim.name distributed_fused_adam (published_runs_modern.yaml notes)",
@@ -877,8 +885,10 @@ _TORCHTITAN = _derive(
     },
     optimizer={
         "implementation": "torch.optim.AdamW (foreach) on FSDP2 fp32 sharded parameters",
-        "fused_step": False, "step_traffic_factor": 1.0, "default_grad_dtype": "fp32", "muon": False,
+        "fused_step": False, "step_traffic_factor": 1.0, "default_grad_dtype": "fp32", "muon": False, "lora": False,
         "sources": {
+            "lora": "torchtitan trains every parameter: no adapter wrapping among its components (torchtitan/components "
+            "@ b5bcd76c)",
             "int8_moments": "torchtitan's optimizers keep torch.optim's moments in the parameters' dtype; no "
             "bitsandbytes optimizer among them (torchtitan/components/optimizer/optimizer.py @ b5bcd76c)",
             "muon": "torchtitan's optimizers are Adam and AdamW; its DistMuon (torchtitan/distributed/flex_shard/"
@@ -1015,8 +1025,10 @@ _FSDP = _derive(
     },
     optimizer={
         "bf16_moments": False, "bf16_master_weights": False, "fp8_params": False, "default_grad_dtype": "fp32",
-        "muon": False, "int8_moments": True,
+        "muon": False, "lora": True, "int8_moments": True,
         "sources": {
+            "lora": "Hugging Face PEFT's LoraModel wrapped around the model the Trainer trains (peft/tuners/lora: the base "
+            "weights requires_grad False, A and B trainable)",
             "int8_moments": "the Trainer's --optim adamw_bnb_8bit, adamw_8bit and paged_adamw_8bit run bitsandbytes' "
             "AdamW8bit / PagedAdamW8bit (transformers TrainingArguments OptimizerNames; Trainer.get_optimizer_cls_and_"
             "kwargs): uint8 moments with an fp32 absmax per 2,048 elements",
@@ -1114,10 +1126,12 @@ _AUTOMODEL = _derive(
     optimizer={
         "implementation": "torch.optim.Adam on FSDP2-sharded bf16 parameters",
         "default_grad_dtype": "bf16", "default_state_dtype": "bf16", "bf16_moments": True,
-        "bf16_master_weights": True, "fp8_params": False, "muon": False,
+        "bf16_master_weights": True, "fp8_params": False, "muon": False, "lora": True,
         "sources": {
             "muon": "its benchmark recipes step torch.optim.Adam; a Muon run is not among the configurations planner "
             "reads",
+            "lora": "its `peft:` section (nemo_automodel/components/_peft/lora.py @ 36044ad3: PeftConfig dim, "
+            "target_modules or match_all_linear; the base weights frozen)",
             "int8_moments": "its recipes step torch.optim.Adam or Transformer Engine's FusedAdam, not bitsandbytes",
             "implementation": _AUTOMODEL_SRC + " examples/llm_benchmark/*.yaml optimizer: torch.optim.Adam",
             "default_grad_dtype": "nemo_automodel/components/moe/parallelizer.py MixedPrecisionPolicy(param_dtype="
@@ -1275,10 +1289,12 @@ _DEEPSPEED = _derive(
     },
     optimizer={
         "implementation": "DeepSpeed FusedAdam under ZeRO (fp32 master + Adam states), BF16_Optimizer with bf16",
-        "fused_step": True, "step_traffic_factor": 1.0, "default_grad_dtype": "bf16", "muon": False,
+        "fused_step": True, "step_traffic_factor": 1.0, "default_grad_dtype": "bf16", "muon": False, "lora": True,
         "sources": {
             "muon": "DeepSpeed's ZeRO optimizers partition flattened parameters across ranks, which Newton-Schulz on "
             "whole matrices does not fit; planner models its Adam and SGD",
+            "lora": "DeepSpeed trains what requires grad: a model with frozen base weights and LoRA adapters (DeepSpeed-"
+            "Chat's --lora_dim with --only_optimize_lora, Hugging Face PEFT models) partitions and steps the adapters only",
             "int8_moments": "DeepSpeed's ZeRO optimizers keep fp32 or bf16 states (bf16_optimizer_states); a client "
             "bitsandbytes optimizer is not among the configurations planner reads",
             "default_grad_dtype": "gradients in the model's 16-bit dtype unless the JSON's data_types."

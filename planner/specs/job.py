@@ -37,6 +37,7 @@ from planner.specs.bounds import (
     NodeCount,
     NsSteps,
     SeqLen,
+    Width,
     ZeroStage,
     strict_float,
 )
@@ -47,6 +48,7 @@ from planner.specs.layout import (
     CudaGraphScope,
     Fp8Recipe,
     GradDtype,
+    LoraTargets,
     MoeDispatcher,
     MomentsDtype,
     MuonTpMode,
@@ -210,6 +212,12 @@ class TrainingSection(BaseModel):
     muon_split_qkv: StrictBool | None = Field(
         default=None, description="With optimizer muon: the QKV weight orthogonalised as its Q, K and V parts "
         "(default true).")
+    lora_rank: Width | None = Field(
+        default=None, description="LoRA fine-tuning: the rank of the adapters beside the frozen base weights "
+        "(default: none, every weight trains).")
+    lora_targets: LoraTargets | None = Field(
+        default=None, description="With lora_rank: all_linear (every linear layer of the blocks) or attention "
+        "(default all_linear).")
     engine: EngineName | None = Field(
         default=None,
         description="Training engine whose profile applies: megatron, nemo, torchtitan, fsdp or deepspeed "

@@ -26,6 +26,7 @@ from planner.specs.bounds import (
     MicroBatchCount,
     NsSteps,
     SeqLen,
+    Width,
     ZeroStage,
 )
 from planner.specs.engine import (
@@ -157,6 +158,8 @@ OPTIMIZER_NAMES: dict[int, str] = {code: name for name, code in OPTIMIZER_CODES.
 # gathers the whole matrix on every TP rank, blockwise orthogonalises each shard alone, distributed all-reduces the
 # Gram matrix of the shards.
 MuonTpMode = Literal["duplicated", "blockwise", "distributed"]
+LoraTargets = Literal["all_linear", "attention"]
+LORA_TARGETS: tuple[str, ...] = ("all_linear", "attention")
 MUON_TP_MODE_CODES: dict[str, int] = {"duplicated": 0, "blockwise": 1, "distributed": 2}
 MUON_TP_MODE_NAMES: dict[int, str] = {code: name for name, code in MUON_TP_MODE_CODES.items()}
 MUON_NS_STEPS_DEFAULT = 5  # Megatron-LM --muon-num-ns-steps (megatron/training/arguments.py @ d98e8a64)
@@ -254,6 +257,16 @@ class Layout(BaseModel):
         default=True,
         description="With optimizer muon: the fused QKV weight is orthogonalised as its Q, K and V parts (Megatron's "
         "default; --muon-no-split-qkv orthogonalises it whole).",
+    )
+    lora_rank: Width | None = Field(
+        default=None,
+        description="LoRA fine-tuning (Hu et al. 2021, arXiv:2106.09685): the base weights frozen and a trainable "
+        "rank-r adapter (B A, r x in and out x r) beside each targeted linear layer; null: every weight trains.",
+    )
+    lora_targets: LoraTargets = Field(
+        default="all_linear",
+        description="With lora_rank: the linear layers that get an adapter: all_linear (the attention projections, the "
+        "dense MLP and shared experts; routed experts and the router stay frozen) or attention (its projections).",
     )
     flash_attention: StrictBool = Field(default=True, description="Fused attention: no s x s score matrix is stored.")
     attention_kernel: AttentionKernel | None = Field(
@@ -430,6 +443,11 @@ class Layout(BaseModel):
         if self.optimizer != "muon" and (self.muon_ns_steps != MUON_NS_STEPS_DEFAULT
                                          or self.muon_tp_mode != "duplicated" or not self.muon_split_qkv):
             raise ValueError("muon_ns_steps, muon_tp_mode and muon_split_qkv apply only with optimizer muon")
+        if self.lora_rank is None and self.lora_targets != "all_linear":
+            raise ValueError("lora_targets applies only with lora_rank")
+        if self.lora_rank is not None and self.optimizer == "muon":
+            raise ValueError("lora_rank with optimizer muon: LoRA's adapters are low-rank matrices that Muon's "
+                             "orthogonalisation is not run on by any engine planner reads; use adam")
         if self.optimizer == "muon":
             if self.dtype == "fp16":
                 raise ValueError("optimizer muon with dtype fp16: Megatron-Core's emerging optimizers refuse fp16 "
@@ -536,6 +554,8 @@ class LayoutArrays:
     muon_ns_steps: np.ndarray  # Layout.muon_ns_steps
     muon_tp_mode: np.ndarray  # MUON_TP_MODE_CODES
     muon_split_qkv: np.ndarray
+    lora_rank: np.ndarray  # Layout.lora_rank; 0: no LoRA (every weight trains)
+    lora_attention_only: np.ndarray  # Layout.lora_targets == "attention"
     fp8: np.ndarray  # the layers' GEMMs run on quantized inputs: dtype fp8, or fp4 (fp8_recipe NVFP4)
     overlap_grad_reduce: np.ndarray
     overlap_tp_comm: np.ndarray
@@ -633,6 +653,8 @@ class LayoutArrays:
         cols["muon_ns_steps"] = np.array([lay.muon_ns_steps for lay in layouts], dtype=np.int64)
         cols["muon_tp_mode"] = np.array([MUON_TP_MODE_CODES[lay.muon_tp_mode] for lay in layouts], dtype=np.int64)
         cols["muon_split_qkv"] = np.array([lay.muon_split_qkv for lay in layouts], dtype=bool)
+        cols["lora_rank"] = np.array([lay.lora_rank or 0 for lay in layouts], dtype=np.int64)
+        cols["lora_attention_only"] = np.array([lay.lora_targets == "attention" for lay in layouts], dtype=bool)
         cols["moments_bf16"] = np.array([lay.optimizer_state_dtype == "bf16" for lay in layouts], dtype=bool)
         cols["moments_int8"] = np.array([lay.optimizer_state_dtype == "int8" for lay in layouts], dtype=bool)
         cols["master_bf16"] = np.array([lay.master_weights_dtype == "bf16" for lay in layouts], dtype=bool)
@@ -721,6 +743,8 @@ class LayoutArrays:
             muon_ns_steps=int(self.muon_ns_steps[i]) if muon else MUON_NS_STEPS_DEFAULT,
             muon_tp_mode=MUON_TP_MODE_NAMES[int(self.muon_tp_mode[i])] if muon else "duplicated",
             muon_split_qkv=bool(self.muon_split_qkv[i]) if muon else True,
+            lora_rank=int(self.lora_rank[i]) or None,
+            lora_targets="attention" if int(self.lora_rank[i]) and bool(self.lora_attention_only[i]) else "all_linear",
             optimizer_state_dtype=moments,
             master_weights_dtype=master,
             etp=None if etp == int(self.tp[i]) else etp,

@@ -91,11 +91,18 @@ class StepFlop:
 
 def step_flop(model: ModelSpec, lay: LayoutArrays) -> StepFlop:
     tokens = lay.global_batch.astype(float) * lay.seq_len
-    layers_fwd = (layer_weight_flop_per_token(model) + attention_core_flop_per_token(model, lay.seq_len)
-                  + indexer_flop_per_token(model, lay.seq_len) + linear_mixer_flop_per_token(model))
+    weights_fwd = layer_weight_flop_per_token(model)
+    cores_fwd = (attention_core_flop_per_token(model, lay.seq_len) + indexer_flop_per_token(model, lay.seq_len)
+                 + linear_mixer_flop_per_token(model))
+    layers_fwd = weights_fwd + cores_fwd
     head_fwd = lm_head_flop_per_token(model)
     passes = 1.0 + BACKWARD_TO_FORWARD_FLOP
-    model_flop = tokens * (passes * (layers_fwd + head_fwd) + indexer_beyond_the_rule_flop_per_token(model, lay.seq_len))
+    # LoRA freezes the weights: their backward computes the input gradient alone, one GEMM where training them takes
+    # two (physics.lora); the adapters' own FLOPs, 2 r (in + out) per targeted weight and token, are left out (under
+    # 1% at the ranks LoRA runs with)
+    weight_passes = np.where(lay.lora_rank > 0, 2.0, passes)
+    model_flop = tokens * (passes * cores_fwd + weight_passes * (weights_fwd + head_fwd)
+                           + indexer_beyond_the_rule_flop_per_token(model, lay.seq_len))
     # Recompute repeats forward work: full = every layer's forward (the fraction of layers recomputed when
     # only some are); selective = the attention core (Korthikanti et al. 2022, Sec. 5). With flash
     # attention nothing extra is recomputed by "selective": the kernel already recomputes inside its

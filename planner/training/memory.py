@@ -17,6 +17,7 @@ import numpy as np
 from planner.physics import linear_attention
 from planner.physics.kernels import NVFP4_COPY_BYTES_PER_ELEMENT
 from planner.physics.linear_attention import layer_linear_counts
+from planner.physics.lora import adapter_params
 from planner.physics.moe import capacity_factor
 from planner.physics.params import mtp_layer_is_moe
 from planner.physics.reserve import NCCL_BYTES_PER_COMMUNICATOR, PROCESS_BYTES
@@ -126,6 +127,21 @@ class StageParams:
     num_mtp_layers: np.ndarray | int = 0  # multi-token-prediction modules (the last stage's), within dense/expert
     num_linear_dense: np.ndarray | int = 0  # the dense layers (within num_layers) whose mixer is Gated DeltaNet
     num_linear_moe: np.ndarray | int = 0  # and the MoE layers
+    adapters: np.ndarray | float = 0.0  # LoRA's trainable adapter parameters (physics.lora), besides dense/expert
+    lora: np.ndarray | bool = False  # the base weights (dense, expert, ends) are frozen: only `adapters` train
+
+    @property
+    def trainable_dense(self) -> np.ndarray:
+        """The parameters with gradients and optimizer states, sharded like `dense`: all of them, or the adapters."""
+        return np.asarray(np.where(self.lora, self.adapters, self.dense))
+
+    @property
+    def trainable_expert(self) -> np.ndarray:
+        return np.asarray(np.where(self.lora, 0.0, self.expert))
+
+    @property
+    def trainable_ends(self) -> np.ndarray:
+        return np.asarray(np.where(self.lora, 0.0, self.ends))
 
 
 def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> StageParams:
@@ -161,6 +177,15 @@ def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> Stag
     moe_kind = np.where(n_moe > lin_moe, moe_layer.dense, 0.0)
     moe_kind = np.maximum(moe_kind, np.where(lin_moe > 0, moe_layer.dense + delta_moe, 0.0))
     largest_dense = np.maximum(np.where(n_dense > 0, dense_kind, 0.0), np.where(has_moe, moe_kind, 0.0))
+    lora = lay.lora_rank > 0
+    if np.any(lora):
+        adapters = ((n_dense - lin_dense) * adapter_params(model, lay, moe_layer=False)
+                    + (n_moe - lin_moe) * adapter_params(model, lay, moe_layer=True))
+        if model.linear_attention is not None:
+            adapters = adapters + (lin_dense * adapter_params(model, lay, moe_layer=False, linear=True)
+                                   + lin_moe * adapter_params(model, lay, moe_layer=True, linear=True))
+    else:
+        adapters = np.zeros(())
     return StageParams(
         dense=dense,
         expert=expert,
@@ -172,6 +197,8 @@ def stage_params(model: ModelSpec, lay: LayoutArrays, stage: np.ndarray) -> Stag
         num_mtp_layers=n_mtp,
         num_linear_dense=lin_dense,
         num_linear_moe=lin_moe,
+        adapters=adapters,
+        lora=lora,
     )
 
 
@@ -235,17 +262,20 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
     shard = lay.shard_degree.astype(float)  # dp x cp, or the HSDP shard group
     expert_shard = expert_shard_degree(lay)
 
-    def sharded(bytes_per_param: np.ndarray, from_stage: int) -> np.ndarray:
+    def sharded(bytes_per_param: np.ndarray, from_stage: int, dense: np.ndarray, expert: np.ndarray) -> np.ndarray:
         on = lay.zero >= from_stage
         return np.asarray(bytes_per_param * (
-            np.where(on, sp.dense / shard, sp.dense) + np.where(on, sp.expert / expert_shard, sp.expert)
+            np.where(on, dense / shard, dense) + np.where(on, expert / expert_shard, expert)
         ))
 
-    # the layers' weights at their own width; the embedding and LM head stay 16-bit
-    weights = sharded(layer_weight_bytes(lay).astype(float), 3) + (WEIGHT_BYTES - layer_weight_bytes(lay)) * np.where(
-        lay.zero >= Zero.PARAMETERS, sp.ends / shard, sp.ends)
-    grads = sharded(lay.grad_bytes.astype(float), 2)
-    optim = sharded(lay.optimizer_bytes.astype(float), 1)
+    # the layers' weights at their own width; the embedding and LM head stay 16-bit; LoRA's adapters beside them
+    weights = (sharded(layer_weight_bytes(lay).astype(float), 3, sp.dense, sp.expert)
+               + (WEIGHT_BYTES - layer_weight_bytes(lay)) * np.where(lay.zero >= Zero.PARAMETERS, sp.ends / shard, sp.ends)
+               + np.where(sp.lora, WEIGHT_BYTES * np.where(lay.zero >= Zero.PARAMETERS, sp.adapters / shard,
+                                                           sp.adapters), 0.0))
+    # gradients and optimizer states: of every parameter, or (LoRA) of the adapters alone
+    grads = sharded(lay.grad_bytes.astype(float), 2, sp.trainable_dense, sp.trainable_expert)
+    optim = sharded(lay.optimizer_bytes.astype(float), 1, sp.trainable_dense, sp.trainable_expert)
     # Muon leaves the embedding and the output layer to Adam (physics.muon), whose second moment they add; norms
     # and biases, also Adam's, are under 0.1% of a model and counted at Muon's bytes. The layer-wise distributed
     # optimizer owns whole matrices per data-parallel rank: its shard is taken as the average, 1 / (dp x cp).
@@ -270,7 +300,8 @@ def host_state_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     shard = lay.shard_degree.astype(float)
     expert_shard = expert_shard_degree(lay)
     on = lay.zero >= Zero.OPTIMIZER
-    params = np.where(on, sp.dense / shard + sp.expert / expert_shard, sp.dense + sp.expert)
+    params = np.where(on, sp.trainable_dense / shard + sp.trainable_expert / expert_shard,
+                      sp.trainable_dense + sp.trainable_expert)
     optimizer = np.where(lay.offload_optimizer, params * (lay.optimizer_bytes + HOST_GRAD_BYTES), 0.0)
     weights = np.where(lay.offload_params, params * WEIGHT_BYTES, 0.0)
     return optimizer + weights

@@ -223,6 +223,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: "optimizer_state_dtype bf16", "optimizer.bf16_moments"),
     _engine_rule("engine_no_int8_moments", lambda a, e: a.moments_int8 & (not e.optimizer.int8_moments),
                  lambda l: "optimizer_state_dtype int8", "optimizer.int8_moments"),
+    _engine_rule("engine_no_lora", lambda a, e: (a.lora_rank > 0) & (not e.optimizer.lora),
+                 lambda l: f"lora_rank({l.lora_rank})", "optimizer.lora"),
     _engine_rule("engine_no_bf16_master", lambda a, e: a.master_bf16 & (not e.optimizer.bf16_master_weights),
                  lambda l: "master_weights_dtype bf16", "optimizer.bf16_master_weights"),
     _engine_rule("engine_no_muon", lambda a, e: (a.optimizer == OPTIMIZER_CODES["muon"]) & (not e.optimizer.muon),

@@ -69,6 +69,7 @@ from planner.physics.launch import (
     layer_launches,
 )
 from planner.physics.linear_attention import in_proj_width, mixer_widths
+from planner.physics.lora import adapter_traffic_bytes_per_token
 from planner.physics.moe import (
     capacity_factor,
     dispatch_seconds,
@@ -579,12 +580,21 @@ def layer_time(
         expert_fwd, expert_bwd = regroup + bias_fwd, regroup + bias_bwd
     else:
         expert_fwd = expert_bwd = np.zeros_like(elementwise)
-    forward = (gemm + core_fwd + elementwise + clamp_fwd + rotary_fwd + cast_fwd + expert_fwd
+    # LoRA (physics.lora): the adapters' memory-bound kernels beside each targeted GEMM, and no weight-gradient GEMM
+    # for a frozen weight, so a base GEMM's backward is its input gradient alone
+    lora = lay.lora_rank > 0
+    if np.any(lora):
+        lora_fwd_bytes, lora_bwd_bytes = adapter_traffic_bytes_per_token(model, lay, moe_layer=moe_layer, linear=linear)
+        lora_fwd, lora_bwd = memory_seconds(hw, tokens * lora_fwd_bytes), memory_seconds(hw, tokens * lora_bwd_bytes)
+    else:
+        lora_fwd = lora_bwd = np.zeros_like(gemm)
+    forward = (gemm + core_fwd + elementwise + clamp_fwd + rotary_fwd + cast_fwd + expert_fwd + lora_fwd
                + bookkeeping / (1 + BACKWARD_LAUNCH_RATIO))
     # the indexer's input is detached (DeepSeek-V3.2-Exp report Sec. 2.1; Megatron-Core dsa.py): its projections
-    # compute weight gradients only, one GEMM each in the backward instead of two
-    backward = (2 * gemm - index_gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + clamp_bwd + rotary_bwd
-                + cast_bwd + expert_bwd) + (
+    # compute weight gradients only, one GEMM each in the backward instead of two (none when LoRA freezes them)
+    backward_gemm = np.where(lora, gemm - index_gemm, 2 * gemm - index_gemm)
+    backward = (backward_gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + clamp_bwd + rotary_bwd
+                + cast_bwd + expert_bwd + lora_bwd) + (
         bookkeeping * BACKWARD_LAUNCH_RATIO / (1 + BACKWARD_LAUNCH_RATIO)
     )
     # Under --tp-comm-overlap the row-parallel forward GEMMs (attention output, fc2) run beside their pipelined
@@ -1154,9 +1164,10 @@ def zero3_seconds(
         + bandwidth(all_gather_seconds, unit_expert, layer_weight_bytes(lay), expert_link, expert_group)
         + np.where(shard > 1, per_collective, 0.0)
     )
+    # the gradients reduce-scattered: every parameter's, or (LoRA) the adapters' alone (frozen weights have none)
     scatter = (
-        bandwidth(reduce_scatter_seconds, unit_dense, reduce_bytes, link, shard)
-        + bandwidth(reduce_scatter_seconds, unit_expert, reduce_bytes, expert_link, expert_group)
+        bandwidth(reduce_scatter_seconds, sp.trainable_dense / units, reduce_bytes, link, shard)
+        + bandwidth(reduce_scatter_seconds, sp.trainable_expert / units, reduce_bytes, expert_link, expert_group)
         + np.where(shard > 1, per_collective, 0.0)
     )
     # Parameters offloaded to the host (ZeRO-Infinity, FSDP CPUOffload): each gather first copies the rank's
@@ -1214,18 +1225,21 @@ def data_parallel_seconds(
     expert_group = np.rint(expert_data_parallel(lay)).astype(np.int64)
     expert_link = group_link(hw, expert_group, lay.etp * lay.ep)
     grad_bytes = lay.grad_bytes
+    # what trains: every parameter, or (LoRA) the adapters alone, whose gradients are reduced and whose updated
+    # shards are gathered; frozen weights move in neither
+    dense, expert = sp.trainable_dense, sp.trainable_expert
     reduce = np.where(
         lay.zero == Zero.NONE,
-        all_reduce_seconds(sp.dense * grad_bytes, shard, dp_link)
-        + all_reduce_seconds(sp.expert * grad_bytes, expert_group, expert_link),
-        reduce_scatter_seconds(sp.dense * grad_bytes, shard, dp_link)
-        + reduce_scatter_seconds(sp.expert * grad_bytes, expert_group, expert_link),
+        all_reduce_seconds(dense * grad_bytes, shard, dp_link)
+        + all_reduce_seconds(expert * grad_bytes, expert_group, expert_link),
+        reduce_scatter_seconds(dense * grad_bytes, shard, dp_link)
+        + reduce_scatter_seconds(expert * grad_bytes, expert_group, expert_link),
     )
     gather = np.where(
         lay.zero == Zero.NONE,
         0.0,
-        all_gather_seconds(sp.dense * layer_weight_bytes(lay), shard, dp_link)
-        + all_gather_seconds(sp.expert * layer_weight_bytes(lay), expert_group, expert_link),
+        all_gather_seconds(dense * layer_weight_bytes(lay), shard, dp_link)
+        + all_gather_seconds(expert * layer_weight_bytes(lay), expert_group, expert_link),
     )
     # Hybrid sharding (shard_group): the reduce-scatter and all-gather run inside the shard group, and each
     # shard's gradients are all-reduced across the replicas once per step (PyTorch HSDP; ZeRO++ hpZ).
@@ -1234,13 +1248,13 @@ def data_parallel_seconds(
     group_link_ = group_link(hw, group, lay.tp)
     replica_link = group_link(hw, lay.replicas, lay.tp * group)
     reduce_bytes = np.where(lay.zero >= Zero.PARAMETERS, np.where(engine_reduce_fp32(engine), 4, grad_bytes), grad_bytes)
-    hybrid_reduce = reduce_scatter_seconds(sp.dense * grad_bytes, group, group_link_) + all_reduce_seconds(
-        (sp.dense + sp.expert) / group * reduce_bytes, lay.replicas, replica_link
+    hybrid_reduce = reduce_scatter_seconds(dense * grad_bytes, group, group_link_) + all_reduce_seconds(
+        (dense + expert) / group * reduce_bytes, lay.replicas, replica_link
     )
-    hybrid_gather = all_gather_seconds(sp.dense * layer_weight_bytes(lay), group, group_link_)
+    hybrid_gather = all_gather_seconds(dense * layer_weight_bytes(lay), group, group_link_)
     reduce = np.where(hybrid & (lay.zero >= Zero.OPTIMIZER), np.where(lay.zero >= Zero.PARAMETERS, 0.0, hybrid_reduce), reduce)
     gather = np.where(hybrid & (lay.zero >= Zero.OPTIMIZER), np.where(lay.zero >= Zero.PARAMETERS, 0.0, hybrid_gather), gather)
-    replica_only = all_reduce_seconds((sp.dense + sp.expert) / group * reduce_bytes, lay.replicas, replica_link)
+    replica_only = all_reduce_seconds((dense + expert) / group * reduce_bytes, lay.replicas, replica_link)
     profile = engine_or_default(engine)
     # An engine whose pipeline schedule reduces the gradients only after its last step (DeepSpeed's
     # TrainSchedule: ReduceGrads, then OptimizerStep) hides none of it, and one that all-reduces the whole
@@ -1255,8 +1269,8 @@ def data_parallel_seconds(
              & ~lay.offload_optimizer & ~hybrid)
     reduce = np.where(
         whole,
-        all_reduce_seconds(sp.dense * grad_bytes, shard, dp_link)
-        + all_reduce_seconds(sp.expert * grad_bytes, expert_group, expert_link),
+        all_reduce_seconds(dense * grad_bytes, shard, dp_link)
+        + all_reduce_seconds(expert * grad_bytes, expert_group, expert_link),
         reduce,
     )
     eff = profile.efficiency.dp_overlap_efficiency
@@ -1281,7 +1295,8 @@ def optimizer_seconds(hw: HardwareProfile, lay: LayoutArrays, sp: StageParams) -
     """The optimizer step streams its states once: Adam reads master weights, momentum, variance and the
     gradient and writes all but the gradient plus the 16-bit weights (memory-bound, fused multi-tensor)."""
     shard = np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree, 1)
-    params = sp.dense / shard + sp.expert / np.where(lay.zero >= Zero.OPTIMIZER, expert_shard_degree(lay), 1.0)
+    params = sp.trainable_dense / shard + sp.trainable_expert / np.where(lay.zero >= Zero.OPTIMIZER,
+                                                                          expert_shard_degree(lay), 1.0)
     bytes_per_param = 2 * lay.optimizer_bytes + lay.grad_bytes + WEIGHT_BYTES
     return memory_seconds(hw, params * bytes_per_param)
 
@@ -1316,7 +1331,7 @@ def offload_step_seconds(
     assert hw.host is not None
     shard = np.where(lay.zero >= Zero.OPTIMIZER, lay.shard_degree, 1).astype(float)
     expert_shard = np.where(lay.zero >= Zero.OPTIMIZER, expert_shard_degree(lay), 1.0)
-    params = sp.dense / shard + sp.expert / expert_shard
+    params = sp.trainable_dense / shard + sp.trainable_expert / expert_shard
     ranks_per_node = np.minimum(hw.node.gpus_per_node, lay.gpus)
     fused_rate = hw.host.memory_bandwidth_bytes_per_s * CPU_ADAM_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAM
     rate = np.where(lay.torch_cpu_adam, fused_rate / TORCH_CPU_ADAM_SLOWDOWN, fused_rate)

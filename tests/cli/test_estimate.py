@@ -329,3 +329,22 @@ def test_muon_options_reach_the_layout_and_its_bad_uses_are_one_line_errors(run_
                           "engine deepspeed cannot run optimizer muon")
     assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--optimizer", "muon", "--muon-ns-steps", "2000"),
                           "1,024 Newton-Schulz iterations")
+
+
+def test_lora_options_reach_the_layout_and_its_bad_uses_are_one_line_errors(run_cli):
+    args = ("--gpus", "8", "--zero", "3", "--engine", "automodel", "--lora-rank", "16", "--lora-targets", "attention")
+    doc = estimate_json(run_cli, *args)
+    assert (doc["config"]["lora_rank"], doc["config"]["lora_targets"]) == (16, "attention")
+    full = estimate_json(run_cli, "--gpus", "8", "--zero", "3", "--engine", "automodel")
+    # the frozen weights keep no gradient or optimizer state: only the adapters' (32 x 16 x 26,624 attention
+    # parameters, bf16 gradients and 4 bytes of optimizer state in the automodel profile, over 8 shards)
+    assert doc["memory"]["gradients_bytes"] == 32 * 16 * 26_624 * 2 / 8
+    assert doc["memory"]["optimizer_bytes"] == 32 * 16 * 26_624 * 4 / 8
+    assert doc["memory"]["optimizer_bytes"] < full["memory"]["optimizer_bytes"] / 100
+    assert doc["time"]["step_seconds"] < full["time"]["step_seconds"]
+    table = run_cli(*BASE, *args)
+    assert table.exit_code == 0 and "LoRA rank 16 on attention (base weights frozen)" in " ".join(table.stdout.split())
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--lora-targets", "attention"), "applies only with lora_rank")
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--zero", "3", "--engine", "torchtitan", "--lora-rank", "8"),
+                          "lora_rank(8)")
+    assert_one_line_error(run_cli(*BASE, "--gpus", "8", "--lora-rank", "0"), "lora-rank")

@@ -315,3 +315,16 @@ def test_moe_fused_mlp_search_costs_every_candidate_with_it_and_says_so(run_cli)
     assert dense.exit_code == 2 and dense.stderr.startswith("error:") and "no experts" in dense.stderr
     torch = run_cli(*qwen, "--moe-fused-mlp", "--engine", "torchtitan")
     assert torch.exit_code == 2 and "cannot run moe_fused_mlp" in torch.stderr
+
+
+def test_a_lora_search_holds_lora_in_every_candidate_and_fits_more(run_cli):
+    one_gpu = ("search", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus", "1", "--global-batch", "32",
+               "--seq-len", "4096", "--engine", "automodel")
+    full = as_json(run_cli(*one_gpu, "--format", "json", "--top", "3"))
+    lora = as_json(run_cli(*one_gpu, "--lora-rank", "16", "--format", "json", "--top", "3"))
+    assert lora["candidates"] and all(c["config"]["lora_rank"] == 16 for c in lora["candidates"])
+    # 8B with Adam on one 80 GB GPU: full fine-tuning's 16 bytes of state per parameter leave fewer layouts that fit
+    assert lora["feasible"] > full["feasible"]
+    result = run_cli(*one_gpu, "--lora-rank", "16", "--engine", "torchtitan")
+    assert result.exit_code == 2 and result.stderr.startswith("error:") and "no LoRA" in result.stderr
+    assert result.stderr.count("\n") == 1

@@ -97,6 +97,55 @@ def test_the_loader_words_automodel_translates(word, value):
     assert imported.fields["dp"] == value
 
 
+def test_the_peft_section_is_lora():
+    """llama3_1_8b_peft_benchmark.yaml: `peft:` PeftConfig dim 16 on '*_proj' (every projection); the 70B recipe
+    adds TP 2 with activation checkpointing."""
+    imported, lay = read("llama3_1_8b_peft_benchmark.yaml", "llama-3.1-8b", 1)
+    assert (lay.lora_rank, lay.lora_targets, lay.dp, lay.micro_batch, lay.global_batch) == (16, "all_linear", 1, 2, 32)
+    assert imported.origins["lora_rank"] == "peft.dim"
+    _, lay = read("custom_llama3_3_70b_instruct_peft_benchmark.yaml", "llama-3.1-70b", 8)
+    assert (lay.lora_rank, lay.tp, lay.dp, lay.recompute) == (16, 2, 4, "full")
+
+
+@pytest.mark.parametrize(("targets", "expected"), [
+    (["q_proj", "v_proj"], "attention"), (["*.self_attn.q_proj", "*.self_attn.o_proj"], "attention"),
+    ("*_proj", "all_linear"), (["*"], "all_linear"), (["q_proj", "gate_proj"], "all_linear"),
+])
+def test_lora_targets_from_the_module_patterns(targets, expected):
+    config = recipe("llama3_1_8b_peft_benchmark.yaml")
+    config["peft"]["target_modules"] = targets
+    model = load_model("llama-3.1-8b").spec
+    imported = import_automodel(config, gpus=1, given={}, model=model, source="x")
+    assert imported.fields["lora_targets"] == expected
+
+
+def test_an_unset_rank_is_peft_configs_default_and_match_all_linear_warns():
+    config = recipe("llama3_1_8b_peft_benchmark.yaml")
+    del config["peft"]["dim"], config["peft"]["target_modules"]
+    config["peft"]["match_all_linear"] = True
+    model = load_model("llama-3.1-8b").spec
+    imported = import_automodel(config, gpus=1, given={}, model=model, source="x")
+    assert (imported.fields["lora_rank"], imported.fields["lora_targets"]) == (8, "all_linear")
+    assert any("lm_head" in w for w in imported.warnings)
+
+
+@pytest.mark.parametrize(("path", "value", "needle"), [
+    (("peft", "use_dora"), True, "DoRA"),
+    (("quantization",), {"load_in_4bit": True}, "QLoRA"),
+    (("peft", "dim"), 0, "positive whole number"),
+    (("peft", "target_modules"), [["q_proj"]], "module-name patterns"),
+])
+def test_lora_settings_planner_cannot_model_are_refused(path, value, needle):
+    config = recipe("llama3_1_8b_peft_benchmark.yaml")
+    node = config
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    model = load_model("llama-3.1-8b").spec
+    with pytest.raises(PlannerError, match=needle):
+        import_automodel(config, gpus=1, given={}, model=model, source="x")
+
+
 def test_virtual_stage_rules_as_automodel_raises_them():
     assert virtual_stages(61, 2, 4, "interleaved1f1b", "up", "r") == 8  # 31 -> 32
     assert virtual_stages(61, None, 4, "interleaved1f1b", None, "r") == 2

@@ -63,6 +63,9 @@ CASES: dict[str, tuple[str, int, dict]] = {
     "muon-tp2-blockwise": ("llama-3.1-8b", 8, dict(optimizer="muon", tp=2, sequence_parallel=True, zero=1,
                                                    muon_tp_mode="blockwise", muon_ns_steps=6, muon_split_qkv=False,
                                                    global_batch=64, seq_len=4096)),
+    # LoRA on the attention: only an AutoModel recipe's peft section says it
+    "lora-attention": ("llama-3.1-8b", 8, dict(zero=3, recompute="full", lora_rank=16, lora_targets="attention",
+                                               global_batch=16, seq_len=4096, grad_dtype="fp32")),
     "gpipe-pp2": ("llama-3.1-8b", 8, dict(pp=2, schedule="gpipe", global_batch=16, seq_len=1024, zero=1)),
     # 5 micro-batches on pp 4: interleaved only in one group of 5 (--microbatch-group-size-per-virtual-pipeline-stage)
     "vpp2-microbatch-group5": ("llama-3.1-8b", 8, dict(pp=4, interleave=2, microbatch_group_size=5, micro_batch=4,
@@ -109,6 +112,8 @@ REFUSED: dict[tuple[str, str], str] = {
     ("muon-tp2-blockwise", "automodel"): "cannot run optimizer muon",
     ("muon-tp2-blockwise", "hf_trainer"): "tp(2)",
     ("gpipe-pp2", "megatron"): "GPipe",
+    **{("lora-attention", fmt): "no LoRA setting planner writes" for fmt in ("megatron", "deepspeed", "torchtitan",
+                                                                             "torchtitan_registry", "hf_trainer")},
     **{("vpp2-microbatch-group5", fmt): "microbatch_group_size(5)" for fmt in ("torchtitan", "torchtitan_registry",
                                                                              "automodel")},
     ("vpp2-microbatch-group5", "deepspeed"): "interleave(2)",

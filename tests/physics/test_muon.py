@@ -78,7 +78,8 @@ def test_the_matrices_hold_every_gemm_weight_of_the_layer(name, moe_layer):
 def test_the_mtp_module_adds_its_eh_projection():
     model = load_model("deepseek-v3").spec
     h = model.hidden_size
-    assert mtp_matrices(model)[-1] == MuonMatrix(h, 2 * h, 1, split=True, row_parallel=False, routed=False)
+    assert mtp_matrices(model)[-1] == MuonMatrix(h, 2 * h, 1, split=True, row_parallel=False, routed=False,
+                                                   name="eh_proj")
     assert mtp_matrices(model)[:-1] == layer_matrices(model, moe_layer=True)
 
 

@@ -79,9 +79,10 @@ def models(draw: st.DrawFn) -> ModelSpec:
        moments=st.sampled_from(["fp32", "bf16"]), schedule=st.sampled_from(["1f1b", "gpipe"]),
        kernel=st.sampled_from([None, "fused", "flash2"]),
        recipe=st.sampled_from([None, "tensorwise", "delayed", "blockwise", "nvfp4"]),
-       muon=st.sampled_from([None, "duplicated", "blockwise", "distributed"]))
+       muon=st.sampled_from([None, "duplicated", "blockwise", "distributed"]),
+       lora=st.sampled_from([None, (8, "all_linear"), (16, "attention")]))
 def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick, dispatcher,
-                                                        ep_overlap, moments, schedule, kernel, recipe, muon):
+                                                        ep_overlap, moments, schedule, kernel, recipe, muon, lora):
     # recipe None: bf16; nvfp4: dtype fp4 on a Blackwell rack; else fp8 under that recipe
     precision = ({} if recipe is None else {"dtype": "fp4"} if recipe == "nvfp4"
                  else {"dtype": "fp8", "fp8_recipe": recipe})
@@ -90,9 +91,11 @@ def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_
     optimizer = {} if muon is None else {"optimizer": "muon", "muon_tp_mode": muon}
     if muon is not None:
         moments = "fp32"
+        lora = None  # no engine runs Muon on LoRA's adapters
+    adapters = {} if lora is None else {"lora_rank": lora[0], "lora_targets": lora[1]}
     problem = Problem(gpus=gpus, global_batch=gpus * batch_per_gpu, seq_len=seq_len, moe_dispatcher=dispatcher,
                       moe_ep_overlap=ep_overlap, optimizer_state_dtype=moments, schedule=schedule,
-                      attention_kernel=kernel, **precision, **optimizer)
+                      attention_kernel=kernel, **precision, **optimizer, **adapters)
     try:
         result = run_search(model, hw, problem, chunk=64)  # small chunks: several chunks per search
     except PlannerError:
@@ -110,6 +113,7 @@ def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_
         assert layout.moe_ep_overlap == ep_overlap and layout.optimizer_state_dtype == moments
         assert layout.schedule == schedule
         assert (layout.optimizer, layout.muon_tp_mode) == (("adam", "duplicated") if muon is None else ("muon", muon))
+        assert (layout.lora_rank, layout.lora_targets) == ((None, "all_linear") if lora is None else lora)
         assert (layout.dtype, layout.fp8_recipe) == (("bf16", "tensorwise") if recipe is None else
                                                      ("fp4", "tensorwise") if recipe == "nvfp4" else ("fp8", recipe))
         # the problem's kernel, read back as null where it is the engine's own (megatron: fused)
