@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from planner.engines.common import Collected, EngineImport, ExportContext, prediction_lines
+from planner.engines.common import Collected, EngineImport, ExportContext, lora_targets_of, prediction_lines
 from planner.engines.torchtitan import hf_repo_id
 from planner.errors import PlannerError, short_repr
 from planner.specs.layout import Layout, Zero
@@ -323,11 +323,6 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
     return EngineImport(format=FORMAT, source=source, fields=fields, warnings=tuple(got.warnings), origins=got.origin)
 
 
-# Module names of the attention projections in the Hugging Face models AutoModel trains (and Megatron-style names);
-# a target list naming only these adapts the attention alone.
-ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "query_key_value", "self_attn", "attn",
-                     "linear_qkv", "linear_proj", "q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "wq", "wk", "wv",
-                     "wo", "dense")
 LORA_DEFAULT_RANK = 8  # PeftConfig.dim's default (components/_peft/lora.py @ 36044ad3)
 
 
@@ -356,9 +351,7 @@ def _peft(config: dict[str, Any], source: str, got: Collected) -> None:
     if any(not isinstance(p, str) for p in patterns):
         raise PlannerError(f"peft.target_modules must be module-name patterns, got {short_repr(targets)}",
                            source=source, field="peft.target_modules")
-    names = [p.rsplit(".", 1)[-1].strip("*") for p in patterns]
-    attention = bool(names) and all(name in ATTENTION_MODULES for name in names)
-    got.set("lora_targets", "attention" if attention else "all_linear", "peft.target_modules")
+    got.set("lora_targets", lora_targets_of(patterns), "peft.target_modules")
     if _get(config, "peft.match_all_linear") is True:
         got.warn("peft.match_all_linear also adapts the output layer (lm_head), which planner leaves frozen: its "
                  "adapter is 2 r (h + vocab) parameters more")

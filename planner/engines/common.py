@@ -144,6 +144,21 @@ def resolve_batch(
     return global_batch, micro_batch
 
 
+# Module names of the attention projections in the Hugging Face models PEFT, TRL and AutoModel wrap (and Megatron's
+# names): a LoRA target list naming only these adapts the attention alone (Layout.lora_targets attention).
+ATTENTION_MODULE_NAMES = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "query_key_value", "self_attn",
+                                    "attn", "linear_qkv", "linear_proj", "q_a_proj", "q_b_proj", "kv_a_proj",
+                                    "kv_a_proj_with_mqa", "kv_b_proj", "wq", "wk", "wv", "wo", "query", "key",
+                                    "value", "c_attn", "dense"})
+
+
+def lora_targets_of(patterns: list[str]) -> str:
+    """Layout.lora_targets of a LoRA target-module list: attention where every pattern's last name (wildcards
+    dropped) is an attention projection, else all_linear (`*_proj`, `all-linear`, `*`, any MLP name)."""
+    names = [p.rsplit(".", 1)[-1].strip("*") for p in patterns]
+    return "attention" if names and all(name in ATTENTION_MODULE_NAMES for name in names) else "all_linear"
+
+
 def require(fields: Mapping[str, Any], name: str, source: str, hint: str) -> None:
     """A field neither the engine file nor the job sets, that has no default."""
     if fields.get(name) is None:

@@ -39,7 +39,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.engines.common import Collected, EngineImport, ExportContext, prediction_lines, resolve_batch
+from planner.engines.common import (
+    Collected,
+    EngineImport,
+    ExportContext,
+    lora_targets_of,
+    prediction_lines,
+    resolve_batch,
+)
 from planner.engines.shell import before_redirection, run_script, script_index
 from planner.errors import PlannerError
 from planner.specs.bounds import over_limit
@@ -70,6 +77,10 @@ def optimizer_fields(optim: str) -> dict[str, str]:
     return fields
 # TrainingArguments that change no per-GPU memory planner models (logging, schedule, data loading, saving)
 IGNORED: frozenset[str] = frozenset({
+    # TRL's SFTConfig data options, which change no memory or time (trl/trainer/sft_config.py)
+    "eos_token", "pad_token", "packing_strategy", "padding_free",
+    "completion_only_loss", "assistant_only_loss", "chat_template_path", "dataset_num_proc", "dataset_config",
+    "dataset_train_split", "dataset_test_split",
     "output_dir", "overwrite_output_dir", "do_train", "do_eval", "do_predict", "eval_strategy",
     "evaluation_strategy", "per_device_eval_batch_size", "eval_steps", "learning_rate", "weight_decay",
     "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "num_train_epochs", "max_steps",
@@ -104,6 +115,15 @@ class Command:
     launcher_args: dict[str, str | bool] = field(default_factory=dict)
     args: dict[str, str | bool] = field(default_factory=dict)  # the training script's --flags
     warnings: list[str] = field(default_factory=list)
+    script: str = ""  # the training script as the command names it (a path or a URL)
+
+    @property
+    def trl_script(self) -> str | None:
+        """TRL's own script this command runs (sft, dpo, grpo, ...: trl/scripts/*.py, or its raw URL), or None."""
+        parts = self.script.replace("\\", "/").split("/")
+        if "trl" in parts[:-1] and parts[-1].endswith(".py"):
+            return parts[-1][:-3]
+        return None
 
     @property
     def model_ref(self) -> str | None:
@@ -126,14 +146,21 @@ def _options(tokens: Sequence[str], source: str, switches: frozenset[str] = froz
     """`--name value`, `--name=value`, bare `--name` (True); '-' and '_' alike, as HfArgumentParser and
     accelerate accept both."""
     out: dict[str, str | bool] = {}
+    last: str | None = None  # the flag the words before this one belong to
     i = 0
     while i < len(tokens):
         tok = tokens[i]
         i += 1
         if not tok.startswith("-") or tok == "-":
+            # HfArgumentParser gives a list-typed field nargs="+" (--report_to wandb tensorboard, TRL's
+            # --lora_target_modules q_proj v_proj): a further word after a flag's value is that value's
+            if out and last is not None and isinstance(out[last], str) and tok != "-":
+                out[last] = f"{out[last]} {tok}"
+                continue
             raise PlannerError(f"unexpected argument {tok!r} (not a --flag or its value)", source=source)
         name, eq, inline = tok.lstrip("-").partition("=")
         name = name.replace("-", "_")
+        last = name
         if eq:
             out[name] = inline
         elif name not in switches and i < len(tokens) and not tokens[i].startswith("--"):
@@ -159,7 +186,7 @@ def parse_command(text: str, source: str) -> Command:
     launcher = _launcher(head, source)
     launcher_opts = _launcher_options(head, launcher, source)
     command = Command(source=source, launcher=launcher, gpus=None, launcher_args=launcher_opts,
-                      args=_options(args, source))
+                      args=_options(args, source), script=tokens[at])
     command.gpus = _launcher_gpus(launcher, launcher_opts, source)
     return command
 
@@ -446,6 +473,46 @@ def fill_deepspeed_auto(ds: Mapping[str, Any], *, micro: int | None, accum: int 
     return out
 
 
+# TRL's ModelConfig (trl/trainer/model_config.py @ f2cd5771): --use_peft wraps the model in PEFT's LoRA of rank
+# --lora_r (16 by default) on --lora_target_modules; without it PEFT takes its default target modules for the model
+# type (peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: q_proj and v_proj for Llama,
+# Mistral, Qwen2 and most decoders), the attention. The other flags are LoRA's hyper-parameters (alpha, dropout,
+# rsLoRA's scaling, the task type), which change no memory or time.
+TRL_LORA_DEFAULT_RANK = 16
+TRL_SFT_MAX_LENGTH = 1024
+TRL_PEFT_FLAGS = ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_task_type",
+                  "use_rslora", "use_dora", "lora_modules_to_save", "lora_target_parameters", "load_in_4bit",
+                  "load_in_8bit", "bnb_4bit_quant_type", "use_bnb_nested_quant")
+
+
+def _trl_peft(args: Mapping[str, str | bool], got: Collected, source: str) -> None:
+    """TRL's PEFT flags (TRL_PEFT_FLAGS) -> lora_rank and lora_targets; DoRA and a quantised base refused."""
+    if not flag_value(args, "use_peft", source):
+        if any(name in args for name in ("lora_r", "lora_target_modules")):
+            got.warn("--lora_r / --lora_target_modules without --use_peft: TRL trains every weight")
+        return
+    if flag_value(args, "use_dora", source):
+        raise PlannerError("--use_dora: DoRA's weight decomposition is not modelled; planner models LoRA",
+                           source=source, field="--use_dora")
+    for flag in ("load_in_4bit", "load_in_8bit"):
+        if flag_value(args, flag, source):
+            raise PlannerError(f"--{flag}: a quantised base model (QLoRA) is not modelled; planner holds the frozen "
+                               "base weights in 16 bits", source=source, field=f"--{flag}")
+    rank = int_flag(args["lora_r"], "lora_r", source) if "lora_r" in args else TRL_LORA_DEFAULT_RANK
+    got.set("lora_rank", rank, "--use_peft --lora_r")
+    targets = args.get("lora_target_modules")
+    if isinstance(targets, str):
+        got.set("lora_targets", "all_linear" if targets.strip() == "all-linear" else lora_targets_of(targets.split()),
+                "--lora_target_modules")
+    else:
+        got.set("lora_targets", "attention", "PEFT's default target modules for the model type (q_proj, v_proj)")
+        got.warn("--use_peft without --lora_target_modules: PEFT's default targets for the model type (q_proj and "
+                 "v_proj for Llama-family models) are read as the attention")
+    if args.get("lora_modules_to_save"):
+        got.warn("--lora_modules_to_save trains those modules whole (their gradients and optimizer states are not "
+                 "counted)")
+
+
 def import_hf_trainer(
     command: Command | None,
     accelerate: Mapping[str, Any] | None,
@@ -496,6 +563,10 @@ def import_hf_trainer(
         raise PlannerError("--bf16 and --fp16 are both true; keep one", source=source)
     if bf16 or fp16:
         got.set("dtype", "bf16" if bf16 else "fp16", "--bf16" if bf16 else "--fp16")
+    elif command is not None and command.trl_script is not None and bf16 is None:
+        # TRL's trainer configs train in bf16 unless told fp16 (trl/trainer/base_config.py @ f2cd5771:
+        # bf16 = not fp16 when unset)
+        got.set("dtype", "bf16", "TRL's default (bf16 unless --fp16)", explicit=False)
     if "fsdp" in args and args["fsdp"] not in ("", False):
         _fsdp_option(args["fsdp"], got)
     elif "zero" not in got.values and deepspeed_import is None and extra.get("distributed_type") in (None,):
@@ -517,12 +588,21 @@ def import_hf_trainer(
         if name in args:
             got.set("seq_len", int_flag(args[name], name, source), f"--{name}")
             break
+    else:
+        if command is not None and command.trl_script == "sft":
+            # SFTConfig.max_length defaults to 1024 (trl/trainer/sft_config.py @ f2cd5771); with --packing every
+            # sequence is packed to it, else batches are as long as their longest sample
+            got.set("seq_len", TRL_SFT_MAX_LENGTH, "SFTConfig's default max_length", explicit=False)
+            got.warn(f"no --max_length: TRL's SFT default {TRL_SFT_MAX_LENGTH} tokens is planned for"
+                     + ("" if flag_value(args, "packing", source) else " (without --packing a batch is as long as its "
+                        "longest sample: the plan is for the longest)"))
+    _trl_peft(args, got, source)
     got.set("flash_attention", True, "the Trainer's SDPA attention", explicit=False)
     got.set("overlap_grad_reduce", True, "DDP/FSDP overlap", explicit=False)
     for name in args:
         if name in IGNORED or name in ("model_name_or_path", "model_name", "model_id", "deepspeed", "bf16", "fp16",
                                        "fsdp", "gradient_checkpointing", "optim", "per_device_train_batch_size",
-                                       "gradient_accumulation_steps", "fsdp_config", *SEQ_FLAGS):
+                                       "gradient_accumulation_steps", "fsdp_config", *SEQ_FLAGS, *TRL_PEFT_FLAGS):
             continue
         got.warn(f"--{name} is not a setting planner reads (the script's own, or one that does not change memory); "
                  "ignored")

@@ -306,6 +306,13 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
             what = "a recipe name or a mapping of its fields" if name == "mixed_precision" else "a mapping of its fields"
             raise PlannerError(f"expected {what}, got {reprlib.repr(section)}", source=source, field=name)
         sections[name] = {k: _plain(v) for k, v in section.items() if k != "_target_"}
+    peft = data.get("peft")
+    if peft:  # Megatron-Bridge's PEFT (megatron/bridge/peft/lora.py: LoRA, dim 32 by default): no Megatron-LM flag
+        dim = peft.get("dim", 32) if isinstance(peft, Mapping) else 32
+        kind = str(peft.get("_target_", "peft")).rsplit(".", 1)[-1] if isinstance(peft, Mapping) else reprlib.repr(peft)
+        warnings.append(f"{source}: peft {kind}: Megatron-LM's arguments have no LoRA flag, so the plan is full "
+                        f"fine-tuning unless the job says LoRA: give training.lora_rank ({reprlib.repr(dim)} here) in the "
+                        "job, or --lora-rank")
     if data.get("_target_") == SUMMARY_TARGET:
         warnings.append(f"{source}: the logged configuration summary prints the TransformerConfig fields only, not the "
                         "GPT model's (tied embeddings, vocabulary, position embedding): read with Megatron-LM's "

@@ -249,6 +249,12 @@ def _skip(text: str, i: int) -> int:
 _PARAM = re.compile(rf"(?P<name>{_NAME}|[0-9]+)(?P<index>\[(?:[@*]|[0-9]+)\])?(?:(?P<op>:?[-=+])(?P<word>.*))?", re.S)
 
 
+class QuotedWord(str):
+    """A command word that does not begin with an unquoted character of the script (it begins with a quote, an
+    escape or an expansion): bash never reads it as an operator, so `--eos_token '<|im_end|>'` passes `<|im_end|>`
+    to the program where an unquoted `<` would redirect (before_redirection)."""
+
+
 @dataclass
 class _Words:
     """Words being built while expanding: quote removal and field splitting as bash does them."""
@@ -259,6 +265,7 @@ class _Words:
     started: bool = False  # the current word exists (a quoted empty string makes one)
     only_empty_array: bool = False  # ... only because of a quoted empty "${A[@]}", which makes none
     size: int = 0  # characters produced so far, against MAX_SHELL_EXPANSION_CHARS
+    plain_start: bool | None = None  # the current word began with an unquoted character of the script
 
     def grow(self, chars: int) -> None:
         self.size += chars
@@ -271,12 +278,16 @@ class _Words:
             if len(self.words) >= MAX_SHELL_WORDS:
                 raise ShellError(f"expands to more than {MAX_SHELL_WORDS:,} words (planner's limit for a launch "
                                  "script; see docs/errors.md)")
-            self.words.append("".join(self.cur))
+            word = "".join(self.cur)
+            self.words.append(word if self.plain_start else QuotedWord(word))
         self.cur.clear()
         self.started = self.only_empty_array = False
+        self.plain_start = None
 
-    def literal(self, text: str) -> None:
+    def literal(self, text: str, *, plain: bool = False) -> None:
         self.grow(len(text))
+        if self.plain_start is None and text:
+            self.plain_start = plain
         self.cur.append(text)
         self.started = True
         self.only_empty_array = self.only_empty_array and not text
@@ -363,7 +374,7 @@ class Variables:
             elif ch in "$`":
                 i = self._dollar(text, i, out, quoted=False)
             else:
-                out.literal(ch)
+                out.literal(ch, plain=True)
                 i += 1
         return out.done()
 
@@ -713,7 +724,7 @@ def before_redirection(tokens: list[str]) -> list[str]:
     """The command's arguments up to a redirection or pipe (`&> log`, `2>&1 | tee x`, `> out`), which bash
     does not pass to the program (Megatron-DeepSpeed's examples end their launch with `&> ${LOG}`)."""
     for i, tok in enumerate(tokens):
-        if _REDIRECTION.match(tok):
+        if not isinstance(tok, QuotedWord) and _REDIRECTION.match(tok):
             return tokens[:i]
     return tokens
 

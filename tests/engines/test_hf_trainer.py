@@ -248,3 +248,53 @@ def test_bitsandbytes_8bit_adamw_keeps_uint8_moments(optim, moments):
     with pytest.raises(PlannerError, match="--optim adafactor is not modelled"):
         import_hf_trainer(parse_command("torchrun --nproc_per_node 8 train.py --model_name_or_path x --bf16 "
                                         "--optim adafactor", "t"), None, gpus=8, given={}, source="t")
+
+
+TRL = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "upstream" / "trl"
+
+
+def _trl(name: str, gpus: int = 1, **given):
+    text = (TRL / name).read_text(encoding="utf-8")
+    return import_hf_trainer(parse_command(text, name), None, gpus=gpus, given=given, source=name)
+
+
+def test_trls_sft_lora_example_is_lora_with_trls_defaults():
+    # trl/scripts/sft.py's own LoRA example: --use_peft --lora_r 32, no target modules (PEFT's default for the model
+    # type: q_proj, v_proj), no --bf16 (TRL's default is bf16), no --max_length (SFTConfig's 1024, packed)
+    imported = _trl("sft_lora.sh")
+    fields = imported.fields
+    assert (fields["lora_rank"], fields["lora_targets"], fields["dtype"], fields["seq_len"]) == (32, "attention",
+                                                                                                "bf16", 1024)
+    assert (fields["micro_batch"], fields["global_batch"]) == (2, 2 * 8)
+    assert any("q_proj and v_proj" in w for w in imported.warnings)
+    assert not any("--eos_token" in w or "--use_peft" in w and "not a setting" in w for w in imported.warnings)
+
+
+def test_trls_all_linear_lora_with_a_high_rank():
+    fields = _trl("lora_without_regret_local.sh").fields  # docs/source/lora_without_regret.md, the local command
+    assert (fields["lora_rank"], fields["lora_targets"]) == (256, "all_linear")
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ("--lora_target_modules q_proj k_proj v_proj o_proj", "attention"),
+    ("--lora_target_modules q_proj v_proj gate_proj", "all_linear"),
+    ("--lora_target_modules all-linear", "all_linear"),
+])
+def test_trl_target_modules_take_several_words(flags, expected):
+    command = parse_command(f"python trl/scripts/sft.py --model_name_or_path x --max_length 2048 --use_peft {flags} "
+                            "--report_to wandb tensorboard", "c.sh")
+    fields = import_hf_trainer(command, None, gpus=1, given={}, source="c.sh").fields
+    assert (fields["lora_targets"], fields["lora_rank"], fields["seq_len"]) == (expected, 16, 2048)
+
+
+@pytest.mark.parametrize(("flag", "needle"), [("--use_dora", "DoRA"), ("--load_in_4bit", "QLoRA")])
+def test_trl_dora_and_qlora_are_refused(flag, needle):
+    command = parse_command(f"python trl/scripts/sft.py --use_peft {flag} --max_length 1024", "c.sh")
+    with pytest.raises(PlannerError, match=needle):
+        import_hf_trainer(command, None, gpus=1, given={}, source="c.sh")
+
+
+def test_lora_flags_without_use_peft_train_every_weight():
+    command = parse_command("python trl/scripts/sft.py --lora_r 8 --max_length 1024", "c.sh")
+    imported = import_hf_trainer(command, None, gpus=1, given={}, source="c.sh")
+    assert imported.fields.get("lora_rank") is None and any("without --use_peft" in w for w in imported.warnings)

@@ -592,3 +592,15 @@ def test_latent_moe_and_unmodelled_moe_run_settings_in_a_bridge_config(run_cli, 
     said = " ".join(imported.warnings)
     assert "--moe-expert-rank-capacity-factor" in said and "--moe-paged-stash" in said
     assert "fine-grained" not in said  # false is Megatron-Core's default: nothing left out
+
+
+def test_a_peft_section_warns_that_the_plan_is_full_fine_tuning_unless_the_job_says_lora() -> None:
+    # Megatron-Bridge's LoRA (megatron/bridge/peft/lora.py @ 067f987d: dim 32 unless set) has no Megatron-LM flag
+    model = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+    _, warnings = bridge_tokens({"model": model, "peft": {"_target_": "megatron.bridge.peft.lora.LoRA", "dim": 16}},
+                                "x.yaml")
+    assert any("peft LoRA" in w and "training.lora_rank (16 here)" in w for w in warnings)
+    _, warnings = bridge_tokens({"model": model, "peft": "lora"}, "x.yaml")
+    assert any("training.lora_rank (32 here)" in w for w in warnings)
+    _, warnings = bridge_tokens({"model": model}, "x.yaml")
+    assert not any("peft" in w for w in warnings)

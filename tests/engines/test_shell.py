@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from planner.engines.shell import (
     Variables,
+    before_redirection,
     evaluate_condition,
     first_marker,
     launch_flags,
+    run_script,
 )
 
 
@@ -86,3 +88,10 @@ def test_arguments_file_and_arrays_only_file():
     assert launch_flags("--num-layers 4  # comment\n--bf16 \\\n  --seq-length 128\n", "a.txt")[0] == [
         "--num-layers", "4", "--bf16", "--seq-length", "128"]
     assert launch_flags("A=(--num-layers 4)\nB=(--bf16)\n", "a.sh")[0] == ["--num-layers", "4", "--bf16"]
+
+
+def test_a_quoted_angle_bracket_is_an_argument_not_a_redirection():
+    # trl/scripts/sft.py's example passes --eos_token '<|im_end|>': bash passes it on; an unquoted `< file` redirects
+    text = "python train.py --eos_token '<|im_end|>' --bos \"<s>\" --x 1 < input.txt\n"
+    tokens = before_redirection(run_script(text, "s.sh").commands[-1][1])
+    assert tokens[-6:] == ["--eos_token", "<|im_end|>", "--bos", "<s>", "--x", "1"]

@@ -158,7 +158,7 @@ HOSTILE: list[tuple[str, str, str, tuple[str, ...]]] = [
      ("global_batch",)),
     ("automodel-seq-huge", "automodel", replace_line(AUTOMODEL, "seq_len", str(HUGE)), ("seq_len",)),
     ("automodel-tp-true", "automodel", replace_line(AUTOMODEL, "tp_size", "true"), ("distributed.tp_size",)),
-    ("automodel-tp-string", "automodel", replace_line(AUTOMODEL, "tp_size", "'2'"), ("distributed.tp_size",)),
+    ("automodel-tp-string", "automodel", replace_line(AUTOMODEL, "tp_size", "'two'"), ("distributed.tp_size",)),
     ("automodel-seq-nan", "automodel", replace_line(AUTOMODEL, "seq_len", ".nan"), ("dataset.seq_len",)),
     ("automodel-duplicate", "automodel", AUTOMODEL + "distributed: {}\n", ("duplicate key 'distributed'",)),
     ("automodel-python-tag", "automodel", "!!python/object/apply:os.system ['echo hacked']\n", ("malformed YAML",)),
