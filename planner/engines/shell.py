@@ -642,6 +642,8 @@ def _run_script(text: str, script: Script) -> None:
             note_effect()
             continue
         tokens = var.words(stmt)
+        if tokens and tokens[0] == "eval":  # eval parses its words again: their operators redirect and pipe
+            tokens = [str(t) for t in tokens]
         if tokens:
             script.commands.append((line, tokens))
             if script_index(tokens) is not None:

@@ -95,3 +95,10 @@ def test_a_quoted_angle_bracket_is_an_argument_not_a_redirection():
     text = "python train.py --eos_token '<|im_end|>' --bos \"<s>\" --x 1 < input.txt\n"
     tokens = before_redirection(run_script(text, "s.sh").commands[-1][1])
     assert tokens[-6:] == ["--eos_token", "<|im_end|>", "--bos", "<s>", "--x", "1"]
+
+
+def test_eval_reads_the_operators_in_its_words_again():
+    # DeepSpeed's Megatron examples build the launch in a string and `eval ${run_cmd}` it, redirecting inside
+    text = 'run_cmd="deepspeed pretrain_gpt.py --x 1 &> log.txt"\neval ${run_cmd}\n'
+    tokens = run_script(text, "s.sh").commands[-1][1]
+    assert before_redirection(tokens) == ["eval", "deepspeed", "pretrain_gpt.py", "--x", "1"]
