@@ -34,7 +34,8 @@ from planner.training.estimate import estimate
 from planner.training.rules import resolve_layout
 
 DATA = tuple(Path(__file__).resolve().parent / "data" / name
-             for name in ("megatron_bridge_26.yaml", "megatron_bridge_26_later.yaml", "megatron_bridge_nvfp4.yaml"))
+             for name in ("megatron_bridge_26.yaml", "megatron_bridge_26_later.yaml", "megatron_bridge_nvfp4.yaml",
+                          "megatron_bridge_lora.yaml"))
 DTYPES = {"BF16": "bf16", "NVFP4": "fp4"}  # every other precision of the tables is an fp8 recipe
 LOW_CONFIDENCE = "Low confidence"  # the table's layout matches no recipe of its release
 KNOWN_REGRESSION = "Known regression"  # the table's own footnote names a regression of that row

@@ -524,9 +524,9 @@ def recipe(ctx: ExportContext) -> dict[str, Any]:
                     "seq_len": lay.seq_len},
     }
     if lay.lora_rank is not None:
+        modules = {"attention": ["*q_proj", "*k_proj", "*v_proj", "*o_proj"], "qkv": ["*q_proj", "*k_proj", "*v_proj"]}
         out["peft"] = {"_target_": "nemo_automodel.components._peft.lora.PeftConfig", "dim": lay.lora_rank,
-                       "target_modules": ["*q_proj", "*k_proj", "*v_proj", "*o_proj"]
-                       if lay.lora_targets == "attention" else "*_proj"}
+                       "target_modules": modules.get(lay.lora_targets, "*_proj")}
     return out
 
 

@@ -146,16 +146,19 @@ def resolve_batch(
 
 # Module names of the attention projections in the Hugging Face models PEFT, TRL and AutoModel wrap (and Megatron's
 # names): a LoRA target list naming only these adapts the attention alone (Layout.lora_targets attention).
-ATTENTION_MODULE_NAMES = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "query_key_value", "self_attn",
-                                    "attn", "linear_qkv", "linear_proj", "q_a_proj", "q_b_proj", "kv_a_proj",
-                                    "kv_a_proj_with_mqa", "kv_b_proj", "wq", "wk", "wv", "wo", "query", "key",
-                                    "value", "c_attn", "dense"})
+QKV_MODULE_NAMES = frozenset({"q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "linear_qkv", "q_a_proj",
+                              "q_b_proj", "kv_a_proj", "kv_a_proj_with_mqa", "kv_b_proj", "wq", "wk", "wv", "query",
+                              "key", "value", "c_attn"})
+ATTENTION_MODULE_NAMES = QKV_MODULE_NAMES | {"o_proj", "self_attn", "attn", "linear_proj", "wo", "dense"}
 
 
 def lora_targets_of(patterns: list[str]) -> str:
-    """Layout.lora_targets of a LoRA target-module list: attention where every pattern's last name (wildcards
-    dropped) is an attention projection, else all_linear (`*_proj`, `all-linear`, `*`, any MLP name)."""
+    """Layout.lora_targets of a LoRA target-module list, by each pattern's last name (wildcards dropped): qkv where
+    every one is a query, key or value projection, attention where every one is an attention projection, else
+    all_linear (`*_proj`, `all-linear`, `*`, any MLP name)."""
     names = [p.rsplit(".", 1)[-1].strip("*") for p in patterns]
+    if names and all(name in QKV_MODULE_NAMES for name in names):
+        return "qkv"
     return "attention" if names and all(name in ATTENTION_MODULE_NAMES for name in names) else "all_linear"
 
 

@@ -476,8 +476,8 @@ def fill_deepspeed_auto(ds: Mapping[str, Any], *, micro: int | None, accum: int 
 # TRL's ModelConfig (trl/trainer/model_config.py @ f2cd5771): --use_peft wraps the model in PEFT's LoRA of rank
 # --lora_r (16 by default) on --lora_target_modules; without it PEFT takes its default target modules for the model
 # type (peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: q_proj and v_proj for Llama,
-# Mistral, Qwen2 and most decoders), the attention. The other flags are LoRA's hyper-parameters (alpha, dropout,
-# rsLoRA's scaling, the task type), which change no memory or time.
+# Mistral, Qwen2 and most decoders): lora_targets qkv, which also adapts k (r x (h + kv) parameters more). The other
+# flags are LoRA's hyper-parameters (alpha, dropout, rsLoRA's scaling, the task type), which change no memory or time.
 TRL_LORA_DEFAULT_RANK = 16
 TRL_SFT_MAX_LENGTH = 1024
 TRL_PEFT_FLAGS = ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_task_type",
@@ -505,9 +505,9 @@ def _trl_peft(args: Mapping[str, str | bool], got: Collected, source: str) -> No
         got.set("lora_targets", "all_linear" if targets.strip() == "all-linear" else lora_targets_of(targets.split()),
                 "--lora_target_modules")
     else:
-        got.set("lora_targets", "attention", "PEFT's default target modules for the model type (q_proj, v_proj)")
+        got.set("lora_targets", "qkv", "PEFT's default target modules for the model type (q_proj, v_proj)")
         got.warn("--use_peft without --lora_target_modules: PEFT's default targets for the model type (q_proj and "
-                 "v_proj for Llama-family models) are read as the attention")
+                 "v_proj for Llama-family models) are read as the query, key and value projections (lora_targets qkv)")
     if args.get("lora_modules_to_save"):
         got.warn("--lora_modules_to_save trains those modules whole (their gradients and optimizer states are not "
                  "counted)")

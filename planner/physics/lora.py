@@ -17,7 +17,8 @@ Which weights get an adapter: `all_linear`, every linear layer of the transforme
 projections, the dense MLP and the shared experts), as Hugging Face PEFT's `target_modules="all-linear"` and
 NeMo AutoModel's `match_all_linear` choose them (the routed experts, held as grouped tensors, and the router stay
 frozen); `attention`, the attention projections (the query and value projections of Hu et al.'s experiments,
-with key and output: Megatron-Bridge's linear_qkv and linear_proj). Under tensor parallelism each adapter is
+with key and output: Megatron-Bridge's linear_qkv and linear_proj); `qkv`, the query, key and value projections
+alone (Megatron-Bridge's performance recipes: target_modules ["linear_qkv"]). Under tensor parallelism each adapter is
 split with its weight as Megatron-Core's ParallelLinearAdapter splits it (Megatron-Bridge peft/lora.py): for a
 column-parallel weight A is replicated and B split by rows; for a row-parallel one A is split by columns and B
 replicated.
@@ -30,11 +31,13 @@ from __future__ import annotations
 import numpy as np
 
 from planner.physics.shapes import WeightMatrix, layer_weight_matrices
-from planner.specs.layout import LayoutArrays
+from planner.specs.layout import LORA_TARGET_CODES, LayoutArrays
 from planner.specs.model import ModelSpec
 
-ATTENTION_GEMMS = frozenset({"qkv", "q", "q_down", "q_up", "kv_down", "kv_up", "attn_out"})
-"""The attention block's projections (physics.shapes names; a Gated DeltaNet mixer's take the same names)."""
+QKV_GEMMS = frozenset({"qkv", "q", "q_down", "q_up", "kv_down", "kv_up"})
+"""The attention's input projections (physics.shapes names; a Gated DeltaNet mixer's take the same names)."""
+ATTENTION_GEMMS = QKV_GEMMS | {"attn_out"}
+"""The attention block's projections."""
 
 FROZEN_GEMMS = frozenset({"router", "index_q", "index_k", "index_weights"})
 """Linear layers no target list adapts: the router, and DeepSeek Sparse Attention's indexer."""
@@ -71,11 +74,19 @@ def _per_rank_widths(mat: WeightMatrix, tp: np.ndarray) -> np.ndarray:
 def adapter_widths(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False) -> np.ndarray:
     """Sum of (in + out) over one layer's adapters on one rank of its TP group: its adapter parameters per unit of
     rank (and its adapters' forward FLOP per token and unit of rank, over 2)."""
-    total = np.zeros(np.broadcast_shapes(np.shape(lay.tp), np.shape(lay.lora_attention_only)))
+    total = np.zeros(np.broadcast_shapes(np.shape(lay.tp), np.shape(lay.lora_targets)))
     for mat in adapted_matrices(model, moe_layer=moe_layer, linear=linear):
         widths = mat.count * _per_rank_widths(mat, lay.tp)
-        total = total + np.where(lay.lora_attention_only & (mat.name not in ATTENTION_GEMMS), 0.0, widths)
+        total = total + np.where(targeted(mat, lay), widths, 0.0)
     return np.asarray(total)
+
+
+def targeted(mat: WeightMatrix, lay: LayoutArrays) -> np.ndarray:
+    """Where the layouts' lora_targets put an adapter beside `mat` (one of adapted_matrices)."""
+    codes = np.asarray(lay.lora_targets)
+    return np.asarray((codes == LORA_TARGET_CODES["all_linear"])
+                      | ((codes == LORA_TARGET_CODES["attention"]) & (mat.name in ATTENTION_GEMMS))
+                      | ((codes == LORA_TARGET_CODES["qkv"]) & (mat.name in QKV_GEMMS)))
 
 
 def adapter_params(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False) -> np.ndarray:
@@ -120,7 +131,7 @@ def adapter_traffic_bytes_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_
     bwd = np.zeros_like(fwd)
     for mat in adapted_matrices(model, moe_layer=moe_layer, linear=linear):
         width_in, width_out = _per_rank_in_out(mat, lay.tp)
-        on = (lay.lora_rank > 0) & ~(lay.lora_attention_only & (mat.name not in ATTENTION_GEMMS))
+        on = (lay.lora_rank > 0) & targeted(mat, lay)
         fwd = fwd + np.where(on, mat.count * (FORWARD_IN_BYTES * width_in + FORWARD_OUT_BYTES * width_out), 0.0)
         bwd = bwd + np.where(on, mat.count * (BACKWARD_IN_BYTES * width_in + BACKWARD_OUT_BYTES * width_out), 0.0)
     return np.asarray(fwd), np.asarray(bwd)

@@ -62,6 +62,7 @@ from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import (
     DISPATCHER_CODES,
     FP8_RECIPE_CODES,
+    LORA_TARGET_CODES,
     LORA_TARGETS,
     MAX_MOE_LOAD_IMBALANCE,
     MUON_NS_STEPS_DEFAULT,
@@ -560,7 +561,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         muon_tp_mode=const(MUON_TP_MODE_CODES[problem.muon_tp_mode], np.int64),
         muon_split_qkv=const(problem.muon_split_qkv, bool),
         lora_rank=const(problem.lora_rank or 0, np.int64),
-        lora_attention_only=const(problem.lora_targets == "attention", bool),
+        lora_targets=const(LORA_TARGET_CODES[problem.lora_targets], np.int64),
         fp8=const(problem.dtype in QUANTIZED_DTYPES, bool),
         overlap_grad_reduce=const(problem.overlap_grad_reduce, bool),
         # the TP overlap where it runs: with sequence parallelism (which the default space offers with tp > 1 only)

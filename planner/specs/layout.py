@@ -158,8 +158,10 @@ OPTIMIZER_NAMES: dict[int, str] = {code: name for name, code in OPTIMIZER_CODES.
 # gathers the whole matrix on every TP rank, blockwise orthogonalises each shard alone, distributed all-reduces the
 # Gram matrix of the shards.
 MuonTpMode = Literal["duplicated", "blockwise", "distributed"]
-LoraTargets = Literal["all_linear", "attention"]
-LORA_TARGETS: tuple[str, ...] = ("all_linear", "attention")
+LoraTargets = Literal["all_linear", "attention", "qkv"]
+LORA_TARGETS: tuple[str, ...] = ("all_linear", "attention", "qkv")
+LORA_TARGET_CODES: dict[str, int] = {name: code for code, name in enumerate(LORA_TARGETS)}
+"""How `LayoutArrays.lora_targets` holds a Layout's `lora_targets`."""
 MUON_TP_MODE_CODES: dict[str, int] = {"duplicated": 0, "blockwise": 1, "distributed": 2}
 MUON_TP_MODE_NAMES: dict[int, str] = {code: name for name, code in MUON_TP_MODE_CODES.items()}
 MUON_NS_STEPS_DEFAULT = 5  # Megatron-LM --muon-num-ns-steps (megatron/training/arguments.py @ d98e8a64)
@@ -266,7 +268,8 @@ class Layout(BaseModel):
     lora_targets: LoraTargets = Field(
         default="all_linear",
         description="With lora_rank: the linear layers that get an adapter: all_linear (the attention projections, the "
-        "dense MLP and shared experts; routed experts and the router stay frozen) or attention (its projections).",
+        "dense MLP and shared experts; routed experts and the router stay frozen), attention (its projections) or qkv "
+        "(the query, key and value projections alone: Megatron-Bridge's linear_qkv).",
     )
     flash_attention: StrictBool = Field(default=True, description="Fused attention: no s x s score matrix is stored.")
     attention_kernel: AttentionKernel | None = Field(
@@ -555,7 +558,7 @@ class LayoutArrays:
     muon_tp_mode: np.ndarray  # MUON_TP_MODE_CODES
     muon_split_qkv: np.ndarray
     lora_rank: np.ndarray  # Layout.lora_rank; 0: no LoRA (every weight trains)
-    lora_attention_only: np.ndarray  # Layout.lora_targets == "attention"
+    lora_targets: np.ndarray  # LORA_TARGET_CODES (Layout.lora_targets)
     fp8: np.ndarray  # the layers' GEMMs run on quantized inputs: dtype fp8, or fp4 (fp8_recipe NVFP4)
     overlap_grad_reduce: np.ndarray
     overlap_tp_comm: np.ndarray
@@ -654,7 +657,7 @@ class LayoutArrays:
         cols["muon_tp_mode"] = np.array([MUON_TP_MODE_CODES[lay.muon_tp_mode] for lay in layouts], dtype=np.int64)
         cols["muon_split_qkv"] = np.array([lay.muon_split_qkv for lay in layouts], dtype=bool)
         cols["lora_rank"] = np.array([lay.lora_rank or 0 for lay in layouts], dtype=np.int64)
-        cols["lora_attention_only"] = np.array([lay.lora_targets == "attention" for lay in layouts], dtype=bool)
+        cols["lora_targets"] = np.array([LORA_TARGET_CODES[lay.lora_targets] for lay in layouts], dtype=np.int64)
         cols["moments_bf16"] = np.array([lay.optimizer_state_dtype == "bf16" for lay in layouts], dtype=bool)
         cols["moments_int8"] = np.array([lay.optimizer_state_dtype == "int8" for lay in layouts], dtype=bool)
         cols["master_bf16"] = np.array([lay.master_weights_dtype == "bf16" for lay in layouts], dtype=bool)
@@ -744,7 +747,7 @@ class LayoutArrays:
             muon_tp_mode=MUON_TP_MODE_NAMES[int(self.muon_tp_mode[i])] if muon else "duplicated",
             muon_split_qkv=bool(self.muon_split_qkv[i]) if muon else True,
             lora_rank=int(self.lora_rank[i]) or None,
-            lora_targets="attention" if int(self.lora_rank[i]) and bool(self.lora_attention_only[i]) else "all_linear",
+            lora_targets=LORA_TARGETS[int(self.lora_targets[i])] if int(self.lora_rank[i]) else "all_linear",
             optimizer_state_dtype=moments,
             master_weights_dtype=master,
             etp=None if etp == int(self.tp[i]) else etp,

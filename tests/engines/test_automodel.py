@@ -108,7 +108,8 @@ def test_the_peft_section_is_lora():
 
 
 @pytest.mark.parametrize(("targets", "expected"), [
-    (["q_proj", "v_proj"], "attention"), (["*.self_attn.q_proj", "*.self_attn.o_proj"], "attention"),
+    (["q_proj", "v_proj"], "qkv"), (["*.self_attn.q_proj", "*.self_attn.o_proj"], "attention"),
+    (["linear_qkv"], "qkv"),
     ("*_proj", "all_linear"), (["*"], "all_linear"), (["q_proj", "gate_proj"], "all_linear"),
 ])
 def test_lora_targets_from_the_module_patterns(targets, expected):

@@ -263,8 +263,8 @@ def test_trls_sft_lora_example_is_lora_with_trls_defaults():
     # type: q_proj, v_proj), no --bf16 (TRL's default is bf16), no --max_length (SFTConfig's 1024, packed)
     imported = _trl("sft_lora.sh")
     fields = imported.fields
-    assert (fields["lora_rank"], fields["lora_targets"], fields["dtype"], fields["seq_len"]) == (32, "attention",
-                                                                                                "bf16", 1024)
+    assert (fields["lora_rank"], fields["lora_targets"], fields["dtype"], fields["seq_len"]) == (32, "qkv", "bf16",
+                                                                                                1024)
     assert (fields["micro_batch"], fields["global_batch"]) == (2, 2 * 8)
     assert any("q_proj and v_proj" in w for w in imported.warnings)
     assert not any("--eos_token" in w or "--use_peft" in w and "not a setting" in w for w in imported.warnings)
@@ -277,6 +277,7 @@ def test_trls_all_linear_lora_with_a_high_rank():
 
 @pytest.mark.parametrize(("flags", "expected"), [
     ("--lora_target_modules q_proj k_proj v_proj o_proj", "attention"),
+    ("--lora_target_modules q_proj v_proj", "qkv"),
     ("--lora_target_modules q_proj v_proj gate_proj", "all_linear"),
     ("--lora_target_modules all-linear", "all_linear"),
 ])

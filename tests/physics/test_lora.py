@@ -28,14 +28,15 @@ def _lay(**fields):
                           **fields)
 
 
-@pytest.mark.parametrize(("targets", "weights"), [("all_linear", ATTENTION + MLP), ("attention", ATTENTION)])
+@pytest.mark.parametrize(("targets", "weights"), [("all_linear", ATTENTION + MLP), ("attention", ATTENTION),
+                                                  ("qkv", ATTENTION[:3])])
 def test_adapter_parameters_are_r_times_in_plus_out(targets, weights):
     lay = _lay(lora_rank=16, lora_targets=targets).to_arrays()
     per_layer = 16 * sum(i + o for i, o in weights)
     assert float(adapter_params(MODEL, lay, moe_layer=False)[0]) == per_layer
     # all linear: 32 x 16 x 81,920 = 41,943,040, the trainable count PEFT prints for this model at r 16 with
-    # q/k/v/o/gate/up/down targeted; attention alone: 32 x 16 x 26,624
-    assert LAYERS * per_layer == {"all_linear": 41_943_040, "attention": 13_631_488}[targets]
+    # q/k/v/o/gate/up/down targeted; attention alone: 32 x 16 x 26,624; q, k and v: 32 x 16 x 18,432
+    assert LAYERS * per_layer == {"all_linear": 41_943_040, "attention": 13_631_488, "qkv": 9_437_184}[targets]
 
 
 def test_tensor_parallel_splits_b_of_a_column_parallel_weight_and_a_of_a_row_parallel_one():
@@ -108,7 +109,8 @@ def test_lora_layout_rules():
 
 
 def test_arrays_round_trip_the_lora_fields():
-    for fields in ({}, {"lora_rank": 32}, {"lora_rank": 4, "lora_targets": "attention"}):
+    for fields in ({}, {"lora_rank": 32}, {"lora_rank": 4, "lora_targets": "attention"},
+                   {"lora_rank": 8, "lora_targets": "qkv"}):
         lay = _lay(**fields)
         assert lay.to_arrays().to_layout(0, dtype=lay.dtype, engine=lay.engine) == lay
         assert np.asarray(lay.to_arrays().lora_rank)[0] == (lay.lora_rank or 0)

@@ -80,7 +80,7 @@ def models(draw: st.DrawFn) -> ModelSpec:
        kernel=st.sampled_from([None, "fused", "flash2"]),
        recipe=st.sampled_from([None, "tensorwise", "delayed", "blockwise", "nvfp4"]),
        muon=st.sampled_from([None, "duplicated", "blockwise", "distributed"]),
-       lora=st.sampled_from([None, (8, "all_linear"), (16, "attention")]))
+       lora=st.sampled_from([None, (8, "all_linear"), (16, "attention"), (4, "qkv")]))
 def test_every_grid_candidate_equals_its_scalar_estimate(model, gpus, batch_per_gpu, seq_len, pick, dispatcher,
                                                         ep_overlap, moments, schedule, kernel, recipe, muon, lora):
     # recipe None: bf16; nvfp4: dtype fp4 on a Blackwell rack; else fp8 under that recipe
