@@ -89,7 +89,7 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="With --optimizer muon: QKV orthogonalised as its Q, K and V parts."),
         click.option("--lora-rank", type=Count("width"), help="LoRA fine-tuning: the adapters' rank."),
         click.option("--lora-targets", type=click.Choice(list(LORA_TARGETS)),
-                     help="With --lora-rank: all_linear or attention."),
+                     help="With --lora-rank: all_linear, attention or qkv."),
         click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention."),
         attention_kernel_option(),
         click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None,

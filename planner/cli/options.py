@@ -166,7 +166,8 @@ def training_precision_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="LoRA fine-tuning: the base weights frozen, rank-r adapters trained beside the targeted "
                      "linear layers (Hu et al. 2021; engines automodel, fsdp, deepspeed, megatron, nemo)."),
         click.option("--lora-targets", type=click.Choice(list(LORA_TARGETS)), default="all_linear", show_default=True,
-                     help="With --lora-rank: adapters on every linear layer of the blocks, or on the attention's."),
+                     help="With --lora-rank: adapters on every linear layer of the blocks, on the attention's, or on "
+                     "its query, key and value projections."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="Fused attention (no s x s score matrix stored)."),
         attention_kernel_option(),
