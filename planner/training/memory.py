@@ -34,6 +34,7 @@ from planner.physics.shapes import (
 from planner.physics.stages import first_layer_of_stage, microbatches_in_flight, mtp_layers_on_stage, stage_layer_split
 from planner.specs.engine import EngineProfile
 from planner.specs.layout import (
+    LORA_TARGET_CODES,
     MUON_SCALAR_EXTRA_BYTES,
     OPTIMIZER_CODES,
     RECOMPUTE_MODULE_BITS,
@@ -356,6 +357,18 @@ def layer_activation_bytes_per_token(
     # set_save_original_input); the routed experts' inputs are the dispatched copies below.
     moe_norm_out = moe_layer and model.moe is not None and not model.parallel_attention_mlp
     post_norm = (g + e) * h if moe_norm_out else gemm_inputs * g * h  # the GEMM inputs after the norms
+    # LoRA (physics.lora): a linear layer keeps its input for a weight gradient only (Transformer Engine's Linear:
+    # backward_needs_input = weight.requires_grad, transformer_engine/pytorch/module/linear.py @ d0067d0), so a
+    # frozen weight keeps none; its adapter keeps the 16-bit input it reads (PEFT's nn.Linear, Megatron-Bridge's
+    # ParallelLinearAdapter: 16-bit GEMMs, no fp8 cast). In a dense layer: the QKV input is kept in 16 bits, fc1's
+    # input (the second norm's output) and fc2's input only where the MLP has adapters (all_linear), the output
+    # projection's fp8 cast never. MoE layers keep their count (the router and the dispatched copies: an upper
+    # bound).
+    lora = np.asarray(lay.lora_rank > 0)
+    mlp_adapted = np.asarray(lay.lora_targets == LORA_TARGET_CODES["all_linear"])
+    dense_lora = not (moe_layer and model.moe is not None) and not model.parallel_attention_mlp
+    if dense_lora:
+        post_norm = np.where(lora, e * h + np.where(mlp_adapted, e * h, 0.0), post_norm)
     replicated = norm_inputs * e * h + post_norm + 2 * dropout * h
     # the attention output: the fused kernel's 16-bit copy (its backward needs O), plus under fp8 the projection's
     # own cast where it keeps one; without flash attention the output of the AV batched matmul is needed only as
@@ -363,7 +376,7 @@ def layer_activation_bytes_per_token(
     # Delayed scaling keeps the projection's fp8 cast on every engine: Megatron-Core hands linear_proj its original
     # (16-bit) input only under the other recipes (attention.py @ d98e8a64, since 781e765), and a Transformer
     # Engine Linear otherwise saves the quantised input it computed.
-    keeps_cast = lay.fp8 & (proj_cast_copy | (lay.fp8_recipe == Fp8RecipeCode.DELAYED))
+    keeps_cast = lay.fp8 & (proj_cast_copy | (lay.fp8_recipe == Fp8RecipeCode.DELAYED)) & ~(lay.lora_rank > 0)
     # Transformer Engine's FP8 attention keeps the fp8 Q, K and V it quantized for its backward, and O in fp8 under
     # delayed scaling (the other recipes keep O 16-bit: NVTE_DPA_FP8CS_O_in_F16 defaults to 1; backends.py
     # FusedAttnFunc @ d0067d0).
@@ -425,7 +438,8 @@ def layer_activation_bytes_per_token(
     # input, the fused activation its clamped concatenation (physics.elementwise ACTIVATION_CLAMP_*; where one
     # fused kernel clamps, torch.compile's or the engine's, it saves the input alone).
     clamped = np.where(lay.clamp_fused | (model.activation_clamp is None), 0.0, up * e)
-    mlp = (up * fc1_out + clamped + g) * f / t + permuted + router
+    fc2_input = np.where(lora, np.where(mlp_adapted, e, 0.0), g) if dense_lora else g
+    mlp = (up * fc1_out + clamped + fc2_input) * f / t + permuted + router
     heads_per_rank = model.num_attention_heads / t
     # Scores per token: softmax output (2 bytes) + with dropout its mask (1) and output (2): a*s*(2+3) bytes.
     scores = heads_per_rank * lay.seq_len * (e + dropout * (1 + e))
@@ -455,7 +469,7 @@ def layer_activation_bytes_per_token(
             has("moe"), mlp, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared_internal, 0.0)
         )
     else:
-        mlp_drop = np.where(has("mlp"), (up * fc1_out + clamped + g) * f / t, 0.0)
+        mlp_drop = np.where(has("mlp"), (up * fc1_out + clamped + fc2_input) * f / t, 0.0)
     module_drop = norm_drop + mla_drop + mlp_drop
 
     keeps_scores = ~lay.flash_attention & (lay.recompute == RecomputeCode.NONE) | (selective & ~has("core_attn") & ~lay.flash_attention)

@@ -114,3 +114,23 @@ def test_arrays_round_trip_the_lora_fields():
         lay = _lay(**fields)
         assert lay.to_arrays().to_layout(0, dtype=lay.dtype, engine=lay.engine) == lay
         assert np.asarray(lay.to_arrays().lora_rank)[0] == (lay.lora_rank or 0)
+
+
+def test_frozen_linear_layers_keep_no_input_for_a_weight_gradient():
+    from planner.training.memory import layer_activation_bytes_per_token
+
+    def stored(**fields):
+        lay = _lay(**fields).to_arrays()
+        return float(layer_activation_bytes_per_token(MODEL, lay, moe_layer=False).stored[0])
+
+    full = stored()
+    # bf16: with adapters on the MLP every linear still keeps its 16-bit input (the adapter's); without them fc1's
+    # input (the second norm's output, h) and fc2's input (f) are not kept: 2 x (4,096 + 14,336) bytes per token
+    assert stored(lora_rank=16) == full
+    assert full - stored(lora_rank=16, lora_targets="attention") == 2 * (H + F)
+    assert full - stored(lora_rank=16, lora_targets="qkv") == 2 * (H + F)
+    # fp8 (tensorwise): training keeps the 1-byte casts of the QKV and fc1 inputs and of fc2's input; LoRA's 16-bit
+    # adapters keep the 16-bit tensors instead (QKV input always, fc1 and fc2 inputs with MLP adapters)
+    fp8 = stored(dtype="fp8")
+    assert stored(dtype="fp8", lora_rank=16) - fp8 == (2 - 1) * (H + H + F)
+    assert stored(dtype="fp8", lora_rank=16, lora_targets="qkv") - fp8 == (2 - 1) * H - 1 * (H + F)
