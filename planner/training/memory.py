@@ -360,15 +360,17 @@ def layer_activation_bytes_per_token(
     # LoRA (physics.lora): a linear layer keeps its input for a weight gradient only (Transformer Engine's Linear:
     # backward_needs_input = weight.requires_grad, transformer_engine/pytorch/module/linear.py @ d0067d0), so a
     # frozen weight keeps none; its adapter keeps the 16-bit input it reads (PEFT's nn.Linear, Megatron-Bridge's
-    # ParallelLinearAdapter: 16-bit GEMMs, no fp8 cast). In a dense layer: the QKV input is kept in 16 bits, fc1's
-    # input (the second norm's output) and fc2's input only where the MLP has adapters (all_linear), the output
-    # projection's fp8 cast never. MoE layers keep their count (the router and the dispatched copies: an upper
-    # bound).
+    # ParallelLinearAdapter: 16-bit GEMMs, no fp8 cast). The QKV input is kept in 16 bits; in a dense layer fc1's
+    # input (the second norm's output) and fc2's input only where the MLP has adapters (all_linear); the output
+    # projection's fp8 cast never. In an MoE layer the routed experts are frozen: their dispatched copies keep no
+    # fc1 input and their activation output (fc2's input) is not kept; the shared experts' fc2 input only with MLP
+    # adapters; the second norm's output stays kept in 16 bits, for the router (an upper bound where it is frozen).
     lora = np.asarray(lay.lora_rank > 0)
     mlp_adapted = np.asarray(lay.lora_targets == LORA_TARGET_CODES["all_linear"])
-    dense_lora = not (moe_layer and model.moe is not None) and not model.parallel_attention_mlp
-    if dense_lora:
-        post_norm = np.where(lora, e * h + np.where(mlp_adapted, e * h, 0.0), post_norm)
+    lora_layer = not model.parallel_attention_mlp
+    if lora_layer:
+        second = e * h if moe_norm_out else np.where(mlp_adapted, e * h, 0.0)
+        post_norm = np.where(lora, e * h + second, post_norm)
     replicated = norm_inputs * e * h + post_norm + 2 * dropout * h
     # the attention output: the fused kernel's 16-bit copy (its backward needs O), plus under fp8 the projection's
     # own cast where it keeps one; without flash attention the output of the AV batched matmul is needed only as
@@ -421,7 +423,7 @@ def layer_activation_bytes_per_token(
         # input (h, fp8 under fp8 recipes) and, for the weighted activation and the chunk sort after the
         # all-to-all, its probability and row index (PERMUTED_COPY_INDEX_BYTES).
         copies = c * k * lay.etp / t
-        permuted = copies * (g * h + PERMUTED_COPY_INDEX_BYTES)
+        permuted = copies * (np.where(lora, 0.0, g * h) + PERMUTED_COPY_INDEX_BYTES)
         # The router's fp32 scores and the fused permutation's row map, per token the rank routes (its
         # sequence-parallel shard).
         router = (ROUTER_SCORE_BYTES * moe.num_experts + PERMUTE_MAP_BYTES_PER_EXPERT * (2 * moe.num_experts + 1)
@@ -438,8 +440,14 @@ def layer_activation_bytes_per_token(
     # input, the fused activation its clamped concatenation (physics.elementwise ACTIVATION_CLAMP_*; where one
     # fused kernel clamps, torch.compile's or the engine's, it saves the input alone).
     clamped = np.where(lay.clamp_fused | (model.activation_clamp is None), 0.0, up * e)
-    fc2_input = np.where(lora, np.where(mlp_adapted, e, 0.0), g) if dense_lora else g
-    mlp = (up * fc1_out + clamped + fc2_input) * f / t + permuted + router
+    # fc2's input (the activation output): training keeps its cast; LoRA the 16-bit tensor for an adapter on fc2, on
+    # the dense MLP and the shared experts with all_linear targets, none for the frozen routed experts
+    fc2_input = np.where(lora, np.where(mlp_adapted, e, 0.0), g) if lora_layer else np.asarray(g)
+    fc2_routed = np.where(lora, 0.0, g) if lora_layer else np.asarray(g)
+    if moe_layer and model.moe is not None:
+        mlp = ((up * fc1_out + clamped) * f + fc2_routed * c * f_routed + fc2_input * f_shared) / t + permuted + router
+    else:
+        mlp = (up * fc1_out + clamped + fc2_input) * f / t + permuted + router
     heads_per_rank = model.num_attention_heads / t
     # Scores per token: softmax output (2 bytes) + with dropout its mask (1) and output (2): a*s*(2+3) bytes.
     scores = heads_per_rank * lay.seq_len * (e + dropout * (1 + e))
@@ -463,8 +471,8 @@ def layer_activation_bytes_per_token(
         else 0.0
     )
     if moe_layer and model.moe is not None:
-        routed_act = c * (g + clamped) * f_routed / t  # the experts' activation output (fc2's input), clamped copy
-        shared_internal = (up * fc1_out + clamped + g) * f_shared / t
+        routed_act = c * (fc2_routed + clamped) * f_routed / t  # the experts' activation output (fc2's input), clamped copy
+        shared_internal = (up * fc1_out + clamped + fc2_input) * f_shared / t
         mlp_drop = np.where(
             has("moe"), mlp, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared_internal, 0.0)
         )

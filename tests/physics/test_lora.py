@@ -134,3 +134,17 @@ def test_frozen_linear_layers_keep_no_input_for_a_weight_gradient():
     fp8 = stored(dtype="fp8")
     assert stored(dtype="fp8", lora_rank=16) - fp8 == (2 - 1) * (H + H + F)
     assert stored(dtype="fp8", lora_rank=16, lora_targets="qkv") - fp8 == (2 - 1) * H - 1 * (H + F)
+
+
+def test_frozen_routed_experts_keep_neither_their_inputs_nor_their_activation_output():
+    from planner.training.memory import layer_activation_bytes_per_token
+
+    mixtral = load_model("mixtral-8x7b").spec  # h 4,096; 8 experts, top 2, each 14,336 wide; no shared expert
+
+    def stored(**fields):
+        lay = resolve_layout(mixtral, 8, global_batch=8, seq_len=4096, zero=1, **fields).to_arrays()
+        return float(layer_activation_bytes_per_token(mixtral, lay, moe_layer=True).stored[0])
+
+    # bf16, tp 1, balanced routing: each token's 2 dispatched copies keep fc1's input (2 x 2h bytes) and the experts'
+    # activation output (2 x 2 x 14,336) for the weight gradients; frozen experts keep neither
+    assert stored() - stored(lora_rank=16) == 2 * 2 * 4096 + 2 * 2 * 14336
