@@ -170,7 +170,12 @@ def _megatron_bridge_job(reading: logs.LogReading, entry_job: dict[str, Any] | N
         raise PlannerError("the log's Task Configuration block is not a Megatron-Bridge config planner can read; give "
                            "the layout in 'job'", source=source)
     tokens, _ = megatron_bridge.bridge_tokens(data, source)
-    return _log_job(reading, entry_job, hardware, shlex.join(tokens), "a Megatron-Bridge log does not print the GPU "
+    job = dict(entry_job or {})
+    lora = megatron_bridge.peft_fields(data, source)  # its LoRA, which no Megatron-LM flag says: the job's own wins
+    if lora:
+        training = job.get("training")
+        job["training"] = {**lora, **(training if isinstance(training, dict) else {})}
+    return _log_job(reading, job, hardware, shlex.join(tokens), "a Megatron-Bridge log does not print the GPU "
                     "count", source)
 
 

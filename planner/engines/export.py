@@ -77,8 +77,8 @@ def engine_of_format(fmt: str, engine: str) -> str:
 ATTENTION_KERNEL_FORMATS = frozenset({"megatron", "megatron_bridge", "automodel"})  # AutoModel: model.backend.attn te | sdpa
 
 
-# Formats whose files planner writes LoRA into (an AutoModel recipe's `peft:` section).
-LORA_FORMATS = frozenset({"automodel"})
+# Formats whose files planner writes LoRA into (an AutoModel recipe's or a Megatron-Bridge override's `peft:` section).
+LORA_FORMATS = frozenset({"automodel", "megatron_bridge"})
 
 
 def _attention_kernel_as_run(fmt: str, layout: Layout, notes: tuple[str, ...]) -> tuple[Layout, tuple[str, ...]]:

@@ -191,6 +191,8 @@ def _import_engine(
             elif (bridge := megatron_bridge.parse_bridge_text(file_text, str(path))) is not None:
                 tokens, notes = megatron_bridge.bridge_tokens(bridge, str(path))  # a ConfigContainer YAML
                 from_bridge, engine_args = True, engine.args
+                # its LoRA (no Megatron-LM flag says it): the job's own fields win
+                given = {**megatron_bridge.peft_fields(bridge, str(path)), **given}
             else:
                 tokens, notes = megatron.read_launch_text(file_text, str(path))
                 engine_args = engine.args

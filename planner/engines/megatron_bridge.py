@@ -47,7 +47,7 @@ from typing import Any
 import yaml
 
 from planner.engines import load, megatron
-from planner.engines.common import ExportContext, prediction_lines
+from planner.engines.common import ExportContext, lora_targets_of, prediction_lines
 from planner.errors import PlannerError
 from planner.physics.rotary import yarn_concentration_factor
 from planner.specs.bounds import over_limit
@@ -283,6 +283,42 @@ def _flag_value(value: Any) -> list[str]:
     return [str(value)]
 
 
+# Megatron-Bridge's LoRA (megatron/bridge/peft/lora.py @ 067f987d: dim 32, and linear_qkv, linear_proj,
+# linear_fc1 and linear_fc2 unless target_modules says otherwise).
+BRIDGE_LORA_DIM = 32
+BRIDGE_LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+
+
+def peft_fields(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Layout fields of a Megatron-Bridge config's `peft` section (LoRA: lora_rank and lora_targets); none without
+    one. Megatron-LM's arguments, which bridge_tokens produces, have no LoRA flag, so the callers add these to the
+    job's own fields. DoRA and other PEFT schemes are refused."""
+    peft = data.get("peft")
+    if peft in (None, False, "none", "None"):
+        return {}
+    if isinstance(peft, str):
+        if peft.lower() != "lora":
+            raise PlannerError(f"peft {peft!r}: planner models LoRA only", source=source, field="peft")
+        return {"lora_rank": BRIDGE_LORA_DIM, "lora_targets": lora_targets_of(list(BRIDGE_LORA_TARGETS))}
+    if not isinstance(peft, Mapping):
+        raise PlannerError(f"expected a PEFT config (a mapping), got {reprlib.repr(peft)}", source=source, field="peft")
+    kind = str(peft.get("_target_", "LoRA")).rsplit(".", 1)[-1]
+    if kind != "LoRA":
+        raise PlannerError(f"peft {kind}: planner models LoRA only (DoRA's weight decomposition is not modelled)",
+                           source=source, field="peft._target_")
+    dim = peft.get("dim", BRIDGE_LORA_DIM)
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise PlannerError(f"peft.dim must be a positive whole number, got {reprlib.repr(dim)}", source=source,
+                           field="peft.dim")
+    targets = peft.get("target_modules") or list(BRIDGE_LORA_TARGETS)
+    if isinstance(targets, str):
+        targets = [targets]
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise PlannerError(f"peft.target_modules must be module names, got {reprlib.repr(targets)}", source=source,
+                           field="peft.target_modules")
+    return {"lora_rank": dim, "lora_targets": lora_targets_of(targets)}
+
+
 def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list[str]]:
     """The Megatron-LM arguments a Megatron-Bridge config stands for, and warnings (see the module docstring)."""
     warnings: list[str] = []
@@ -306,13 +342,6 @@ def bridge_tokens(data: Mapping[str, Any], source: str) -> tuple[list[str], list
             what = "a recipe name or a mapping of its fields" if name == "mixed_precision" else "a mapping of its fields"
             raise PlannerError(f"expected {what}, got {reprlib.repr(section)}", source=source, field=name)
         sections[name] = {k: _plain(v) for k, v in section.items() if k != "_target_"}
-    peft = data.get("peft")
-    if peft:  # Megatron-Bridge's PEFT (megatron/bridge/peft/lora.py: LoRA, dim 32 by default): no Megatron-LM flag
-        dim = peft.get("dim", 32) if isinstance(peft, Mapping) else 32
-        kind = str(peft.get("_target_", "peft")).rsplit(".", 1)[-1] if isinstance(peft, Mapping) else reprlib.repr(peft)
-        warnings.append(f"{source}: peft {kind}: Megatron-LM's arguments have no LoRA flag, so the plan is full "
-                        f"fine-tuning unless the job says LoRA: give training.lora_rank ({reprlib.repr(dim)} here) in the "
-                        "job, or --lora-rank")
     if data.get("_target_") == SUMMARY_TARGET:
         warnings.append(f"{source}: the logged configuration summary prints the TransformerConfig fields only, not the "
                         "GPT model's (tied embeddings, vocabulary, position embedding): read with Megatron-LM's "
@@ -820,6 +849,10 @@ def override(model: ModelSpec, lay: Layout) -> dict[str, Any]:
     out["ddp"]["grad_reduce_in_fp32"] = PRECISION_RECIPES[recipe]["grad_reduce_in_fp32"]  # as the recipe sets it
     result: dict[str, Any] = {name: section for name, section in out.items() if section}
     result["mixed_precision"] = recipe
+    if lay.lora_rank is not None:  # Megatron-Bridge's PEFT: LoRA of that dim on the modules the targets name
+        modules = {"attention": ["linear_qkv", "linear_proj"], "qkv": ["linear_qkv"]}
+        result["peft"] = {"_target_": "megatron.bridge.peft.lora.LoRA", "dim": lay.lora_rank,
+                          "target_modules": modules.get(lay.lora_targets, list(BRIDGE_LORA_TARGETS))}
     return result
 
 

@@ -23,6 +23,7 @@ from planner.engines.megatron_bridge import (
     engine_layout,
     override,
     parse_bridge_text,
+    peft_fields,
     task_configuration,
 )
 from planner.errors import PlannerError
@@ -594,13 +595,33 @@ def test_latent_moe_and_unmodelled_moe_run_settings_in_a_bridge_config(run_cli, 
     assert "fine-grained" not in said  # false is Megatron-Core's default: nothing left out
 
 
-def test_a_peft_section_warns_that_the_plan_is_full_fine_tuning_unless_the_job_says_lora() -> None:
-    # Megatron-Bridge's LoRA (megatron/bridge/peft/lora.py @ 067f987d: dim 32 unless set) has no Megatron-LM flag
-    model = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
-    _, warnings = bridge_tokens({"model": model, "peft": {"_target_": "megatron.bridge.peft.lora.LoRA", "dim": 16}},
-                                "x.yaml")
-    assert any("peft LoRA" in w and "training.lora_rank (16 here)" in w for w in warnings)
-    _, warnings = bridge_tokens({"model": model, "peft": "lora"}, "x.yaml")
-    assert any("training.lora_rank (32 here)" in w for w in warnings)
-    _, warnings = bridge_tokens({"model": model}, "x.yaml")
-    assert not any("peft" in w for w in warnings)
+def test_a_peft_section_is_lora_with_bridges_defaults() -> None:
+    # Megatron-Bridge's LoRA (megatron/bridge/peft/lora.py @ 067f987d): dim 32 on linear_qkv, linear_proj,
+    # linear_fc1 and linear_fc2 unless set; its performance recipes adapt linear_qkv alone at dim 16
+    assert peft_fields({"model": {}}, "x.yaml") == {}
+    assert peft_fields({"peft": {"_target_": "megatron.bridge.peft.lora.LoRA"}}, "x.yaml") == {
+        "lora_rank": 32, "lora_targets": "all_linear"}
+    assert peft_fields({"peft": {"_target_": "megatron.bridge.peft.lora.LoRA", "dim": 16,
+                                 "target_modules": ["linear_qkv"]}}, "x.yaml") == {"lora_rank": 16, "lora_targets": "qkv"}
+    assert peft_fields({"peft": "lora"}, "x.yaml")["lora_rank"] == 32
+    with pytest.raises(PlannerError, match="DoRA"):
+        peft_fields({"peft": {"_target_": "megatron.bridge.peft.dora.DoRA"}}, "x.yaml")
+    with pytest.raises(PlannerError, match="peft.dim"):
+        peft_fields({"peft": {"_target_": "megatron.bridge.peft.lora.LoRA", "dim": 0}}, "x.yaml")
+
+
+def test_a_bridge_lora_config_in_a_job_plans_lora(tmp_path) -> None:
+    from planner.engines.job import resolve_job
+    from planner.specs.job import Job
+
+    config = tmp_path / "lora.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_query_groups": 8,
+                  "ffn_hidden_size": 14336, "seq_length": 4096, "tensor_model_parallel_size": 1},
+        "train": {"global_batch_size": 8, "micro_batch_size": 1},
+        "peft": {"_target_": "megatron.bridge.peft.lora.LoRA", "dim": 16, "target_modules": ["linear_qkv"]}}),
+        encoding="utf-8")
+    job = Job.model_validate({"model": "llama-3.1-8b", "hardware": "h100-sxm", "gpus": 8,
+                              "engine": {"format": "megatron", "path": str(config)}})
+    layout = resolve_job(job, base=tmp_path, source="job").layout
+    assert (layout.lora_rank, layout.lora_targets) == (16, "qkv")
