@@ -61,22 +61,13 @@ def adapted_matrices(model: ModelSpec, *, moe_layer: bool, linear: bool = False)
     return tuple(out)
 
 
-def _per_rank_widths(mat: WeightMatrix, tp: np.ndarray) -> np.ndarray:
-    """in + out of one adapter on one rank of a TP group (its A's input width and B's output width there)."""
-    t = np.asarray(tp, dtype=float)
-    if not mat.split:
-        return np.asarray(float(mat.rows + mat.cols) + 0 * t)
-    if mat.row_parallel:
-        return np.asarray(mat.cols / t + mat.rows)
-    return np.asarray(mat.cols + mat.rows / t)
-
-
 def adapter_widths(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False) -> np.ndarray:
     """Sum of (in + out) over one layer's adapters on one rank of its TP group: its adapter parameters per unit of
-    rank (and its adapters' forward FLOP per token and unit of rank, over 2)."""
+    rank."""
     total = np.zeros(np.broadcast_shapes(np.shape(lay.tp), np.shape(lay.lora_targets)))
     for mat in adapted_matrices(model, moe_layer=moe_layer, linear=linear):
-        widths = mat.count * _per_rank_widths(mat, lay.tp)
+        width_in, width_out = _per_rank_in_out(mat, lay.tp)
+        widths = mat.count * (width_in + width_out)
         total = total + np.where(targeted(mat, lay), widths, 0.0)
     return np.asarray(total)
 
@@ -92,12 +83,6 @@ def targeted(mat: WeightMatrix, lay: LayoutArrays) -> np.ndarray:
 def adapter_params(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False) -> np.ndarray:
     """Trainable adapter parameters of one layer on one rank of its TP group: r x sum(in + out); 0 without LoRA."""
     return np.asarray(lay.lora_rank * adapter_widths(model, lay, moe_layer=moe_layer, linear=linear))
-
-
-def adapter_flop_per_token(model: ModelSpec, lay: LayoutArrays, *, moe_layer: bool, linear: bool = False
-                           ) -> np.ndarray:
-    """Forward FLOP per token of one layer's adapters on one rank: x A^T and then B, 2 r (in + out) each."""
-    return np.asarray(2.0 * adapter_params(model, lay, moe_layer=moe_layer, linear=linear))
 
 
 # Bytes per token and per element of an adapter's input (in) and output (out) width, forward and backward, as the
