@@ -172,6 +172,12 @@ def _number(text: str, source: str, line: int | None, what: str) -> float:
     return value
 
 
+def _peak(steps: list[LogStep]) -> float | None:
+    """The largest memory figure of the steps that print one (None when none does)."""
+    memory = [s.memory_bytes for s in steps if s.memory_bytes is not None]
+    return max(memory) if memory else None
+
+
 def _median(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return float(statistics.median(present)) if present else None
@@ -351,14 +357,12 @@ def _torchtitan(text: str, source: str, warmup: int) -> LogReading:
                 tflops_per_gpu=tflops_value, mfu=mfu_value / 100 if mfu_value is not None else None,
             ))  # one line per rank: the first of each step stands for it
     used = _steady(list(steps.values()), "torchtitan step", source, warmup)
-    memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
     warnings = ("torchtitan printed tflops 0: the model declares no FLOP count per token, so only tps and memory "
                 "are read",) if no_flops else ()
     return LogReading(
         format="torchtitan", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
         tokens_per_second_per_gpu=_median([s.tokens_per_second_per_gpu for s in used]),
-        tflops_per_gpu=_median([s.tflops_per_gpu for s in used]), peak_memory_bytes=max(memory) if memory else None,
-        warnings=warnings,
+        tflops_per_gpu=_median([s.tflops_per_gpu for s in used]), peak_memory_bytes=_peak(used), warnings=warnings,
     )
 
 
@@ -379,12 +383,12 @@ def _deepspeed(text: str, source: str, warmup: int) -> LogReading:
                 step=n, samples_per_second=_measure(m.group(3), source, number, "SamplesPerSec"),
                 memory_bytes=_measure(m.group(5), source, number, "MaxMemAllocated") * GIB if m.group(5) else None))
     used = _steady(list(steps.values()), "DeepSpeed timer", source, warmup)
-    memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
+    peak = _peak(used)
     return LogReading(
         format="deepspeed", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
-        samples_per_second=_median([s.samples_per_second for s in used]),
-        peak_memory_bytes=max(memory) if memory else None,
-        warnings=("DeepSpeed's MaxMemAllocated counts allocated tensors, not the allocator's reserve",) if memory else (),
+        samples_per_second=_median([s.samples_per_second for s in used]), peak_memory_bytes=peak,
+        warnings=("DeepSpeed's MaxMemAllocated counts allocated tensors, not the allocator's reserve",)
+        if peak is not None else (),
     )
 
 
@@ -480,16 +484,16 @@ def _automodel(text: str, source: str, warmup: int) -> LogReading:
         n = int(m.group(1))
         if n in steps:
             continue  # one line per rank where every rank logs: the first stands for the step
-        if tps.group(3):  # `tps r/gpu`
-            rank_rate[n] = _measure(tps.group(1), source, number, "tps")
-        elif tps.group(2):  # `tps t(r/gpu)`
-            job_rate[n] = _measure(tps.group(1), source, number, "tps")
-        else:  # `tps r`: a rank's own tokens (see the module docstring)
-            rank_rate[n] = _measure(tps.group(1), source, number, "tps")
-            bare = True
+        rate = _measure(tps.group(1), source, number, "tps")
+        if tps.group(2):  # `tps t(r/gpu)`: the whole job's
+            job_rate[n] = rate
+        else:  # `tps r/gpu`, or `tps r`: a rank's own tokens (see the module docstring)
+            rank_rate[n] = rate
+            bare = bare or not tps.group(3)
         steps[n] = LogStep(step=n, memory_bytes=_measure(mem.group(1), source, number, "mem") * GIB if mem else None)
     used = _steady(list(steps.values()), "NeMo AutoModel step", source, warmup)
-    warnings = [_AUTOMODEL_ALLOCATED] if any(s.memory_bytes is not None for s in used) else []
+    peak = _peak(used)
+    warnings = [_AUTOMODEL_ALLOCATED] if peak is not None else []
     if job_rate or rank_rate:
         warnings.append("NeMo AutoModel's tps counts a step's tokens less tail padding: read as the job's global batch "
                         "x seq_len over it, right for packed or full-length sequences and too slow where they are "
@@ -499,12 +503,11 @@ def _automodel(text: str, source: str, warmup: int) -> LogReading:
                         "as NeMo AutoModel printed it until 2025-08-22 (from #376, 2025-08-23, to #399, 2025-08-28, "
                         "it printed the whole job's); give measured.tokens_per_second_per_gpu if this log is from "
                         "that week")
-    memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
     return LogReading(
         format="automodel", source=source, steps_logged=len(steps), steps_used=tuple(s.step for s in used),
         tokens_per_second=_median([job_rate.get(s.step) for s in used]),
         tokens_per_second_per_data_rank=_median([rank_rate.get(s.step) for s in used]),
-        peak_memory_bytes=max(memory) if memory else None, warnings=tuple(warnings),
+        peak_memory_bytes=peak, warnings=tuple(warnings),
     )
 
 
@@ -540,7 +543,7 @@ def _automodel_records(text: str, source: str, warmup: int) -> LogReading:
             steps[step] = LogStep(step=step, step_seconds=step_seconds,
                                   memory_bytes=_measure(str(mem), source, number, "mem") * GIB if mem is not None else None)
     used = _steady(list(steps.values()), "NeMo AutoModel training.jsonl record", source, warmup)
-    memory = [s.memory_bytes for s in used if s.memory_bytes is not None]
+    peak = _peak(used)
     seconds = [s.step_seconds for s in used]
     exact = all(v is not None for v in seconds)
     return LogReading(
@@ -548,8 +551,7 @@ def _automodel_records(text: str, source: str, warmup: int) -> LogReading:
         step_seconds=_median(seconds) if exact else None,
         step_seconds_logged=tuple(v for v in seconds if v is not None) if exact else (),
         tokens_per_second=None if exact else _median([job_rate[s.step] for s in used]),
-        peak_memory_bytes=max(memory) if memory else None,
-        warnings=(_AUTOMODEL_ALLOCATED,) if memory else (),
+        peak_memory_bytes=peak, warnings=(_AUTOMODEL_ALLOCATED,) if peak is not None else (),
     )
 
 
