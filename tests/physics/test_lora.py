@@ -34,8 +34,8 @@ def test_adapter_parameters_are_r_times_in_plus_out(targets, weights):
     lay = _lay(lora_rank=16, lora_targets=targets).to_arrays()
     per_layer = 16 * sum(i + o for i, o in weights)
     assert float(adapter_params(MODEL, lay, moe_layer=False)[0]) == per_layer
-    # all linear: 32 x 16 x 81,920 = 41,943,040, the trainable count PEFT prints for this model at r 16 with
-    # q/k/v/o/gate/up/down targeted; attention alone: 32 x 16 x 26,624; q, k and v: 32 x 16 x 18,432
+    # all linear (q/k/v/o/gate/up/down, as Hugging Face's modules are): 32 x 16 x 81,920 = 41,943,040; attention
+    # alone: 32 x 16 x 26,624; q, k and v: 32 x 16 x 18,432
     assert LAYERS * per_layer == {"all_linear": 41_943_040, "attention": 13_631_488, "qkv": 9_437_184}[targets]
 
 
