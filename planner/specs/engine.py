@@ -1128,8 +1128,9 @@ _AUTOMODEL = _derive(
         "default_grad_dtype": "bf16", "default_state_dtype": "bf16", "bf16_moments": True,
         "bf16_master_weights": True, "fp8_params": False, "muon": False, "lora": True,
         "sources": {
-            "muon": "its benchmark recipes step torch.optim.Adam; a Muon run is not among the configurations planner "
-            "reads",
+            "muon": "its Muon recipe (examples/llm_finetune/qwen/qwen2_5_7b_squad_muon.yaml @ 36044ad3) steps "
+            "Microsoft's dion.Muon on FSDP2's sharded parameters, which distributes the Newton-Schulz work its own way; "
+            "planner's Muon terms are Megatron-Core's layer-wise distributed optimizer's",
             "lora": "its `peft:` section (nemo_automodel/components/_peft/lora.py @ 36044ad3: PeftConfig dim, "
             "target_modules or match_all_linear; the base weights frozen)",
             "int8_moments": "its recipes step torch.optim.Adam or Transformer Engine's FusedAdam, not bitsandbytes",
