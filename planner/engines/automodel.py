@@ -329,8 +329,8 @@ LORA_DEFAULT_RANK = 8  # PeftConfig.dim's default (components/_peft/lora.py @ 36
 def _peft(config: dict[str, Any], source: str, got: Collected) -> None:
     """The `peft:` section (components/_peft/lora.py PeftConfig, module_matcher.py ModuleMatcher @ 36044ad3): LoRA of
     rank `dim` (8 when unset) on the modules `target_modules` matches (`*_proj` when nothing is given: every
-    projection), or on every linear layer with `match_all_linear`. A target list whose every pattern names an
-    attention projection is lora_targets attention; any other is all_linear. DoRA and a quantised base (QLoRA)
+    projection), or on every linear layer with `match_all_linear`; the target list becomes lora_targets as
+    engines.common.lora_targets_of reads it (qkv, attention, else all_linear). DoRA and a quantised base (QLoRA)
     are not modelled."""
     peft = _get(config, "peft")
     if peft is None:
