@@ -43,3 +43,26 @@ def lay(**fields) -> LayoutArrays:
     fields.setdefault("global_batch", fields.get("dp", 1) * fields.get("micro_batch", 1))
     fields.setdefault("seq_len", 32)
     return Layout(**fields).to_arrays()
+
+
+TINY_GEMMS = ((64, 192), (64, 64), (64, 256), (256, 64))  # tiny's (k inputs, n outputs): QKV, out, fc1, fc2
+
+
+def tiny_gemm_passes(*, operand_bytes: float, peak: float, plateau: float, tokens: int = 32
+                     ) -> tuple[float, float, float]:
+    """(forward, input gradient, weight gradient) seconds of tiny's four GEMMs on round_hw, by hand: each on the
+    roofline max(2 M k n / (peak x plateau), bytes / 1.8e12) + 7.5e-6 / plateau, the forward reading M x k and k x n
+    and writing M x n, the input gradient reading M x n and k x n and writing M x k, the weight gradient reading
+    M x k and M x n and writing k x n; inputs at operand_bytes, outputs 2 bytes."""
+    m, a = tokens, operand_bytes
+
+    def one(flop: float, nbytes: float) -> float:
+        return max(flop / (peak * plateau), nbytes / 1.8e12) + 7.5e-6 / plateau
+
+    fwd = dgrad = wgrad = 0.0
+    for k, n in TINY_GEMMS:
+        flop = 2 * m * k * n
+        fwd += one(flop, a * (m * k + k * n) + 2 * m * n)
+        dgrad += one(flop, a * (m * n + k * n) + 2 * m * k)
+        wgrad += one(flop, a * (m * k + m * n) + 2 * k * n)
+    return fwd, dgrad, wgrad

@@ -240,7 +240,11 @@ def engine_fields(case_id: str, source: str, recompute: object) -> dict[str, Any
     files' 'selective' standing for torchtitan's op-level selective AC (their notes); NeMo's under nemo; NeMo
     AutoModel's under automodel; others the default."""
     if source.startswith("pytorch/torchtitan"):
-        return {"engine": "torchtitan", "compile": _torchtitan_compiled(case_id),
+        compiled = _torchtitan_compiled(case_id)
+        # the 2024-12 benchmark's torchtitan (9dec370) ran the loss eager under --training.compile ('compiling loss
+        # function causes CUDA errors, turning off for now', train.py): compile_loss false where the blocks compile
+        eager_loss = {"compile_loss": False} if compiled and "9dec370" in source else {}
+        return {"engine": "torchtitan", "compile": compiled, **eager_loss,
                 "recompute": "op" if recompute == "selective" else recompute}
     if source.startswith(("NVIDIA-NeMo/Automodel", "NVIDIA-NeMo/AutoModel", "NVIDIA/NeMo-Automodel")):
         return {"engine": "automodel"}  # FSDP2 + Transformer Engine + DeepEP, bf16 states (its profile)

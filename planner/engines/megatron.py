@@ -1834,6 +1834,10 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
         changes["grad_dtype"] = half
         notes.append(f"grad_dtype {layout.grad_dtype} -> {half}: Megatron-LM keeps {layout.dtype} gradients in "
                      f"{half} or fp32")
+    if layout.dtype == "fp8" and layout.fp8_recipe == "rowwise":
+        raise PlannerError("fp8_recipe rowwise: torchao's per-row float8 recipe, which Transformer Engine has no form "
+                           "of (its recipes scale per tensor, per 32 elements or per 1 x 128 block); export for "
+                           "torchtitan, or choose tensorwise, delayed, mxfp8 or blockwise")
     if layout.master_weights_dtype != "fp32":
         raise PlannerError("master_weights_dtype bf16: Megatron-LM's optimizer keeps its own main weights "
                            "(--main-params-dtype fp32 or fp16); use fp32, or export for DeepSpeed or torchtitan")

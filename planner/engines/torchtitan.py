@@ -432,8 +432,8 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
     fp8 = fp8 or mx
     origin = fp8_flag or "model.converters"
     got.set("dtype", "fp8" if fp8 else "bf16", origin if fp8 else "training.mixed_precision_param")
-    if fp8:  # torchao's float8 scales per tensor, computed from each tensor (dynamic); its MX converter per 32 elements
-        got.set("fp8_recipe", "mxfp8" if mx else "tensorwise", "model.converters")
+    if fp8:  # torchao's float8 scales per tensor (dynamic) or per row (recipe_name); its MX converter per 32 elements
+        got.set("fp8_recipe", "mxfp8" if mx else _float8_recipe(config, src), "model.converters")
     if pure == "bfloat16":  # 'all parameters, gradients, and optimizer states in bfloat16' (job_config.py)
         for name in ("grad_dtype", "optimizer_state_dtype", "master_weights_dtype"):
             got.set(name, "bf16", "training.dtype")
@@ -447,11 +447,43 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
         got.set("offload_params", True, "training.enable_cpu_offload")
         got.set("offload_optimizer", True, "training.enable_cpu_offload")
     compiled = next((path for path in ("compile.enable", "training.compile") if _flag(config, path, source=src)), None)
-    if compiled is not None:
-        got.set("compile", True, compiled)
+    if compiled is not None:  # [compile] components: the model, the loss or both (CompileConfig's default: both)
+        components = _get(config, "compile.components", default=["model", "loss"]) if compiled == "compile.enable" \
+            else ["model", "loss"]
+        if not isinstance(components, list) or not set(map(str, components)) <= {"model", "loss"}:
+            raise PlannerError(f"must be a list of 'model' and 'loss', got {components!r}", source=src,
+                               field="compile.components")
+        if "model" in components:
+            got.set("compile", True, compiled)
+        if ("loss" in components) != ("model" in components):
+            got.set("compile_loss", "loss" in components, "compile.components")
     if str(_get(config, "parallelism.fsdp_reshard_after_forward", default="default")) == "never":
         got.warn("fsdp_reshard_after_forward 'never' keeps gathered parameters from forward to backward; planner "
                  "counts ZeRO-3's one-layer gather buffers only")
+
+
+FLOAT8_RECIPE_PATHS = ("float8.recipe_name", "quantize.linear.float8.recipe_name")  # 2025 TOMLs, v0.2 TOMLs
+
+
+def _float8_recipe(config: Mapping[str, Any], source: str) -> str:
+    """Layout.fp8_recipe of torchtitan's float8 converter: its recipe_name, torchao's Float8LinearConfig recipe
+    (torchtitan/config_manager.py @ 820504e, [float8] recipe_name: tensorwise, rowwise or rowwise_with_gw_hp; unset:
+    the tensorwise default)."""
+    def nested(path: str) -> Any:
+        node: Any = config
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, Mapping) else None
+        return node
+
+    path = next((p for p in FLOAT8_RECIPE_PATHS if nested(p) is not None), None)
+    name = str(nested(path)).lower() if path else "tensorwise"
+    if name in ("tensorwise", "rowwise"):
+        return name
+    if name == "rowwise_with_gw_hp":
+        raise PlannerError("float8 recipe rowwise_with_gw_hp (the weight-gradient GEMM in bf16) is not modelled; use "
+                           "rowwise or tensorwise", source=source, field=path)
+    raise PlannerError(f"float8 recipe_name must be tensorwise, rowwise or rowwise_with_gw_hp, got {name!r}",
+                       source=source, field=path)
 
 
 def import_torchtitan(
@@ -590,9 +622,9 @@ def engine_layout(model: ModelSpec, layout: Layout, *, registry: bool = False) -
     if layout.moe_fused_mlp:
         raise PlannerError("moe_fused_mlp: torchtitan's experts are torch grouped matmuls with the activation a kernel "
                            "of its own (Transformer Engine's fused grouped MLP is Megatron-Core's); export for Megatron-LM")
-    if layout.dtype == "fp8" and layout.fp8_recipe not in ("tensorwise", "mxfp8"):
-        raise PlannerError(f"fp8_recipe {layout.fp8_recipe}: torchtitan's float8 converter scales per tensor from each "
-                           "tensor (tensorwise) and its MX converter per 32 elements (mxfp8); export for Megatron-LM "
+    if layout.dtype == "fp8" and layout.fp8_recipe not in ("tensorwise", "rowwise", "mxfp8"):
+        raise PlannerError(f"fp8_recipe {layout.fp8_recipe}: torchtitan's float8 converter scales per tensor or per row "
+                           "(tensorwise, rowwise) and its MX converter per 32 elements (mxfp8); export for Megatron-LM "
                            "or choose one of those")
     changes: dict[str, Any] = {}
     notes: list[str] = []
@@ -634,6 +666,11 @@ def engine_layout(model: ModelSpec, layout: Layout, *, registry: bool = False) -
         changes["offload_optimizer"] = changes["offload_params"] = True
         notes.append("offload_optimizer and offload_params -> true: torchtitan's enable_cpu_offload moves parameters, "
                      "gradients and the optimizer step to the CPU together")
+    if registry and layout.dtype == "fp8" and layout.fp8_recipe == "tensorwise":
+        changes["fp8_recipe"] = "rowwise"
+        notes.append("fp8_recipe tensorwise -> rowwise: torchtitan main's Float8LinearConverter runs torchao's rowwise "
+                     "recipes only (recipe_name rowwise or rowwise_with_gw_hp, torchtitan/components/quantization/"
+                     "float8.py since 6348d93d1, 2026-04); export --to torchtitan for a v0.2 TOML with tensorwise")
     _moe_layout(model, layout, changes, notes, registry=registry)
     mapped = layout.model_copy(update=changes) if changes else layout
     if mapped.interleave > 1:
@@ -719,6 +756,8 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
         out["hf_transformers"] = {"model": repo}
     if lay.dtype == "fp8":
         out["model"]["converters"] = ["quantize.linear.mx" if lay.fp8_recipe == "mxfp8" else "quantize.linear.float8"]
+        if lay.fp8_recipe == "rowwise":  # torchao's Float8LinearConfig recipe ([quantize.linear.float8] in v0.2)
+            out["quantize.linear.float8"] = {"recipe_name": "rowwise"}
     training: dict[str, Any] = {"seq_len": lay.seq_len, "global_batch_size": lay.global_batch,
                                 "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32"}
     training["local_batch_size"] = lay.micro_batch if lay.pp == 1 else lay.global_batch // lay.dp
@@ -758,8 +797,9 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
         per_stage = -(-model.num_layers // lay.pp)
         ac = {"mode": "selective", "selective_ac_option": str(per_stage // lay.recompute_layers_per_stage)}
     out["activation_checkpoint"] = ac
-    if lay.compile:
-        out["compile"] = {"enable": True}
+    loss = lay.compile if lay.compile_loss is None else lay.compile_loss
+    if lay.compile or loss:
+        out["compile"] = {"enable": True, "components": ["model"] * lay.compile + ["loss"] * loss}
     if lay.offload_params or lay.offload_optimizer:
         out.setdefault("training", {})["enable_cpu_offload"] = True
     return out

@@ -402,6 +402,17 @@ def _converters(model: Call | None, source: str) -> list[str]:
     return names
 
 
+def _float8_recipe_name(model: Call | None, source: str) -> str | None:
+    """The recipe of the model's Float8LinearConverter: its recipe_name, else torchtitan main's default, rowwise
+    (torchtitan/components/quantization/float8.py @ b5bcd76c: recipe_name Literal["rowwise", "rowwise_with_gw_hp"]
+    = "rowwise"; torchao's tensorwise recipe is not offered there since 6348d93d1). None without that converter."""
+    converters = model.kwargs.get("converters") if model is not None else None
+    for conv in converters if isinstance(converters, list) else []:
+        if isinstance(conv, Call) and conv.short == "Float8LinearConverter":
+            return str(_needed(conv.kwargs.get("recipe_name", "rowwise"), "Float8LinearConverter recipe_name", source))
+    return None
+
+
 def _activation_checkpoint(value: Any, present: bool, source: str) -> dict[str, Any]:
     if not present:  # Trainer.Config's default: SelectiveAC.Config (per-op selective checkpointing)
         return {"mode": "selective", "selective_ac_option": "op"}
@@ -483,6 +494,9 @@ def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[st
         "model": {"converters": _converters(model if isinstance(model, Call) else None, source)},
         "optimizer": {"name": "AdamW"},
     }
+    recipe = _float8_recipe_name(model if isinstance(model, Call) else None, source)
+    if recipe is not None:
+        toml["quantize"] = {"linear": {"float8": {"recipe_name": recipe}}}
     if step_tokens > 0:
         if step_tokens % context:
             raise PlannerError(f"num_tokens_per_train_step ({step_tokens}) is not a multiple of max_context_length "
@@ -503,9 +517,8 @@ def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[st
     if flavor is not None:
         toml["model"]["flavor"] = flavor
     components = compile_.get("components", ["model", "loss"])  # CompileConfig's default components
-    if _needed(compile_.get("enable", False), "compile.enable", source) is True and (
-            isinstance(components, list) and "model" in components):
-        toml["compile"] = {"enable": True}  # the model compiled (not only the loss: components ["loss"])
+    if _needed(compile_.get("enable", False), "compile.enable", source) is True:
+        toml["compile"] = {"enable": True, "components": _needed(components, "compile.components", source)}
     if _needed(compile_.get("enable_async_tensor_parallel", False), "compile.enable_async_tensor_parallel",
                source) is True:
         parallelism["enable_async_tensor_parallel"] = True
@@ -637,7 +650,7 @@ def render(ctx: ExportContext) -> str:
     registry_args = [f'"{flavor}"']
     converter_class = {toml_name: cls for cls, toml_name in LINEAR_CONVERTERS.items()}
     used = [converter_class[c] for c in tables["model"].get("converters", [])]
-    if used:
+    if used:  # Float8LinearConverter's default recipe is rowwise, the only per-row recipe engine_layout leaves
         registry_args.append("converters=[" + ", ".join(f"{c}.Config()" for c in used) + "]")
     backend = parallelism.pop("expert_parallel_comm_backend", None)
     if lay.ep > 1 and lay.moe_dispatcher == "hybridep":
@@ -658,7 +671,9 @@ def render(ctx: ExportContext) -> str:
             train_kwargs[key] = _python(training[key])
     mode = tables["activation_checkpoint"]["mode"]
     ac = {"none": "None", "full": "FullAC.Config()"}.get(mode, "SelectiveAC.Config()")
-    compile_kwargs = [f"enable={lay.compile}"] + (["enable_async_tensor_parallel=True"] if async_tp else [])
+    compiled = tables.get("compile", {}).get("components", [])
+    compile_kwargs = [f"enable={bool(compiled)}"] + ([f"components={compiled!r}"] if compiled else []) + (
+        ["enable_async_tensor_parallel=True"] if async_tp else [])
     fn = function_name(ctx.model_id)
     nodes_gpus = min(lay.gpus, ctx.hardware.node.gpus_per_node)
     lines = [f"# {line}".replace("<this file>", f'<this file> --engine-args "--config {fn}"')

@@ -149,6 +149,30 @@ def matmul_seconds(
     return np.where(flop > 0, (flop / peak + GEMM_FIXED_SECONDS) / plateau, 0.0)
 
 
+def gemm_roofline_seconds(
+    hw: HardwareProfile, flop: np.ndarray, nbytes: np.ndarray, peak: np.ndarray | float,
+    plateau: np.ndarray | float | None = None,
+) -> np.ndarray:
+    """One GEMM that moves `nbytes` of HBM traffic (its two operands read once, its output written once): the
+    larger of its compute time and its memory time, plus the fixed cost, i.e. max(flop / (peak x plateau),
+    nbytes / streaming bandwidth) + GEMM_FIXED_SECONDS / plateau. The roofline (Williams, Waterman and Patterson
+    2009, "Roofline: an insightful visual performance model", CACM 52(4), Fig. 1: attainable FLOP/s = min(peak,
+    bandwidth x operational intensity)), with the bandwidth every memory-bound kernel gets here (memory_seconds).
+
+    Where the GEMM's intensity (FLOP per byte) is above the chip's ridge this is matmul_seconds exactly: the
+    plateau was measured on large GEMMs whose traffic already hides under their math. Below the ridge the floor
+    binds: a thin GEMM (a TP shard of a K or V projection run as its own Linear, 128 columns at TP 8 for Llama 3)
+    reads its whole input for few FLOPs. torchao prices fp8 GEMMs the same way (pytorch/ao
+    torchao/testing/training/roofline_utils.py @ 36027d82, get_individual_gemm_time_sympy: the maximum of the
+    compute time, the time to read both operands and write the output, and a launch floor). Serving counts the
+    weights alone and a softer knee (serving.time GEMM_COMPUTE_MEMORY_OVERLAP); training GEMMs read activations
+    as large as their weights, which this counts."""
+    flop = np.asarray(flop, dtype=float)
+    compute = matmul_seconds(hw, flop, peak, plateau)
+    fixed = GEMM_FIXED_SECONDS / (matmul_plateau(hw) if plateau is None else np.asarray(plateau))
+    return np.asarray(np.where(flop > 0, np.maximum(compute, memory_seconds(hw, nbytes) + fixed), 0.0))
+
+
 GROUPED_GEMM_PER_GROUP_SECONDS = 0.75e-6
 """What each further expert adds to a grouped expert GEMM, in seconds of peak-rate work: a grouped GEMM of g
 experts takes (sum of flop / peak + GEMM_FIXED_SECONDS + (g - 1) x this) / plateau. Transformer Engine's
@@ -221,6 +245,37 @@ transpose's byte on chips that take every layout, and the amax pass under delaye
 activations."""
 
 
+FP8_ROWWISE_CAST_BYTES_PER_ELEMENT = 8.0
+"""HBM bytes torchao's rowwise recipe (Fp8RecipeCode.ROWWISE; torchao Float8LinearConfig.from_recipe_name("rowwise"))
+moves per element of a GEMM input it quantizes (an activation, an output gradient). Its scales run along one axis,
+so the backward's GEMM needs the tensor cast again along the other: one kernel reads the bf16 tensor and writes the
+fp8 copy scaled per row and a transposed bf16 copy (2 + 1 + 2), a second reads that copy and writes the fp8 copy
+scaled per column (2 + 1). Counted as torchao counts it for its own roofline (pytorch/ao
+torchao/testing/training/roofline_utils.py @ 36027d82, get_tensor_memory_traffic_ovhd_s, rowwise, input and
+grad_output: 'we can't fuse 1 and 2 because that would require loading the entire tensor to shared memory'); the
+same on every chip (the second cast is a new quantization, not a transpose). Counted, not fitted."""
+
+FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT = 10.0
+"""The same per weight element: the forward's row-scaled cast (read 2, write 1), the backward's transpose of the bf16
+weight (read 2, write 2) and its column-scaled cast (read 2, write 1) (the same torchao roofline, rowwise, weight).
+Amortised over the step's micro-batches as FP8_WEIGHT_CAST_BYTES_PER_ELEMENT is."""
+
+FP8_ROWWISE_FORWARD_GEMM_EFFICIENCY = 0.95
+"""Speed of PyTorch's rowwise-scaled fp8 GEMM (torch._scaled_mm with a scale per row: a CUTLASS kernel of PyTorch's
+own, with fast accumulation, which torchao's rowwise recipe runs in the forward) relative to the cuBLAS per-tensor
+GEMM at the same shape on H100: 'most shapes are within 90-100% of tensor-wise efficiency, but there's a long tail
+going down to 50%' (pytorch/pytorch issue #147971, after the tile heuristics of PR #134781); FBGEMM's copy of the
+kernel measured 0.91-1.00 of cuBLAS on four Llama shapes (pytorch/FBGEMM PR #2764). 0.95, the middle of the first
+range; not fitted. The backward's two GEMMs accumulate in full precision, where the rowwise kernel is slower
+still, so torchao runs them as cuBLAS per-tensor GEMMs with unit scales and multiplies the output by the two
+operands' scales afterwards (pytorch/ao torchao/float8/float8_ops.py addmm_float8_unwrapped @ 6243040: 'we'd rather
+use the tensorwise cuBLAS-based kernel and do the scaling manually afterwards'): those run at the per-tensor speed,
+and the scaling pass is FP8_ROWWISE_RESCALE_BYTES_PER_ELEMENT of traffic per output element."""
+
+FP8_ROWWISE_RESCALE_BYTES_PER_ELEMENT = 4.0
+"""Traffic of that scaling pass per element of a backward GEMM's 16-bit output: read it, write it scaled (2 + 2)."""
+
+
 NVFP4_BLOCK_ELEMENTS = 16
 """Elements per NVFP4 scale: Transformer Engine's NVFP4BlockScaling (transformer_engine/common/recipe/__init__.py
 @ d0067d0); NVFP4 checkpoints alike (vLLM's FP4 kernels take group size 16,
@@ -261,7 +316,8 @@ def fp8_cast_bytes_per_element(
     """HBM bytes per quantized GEMM-input element under each candidate's fp8 recipe (Fp8RecipeCode):
     per-tensor recipes FP8_CAST_BYTES_PER_ELEMENT (or the weights' FP8_WEIGHT_CAST_BYTES_PER_ELEMENT), less the
     transposed copy where the chip's fp8 GEMMs take every layout and less the amax pass under delayed scaling;
-    the block-scaled recipes FP8_BLOCK_SCALED_BYTES_PER_ELEMENT on every chip; NVFP4 (dtype fp4)
+    the block-scaled recipes FP8_BLOCK_SCALED_BYTES_PER_ELEMENT on every chip; torchao's rowwise
+    FP8_ROWWISE_CAST_BYTES_PER_ELEMENT (FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT for weights); NVFP4 (dtype fp4)
     NVFP4_CAST_BYTES_PER_ELEMENT, or NVFP4_WEIGHT_CAST_BYTES_PER_ELEMENT for weights."""
     code = np.asarray(recipe)
     full = FP8_WEIGHT_CAST_BYTES_PER_ELEMENT if weight else FP8_CAST_BYTES_PER_ELEMENT
@@ -269,8 +325,9 @@ def fp8_cast_bytes_per_element(
     per_tensor = full - transpose - np.where(code == Fp8RecipeCode.DELAYED, FP8_AMAX_PASS_BYTES_PER_ELEMENT, 0.0)
     block = (code == Fp8RecipeCode.MXFP8) | (code == Fp8RecipeCode.BLOCKWISE)
     nvfp4 = NVFP4_WEIGHT_CAST_BYTES_PER_ELEMENT if weight else NVFP4_CAST_BYTES_PER_ELEMENT
-    return np.asarray(np.where(code == Fp8RecipeCode.NVFP4, nvfp4,
-                               np.where(block, FP8_BLOCK_SCALED_BYTES_PER_ELEMENT, per_tensor)))
+    rowwise = FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT if weight else FP8_ROWWISE_CAST_BYTES_PER_ELEMENT
+    return np.asarray(np.where(code == Fp8RecipeCode.NVFP4, nvfp4, np.where(
+        code == Fp8RecipeCode.ROWWISE, rowwise, np.where(block, FP8_BLOCK_SCALED_BYTES_PER_ELEMENT, per_tensor))))
 
 
 def fp8_cast_seconds(

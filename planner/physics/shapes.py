@@ -254,6 +254,39 @@ def rank_gemms(model: ModelSpec, tp: np.ndarray, *, moe_layer: bool, linear: boo
     return [(g, gemm_elements_per_rank(g, model.kv_heads, tp)) for g in shape.gemms]
 
 
+class GemmKernel(NamedTuple):
+    """One GEMM kernel an engine runs for a layer weight on one rank: a token's k input features to n outputs."""
+
+    part: str  # "q", "k", "v", "gate", "up" for a split projection, else the Gemm's own name
+    k: np.ndarray
+    n: np.ndarray
+
+
+SPLIT_UP_GEMMS = ("mlp_up", "shared_up")  # gated MLPs' gate and up projections (routed experts run grouped)
+
+
+def gemm_kernels(model: ModelSpec, g: Gemm, elements: np.ndarray, tp: np.ndarray, *, separate: bool,
+                 linear: bool = False) -> tuple[GemmKernel, ...]:
+    """The kernels that run `g` (its `elements` weight elements on one rank, gemm_elements_per_rank) and their widths.
+    The side TP leaves whole (g.side, else the hidden size) is the input of a column-parallel or replicated weight and
+    the output of a row-parallel one. `separate`: the engine keeps the query, key and value projections and a gated
+    MLP's gate and up projections as Linears of their own (EngineProfile.kernels.separate_projections: Hugging Face
+    models, torchtitan), so each is a GEMM of its own over the same input; Megatron-Core fuses each set into one
+    (linear_qkv, linear_fc1). A Gated DeltaNet mixer's (`linear`) input projection is one GEMM either way."""
+    side = g.side or model.hidden_size
+    if g.row_parallel:
+        return (GemmKernel(g.name, np.asarray(elements / side), np.full(np.shape(elements), float(side))),)
+    k = np.full(np.shape(elements), float(side))
+    n = np.asarray(elements / side)
+    if separate and g.name == "qkv" and model.mla is None and not linear:
+        kv = np.asarray(kv_heads_per_rank(model.kv_heads, tp) * model.head_size, dtype=float)
+        kv = np.broadcast_to(kv, np.shape(n))
+        return (GemmKernel("q", k, n - 2 * kv), GemmKernel("k", k, kv), GemmKernel("v", k, kv))
+    if separate and g.name in SPLIT_UP_GEMMS and model.mlp_kind == "gated":
+        return (GemmKernel("gate", k, n / 2), GemmKernel("up", k, n / 2))
+    return (GemmKernel(g.name, k, n),)
+
+
 @dataclass(frozen=True)
 class RankParams:
     """Parameters held by one rank for one layer, split by how ZeRO shards them."""

@@ -571,6 +571,7 @@ def build_space(model: ModelSpec, problem: Problem, filters: Filters = Filters()
         fp8_recipe=const(Fp8RecipeCode.NVFP4 if problem.dtype == "fp4" else FP8_RECIPE_CODES[problem.fp8_recipe],
                          np.int64),
         compile=const(problem.compile, bool),
+        compile_loss=const(problem.compile, bool),  # torch.compile takes the loss with the model (torchtitan, HF)
         clamp_fused=const(clamp_fused(problem.engine, problem.compile), bool),
         offload_optimizer=const(False, bool),
         offload_params=const(False, bool),

@@ -116,6 +116,19 @@ class KernelSection(_Sourced):
         default=False, description="The layers' GEMMs can train in NVFP4 (Transformer Engine's NVFP4BlockScaling "
         "recipe: Layout.dtype fp4)."
     )
+    compiled_loss_bytes_per_logit: float | None = Field(
+        default=None, gt=0.0, description="Bytes per logit live at the loss's peak when torch.compile compiles the loss "
+        "(Layout.compile_loss); None: the engine cannot compile it (loss_bytes_per_logit either way)."
+    )
+    fp8_rowwise: bool = Field(
+        default=False, description="Runs torchao's rowwise float8 recipe (Layout.fp8_recipe rowwise: a scale per row of "
+        "each GEMM operand)."
+    )
+    separate_projections: bool = Field(
+        default=False, description="The model code keeps the query, key and value projections, and a gated MLP's gate "
+        "and up projections, as Linears of their own: each a GEMM over the same input (physics.shapes.gemm_kernels); "
+        "false: fused into one GEMM each, as Megatron-Core's linear_qkv and linear_fc1."
+    )
 
 
 class ZeroSection(_Sourced):
@@ -440,7 +453,7 @@ _SHARDED_GRADS_REDUCE_EVERY_BACKWARD = (
 )
 
 # torch async TP's share, solved by benchmarks/calibrate_torch_async_tp.py (see the torchtitan profile).
-TORCH_ASYNC_TP_HIDDEN_SHARE = 0.34
+TORCH_ASYNC_TP_HIDDEN_SHARE = 0.36
 
 _MEGATRON = EngineProfile(
     name="megatron",
@@ -451,6 +464,13 @@ _MEGATRON = EngineProfile(
         attention_kernel="fused", cuda_graphs=True, fp8_proj_keeps_cast_input=False, fp8_tp_all_gather=False,
         tp_overlap_with_mla=False, fp8_attention=True, moe_fused_mlp=True, nvfp4=True, scaled_rotary_unfused=True,
         sources={
+            "compiled_loss_bytes_per_logit": "Megatron-LM has no torch.compile switch; its loss is the fused "
+            "vocab-parallel cross-entropy of loss_bytes_per_logit",
+            "fp8_rowwise": "Transformer Engine's recipes scale per tensor, per 32 elements or per 1 x 128 block "
+            "(DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling); no per-row recipe",
+            "separate_projections": "Megatron-Core builds the query, key and value projections as one linear_qkv and a "
+            "gated MLP's gate and up projections as one linear_fc1 (megatron/core/transformer/attention.py "
+            "SelfAttention, megatron/core/transformer/mlp.py MLP @ d98e8a64)",
             "scaled_rotary_unfused": "Megatron-Core apply_rotary_pos_emb (megatron/core/models/common/embeddings/"
             "rope_utils.py @ d98e8a64) takes the unfused path when mscale != 1 ('not supported by TE's fused RoPE'), "
             "and Attention passes YaRN's concentration factor as mscale; since commit 987395813b (2025-11-22, "
@@ -762,6 +782,15 @@ _TORCH_LOSS = (
     "request) and releases when an allocation would fail, so it shows in torchtitan's reserved peak of the 8K rows "
     "but is not needed to fit (docs/engines.md)"
 )
+_TORCH_COMPILED_LOSS = (
+    "torch.compile of the same cross_entropy(pred.float(), labels) (torchtitan components/loss.py @ 820504e: "
+    "build_cross_entropy_loss compiles it under training.compile; [compile] components 'loss' in v0.2 and main): "
+    "AOTAutograd with Inductor's decompositions and min-cut partitioner saves for the backward the bf16 logits and "
+    "two fp32 values per row (the max and the log-sum-exp) and recomputes the softmax there, writing the bf16 "
+    "gradient of the logits in the same fused kernels (benchmarks/torch_compiled_loss_saved.py, torch 2.13 CPU: the "
+    "forward graph's saved outputs). Peak: the bf16 logits and their bf16 gradient, 2 + 2 = 4 bytes per logit. "
+    "Hugging Face models compute the same loss inside their compiled forward"
+)
 _SDPA_FLASH2 = (
     "torch.nn.functional.scaled_dot_product_attention dispatches its FlashAttention-2 backend on H100: cuDNN "
     "attention was made opt-in, lowest precedence (pytorch/pytorch#138522, Oct 2024, torch 2.5); torchtitan on H100 "
@@ -792,12 +821,19 @@ _TORCH_EAGER_SOURCES: dict[str, str] = {
     "a kernel of its own; Transformer Engine's op fuser is not in their model code",
     "nvfp4": "NVFP4 training is not read for torch engines (torchtitan's NVFP4 converters are refused by its reader); "
     "Transformer Engine's NVFP4 recipe is Megatron's",
+    "compiled_loss_bytes_per_logit": _TORCH_COMPILED_LOSS,
+    "separate_projections": "torchtitan's Llama and Qwen attention hold wq, wk, wv and the feed-forward w1, w3 as "
+    "nn.Linear modules of their own (pytorch/torchtitan torchtitan/models/llama3/model/model.py @ 820504e, Attention "
+    "and FeedForward), as Hugging Face's models hold q_proj, k_proj, v_proj, gate_proj and up_proj (transformers "
+    "models/llama/modeling_llama.py; NVIDIA-NeMo/Automodel nemo_automodel/components/models/llama/model.py @ 36044ad3: "
+    "'separate q_proj/k_proj/v_proj and gate_proj/up_proj (HF-style)'); torch.compile does not merge matmuls",
 }
 _TORCH_EAGER = {
     "fused_elementwise": False, "supports_compile": True, "eager_elementwise_traffic_factor": 3.0,
     "loss_bytes_per_logit": 12.0, "attention_kernel": "flash2", "cuda_graphs": False,
     "fp8_proj_keeps_cast_input": True, "tp_overlap_with_mla": True, "fp8_attention": False, "moe_fused_mlp": False,
-    "nvfp4": False, "scaled_rotary_unfused": False, "sources": _TORCH_EAGER_SOURCES,
+    "nvfp4": False, "scaled_rotary_unfused": False, "separate_projections": True, "compiled_loss_bytes_per_logit": 4.0,
+    "sources": _TORCH_EAGER_SOURCES,
 }
 
 _TORCH_CP = (
@@ -834,7 +870,10 @@ _TORCHTITAN = _derive(
             "cpu_optimizer": "torch.optim AdamW steps the CPU parameters",
         },
     },
-    kernels=dict(_TORCH_EAGER, fp8_tp_all_gather=True, sources={**_TORCH_EAGER_SOURCES, "fp8_tp_all_gather": (
+    kernels=dict(_TORCH_EAGER, fp8_tp_all_gather=True, fp8_rowwise=True, sources={**_TORCH_EAGER_SOURCES, "fp8_rowwise": (
+        "torchtitan [float8] recipe_name 'rowwise' (torchtitan/config_manager.py @ 820504e; [quantize.linear.float8] "
+        "in v0.2): torchao's Float8LinearConfig.from_recipe_name, axiswise scales for the input, the weight and the "
+        "output gradient"), "fp8_tp_all_gather": (
         "torchtitan apply_tp with Float8 on (torchtitan/parallelisms/parallelize_llama.py at 9dec370) uses torchao's "
         "Float8ColwiseParallel, Float8RowwiseParallel and PrepareFloat8ModuleInput (torchao/float8/"
         "float8_tensor_parallel.py at eab345c): the attention and feed-forward inputs are cast to float8 before the "
@@ -1021,7 +1060,10 @@ _FSDP = _derive(
         },
     },
     kernels={
-        "sources": {"cuda_graphs": "the Trainer's FSDP path runs eager PyTorch modules; no CUDA-graph capture"},
+        "fp8_rowwise": False,
+        "sources": {"cuda_graphs": "the Trainer's FSDP path runs eager PyTorch modules; no CUDA-graph capture",
+                    "fp8_rowwise": "accelerate's fp8 settings (fp8_config backend TE, MSAMP or AO) name no torchao recipe; "
+                    "its AO backend builds torchao's default (tensorwise) Float8LinearConfig"},
     },
     optimizer={
         "bf16_moments": False, "bf16_master_weights": False, "fp8_params": False, "default_grad_dtype": "fp32",
@@ -1074,7 +1116,9 @@ _AUTOMODEL = _derive(
         "fused_elementwise": True, "supports_compile": False, "attention_kernel": "fused", "cuda_graphs": False,
         "fp8_proj_keeps_cast_input": False, "fp8_tp_all_gather": False, "loss_bytes_per_logit": 4.0,
         "eager_elementwise_traffic_factor": 1.0, "activation_clamp_fused": True, "moe_fused_mlp": False,
+        "fp8_rowwise": False,
         "sources": {
+            "fp8_rowwise": "AutoModel's fp8 is Transformer Engine's (TEFp8Config recipes current and block scaling)",
             "scaled_rotary_unfused": "counted fused: whether AutoModel's Transformer Engine rotary (rope_fusion true) takes a "
             "YaRN-scaled model on its fused path is not examined here",
             "fused_elementwise": _AUTOMODEL_SRC + " examples/llm_benchmark/*/*_te_deepep.yaml backend: linear te, "
@@ -1225,6 +1269,10 @@ _DEEPSPEED = _derive(
         "fp8_attention": "the user's model runs its attention in 16 bits (DeepSpeed has no fp8 attention setting)",
         "moe_fused_mlp": "DeepSpeed-MoE runs the user's expert modules (no Transformer Engine op fuser)",
         "nvfp4": "DeepSpeed's config has no fp4 training setting",
+        "fp8_rowwise": "DeepSpeed's config has no fp8 recipe setting; rowwise float8 is read for torchtitan",
+        "separate_projections": "DeepSpeed trains the user's modules, most often Hugging Face models with q_proj, "
+        "k_proj, v_proj and gate_proj, up_proj as Linears of their own (transformers models/llama/modeling_llama.py); "
+        "Megatron-DeepSpeed's GPT fuses its query-key-value projection, which this profile does not separate",
     }),
     zero={
         "collectives_per_layer": 20, "prefetch_units": 1, "prefetch_bucket_params": 50_000_000,

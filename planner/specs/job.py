@@ -196,8 +196,8 @@ class TrainingSection(BaseModel):
     dtype: ComputeDtype | None = Field(default=None, description="Compute precision: bf16, fp16, fp8 or fp4 (NVFP4) (default bf16).")
     fp8_recipe: Fp8Recipe | None = Field(
         default=None, description="With dtype fp8, how the casts are scaled: tensorwise (per-tensor current scaling, "
-        "FP8-CS), delayed (amax history: Megatron-LM's --fp8-recipe default), mxfp8 (Blackwell) or blockwise "
-        "(default tensorwise).",
+        "FP8-CS), delayed (amax history: Megatron-LM's --fp8-recipe default), mxfp8 (Blackwell), blockwise or "
+        "rowwise (torchao's, torchtitan only) (default tensorwise).",
     )
     grad_dtype: GradDtype | None = Field(
         default=None, description="Gradient precision: bf16, fp16 or fp32 (default bf16)."
@@ -224,6 +224,8 @@ class TrainingSection(BaseModel):
         "(default: the engine file's format, else megatron; see docs/engines.md).",
     )
     compile: StrictBool | None = Field(default=None, description="torch.compile on (torch engines; default false).")
+    compile_loss: StrictBool | None = Field(
+        default=None, description="torch.compile on the loss (torch engines; default: as compile).")
     optimizer_state_dtype: MomentsDtype | None = Field(
         default=None, description="Adam moments' dtype: fp32, bf16 (Megatron precision-aware optimizer, DeepSpeed "
         "bf16_optimizer_states) or int8 (bitsandbytes' 8-bit optimizers; the fsdp engine) (default fp32)."

@@ -140,9 +140,12 @@ class Fp8RecipeCode(IntEnum):
     MXFP8 = 2  # a power-of-two scale per 32 elements, along rows and along columns (Blackwell's MX formats)
     BLOCKWISE = 3  # an fp32 scale per 1 x 128 activation block and 128 x 128 weight block (DeepSeek-V3)
     NVFP4 = 4  # dtype fp4: not an fp8 recipe a layout names; LayoutArrays marks NVFP4 layouts with it
+    # torchao's axiswise recipe (Float8LinearConfig.from_recipe_name("rowwise")): a scale per row of each GEMM operand,
+    # so every tensor is cast once along each axis, and the forward GEMM is PyTorch's rowwise-scaled kernel
+    ROWWISE = 5
 
 
-Fp8Recipe = Literal["tensorwise", "delayed", "mxfp8", "blockwise"]
+Fp8Recipe = Literal["tensorwise", "delayed", "mxfp8", "blockwise", "rowwise"]
 FP8_RECIPE_CODES: dict[str, int] = {code.name.lower(): code for code in Fp8RecipeCode if code != Fp8RecipeCode.NVFP4}
 FP8_RECIPE_NAMES: dict[int, str] = {code: name for name, code in FP8_RECIPE_CODES.items()}
 QUANTIZED_DTYPES = ("fp8", "fp4")  # GEMMs on quantized inputs (LayoutArrays.fp8)
@@ -300,7 +303,8 @@ class Layout(BaseModel):
         "amax pass then the cast: NeMo/Megatron-Bridge FP8-CS, torchao's tensorwise float8), delayed (a per-tensor "
         "scale from an amax history, the cast records the amax: Megatron-LM's --fp8-recipe default, Transformer "
         "Engine's DelayedScaling), mxfp8 (a scale per 32 elements, chips with block-scaled fp8 tensor cores: "
-        "Blackwell) or blockwise (1 x 128 activation and 128 x 128 weight blocks, DeepSeek-V3's).",
+        "Blackwell), blockwise (1 x 128 activation and 128 x 128 weight blocks, DeepSeek-V3's) or rowwise (a scale "
+        "per row of each operand: torchao's rowwise float8, torchtitan float8 recipe_name rowwise).",
     )
     offload_optimizer: StrictBool = Field(
         default=False,
@@ -405,6 +409,12 @@ class Layout(BaseModel):
     compile: StrictBool = Field(
         default=False,
         description="torch.compile on (torch engines): element-wise kernels fused as the compiler fuses them.",
+    )
+    compile_loss: StrictBool | None = Field(
+        default=None,
+        description="torch.compile on the loss (torch engines; torchtitan [compile] components 'loss'): the fused "
+        "cross-entropy keeps the 16-bit logits alone for its backward (EngineProfile.kernels."
+        "compiled_loss_bytes_per_logit). None: as `compile`.",
     )
     fp8_attention: StrictBool = Field(
         default=False,
@@ -565,6 +575,7 @@ class LayoutArrays:
     fp8_params: np.ndarray  # transformer-layer weights held in fp8, or NVFP4 under fp4 (fp8_param_gather)
     fp8_recipe: np.ndarray  # FP8_RECIPE_CODES (Layout.fp8_recipe); Fp8RecipeCode.NVFP4 for dtype fp4
     compile: np.ndarray
+    compile_loss: np.ndarray  # resolved: the loss runs compiled (Layout.compile_loss, else compile)
     clamp_fused: np.ndarray  # resolved: a clamped activation's clamp runs inside a fused kernel (compile, or the engine's)
     offload_optimizer: np.ndarray
     offload_params: np.ndarray
@@ -677,6 +688,8 @@ class LayoutArrays:
         for flag in ("overlap_grad_reduce", "overlap_tp_comm", "compile", "offload_optimizer", "offload_params"):
             cols[flag] = np.array([getattr(lay, flag) for lay in layouts], dtype=bool)
         cols["clamp_fused"] = np.array([clamp_fused(lay.engine, lay.compile) for lay in layouts], dtype=bool)
+        cols["compile_loss"] = np.array([lay.compile if lay.compile_loss is None else lay.compile_loss
+                                         for lay in layouts], dtype=bool)
         cols["fp8_params"] = np.array([lay.fp8_param_gather for lay in layouts], dtype=bool)
         cols["fp8_recipe"] = np.array([Fp8RecipeCode.NVFP4 if lay.dtype == "fp4" else FP8_RECIPE_CODES[lay.fp8_recipe]
                                        for lay in layouts], dtype=np.int64)
@@ -735,6 +748,7 @@ class LayoutArrays:
             fp8_param_gather=bool(self.fp8_params[i]),
             fp8_recipe=FP8_RECIPE_NAMES.get(int(self.fp8_recipe[i]), "tensorwise") if bool(self.fp8[i]) else "tensorwise",
             compile=bool(self.compile[i]),
+            compile_loss=None if bool(self.compile_loss[i]) == bool(self.compile[i]) else bool(self.compile_loss[i]),
             offload_optimizer=bool(self.offload_optimizer[i]),
             offload_params=bool(self.offload_params[i]),
             offload_activation_layers=int(self.offload_activation_layers[i]),

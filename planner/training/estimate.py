@@ -30,6 +30,7 @@ from planner.training.flops import step_flop
 from planner.training.memory import (
     StageMemory,
     StageParams,
+    loss_bytes_per_logit,
     model_state_bytes,
     reserve_bytes,
     shared_embedding_params,
@@ -135,7 +136,7 @@ def _dualpipe_memory(
 
     # p + 1 chunk-micro-batches, each the mean of the two stages' per micro-batch, plus what each stage holds
     # once (the loss's logits, the MTP inputs); activation offload is not combined with DualPipe here.
-    loss_bytes = engine.kernels.loss_bytes_per_logit
+    loss_bytes = loss_bytes_per_logit(engine, lay)
     copy = engine.kernels.fp8_proj_keeps_cast_input
     per_mb, once, working = stage_activation_parts(model, lay, stages, params, loss_bytes, copy)
     per_mb_m, once_m, working_m = stage_activation_parts(model, lay, mirror, mirror_params, loss_bytes, copy)

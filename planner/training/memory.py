@@ -247,8 +247,10 @@ def layer_weight_bytes(lay: LayoutArrays) -> np.ndarray:
 
 def saved_gemm_input_bytes(lay: LayoutArrays) -> np.ndarray:
     """Bytes per element of a GEMM input kept for the backward: 16-bit, its fp8 copy under fp8, its NVFP4 copy
-    under fp4."""
-    return np.where(lay.fp8, np.where(lay.fp4, NVFP4_COPY_BYTES_PER_ELEMENT, FP8_ACTIVATION_BYTES), ACTIVATION_BYTES)
+    under fp4. torchao's rowwise recipe keeps the 16-bit input, which its backward casts again along the other axis
+    (physics.kernels FP8_ROWWISE_CAST_BYTES_PER_ELEMENT)."""
+    quantized = lay.fp8 & (lay.fp8_recipe != Fp8RecipeCode.ROWWISE)
+    return np.where(quantized, np.where(lay.fp4, NVFP4_COPY_BYTES_PER_ELEMENT, FP8_ACTIVATION_BYTES), ACTIVATION_BYTES)
 
 
 def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -545,12 +547,21 @@ def tokens_per_microbatch(lay: LayoutArrays) -> np.ndarray:
     return np.asarray(lay.micro_batch * lay.seq_len / lay.cp)
 
 
+def loss_bytes_per_logit(engine: EngineProfile, lay: LayoutArrays) -> np.ndarray:
+    """Bytes per logit live at the loss's peak: the engine's compiled loss where the candidate compiles it
+    (LayoutArrays.compile_loss), else its eager loss (EngineProfile.kernels)."""
+    kernels = engine.kernels
+    compiled = kernels.compiled_loss_bytes_per_logit
+    eager = kernels.loss_bytes_per_logit
+    return np.asarray(np.where(lay.compile_loss, eager if compiled is None else compiled, eager))
+
+
 def stage_activation_bytes(
     model: ModelSpec,
     lay: LayoutArrays,
     stage: np.ndarray,
     sp: StageParams,
-    loss_bytes_per_logit: float = LOSS_PEAK_BYTES_PER_LOGIT,
+    loss_bytes_per_logit: np.ndarray | float = LOSS_PEAK_BYTES_PER_LOGIT,
     proj_cast_copy: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(activations held at the peak, recompute working set) in bytes on one rank of `stage` (what activation
@@ -566,7 +577,7 @@ def stage_activation_parts(
     lay: LayoutArrays,
     stage: np.ndarray,
     sp: StageParams,
-    loss_bytes_per_logit: float = LOSS_PEAK_BYTES_PER_LOGIT,
+    loss_bytes_per_logit: np.ndarray | float = LOSS_PEAK_BYTES_PER_LOGIT,
     proj_cast_copy: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bytes per micro-batch in flight, bytes held once, recompute working set) of `stage`'s activations:
@@ -736,7 +747,7 @@ def stage_memory(
     if sp is None:
         sp = stage_params(model, lay, stage)
     weights, grads, optim = model_state_bytes(lay, sp)
-    loss_bytes = engine.kernels.loss_bytes_per_logit if engine is not None else LOSS_PEAK_BYTES_PER_LOGIT
+    loss_bytes = loss_bytes_per_logit(engine, lay) if engine is not None else LOSS_PEAK_BYTES_PER_LOGIT
     cast_copy = engine.kernels.fp8_proj_keeps_cast_input if engine is not None else False
     held, working = stage_activation_bytes(model, lay, stage, sp, loss_bytes, cast_copy)
     host_activations = offloaded_activation_bytes(model, lay, stage, sp, cast_copy)

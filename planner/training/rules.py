@@ -19,6 +19,7 @@ from planner.specs.layout import (
     OPTIMIZER_CODES,
     RECOMPUTE_CODES,
     RECOMPUTE_MODULE_BITS,
+    Fp8RecipeCode,
     Layout,
     LayoutArrays,
 )
@@ -186,8 +187,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: f"offload_activation_layers({l.offload_activation_layers})", "offload.activations"),
     _engine_rule("engine_no_hsdp", lambda a, e: (a.shard_group > 0) & (not e.zero.supports_hsdp),
                  lambda l: f"shard_group({l.shard_group})", "zero.supports_hsdp"),
-    _engine_rule("engine_no_compile", lambda a, e: a.compile & (not e.kernels.supports_compile),
-                 lambda l: "compile", "kernels.supports_compile"),
+    _engine_rule("engine_no_compile", lambda a, e: (a.compile | a.compile_loss) & (not e.kernels.supports_compile),
+                 lambda l: "compile" if l.compile else "compile_loss", "kernels.supports_compile"),
     _engine_rule("engine_dispatcher", _dispatcher_unsupported, lambda l: f"moe_dispatcher {l.moe_dispatcher}",
                  "moe.dispatchers"),
     _engine_rule("engine_no_ep_overlap", lambda a, e: a.moe_ep_overlap & (not e.moe.ep_overlap),
@@ -239,6 +240,8 @@ ENGINE_RULES: tuple[Rule, ...] = (
                  lambda l: "fp8_attention", "kernels.fp8_attention"),
     _engine_rule("engine_no_nvfp4", lambda a, e: a.fp4 & (not e.kernels.nvfp4), lambda l: "dtype fp4",
                  "kernels.nvfp4"),
+    _engine_rule("engine_no_fp8_rowwise", lambda a, e: a.fp8 & (a.fp8_recipe == Fp8RecipeCode.ROWWISE)
+                 & (not e.kernels.fp8_rowwise), lambda l: "fp8_recipe rowwise", "kernels.fp8_rowwise"),
     _engine_rule("engine_no_moe_fused_mlp", lambda a, e: a.moe_fused_mlp & (not e.kernels.moe_fused_mlp),
                  lambda l: "moe_fused_mlp", "kernels.moe_fused_mlp"),
     # an engine that runs FP8 attention, told to run FlashAttention-2 instead (Layout.attention_kernel)

@@ -43,15 +43,20 @@ from planner.physics.elementwise import elementwise_bytes_per_token as shared_el
 from planner.physics.kernels import (
     CAUSAL_WORK_FRACTION,
     FLASH_BACKWARD_TO_FORWARD,
+    FP8_ROWWISE_FORWARD_GEMM_EFFICIENCY,
+    FP8_ROWWISE_RESCALE_BYTES_PER_ELEMENT,
     GEMM_FIXED_SECONDS,
+    NVFP4_COPY_BYTES_PER_ELEMENT,
     attention_efficiency,
     compute_fraction,
     fp8_attention_speedup,
     fp8_cast_seconds,
     gemm_peak_flops,
     gemm_plateau,
+    gemm_roofline_seconds,
     grouped_matmul_seconds,
     layout_attention_plateau,
+    matmul_plateau,
     matmul_seconds,
     memory_seconds,
     peak_16bit_flops,
@@ -85,6 +90,7 @@ from planner.physics.shapes import (
     expert_data_parallel,
     expert_shard_degree,
     gemm_elements_per_rank,
+    gemm_kernels,
     kv_divisor,
     rank_gemms,
 )
@@ -505,19 +511,27 @@ def layer_time(
     ag_split = np.zeros_like(gemm)  # GEMMs the TP overlap splits beside its all-gather / its reduce-scatter
     rs_split = np.zeros_like(gemm)
     index_gemm = np.zeros_like(gemm)  # the sparse-attention indexer's projections (weight gradients only)
+    dgrad = np.zeros_like(gemm)  # the backward's input-gradient GEMMs
+    wgrad = np.zeros_like(gemm)  # and its weight-gradient GEMMs
+    index_dgrad = np.zeros_like(gemm)  # the indexer's input-gradient GEMMs, which do not run (its input is detached)
+    separate = engine.kernels.separate_projections
     for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer, linear=linear):
         if g.name == ROUTER_GEMM:  # the router stays 16-bit under fp8 recipes (Megatron-Core, torchao)
-            gemm = gemm + matmul_seconds(hw, 2 * tokens * elements, peak16)
-        elif g.routed:
+            seconds, g_dgrad, g_wgrad = dense_gemm_seconds(model, hw, lay, g, elements, tokens, peak16, None,
+                                                           separate=separate, linear=linear, sixteen_bit=True)
+            gemm, dgrad, wgrad = gemm + seconds, dgrad + g_dgrad, wgrad + g_wgrad
+        elif g.routed:  # one grouped GEMM per pass; its input and weight gradients each take the forward's time
             seconds = routed_gemm_seconds(model, hw, lay, g, peak_gemm, plateau_gemm)
-            gemm = gemm + seconds
+            gemm, dgrad, wgrad = gemm + seconds, dgrad + seconds, wgrad + seconds
             routed_gemm = routed_gemm + seconds
             fp8_weights = fp8_weights + gemm_elements_per_rank(g, model.kv_heads, lay.etp) / lay.ep
         else:
-            seconds = matmul_seconds(hw, 2 * tokens * elements, peak_gemm, plateau_gemm)
-            gemm = gemm + seconds
+            seconds, g_dgrad, g_wgrad = dense_gemm_seconds(model, hw, lay, g, elements, tokens, peak_gemm, plateau_gemm,
+                                                           separate=separate, linear=linear)
+            gemm, dgrad, wgrad = gemm + seconds, dgrad + g_dgrad, wgrad + g_wgrad
             if g.name.startswith(INDEXER_GEMM_PREFIX):
                 index_gemm = index_gemm + seconds
+                index_dgrad = index_dgrad + g_dgrad
             if g.name.startswith(SHARED_EXPERT_PREFIX):
                 shared_gemm = shared_gemm + seconds
             # Megatron-Core's SharedExpertMLP turns its fc1/fc2 userbuffer overlap off under
@@ -592,7 +606,7 @@ def layer_time(
                + bookkeeping / (1 + BACKWARD_LAUNCH_RATIO))
     # the indexer's input is detached (DeepSeek-V3.2-Exp report Sec. 2.1; Megatron-Core dsa.py): its projections
     # compute weight gradients only, one GEMM each in the backward instead of two (none when LoRA freezes them)
-    backward_gemm = np.where(lora, gemm - index_gemm, 2 * gemm - index_gemm)
+    backward_gemm = np.where(lora, dgrad - index_dgrad, dgrad + wgrad - index_dgrad)
     backward = (backward_gemm + core_bwd + BACKWARD_TO_FORWARD_TRAFFIC * elementwise + clamp_bwd + rotary_bwd
                 + cast_bwd + expert_bwd + lora_bwd) + (
         bookkeeping * BACKWARD_LAUNCH_RATIO / (1 + BACKWARD_LAUNCH_RATIO)
@@ -624,7 +638,10 @@ def layer_time(
     one_pass = 2 * all_reduce_seconds(act_bytes, lay.tp, tp_link)
     # An engine whose SP all-gathers move fp8 under an fp8 recipe (torchao's float8 TP) halves their bytes; the
     # reduce-scatters stay 16-bit. Each pass has two all-gathers (forward: the inputs; backward: the gradients).
-    fp8_gather = lay.fp8 & lay.sequence_parallel & engine.kernels.fp8_tp_all_gather
+    # torchtitan casts for TP only under its tensorwise recipe (enable_float8_tensorwise_tp, parallelize_llama.py @
+    # 820504e): rowwise layouts gather 16-bit
+    fp8_gather = (lay.fp8 & lay.sequence_parallel & engine.kernels.fp8_tp_all_gather
+                  & (lay.fp8_recipe != Fp8RecipeCode.ROWWISE))
     saved = 2 * (all_gather_seconds(act_bytes, lay.tp, tp_link)
                  - all_gather_seconds(act_bytes * FP8_ACTIVATION_BYTES / ACTIVATION_BYTES, lay.tp, tp_link))
     one_pass = one_pass - np.where(fp8_gather, saved, 0.0)
@@ -794,27 +811,74 @@ def routed_gemm_seconds(
     return grouped_matmul_seconds(hw, flop_per_expert, g.copies / lay.ep, peak, plateau)
 
 
+def gemm_operand_bytes(lay: LayoutArrays) -> np.ndarray:
+    """Bytes per element of a layer GEMM's inputs as its kernel reads them: the fp8 copy under an fp8 recipe,
+    NVFP4's packed values and scales under fp4 (the casts that write them are fp8_cast_seconds'), else 16-bit."""
+    return np.asarray(np.where(lay.fp4, NVFP4_COPY_BYTES_PER_ELEMENT,
+                               np.where(lay.fp8, FP8_ACTIVATION_BYTES, ACTIVATION_BYTES)))
+
+
+def dense_gemm_seconds(
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, g: Gemm, elements: np.ndarray, tokens: np.ndarray,
+    peak: np.ndarray | float, plateau: np.ndarray | float | None, *, separate: bool, linear: bool = False,
+    sixteen_bit: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, input gradient, weight gradient) seconds of a layer weight's GEMMs on one rank, one micro-batch
+    of `tokens` (M): each kernel the engine runs for it (physics.shapes.gemm_kernels: k inputs, n outputs; `separate`
+    as EngineProfile.kernels.separate_projections) on the roofline of its FLOPs (2 M k n in every pass) and its
+    traffic (physics.kernels.gemm_roofline_seconds). The forward reads the M x k input and the k x n weight and
+    writes the M x n output; the input gradient reads the M x n output gradient and the weight and writes M x k; the
+    weight gradient reads the input and the output gradient and writes the k x n gradient. Inputs at
+    gemm_operand_bytes (16-bit where `sixteen_bit`: the router), outputs 16-bit. Where the engine runs a weight as
+    several kernels over one input, the backward sums their input gradients (PyTorch autograd accumulates the
+    gradients of a tensor used more than once; one fused pass under torch.compile: read each part, write the sum)."""
+    a = np.asarray(ACTIVATION_BYTES if sixteen_bit else gemm_operand_bytes(lay), dtype=float)
+    out = float(ACTIVATION_BYTES)
+    # torchao's rowwise recipe: the forward on PyTorch's rowwise-scaled kernel, the backward's GEMMs per-tensor with
+    # a scaling pass over their outputs (physics.kernels FP8_ROWWISE_*)
+    rowwise = lay.fp8 & (lay.fp8_recipe == Fp8RecipeCode.ROWWISE) & (not sixteen_bit)
+    base = matmul_plateau(hw) if plateau is None else plateau
+    forward_plateau = np.where(rowwise, FP8_ROWWISE_FORWARD_GEMM_EFFICIENCY, 1.0) * base
+    rescale = np.where(rowwise, FP8_ROWWISE_RESCALE_BYTES_PER_ELEMENT, 0.0)
+    fwd = dgrad = wgrad = np.zeros(())
+    kernels = gemm_kernels(model, g, elements, lay.tp, separate=separate, linear=linear)
+    if len(kernels) > 1:  # autograd sums the parts' gradients of their shared input: read each, write the sum
+        dgrad = dgrad + memory_seconds(hw, (len(kernels) + 1) * out * tokens * kernels[0].k)
+    for kernel in kernels:
+        k, n = kernel.k, kernel.n
+        flop = 2 * tokens * k * n
+        fwd = fwd + gemm_roofline_seconds(hw, flop, a * (tokens * k + k * n) + out * tokens * n, peak, forward_plateau)
+        dgrad = dgrad + gemm_roofline_seconds(hw, flop, a * (tokens * n + k * n) + out * tokens * k, peak, base) + (
+            memory_seconds(hw, rescale * tokens * k))
+        wgrad = wgrad + gemm_roofline_seconds(hw, flop, a * tokens * (k + n) + out * k * n, peak, base) + (
+            memory_seconds(hw, rescale * k * n))
+    return np.asarray(fwd), np.asarray(dgrad), np.asarray(wgrad)
+
+
 def _gemm_forward_seconds(
-    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, moe_layer: bool, share: dict[str, float]
+    model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, moe_layer: bool, share: dict[str, float],
+    engine: EngineProfile | None = None,
 ) -> np.ndarray:
     """Forward seconds of the layer's GEMMs named in `share`, each counted with its share (the matmul model
     of layer_time, applied to a subset). The key 'qkv:k' stands for the K projection inside the fused QKV."""
     tokens = tokens_per_microbatch(lay)
     peak = gemm_peak_flops(hw, lay)
     total = np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(peak)))
+    separate = engine_or_default(engine).kernels.separate_projections
     for g, elements in rank_gemms(model, lay.tp, moe_layer=moe_layer):
-        if g.name == "qkv" and "qkv:k" in share:
+        if g.name == "qkv" and "qkv:k" in share:  # the key projection alone, as the kernel of its own it is there
             k_part = Gemm("k", kv_elements_per_head=g.kv_elements_per_head // 2)
-            total = total + share["qkv:k"] * matmul_seconds(
-                hw, 2 * tokens * gemm_elements_per_rank(k_part, model.kv_heads, lay.tp), peak
-            )
+            forward, _, _ = dense_gemm_seconds(model, hw, lay, k_part, gemm_elements_per_rank(
+                k_part, model.kv_heads, lay.tp), tokens, peak, None, separate=False)
+            total = total + share["qkv:k"] * forward
         weight = share.get(g.name, 0.0)
         if weight == 0.0:
             continue
         if g.routed:
             total = total + weight * routed_gemm_seconds(model, hw, lay, g, peak)
         else:
-            total = total + weight * matmul_seconds(hw, 2 * tokens * elements, peak)
+            forward, _, _ = dense_gemm_seconds(model, hw, lay, g, elements, tokens, peak, None, separate=separate)
+            total = total + weight * forward
     return total
 
 
@@ -844,7 +908,7 @@ def _routed_activation_share(model: ModelSpec) -> float:
 
 def recompute_extra_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, layer: LayerTime, *, moe_layer: bool,
-    eager_factor: np.ndarray,
+    eager_factor: np.ndarray, engine: EngineProfile | None = None,
 ) -> np.ndarray:
     """Recompute time of op-level selective AC and of Megatron's recompute modules beyond the attention core
     (layer_time charges full recompute and the unfused attention core), per micro-batch of one layer.
@@ -884,29 +948,29 @@ def recompute_extra_seconds(
         op_share.update({"mlp_up": 0.5, "expert_up": 0.5, "shared_up": 0.5})
     else:
         op_share.update({"mlp_down": 1.0, "expert_down": 1.0, "shared_down": 1.0})
-    op = _gemm_forward_seconds(model, hw, lay, moe_layer, op_share) + traffic(
+    op = _gemm_forward_seconds(model, hw, lay, moe_layer, op_share, engine) + traffic(
         elementwise_bytes_per_token(model, lay, moe_layer=moe_layer)
     ) + clamp
     modules = np.where(has("layernorm"), traffic(model.norms_per_layer * 4 * h / rep_div), 0.0)
     if model.mla is not None:  # mla_up_proj: the query and key/value up-projections from the latents, again
         modules = modules + np.where(
-            has("mla_up_proj"), _gemm_forward_seconds(model, hw, lay, moe_layer, {"q_up": 1.0, "kv_up": 1.0}), 0.0
+            has("mla_up_proj"), _gemm_forward_seconds(model, hw, lay, moe_layer, {"q_up": 1.0, "kv_up": 1.0}, engine), 0.0
         )
     if moe is not None:
         whole = (
-            _gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(expert_names, 1.0))
+            _gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(expert_names, 1.0), engine)
             + traffic(activation_bytes + 2 * moe.experts_per_token * 4 * h) + clamp
             + layer.ep_comm / 2.0
         )
         routed_share = _routed_activation_share(model)
         routed_act = np.where(lay.moe_fused_mlp, 0.0,
                               traffic(routed_activation_bytes_per_token(model, lay.tp)) + routed_share * clamp)
-        shared = _gemm_forward_seconds(model, hw, lay, moe_layer, {"shared_up": 1.0, "shared_down": 1.0})
+        shared = _gemm_forward_seconds(model, hw, lay, moe_layer, {"shared_up": 1.0, "shared_down": 1.0}, engine)
         modules = modules + np.where(
             has("moe"), whole, np.where(has("moe_act"), routed_act, 0.0) + np.where(has("shared_experts"), shared, 0.0)
         )
     else:
-        mlp = (_gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(mlp_names, 1.0)) + traffic(activation_bytes)
+        mlp = (_gemm_forward_seconds(model, hw, lay, moe_layer, dict.fromkeys(mlp_names, 1.0), engine) + traffic(activation_bytes)
                + clamp)
         modules = modules + np.where(has("mlp"), mlp, 0.0)
     return np.where(lay.recompute == RecomputeCode.OP, op, modules)
@@ -914,7 +978,7 @@ def recompute_extra_seconds(
 
 def mtp_seconds(
     model: ModelSpec, hw: HardwareProfile, lay: LayoutArrays, sp: StageParams, dense: LayerTime, moe: LayerTime,
-    head: np.ndarray, eager_factor: np.ndarray,
+    head: np.ndarray, eager_factor: np.ndarray, engine: EngineProfile | None = None,
 ) -> np.ndarray:
     """Compute seconds per micro-batch of the stage's multi-token-prediction modules (DeepSeek-V3 report,
     Sec. 2.2; Megatron-Core runs them on the last stage): each is one more layer of the model's last kind -
@@ -926,7 +990,7 @@ def mtp_seconds(
         return np.zeros(np.shape(head))
     is_moe = mtp_layer_is_moe(model)
     layer = moe if is_moe else dense
-    extra = recompute_extra_seconds(model, hw, lay, layer, moe_layer=is_moe, eager_factor=eager_factor)
+    extra = recompute_extra_seconds(model, hw, lay, layer, moe_layer=is_moe, eager_factor=eager_factor, engine=engine)
     proj_flop = 2 * tokens_per_microbatch(lay) * 2 * model.hidden_size * model.hidden_size / lay.tp
     proj = matmul_seconds(hw, proj_flop, gemm_peak_flops(hw, lay), gemm_plateau(hw, lay))
     return np.asarray(n * (layer.forward + layer.backward + layer.recompute + extra + 3 * proj + head))
@@ -1009,9 +1073,10 @@ def stage_time(
     # op-level AC and Megatron recompute modules (beyond the attention core that layer_time charges).
     eager_factor = 1.0 + extra_traffic
     if np.any((lay.recompute == RecomputeCode.SELECTIVE) | (lay.recompute == RecomputeCode.OP)):
-        extra_dense = recompute_extra_seconds(model, hw, lay, dense, moe_layer=False, eager_factor=eager_factor)
+        extra_dense = recompute_extra_seconds(model, hw, lay, dense, moe_layer=False, eager_factor=eager_factor,
+                                              engine=engine)
         extra_moe = (
-            recompute_extra_seconds(model, hw, lay, moe, moe_layer=True, eager_factor=eager_factor)
+            recompute_extra_seconds(model, hw, lay, moe, moe_layer=True, eager_factor=eager_factor, engine=engine)
             if model.moe is not None
             else extra_dense
         )
@@ -1022,7 +1087,7 @@ def stage_time(
     # The LM head stays 16-bit under fp8 recipes (Transformer Engine / torchao convert the layers' Linears only).
     head_gemm = matmul_seconds(hw, 2 * logits * model.hidden_size, peak_16bit_flops(hw))
     head = np.where(is_last, 3 * head_gemm + memory_seconds(hw, logits * LOGIT_TRAFFIC_BYTES), 0.0)
-    head = head + mtp_seconds(model, hw, lay, sp, dense, moe, head, eager_factor)
+    head = head + mtp_seconds(model, hw, lay, sp, dense, moe, head, eager_factor, engine)
     compute = forward + backward + recompute + head
 
     # Pipeline sends: forward activations and backward gradients at each boundary the stage owns, v times

@@ -308,7 +308,7 @@ def _memory(result) -> dict:
         (["--torchtitan", ENGINES / "torchtitan" / "llama3_70b.toml"],
          ["--model", "llama-3.1-70b", "--tp", "8", "--zero", "3", "--recompute", "full", "--micro-batch", "8",
           "--global-batch", "64", "--seq-len", "8192", "--grad-dtype", "fp32", "--tp-comm-overlap",
-          "--engine", "torchtitan"]),
+          "--engine", "torchtitan", "--compile"]),  # [compile] enable, components model and loss
     ],
     ids=["deepspeed", "megatron", "torchtitan"],
 )

@@ -86,10 +86,15 @@ CASES: dict[str, tuple[str, int, dict]] = {
     # Transformer Engine's FP8 attention: Megatron's --fp8-dot-product-attention; no other format runs it
     "fp8-attention": ("llama-3.1-8b", 8, dict(zero=1, dtype="fp8", fp8_attention=True, global_batch=64,
                                               seq_len=8192)),
+    # torchao's rowwise float8: torchtitan's recipe_name; no other engine runs it
+    "fp8-rowwise": ("llama-3.1-8b", 8, dict(zero=3, dtype="fp8", fp8_recipe="rowwise", engine="torchtitan",
+                                            recompute="full", global_batch=8, seq_len=8192, grad_dtype="fp32")),
 }
 
 # (case, engine) -> what the refusal names
 REFUSED: dict[tuple[str, str], str] = {
+    **{("fp8-rowwise", fmt): "fp8_recipe rowwise" for fmt in ("megatron", "deepspeed", "automodel")},
+    ("fp8-rowwise", "hf_trainer"): "dtype(fp8)",
     ("tp8-pp4-vpp2-fp32grads-tpoverlap", "deepspeed"): "interleave(2)",
     ("tp4-pp2-zero2-block-fp8", "deepspeed"): "zero(2) with pp(2)",
     ("moe-tp2-pp2-ep8", "deepspeed"): "ep(8)",

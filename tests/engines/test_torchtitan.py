@@ -18,6 +18,7 @@ from planner.training.estimate import estimate
 from planner.training.rules import resolve_layout
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "torchtitan"
+UPSTREAM = Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "upstream" / "torchtitan"
 LLAMA8B = load_model("llama-3.1-8b").spec
 
 
@@ -137,6 +138,61 @@ def test_float8_and_mx_converters_name_their_fp8_recipe(converter, recipe):
     config = {"model": {"name": "llama3", "flavor": "8B", "converters": [converter]}}
     imp = import_torchtitan(config, [], gpus=8, given={}, model=LLAMA8B, source="t")
     assert (imp.fields["dtype"], imp.fields["fp8_recipe"]) == ("fp8", recipe)
+
+
+@pytest.mark.parametrize("config", [
+    # torchtitan 820504e (2025-06): [float8] recipe_name, as its async-TP benchmark ran it from the command line
+    {"model": {"name": "llama3", "flavor": "8B", "converters": ["float8"]}, "float8": {"recipe_name": "rowwise"}},
+    # torchtitan v0.2 (238fa995): [quantize.linear.float8] recipe_name
+    {"model": {"name": "llama3", "flavor": "8B", "converters": ["quantize.linear.float8"]},
+     "quantize": {"linear": {"float8": {"recipe_name": "rowwise"}}}},
+])
+def test_float8_recipe_name_rowwise_is_torchaos_rowwise_recipe(config):
+    imp = import_torchtitan(config, [], gpus=8, given={}, model=LLAMA8B, source="t")
+    assert (imp.fields["dtype"], imp.fields["fp8_recipe"]) == ("fp8", "rowwise")
+
+
+def test_the_async_tp_benchmarks_rowwise_command_line_is_read_from_the_file_of_its_commit():
+    # pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md: llama3_70b.toml of 820504e with
+    # --training.local_batch_size 16 --training.compile --model.converters float8 --float8.recipe_name rowwise
+    toml = parse_toml((UPSTREAM / "llama3_70b_820504e.toml").read_text(), "llama3_70b_820504e.toml")
+    args = ["--training.local_batch_size", "16", "--training.compile", "--model.converters", "float8",
+            "--float8.recipe_name", "rowwise"]
+    imp = import_torchtitan(toml, args, gpus=256, given={}, model=load_model("llama-3.1-70b").spec, source="t")
+    f = imp.fields
+    assert (f["tp"], f["dp"], f["micro_batch"], f["recompute"]) == (8, 32, 16, "full")
+    assert (f["dtype"], f["fp8_recipe"], f["compile"]) == ("fp8", "rowwise", True)
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("rowwise_with_gw_hp", "rowwise_with_gw_hp .*is not modelled"),
+    ("columnwise", "must be tensorwise, rowwise or rowwise_with_gw_hp"),
+])
+def test_float8_recipes_planner_does_not_model_are_refused_by_name(name, message):
+    config = {"model": {"name": "llama3", "flavor": "8B", "converters": ["float8"]}, "float8": {"recipe_name": name}}
+    with pytest.raises(PlannerError, match=message) as err:
+        import_torchtitan(config, [], gpus=8, given={}, model=LLAMA8B, source="t")
+    assert err.value.field == "float8.recipe_name"
+
+
+@pytest.mark.parametrize(("compile_table", "compile_", "compile_loss"), [
+    ({"enable": True}, True, None),  # CompileConfig's default components: the model and the loss
+    ({"enable": True, "components": ["model", "loss"]}, True, None),
+    ({"enable": True, "components": ["model"]}, True, False),
+    ({"enable": True, "components": ["loss"]}, None, True),
+    ({"enable": False, "components": ["model", "loss"]}, None, None),
+])
+def test_compile_components_say_whether_the_model_and_the_loss_compile(compile_table, compile_, compile_loss):
+    config = {"model": {"name": "llama3", "flavor": "8B"}, "compile": compile_table}
+    f = import_torchtitan(config, [], gpus=8, given={}, model=LLAMA8B, source="t").fields
+    assert (f.get("compile"), f.get("compile_loss")) == (compile_, compile_loss)
+
+
+def test_compile_components_other_than_model_and_loss_are_refused():
+    config = {"model": {"name": "llama3", "flavor": "8B"}, "compile": {"enable": True, "components": ["optimizer"]}}
+    with pytest.raises(PlannerError, match="list of 'model' and 'loss'") as err:
+        import_torchtitan(config, [], gpus=8, given={}, model=LLAMA8B, source="t")
+    assert err.value.field == "compile.components"
 
 
 def test_2024_releases_pp_and_float8_under_training_are_read():

@@ -37,11 +37,13 @@ def test_llama3_8b_is_fsdp_over_every_rank_with_per_op_checkpointing() -> None:
 
 
 def test_llama3_405b_reads_tp_float8_compile_async_tp_and_full_checkpointing() -> None:
-    # tensor_parallel_degree 8; Float8LinearConverter (torchao's tensorwise float8); CompileConfig(enable=True,
+    # tensor_parallel_degree 8; Float8LinearConverter.Config() without a recipe_name: torchtitan main's default,
+    # torchao's rowwise recipe (torchtitan/components/quantization/float8.py @ b5bcd76c: recipe_name
+    # Literal["rowwise", "rowwise_with_gw_hp"] = "rowwise"); CompileConfig(enable=True,
     # enable_async_tensor_parallel=True) with the default components (model, loss); FullAC; 2 x 8192 tokens
     f, _ = fields("llama3", "llama3_405b", gpus=256, model_id="llama-3.1-405b")
     assert (f["tp"], f["dp"], f["sequence_parallel"], f["overlap_tp_comm"]) == (8, 32, True, True)
-    assert (f["dtype"], f["fp8_recipe"], f["compile"], f["recompute"]) == ("fp8", "tensorwise", True, "full")
+    assert (f["dtype"], f["fp8_recipe"], f["compile"], f["recompute"]) == ("fp8", "rowwise", True, "full")
     assert (f["seq_len"], f["micro_batch"]) == (8192, 2)
 
 
@@ -58,6 +60,7 @@ def test_deepseek_v3_671b_compiles_only_its_loss_and_reads_expert_parallelism() 
     f, _ = fields("deepseek_v3", "deepseek_v3_671b", gpus=256, model_id="deepseek-v3")
     assert (f["ep"], f["pp"], f["seq_len"], f["micro_batch"]) == (2, 1, 4096, 4)
     assert not f.get("compile", False)
+    assert f["compile_loss"] is True  # the loss alone compiled
 
 
 def test_the_model_registry_names_the_expert_all_to_all() -> None:

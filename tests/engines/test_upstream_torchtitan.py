@@ -75,9 +75,11 @@ def test_every_qwen3_flavor_of_torchtitan_has_a_catalog_spec_of_its_shape():
 
 def test_deepseek_v3_16b_config_that_does_not_fit_gets_changes_not_an_internal_error(run_cli):
     """torchtitan's deepseek_v3_16b.toml runs op-level selective AC (activation_checkpoint mode "selective"):
-    on 8 H100 it does not fit, and the suggestions step from op-level AC to full recompute (planner crashed
-    here when the suggestions knew only none/selective/full)."""
-    result = run_cli("check", "--torchtitan", UPSTREAM / "deepseek_v3_16b.toml", "--hardware", "h100-sxm", "--gpus", "8")
+    on 8 H100 with a local batch of 6 (its own 4 fits since the compiled loss keeps 4 bytes per logit, not 12)
+    it does not fit, and the suggestions step from op-level AC to full recompute (planner crashed here when the
+    suggestions knew only none/selective/full)."""
+    result = run_cli("check", "--torchtitan", UPSTREAM / "deepseek_v3_16b.toml", "--hardware", "h100-sxm", "--gpus", "8",
+                     "--engine-args=--training.local_batch_size=6")
     assert result.exit_code == 1, result.output
     assert "recompute op -> full" in result.output and "internal error" not in result.output
 

@@ -405,4 +405,4 @@ def test_a_host_sync_in_every_moe_layer_keeps_the_host_from_running_ahead():
     d_b = one(layer.after_sync_forward + layer.after_sync_comm)
     assert d_b < h_b
     assert _host_wait(dropless) >= layers * (h_b - d_b) - 1e-12
-    assert _host_wait(dropless) >= _host_wait(padded)
+    assert _host_wait(dropless) >= _host_wait(padded) * (1 - 1e-12)  # equal work: equal up to rounding

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import yaml
-from round_specs import lay, round_hw, tiny  # noqa: E402
+from round_specs import lay, round_hw, tiny, tiny_gemm_passes  # noqa: E402
 
 from planner.engines.load import load_hardware, load_model
 from planner.engines.megatron import import_megatron, layout_flags, split_launch_text
@@ -85,13 +85,13 @@ def test_the_fp4_forward_adds_exactly_the_casts_to_the_gemm_change():
     model = tiny()
     t16 = layer_time(model, HW, lay(), moe_layer=False)
     t4 = layer_time(model, HW, fp4(), moe_layer=False)
-    flop = 2 * 32 * np.array([12_288, 4_096, 16_384, 16_384])
-    gemm16 = float(np.sum((flop / 1e15 + 7.5e-6) / 0.8))
-    gemm4 = float(np.sum((flop / 4e15 + 7.5e-6) / 0.5))
+    # the GEMMs on the roofline (round_specs.tiny_gemm_passes): NVFP4 operands 0.5625 bytes each
+    gemm16, dgrad16, wgrad16 = tiny_gemm_passes(operand_bytes=2, peak=1e15, plateau=0.8)
+    gemm4, dgrad4, wgrad4 = tiny_gemm_passes(operand_bytes=0.5625, peak=4e15, plateau=0.5)
     casts = (32 * 448 * 6.25 + 49_152 * 5.125) / 1.8e12
     assert float(t4.forward[0] - t16.forward[0]) == pytest.approx(gemm4 - gemm16 + casts, rel=1e-9)
-    # the backward's output gradients: 32 tokens x 576 elements x 6.25 bytes on top of its GEMMs (twice the forward's)
-    bwd_gemm16, bwd_gemm4 = 2 * gemm16, 2 * gemm4
+    # the backward's output gradients: 32 tokens x 576 elements x 6.25 bytes on top of its GEMMs
+    bwd_gemm16, bwd_gemm4 = dgrad16 + wgrad16, dgrad4 + wgrad4
     assert float(t4.backward[0] - t16.backward[0]) == pytest.approx(
         bwd_gemm4 - bwd_gemm16 + 32 * 576 * 6.25 / 1.8e12, rel=1e-9)
 

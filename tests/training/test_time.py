@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from round_specs import lay, round_hw, tiny  # noqa: E402
+from round_specs import lay, round_hw, tiny, tiny_gemm_passes  # noqa: E402
 
 from planner.physics.elementwise import elementwise_bytes_per_token
 from planner.physics.kernels import (
@@ -108,17 +108,21 @@ def test_unfused_softmax_traffic_per_token():
 
 
 def test_one_tiny_layer_forward_and_backward():
-    # b s = 32 tokens, tp 1, flash. GEMM FLOP = 2 x 32 x weights: QKV 12,288 -> 786,432; out 4,096 -> 262,144;
-    # fc1 and fc2 16,384 each -> 1,048,576 each. Each takes (x / 1e15 + 7.5e-6)/0.8, so the four together
-    # (3,145,728e-15 + 3e-5)/0.8 = 3.750393216e-5 s.
+    # b s = M = 32 tokens, tp 1, flash. The GEMMs (k inputs, n outputs): QKV (64, 192), out (64, 64), fc1 (64, 256),
+    # fc2 (256, 64). At 32 tokens each is memory-bound: QKV's 786,432 FLOP take 786,432e-15/0.8 = 9.8e-10 s of math
+    # but 2(Mk + kn + Mn) = 2(2,048 + 12,288 + 6,144) = 40,960 bytes, 2.28e-8 s at 1.8e12 B/s (out 16,384 bytes,
+    # fc1 and fc2 53,248 each, likewise above their math). So the four take 163,840 bytes / 1.8e12 = 9.1022222e-8 s
+    # plus four fixed costs of 7.5e-6/0.8: 3.75910222e-5 s. In each backward GEMM the traffic is the same
+    # 2(Mk + kn + Mn) (input gradient: read M x n and k x n, write M x k; weight gradient: read M x k and M x n, write
+    # k x n), so the backward's GEMMs take twice the forward's.
     # Core: 2 x 32 x 32 x (64 + 64) = 262,144 FLOP, half of it skipped by the causal mask (131,072), at the
     # attention curve: plateau 0.5 x head-dim factor (16/48)/(128/160) = 0.41667 x 32/(32 + 550) = 0.0114548
     # -> 1.14425856e-8 s. Element-wise: 32 x 2,944 bytes / 1.8e12 = 5.233778e-8 s.
-    # Forward 3.750393216e-5 + 1.14425856e-8 + 5.233778e-8 = 3.75677125e-5.
-    # Backward: GEMMs x 2, flash core x 2.5, element-wise x 2 = 7.500786432e-5 + 2.8606464e-8 + 1.0467556e-7.
+    # Forward 3.75910222e-5 + 1.14425856e-8 + 5.233778e-8 = 3.76548026e-5.
+    # Backward: GEMMs x 2, flash core x 2.5, element-wise x 2 = 7.51820444e-5 + 2.8606464e-8 + 1.0467556e-7.
     t = layer_time(tiny(), HW, lay(), moe_layer=False)
-    assert float(t.forward[0]) == pytest.approx(3.75677125e-5, rel=1e-7)
-    assert float(t.backward[0]) == pytest.approx(7.500786432e-5 + 2.8606464e-8 + 1.0467556e-7, rel=1e-7)
+    assert float(t.forward[0]) == pytest.approx(3.76548026e-5, rel=1e-7)
+    assert float(t.backward[0]) == pytest.approx(7.51820444e-5 + 2.8606464e-8 + 1.0467556e-7, rel=1e-7)
     assert float(t.recompute[0]) == 0.0
 
 
@@ -283,11 +287,11 @@ def test_fp8_forward_adds_exactly_the_casts_to_the_gemm_change():
     model = tiny()
     a16, a8 = lay(), Layout(global_batch=1, seq_len=32, dtype="fp8").to_arrays()
     t16, t8 = layer_time(model, HW, a16, moe_layer=False), layer_time(model, HW, a8, moe_layer=False)
-    flop = 2 * 32 * np.array([12_288, 4_096, 16_384, 16_384])
-    gemm16 = float(np.sum((flop / 1e15 + 7.5e-6) / 0.8))
-    gemm8 = float(np.sum((flop / 2e15 + 7.5e-6) / 0.7))
+    gemm16 = tiny_gemm_passes(operand_bytes=2, peak=1e15, plateau=0.8)[0]
+    gemm8 = tiny_gemm_passes(operand_bytes=1, peak=2e15, plateau=0.7)[0]
     casts = (32 * 448 * 6 + 49_152 * 6) / 1.8e12
     assert float(t8.forward[0] - t16.forward[0]) == pytest.approx(gemm8 - gemm16 + casts, rel=1e-9)
+
 
 
 def test_the_lm_head_and_attention_core_stay_16_bit_under_fp8():
