@@ -185,15 +185,18 @@ per further expert; 0.75 us taken. Counted, not fitted."""
 
 def grouped_matmul_seconds(
     hw: HardwareProfile, flop_per_group: np.ndarray, groups: np.ndarray | float, peak: np.ndarray | float,
-    plateau: np.ndarray | float | None = None,
+    plateau: np.ndarray | float | None = None, nbytes: np.ndarray | float = 0.0,
 ) -> np.ndarray:
     """`groups` GEMMs of `flop_per_group` FLOP each, issued as one grouped GEMM (the experts of a rank):
-    (groups x flop / peak + GEMM_FIXED_SECONDS + (groups - 1) x GROUPED_GEMM_PER_GROUP_SECONDS) / plateau."""
+    (groups x flop / peak + GEMM_FIXED_SECONDS + (groups - 1) x GROUPED_GEMM_PER_GROUP_SECONDS) / plateau, its
+    math on the roofline of the `nbytes` all the groups move (gemm_roofline_seconds: experts with few tokens each read
+    their whole weights for them)."""
     if plateau is None:
         plateau = matmul_plateau(hw)
     flop = np.asarray(flop_per_group, dtype=float)
     g = np.asarray(groups, dtype=float)
-    seconds = (g * flop / peak + GEMM_FIXED_SECONDS + np.maximum(g - 1, 0) * GROUPED_GEMM_PER_GROUP_SECONDS) / plateau
+    fixed = (GEMM_FIXED_SECONDS + np.maximum(g - 1, 0) * GROUPED_GEMM_PER_GROUP_SECONDS) / plateau
+    seconds = np.maximum(g * flop / peak / plateau, memory_seconds(hw, np.asarray(nbytes, dtype=float))) + fixed
     return np.asarray(np.where((flop > 0) & (g > 0), seconds, 0.0))
 
 

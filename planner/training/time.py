@@ -804,11 +804,19 @@ def routed_gemm_seconds(
     plateau: np.ndarray | float | None = None,
 ) -> np.ndarray:
     """Forward seconds of a routed-expert GEMM on one rank: its g.copies / ep local experts as one grouped GEMM,
-    each over the tokens routed to it (physics.moe.tokens_per_local_expert), its weights split over etp."""
+    each over the tokens routed to it (physics.moe.tokens_per_local_expert), its weights split over etp, on the
+    roofline of what they move: each expert reads its M x k tokens and its k x n weight and writes M x n (inputs
+    at gemm_operand_bytes, outputs 16-bit), k the hidden size for fc1 and its TP shard for fc2."""
     assert model.moe is not None
-    expert_elements = gemm_elements_per_rank(g, model.kv_heads, lay.etp)
-    flop_per_expert = 2 * tokens_per_local_expert(model, lay) * expert_elements / g.copies
-    return grouped_matmul_seconds(hw, flop_per_expert, g.copies / lay.ep, peak, plateau)
+    expert_elements = gemm_elements_per_rank(g, model.kv_heads, lay.etp) / g.copies
+    rows = tokens_per_local_expert(model, lay)
+    flop_per_expert = 2 * rows * expert_elements
+    side = float(g.side or model.hidden_size)
+    k = expert_elements / side if g.row_parallel else side
+    n = side if g.row_parallel else expert_elements / side
+    experts = g.copies / lay.ep
+    moved = experts * (gemm_operand_bytes(lay) * (rows * k + k * n) + ACTIVATION_BYTES * rows * n)
+    return grouped_matmul_seconds(hw, flop_per_expert, experts, peak, plateau, moved)
 
 
 def gemm_operand_bytes(lay: LayoutArrays) -> np.ndarray:

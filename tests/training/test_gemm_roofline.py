@@ -157,3 +157,19 @@ def test_a_compiled_loss_keeps_four_bytes_per_logit_where_the_eager_one_keeps_tw
         resolve_layout(model, 8, zero=1, global_batch=8, seq_len=8192, engine="megatron", compile_loss=True)
     arrays = Layout(global_batch=8, seq_len=8192, engine="torchtitan", compile=True).to_arrays()
     assert arrays.compile_loss.tolist() == [True] and arrays.to_layout(0, engine="torchtitan").compile_loss is None
+
+
+def test_experts_with_few_tokens_each_read_their_whole_weights():
+    # 8 local experts of k 4,096, n 1,024 with 16 tokens each, bf16: 8 x 2 x 16 x 4,096 x 1,024 = 1.07e9 FLOP,
+    # 1.342e-6 s at 0.8 PFLOP/s; their traffic 8 x (2 (16 x 4,096 + 4,096 x 1,024) + 2 x 16 x 1,024) = 68,419,584
+    # bytes, 3.801e-5 s at 1.8e12: memory-bound. Fixed: (7.5 + 7 x 0.75) us / 0.8. Without the bytes, the math alone.
+    from planner.physics.kernels import grouped_matmul_seconds
+
+    flop = 2.0 * 16 * 4096 * 1024
+    moved = 8 * (2 * (16 * 4096 + 4096 * 1024) + 2 * 16 * 1024)
+    fixed = (7.5e-6 + 7 * 0.75e-6) / 0.8
+    assert moved == 68_419_584
+    assert float(grouped_matmul_seconds(HW, flop, 8, 1e15, 0.8, moved)) == pytest.approx(moved / 1.8e12 + fixed,
+                                                                                        rel=1e-12)
+    assert float(grouped_matmul_seconds(HW, flop, 8, 1e15, 0.8)) == pytest.approx(8 * flop / 0.8e15 + fixed,
+                                                                                rel=1e-12)
