@@ -9,7 +9,9 @@ profile: their remaining errors are mostly run-to-run scatter that no factor car
 held-out sources, as a user whose cluster and release the shipped profile has never seen would: the Megatron-Bridge
 26.x tables (benchmarks/outside_megatron_bridge.py's data; a source is one release on one system, as the public
 Megatron-Bridge sources are one system) and the Megatron MoE Model Zoo's H100 runs (benchmarks/outside_moe_model_zoo.py's
-data, read from the zoo's own model files). The draws, the fit and the columns are calibrate_sources.py's. Rows the
+data, read from the zoo's own model files) and torchtitan's 2025 runs (benchmarks/outside_torchtitan.py's data, read
+from the TOML of each run's commit, a source being one benchmark page on one chip). The draws, the fit and the columns
+are calibrate_sources.py's. Rows the
 held-out scripts leave out of their summaries (low confidence, known regressions) are left out here too.
 """
 
@@ -23,6 +25,9 @@ from calibrate_sources import arguments, table
 from outside_megatron_bridge import DATA, MODELS, SYSTEMS, layout_fields, measured_seconds, uncertain
 from outside_moe_model_zoo import DATA as ZOO_DATA
 from outside_moe_model_zoo import resolve_row
+from outside_torchtitan import measured_step_seconds
+from outside_torchtitan import predict as predict_torchtitan
+from outside_torchtitan import rows as torchtitan_rows
 
 from planner.calibrate.runs import Run
 from planner.engines.load import load_hardware, load_model
@@ -54,11 +59,27 @@ def zoo_run(row: dict[str, Any]) -> Run:
                source="Megatron MoE Model Zoo", group=f"Megatron MoE Model Zoo ({resolved.hardware_id})")
 
 
+TORCHTITAN_SOURCES = {"async_tp": "torchtitan async TP benchmark 2025-06", "trainy": "torchtitan on Trainy H200 2025-06",
+                      "torchao": "torchao float8 training benchmark 2025-03"}
+
+
+def torchtitan_run(row: dict[str, Any]) -> Run:
+    """One torchtitan 2025 row as a run, its job read from the TOML of its commit and its command line as the held-out
+    script reads it (benchmarks/outside_torchtitan.py)."""
+    result = predict_torchtitan(row)
+    model_id = str(result.model.name).lower().replace(" ", "-")
+    source = TORCHTITAN_SOURCES[row["source"]]
+    return Run(name=str(row["id"]), model_id=model_id, model=result.model, hardware_id=row["hardware"],
+               hardware=result.hardware, layout=result.layout, measured_seconds=measured_step_seconds(row, result),
+               source=source, group=f"{source} ({row['hardware']})")
+
+
 def outside_groups() -> dict[str, list[Run]]:
     groups: dict[str, list[Run]] = {}
     bridge = [bridge_run(row) for path in DATA for row in yaml.safe_load(path.read_text())]
     zoo = [zoo_run(row) for row in yaml.safe_load(ZOO_DATA.read_text())]
-    for run in [r for r in bridge if r is not None] + zoo:
+    titan = [torchtitan_run(row) for row in torchtitan_rows()]
+    for run in [r for r in bridge if r is not None] + zoo + titan:
         groups.setdefault(run.group, []).append(run)
     return dict(sorted(groups.items()))
 
