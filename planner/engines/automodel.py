@@ -433,8 +433,8 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                            f"rank for {model.num_layers} layers on pp({layout.pp}) (AutoModel's calculate_virtual_stages)")
     if layout.attention_kernel == "fused":  # Transformer Engine's attention (attn te) is the profile's own
         changes["attention_kernel"] = None
-    if layout.compile:
-        changes["compile"] = False
+    if layout.compile or layout.compile_loss:
+        changes["compile"], changes["compile_loss"] = False, None
         notes.append("compile -> false: the Transformer Engine recipes run eager")
     if layout.cuda_graph_scope:
         changes["cuda_graph_scope"] = ()

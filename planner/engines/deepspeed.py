@@ -523,6 +523,10 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
     changes: dict[str, Any] = {}
     notes: list[str] = []
     _moe_layout(model, layout, changes, notes)
+    if layout.compile or layout.compile_loss:
+        changes["compile"], changes["compile_loss"] = False, None
+        notes.append("compile -> false: planner writes no compile setting into the DeepSpeed config (DeepSpeed compiles "
+                     "the model when the training script calls engine.compile())")
     if layout.sequence_parallel:
         changes["sequence_parallel"] = False
         notes.append("sequence_parallel -> false: DeepSpeed's AutoTP does not split the sequence")

@@ -689,6 +689,10 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                            "(attn_implementation) themselves; use flash_attention true")
     changes: dict[str, Any] = {}
     notes: list[str] = []
+    if layout.compile or layout.compile_loss:
+        changes["compile"], changes["compile_loss"] = False, None
+        notes.append("compile -> false: planner does not write or read --torch_compile (add it to the launch for the "
+                     "compiled kernels)")
     if layout.grad_dtype != "fp32":
         changes["grad_dtype"] = "fp32"
         notes.append(f"grad_dtype {layout.grad_dtype} -> fp32: DDP and FSDP keep fp32 gradients under autocast")

@@ -86,6 +86,11 @@ CASES: dict[str, tuple[str, int, dict]] = {
     # Transformer Engine's FP8 attention: Megatron's --fp8-dot-product-attention; no other format runs it
     "fp8-attention": ("llama-3.1-8b", 8, dict(zero=1, dtype="fp8", fp8_attention=True, global_batch=64,
                                               seq_len=8192)),
+    # torch.compile of the loss alone (torchtitan [compile] components ["loss"]); compiled model and eager loss
+    "compile-loss-only": ("llama-3.1-8b", 8, dict(zero=3, engine="torchtitan", compile_loss=True, recompute="full",
+                                                  global_batch=8, seq_len=8192, grad_dtype="fp32")),
+    "compile-model-only": ("llama-3.1-8b", 8, dict(zero=3, engine="torchtitan", compile=True, compile_loss=False,
+                                                   recompute="full", global_batch=8, seq_len=8192, grad_dtype="fp32")),
     # torchao's rowwise float8: torchtitan's recipe_name; no other engine runs it
     "fp8-rowwise": ("llama-3.1-8b", 8, dict(zero=3, dtype="fp8", fp8_recipe="rowwise", engine="torchtitan",
                                             recompute="full", global_batch=8, seq_len=8192, grad_dtype="fp32")),
@@ -94,6 +99,7 @@ CASES: dict[str, tuple[str, int, dict]] = {
 # (case, engine) -> what the refusal names
 REFUSED: dict[tuple[str, str], str] = {
     **{("fp8-rowwise", fmt): "fp8_recipe rowwise" for fmt in ("megatron", "deepspeed", "automodel")},
+    ("compile-loss-only", "megatron"): "compile_loss", ("compile-model-only", "megatron"): "compile",
     ("fp8-rowwise", "hf_trainer"): "dtype(fp8)",
     ("tp8-pp4-vpp2-fp32grads-tpoverlap", "deepspeed"): "interleave(2)",
     ("tp4-pp2-zero2-block-fp8", "deepspeed"): "zero(2) with pp(2)",
