@@ -89,7 +89,7 @@ IGNORED: frozenset[str] = frozenset({
     "data_seed", "tf32", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_drop_last",
     "report_to", "run_name", "remove_unused_columns", "label_names", "load_best_model_at_end",
     "metric_for_best_model", "greater_is_better", "push_to_hub", "hub_model_id", "hub_token", "resume_from_checkpoint",
-    "ddp_timeout", "ddp_find_unused_parameters", "ddp_backend", "torch_compile", "torch_compile_backend",
+    "ddp_timeout", "ddp_find_unused_parameters", "ddp_backend", "torch_compile_backend",
     "torch_compile_mode", "gradient_checkpointing_kwargs", "include_num_input_tokens_seen", "disable_tqdm",
     "group_by_length", "length_column_name", "full_determinism", "log_level", "lr_scheduler_kwargs",
     "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params", "bf16_full_eval", "fp16_full_eval",
@@ -572,6 +572,10 @@ def import_hf_trainer(
     elif "zero" not in got.values and deepspeed_import is None and extra.get("distributed_type") in (None,):
         got.set("zero", 0, "DDP (no --fsdp, no --deepspeed)")
         got.set("grad_dtype", "fp32", "DDP under autocast (fp32 gradients)")
+    if flag_value(args, "torch_compile", source):
+        # TrainingArguments.torch_compile wraps the model in torch.compile; transformers' causal-LM models compute
+        # their loss inside forward (self.loss_function), so the loss compiles with them (compile_loss follows)
+        got.set("compile", True, "--torch_compile")
     if flag_value(args, "gradient_checkpointing", source):
         got.set("recompute", "full", "--gradient_checkpointing")
     elif "gradient_checkpointing" in args or "recompute" not in got.values:
@@ -602,6 +606,7 @@ def import_hf_trainer(
     for name in args:
         if name in IGNORED or name in ("model_name_or_path", "model_name", "model_id", "deepspeed", "bf16", "fp16",
                                        "fsdp", "gradient_checkpointing", "optim", "per_device_train_batch_size",
+                                       "torch_compile",
                                        "gradient_accumulation_steps", "fsdp_config", *SEQ_FLAGS, *TRL_PEFT_FLAGS):
             continue
         got.warn(f"--{name} is not a setting planner reads (the script's own, or one that does not change memory); "
@@ -689,10 +694,11 @@ def engine_layout(model: ModelSpec, layout: Layout) -> tuple[Layout, tuple[str, 
                            "(attn_implementation) themselves; use flash_attention true")
     changes: dict[str, Any] = {}
     notes: list[str] = []
-    if layout.compile or layout.compile_loss:
-        changes["compile"], changes["compile_loss"] = False, None
-        notes.append("compile -> false: planner does not write or read --torch_compile (add it to the launch for the "
-                     "compiled kernels)")
+    if layout.compile_loss is not None and layout.compile_loss != layout.compile:  # one switch for both
+        both = layout.compile or layout.compile_loss
+        changes["compile"], changes["compile_loss"] = both, None
+        notes.append(f"compile and compile_loss -> {str(both).lower()}: --torch_compile compiles the model and the loss "
+                     "its forward computes together")
     if layout.grad_dtype != "fp32":
         changes["grad_dtype"] = "fp32"
         notes.append(f"grad_dtype {layout.grad_dtype} -> fp32: DDP and FSDP keep fp32 gradients under autocast")
@@ -728,6 +734,8 @@ def command_args(ctx: ExportContext, model_ref: str) -> list[str]:
     optim = "sgd" if lay.optimizer == "sgd" else "adamw_bnb_8bit" if lay.optimizer_state_dtype == "int8" else (
         "adamw_torch_fused")
     args += ["--optim", optim]
+    if lay.compile:
+        args += ["--torch_compile", "true"]
     return args
 
 

@@ -299,3 +299,14 @@ def test_lora_flags_without_use_peft_train_every_weight():
     command = parse_command("python trl/scripts/sft.py --lora_r 8 --max_length 1024", "c.sh")
     imported = import_hf_trainer(command, None, gpus=1, given={}, source="c.sh")
     assert imported.fields.get("lora_rank") is None and any("without --use_peft" in w for w in imported.warnings)
+
+
+def test_torch_compile_compiles_the_model_and_its_loss():
+    # TrainingArguments --torch_compile: the model (and the loss its forward computes) under torch.compile
+    from planner.engines.hf_trainer import import_hf_trainer, parse_command
+
+    text = ("accelerate launch train.py --model_name_or_path meta-llama/Llama-3.1-8B --bf16 true "
+            "--per_device_train_batch_size 1 --max_seq_length 4096 --torch_compile true")
+    imported = import_hf_trainer(parse_command(text, "train.sh"), None, gpus=8, given={}, source="train.sh")
+    assert imported.fields["compile"] is True and "compile_loss" not in imported.fields
+    assert not any("torch_compile" in w for w in imported.warnings)
