@@ -647,6 +647,13 @@ def layer_time(
     one_pass = one_pass - np.where(fp8_gather, saved, 0.0)
     passes = 2.0 + (lay.recompute == RecomputeCode.FULL)
     traffic = passes * one_pass
+    # torchtitan's op-level AC saves the reduce-scatters' outputs but not the all-gathers' (its _save_list,
+    # parallelize_llama.py @ 820504e), so the backward replays the forward's two all-gathers to recompute the weight
+    # gradients' inputs (benchmarks/torch_sac_collectives.py: the compiled backward graph holds the forward's
+    # all-gather again)
+    gathered = act_bytes * np.where(fp8_gather, FP8_ACTIVATION_BYTES / ACTIVATION_BYTES, 1.0)
+    replayed = (lay.recompute == RecomputeCode.OP) & lay.sequence_parallel & (lay.tp > 1)
+    traffic = traffic + np.where(replayed, 2 * all_gather_seconds(gathered, lay.tp, tp_link), 0.0)
     # --tp-comm-overlap splits each collective into chunks that run beside the GEMM next to it (where it runs:
     # tp_overlap_runs) and cannot hide more than the GEMMs it runs beside take (the layer's forward GEMMs, twice
     # that in backward, again under full recompute). What no GEMM chunk covers stays exposed: the last chunk of

@@ -173,3 +173,21 @@ def test_experts_with_few_tokens_each_read_their_whole_weights():
                                                                                         rel=1e-12)
     assert float(grouped_matmul_seconds(HW, flop, 8, 1e15, 0.8)) == pytest.approx(8 * flop / 0.8e15 + fixed,
                                                                                 rel=1e-12)
+
+
+def test_op_level_ac_replays_the_forward_all_gathers_in_the_backward():
+    # torchtitan's op-level AC saves the reduce-scatters' outputs, not the all-gathers': with sequence parallelism the
+    # backward gathers the two layer inputs again. tiny at tp 2, 1,024 tokens of h 64 in bf16: each all-gather moves
+    # 131,072 bytes; op AC's TP traffic is no recompute's plus two of them (no fp8 gather in bf16).
+    from planner.physics.comm import all_gather_seconds, group_link
+
+    model = tiny()
+    engine = engine_profile("torchtitan")
+    common = dict(global_batch=1, seq_len=1024, tp=2, dp=1, sequence_parallel=True, engine="torchtitan")
+
+    def tp_comm(recompute: str) -> float:
+        return float(layer_time(model, HW, Layout(recompute=recompute, **common).to_arrays(), moe_layer=False,
+                                engine=engine).tp_comm[0])
+
+    gather = float(all_gather_seconds(np.array([1024 * 64 * 2.0]), np.array([2]), group_link(HW, np.array([2]), 1))[0])
+    assert tp_comm("op") - tp_comm("none") == pytest.approx(2 * gather, rel=1e-12)
