@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from outside_megatron_bridge import summary
 
 from planner.engines.load import load_hardware, load_model, parse_toml
 from planner.engines.torchtitan import catalog_id, import_torchtitan, model_name
@@ -51,12 +52,6 @@ def predict(row: dict[str, Any]) -> TrainingEstimate:
 def measured_step_seconds(row: dict[str, Any], result: TrainingEstimate) -> float:
     lay = result.layout
     return float(lay.global_batch * lay.seq_len / (float(row["tokens_per_s_per_gpu"]) * lay.gpus))
-
-
-def summary(errors: list[float]) -> str:
-    e = np.asarray(errors)
-    return (f"{len(e)} rows: median |error| {np.median(np.abs(e)) * 100:.1f}%, signed median "
-            f"{np.median(e) * 100:+.1f}%, max |error| {np.max(np.abs(e)) * 100:.1f}%")
 
 
 def main() -> None:

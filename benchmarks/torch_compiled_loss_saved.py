@@ -19,6 +19,7 @@ import torch
 from torch._functorch.aot_autograd import aot_function
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor.decomposition import select_decomp_table
+from torch_graphs import graph_keeper
 
 TOKENS, VOCAB = 256, 4096
 
@@ -30,11 +31,7 @@ def loss_fn(pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def main() -> None:
     graphs: dict[str, torch.fx.GraphModule] = {}
 
-    def keep(name: str):  # type: ignore[no-untyped-def]
-        def compiler(gm: torch.fx.GraphModule, _inputs: object) -> torch.fx.GraphModule:
-            graphs[name] = gm
-            return gm
-        return compiler
+    keep = graph_keeper(graphs)
 
     partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
     compiled = aot_function(loss_fn, fw_compiler=keep("forward"), bw_compiler=keep("backward"),

@@ -25,6 +25,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor.decomposition import select_decomp_table
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from torch_graphs import graph_keeper
 
 SAVED = {torch.ops.aten.mm.default, torch.ops._c10d_functional.reduce_scatter_tensor.default}
 
@@ -47,11 +48,7 @@ def main() -> None:
 
     graphs: dict[str, torch.fx.GraphModule] = {}
 
-    def keep(name: str):  # type: ignore[no-untyped-def]
-        def compiler(gm: torch.fx.GraphModule, _inputs: object) -> torch.fx.GraphModule:
-            graphs[name] = gm
-            return gm
-        return compiler
+    keep = graph_keeper(graphs)
 
     partition = functools.partial(min_cut_rematerialization_partition, compiler="inductor")
     backend = aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"), partition_fn=partition,
