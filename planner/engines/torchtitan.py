@@ -224,10 +224,13 @@ def flavor_for(model_id: str) -> tuple[str, str] | None:
 
 # config -> Layout fields ----------------------------------------------------------------------
 def _get(config: Mapping[str, Any], *paths: str, default: Any = None) -> Any:
-    """The first of `section.key` paths present (new location first, then the 2024 ones)."""
+    """The first of dotted `section.key` paths present (new location first, then the 2024 ones); a path may name
+    nested tables (`quantize.linear.float8.recipe_name`)."""
     for path in paths:
-        section, key = path.split(".")
-        node = config.get(section)
+        *tables, key = path.split(".")
+        node: Any = config
+        for table in tables:
+            node = node.get(table) if isinstance(node, Mapping) else None
         if isinstance(node, dict) and key in node:
             return node[key]
     return default
@@ -469,14 +472,8 @@ def _float8_recipe(config: Mapping[str, Any], source: str) -> str:
     """Layout.fp8_recipe of torchtitan's float8 converter: its recipe_name, torchao's Float8LinearConfig recipe
     (torchtitan/config_manager.py @ 820504e, [float8] recipe_name: tensorwise, rowwise or rowwise_with_gw_hp; unset:
     the tensorwise default)."""
-    def nested(path: str) -> Any:
-        node: Any = config
-        for key in path.split("."):
-            node = node.get(key) if isinstance(node, Mapping) else None
-        return node
-
-    path = next((p for p in FLOAT8_RECIPE_PATHS if nested(p) is not None), None)
-    name = str(nested(path)).lower() if path else "tensorwise"
+    path = next((p for p in FLOAT8_RECIPE_PATHS if _get(config, p) is not None), None)
+    name = str(_get(config, path)).lower() if path else "tensorwise"
     if name in ("tensorwise", "rowwise"):
         return name
     if name == "rowwise_with_gw_hp":

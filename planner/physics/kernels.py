@@ -195,8 +195,8 @@ def grouped_matmul_seconds(
         plateau = matmul_plateau(hw)
     flop = np.asarray(flop_per_group, dtype=float)
     g = np.asarray(groups, dtype=float)
-    fixed = (GEMM_FIXED_SECONDS + np.maximum(g - 1, 0) * GROUPED_GEMM_PER_GROUP_SECONDS) / plateau
-    seconds = np.maximum(g * flop / peak / plateau, memory_seconds(hw, np.asarray(nbytes, dtype=float))) + fixed
+    seconds = gemm_roofline_seconds(hw, g * flop, np.asarray(nbytes, dtype=float), peak, plateau) + (
+        np.maximum(g - 1, 0) * GROUPED_GEMM_PER_GROUP_SECONDS / plateau)
     return np.asarray(np.where((flop > 0) & (g > 0), seconds, 0.0))
 
 

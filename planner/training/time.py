@@ -818,9 +818,7 @@ def routed_gemm_seconds(
     expert_elements = gemm_elements_per_rank(g, model.kv_heads, lay.etp) / g.copies
     rows = tokens_per_local_expert(model, lay)
     flop_per_expert = 2 * rows * expert_elements
-    side = float(g.side or model.hidden_size)
-    k = expert_elements / side if g.row_parallel else side
-    n = side if g.row_parallel else expert_elements / side
+    (_, k, n), = gemm_kernels(model, g, expert_elements, lay.etp, separate=False)
     experts = g.copies / lay.ep
     moved = experts * (gemm_operand_bytes(lay) * (rows * k + k * n) + ACTIVATION_BYTES * rows * n)
     return grouped_matmul_seconds(hw, flop_per_expert, experts, peak, plateau, moved)
