@@ -278,6 +278,34 @@ and the scaling pass is FP8_ROWWISE_RESCALE_BYTES_PER_ELEMENT of traffic per out
 FP8_ROWWISE_RESCALE_BYTES_PER_ELEMENT = 4.0
 """Traffic of that scaling pass per element of a backward GEMM's 16-bit output: read it, write it scaled (2 + 2)."""
 
+FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT = 8.0
+"""HBM bytes per weight element, per micro-batch, of the weight quantization of an engine that does not cache it
+across micro-batches (EngineProfile kernels.fp8_weight_cast_cached false: torchao's Float8Linear) under the
+per-tensor recipe: the amax pass (read 2), the forward's cast (read 2, write 1) and the backward's own cast along the
+other axis (read 2, write 1), as torchao counts it for its roofline (pytorch/ao torchao/testing/training/
+roofline_utils.py @ 36027d82, get_tensor_memory_traffic_ovhd_s, tensorwise, weight). Its rowwise recipe moves
+FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT per micro-batch on the same terms. Counted, not fitted."""
+
+FP8_TORCHAO_BACKWARD_WEIGHT_CAST_BYTES_PER_ELEMENT = 3.0
+"""The backward's share of FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT: its own cast (read 2, write 1); the amax pass and
+the forward's cast (5) run in the forward, and again in a recomputed forward."""
+
+FP8_ROWWISE_FORWARD_WEIGHT_CAST_BYTES_PER_ELEMENT = 3.0
+"""The forward's share of FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT: the row-scaled cast (read 2, write 1); the
+transpose and the column-scaled cast (7) run in the backward."""
+
+FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT = 2.0
+"""Under torchao's float8 FSDP all-gather (EngineProfile optimizer.fp8_params_held false) the gathered weight arrives
+in fp8, laid out row-major; the backward's input-gradient GEMM needs it column-major, so torch._scaled_mm's wrapper
+copies it transposed (float8_ops.py @ 36027d82, float8_mm: b_data.t().contiguous().t() when row-major): read 1,
+write 1 per element, per micro-batch. The forward takes the transposed view as it is."""
+
+FP8_SHARD_AMAX_PASSES_PER_STEP = 1.0
+"""torchao's precompute_float8_dynamic_scale_for_fsdp: one torch._foreach_norm(inf) over every rank's weight shards
+after the optimizer step and one all-reduce of the stacked amaxes (torchao/float8/fsdp_utils.py @ 36027d82): one read
+of the shards per step. Each all-gather then casts the rank's shard with that scale (fsdp_pre_all_gather: read the
+shard, write 1 byte per element)."""
+
 
 NVFP4_BLOCK_ELEMENTS = 16
 """Elements per NVFP4 scale: Transformer Engine's NVFP4BlockScaling (transformer_engine/common/recipe/__init__.py

@@ -124,6 +124,12 @@ class KernelSection(_Sourced):
         default=False, description="Runs torchao's rowwise float8 recipe (Layout.fp8_recipe rowwise: a scale per row of "
         "each GEMM operand)."
     )
+    fp8_weight_cast_cached: bool = Field(
+        default=True, description="Under an fp8 recipe each weight is quantized once per optimizer step and the copy "
+        "reused by every micro-batch, forward and backward (Transformer Engine's is_first_microbatch weight caching); "
+        "false: every micro-batch's forward quantizes it and its backward quantizes it again along the other axis "
+        "(torchao's Float8Linear; physics.kernels FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT)."
+    )
     separate_projections: bool = Field(
         default=False, description="The model code keeps the query, key and value projections, and a gated MLP's gate "
         "and up projections, as Linears of their own: each a GEMM over the same input (physics.shapes.gemm_kernels); "
@@ -163,6 +169,11 @@ class ZeroSection(_Sourced):
     supports_hsdp: bool = Field(description="Hybrid sharding: shard inside a group, replicate across groups.")
     collective_overhead_seconds: NonNegativeFloat = Field(
         description="Fixed host-side cost of each ZeRO-3 collective (hooks, flattening, stream sync), per collective."
+    )
+    unsharded_grad_bytes_per_param: NonNegativeFloat = Field(
+        default=0.0, description="Bytes per parameter of a ZeRO-3 unit's unsharded gradient (in the compute dtype) "
+        "that are live beside the unit's reduce-scatter buffer when the engine copies the one into the other; 0 where "
+        "it reduce-scatters from the gradient itself or accumulates into the buffer the gradients are counted as."
     )
     gather_copy_bytes_per_param: NonNegativeFloat = Field(
         description="HBM bytes moved on the compute stream per gathered parameter after each ZeRO-3 all-gather "
@@ -229,7 +240,13 @@ class OptimizerSection(_Sourced):
         description="The 16-bit weights can be the master copy, no fp32 one (Layout.master_weights_dtype bf16)."
     )
     fp8_params: bool = Field(
-        description="The layers' compute weights can be held and all-gathered in fp8 (Layout.fp8_param_gather)."
+        description="The layers' compute weights can be all-gathered in fp8 (Layout.fp8_param_gather)."
+    )
+    fp8_params_held: bool = Field(
+        default=True, description="Under fp8_param_gather the layers' weights are also held in fp8 between steps "
+        "(Transformer Engine's fp8 parameters); false: the held weights keep their precision and only the gathered "
+        "copy is fp8, cast from each rank's shard before the all-gather (torchao's float8 FSDP all-gather), which "
+        "needs the per-tensor recipe."
     )
     int8_moments: bool = Field(
         default=False,
@@ -468,6 +485,9 @@ _MEGATRON = EngineProfile(
             "vocab-parallel cross-entropy of loss_bytes_per_logit",
             "fp8_rowwise": "Transformer Engine's recipes scale per tensor, per 32 elements or per 1 x 128 block "
             "(DelayedScaling, Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling); no per-row recipe",
+            "fp8_weight_cast_cached": "Transformer Engine's modules quantize a weight on the step's first micro-batch "
+            "and reuse the fp8 copy (is_first_microbatch; Megatron-Core passes it from the schedules: "
+            "megatron/core/extensions/transformer_engine.py @ d98e8a64)",
             "separate_projections": "Megatron-Core builds the query, key and value projections as one linear_qkv and a "
             "gated MLP's gate and up projections as one linear_fc1 (megatron/core/transformer/attention.py "
             "SelfAttention, megatron/core/transformer/mlp.py MLP @ d98e8a64)",
@@ -521,6 +541,8 @@ _MEGATRON = EngineProfile(
         reduce_bucket_params=40_000_000, supports_hsdp=True, collective_overhead_seconds=0.0,
         gather_copy_bytes_per_param=0.0,
         sources={
+            "unsharded_grad_bytes_per_param": "Megatron-Core's FSDP and distributed optimizer accumulate the "
+            "gradients into their contiguous grad buffer and reduce-scatter from it (counted as the gradients)",
             "gather_copy_bytes_per_param": "not counted for Megatron-Core's custom FSDP (its gather path is not "
             "examined here): 0",
             "collectives_per_layer": "Megatron-Core custom FSDP (--use-custom-fsdp, data_parallel_sharding_strategy "
@@ -599,6 +621,8 @@ _MEGATRON = EngineProfile(
             "bf16_master_weights": _MEGATRON_MAIN_PARAMS,
             "fp8_params": "Megatron-LM --fp8-param-gather (megatron/training/arguments.py: Transformer Engine fp8 "
             "compute parameters, with the distributed optimizer or FSDP)",
+            "fp8_params_held": "--fp8-param-gather keeps the compute parameters themselves as Transformer Engine fp8 "
+            "tensors (fp8_model_init), the fp32 main parameters in the optimizer",
             "implementation": "megatron/core/optimizer/distrib_optimizer.py",
             "fused_step": "Apex / Transformer Engine FusedAdam multi-tensor apply",
             "state_bytes_per_param": _ADAM,
@@ -850,6 +874,14 @@ _TORCH_PP_FSDP = (
     "optimizer states are ZeRO-1's. A pp > 1 layout says zero 1 (the readers map FSDP under PP to it)"
 )
 
+_TORCHAO_FP8_ALL_GATHER = (
+    "torchtitan's float8 converter with enable_fsdp_float8_all_gather ([float8] in 2025 TOMLs, [training] in 2024, "
+    "[quantize.linear.float8] in v0.2; torchtitan/components/quantization/float8.py before 6348d93d1): torchao's "
+    "Float8LinearConfig(enable_fsdp_float8_all_gather) where FSDP shards (dp_shard > 1), the per-tensor recipe only "
+    "(torchao/float8/config.py asserts it; torchtitan refuses it beside a recipe_name); removed from torchtitan main "
+    "with the tensorwise recipe (6348d93d1, 2026-04)"
+)
+
 _TORCHTITAN_BF16 = (
     "torchtitan [training] dtype = \"bfloat16\": 'all parameters, gradients, and optimizer states in bfloat16, "
     "without an extra copy of fp32 weights' (torchtitan/config/job_config.py, 238fa995): bf16 moments and bf16 "
@@ -870,7 +902,11 @@ _TORCHTITAN = _derive(
             "cpu_optimizer": "torch.optim AdamW steps the CPU parameters",
         },
     },
-    kernels=dict(_TORCH_EAGER, fp8_tp_all_gather=True, fp8_rowwise=True, sources={**_TORCH_EAGER_SOURCES, "fp8_rowwise": (
+    kernels=dict(_TORCH_EAGER, fp8_tp_all_gather=True, fp8_rowwise=True, fp8_weight_cast_cached=False, sources={
+        **_TORCH_EAGER_SOURCES, "fp8_weight_cast_cached": (
+            "torchao's Float8Linear casts the weight in every forward and casts it again in the backward "
+            "(matmul_with_hp_or_float8_args, pytorch/ao torchao/float8/float8_linear.py @ 36027d82): no cache across "
+            "micro-batches; under the float8 all-gather the gathered weight arrives in fp8"), "fp8_rowwise": (
         "torchtitan [float8] recipe_name 'rowwise' (torchtitan/config_manager.py @ 820504e; [quantize.linear.float8] "
         "in v0.2): torchao's Float8LinearConfig.from_recipe_name, axiswise scales for the input, the weight and the "
         "output gradient"), "fp8_tp_all_gather": (
@@ -883,7 +919,7 @@ _TORCHTITAN = _derive(
     zero={
         "collectives_per_layer": 1, "prefetch_units": 1, "reshard_after_forward": True,
         "regather_for_recompute": False, "reduce_in_fp32": True, "collective_overhead_seconds": 0.0,
-        "gather_copy_bytes_per_param": 4.0,
+        "gather_copy_bytes_per_param": 4.0, "unsharded_grad_bytes_per_param": 2.0,
         "sources": {
             "collectives_per_layer": _FSDP_UNIT,
             "prefetch_units": _FSDP_PREFETCH,
@@ -894,6 +930,12 @@ _TORCHTITAN = _derive(
             "reduce_in_fp32": "torchtitan [training] mixed_precision_reduce = 'float32' (MixedPrecisionPolicy)",
             "collective_overhead_seconds": "FSDP2 issues one flat all-gather per unit; no overhead beyond NCCL's assumed",
             "gather_copy_bytes_per_param": _FSDP2_COPY_OUT,
+            "unsharded_grad_bytes_per_param": "FSDP2's foreach_reduce allocates the unit's reduce-scatter input in "
+            "the reduce dtype and copies the unsharded gradients (the parameters' compute dtype, bf16: 2 bytes) into "
+            "it before it clears them (pytorch/pytorch torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, "
+            "torch 2.13: reduce_scatter_comm.allocate, foreach_reduce_scatter_copy_in, unsharded_grads.clear()), "
+            "the previous unit's input reclaimed first (reduce_scatter_max_input_buffers 1, _fsdp_param_group.py): "
+            "both live at the copy",
         },
     },
     schedules={
@@ -941,10 +983,12 @@ _TORCHTITAN = _derive(
             "step_traffic_factor": "foreach kernels stream the states once: 1.0 (an assumption)",
             "bf16_moments": _TORCHTITAN_BF16,
             "bf16_master_weights": _TORCHTITAN_BF16,
-            "fp8_params": "torchao's float8 FSDP all-gather (enable_fsdp_float8_all_gather) casts only what is "
-            "gathered; the sharded parameters stay fp32 and the gathered ones bf16",
+            "fp8_params": _TORCHAO_FP8_ALL_GATHER,
+            "fp8_params_held": "torchao's float8 all-gather casts each rank's shard to fp8 before the gather "
+            "(WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather, pytorch/ao torchao/float8/fsdp_utils.py @ "
+            "36027d82): the sharded parameters keep their dtype, only the gathered copy is fp8",
         },
-        "bf16_moments": True, "bf16_master_weights": True, "fp8_params": False,
+        "bf16_moments": True, "bf16_master_weights": True, "fp8_params": True, "fp8_params_held": False,
     },
     moe={
         "dispatchers": ("alltoall", "deepep", "hybridep"), "default_dispatcher": "alltoall", "ep_overlap": True,
@@ -1027,6 +1071,12 @@ _TORCHTITAN = _derive(
 _FSDP = _derive(
     _TORCHTITAN, "fsdp",
     "Plain PyTorch FSDP (Hugging Face Trainer / accelerate style): per-block units, no TP/CP/PP, eager kernels.",
+    zero={
+        "unsharded_grad_bytes_per_param": 0.0,
+        "sources": {"unsharded_grad_bytes_per_param": "FSDP1's _reduce_grad reduce-scatters from the unsharded flat "
+                    "gradient itself (torch/distributed/fsdp/_runtime_utils.py, torch 2.13: "
+                    "_get_reduce_scatter_tensors pads it in place, or copies it only to pad): no second buffer"},
+    },
     offload={
         "optimizer": True, "params": True, "activations": False, "cpu_optimizer": "torch",
         "sources": {
@@ -1062,12 +1112,16 @@ _FSDP = _derive(
     kernels={
         "fp8_rowwise": False,
         "sources": {"cuda_graphs": "the Trainer's FSDP path runs eager PyTorch modules; no CUDA-graph capture",
+                    "fp8_weight_cast_cached": "accelerate's fp8 quantizes the weights in every micro-batch: its AO "
+                    "backend is torchao's Float8Linear, and its TE backend calls Transformer Engine's modules without "
+                    "is_first_microbatch (accelerate/utils/transformer_engine.py convert_model), which then casts on "
+                    "each call; counted at torchao's bytes",
                     "fp8_rowwise": "accelerate's fp8 settings (fp8_config backend TE, MSAMP or AO) name no torchao recipe; "
                     "its AO backend builds torchao's default (tensorwise) Float8LinearConfig"},
     },
     optimizer={
-        "bf16_moments": False, "bf16_master_weights": False, "fp8_params": False, "default_grad_dtype": "fp32",
-        "muon": False, "lora": True, "int8_moments": True,
+        "bf16_moments": False, "bf16_master_weights": False, "fp8_params": False, "fp8_params_held": True,
+        "default_grad_dtype": "fp32", "muon": False, "lora": True, "int8_moments": True,
         "sources": {
             "lora": "Hugging Face PEFT's LoraModel wrapped around the model the Trainer trains (peft/tuners/lora: the base "
             "weights requires_grad False, A and B trainable)",
@@ -1082,6 +1136,7 @@ _FSDP = _derive(
             "comes from loading the model in bf16 (torch_dtype), which the Trainer command planner reads does not say",
             "bf16_master_weights": "as bf16_moments: fp32 master weights under the Trainer's mixed precision",
             "fp8_params": "the Trainer keeps 16-bit weights",
+            "fp8_params_held": "no fp8 parameter gather (fp8_params false); the field is not used",
         },
     },
     moe={
@@ -1116,9 +1171,12 @@ _AUTOMODEL = _derive(
         "fused_elementwise": True, "supports_compile": False, "attention_kernel": "fused", "cuda_graphs": False,
         "fp8_proj_keeps_cast_input": False, "fp8_tp_all_gather": False, "loss_bytes_per_logit": 4.0,
         "eager_elementwise_traffic_factor": 1.0, "activation_clamp_fused": True, "moe_fused_mlp": False,
-        "fp8_rowwise": False,
+        "fp8_rowwise": False, "fp8_weight_cast_cached": True,
         "sources": {
             "fp8_rowwise": "AutoModel's fp8 is Transformer Engine's (TEFp8Config recipes current and block scaling)",
+            "fp8_weight_cast_cached": "AutoModel patches Transformer Engine's Linear.forward to pass its "
+            "IS_FIRST_MICROBATCH flag (nemo_automodel/components/models/common/utils.py @ 36044ad3, "
+            "set_is_first_microbatch): the weight is quantized on the step's first micro-batch and reused",
             "scaled_rotary_unfused": "counted fused: whether AutoModel's Transformer Engine rotary (rope_fusion true) takes a "
             "YaRN-scaled model on its fused path is not examined here",
             "fused_elementwise": _AUTOMODEL_SRC + " examples/llm_benchmark/*/*_te_deepep.yaml backend: linear te, "
@@ -1170,8 +1228,9 @@ _AUTOMODEL = _derive(
     optimizer={
         "implementation": "torch.optim.Adam on FSDP2-sharded bf16 parameters",
         "default_grad_dtype": "bf16", "default_state_dtype": "bf16", "bf16_moments": True,
-        "bf16_master_weights": True, "fp8_params": False, "muon": False, "lora": True,
+        "bf16_master_weights": True, "fp8_params": False, "fp8_params_held": True, "muon": False, "lora": True,
         "sources": {
+            "fp8_params_held": "no fp8 parameter gather modelled (fp8_params false); the field is not used",
             "muon": "its Muon recipe (examples/llm_finetune/qwen/qwen2_5_7b_squad_muon.yaml @ 36044ad3) steps "
             "Microsoft's dion.Muon on FSDP2's sharded parameters, which distributes the Newton-Schulz work its own way; "
             "planner's Muon terms are Megatron-Core's layer-wise distributed optimizer's",
@@ -1257,7 +1316,7 @@ _DEEPSPEED = _derive(
             "selects torch.optim instead",
         },
     },
-    kernels=dict(_TORCH_EAGER, sources={
+    kernels=dict(_TORCH_EAGER, fp8_weight_cast_cached=False, sources={
         "fp8_proj_keeps_cast_input": "fp8 through Transformer Engine modules or torchao in the user's model: "
         "either keeps the projection's fp8 input beside the attention's 16-bit output (" + _TORCHAO_FP8_INPUT + ")",
         "cuda_graphs": "DeepSpeed's CUDA graphs (enable_cuda_graph) are for inference; training runs eager",
@@ -1270,6 +1329,9 @@ _DEEPSPEED = _derive(
         "moe_fused_mlp": "DeepSpeed-MoE runs the user's expert modules (no Transformer Engine op fuser)",
         "nvfp4": "DeepSpeed's config has no fp4 training setting",
         "fp8_rowwise": "DeepSpeed's config has no fp8 recipe setting; rowwise float8 is read for torchtitan",
+        "fp8_weight_cast_cached": "DeepSpeed's engine calls the model's Transformer Engine layers without "
+        "is_first_microbatch (DeepSpeed has no fp8 setting of its own), and Transformer Engine then quantizes the weight "
+        "on every call; counted at torchao's per-micro-batch bytes",
         "separate_projections": "DeepSpeed trains the user's modules, most often Hugging Face models with q_proj, "
         "k_proj, v_proj and gate_proj, up_proj as Linears of their own (transformers models/llama/modeling_llama.py); "
         "Megatron-DeepSpeed's GPT fuses its query-key-value projection, which this profile does not separate",
@@ -1282,6 +1344,8 @@ _DEEPSPEED = _derive(
         "sources": {
             "gather_copy_bytes_per_param": "not counted for DeepSpeed's stage-3 gathers (their copies are not "
             "examined here; the fitted collectives_per_layer was chosen without it): 0",
+            "unsharded_grad_bytes_per_param": "not counted for DeepSpeed's stage-3 reduction (its gradients pass "
+            "through the reduce bucket, whose copies are not examined here): 0",
             "collectives_per_layer": "fitted: Narayanan et al. 2021 Table 2 ZeRO-3 rows (175B on 384-1536 and 530B on "
             "640-2240 A100; published_runs_modern.yaml), grid 4-24 x overhead 0-3 ms: 20 ring-latency-bound "
             "collectives per layer and pass, overhead 0 (max |error| 14.5%). DeepSpeed gathers per sub-module "
@@ -1356,8 +1420,9 @@ _DEEPSPEED = _derive(
             "bf16_master_weights": _DS_BF16 + "; without bf16_optimizer_states only with ZeRO-Offload "
             "(DeepSpeedCPUAdam)",
             "fp8_params": "DeepSpeed keeps 16-bit weights (its fp8 comes from Transformer Engine layers in the model)",
+            "fp8_params_held": "no fp8 parameter gather (fp8_params false); the field is not used",
         },
-        "bf16_moments": True, "bf16_master_weights": True, "fp8_params": False,
+        "bf16_moments": True, "bf16_master_weights": True, "fp8_params": False, "fp8_params_held": True,
     },
     moe={
         "dispatchers": ("alltoall",), "default_dispatcher": "alltoall", "ep_overlap": False,

@@ -129,7 +129,7 @@ def _dualpipe_memory(
     shared_w, shared_g, shared_o = model_state_bytes(lay, StageParams(
         dense=shared, expert=np.zeros_like(shared), largest_layer_dense=np.zeros_like(shared),
         largest_layer_expert=np.zeros_like(shared), num_layers=np.zeros_like(shared), num_moe_layers=np.zeros_like(shared),
-        ends=shared, lora=lay.lora_rank > 0))
+        ends=shared, lora=lay.lora_rank > 0), fp8_params_held=engine.optimizer.fp8_params_held)
 
     def both(a: np.ndarray, b: np.ndarray, less: np.ndarray | float = 0.0) -> np.ndarray:
         return np.asarray(np.where(on, a + b - less, a))

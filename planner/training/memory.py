@@ -253,7 +253,8 @@ def saved_gemm_input_bytes(lay: LayoutArrays) -> np.ndarray:
     return np.where(quantized, np.where(lay.fp4, NVFP4_COPY_BYTES_PER_ELEMENT, FP8_ACTIVATION_BYTES), ACTIVATION_BYTES)
 
 
-def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def model_state_bytes(lay: LayoutArrays, sp: StageParams, *, fp8_params_held: bool = True
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, gradients, optimizer) bytes under ZeRO stage 0-3 (Rajbhandari et al. 2020, Fig. 1).
 
     Dense parameters shard over dp x cp (Megatron's distributed optimizer and FSDP both shard over the
@@ -271,9 +272,12 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams) -> tuple[np.ndarray, n
             np.where(on, dense / shard, dense) + np.where(on, expert / expert_shard, expert)
         ))
 
-    # the layers' weights at their own width; the embedding and LM head stay 16-bit; LoRA's adapters beside them
-    weights = (sharded(layer_weight_bytes(lay).astype(float), 3, sp.dense, sp.expert)
-               + (WEIGHT_BYTES - layer_weight_bytes(lay)) * np.where(lay.zero >= Zero.PARAMETERS, sp.ends / shard, sp.ends)
+    # the layers' weights at their own width (16-bit where the engine gathers fp8 but holds its weights as they are:
+    # `fp8_params_held`, the engine profile's optimizer.fp8_params_held); the embedding and LM head stay 16-bit;
+    # LoRA's adapters beside them
+    held = layer_weight_bytes(lay) if fp8_params_held else np.full(lay.shape, WEIGHT_BYTES)
+    weights = (sharded(held.astype(float), 3, sp.dense, sp.expert)
+               + (WEIGHT_BYTES - held) * np.where(lay.zero >= Zero.PARAMETERS, sp.ends / shard, sp.ends)
                + np.where(sp.lora, WEIGHT_BYTES * np.where(lay.zero >= Zero.PARAMETERS, sp.adapters / shard,
                                                            sp.adapters), 0.0))
     # gradients and optimizer states: of every parameter, or (LoRA) of the adapters alone
@@ -689,7 +693,7 @@ def offloaded_activation_bytes(
     return np.asarray(microbatches_in_flight(lay, stage) * tokens * per_token)
 
 
-def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
+def buffer_bytes(lay: LayoutArrays, sp: StageParams, unsharded_grad_bytes: float = 0.0) -> np.ndarray:
     """Communication buffers outside the model states.
 
     ZeRO-3 / FSDP gathers one layer's full parameters for the layer running and prefetches the next
@@ -706,7 +710,9 @@ def buffer_bytes(lay: LayoutArrays, sp: StageParams) -> np.ndarray:
     gathered = np.minimum(2 * sp.largest_layer_dense, sp.dense) * beyond + np.minimum(
         2 * sp.largest_layer_expert, sp.expert
     ) * beyond_expert
-    zero3 = layer_weight_bytes(lay) * gathered + lay.grad_bytes * layer
+    # ... and, where the engine copies the unit's unsharded gradients into its reduce-scatter buffer (FSDP2), those
+    # gradients beside it at the copy (`unsharded_grad_bytes`, the profile's zero.unsharded_grad_bytes_per_param)
+    zero3 = layer_weight_bytes(lay) * gathered + (lay.grad_bytes + unsharded_grad_bytes) * layer
     zero2 = lay.grad_bytes * layer
     return np.where(lay.zero >= Zero.PARAMETERS, zero3, np.where(lay.zero == Zero.GRADIENTS, zero2, 0.0))
 
@@ -746,12 +752,14 @@ def stage_memory(
     (n,) for one stage per candidate, or (k, n) for k stages of each)."""
     if sp is None:
         sp = stage_params(model, lay, stage)
-    weights, grads, optim = model_state_bytes(lay, sp)
+    weights, grads, optim = model_state_bytes(lay, sp, fp8_params_held=engine.optimizer.fp8_params_held
+                                              if engine is not None else True)
     loss_bytes = loss_bytes_per_logit(engine, lay) if engine is not None else LOSS_PEAK_BYTES_PER_LOGIT
     cast_copy = engine.kernels.fp8_proj_keeps_cast_input if engine is not None else False
     held, working = stage_activation_bytes(model, lay, stage, sp, loss_bytes, cast_copy)
     host_activations = offloaded_activation_bytes(model, lay, stage, sp, cast_copy)
-    buffers = buffer_bytes(lay, sp) + working + userbuffer_bytes(model, lay)
+    unsharded = engine.zero.unsharded_grad_bytes_per_param if engine is not None else 0.0
+    buffers = buffer_bytes(lay, sp, unsharded) + working + userbuffer_bytes(model, lay)
     reserve = reserve_bytes(lay, held + working)
     return StageMemory(
         weights_bytes=weights,

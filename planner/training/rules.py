@@ -236,6 +236,10 @@ ENGINE_RULES: tuple[Rule, ...] = (
          "distributed optimizer (zero 1: whole matrices owned by data-parallel ranks); use zero 0 or 1"),
     _engine_rule("engine_no_fp8_params", lambda a, e: a.fp8_params & (not e.optimizer.fp8_params),
                  lambda l: "fp8_param_gather", "optimizer.fp8_params"),
+    # torchao's float8 all-gather casts the shard with one scale per tensor: no other recipe (torchao config.py)
+    _engine_rule("engine_fp8_gather_recipe", lambda a, e: a.fp8_params & (not e.optimizer.fp8_params_held)
+                 & (a.fp8_recipe != Fp8RecipeCode.TENSORWISE),
+                 lambda l: f"fp8_param_gather with fp8_recipe {l.fp8_recipe}", "optimizer.fp8_params"),
     _engine_rule("engine_no_fp8_attention", lambda a, e: a.fp8_attention & (not e.kernels.fp8_attention),
                  lambda l: "fp8_attention", "kernels.fp8_attention"),
     _engine_rule("engine_no_nvfp4", lambda a, e: a.fp4 & (not e.kernels.nvfp4), lambda l: "dtype fp4",

@@ -43,8 +43,14 @@ from planner.physics.elementwise import elementwise_bytes_per_token as shared_el
 from planner.physics.kernels import (
     CAUSAL_WORK_FRACTION,
     FLASH_BACKWARD_TO_FORWARD,
+    FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT,
     FP8_ROWWISE_FORWARD_GEMM_EFFICIENCY,
+    FP8_ROWWISE_FORWARD_WEIGHT_CAST_BYTES_PER_ELEMENT,
     FP8_ROWWISE_RESCALE_BYTES_PER_ELEMENT,
+    FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT,
+    FP8_SHARD_AMAX_PASSES_PER_STEP,
+    FP8_TORCHAO_BACKWARD_WEIGHT_CAST_BYTES_PER_ELEMENT,
+    FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT,
     GEMM_FIXED_SECONDS,
     NVFP4_COPY_BYTES_PER_ELEMENT,
     attention_efficiency,
@@ -100,6 +106,7 @@ from planner.specs.hardware import HardwareProfile
 from planner.specs.layout import (
     MUON_SCALAR_EXTRA_BYTES,
     RECOMPUTE_MODULE_BITS,
+    STATE_DTYPE_BYTES,
     Fp8RecipeCode,
     LayoutArrays,
     RecomputeCode,
@@ -109,6 +116,7 @@ from planner.specs.model import ModelSpec
 from planner.training.memory import (
     ACTIVATION_BYTES,
     FP8_ACTIVATION_BYTES,
+    FP8_WEIGHT_BYTES,
     WEIGHT_BYTES,
     StageParams,
     layer_weight_bytes,
@@ -545,9 +553,9 @@ def layer_time(
                 ag_split = ag_split + on_ub
             fp8_weights = fp8_weights + elements
     cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer, linear=linear)
-    weight_cast = fp8_cast_seconds(hw, fp8_weights, lay.fp8_recipe, weight=True) / lay.num_micro_batches
-    cast_fwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_fwd_elements, lay.fp8_recipe) + weight_cast, 0.0)
-    cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements, lay.fp8_recipe), 0.0)
+    weight_fwd, weight_bwd = fp8_weight_quantize_seconds(hw, lay, engine, fp8_weights)
+    cast_fwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_fwd_elements, lay.fp8_recipe) + weight_fwd, 0.0)
+    cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements, lay.fp8_recipe) + weight_bwd, 0.0)
 
     widths = attention_dims(model)
     # Transformer Engine's FP8 attention quantizes Q, K and V before its kernel (and O under delayed scaling, whose
@@ -1194,6 +1202,47 @@ def stage_time(
     )
 
 
+def zero3_backward_gathers(engine: EngineProfile, lay: LayoutArrays) -> np.ndarray:
+    """ZeRO-3 all-gathers of a unit per micro-batch after the forward's: again for the backward where the engine
+    reshards after the forward, and once more for a fully recomputed forward where it gathers for that too."""
+    z = engine.zero
+    return np.asarray(float(z.reshard_after_forward)
+                      + np.where((lay.recompute == RecomputeCode.FULL) & z.regather_for_recompute, 1.0, 0.0))
+
+
+def fp8_weight_quantize_seconds(hw: HardwareProfile, lay: LayoutArrays, engine: EngineProfile, weights: np.ndarray
+                                ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds per micro-batch of quantizing one layer's fp8 weights on a rank (`weights`
+    elements). An engine that caches the cast (kernels.fp8_weight_cast_cached: Transformer Engine) casts once per
+    step, amortised over the step's micro-batches (physics.kernels fp8_cast_bytes_per_element). One that does not
+    (torchao) casts in every forward and again along the other axis in every backward
+    (FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT; its rowwise recipe FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT, whose
+    forward is one row-scaled cast). Under its float8 all-gather (fp8_param_gather where optimizer.fp8_params_held is
+    false) the cast moves to the rank's shard before each gather, with one amax pass over the shards per step
+    (FP8_SHARD_AMAX_PASSES_PER_STEP), and the backward copies the gathered fp8 weight transposed
+    (FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT)."""
+    m = lay.num_micro_batches.astype(float)
+    cached = fp8_cast_seconds(hw, weights, lay.fp8_recipe, weight=True) / m
+    if engine.kernels.fp8_weight_cast_cached:
+        return np.asarray(cached), np.zeros_like(cached)
+    rowwise = lay.fp8_recipe == Fp8RecipeCode.ROWWISE
+    total = np.where(rowwise, FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT, FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT)
+    forward_bytes = np.where(rowwise, FP8_ROWWISE_FORWARD_WEIGHT_CAST_BYTES_PER_ELEMENT,
+                             FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT - FP8_TORCHAO_BACKWARD_WEIGHT_CAST_BYTES_PER_ELEMENT)
+    eager_fwd = memory_seconds(hw, weights * forward_bytes)
+    eager_bwd = memory_seconds(hw, weights * (total - forward_bytes))
+    gathered = lay.fp8_params & (not engine.optimizer.fp8_params_held)
+    if not np.any(gathered):
+        return np.asarray(eager_fwd), np.asarray(eager_bwd)
+    shard_bytes = np.where(lay.master_bf16, WEIGHT_BYTES, STATE_DTYPE_BYTES["fp32"])  # the sharded parameters' own dtype
+    gathers_per_step = np.where(lay.zero >= Zero.PARAMETERS, m * (1.0 + zero3_backward_gathers(engine, lay)), 1.0)
+    shard_traffic = (weights / lay.shard_degree) * (gathers_per_step * (shard_bytes + FP8_WEIGHT_BYTES)
+                                                    + FP8_SHARD_AMAX_PASSES_PER_STEP * shard_bytes)
+    gather_fwd = memory_seconds(hw, shard_traffic / m)
+    gather_bwd = memory_seconds(hw, weights * FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT)
+    return np.asarray(np.where(gathered, gather_fwd, eager_fwd)), np.asarray(np.where(gathered, gather_bwd, eager_bwd))
+
+
 def _overlapped(comm: np.ndarray, compute: np.ndarray, contention: float) -> np.ndarray:
     """What a collective running beside `compute` adds to it: the part longer than the compute, plus the
     compute's slowdown while they share the GPU (`contention` x the overlapped time)."""
@@ -1253,9 +1302,7 @@ def zero3_seconds(
     if np.any(lay.offload_params):
         shard_copy = (unit_dense / shard + unit_expert / expert_group) * WEIGHT_BYTES / host_link_bytes_per_s(hw)
         gather = gather + np.where(lay.offload_params, shard_copy, 0.0)
-    backward_gathers = float(z.reshard_after_forward) + np.where(
-        (lay.recompute == RecomputeCode.FULL) & z.regather_for_recompute, 1.0, 0.0
-    )
+    backward_gathers = zero3_backward_gathers(engine, lay)
     forward_comm = gather
     backward_comm = backward_gathers * gather + scatter
     # Share of a unit's traffic that is in flight ahead of its use: the prefetch depth in units (or the
@@ -1274,8 +1321,10 @@ def zero3_seconds(
     serial = units * (forward_comm + backward_comm)
     exposed = ahead * np.minimum(overlapped, serial) + (1.0 - ahead) * serial
     # The engine's copy of each gathered unit into its parameters' tensors, on the compute stream (FSDP2's
-    # copy-out): every gather of the pass, of the whole stage's parameters.
-    copy_out = memory_seconds(hw, (1.0 + backward_gathers) * (sp.dense + sp.expert) * z.gather_copy_bytes_per_param)
+    # copy-out): every gather of the pass, of the whole stage's parameters, at the gathered width (fp8 under a float8
+    # all-gather: FSDP2 copies the gathered bytes).
+    copy_bytes = z.gather_copy_bytes_per_param * layer_weight_bytes(lay) / WEIGHT_BYTES
+    copy_out = memory_seconds(hw, (1.0 + backward_gathers) * (sp.dense + sp.expert) * copy_bytes)
     return np.where(shard > 1, exposed + copy_out, 0.0)
 
 

@@ -257,9 +257,22 @@ def test_fp8_param_gather_halves_the_layer_weights(run_cli):
     fp8 = estimate_json(run_cli, *args, "--fp8-param-gather")["memory"]["weights_bytes"]
     assert 0.5 * plain < fp8 < 0.6 * plain
     assert estimate_json(run_cli, *args, "--fp8-param-gather")["config"]["fp8_param_gather"] is True
-    # an engine that keeps 16-bit weights refuses it, as the search does (engine rule engine_no_fp8_params)
-    assert_one_line_error(run_cli(*BASE, *args, "--fp8-param-gather", "--engine", "torchtitan"), "fp8_param_gather",
-                          "torchtitan")
+    # an engine that gathers 16-bit weights refuses it, as the search does (engine rule engine_no_fp8_params)
+    assert_one_line_error(run_cli(*BASE, *args, "--fp8-param-gather", "--engine", "deepspeed"), "fp8_param_gather",
+                          "deepspeed")
+
+
+def test_torchtitan_fp8_param_gather_is_the_float8_all_gather(run_cli):
+    """Under torchtitan --fp8-param-gather is torchao's float8 FSDP all-gather: the held weights keep their bytes
+    (fp32 shards, counted as before), the gathered layers are fp8, and only the per-tensor recipe runs it."""
+    args = ("--gpus", "8", "--zero", "3", "--dtype", "fp8", "--engine", "torchtitan", "--recompute", "op")
+    plain = estimate_json(run_cli, *args)
+    fp8 = estimate_json(run_cli, *args, "--fp8-param-gather")
+    assert fp8["memory"]["weights_bytes"] == plain["memory"]["weights_bytes"]
+    assert fp8["memory"]["total_bytes"] < plain["memory"]["total_bytes"]
+    assert fp8["time"]["step_seconds"] < plain["time"]["step_seconds"]
+    assert_one_line_error(run_cli(*BASE, *args, "--fp8-param-gather", "--fp8-recipe", "rowwise"),
+                          "fp8_param_gather with fp8_recipe rowwise", "torchtitan")
 
 
 def test_fp8_param_gather_needs_fp8_and_a_sharded_optimizer(run_cli):
