@@ -192,7 +192,9 @@ def fp8_param_gather_option() -> Callable[..., Any]:
         "--fp8-param-gather/--no-fp8-param-gather", default=False, show_default=True,
         help="With --dtype fp8 (fp4): the layers' weights kept and all-gathered in fp8 (NVFP4) where ZeRO >= 1 "
         "(estimate: needs --zero 1 or more; search: every layout with ZeRO >= 1). Megatron --fp8-param-gather "
-        "(--fp4-param-gather), which the Megatron-Bridge fp8 and NVFP4 recipes set; megatron and nemo engines.",
+        "(--fp4-param-gather), which the Megatron-Bridge fp8 and NVFP4 recipes set (megatron and nemo engines); "
+        "under torchtitan, torchao's float8 FSDP all-gather (enable_fsdp_float8_all_gather): the weights stay as "
+        "they are and only the gathered copy is fp8, with the tensorwise recipe.",
     )
 
 

@@ -413,7 +413,7 @@ def _recompute(config: Mapping[str, Any], given: Mapping[str, Any], model: Model
                            source=got.source, field="activation_checkpoint.mode")
 
 
-def _precision(config: Mapping[str, Any], got: Collected) -> None:
+def _precision(config: Mapping[str, Any], got: Collected, *, fsdp_shards: bool) -> None:
     src = got.source
     param = str(_get(config, "training.mixed_precision_param", default="bfloat16"))
     if param != "bfloat16":
@@ -437,6 +437,8 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
     got.set("dtype", "fp8" if fp8 else "bf16", origin if fp8 else "training.mixed_precision_param")
     if fp8:  # torchao's float8 scales per tensor (dynamic) or per row (recipe_name); its MX converter per 32 elements
         got.set("fp8_recipe", "mxfp8" if mx else _float8_recipe(config, src), "model.converters")
+        if not mx:
+            _float8_all_gather(config, got, fsdp_shards=fsdp_shards)
     if pure == "bfloat16":  # 'all parameters, gradients, and optimizer states in bfloat16' (job_config.py)
         for name in ("grad_dtype", "optimizer_state_dtype", "master_weights_dtype"):
             got.set(name, "bf16", "training.dtype")
@@ -466,6 +468,37 @@ def _precision(config: Mapping[str, Any], got: Collected) -> None:
 
 
 FLOAT8_RECIPE_PATHS = ("float8.recipe_name", "quantize.linear.float8.recipe_name")  # 2025 TOMLs, v0.2 TOMLs
+# the float8 converter's FSDP settings: [float8] in 2025 TOMLs, [training] in 2024's, [quantize.linear.float8] in v0.2
+FLOAT8_ALL_GATHER_PATHS = ("float8.enable_fsdp_float8_all_gather", "training.enable_fsdp_float8_all_gather",
+                           "quantize.linear.float8.enable_fsdp_float8_all_gather")
+FLOAT8_PRECOMPUTE_PATHS = ("float8.precompute_float8_dynamic_scale_for_fsdp",
+                           "training.precompute_float8_dynamic_scale_for_fsdp",
+                           "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp")
+
+
+def _float8_all_gather(config: Mapping[str, Any], got: Collected, *, fsdp_shards: bool) -> None:
+    """enable_fsdp_float8_all_gather: torchao's float8 FSDP all-gather (Layout.fp8_param_gather under the torchtitan
+    engine, whose weights stay as they are and only the gathered copy is fp8). torchtitan turns it on only where FSDP
+    shards (parallel_dims.dp_shard_enabled) and refuses it beside a recipe_name (torchtitan/components/quantization/
+    float8.py before 6348d93d1: 'using enable_fsdp_float8_all_gather together with recipe_name is not supported');
+    precompute_float8_dynamic_scale_for_fsdp takes every weight's amax in one all-reduce after the optimizer step."""
+    src = got.source
+    if not _flag(config, *FLOAT8_ALL_GATHER_PATHS, source=src):
+        return
+    where = next(path for path in FLOAT8_ALL_GATHER_PATHS if _has(config, path))
+    if _get(config, *FLOAT8_RECIPE_PATHS) is not None:
+        raise PlannerError("torchtitan refuses enable_fsdp_float8_all_gather together with a float8 recipe_name "
+                           "(the float8 all-gather is the tensorwise recipe's); drop one of them", source=src,
+                           field=where)
+    if not fsdp_shards:
+        got.warn(f"{where}: FSDP does not shard here (data_parallel_shard_degree 1), so torchtitan gathers nothing "
+                 "in float8; ignored")
+        return
+    got.set("fp8_param_gather", True, where)
+    if not _flag(config, *FLOAT8_PRECOMPUTE_PATHS, source=src):
+        got.warn(f"{where} without precompute_float8_dynamic_scale_for_fsdp: each weight's amax is all-reduced before "
+                 "its gather, a small collective per weight that planner does not count; set "
+                 "precompute_float8_dynamic_scale_for_fsdp = true")
 
 
 def _float8_recipe(config: Mapping[str, Any], source: str) -> str:
@@ -528,7 +561,7 @@ def import_torchtitan(
         got.set("schedule", schedule, "parallelism.pipeline_parallel_schedule")
         got.set("interleave", v, "parallelism.pipeline_parallel_schedule")
     _recompute(config, given, model, deg["pp"], got)
-    _precision(config, got)
+    _precision(config, got, fsdp_shards=deg["shard"] > 1)
     got.set("seq_len", pick.int("seq_len", "training.seq_len", default=2048), "training.seq_len")
 
     local_default = 8
@@ -610,9 +643,6 @@ def engine_layout(model: ModelSpec, layout: Layout, *, registry: bool = False) -
     if layout.activation_input_fp8:
         raise PlannerError("activation_input_fp8: torchtitan keeps the activation's input in 16 bits (the fp8 store is "
                            "Megatron-LM's --activation-func-fp8-input-store); export for Megatron-LM")
-    if layout.fp8_param_gather:
-        raise PlannerError("fp8_param_gather: torchtitan keeps bf16 weights (its float8 all-gather casts only the "
-                           "communication); export for Megatron-LM")
     if layout.fp8_attention:
         raise PlannerError("fp8_attention: torchtitan's float8 converts the Linear layers only and its attention runs "
                            "in 16 bits; export for Megatron-LM")
@@ -663,6 +693,11 @@ def engine_layout(model: ModelSpec, layout: Layout, *, registry: bool = False) -
         changes["offload_optimizer"] = changes["offload_params"] = True
         notes.append("offload_optimizer and offload_params -> true: torchtitan's enable_cpu_offload moves parameters, "
                      "gradients and the optimizer step to the CPU together")
+    if layout.fp8_param_gather:
+        why = _no_float8_all_gather(layout, changes.get("zero", layout.zero), registry=registry)
+        if why:
+            changes["fp8_param_gather"] = False
+            notes.append(f"fp8_param_gather -> false: {why}")
     if registry and layout.dtype == "fp8" and layout.fp8_recipe == "tensorwise":
         changes["fp8_recipe"] = "rowwise"
         notes.append("fp8_recipe tensorwise -> rowwise: torchtitan main's Float8LinearConverter runs torchao's rowwise "
@@ -673,6 +708,21 @@ def engine_layout(model: ModelSpec, layout: Layout, *, registry: bool = False) -
     if mapped.interleave > 1:
         _layers_per_stage(model, mapped)
     return mapped, tuple(notes)
+
+
+def _no_float8_all_gather(layout: Layout, zero: int, *, registry: bool) -> str | None:
+    """Why torchtitan would gather this layout's weights in 16 bits although it asks for fp8_param_gather, or None
+    where its float8 all-gather runs (the tensorwise recipe, FSDP sharding over data_parallel_shard_degree > 1)."""
+    if registry:
+        return ("torchtitan main has no float8 all-gather (removed with the tensorwise recipe, torchtitan/components/"
+                "quantization/float8.py since 6348d93d1); export --to torchtitan for a v0.2 TOML that has it")
+    if layout.dtype != "fp8" or layout.fp8_recipe != "tensorwise":
+        return f"torchao's float8 all-gather runs with the tensorwise recipe only, not {layout.fp8_recipe}"
+    fsdp = zero == Zero.PARAMETERS or (layout.pp > 1 and zero == Zero.OPTIMIZER)
+    shard = (layout.shard_group // layout.cp if layout.shard_group else layout.dp) if fsdp else 1
+    if shard <= 1:
+        return "torchtitan casts for the all-gather only where FSDP shards over data_parallel_shard_degree > 1"
+    return None
 
 
 def _moe_layout(model: ModelSpec, layout: Layout, changes: dict[str, Any], notes: list[str], *,
@@ -755,6 +805,9 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
         out["model"]["converters"] = ["quantize.linear.mx" if lay.fp8_recipe == "mxfp8" else "quantize.linear.float8"]
         if lay.fp8_recipe == "rowwise":  # torchao's Float8LinearConfig recipe ([quantize.linear.float8] in v0.2)
             out["quantize.linear.float8"] = {"recipe_name": "rowwise"}
+        if lay.fp8_param_gather:  # torchao's float8 FSDP all-gather, its amaxes in one all-reduce per step
+            out["quantize.linear.float8"] = {"enable_fsdp_float8_all_gather": True,
+                                             "precompute_float8_dynamic_scale_for_fsdp": True}
     training: dict[str, Any] = {"seq_len": lay.seq_len, "global_batch_size": lay.global_batch,
                                 "mixed_precision_param": "bfloat16", "mixed_precision_reduce": "float32"}
     training["local_batch_size"] = lay.micro_batch if lay.pp == 1 else lay.global_batch // lay.dp

@@ -402,14 +402,24 @@ def _converters(model: Call | None, source: str) -> list[str]:
     return names
 
 
-def _float8_recipe_name(model: Call | None, source: str) -> str | None:
-    """The recipe of the model's Float8LinearConverter: its recipe_name, else torchtitan main's default, rowwise
-    (torchtitan/components/quantization/float8.py @ b5bcd76c: recipe_name Literal["rowwise", "rowwise_with_gw_hp"]
-    = "rowwise"; torchao's tensorwise recipe is not offered there since 6348d93d1). None without that converter."""
+FLOAT8_FSDP_SETTINGS = ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp")
+
+
+def _float8_settings(model: Call | None, source: str) -> dict[str, Any] | None:
+    """The model's Float8LinearConverter as the TOML reader's [quantize.linear.float8] table: its recipe_name, else
+    torchtitan main's default, rowwise (torchtitan/components/quantization/float8.py @ b5bcd76c: recipe_name
+    Literal["rowwise", "rowwise_with_gw_hp"] = "rowwise"; torchao's tensorwise recipe is not offered there since
+    6348d93d1). A converter that sets the float8 all-gather fields is of the registry's first releases, before
+    6348d93d1, whose default was the tensorwise recipe (recipe_name None): its fields pass on as they are. None
+    without that converter."""
     converters = model.kwargs.get("converters") if model is not None else None
     for conv in converters if isinstance(converters, list) else []:
         if isinstance(conv, Call) and conv.short == "Float8LinearConverter":
-            return str(_needed(conv.kwargs.get("recipe_name", "rowwise"), "Float8LinearConverter recipe_name", source))
+            fsdp = {key: conv.kwargs[key] for key in FLOAT8_FSDP_SETTINGS if key in conv.kwargs}
+            if "recipe_name" not in conv.kwargs and fsdp:
+                return fsdp
+            recipe = _needed(conv.kwargs.get("recipe_name", "rowwise"), "Float8LinearConverter recipe_name", source)
+            return {**fsdp, "recipe_name": str(recipe)}
     return None
 
 
@@ -494,9 +504,9 @@ def to_toml(trainer: Any, model_name: str | None, source: str, warnings: list[st
         "model": {"converters": _converters(model if isinstance(model, Call) else None, source)},
         "optimizer": {"name": "AdamW"},
     }
-    recipe = _float8_recipe_name(model if isinstance(model, Call) else None, source)
-    if recipe is not None:
-        toml["quantize"] = {"linear": {"float8": {"recipe_name": recipe}}}
+    float8 = _float8_settings(model if isinstance(model, Call) else None, source)
+    if float8 is not None:
+        toml["quantize"] = {"linear": {"float8": float8}}
     if step_tokens > 0:
         if step_tokens % context:
             raise PlannerError(f"num_tokens_per_train_step ({step_tokens}) is not a multiple of max_context_length "

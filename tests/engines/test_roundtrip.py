@@ -112,7 +112,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("uneven-61-on-pp8", "megatron"): "num_layers(61)",
     ("uneven-61-on-pp8", "deepspeed"): "ep(8)",
     ("fp8-param-gather", "deepspeed"): "fp8_param_gather",
-    ("fp8-param-gather", "torchtitan"): "fp8_param_gather",
     ("cp3-of-32-heads", "deepspeed"): "cp(3)",
     ("sgd", "torchtitan"): "Adam",
     ("muon-tp2-blockwise", "torchtitan"): "Adam",

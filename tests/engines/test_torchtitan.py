@@ -229,3 +229,57 @@ def test_mistyped_values_are_one_line_errors_not_crashes(section, key, value, fi
     with pytest.raises(PlannerError) as err:
         import_torchtitan(config, [], gpus=8, given={}, model=load_model("llama-3.1-8b").spec, source="t.toml")
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("config", [
+    # torchtitan 2025 TOMLs: [float8] (as Trainy's and torchao's command lines set it)
+    {"model": {"name": "llama3", "flavor": "8B", "converters": ["float8"]},
+     "float8": {"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True}},
+    # 2024 releases: under [training]
+    {"model": {"name": "llama3", "flavor": "8B"},
+     "training": {"enable_float8_linear": True, "enable_fsdp_float8_all_gather": True,
+                  "precompute_float8_dynamic_scale_for_fsdp": True}},
+    # v0.2: [quantize.linear.float8]
+    {"model": {"name": "llama3", "flavor": "8B", "converters": ["quantize.linear.float8"]},
+     "quantize": {"linear": {"float8": {"enable_fsdp_float8_all_gather": True,
+                                        "precompute_float8_dynamic_scale_for_fsdp": True}}}},
+])
+def test_float8_fsdp_all_gather_is_read_as_fp8_param_gather(config):
+    imp = import_torchtitan(config, [], gpus=8, given={}, model=LLAMA8B, source="t")
+    f = imp.fields
+    assert (f["dtype"], f["fp8_recipe"], f["zero"], f["fp8_param_gather"]) == ("fp8", "tensorwise", 3, True)
+    assert not any("float8" in w for w in imp.warnings)
+    layout = resolve_layout(LLAMA8B, 8, **f)
+    assert layout.fp8_param_gather
+
+
+def test_float8_all_gather_needs_fsdp_shards_and_says_what_precompute_leaves_out():
+    base = {"model": {"name": "llama3", "flavor": "8B", "converters": ["float8"]},
+            "float8": {"enable_fsdp_float8_all_gather": True}}
+    # no precompute: each weight's amax is all-reduced on its own, which planner does not count
+    imp = import_torchtitan(base, [], gpus=8, given={}, model=LLAMA8B, source="t")
+    assert imp.fields["fp8_param_gather"] and any("precompute_float8_dynamic_scale_for_fsdp" in w for w in imp.warnings)
+    # FSDP does not shard over data_parallel_shard_degree 1 (pure TP): torchtitan gathers nothing in fp8
+    tp_only = {**base, "parallelism": {"tensor_parallel_degree": 8}}
+    imp = import_torchtitan(tp_only, [], gpus=8, given={}, model=LLAMA8B, source="t")
+    assert "fp8_param_gather" not in imp.fields and any("does not shard" in w for w in imp.warnings)
+    # torchtitan asserts against the all-gather beside a recipe_name
+    with pytest.raises(PlannerError, match="together with a float8 recipe_name") as err:
+        import_torchtitan({**base, "float8": {"enable_fsdp_float8_all_gather": True, "recipe_name": "rowwise"}}, [],
+                          gpus=8, given={}, model=LLAMA8B, source="t")
+    assert err.value.field == "float8.enable_fsdp_float8_all_gather"
+
+
+def test_trainys_command_line_gathers_in_fp8_and_runs_faster_than_without():
+    # Trainy's H200 runs (benchmarks/data/torchtitan_2025.yaml): llama3_8b.toml of e7c0cae with
+    # --float8.enable_fsdp_float8_all_gather --float8.precompute_float8_dynamic_scale_for_fsdp
+    toml = parse_toml((UPSTREAM / "llama3_8b_e7c0cae.toml").read_text(), "llama3_8b_e7c0cae.toml")
+    common = ["--training.local_batch_size=2", "--training.compile", "--model.converters=float8"]
+    gather = ["--float8.enable_fsdp_float8_all_gather", "--float8.precompute_float8_dynamic_scale_for_fsdp"]
+    hw = load_hardware("h200").spec
+    steps = []
+    for args in (common + gather, common):
+        f = import_torchtitan(toml, args, gpus=64, given={}, model=LLAMA8B, source="t").fields
+        assert f.get("fp8_param_gather", False) == (args != common)
+        steps.append(estimate(LLAMA8B, hw, resolve_layout(LLAMA8B, 64, **f)).scalar("step_seconds"))
+    assert steps[0] < steps[1]

@@ -118,6 +118,10 @@ def opaque():
 def nvfp4():
     return Trainer.Config(model_spec=model_registry("8B", converters=[NVFP4LinearConverter.Config()]))
 
+def gathered():
+    return Trainer.Config(model_spec=model_registry("8B", converters=[Float8LinearConverter.Config(
+        enable_fsdp_float8_all_gather=True, precompute_float8_dynamic_scale_for_fsdp=True)]))
+
 def budget():
     return Trainer.Config(model_spec=model_registry("8B"), activation_checkpoint=MemoryBudgetAC.Config())
 
@@ -156,11 +160,19 @@ def test_statements_planner_does_not_evaluate_are_named_with_their_line() -> Non
     ("opaque", "max_context_length is set by 'helper()' (line 23)"),
     ("nvfp4", "NVFP4 training is not modelled"),
     ("budget", "MemoryBudgetAC"),
-    ("missing", "no function 'missing' in the file (it has base, big, budget, derived, nvfp4, opaque, sized)"),
+    ("missing", "no function 'missing' in the file (it has base, big, budget, derived, gathered, nvfp4, opaque, "
+     "sized)"),
 ])
 def test_what_it_cannot_read_is_an_error_that_says_where(function: str, why: str) -> None:
     with pytest.raises(PlannerError, match=why.replace("(", r"\(").replace(")", r"\)")):
         hand(function)
+
+
+def test_a_float8_converter_with_the_fsdp_all_gather_is_of_the_registrys_first_releases() -> None:
+    # Float8LinearConverter.Config(enable_fsdp_float8_all_gather=True, ...) without a recipe_name: the registry
+    # before 6348d93d1, whose default was the tensorwise recipe; FSDP over 16 ranks gathers in fp8
+    f, _ = hand("gathered")
+    assert (f["dtype"], f["fp8_recipe"], f["zero"], f["fp8_param_gather"]) == ("fp8", "tensorwise", 3, True)
 
 
 def test_a_registry_function_called_with_arguments_binds_them_as_python_does() -> None:
@@ -276,3 +288,11 @@ def test_a_graph_trainer_config_names_the_eager_config_it_wraps() -> None:
     path = UPSTREAM / "graph_trainer_llama3" / "config_registry.py"
     with pytest.raises(PlannerError, match=r"read the eager config it wraps \(llama3_70b\(\)\) with --config"):
         read_registry(path.read_text(), "graph_trainer_llama3_70b", source=str(path))
+
+
+def test_torchtitan_main_gathers_in_bf16_so_the_export_says_so() -> None:
+    # fp8_param_gather under torchtitan is torchao's float8 all-gather, gone from main with the tensorwise recipe
+    _, exported = _export("llama-3.1-8b", 16, zero=3, dtype="fp8", fp8_recipe="tensorwise", fp8_param_gather=True,
+                          recompute="op", global_batch=16, seq_len=8192)
+    assert not exported.layout.fp8_param_gather and exported.layout.fp8_recipe == "rowwise"
+    assert "Note: fp8_param_gather -> false" in exported.text and "enable_fsdp_float8_all_gather" not in exported.text
