@@ -49,7 +49,8 @@ PARALLEL_FLAGS = ("tp", "pp", "cp", "dp", "ep", "zero", "sequence_parallel", "re
                   "etp", "moe_dispatcher", "moe_ep_overlap", "moe_delay_wgrad", "moe_shared_expert_overlap", "moe_capacity_factor",
                   "moe_load_imbalance",
                   "cuda_graph_scope", "mtp_layers", "moe_fused_mlp")
-TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "fp8_recipe", "grad_dtype", "optimizer", "engine", "compile",
+TRAINING_FLAGS = ("global_batch", "seq_len", "dtype", "fp8_recipe", "fp8_param_gather", "fp8_attention", "grad_dtype",
+                  "optimizer", "engine", "compile",
                   "optimizer_state_dtype", "master_weights_dtype", "muon_ns_steps", "muon_tp_mode", "muon_split_qkv",
                   "lora_rank", "lora_targets")
 
@@ -80,6 +81,11 @@ def layout_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), help="Pipeline schedule."),
         click.option("--dtype", type=click.Choice(COMPUTE_DTYPES), help="Compute precision."),
         fp8_recipe_option(),
+        click.option("--fp8-param-gather/--no-fp8-param-gather", default=None,
+                     help="With --dtype fp8 (fp4): the layers' weights gathered in fp8 (Megatron --fp8-param-gather; "
+                     "torchtitan: torchao's float8 all-gather)."),
+        click.option("--fp8-attention/--no-fp8-attention", default=None,
+                     help="With --dtype fp8: Transformer Engine's FP8 attention (Megatron --fp8-dot-product-attention)."),
         click.option("--grad-dtype", type=click.Choice(["bf16", "fp16", "fp32"]), help="Gradient precision."),
         click.option("--optimizer", type=click.Choice(list(OPTIMIZER_CODES)), help="Optimizer."),
         click.option("--muon-ns-steps", type=Count("ns_steps"), help="With --optimizer muon: Newton-Schulz iterations."),

@@ -199,6 +199,15 @@ class TrainingSection(BaseModel):
         "FP8-CS), delayed (amax history: Megatron-LM's --fp8-recipe default), mxfp8 (Blackwell), blockwise or "
         "rowwise (torchao's, torchtitan only) (default tensorwise).",
     )
+    fp8_param_gather: StrictBool | None = Field(
+        default=None, description="With dtype fp8 (fp4) and zero >= 1: the layers' weights gathered in fp8 (NVFP4): "
+        "Megatron --fp8-param-gather, which also holds them in fp8; under torchtitan, torchao's float8 FSDP "
+        "all-gather, tensorwise recipe only (default false)."
+    )
+    fp8_attention: StrictBool | None = Field(
+        default=None, description="With dtype fp8: Transformer Engine's FP8 attention (Megatron "
+        "--fp8-dot-product-attention; megatron and nemo engines; default false)."
+    )
     grad_dtype: GradDtype | None = Field(
         default=None, description="Gradient precision: bf16, fp16 or fp32 (default bf16)."
     )

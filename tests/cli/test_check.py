@@ -260,6 +260,25 @@ def test_export_from_estimate_flags_to_stdout(run_cli):
     assert "MEGATRON_ARGS=(" in result.stdout and "--pipeline-model-parallel-size 2" in result.stdout
 
 
+def test_fp8_weight_gathering_is_said_in_a_job_file_and_on_the_export_command_line(run_cli, tmp_path):
+    """A job file can ask for fp8 parameter gathering (training.fp8_param_gather), as estimate's flag does; under
+    torchtitan it is torchao's float8 all-gather, which the TOML export writes and check reads back."""
+    job = tmp_path / "job.yaml"
+    job.write_text("model: llama-3.1-8b\nhardware: h100-sxm\ngpus: 64\nparallel: {zero: 3, recompute: op}\n"
+                   "training: {global_batch: 128, seq_len: 8192, dtype: fp8, fp8_param_gather: true, engine: torchtitan}\n")
+    checked = json.loads(run_cli("check", job, "--format", "json").stdout)[0]
+    assert checked["config"]["fp8_param_gather"] is True and checked["config"]["engine"] == "torchtitan"
+    out = tmp_path / "t.toml"
+    exported = run_cli("export", "--to", "torchtitan", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--gpus",
+                       "64", "--global-batch", "128", "--seq-len", "8192", "--zero", "3", "--recompute", "op", "--dtype",
+                       "fp8", "--fp8-param-gather", "--engine", "torchtitan", "--out", out)
+    assert exported.exit_code == 0, exported.output
+    assert "enable_fsdp_float8_all_gather = true" in out.read_text()
+    back = json.loads(run_cli("check", "--torchtitan", out, "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+                              "--gpus", "64", "--format", "json").stdout)[0]
+    assert back["config"] == checked["config"] and back["time"] == checked["time"]
+
+
 def test_export_errors_are_one_line(run_cli):
     assert_one_line_error(run_cli("export", "--to", "megatron"), "give a job file")
     assert_one_line_error(run_cli("export", JOBS / "bad" / "gpus_mismatch.yaml", "--to", "deepspeed"), "96 != gpus(64)")
