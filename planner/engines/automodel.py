@@ -318,9 +318,26 @@ def import_automodel(config: dict[str, Any], *, gpus: int, given: dict[str, Any]
                      "current scaling (fp8_recipe tensorwise)")
     elif _get(config, "fp8") not in (None, False) and _get(config, "fp8.enabled", True):
         got.set("dtype", "fp8", "fp8")
+        _torchao_fp8(config, got)
     _peft(config, source, got)
     fields = got.merge(given)
     return EngineImport(format=FORMAT, source=source, fields=fields, warnings=tuple(got.warnings), origins=got.origin)
+
+
+def _torchao_fp8(config: dict[str, Any], got: Collected) -> None:
+    """The `fp8:` section is AutoModel's torchao path (components/quantization/fp8.py @ 36044ad3, FP8Config): torchao's
+    Float8Linear, which the automodel profile does not tell apart from its Transformer Engine path. Say what that
+    leaves out: torchao casts the weights in every micro-batch (the profile caches them per step, as its Transformer
+    Engine path does), a rowwise recipe_name runs torchao's per-row scaling (read here as per-tensor), and the float8
+    FSDP all-gather gathers fp8 (read here as bf16); torchtitan's profile models all three."""
+    recipe = _get(config, "fp8.recipe_name")
+    left_out = ["torchao casts the weights in every micro-batch (counted once per step)"]
+    if recipe not in (None, "tensorwise"):
+        left_out.append(f"recipe_name {recipe} (read as per-tensor scaling)")
+    elif _get(config, "fp8.enable_fsdp_float8_all_gather") is True:
+        left_out.append("enable_fsdp_float8_all_gather (gathered in bf16 here)")
+    got.warn("fp8: AutoModel's torchao Float8Linear path is modelled with the automodel profile's Transformer Engine "
+             f"fp8 casts; left out: {'; '.join(left_out)}. torchtitan's profile models torchao's float8")
 
 
 LORA_DEFAULT_RANK = 8  # PeftConfig.dim's default (components/_peft/lora.py @ 36044ad3)

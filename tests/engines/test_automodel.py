@@ -190,3 +190,17 @@ def test_a_recipe_that_is_not_a_mapping_is_a_one_line_error(run_cli, tmp_path):
     result = run_cli("check", "--automodel", str(bad), "--hardware", "h100-sxm", "--gpus", "8")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [f"error: {bad}: an AutoModel recipe is a YAML mapping"]
+
+
+def test_the_torchao_fp8_section_says_what_the_automodel_profile_leaves_out():
+    # Gemma 2 9B's hellaswag fp8 recipe (NVIDIA-NeMo/Automodel, tests/fixtures/engines/upstream/SOURCES.md): fp8 through
+    # torchao, tensorwise with the float8 all-gather; read as fp8 under the automodel profile, with a warning naming
+    # what that profile does not model
+    imported, lay = read("gemma_2_9b_it_hellaswag_fp8.yaml", "llama-3.1-8b", 8)
+    assert lay.dtype == "fp8" and lay.fp8_recipe == "tensorwise" and not lay.fp8_param_gather
+    (warning,) = [w for w in imported.warnings if "torchao" in w]
+    assert "enable_fsdp_float8_all_gather" in warning and "every micro-batch" in warning
+    rowwise = recipe("gemma_2_9b_it_hellaswag_fp8.yaml")
+    rowwise["fp8"] = {**rowwise["fp8"], "recipe_name": "rowwise"}
+    imported, _ = read("", "llama-3.1-8b", 8, config=rowwise)
+    assert any("recipe_name rowwise" in w for w in imported.warnings)

@@ -40,8 +40,24 @@ def test_a_candidate_equals_estimate_of_its_layout():
     assert one.scalar("peak_bytes") == pytest.approx(float(r.results.peak_bytes.ravel()[i]), rel=1e-12)
 
 
-@pytest.mark.parametrize("kw", [{"dtype": "bf16"}, {"engine": "torchtitan"}, {"engine": "deepspeed"}])
+@pytest.mark.parametrize("kw", [{"dtype": "bf16"}, {"engine": "fsdp"}, {"engine": "deepspeed"}])
 def test_refused_where_it_cannot_run(kw):
     base = {"gpus": 8, "global_batch": 16, "seq_len": 4096, "dtype": "fp8", "fp8_param_gather": True}
     with pytest.raises(PlannerError, match="fp8"):
         Problem(**{**base, **kw})
+
+
+def test_torchtitan_gathers_in_fp8_with_the_tensorwise_recipe_only():
+    """Under torchtitan the flag is torchao's float8 all-gather: a candidate keeps the held weights' bytes and runs
+    faster than the same layout without it; the rowwise recipe cannot run it (rule engine_fp8_gather_recipe)."""
+    gather = search(fp8_param_gather=True, engine="torchtitan")
+    held = np.broadcast_to(gather.layouts.fp8_params, gather.results.step_seconds.shape).ravel()
+    fitting = gather.fits[held[gather.fits]]  # positions in `layouts` that fit and gather in fp8
+    layout = gather.layout(int(fitting[0]))
+    assert layout.fp8_param_gather and layout.zero >= 1
+    with_it, without = (estimate(LLAMA_8B, H100, layout.model_copy(update={"fp8_param_gather": v})) for v in (True, False))
+    assert with_it.scalar("weights_bytes") == without.scalar("weights_bytes")
+    assert with_it.scalar("step_seconds") < without.scalar("step_seconds")
+    rowwise = search(fp8_param_gather=True, engine="torchtitan", fp8_recipe="rowwise")
+    costed = np.broadcast_to(rowwise.layouts.fp8_params, rowwise.results.step_seconds.shape)
+    assert not costed.any() and rowwise.rejected.get("engine_fp8_gather_recipe", 0) > 0
