@@ -60,7 +60,8 @@ def zoo_run(row: dict[str, Any]) -> Run:
 
 
 TORCHTITAN_SOURCES = {"async_tp": "torchtitan async TP benchmark 2025-06", "trainy": "torchtitan on Trainy H200 2025-06",
-                      "torchao": "torchao float8 training benchmark 2025-03"}
+                      "torchao": "torchao float8 training benchmark 2025-03",
+                      "torchao_mi300x": "torchao float8 training benchmark 2025-08"}
 
 
 def torchtitan_run(row: dict[str, Any]) -> Run:

@@ -2,7 +2,8 @@
 
 Usage: python benchmarks/outside_torchtitan.py [--markdown]
 
-Data: benchmarks/data/torchtitan_2025.yaml (17 rows from three pages, their sources and commits in its header). Each
+Data: benchmarks/data/torchtitan_2025.yaml (20 rows from three pages, 17 on NVIDIA H100 and H200 and 3 on AMD MI300X;
+their sources and commits in its header). Each
 row is read as a user would check it: the TOML of the commit its authors ran, through planner's torchtitan reader with
 the run's command-line overrides, on the row's GPU count and chip. None of these rows was used to choose a parameter.
 Prints one line per row, then the median |error|, the signed median and the maximum of the step time (all rows and
@@ -70,7 +71,8 @@ def main() -> None:
         lay = result.layout
         predicted, measured = result.scalar("step_seconds"), measured_step_seconds(row, result)
         error = (predicted - measured) / measured
-        for name in ("all", row["source"]):
+        vendor = "all AMD" if row["hardware"].startswith("mi") else "all NVIDIA"
+        for name in ("all", vendor, row["source"]):
             by_source.setdefault(name, []).append(error)
         peak = result.scalar("peak_bytes") / 2**30
         shown = "-"
