@@ -16,8 +16,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
+from outside_megatron_bridge import summary
 
 from planner.engines.automodel import import_automodel
 from planner.engines.load import load_hardware, load_model, parse_yaml
@@ -67,9 +67,7 @@ def main() -> None:
             print(f"{row['id']:36s} tp {lay.tp} dp {lay.dp} r {lay.lora_rank} {lay.recompute:5s} predicted "
                   f"{predicted:6.2f} s  measured {measured:6.2f} s  {error * 100:+6.1f}%"
                   f"{'' if result.fits else '  does not fit'}")
-    e = np.asarray(errors)
-    print(f"\n{len(e)} rows: median |error| {np.median(np.abs(e)) * 100:.1f}%, signed median {np.median(e) * 100:+.1f}%, "
-          f"max |error| {np.max(np.abs(e)) * 100:.1f}%")
+    print(f"\n{summary(errors)}")
     print(f"called 'does not fit' at the default headroom: {', '.join(unfit) or 'none'}")
 
 
