@@ -294,6 +294,12 @@ FP8_ROWWISE_FORWARD_WEIGHT_CAST_BYTES_PER_ELEMENT = 3.0
 """The forward's share of FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT: the row-scaled cast (read 2, write 1); the
 transpose and the column-scaled cast (7) run in the backward."""
 
+FP8_TORCHAO_MX_WEIGHT_CAST_BYTES_PER_ELEMENT = 6.0
+"""torchao's MX recipes (Fp8RecipeCode.MXFP8 under torchtitan's MX converter) per weight element and micro-batch: a
+cast along each axis, each reading the bf16 weight and writing its fp8 copy (2 + 1, the scale byte per 32 elements not
+counted), one in the forward and one in the backward, as torchao's roofline counts it ("we can't profitably fuse kernel
+1 and kernel 2", roofline_utils.py @ 36027d82, mxfp8_cublas)."""
+
 FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT = 2.0
 """Under torchao's float8 FSDP all-gather (EngineProfile optimizer.fp8_params_held false) the gathered weight arrives
 in fp8, laid out row-major; the backward's input-gradient GEMM needs it column-major, so torch._scaled_mm's wrapper

@@ -50,6 +50,7 @@ from planner.physics.kernels import (
     FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT,
     FP8_SHARD_AMAX_PASSES_PER_STEP,
     FP8_TORCHAO_BACKWARD_WEIGHT_CAST_BYTES_PER_ELEMENT,
+    FP8_TORCHAO_MX_WEIGHT_CAST_BYTES_PER_ELEMENT,
     FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT,
     GEMM_FIXED_SECONDS,
     NVFP4_COPY_BYTES_PER_ELEMENT,
@@ -1217,18 +1218,21 @@ def fp8_weight_quantize_seconds(hw: HardwareProfile, lay: LayoutArrays, engine: 
     step, amortised over the step's micro-batches (physics.kernels fp8_cast_bytes_per_element). One that does not
     (torchao) casts in every forward and again along the other axis in every backward
     (FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT; its rowwise recipe FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT, whose
-    forward is one row-scaled cast). Under its float8 all-gather (fp8_param_gather where optimizer.fp8_params_held is
-    false) the cast moves to the rank's shard before each gather, with one amax pass over the shards per step
-    (FP8_SHARD_AMAX_PASSES_PER_STEP), and the backward copies the gathered fp8 weight transposed
-    (FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT)."""
+    forward is one row-scaled cast; its MX recipes FP8_TORCHAO_MX_WEIGHT_CAST_BYTES_PER_ELEMENT, a cast each way).
+    Under its float8 all-gather (fp8_param_gather where optimizer.fp8_params_held is false) the cast moves to the
+    rank's shard before each gather, with one amax pass over the shards per step (FP8_SHARD_AMAX_PASSES_PER_STEP), and
+    the backward copies the gathered fp8 weight transposed (FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT)."""
     m = lay.num_micro_batches.astype(float)
     cached = fp8_cast_seconds(hw, weights, lay.fp8_recipe, weight=True) / m
     if engine.kernels.fp8_weight_cast_cached:
         return np.asarray(cached), np.zeros_like(cached)
     rowwise = lay.fp8_recipe == Fp8RecipeCode.ROWWISE
-    total = np.where(rowwise, FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT, FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT)
-    forward_bytes = np.where(rowwise, FP8_ROWWISE_FORWARD_WEIGHT_CAST_BYTES_PER_ELEMENT,
-                             FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT - FP8_TORCHAO_BACKWARD_WEIGHT_CAST_BYTES_PER_ELEMENT)
+    mx = lay.fp8_recipe == Fp8RecipeCode.MXFP8
+    total = np.where(rowwise, FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT, np.where(
+        mx, FP8_TORCHAO_MX_WEIGHT_CAST_BYTES_PER_ELEMENT, FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT))
+    forward_bytes = np.where(rowwise, FP8_ROWWISE_FORWARD_WEIGHT_CAST_BYTES_PER_ELEMENT, np.where(
+        mx, FP8_TORCHAO_MX_WEIGHT_CAST_BYTES_PER_ELEMENT / 2,
+        FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT - FP8_TORCHAO_BACKWARD_WEIGHT_CAST_BYTES_PER_ELEMENT))
     eager_fwd = memory_seconds(hw, weights * forward_bytes)
     eager_bwd = memory_seconds(hw, weights * (total - forward_bytes))
     gathered = lay.fp8_params & (not engine.optimizer.fp8_params_held)

@@ -83,3 +83,9 @@ def test_fsdp2_holds_a_units_unsharded_gradients_beside_its_reduce_scatter_input
     assert extra == pytest.approx(2 * float(sp.largest_layer_dense[0]) * (1 - 1 / 8), rel=1e-12)
     assert engine_profile("fsdp").zero.unsharded_grad_bytes_per_param == 0.0  # FSDP1 reduces the gradient itself
     assert engine_profile("megatron").zero.unsharded_grad_bytes_per_param == 0.0
+
+
+def test_torchaos_mx_recipe_casts_the_weight_once_each_way():
+    # torchtitan's MX converter (torchao mxfp8): read 2, write 1 along each axis, the forward's and the backward's
+    fwd, bwd = _seconds("torchtitan", fp8_recipe="mxfp8")
+    assert fwd == pytest.approx(W * 3 / BW, rel=1e-12) and bwd == pytest.approx(W * 3 / BW, rel=1e-12)
