@@ -246,3 +246,21 @@ def test_torchtitan_selective_ac_option_is_bounded(tmp_path: Path, value: str) -
     assert body != TORCHTITAN
     path.write_text(body)
     assert_rejected(torchtitan_check(path), str(path), "activation_checkpoint.selective_ac_option", folder=tmp_path)
+
+
+@pytest.mark.parametrize(("setting", "value", "field"), [
+    ("enable_fsdp_float8_all_gather", '"yes"', "float8.enable_fsdp_float8_all_gather"),
+    ("enable_fsdp_float8_all_gather", "1", "float8.enable_fsdp_float8_all_gather"),
+    ("precompute_float8_dynamic_scale_for_fsdp", '"true"', "float8.precompute_float8_dynamic_scale_for_fsdp"),
+])
+def test_torchtitan_float8_all_gather_settings_must_be_booleans(tmp_path: Path, setting: str, value: str,
+                                                                field: str) -> None:
+    path = tmp_path / "tt.toml"
+    gather = "true" if setting != "enable_fsdp_float8_all_gather" else value
+    extra = f"\n[float8]\nenable_fsdp_float8_all_gather = {gather}\n"
+    if setting != "enable_fsdp_float8_all_gather":
+        extra += f"{setting} = {value}\n"
+    body = TORCHTITAN.replace("[model]\n", '[model]\nconverters = ["float8"]\n', 1) + extra
+    assert '"float8"' in body
+    path.write_text(body)
+    assert_rejected(torchtitan_check(path), str(path), field, folder=tmp_path)
