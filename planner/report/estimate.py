@@ -37,6 +37,10 @@ def _layout_line(est: TrainingEstimate) -> str:
         if lay.microbatch_group_size is not None:
             parts.append(f"micro-batch groups of {lay.microbatch_group_size}")
     parts.append(f"fp8 ({lay.fp8_recipe})" if lay.dtype == "fp8" else lay.dtype)
+    if lay.fp8_param_gather:
+        parts.append(f"{lay.dtype} param gather")
+    if lay.fp8_attention:
+        parts.append("fp8 attention")
     return ", ".join(parts + _moe_parts(est))
 
 

@@ -271,6 +271,8 @@ def test_torchtitan_fp8_param_gather_is_the_float8_all_gather(run_cli):
     assert fp8["memory"]["weights_bytes"] == plain["memory"]["weights_bytes"]
     assert fp8["memory"]["total_bytes"] < plain["memory"]["total_bytes"]
     assert fp8["time"]["step_seconds"] < plain["time"]["step_seconds"]
+    table = run_cli(*BASE, *args, "--fp8-param-gather")
+    assert table.exit_code == 0 and "fp8 (tensorwise), fp8 param gather" in table.stdout.splitlines()[0]
     assert_one_line_error(run_cli(*BASE, *args, "--fp8-param-gather", "--fp8-recipe", "rowwise"),
                           "fp8_param_gather with fp8_recipe rowwise", "torchtitan")
 
