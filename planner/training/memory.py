@@ -245,6 +245,13 @@ def layer_weight_bytes(lay: LayoutArrays) -> np.ndarray:
     return np.where(lay.fp8_params, np.where(lay.fp4, NVFP4_COPY_BYTES_PER_ELEMENT, FP8_WEIGHT_BYTES), WEIGHT_BYTES)
 
 
+def expert_weight_bytes(lay: LayoutArrays, fp8_params_held: bool = True) -> np.ndarray:
+    """Bytes per routed-expert weight as the engine gathers it: layer_weight_bytes where its fp8 parameters are held
+    in fp8 (Transformer Engine's grouped linears among them), 16-bit where only a float8 all-gather casts them
+    (torchao's converts its Float8Linear modules, not a MoE's grouped experts: engine optimizer.fp8_params_held)."""
+    return np.asarray(layer_weight_bytes(lay) if fp8_params_held else np.full(lay.shape, WEIGHT_BYTES))
+
+
 def saved_gemm_input_bytes(lay: LayoutArrays) -> np.ndarray:
     """Bytes per element of a GEMM input kept for the backward: 16-bit, its fp8 copy under fp8, its NVFP4 copy
     under fp4. torchao's rowwise recipe keeps the 16-bit input, which its backward casts again along the other axis
@@ -693,7 +700,8 @@ def offloaded_activation_bytes(
     return np.asarray(microbatches_in_flight(lay, stage) * tokens * per_token)
 
 
-def buffer_bytes(lay: LayoutArrays, sp: StageParams, unsharded_grad_bytes: float = 0.0) -> np.ndarray:
+def buffer_bytes(lay: LayoutArrays, sp: StageParams, unsharded_grad_bytes: float = 0.0, fp8_params_held: bool = True
+                 ) -> np.ndarray:
     """Communication buffers outside the model states.
 
     ZeRO-3 / FSDP gathers one layer's full parameters for the layer running and prefetches the next
@@ -707,12 +715,12 @@ def buffer_bytes(lay: LayoutArrays, sp: StageParams, unsharded_grad_bytes: float
     beyond = 1.0 - 1.0 / shard
     beyond_expert = 1.0 - 1.0 / expert_shard_degree(lay)
     layer = sp.largest_layer_dense * beyond + sp.largest_layer_expert * beyond_expert
-    gathered = np.minimum(2 * sp.largest_layer_dense, sp.dense) * beyond + np.minimum(
-        2 * sp.largest_layer_expert, sp.expert
-    ) * beyond_expert
+    gathered_dense = np.minimum(2 * sp.largest_layer_dense, sp.dense) * beyond
+    gathered_expert = np.minimum(2 * sp.largest_layer_expert, sp.expert) * beyond_expert
     # ... and, where the engine copies the unit's unsharded gradients into its reduce-scatter buffer (FSDP2), those
     # gradients beside it at the copy (`unsharded_grad_bytes`, the profile's zero.unsharded_grad_bytes_per_param)
-    zero3 = layer_weight_bytes(lay) * gathered + (lay.grad_bytes + unsharded_grad_bytes) * layer
+    zero3 = (layer_weight_bytes(lay) * gathered_dense + expert_weight_bytes(lay, fp8_params_held) * gathered_expert
+             + (lay.grad_bytes + unsharded_grad_bytes) * layer)
     zero2 = lay.grad_bytes * layer
     return np.where(lay.zero >= Zero.PARAMETERS, zero3, np.where(lay.zero == Zero.GRADIENTS, zero2, 0.0))
 
@@ -759,7 +767,8 @@ def stage_memory(
     held, working = stage_activation_bytes(model, lay, stage, sp, loss_bytes, cast_copy)
     host_activations = offloaded_activation_bytes(model, lay, stage, sp, cast_copy)
     unsharded = engine.zero.unsharded_grad_bytes_per_param if engine is not None else 0.0
-    buffers = buffer_bytes(lay, sp, unsharded) + working + userbuffer_bytes(model, lay)
+    fp8_held = engine.optimizer.fp8_params_held if engine is not None else True
+    buffers = buffer_bytes(lay, sp, unsharded, fp8_held) + working + userbuffer_bytes(model, lay)
     reserve = reserve_bytes(lay, held + working)
     return StageMemory(
         weights_bytes=weights,

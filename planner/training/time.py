@@ -120,6 +120,7 @@ from planner.training.memory import (
     FP8_WEIGHT_BYTES,
     WEIGHT_BYTES,
     StageParams,
+    expert_weight_bytes,
     layer_weight_bytes,
     offloaded_activation_bytes,
     tokens_per_microbatch,
@@ -513,7 +514,8 @@ def layer_time(
     plateau_gemm = gemm_plateau(hw, lay)
     peak16 = peak_16bit_flops(hw)
     gemm = np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(peak_gemm)))
-    fp8_weights = np.zeros_like(gemm)
+    fp8_weights = np.zeros_like(gemm)  # the rank's layer weights its fp8 GEMMs quantize: dense, and routed experts
+    routed_weights = np.zeros_like(gemm)
     shared_gemm = np.zeros_like(gemm)  # the shared experts' forward GEMMs (shared-expert overlap hides behind them)
     row_gemm = np.zeros_like(gemm)  # forward seconds of the row-parallel GEMMs (the TP overlap's SM margin)
     routed_gemm = np.zeros_like(gemm)  # the routed experts' forward GEMMs (after the dispatcher's host sync)
@@ -533,7 +535,7 @@ def layer_time(
             seconds = routed_gemm_seconds(model, hw, lay, g, peak_gemm, plateau_gemm)
             gemm, dgrad, wgrad = gemm + seconds, dgrad + seconds, wgrad + seconds
             routed_gemm = routed_gemm + seconds
-            fp8_weights = fp8_weights + gemm_elements_per_rank(g, model.kv_heads, lay.etp) / lay.ep
+            routed_weights = routed_weights + gemm_elements_per_rank(g, model.kv_heads, lay.etp) / lay.ep
         else:
             seconds, g_dgrad, g_wgrad = dense_gemm_seconds(model, hw, lay, g, elements, tokens, peak_gemm, plateau_gemm,
                                                            separate=separate, linear=linear)
@@ -554,7 +556,7 @@ def layer_time(
                 ag_split = ag_split + on_ub
             fp8_weights = fp8_weights + elements
     cast_fwd_elements, cast_bwd_elements = fp8_cast_elements_per_token(model, lay, moe_layer=moe_layer, linear=linear)
-    weight_fwd, weight_bwd = fp8_weight_quantize_seconds(hw, lay, engine, fp8_weights)
+    weight_fwd, weight_bwd = fp8_weight_quantize_seconds(hw, lay, engine, fp8_weights, routed_weights)
     cast_fwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_fwd_elements, lay.fp8_recipe) + weight_fwd, 0.0)
     cast_bwd = np.where(lay.fp8, fp8_cast_seconds(hw, tokens * cast_bwd_elements, lay.fp8_recipe) + weight_bwd, 0.0)
 
@@ -1211,19 +1213,23 @@ def zero3_backward_gathers(engine: EngineProfile, lay: LayoutArrays) -> np.ndarr
                       + np.where((lay.recompute == RecomputeCode.FULL) & z.regather_for_recompute, 1.0, 0.0))
 
 
-def fp8_weight_quantize_seconds(hw: HardwareProfile, lay: LayoutArrays, engine: EngineProfile, weights: np.ndarray
-                                ) -> tuple[np.ndarray, np.ndarray]:
+def fp8_weight_quantize_seconds(hw: HardwareProfile, lay: LayoutArrays, engine: EngineProfile, weights: np.ndarray,
+                                routed: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds per micro-batch of quantizing one layer's fp8 weights on a rank (`weights`
-    elements). An engine that caches the cast (kernels.fp8_weight_cast_cached: Transformer Engine) casts once per
-    step, amortised over the step's micro-batches (physics.kernels fp8_cast_bytes_per_element). One that does not
+    elements of its dense GEMMs, `routed` of its routed experts). An engine that caches the cast
+    (kernels.fp8_weight_cast_cached: Transformer Engine) casts once per step, amortised over the step's micro-batches
+    (physics.kernels fp8_cast_bytes_per_element). One that does not
     (torchao) casts in every forward and again along the other axis in every backward
     (FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT; its rowwise recipe FP8_ROWWISE_WEIGHT_CAST_BYTES_PER_ELEMENT, whose
     forward is one row-scaled cast; its MX recipes FP8_TORCHAO_MX_WEIGHT_CAST_BYTES_PER_ELEMENT, a cast each way).
-    Under its float8 all-gather (fp8_param_gather where optimizer.fp8_params_held is false) the cast moves to the
-    rank's shard before each gather, with one amax pass over the shards per step (FP8_SHARD_AMAX_PASSES_PER_STEP), and
-    the backward copies the gathered fp8 weight transposed (FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT)."""
+    Under its float8 all-gather (fp8_param_gather where optimizer.fp8_params_held is false) the cast of the dense
+    weights moves to the rank's shard before each gather, with one amax pass over the shards per step
+    (FP8_SHARD_AMAX_PASSES_PER_STEP), and the backward copies the gathered fp8 weight transposed
+    (FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT); the routed experts, which that all-gather does not convert
+    (memory.expert_weight_bytes), keep their per-micro-batch casts."""
     m = lay.num_micro_batches.astype(float)
-    cached = fp8_cast_seconds(hw, weights, lay.fp8_recipe, weight=True) / m
+    total_weights = weights + routed
+    cached = fp8_cast_seconds(hw, total_weights, lay.fp8_recipe, weight=True) / m
     if engine.kernels.fp8_weight_cast_cached:
         return np.asarray(cached), np.zeros_like(cached)
     rowwise = lay.fp8_recipe == Fp8RecipeCode.ROWWISE
@@ -1233,17 +1239,19 @@ def fp8_weight_quantize_seconds(hw: HardwareProfile, lay: LayoutArrays, engine: 
     forward_bytes = np.where(rowwise, FP8_ROWWISE_FORWARD_WEIGHT_CAST_BYTES_PER_ELEMENT, np.where(
         mx, FP8_TORCHAO_MX_WEIGHT_CAST_BYTES_PER_ELEMENT / 2,
         FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT - FP8_TORCHAO_BACKWARD_WEIGHT_CAST_BYTES_PER_ELEMENT))
-    eager_fwd = memory_seconds(hw, weights * forward_bytes)
-    eager_bwd = memory_seconds(hw, weights * (total - forward_bytes))
+    eager_fwd = memory_seconds(hw, total_weights * forward_bytes)
+    eager_bwd = memory_seconds(hw, total_weights * (total - forward_bytes))
     gathered = lay.fp8_params & (not engine.optimizer.fp8_params_held)
     if not np.any(gathered):
         return np.asarray(eager_fwd), np.asarray(eager_bwd)
+    routed_fwd = memory_seconds(hw, routed * forward_bytes)
+    routed_bwd = memory_seconds(hw, routed * (total - forward_bytes))
     shard_bytes = np.where(lay.master_bf16, WEIGHT_BYTES, STATE_DTYPE_BYTES["fp32"])  # the sharded parameters' own dtype
     gathers_per_step = np.where(lay.zero >= Zero.PARAMETERS, m * (1.0 + zero3_backward_gathers(engine, lay)), 1.0)
     shard_traffic = (weights / lay.shard_degree) * (gathers_per_step * (shard_bytes + FP8_WEIGHT_BYTES)
                                                     + FP8_SHARD_AMAX_PASSES_PER_STEP * shard_bytes)
-    gather_fwd = memory_seconds(hw, shard_traffic / m)
-    gather_bwd = memory_seconds(hw, weights * FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT)
+    gather_fwd = memory_seconds(hw, shard_traffic / m) + routed_fwd
+    gather_bwd = memory_seconds(hw, weights * FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT) + routed_bwd
     return np.asarray(np.where(gathered, gather_fwd, eager_fwd)), np.asarray(np.where(gathered, gather_bwd, eager_bwd))
 
 
@@ -1289,10 +1297,11 @@ def zero3_seconds(
         return np.where(params > 0, moved - hierarchical_latency_seconds(lk), 0.0)
 
     unit_dense, unit_expert = sp.dense / units, sp.expert / units
+    expert_bytes = expert_weight_bytes(lay, engine.optimizer.fp8_params_held)
     reduce_bytes = np.where(z.reduce_in_fp32, 4, lay.grad_bytes)
     gather = (
         bandwidth(all_gather_seconds, unit_dense, layer_weight_bytes(lay), link, shard)
-        + bandwidth(all_gather_seconds, unit_expert, layer_weight_bytes(lay), expert_link, expert_group)
+        + bandwidth(all_gather_seconds, unit_expert, expert_bytes, expert_link, expert_group)
         + np.where(shard > 1, per_collective, 0.0)
     )
     # the gradients reduce-scattered: every parameter's, or (LoRA) the adapters' alone (frozen weights have none)
@@ -1327,8 +1336,8 @@ def zero3_seconds(
     # The engine's copy of each gathered unit into its parameters' tensors, on the compute stream (FSDP2's
     # copy-out): every gather of the pass, of the whole stage's parameters, at the gathered width (fp8 under a float8
     # all-gather: FSDP2 copies the gathered bytes).
-    copy_bytes = z.gather_copy_bytes_per_param * layer_weight_bytes(lay) / WEIGHT_BYTES
-    copy_out = memory_seconds(hw, (1.0 + backward_gathers) * (sp.dense + sp.expert) * copy_bytes)
+    gathered_bytes = sp.dense * layer_weight_bytes(lay) + sp.expert * expert_bytes
+    copy_out = memory_seconds(hw, (1.0 + backward_gathers) * gathered_bytes * z.gather_copy_bytes_per_param / WEIGHT_BYTES)
     return np.where(shard > 1, exposed + copy_out, 0.0)
 
 
@@ -1370,7 +1379,8 @@ def data_parallel_seconds(
         lay.zero == Zero.NONE,
         0.0,
         all_gather_seconds(dense * layer_weight_bytes(lay), shard, dp_link)
-        + all_gather_seconds(expert * layer_weight_bytes(lay), expert_group, expert_link),
+        + all_gather_seconds(expert * expert_weight_bytes(lay, engine_or_default(engine).optimizer.fp8_params_held),
+                             expert_group, expert_link),
     )
     # Hybrid sharding (shard_group): the reduce-scatter and all-gather run inside the shard group, and each
     # shard's gradients are all-reduced across the replicas once per step (PyTorch HSDP; ZeRO++ hpZ).

@@ -89,3 +89,22 @@ def test_torchaos_mx_recipe_casts_the_weight_once_each_way():
     # torchtitan's MX converter (torchao mxfp8): read 2, write 1 along each axis, the forward's and the backward's
     fwd, bwd = _seconds("torchtitan", fp8_recipe="mxfp8")
     assert fwd == pytest.approx(W * 3 / BW, rel=1e-12) and bwd == pytest.approx(W * 3 / BW, rel=1e-12)
+
+
+def test_the_float8_all_gather_leaves_a_moes_routed_experts_in_bf16():
+    # torchao converts Float8Linear modules only: a MoE's grouped experts gather 16-bit under torchtitan's float8
+    # all-gather (their buffers 2 bytes), where Transformer Engine's fp8 parameters gather them in fp8 (1 byte)
+    model = tiny(moe=dict(num_experts=4, experts_per_token=2, moe_ffn_hidden_size=32))
+    a = lay(dtype="fp8", zero=3, dp=8, ep=2, fp8_param_gather=True)
+    sp = stage_params(model, a, np.zeros(1, dtype=np.int64))
+    torchao, te = (float(buffer_bytes(a, sp, fp8_params_held=held)[0]) for held in (False, True))
+    gathered_expert = float(np.minimum(2 * sp.largest_layer_expert, sp.expert)[0])
+    beyond_expert = 1 - 1 / 4  # experts shard over tp x dp / ep = 4 ranks
+    assert gathered_expert > 0 and torchao - te == pytest.approx(gathered_expert * beyond_expert, rel=1e-12)
+    # and their casts stay per micro-batch (8 bytes), while the dense weights' move to the shard and the transposed copy
+    routed = 2.0e8
+    fwd, bwd = fp8_weight_quantize_seconds(HW, lay(dtype="fp8", fp8_recipe="tensorwise", zero=3, dp=8,
+                                                   fp8_param_gather=True, recompute="op"),
+                                           engine_profile("torchtitan"), np.asarray(W), np.asarray(routed))
+    assert float(np.ravel(fwd)[0]) == pytest.approx((W / 8 * (2 * 5 + 4) + routed * 5) / BW, rel=1e-12)
+    assert float(np.ravel(bwd)[0]) == pytest.approx((W * 2 + routed * 3) / BW, rel=1e-12)
