@@ -245,10 +245,11 @@ def layer_weight_bytes(lay: LayoutArrays) -> np.ndarray:
     return np.where(lay.fp8_params, np.where(lay.fp4, NVFP4_COPY_BYTES_PER_ELEMENT, FP8_WEIGHT_BYTES), WEIGHT_BYTES)
 
 
-def expert_weight_bytes(lay: LayoutArrays, fp8_params_held: bool = True) -> np.ndarray:
-    """Bytes per routed-expert weight as the engine gathers it: layer_weight_bytes where its fp8 parameters are held
-    in fp8 (Transformer Engine's grouped linears among them), 16-bit where only a float8 all-gather casts them
-    (torchao's converts its Float8Linear modules, not a MoE's grouped experts: engine optimizer.fp8_params_held)."""
+def held_weight_bytes(lay: LayoutArrays, fp8_params_held: bool = True) -> np.ndarray:
+    """Bytes per layer weight as the engine holds it, and per routed-expert weight as it gathers it:
+    layer_weight_bytes where its fp8 parameters are held in fp8 (Transformer Engine's, grouped linears among them),
+    16-bit where only a float8 all-gather casts the weights (engine optimizer.fp8_params_held false: torchao's, which
+    converts Float8Linear modules, not a MoE's grouped experts)."""
     return np.asarray(layer_weight_bytes(lay) if fp8_params_held else np.full(lay.shape, WEIGHT_BYTES))
 
 
@@ -282,7 +283,7 @@ def model_state_bytes(lay: LayoutArrays, sp: StageParams, *, fp8_params_held: bo
     # the layers' weights at their own width (16-bit where the engine gathers fp8 but holds its weights as they are:
     # `fp8_params_held`, the engine profile's optimizer.fp8_params_held); the embedding and LM head stay 16-bit;
     # LoRA's adapters beside them
-    held = layer_weight_bytes(lay) if fp8_params_held else np.full(lay.shape, WEIGHT_BYTES)
+    held = held_weight_bytes(lay, fp8_params_held)
     weights = (sharded(held.astype(float), 3, sp.dense, sp.expert)
                + (WEIGHT_BYTES - held) * np.where(lay.zero >= Zero.PARAMETERS, sp.ends / shard, sp.ends)
                + np.where(sp.lora, WEIGHT_BYTES * np.where(lay.zero >= Zero.PARAMETERS, sp.adapters / shard,
@@ -719,7 +720,7 @@ def buffer_bytes(lay: LayoutArrays, sp: StageParams, unsharded_grad_bytes: float
     gathered_expert = np.minimum(2 * sp.largest_layer_expert, sp.expert) * beyond_expert
     # ... and, where the engine copies the unit's unsharded gradients into its reduce-scatter buffer (FSDP2), those
     # gradients beside it at the copy (`unsharded_grad_bytes`, the profile's zero.unsharded_grad_bytes_per_param)
-    zero3 = (layer_weight_bytes(lay) * gathered_dense + expert_weight_bytes(lay, fp8_params_held) * gathered_expert
+    zero3 = (layer_weight_bytes(lay) * gathered_dense + held_weight_bytes(lay, fp8_params_held) * gathered_expert
              + (lay.grad_bytes + unsharded_grad_bytes) * layer)
     zero2 = lay.grad_bytes * layer
     return np.where(lay.zero >= Zero.PARAMETERS, zero3, np.where(lay.zero == Zero.GRADIENTS, zero2, 0.0))
@@ -760,14 +761,13 @@ def stage_memory(
     (n,) for one stage per candidate, or (k, n) for k stages of each)."""
     if sp is None:
         sp = stage_params(model, lay, stage)
-    weights, grads, optim = model_state_bytes(lay, sp, fp8_params_held=engine.optimizer.fp8_params_held
-                                              if engine is not None else True)
+    fp8_held = engine.optimizer.fp8_params_held if engine is not None else True
+    weights, grads, optim = model_state_bytes(lay, sp, fp8_params_held=fp8_held)
     loss_bytes = loss_bytes_per_logit(engine, lay) if engine is not None else LOSS_PEAK_BYTES_PER_LOGIT
     cast_copy = engine.kernels.fp8_proj_keeps_cast_input if engine is not None else False
     held, working = stage_activation_bytes(model, lay, stage, sp, loss_bytes, cast_copy)
     host_activations = offloaded_activation_bytes(model, lay, stage, sp, cast_copy)
     unsharded = engine.zero.unsharded_grad_bytes_per_param if engine is not None else 0.0
-    fp8_held = engine.optimizer.fp8_params_held if engine is not None else True
     buffers = buffer_bytes(lay, sp, unsharded, fp8_held) + working + userbuffer_bytes(model, lay)
     reserve = reserve_bytes(lay, held + working)
     return StageMemory(

@@ -120,7 +120,7 @@ from planner.training.memory import (
     FP8_WEIGHT_BYTES,
     WEIGHT_BYTES,
     StageParams,
-    expert_weight_bytes,
+    held_weight_bytes,
     layer_weight_bytes,
     offloaded_activation_bytes,
     tokens_per_microbatch,
@@ -514,8 +514,8 @@ def layer_time(
     plateau_gemm = gemm_plateau(hw, lay)
     peak16 = peak_16bit_flops(hw)
     gemm = np.zeros(np.broadcast_shapes(np.shape(tokens), np.shape(peak_gemm)))
-    fp8_weights = np.zeros_like(gemm)  # the rank's layer weights its fp8 GEMMs quantize: dense, and routed experts
-    routed_weights = np.zeros_like(gemm)
+    fp8_weights = np.zeros_like(gemm)  # the rank's dense layer weights its fp8 GEMMs quantize
+    routed_weights = np.zeros_like(gemm)  # and its routed experts' weights
     shared_gemm = np.zeros_like(gemm)  # the shared experts' forward GEMMs (shared-expert overlap hides behind them)
     row_gemm = np.zeros_like(gemm)  # forward seconds of the row-parallel GEMMs (the TP overlap's SM margin)
     routed_gemm = np.zeros_like(gemm)  # the routed experts' forward GEMMs (after the dispatcher's host sync)
@@ -1226,11 +1226,10 @@ def fp8_weight_quantize_seconds(hw: HardwareProfile, lay: LayoutArrays, engine: 
     weights moves to the rank's shard before each gather, with one amax pass over the shards per step
     (FP8_SHARD_AMAX_PASSES_PER_STEP), and the backward copies the gathered fp8 weight transposed
     (FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT); the routed experts, which that all-gather does not convert
-    (memory.expert_weight_bytes), keep their per-micro-batch casts."""
+    (memory.held_weight_bytes), keep their per-micro-batch casts."""
     m = lay.num_micro_batches.astype(float)
-    total_weights = weights + routed
-    cached = fp8_cast_seconds(hw, total_weights, lay.fp8_recipe, weight=True) / m
     if engine.kernels.fp8_weight_cast_cached:
+        cached = fp8_cast_seconds(hw, weights + routed, lay.fp8_recipe, weight=True) / m
         return np.asarray(cached), np.zeros_like(cached)
     rowwise = lay.fp8_recipe == Fp8RecipeCode.ROWWISE
     mx = lay.fp8_recipe == Fp8RecipeCode.MXFP8
@@ -1239,20 +1238,23 @@ def fp8_weight_quantize_seconds(hw: HardwareProfile, lay: LayoutArrays, engine: 
     forward_bytes = np.where(rowwise, FP8_ROWWISE_FORWARD_WEIGHT_CAST_BYTES_PER_ELEMENT, np.where(
         mx, FP8_TORCHAO_MX_WEIGHT_CAST_BYTES_PER_ELEMENT / 2,
         FP8_TORCHAO_WEIGHT_CAST_BYTES_PER_ELEMENT - FP8_TORCHAO_BACKWARD_WEIGHT_CAST_BYTES_PER_ELEMENT))
-    eager_fwd = memory_seconds(hw, total_weights * forward_bytes)
-    eager_bwd = memory_seconds(hw, total_weights * (total - forward_bytes))
+
+    def eager(elements: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:  # cast in every forward and backward
+        return memory_seconds(hw, elements * forward_bytes), memory_seconds(hw, elements * (total - forward_bytes))
+
+    dense_fwd, dense_bwd = eager(weights)
+    routed_fwd, routed_bwd = eager(routed)
     gathered = lay.fp8_params & (not engine.optimizer.fp8_params_held)
     if not np.any(gathered):
-        return np.asarray(eager_fwd), np.asarray(eager_bwd)
-    routed_fwd = memory_seconds(hw, routed * forward_bytes)
-    routed_bwd = memory_seconds(hw, routed * (total - forward_bytes))
+        return np.asarray(dense_fwd + routed_fwd), np.asarray(dense_bwd + routed_bwd)
     shard_bytes = np.where(lay.master_bf16, WEIGHT_BYTES, STATE_DTYPE_BYTES["fp32"])  # the sharded parameters' own dtype
     gathers_per_step = np.where(lay.zero >= Zero.PARAMETERS, m * (1.0 + zero3_backward_gathers(engine, lay)), 1.0)
     shard_traffic = (weights / lay.shard_degree) * (gathers_per_step * (shard_bytes + FP8_WEIGHT_BYTES)
                                                     + FP8_SHARD_AMAX_PASSES_PER_STEP * shard_bytes)
     gather_fwd = memory_seconds(hw, shard_traffic / m) + routed_fwd
     gather_bwd = memory_seconds(hw, weights * FP8_GATHERED_WEIGHT_TRANSPOSE_BYTES_PER_ELEMENT) + routed_bwd
-    return np.asarray(np.where(gathered, gather_fwd, eager_fwd)), np.asarray(np.where(gathered, gather_bwd, eager_bwd))
+    return (np.asarray(np.where(gathered, gather_fwd, dense_fwd + routed_fwd)),
+            np.asarray(np.where(gathered, gather_bwd, dense_bwd + routed_bwd)))
 
 
 def _overlapped(comm: np.ndarray, compute: np.ndarray, contention: float) -> np.ndarray:
@@ -1297,7 +1299,7 @@ def zero3_seconds(
         return np.where(params > 0, moved - hierarchical_latency_seconds(lk), 0.0)
 
     unit_dense, unit_expert = sp.dense / units, sp.expert / units
-    expert_bytes = expert_weight_bytes(lay, engine.optimizer.fp8_params_held)
+    expert_bytes = held_weight_bytes(lay, engine.optimizer.fp8_params_held)
     reduce_bytes = np.where(z.reduce_in_fp32, 4, lay.grad_bytes)
     gather = (
         bandwidth(all_gather_seconds, unit_dense, layer_weight_bytes(lay), link, shard)
@@ -1379,7 +1381,7 @@ def data_parallel_seconds(
         lay.zero == Zero.NONE,
         0.0,
         all_gather_seconds(dense * layer_weight_bytes(lay), shard, dp_link)
-        + all_gather_seconds(expert * expert_weight_bytes(lay, engine_or_default(engine).optimizer.fp8_params_held),
+        + all_gather_seconds(expert * held_weight_bytes(lay, engine_or_default(engine).optimizer.fp8_params_held),
                              expert_group, expert_link),
     )
     # Hybrid sharding (shard_group): the reduce-scatter and all-gather run inside the shard group, and each
