@@ -710,6 +710,14 @@ def engine_layout(model: ModelSpec, layout: Layout, *, registry: bool = False) -
     return mapped, tuple(notes)
 
 
+def data_parallel_shard_degree(layout: Layout, zero: int) -> int:
+    """torchtitan's data_parallel_shard_degree for a layout run at ZeRO stage `zero`: FSDP is zero 3, or zero 1 under
+    pipeline parallelism (the ZeRO-1 that FSDP runs as there); under HSDP the shard group (x cp, which torchtitan
+    folds into FSDP), else every dp rank; 1 without FSDP."""
+    fsdp = zero == Zero.PARAMETERS or (layout.pp > 1 and zero == Zero.OPTIMIZER)
+    return (layout.shard_group // layout.cp if layout.shard_group else layout.dp) if fsdp else 1
+
+
 def _no_float8_all_gather(layout: Layout, zero: int, *, registry: bool) -> str | None:
     """Why torchtitan would gather this layout's weights in 16 bits although it asks for fp8_param_gather, or None
     where its float8 all-gather runs (the tensorwise recipe, FSDP sharding over data_parallel_shard_degree > 1)."""
@@ -718,9 +726,7 @@ def _no_float8_all_gather(layout: Layout, zero: int, *, registry: bool) -> str |
                 "quantization/float8.py since 6348d93d1); export --to torchtitan for a v0.2 TOML that has it")
     if layout.dtype != "fp8" or layout.fp8_recipe != "tensorwise":
         return f"torchao's float8 all-gather runs with the tensorwise recipe only, not {layout.fp8_recipe}"
-    fsdp = zero == Zero.PARAMETERS or (layout.pp > 1 and zero == Zero.OPTIMIZER)
-    shard = (layout.shard_group // layout.cp if layout.shard_group else layout.dp) if fsdp else 1
-    if shard <= 1:
+    if data_parallel_shard_degree(layout, zero) <= 1:
         return "torchtitan casts for the all-gather only where FSDP shards over data_parallel_shard_degree > 1"
     return None
 
@@ -814,10 +820,7 @@ def tables(ctx: ExportContext) -> dict[str, dict[str, Any]]:
     if lay.master_weights_dtype == "bf16":  # and bf16 moments: engine_layout allows only both
         training["dtype"] = "bfloat16"
     out["training"] = training
-    # FSDP: zero 3, or zero 1 under pipeline parallelism (the ZeRO-1 that FSDP runs as there)
-    fsdp = lay.zero == Zero.PARAMETERS or (lay.pp > 1 and lay.zero == Zero.OPTIMIZER)
-    # HSDP: the shard group (x cp, folded into FSDP) and its replicas
-    shard = (lay.shard_group // lay.cp if lay.shard_group else lay.dp) if fsdp else 1
+    shard = data_parallel_shard_degree(lay, lay.zero)
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": lay.dp // shard,
         "data_parallel_shard_degree": shard,
